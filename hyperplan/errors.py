@@ -1,0 +1,99 @@
+"""The one error tree of hyperplan.
+
+Every error a caller can see is a subclass of :class:`HyperplanError`. Each class sets only ``code``
+(the AWS error shape name, sent as ``__type`` on the SageMaker wire and as ``Code`` on the native API)
+and ``status`` (the HTTP status). ``hyperplan.server.errors`` is the one place that turns them into
+responses; anything else that escapes a handler is a bug and becomes a logged 500 ``InternalFailure``.
+
+    HyperplanError
+    ├── ValidationError            ValidationException            400  bad input, named member and rule
+    ├── ResourceNotFound           ResourceNotFound               400  absent, or another account's
+    ├── ResourceInUse              ResourceInUse                  400  name already taken
+    ├── ResourceLimitExceeded      ResourceLimitExceeded          400  capacity or quota exhausted
+    ├── Conflict                   ConflictException              400  state does not allow the change
+    ├── ProtocolError              (request could not be understood)
+    │   ├── UnknownOperation       UnknownOperationException      400
+    │   └── SerializationError     SerializationException         400
+    ├── AuthError                  (request could not be trusted)
+    │   ├── MissingAuthenticationToken  MissingAuthenticationTokenException  403
+    │   ├── UnrecognizedClient     UnrecognizedClientException    403
+    │   ├── InvalidSignature       InvalidSignatureException      403
+    │   └── AccessDenied           AccessDeniedException          403  not an administrator
+    └── InternalFailure            InternalFailure                500  a bug; never raised on purpose
+"""
+
+from __future__ import annotations
+
+
+class HyperplanError(Exception):
+    code = "InternalFailure"
+    status = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r})"
+
+
+class ValidationError(HyperplanError):
+    code = "ValidationException"
+    status = 400
+
+
+class ResourceNotFound(HyperplanError):
+    code = "ResourceNotFound"
+    status = 400
+
+
+class ResourceInUse(HyperplanError):
+    code = "ResourceInUse"
+    status = 400
+
+
+class ResourceLimitExceeded(HyperplanError):
+    code = "ResourceLimitExceeded"
+    status = 400
+
+
+class Conflict(HyperplanError):
+    code = "ConflictException"
+    status = 400
+
+
+class ProtocolError(HyperplanError):
+    status = 400
+
+
+class UnknownOperation(ProtocolError):
+    code = "UnknownOperationException"
+
+
+class SerializationError(ProtocolError):
+    code = "SerializationException"
+
+
+class AuthError(HyperplanError):
+    status = 403
+
+
+class MissingAuthenticationToken(AuthError):
+    code = "MissingAuthenticationTokenException"
+
+
+class UnrecognizedClient(AuthError):
+    code = "UnrecognizedClientException"
+
+
+class InvalidSignature(AuthError):
+    code = "InvalidSignatureException"
+
+
+class AccessDenied(AuthError):
+    code = "AccessDeniedException"
+
+
+class InternalFailure(HyperplanError):
+    code = "InternalFailure"
+    status = 500
