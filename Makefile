@@ -1,0 +1,37 @@
+# The two commands of the quick start are `make run` and `make test`; both set up what they need.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: run test bench lint typecheck check clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## Start the service on its embedded defaults: SQLite in ~/.local/share/hyperplan, the demo fleet.
+run: $(STAMP)
+	$(BIN)/hyperplan serve
+
+## Set up and run every test.
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+## Print speed and memory figures (no pass/fail).
+bench: $(STAMP)
+	$(BIN)/python -m bench
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+check: lint typecheck test
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

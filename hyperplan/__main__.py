@@ -1,0 +1,3 @@
+from hyperplan.cli.main import app
+
+app()

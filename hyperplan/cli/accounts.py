@@ -1,0 +1,111 @@
+"""`hyperplan accounts`: administrators manage accounts and their access keys."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from hyperplan.cli.common import (
+    DataDirOpt,
+    EndpointOpt,
+    JsonOpt,
+    ProfileOpt,
+    console,
+    emit,
+    native_client,
+    print_table,
+    reporting_errors,
+)
+
+app = typer.Typer(help="Accounts and access keys (administrators).", no_args_is_help=True)
+
+
+def _show_key(key: dict[str, Any]) -> None:
+    console.print(f"Account [bold]{key['AccountName']}[/bold] ({key['AccountId']})")
+    console.print(f"  aws_access_key_id = {key['AccessKeyId']}")
+    console.print(f"  aws_secret_access_key = {key['SecretAccessKey']}")
+    console.print("[dim]The secret is shown once; keep it now.[/dim]")
+
+
+@app.command("create")
+def create(
+    name: str,
+    admin: Annotated[bool, typer.Option("--admin", help="Make it an administrator.")] = False,
+    payment_mode: Annotated[str | None, typer.Option(help="auto, budget or approval.")] = None,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Create an account and print its id and first access key."""
+    body: dict[str, Any] = {"Name": name, "Admin": admin}
+    if payment_mode:
+        body["PaymentMode"] = payment_mode
+    with reporting_errors():
+        key = native_client(endpoint_url, profile, data_dir).post("/api/v1/accounts", body)
+    emit(
+        {k: key[k] for k in ("AccountId", "AccessKeyId", "SecretAccessKey")} if as_json else key,
+        as_json,
+        _show_key,
+    )
+
+
+@app.command("list")
+def list_accounts(
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List accounts with their keys."""
+    with reporting_errors():
+        result = native_client(endpoint_url, profile, data_dir).get("/api/v1/accounts")
+
+    def render(value: dict[str, Any]) -> None:
+        rows = []
+        for account in value["Accounts"]:
+            active = [k["AccessKeyId"] for k in account["AccessKeys"] if not k["RevokedAt"]]
+            revoked = sum(1 for k in account["AccessKeys"] if k["RevokedAt"])
+            keys = ", ".join(active) + (f" (+{revoked} revoked)" if revoked else "")
+            rows.append(
+                [
+                    account["Name"],
+                    account["AccountId"],
+                    "yes" if account["Admin"] else "",
+                    account["PaymentMode"],
+                    account["Budget"],
+                    keys,
+                ]
+            )
+        print_table("Accounts", ["Name", "Account id", "Admin", "Payment", "Budget", "Access keys"], rows)
+
+    emit(result["Accounts"] if as_json else result, as_json, render)
+
+
+@app.command("add-key")
+def add_key(
+    account: Annotated[str, typer.Argument(help="Account name or id.")],
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Add an access key to an account."""
+    with reporting_errors():
+        key = native_client(endpoint_url, profile, data_dir).post(f"/api/v1/accounts/{account}/keys")
+    emit(key, as_json, _show_key)
+
+
+@app.command("revoke-key")
+def revoke_key(
+    access_key_id: str,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Revoke an access key: its next request is refused."""
+    with reporting_errors():
+        result = native_client(endpoint_url, profile, data_dir).delete(f"/api/v1/keys/{access_key_id}")
+    emit(result, as_json, lambda _: console.print(f"Revoked {access_key_id}."))

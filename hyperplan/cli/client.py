@@ -1,0 +1,108 @@
+"""A small signed client for the native API, used by the `hyperplan` commands and by tests."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import botocore.session
+import httpx
+
+from hyperplan.client.signing import Credentials, sign_request
+
+ENDPOINT_ENV = "HYPERPLAN_ENDPOINT_URL"
+DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
+PROFILE = "hyperplan"
+
+
+class ApiError(Exception):
+    """An error answer from the server, with its code and message."""
+
+    def __init__(self, code: str, message: str, status: int) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+        self.status = status
+
+
+def resolve_endpoint(endpoint_url: str | None) -> str:
+    return (endpoint_url or os.environ.get(ENDPOINT_ENV) or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def resolve_credentials(data_dir: Path, profile: str | None = None) -> Credentials | None:
+    """The usual AWS chain (environment, profile); failing that, the data directory's credentials file."""
+    session = botocore.session.Session(profile=profile) if profile else botocore.session.Session()
+    try:
+        found = session.get_credentials()
+    except Exception:  # a named profile that does not exist: fall through to the data directory
+        found = None
+    if found is not None:
+        frozen = found.get_frozen_credentials()
+        return Credentials(frozen.access_key, frozen.secret_key, frozen.token)
+    return credentials_from_file(data_dir / "credentials")
+
+
+def credentials_from_file(path: Path) -> Credentials | None:
+    if not path.exists():
+        return None
+    session = botocore.session.Session(profile=PROFILE)
+    session.set_config_variable("credentials_file", str(path))
+    session.set_config_variable("config_file", os.devnull)
+    found = session.get_credentials()
+    if found is None:
+        return None
+    frozen = found.get_frozen_credentials()
+    return Credentials(frozen.access_key, frozen.secret_key, frozen.token)
+
+
+@dataclass
+class NativeClient:
+    endpoint: str
+    credentials: Credentials
+    region: str | None = None
+    timeout: float = 600.0
+
+    def server_region(self) -> str:
+        if self.region is None:
+            self.region = str(httpx.get(f"{self.endpoint}/healthz", timeout=10).json()["region"])
+        return self.region
+
+    def get(self, path: str, **query: Any) -> Any:
+        return self.call("GET", path, query=query)
+
+    def post(self, path: str, body: dict[str, Any] | None = None) -> Any:
+        return self.call("POST", path, body=body or {})
+
+    def delete(self, path: str) -> Any:
+        return self.call("DELETE", path)
+
+    def call(self, method: str, path: str, *, body: Any = None, query: dict[str, Any] | None = None) -> Any:
+        params = {k: str(v) for k, v in (query or {}).items() if v is not None}
+        url = str(httpx.Request(method, f"{self.endpoint}{path}", params=params).url)
+        data = b"" if body is None else json.dumps(body).encode()
+        headers = sign_request(
+            method,
+            url,
+            headers={"Content-Type": "application/json"} if data else {},
+            body=data,
+            access_key=self.credentials.access_key,
+            secret_key=self.credentials.secret_key,
+            region=self.server_region(),
+            session_token=self.credentials.session_token,
+        )
+        response = httpx.request(method, url, headers=headers, content=data, timeout=self.timeout)
+        return _result(response)
+
+
+def _result(response: httpx.Response) -> Any:
+    try:
+        payload = response.json()
+    except ValueError:
+        raise ApiError("InvalidResponse", response.text[:500], response.status_code) from None
+    if response.status_code >= 400:
+        error = payload.get("Error", {}) if isinstance(payload, dict) else {}
+        raise ApiError(error.get("Code", "Unknown"), error.get("Message", ""), response.status_code)
+    return payload

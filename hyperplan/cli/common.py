@@ -1,0 +1,80 @@
+"""What every client command shares: where the server is, who signs, and how answers are printed."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from hyperplan.cli.client import ApiError, NativeClient, resolve_credentials, resolve_endpoint
+from hyperplan.runtime import default_data_dir
+
+console = Console()
+errors = Console(stderr=True)
+
+EndpointOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--endpoint-url", help="The server (default: $HYPERPLAN_ENDPOINT_URL or http://127.0.0.1:8080)."
+    ),
+]
+ProfileOpt = Annotated[str | None, typer.Option("--profile", help="AWS profile whose keys sign requests.")]
+DataDirOpt = Annotated[
+    Path | None,
+    typer.Option("--data-dir", help="Data directory whose credentials file is the last resort for keys."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+
+def native_client(endpoint_url: str | None, profile: str | None, data_dir: Path | None) -> NativeClient:
+    directory = data_dir or default_data_dir()
+    credentials = resolve_credentials(directory, profile)
+    if credentials is None:
+        errors.print(
+            "[red]No credentials.[/red] Set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, pass --profile, "
+            f"or point --data-dir at the server's data directory (looked in {directory / 'credentials'})."
+        )
+        raise typer.Exit(2)
+    return NativeClient(resolve_endpoint(endpoint_url), credentials)
+
+
+@contextmanager
+def reporting_errors() -> Iterator[None]:
+    """Server errors print as `Code: message` and exit 1; an unreachable server says where it looked."""
+    import httpx
+
+    try:
+        yield
+    except ApiError as exc:
+        errors.print(f"[red]{exc.code}[/red]: {exc.message}")
+        raise typer.Exit(1) from None
+    except httpx.TransportError as exc:
+        errors.print(f"[red]Cannot reach the server[/red]: {exc}. Is `hyperplan serve` running?")
+        raise typer.Exit(1) from None
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
+
+
+def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*("" if cell is None else str(cell) for cell in row))
+    console.print(table)
+
+
+def emit(value: Any, as_json: bool, render: Callable[[Any], None]) -> None:
+    if as_json:
+        print_json(value)
+    else:
+        render(value)

@@ -1,0 +1,68 @@
+"""The `hyperplan` command."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hyperplan.cli import accounts, clock
+from hyperplan.cli.common import console
+
+app = typer.Typer(
+    help="hyperplan: bookable accelerator capacity over the SageMaker training-plan API.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(accounts.app, name="accounts")
+app.add_typer(clock.app, name="clock")
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="Data directory (default: $HYPERPLAN_DATA_DIR or ~/.local/share/hyperplan)."),
+    ] = None,
+    fleet: Annotated[
+        Path | None, typer.Option(help="Fleet file (TOML); default: the embedded demo fleet.")
+    ] = None,
+    clock_kind: Annotated[str, typer.Option("--clock", help="wall, manual or accelerated.")] = "wall",
+    time_scale: Annotated[
+        float, typer.Option(help="Service seconds per real second (accelerated clock).")
+    ] = 60.0,
+    log_level: Annotated[str, typer.Option(help="Server log level.")] = "info",
+) -> None:
+    """Run the server until SIGTERM or Ctrl-C."""
+    import uvicorn
+
+    from hyperplan.errors import HyperplanError
+    from hyperplan.runtime import Runtime, RuntimeConfig, default_data_dir
+    from hyperplan.server.app import create_app
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    directory = (data_dir or default_data_dir()).expanduser()
+    try:
+        runtime = Runtime(
+            RuntimeConfig(data_dir=directory, fleet_path=fleet, clock=clock_kind, time_scale=time_scale)
+        )
+    except HyperplanError as exc:
+        console.print(f"[red]{exc.code}[/red]: {exc.message}")
+        raise typer.Exit(2) from None
+    if runtime.bootstrapped:
+        console.print(f"Created the administrator account; its keys are in {runtime.credentials_path}")
+    console.print(
+        f"hyperplan on http://{host}:{port} (region {runtime.region}, {runtime.clock.kind} clock, "
+        f"data in {directory})\n"
+        f"  aws sagemaker list-training-plans --endpoint-url http://{host}:{port} "
+        f"(credentials: AWS_SHARED_CREDENTIALS_FILE={runtime.credentials_path} AWS_PROFILE=hyperplan)"
+    )
+    uvicorn.run(create_app(runtime), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,97 @@
+"""Service clocks.
+
+The service clock drives every deadline of the service (offering validity, payment, segment starts and
+ends, pending limits). It is never used for SigV4 freshness or for grace periods given to real
+processes: those follow real time.
+
+- ``wall``: the machine's time.
+- ``manual``: moves only when an administrator advances or sets it; never backwards.
+- ``accelerated``: ``scale`` service seconds per real second from an anchor; stands still while the
+  server is down because the anchor is the last service time saved.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from abc import ABC, abstractmethod
+from datetime import UTC, datetime, timedelta
+
+from hyperplan.errors import ValidationError
+
+CLOCK_KINDS = ("wall", "manual", "accelerated")
+
+
+def utcnow() -> datetime:
+    """The real wall clock. The only place the service reads it."""
+    return datetime.now(UTC)
+
+
+class Clock(ABC):
+    kind: str
+
+    @abstractmethod
+    def now(self) -> datetime: ...
+
+    @property
+    def moves_by_itself(self) -> bool:
+        return True
+
+
+class WallClock(Clock):
+    kind = "wall"
+
+    def now(self) -> datetime:
+        return utcnow()
+
+
+class ManualClock(Clock):
+    kind = "manual"
+
+    def __init__(self, start: datetime) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    @property
+    def moves_by_itself(self) -> bool:
+        return False
+
+    def move_to(self, when: datetime) -> None:
+        with self._lock:
+            if when < self._now:
+                raise ValidationError(
+                    f"The clock cannot go backwards: it is {self._now.isoformat()}, "
+                    f"and {when.isoformat()} is earlier."
+                )
+            self._now = when
+
+
+class AcceleratedClock(Clock):
+    kind = "accelerated"
+
+    def __init__(self, start: datetime, scale: float) -> None:
+        if scale <= 0:
+            raise ValidationError(f"--time-scale must be positive, not {scale}")
+        self.scale = scale
+        self._start = start
+        self._real_start = time.monotonic()
+
+    def now(self) -> datetime:
+        elapsed = time.monotonic() - self._real_start
+        return self._start + timedelta(seconds=elapsed * self.scale)
+
+
+def make_clock(kind: str, saved: datetime | None, scale: float = 1.0) -> Clock:
+    """The clock of a starting server; `saved` is the service time it had when it last ran."""
+    if kind == "wall":
+        return WallClock()
+    start = saved or utcnow()
+    if kind == "manual":
+        return ManualClock(start)
+    if kind == "accelerated":
+        return AcceleratedClock(start, scale)
+    raise ValidationError(f"--clock must be one of {', '.join(CLOCK_KINDS)}, not {kind!r}")

@@ -1,0 +1,117 @@
+"""The composition root: one object that owns the store, the fleet, the clock and the lifecycle loop.
+
+Everything the server, the scheduler and the handlers share is reached from here, so there is no
+global state: tests build as many runtimes as they like, each on its own data directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from hyperplan.clock import Clock, ManualClock, make_clock, utcnow
+from hyperplan.core.fleet import Fleet, parse_fleet
+from hyperplan.scheduler import EventHandler, Scheduler
+from hyperplan.services import accounts
+from hyperplan.store import settings
+from hyperplan.store.db import Database, sqlite_url
+
+log = logging.getLogger(__name__)
+
+DATA_DIR_ENV = "HYPERPLAN_DATA_DIR"
+BOOTSTRAP_KEY_ENV = "HYPERPLAN_BOOTSTRAP_ACCESS_KEY_ID"
+BOOTSTRAP_SECRET_ENV = "HYPERPLAN_BOOTSTRAP_SECRET_ACCESS_KEY"
+
+
+def default_data_dir() -> Path:
+    configured = os.environ.get(DATA_DIR_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".local" / "share" / "hyperplan"
+
+
+def read_fleet_text(path: Path | None) -> str:
+    if path is None:
+        return resources.files("hyperplan.fleet").joinpath("demo.toml").read_text()
+    return path.read_text()
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    data_dir: Path
+    fleet_path: Path | None = None
+    clock: str = "wall"
+    time_scale: float = 1.0
+    database_url: str | None = None
+
+
+class Runtime:
+    def __init__(self, config: RuntimeConfig) -> None:
+        self.config = config
+        self.data_dir = config.data_dir
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.fleet: Fleet = parse_fleet(read_fleet_text(config.fleet_path))
+        self.db = Database(config.database_url or sqlite_url(self.data_dir))
+        self.db.migrate()
+        self.credentials_path = self.data_dir / "credentials"
+        self.bootstrapped = self._bootstrap_admin()
+        self.clock: Clock = self._make_clock()
+        self.scheduler = Scheduler(self.db, self.clock, self._event_handlers())
+
+    @property
+    def region(self) -> str:
+        return self.fleet.region
+
+    def arn(self, account_id: str, resource: str) -> str:
+        return f"arn:aws:sagemaker:{self.region}:{account_id}:{resource}"
+
+    # -- start and stop ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Catch up on every event missed while the server was down, then run the loop."""
+        missed = self.scheduler.run_due(self.clock.now())
+        if missed:
+            log.info("ran %d lifecycle events missed while the server was down", missed)
+        self.scheduler.start()
+
+    def stop(self) -> None:
+        self.scheduler.stop()
+        self.db.close()
+
+    # -- construction -----------------------------------------------------------------------------
+
+    def _bootstrap_admin(self) -> bool:
+        """Create the administrator on the first start of a data directory. True if it did."""
+        now = utcnow()
+        with self.db.write() as session:
+            if accounts.has_accounts(session):
+                return False
+            key = accounts.create_account(
+                session,
+                accounts.ADMIN_NAME,
+                now=now,
+                is_admin=True,
+                payment_mode=self.fleet.default_payment_mode,
+                access_key_id=os.environ.get(BOOTSTRAP_KEY_ENV) or None,
+                secret_access_key=os.environ.get(BOOTSTRAP_SECRET_ENV) or None,
+            )
+            accounts.write_credentials_file(self.credentials_path, key, self.region)
+        return True
+
+    def _make_clock(self) -> Clock:
+        with self.db.write() as session:
+            saved = settings.get_time(session, settings.CLOCK_NOW)
+            clock = make_clock(self.config.clock, saved, self.config.time_scale)
+            if clock.kind != "wall":
+                settings.put_time(session, settings.CLOCK_NOW, clock.now())
+        return clock
+
+    def _event_handlers(self) -> dict[str, EventHandler]:
+        return {}
+
+    @property
+    def manual_clock(self) -> ManualClock | None:
+        return self.clock if isinstance(self.clock, ManualClock) else None

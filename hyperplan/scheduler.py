@@ -1,0 +1,169 @@
+"""The lifecycle loop: persisted, timed events run once each, in (due time, id) order.
+
+Every timed transition of the service is a row in `scheduled_events`, written in the same transaction
+as the change that makes it due. The loop is stateless: after a restart, even after a crash, it finds
+the rows not yet done and runs them in order before the server answers requests, so the state equals
+that of a run that never stopped. An event and the record that it ran commit together.
+
+Under the manual clock nothing runs by itself: `advance_to` steps the clock to each due event in turn
+(so the handler sees the service time it was due at) and returns when all events due by the target
+have run. Under the wall and accelerated clocks a background thread does the same continuously.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hyperplan.clock import Clock, ManualClock
+from hyperplan.store import settings
+from hyperplan.store.db import Database
+from hyperplan.store.schema import ScheduledEvent
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DueEvent:
+    id: int
+    kind: str
+    subject: str
+    due_at: datetime
+    payload: Mapping[str, Any]
+
+
+EventHandler = Callable[[Session, DueEvent], None]
+
+
+def schedule(session: Session, kind: str, due_at: datetime, subject: str = "", **payload: Any) -> None:
+    """Add a timed event in the caller's transaction."""
+    session.add(ScheduledEvent(kind=kind, due_at=due_at, subject=subject, payload=json.dumps(payload)))
+
+
+class Scheduler:
+    def __init__(self, db: Database, clock: Clock, handlers: Mapping[str, EventHandler]) -> None:
+        self.db = db
+        self.clock = clock
+        self.handlers = dict(handlers)
+        self._lock = threading.RLock()  # one runner at a time: events run strictly in order
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.on_after_event: list[Callable[[DueEvent], None]] = []
+
+    # -- running events -------------------------------------------------------------------------
+
+    def run_due(self, until: datetime) -> int:
+        """Run every pending event due at or before `until`, in order. Returns how many ran."""
+        ran = 0
+        with self._lock:
+            while (event := self._next_due(until)) is not None:
+                self._run_one(event)
+                ran += 1
+        return ran
+
+    def advance_to(self, target: datetime) -> int:
+        """Move a manual clock to `target`, running each due event at its own due time."""
+        clock = self.clock
+        if not isinstance(clock, ManualClock):
+            raise TypeError("only the manual clock is advanced by hand")
+        ran = 0
+        with self._lock:
+            if target < clock.now():
+                clock.move_to(target)  # refuses, naming both times
+            while (event := self._next_due(target)) is not None:
+                if event.due_at > clock.now():
+                    clock.move_to(event.due_at)
+                self._run_one(event)
+                ran += 1
+            clock.move_to(target)
+            self._save_clock()
+        return ran
+
+    def _next_due(self, until: datetime) -> DueEvent | None:
+        with self.db.read() as session:
+            row = session.scalars(
+                select(ScheduledEvent)
+                .where(ScheduledEvent.done.is_(False), ScheduledEvent.due_at <= until)
+                .order_by(ScheduledEvent.due_at, ScheduledEvent.id)
+                .limit(1)
+            ).first()
+            if row is None:
+                return None
+            return DueEvent(row.id, row.kind, row.subject, row.due_at, json.loads(row.payload))
+
+    def _run_one(self, event: DueEvent) -> None:
+        handler = self.handlers.get(event.kind)
+        with self.db.write() as session:
+            row = session.get(ScheduledEvent, event.id)
+            if row is None or row.done:
+                return  # another server ran it first
+            if handler is None:
+                log.error("no handler for event kind %r (event %d); marking it done", event.kind, event.id)
+            else:
+                handler(session, event)
+            row.done = True
+            row.ran_at = self.clock.now()
+            if isinstance(self.clock, ManualClock):
+                settings.put_time(session, settings.CLOCK_NOW, self.clock.now())
+        for callback in self.on_after_event:
+            callback(event)
+
+    def next_due_time(self) -> datetime | None:
+        with self.db.read() as session:
+            return session.scalars(
+                select(ScheduledEvent.due_at)
+                .where(ScheduledEvent.done.is_(False))
+                .order_by(ScheduledEvent.due_at, ScheduledEvent.id)
+                .limit(1)
+            ).first()
+
+    # -- the clock's persistence ------------------------------------------------------------------
+
+    def _save_clock(self) -> None:
+        with self.db.write() as session:
+            settings.put_time(session, settings.CLOCK_NOW, self.clock.now())
+
+    # -- the background loop (wall and accelerated clocks) ----------------------------------------
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def start(self) -> None:
+        if not self.clock.moves_by_itself or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name="lifecycle", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._save_clock()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.run_due(self.clock.now())
+                if self.clock.kind == "accelerated":
+                    self._save_clock()  # so that a restart resumes from here, not from where it began
+            except Exception:  # the loop must outlive a bad event; the event stays pending
+                log.exception("lifecycle loop failed; retrying")
+            self._wake.wait(timeout=self._sleep_seconds())
+            self._wake.clear()
+
+    def _sleep_seconds(self) -> float:
+        due = self.next_due_time()
+        if due is None:
+            return 1.0
+        seconds = (due - self.clock.now()).total_seconds() / getattr(self.clock, "scale", 1.0)
+        return max(0.0, min(1.0, seconds))

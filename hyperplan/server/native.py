@@ -1,0 +1,206 @@
+"""The native API under /api/v1/: what the SageMaker API has no words for.
+
+JSON in and out, signed with SigV4 like the SageMaker API, errors as {"Error": {"Code", "Message"}}.
+docs/API.md documents every route. Handlers here translate; the rules live in hyperplan.services.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from hyperplan.clock import utcnow
+from hyperplan.errors import SerializationError, ValidationError
+from hyperplan.runtime import Runtime
+from hyperplan.server.auth import authenticate, require_admin
+from hyperplan.server.errors import native_error_response
+from hyperplan.services import accounts
+from hyperplan.services import clock as clock_service
+from hyperplan.services.accounts import Caller, NewKey
+
+
+@dataclass(frozen=True)
+class NativeRequest:
+    runtime: Runtime
+    caller: Caller
+    body: Mapping[str, Any]
+    path: Mapping[str, str]
+    query: Mapping[str, str]
+
+
+NativeHandler = Callable[[NativeRequest], Any]
+
+
+def endpoint(handler: NativeHandler, *, admin: bool = False) -> Callable[[Request], Any]:
+    async def serve(request: Request) -> Response:
+        request_id = str(uuid.uuid4())
+        runtime: Runtime = request.app.state.runtime
+        try:
+            raw = await request.body()
+            caller = await run_in_threadpool(authenticate, runtime, request, raw)
+            if admin:
+                require_admin(caller)
+            native = NativeRequest(
+                runtime, caller, _json_object(raw), dict(request.path_params), dict(request.query_params)
+            )
+            result = await run_in_threadpool(handler, native)
+        except Exception as exc:
+            return native_error_response(exc, request_id)
+        return JSONResponse(_jsonable(result), headers={"x-amzn-RequestId": request_id})
+
+    return serve
+
+
+def _json_object(raw: bytes) -> Mapping[str, Any]:
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SerializationError(f"The request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise SerializationError("The request body must be a JSON object.")
+    return body
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, Mapping):
+        return {key: _jsonable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(item) for item in value]
+    if hasattr(value, "as_integer_ratio") and not isinstance(value, int | float | bool):
+        return str(value)  # Decimal money stays exact
+    return value
+
+
+def field(body: Mapping[str, Any], name: str, kind: type, *, required: bool = True) -> Any:
+    value = body.get(name)
+    if value is None:
+        if required:
+            raise ValidationError(f"{name} is required.")
+        return None
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ValidationError(f"{name} must be a {kind.__name__}.")
+    return value
+
+
+# -- identity and accounts ------------------------------------------------------------------------
+
+
+def whoami(request: NativeRequest) -> dict[str, Any]:
+    caller = request.caller
+    return {
+        "AccountId": caller.account_id,
+        "AccountName": caller.account_name,
+        "Admin": caller.is_admin,
+        "AccessKeyId": caller.access_key_id,
+    }
+
+
+def _key_json(key: NewKey) -> dict[str, Any]:
+    return {
+        "AccountId": key.account_id,
+        "AccountName": key.account_name,
+        "AccessKeyId": key.access_key_id,
+        "SecretAccessKey": key.secret_access_key,
+    }
+
+
+def list_accounts(request: NativeRequest) -> dict[str, Any]:
+    with request.runtime.db.read() as session:
+        return {
+            "Accounts": [
+                {
+                    "AccountId": account.id,
+                    "Name": account.name,
+                    "Admin": account.is_admin,
+                    "PaymentMode": account.payment_mode,
+                    "Budget": account.budget,
+                    "CreatedAt": account.created_at,
+                    "AccessKeys": [
+                        {
+                            "AccessKeyId": key.access_key_id,
+                            "CreatedAt": key.created_at,
+                            "RevokedAt": key.revoked_at,
+                        }
+                        for key in accounts.list_keys(session, account.id)
+                    ],
+                }
+                for account in accounts.list_accounts(session)
+            ]
+        }
+
+
+def create_account(request: NativeRequest) -> dict[str, Any]:
+    body = request.body
+    with request.runtime.db.write() as session:
+        key = accounts.create_account(
+            session,
+            field(body, "Name", str),
+            now=utcnow(),
+            is_admin=bool(field(body, "Admin", bool, required=False)),
+            payment_mode=field(body, "PaymentMode", str, required=False)
+            or request.runtime.fleet.default_payment_mode,
+        )
+    return _key_json(key)
+
+
+def add_key(request: NativeRequest) -> dict[str, Any]:
+    with request.runtime.db.write() as session:
+        account = accounts.get_account(session, request.path["account"])
+        key = accounts.add_key(session, account.id, now=utcnow())
+    return _key_json(key)
+
+
+def revoke_key(request: NativeRequest) -> dict[str, Any]:
+    with request.runtime.db.write() as session:
+        accounts.revoke_key(session, request.path["key"], now=utcnow())
+    return {"AccessKeyId": request.path["key"], "Revoked": True}
+
+
+# -- the clock ------------------------------------------------------------------------------------
+
+
+def _clock_json(state: clock_service.ClockState) -> dict[str, Any]:
+    return {
+        "Kind": state.kind,
+        "Now": state.now,
+        "TimeScale": state.time_scale,
+        "EventsRun": state.events_run,
+    }
+
+
+def show_clock(request: NativeRequest) -> dict[str, Any]:
+    return _clock_json(clock_service.show(request.runtime))
+
+
+def advance_clock(request: NativeRequest) -> dict[str, Any]:
+    return _clock_json(clock_service.advance(request.runtime, field(request.body, "Duration", str)))
+
+
+def set_clock(request: NativeRequest) -> dict[str, Any]:
+    return _clock_json(clock_service.set_time(request.runtime, field(request.body, "Time", str)))
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/api/v1/whoami", endpoint(whoami), methods=["GET"]),
+        Route("/api/v1/accounts", endpoint(list_accounts, admin=True), methods=["GET"]),
+        Route("/api/v1/accounts", endpoint(create_account, admin=True), methods=["POST"]),
+        Route("/api/v1/accounts/{account}/keys", endpoint(add_key, admin=True), methods=["POST"]),
+        Route("/api/v1/keys/{key}", endpoint(revoke_key, admin=True), methods=["DELETE"]),
+        Route("/api/v1/clock", endpoint(show_clock), methods=["GET"]),
+        Route("/api/v1/clock/advance", endpoint(advance_clock, admin=True), methods=["POST"]),
+        Route("/api/v1/clock/set", endpoint(set_clock, admin=True), methods=["POST"]),
+    ]

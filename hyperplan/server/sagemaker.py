@@ -1,0 +1,50 @@
+"""The SageMaker wire adapter: awsJson1.1 on POST / with X-Amz-Target: SageMaker.<Operation>.
+
+Protocol only: authenticate, find the operation, validate the body against botocore's model, call the
+handler off the event loop, and serialise its result from the model's output shape.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from hyperplan.errors import UnknownOperation
+from hyperplan.runtime import Runtime
+from hyperplan.server.auth import authenticate
+from hyperplan.server.errors import AMZ_JSON, sagemaker_error_response
+from hyperplan.wire import model, registry, serialize, validate
+from hyperplan.wire.registry import RequestContext
+
+TARGET_PREFIX = "SageMaker."
+
+
+async def sagemaker_endpoint(request: Request) -> Response:
+    request_id = str(uuid.uuid4())
+    runtime: Runtime = request.app.state.runtime
+    try:
+        body = await request.body()
+        caller = await run_in_threadpool(authenticate, runtime, request, body)
+        operation = model.operation_model(_operation_name(request))
+        handler = registry.handler_for(operation.name)
+        params = validate.parse_request(operation, validate.decode_body(body))
+        context = RequestContext(runtime=runtime, caller=caller, request_id=request_id)
+        result = await run_in_threadpool(handler, context, params)
+        payload = serialize.serialize_response(operation, result)
+    except Exception as exc:  # every error becomes a wire response in one place
+        return sagemaker_error_response(exc, request_id)
+    return JSONResponse(payload, media_type=AMZ_JSON, headers={"x-amzn-RequestId": request_id})
+
+
+def _operation_name(request: Request) -> str:
+    target = request.headers.get("x-amz-target", "")
+    if not target.startswith(TARGET_PREFIX):
+        raise UnknownOperation(
+            f"X-Amz-Target must be 'SageMaker.<Operation>'; got {target!r}."
+            if target
+            else "The X-Amz-Target header is missing; it names the operation, as 'SageMaker.<Operation>'."
+        )
+    return target.removeprefix(TARGET_PREFIX)

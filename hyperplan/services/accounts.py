@@ -1,0 +1,179 @@
+"""Accounts and their access keys.
+
+An account owns everything its keys create; its twelve-digit id is the account in every ARN. The
+first start of a data directory creates the administrator account and writes its keys where the
+`aws` CLI and `hyperplan` can read them.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import string
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hyperplan.errors import ResourceInUse, ResourceNotFound, ValidationError
+from hyperplan.store.schema import AccessKey, Account
+
+PAYMENT_MODES = ("auto", "budget", "approval")
+ADMIN_NAME = "admin"
+CREDENTIALS_PROFILE = "hyperplan"
+_NAME = re.compile(r"[a-z0-9](-?[a-z0-9]){0,62}")
+_KEY_ALPHABET = string.ascii_uppercase + "234567"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who signed the request."""
+
+    account_id: str
+    account_name: str
+    is_admin: bool
+    access_key_id: str
+
+
+@dataclass(frozen=True)
+class NewKey:
+    account_id: str
+    account_name: str
+    access_key_id: str
+    secret_access_key: str
+
+
+def new_access_key_id() -> str:
+    return "AKHP" + "".join(secrets.choice(_KEY_ALPHABET) for _ in range(16))
+
+
+def new_secret_access_key() -> str:
+    return secrets.token_urlsafe(30)[:40]
+
+
+def _new_account_id(session: Session) -> str:
+    while True:
+        candidate = str(secrets.randbelow(9 * 10**11) + 10**11)
+        if session.get(Account, candidate) is None:
+            return candidate
+
+
+def create_account(
+    session: Session,
+    name: str,
+    *,
+    now: datetime,
+    is_admin: bool = False,
+    payment_mode: str = "auto",
+    access_key_id: str | None = None,
+    secret_access_key: str | None = None,
+) -> NewKey:
+    if not _NAME.fullmatch(name):
+        raise ValidationError(
+            f"Account name {name!r} must be 1-63 lowercase letters, digits or single hyphens, "
+            "starting and ending with a letter or digit."
+        )
+    if session.scalar(select(Account).where(Account.name == name)) is not None:
+        raise ResourceInUse(f"An account named {name!r} already exists.")
+    set_payment_mode_check(payment_mode)
+    account = Account(
+        id=_new_account_id(session),
+        name=name,
+        is_admin=is_admin,
+        created_at=now,
+        payment_mode=payment_mode,
+        budget=Decimal("0"),
+    )
+    session.add(account)
+    session.flush()
+    return add_key(session, account.id, now=now, access_key_id=access_key_id, secret=secret_access_key)
+
+
+def set_payment_mode_check(mode: str) -> None:
+    if mode not in PAYMENT_MODES:
+        raise ValidationError(f"Payment mode must be one of {', '.join(PAYMENT_MODES)}, not {mode!r}.")
+
+
+def add_key(
+    session: Session,
+    account_id: str,
+    *,
+    now: datetime,
+    access_key_id: str | None = None,
+    secret: str | None = None,
+) -> NewKey:
+    account = get_account(session, account_id)
+    key_id = access_key_id or new_access_key_id()
+    if session.get(AccessKey, key_id) is not None:
+        raise ResourceInUse(f"Access key {key_id} already exists.")
+    key = AccessKey(
+        access_key_id=key_id,
+        secret_access_key=secret or new_secret_access_key(),
+        account_id=account.id,
+        created_at=now,
+    )
+    session.add(key)
+    return NewKey(account.id, account.name, key.access_key_id, key.secret_access_key)
+
+
+def revoke_key(session: Session, access_key_id: str, *, now: datetime) -> None:
+    key = session.get(AccessKey, access_key_id)
+    if key is None or key.revoked_at is not None:
+        raise ResourceNotFound(f"No active access key {access_key_id}.")
+    key.revoked_at = now
+
+
+def get_account(session: Session, account_ref: str) -> Account:
+    """An account by id or by name."""
+    account = session.get(Account, account_ref) or session.scalar(
+        select(Account).where(Account.name == account_ref)
+    )
+    if account is None:
+        raise ResourceNotFound(f"No account {account_ref!r}.")
+    return account
+
+
+def list_accounts(session: Session) -> list[Account]:
+    return list(session.scalars(select(Account).order_by(Account.created_at, Account.name)))
+
+
+def list_keys(session: Session, account_id: str) -> list[AccessKey]:
+    return list(
+        session.scalars(
+            select(AccessKey).where(AccessKey.account_id == account_id).order_by(AccessKey.created_at)
+        )
+    )
+
+
+def caller_for_key(session: Session, access_key_id: str) -> tuple[str, Caller] | None:
+    """The secret and the caller behind an active key, or None for an unknown or revoked key."""
+    row = session.execute(
+        select(AccessKey, Account)
+        .join(Account, Account.id == AccessKey.account_id)
+        .where(AccessKey.access_key_id == access_key_id, AccessKey.revoked_at.is_(None))
+    ).first()
+    if row is None:
+        return None
+    key, account = row
+    return key.secret_access_key, Caller(account.id, account.name, account.is_admin, key.access_key_id)
+
+
+def has_accounts(session: Session) -> bool:
+    return session.scalar(select(Account.id).limit(1)) is not None
+
+
+def write_credentials_file(path: Path, key: NewKey, region: str) -> None:
+    """The administrator's keys in the AWS credentials-file format, readable by its owner only."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = (
+        f"[{CREDENTIALS_PROFILE}]\n"
+        f"aws_access_key_id = {key.access_key_id}\n"
+        f"aws_secret_access_key = {key.secret_access_key}\n"
+        f"region = {region}\n"
+    )
+    path.touch(mode=0o600, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o600)

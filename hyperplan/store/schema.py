@@ -1,0 +1,95 @@
+"""The tables. Rows are plain records; rules live in hyperplan.core and hyperplan.services."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from sqlalchemy import ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from hyperplan.store.types import DecimalString, UTCDateTime
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Setting(Base):
+    """Small named values the service keeps: the clock, the offering signing key."""
+
+    __tablename__ = "settings"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class Account(Base):
+    __tablename__ = "accounts"
+    id: Mapped[str] = mapped_column(String(12), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    is_admin: Mapped[bool] = mapped_column(default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    payment_mode: Mapped[str] = mapped_column(String(16), default="auto")
+    budget: Mapped[Decimal] = mapped_column(DecimalString, default=Decimal("0"))
+
+
+class AccessKey(Base):
+    __tablename__ = "access_keys"
+    access_key_id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    secret_access_key: Mapped[str] = mapped_column(String(128))
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class TrainingPlan(Base):
+    __tablename__ = "training_plans"
+    __table_args__ = (UniqueConstraint("account_id", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    # An offering is bought once: the id is remembered even when the plan later fails.
+    offering_id: Mapped[str] = mapped_column(String(256), unique=True)
+    target: Mapped[str] = mapped_column(String(32))
+    instance_type: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    status_message: Mapped[str] = mapped_column(Text, default="")
+    upfront_fee: Mapped[Decimal] = mapped_column(DecimalString)
+    currency: Mapped[str] = mapped_column(String(3))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ReservedCapacity(Base):
+    """One segment of a plan: `count` instances of one pool from `start` to `end`."""
+
+    __tablename__ = "reserved_capacities"
+    __table_args__ = (
+        UniqueConstraint("plan_id", "ordinal"),
+        Index("ix_rc_pool_time", "instance_type", "availability_zone", "start", "end"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("training_plans.id"), index=True)
+    ordinal: Mapped[int] = mapped_column(Integer)
+    instance_type: Mapped[str] = mapped_column(String(64))
+    availability_zone: Mapped[str] = mapped_column(String(64))
+    count: Mapped[int] = mapped_column(Integer)
+    start: Mapped[datetime] = mapped_column(UTCDateTime)
+    end: Mapped[datetime] = mapped_column(UTCDateTime)
+    status: Mapped[str] = mapped_column(String(16))
+    # False once the plan failed or was cancelled: the segment no longer holds capacity.
+    holds_capacity: Mapped[bool] = mapped_column(default=True)
+
+
+class ScheduledEvent(Base):
+    """A timed transition. The lifecycle loop runs due rows in (due_at, id) order, once each."""
+
+    __tablename__ = "scheduled_events"
+    __table_args__ = (Index("ix_event_pending", "done", "due_at", "id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    due_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    kind: Mapped[str] = mapped_column(String(64))
+    subject: Mapped[str] = mapped_column(String(256), default="")
+    payload: Mapped[str] = mapped_column(Text, default="{}")
+    done: Mapped[bool] = mapped_column(default=False)
+    ran_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

@@ -1,0 +1,34 @@
+"""Named values kept in the `settings` table."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from hyperplan.store.schema import Setting
+
+CLOCK_NOW = "clock.now"
+OFFERING_KEY = "offering.signing_key"
+
+
+def get(session: Session, key: str) -> str | None:
+    row = session.get(Setting, key)
+    return None if row is None else row.value
+
+
+def put(session: Session, key: str, value: str) -> None:
+    row = session.get(Setting, key)
+    if row is None:
+        session.add(Setting(key=key, value=value))
+    else:
+        row.value = value
+
+
+def get_time(session: Session, key: str) -> datetime | None:
+    text = get(session, key)
+    return None if text is None else datetime.fromisoformat(text)
+
+
+def put_time(session: Session, key: str, when: datetime) -> None:
+    put(session, key, when.isoformat())

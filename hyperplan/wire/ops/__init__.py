@@ -1,0 +1,1 @@
+"""SageMaker operation handlers; importing this package registers them all."""

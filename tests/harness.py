@@ -1,0 +1,188 @@
+"""Real servers for tests: `hyperplan serve` as a child process on loopback, with its own data directory.
+
+Nothing here is a mock: the tests talk to the server with boto3, the `aws` CLI and our own client,
+exactly as users do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import boto3
+import httpx
+from botocore.config import Config
+
+from hyperplan.cli.client import NativeClient
+from hyperplan.client.signing import Credentials
+
+ADMIN = Credentials("AKHPTESTADMIN0000001", "test-admin-secret-key-000000000000000000")
+REGION = "us-west-2"
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Server:
+    data_dir: Path
+    clock: str = "manual"
+    fleet: Path | None = None
+    extra_args: Sequence[str] = ()
+    port: int = field(default_factory=free_port)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "server.log"
+
+    def start(self, timeout: float = 60) -> Server:
+        args = [
+            str(BIN / "hyperplan"),
+            "serve",
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+            "--clock",
+            self.clock,
+            "--log-level",
+            "warning",
+            *self.extra_args,
+        ]
+        if self.fleet is not None:
+            args += ["--fleet", str(self.fleet)]
+        env = {
+            **os.environ,
+            "HYPERPLAN_BOOTSTRAP_ACCESS_KEY_ID": ADMIN.access_key,
+            "HYPERPLAN_BOOTSTRAP_SECRET_ACCESS_KEY": ADMIN.secret_key,
+        }
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
+        )
+        self._wait_ready(timeout)
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"server not ready after {timeout}s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> int:
+        """SIGTERM, as a service manager would; returns the exit code."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=60)
+        self.process = None
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, with no chance to tidy up."""
+        assert self.process is not None
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=60)
+        self.process = None
+
+    def restart(self) -> Server:
+        if self.process is not None:
+            self.stop()
+        self.port = free_port()
+        return self.start()
+
+    # -- clients ----------------------------------------------------------------------------------
+
+    def native(self, credentials: Credentials = ADMIN) -> NativeClient:
+        return NativeClient(self.url, credentials, region=REGION)
+
+    def sagemaker(self, credentials: Credentials = ADMIN) -> Any:
+        return boto3.client(
+            "sagemaker",
+            endpoint_url=self.url,
+            region_name=REGION,
+            aws_access_key_id=credentials.access_key,
+            aws_secret_access_key=credentials.secret_key,
+            config=Config(retries={"max_attempts": 1}),
+        )
+
+    def new_account(self, name: str, **extra: Any) -> Credentials:
+        key = self.native().post("/api/v1/accounts", {"Name": name, **extra})
+        return Credentials(key["AccessKeyId"], key["SecretAccessKey"])
+
+    def aws(self, *args: str, credentials: Credentials = ADMIN, check: bool = True) -> Any:
+        """The real `aws` CLI as a subprocess; returns its parsed JSON output (or the process)."""
+        env = {
+            **os.environ,
+            "AWS_ACCESS_KEY_ID": credentials.access_key,
+            "AWS_SECRET_ACCESS_KEY": credentials.secret_key,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "AWS_MAX_ATTEMPTS": "1",
+            "AWS_PAGER": "",
+        }
+        process = subprocess.run(
+            [str(BIN / "aws"), "--endpoint-url", self.url, "--output", "json", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        if not check:
+            return process
+        if process.returncode != 0:
+            raise AssertionError(f"aws {' '.join(args)} failed ({process.returncode}): {process.stderr}")
+        return json.loads(process.stdout) if process.stdout.strip() else None
+
+    def cli(
+        self, *args: str, credentials: Credentials = ADMIN, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """Our own `hyperplan` command as a subprocess."""
+        env = {
+            **os.environ,
+            "AWS_ACCESS_KEY_ID": credentials.access_key,
+            "AWS_SECRET_ACCESS_KEY": credentials.secret_key,
+            "HYPERPLAN_ENDPOINT_URL": self.url,
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "COLUMNS": "200",
+        }
+        process = subprocess.run(
+            [str(BIN / "hyperplan"), *args], env=env, capture_output=True, text=True, timeout=120
+        )
+        if check and process.returncode != 0:
+            raise AssertionError(
+                f"hyperplan {' '.join(args)} failed ({process.returncode}): "
+                f"{process.stdout}\n{process.stderr}"
+            )
+        return process
