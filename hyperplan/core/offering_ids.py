@@ -1,0 +1,103 @@
+"""Offering ids that carry their own offering.
+
+A search writes nothing: each offering's id is the offering itself (who searched, until when it may be
+bought, the target, the count and each segment's pool and times), packed, signed with the service's
+key and spelled in the alphabet the SageMaker model allows (`[a-z0-9\\-]+`, at most 256 characters).
+Buying decodes and verifies it; the plan row keeps the id, unique, so that an offering is bought once.
+The fleet's fingerprint is inside, so an offering made before the fleet file changed is refused
+rather than sold at a stale price. Prices are not carried: they follow from the segments and the fleet.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import struct
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from hyperplan.core.fleet import Fleet
+
+PREFIX = "tpo-"
+_VERSION = 1
+_HEADER = struct.Struct(">B4sQIBHB")  # version, fleet fingerprint, account, expiry, target, count, segments
+_SEGMENT = struct.Struct(">HII")  # pool index, start, end (epoch seconds)
+_MAC_BYTES = 10
+TARGETS = ("training-job", "hyperpod-cluster")
+
+
+class OfferingIdError(ValueError):
+    """The id is malformed, forged, or was made for another fleet."""
+
+
+@dataclass(frozen=True)
+class OfferingSegment:
+    pool_index: int
+    start: datetime
+    end: datetime
+
+
+@dataclass(frozen=True)
+class OfferingClaim:
+    account_id: str
+    expires_at: datetime
+    target: str
+    count: int
+    segments: tuple[OfferingSegment, ...]
+
+
+def encode(claim: OfferingClaim, *, key: bytes, fleet: Fleet) -> str:
+    body = _HEADER.pack(
+        _VERSION,
+        fleet.fingerprint(),
+        int(claim.account_id),
+        _seconds(claim.expires_at),
+        TARGETS.index(claim.target),
+        claim.count,
+        len(claim.segments),
+    ) + b"".join(_SEGMENT.pack(s.pool_index, _seconds(s.start), _seconds(s.end)) for s in claim.segments)
+    mac = hmac.new(key, body, hashlib.sha256).digest()[:_MAC_BYTES]
+    return PREFIX + base64.b32encode(body + mac).decode().rstrip("=").lower()
+
+
+def decode(offering_id: str, *, key: bytes, fleet: Fleet) -> OfferingClaim:
+    raw = _unpack_text(offering_id)
+    body, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]
+    if not hmac.compare_digest(mac, hmac.new(key, body, hashlib.sha256).digest()[:_MAC_BYTES]):
+        raise OfferingIdError("signature does not match")
+    version, fingerprint, account, expires, target, count, n_segments = _HEADER.unpack_from(body)
+    if version != _VERSION or fingerprint != fleet.fingerprint():
+        raise OfferingIdError("made for another version of the fleet")
+    if len(body) != _HEADER.size + n_segments * _SEGMENT.size or target >= len(TARGETS):
+        raise OfferingIdError("malformed")
+    segments = tuple(
+        OfferingSegment(index, _time(start), _time(end))
+        for index, start, end in (
+            _SEGMENT.unpack_from(body, _HEADER.size + i * _SEGMENT.size) for i in range(n_segments)
+        )
+    )
+    if any(s.pool_index >= len(fleet.pools) for s in segments):
+        raise OfferingIdError("names a pool the fleet does not have")
+    return OfferingClaim(f"{account:012d}", _time(expires), TARGETS[target], count, segments)
+
+
+def _unpack_text(offering_id: str) -> bytes:
+    if not offering_id.startswith(PREFIX):
+        raise OfferingIdError("not a training plan offering id")
+    text = offering_id.removeprefix(PREFIX).upper()
+    try:
+        raw = base64.b32decode(text + "=" * (-len(text) % 8))
+    except (ValueError, base64.binascii.Error) as exc:  # type: ignore[attr-defined]
+        raise OfferingIdError("not base32") from exc
+    if len(raw) < _HEADER.size + _MAC_BYTES:
+        raise OfferingIdError("too short")
+    return raw
+
+
+def _seconds(when: datetime) -> int:
+    return int(when.timestamp())
+
+
+def _time(seconds: int) -> datetime:
+    return datetime.fromtimestamp(seconds, UTC)
