@@ -30,7 +30,8 @@ def authenticate(runtime: Runtime, request: Request, body: bytes) -> Caller:
         method=request.method,
         path=request.scope.get("raw_path", request.url.path.encode()).decode("latin-1").split("?")[0],
         query=request.url.query,
-        headers={key: value for key, value in request.headers.items()},
+        # A header sent twice is signed as its values joined by ',' (SigV4's canonical form).
+        headers={key: ",".join(request.headers.getlist(key)) for key in request.headers.keys()},
         body=body,
     )
     access_key_id = sigv4.verify(
