@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from sqlalchemy.orm import Session
+
 from hyperplan.clock import Clock, ManualClock, make_clock, utcnow
 from hyperplan.core.fleet import Fleet, parse_fleet
-from hyperplan.scheduler import EventHandler, Scheduler
+from hyperplan.scheduler import DueEvent, EventHandler, Scheduler
 from hyperplan.services import accounts
+from hyperplan.services.capacity import LiveCalendar
 from hyperplan.store import settings
 from hyperplan.store.db import Database, sqlite_url
 
@@ -59,6 +63,8 @@ class Runtime:
         self.credentials_path = self.data_dir / "credentials"
         self.bootstrapped = self._bootstrap_admin()
         self.clock: Clock = self._make_clock()
+        self.offering_key = self._offering_key()
+        self.calendar = LiveCalendar(self.fleet)
         self.scheduler = Scheduler(self.db, self.clock, self._event_handlers())
 
     @property
@@ -72,6 +78,7 @@ class Runtime:
 
     def start(self) -> None:
         """Catch up on every event missed while the server was down, then run the loop."""
+        self.calendar.load(self.db)
         missed = self.scheduler.run_due(self.clock.now())
         if missed:
             log.info("ran %d lifecycle events missed while the server was down", missed)
@@ -109,8 +116,22 @@ class Runtime:
                 settings.put_time(session, settings.CLOCK_NOW, clock.now())
         return clock
 
+    def _offering_key(self) -> bytes:
+        """The key that signs offering ids; kept in the store so that every server shares it."""
+        with self.db.write() as session:
+            key = settings.get(session, settings.OFFERING_KEY)
+            if key is None:
+                key = secrets.token_hex(32)
+                settings.put(session, settings.OFFERING_KEY, key)
+        return bytes.fromhex(key)
+
     def _event_handlers(self) -> dict[str, EventHandler]:
-        return {}
+        from hyperplan.services import plans
+
+        def segment_changed(session: Session, event: DueEvent) -> None:
+            plans.on_segment_event(session, event.subject, self.clock.now())
+
+        return {plans.SEGMENT_START: segment_changed, plans.SEGMENT_END: segment_changed}
 
     @property
     def manual_clock(self) -> ManualClock | None:

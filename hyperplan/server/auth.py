@@ -31,7 +31,7 @@ def authenticate(runtime: Runtime, request: Request, body: bytes) -> Caller:
         path=request.scope.get("raw_path", request.url.path.encode()).decode("latin-1").split("?")[0],
         query=request.url.query,
         # A header sent twice is signed as its values joined by ',' (SigV4's canonical form).
-        headers={key: ",".join(request.headers.getlist(key)) for key in request.headers.keys()},
+        headers={key: ",".join(request.headers.getlist(key)) for key in request.headers},
         body=body,
     )
     access_key_id = sigv4.verify(
