@@ -1,0 +1,215 @@
+"""Model-driven serialization of awsJson1.1 responses and errors.
+
+A handler returns plain Python values (``datetime``, ``Decimal``, ``bytes``, nested dicts and lists);
+:func:`serialize_response` walks them alongside the operation's botocore output shape and produces a
+JSON-ready dict exactly as botocore's JSON parser expects it. The serializer is deliberately strict:
+a member the shape lacks, a value of the wrong type, an enum value the model does not list or a missing
+required member is a handler bug, reported as :class:`~hyperplan.errors.InternalFailure` naming the path
+(``Status``, ``ReservedCapacitySummaries[0].InstanceType``) so tests catch it before a client does.
+Members whose value is None are omitted, like botocore omits absent members.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import json
+import math
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from botocore.model import ListShape, MapShape, OperationModel, Shape, StringShape, StructureShape
+
+from hyperplan.errors import HyperplanError, InternalFailure
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_MICROSECOND = timedelta(microseconds=1)
+
+
+def serialize_response(op: OperationModel, result: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The JSON-ready body of a successful response to ``op``; raises InternalFailure on handler bugs."""
+    shape = op.output_shape
+    if shape is None:
+        if result:
+            raise InternalFailure(
+                f"Bad {op.name} response: the operation has no output, got {sorted(result)}"
+            )
+        return {}
+    serialized = _serialize(shape, {} if result is None else result, _Path(op.name, ""))
+    assert isinstance(serialized, dict)
+    return serialized
+
+
+def serialize_error(err: HyperplanError) -> dict[str, str]:
+    """The JSON body of an error response.
+
+    botocore's JSON error parser takes the code from ``__type`` (keeping only what follows a ``#``) and
+    the message from ``message`` (falling back to ``Message``); boto3 then raises the modelled exception
+    class named by the code, e.g. ``client.exceptions.ResourceNotFound``.
+    """
+    return {"__type": err.code, "message": err.message}
+
+
+def epoch_seconds(value: datetime) -> int | float:
+    """Epoch seconds as botocore's own JSON serializer writes them: an int when whole, else a float.
+
+    Whole microseconds are divided once, so botocore's ``datetime.fromtimestamp`` reads back the same
+    microsecond.
+    """
+    micros = (value - _EPOCH) // _ONE_MICROSECOND
+    seconds, remainder = divmod(micros, 1_000_000)
+    return seconds if remainder == 0 else micros / 1_000_000
+
+
+class _Path:
+    """The operation and the wire path being serialized, for handler-bug messages."""
+
+    __slots__ = ("op", "path")
+
+    def __init__(self, op: str, path: str) -> None:
+        self.op = op
+        self.path = path
+
+    def member(self, name: str) -> _Path:
+        return _Path(self.op, f"{self.path}.{name}" if self.path else name)
+
+    def item(self, index: int) -> _Path:
+        return _Path(self.op, f"{self.path}[{index}]")
+
+    def entry(self, key: str) -> _Path:
+        return _Path(self.op, f"{self.path}[{json.dumps(key, ensure_ascii=False)}]")
+
+    def bug(self, problem: str) -> InternalFailure:
+        where = f" at {self.path!r}" if self.path else ""
+        return InternalFailure(f"Bad {self.op} response{where}: {problem}")
+
+
+def _serialize(shape: Shape, value: Any, path: _Path) -> Any:
+    serializer = _SERIALIZERS.get(shape.type_name)
+    if serializer is None:
+        raise path.bug(f"unsupported shape type {shape.type_name!r}")
+    return serializer(shape, value, path)
+
+
+def _got(value: object) -> str:
+    return f"got {type(value).__name__} {value!r:.80}"
+
+
+def _structure(shape: Shape, value: Any, path: _Path) -> Any:
+    assert isinstance(shape, StructureShape)
+    if shape.is_document_type:
+        return value
+    if not isinstance(value, Mapping):
+        raise path.bug(f"expected a mapping for {shape.name}, {_got(value)}")
+    members = shape.members
+    result: dict[str, Any] = {}
+    for name, item in value.items():
+        if name not in members:
+            raise path.member(str(name)).bug(f"{shape.name} has no member {name!r}")
+        if item is not None:
+            member = members[name]
+            wire_name = member.serialization.get("name", name)
+            result[wire_name] = _serialize(member, item, path.member(wire_name))
+    missing = [name for name in shape.required_members if value.get(name) is None]
+    if missing:
+        raise path.bug(f"required member(s) {', '.join(missing)} of {shape.name} missing")
+    if shape.is_tagged_union and len(result) != 1:
+        raise path.bug(f"union {shape.name} must have exactly one member set, got {sorted(result)}")
+    return result
+
+
+def _list(shape: Shape, value: Any, path: _Path) -> Any:
+    assert isinstance(shape, ListShape)
+    # A str or a dict is iterable too, but never what a handler means by a list.
+    if not isinstance(value, list | tuple):
+        raise path.bug(f"expected a list, {_got(value)}")
+    result = []
+    for index, item in enumerate(value):
+        if item is None:
+            raise path.item(index).bug("list items must not be None")
+        result.append(_serialize(shape.member, item, path.item(index)))
+    return result
+
+
+def _map(shape: Shape, value: Any, path: _Path) -> Any:
+    assert isinstance(shape, MapShape)
+    if not isinstance(value, Mapping):
+        raise path.bug(f"expected a mapping, {_got(value)}")
+    result: dict[str, Any] = {}
+    for key, item in value.items():
+        wire_key = _string(shape.key, key, path.entry(str(key)))
+        if item is None:
+            raise path.entry(wire_key).bug("map values must not be None")
+        result[wire_key] = _serialize(shape.value, item, path.entry(wire_key))
+    return result
+
+
+def _string(shape: Shape, value: Any, path: _Path) -> Any:
+    if isinstance(value, enum.Enum):
+        value = value.value  # str() of a (str, Enum) member is "Class.NAME", not its value
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise path.bug(f"money and other decimals must be finite, {_got(value)}")
+        value = format(value, "f")  # plain notation: 1E+3 would surprise anyone reading a fee
+    if not isinstance(value, str):
+        raise path.bug(f"expected a string, {_got(value)}")
+    enum_values = shape.enum if isinstance(shape, StringShape) else []
+    if enum_values and value not in enum_values:
+        raise path.bug(f"{value!r} is not in the {shape.name} enum")
+    return value
+
+
+def _integer(shape: Shape, value: Any, path: _Path) -> Any:
+    if isinstance(value, Decimal) and value.is_finite() and value == value.to_integral_value():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise path.bug(f"expected an int, {_got(value)}")
+    return value
+
+
+def _float(shape: Shape, value: Any, path: _Path) -> Any:
+    if isinstance(value, Decimal):
+        value = float(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise path.bug(f"expected a number, {_got(value)}")
+    if not math.isfinite(value):
+        raise path.bug(f"JSON has no NaN or infinity, {_got(value)}")
+    return value
+
+
+def _boolean(shape: Shape, value: Any, path: _Path) -> Any:
+    if not isinstance(value, bool):
+        raise path.bug(f"expected a bool, {_got(value)}")
+    return value
+
+
+def _timestamp(shape: Shape, value: Any, path: _Path) -> Any:
+    if not isinstance(value, datetime):
+        raise path.bug(f"expected a datetime, {_got(value)}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        # A naive datetime is ambiguous; the store and the core must hand out aware UTC times.
+        raise path.bug(f"naive datetime {value.isoformat()} (must be timezone-aware)")
+    return epoch_seconds(value)
+
+
+def _blob(shape: Shape, value: Any, path: _Path) -> Any:
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise path.bug(f"expected bytes, {_got(value)}")
+    return base64.b64encode(bytes(value)).decode("ascii")
+
+
+_SERIALIZERS: dict[str, Callable[[Shape, Any, _Path], Any]] = {
+    "structure": _structure,
+    "list": _list,
+    "map": _map,
+    "string": _string,
+    "integer": _integer,
+    "long": _integer,
+    "float": _float,
+    "double": _float,
+    "boolean": _boolean,
+    "timestamp": _timestamp,
+    "blob": _blob,
+}

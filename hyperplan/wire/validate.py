@@ -1,0 +1,598 @@
+"""Model-driven validation of awsJson1.1 request bodies.
+
+:func:`parse_request` walks a decoded request body alongside the operation's botocore input shape and
+checks everything the model states: known members only, required members, JSON types, numeric ranges,
+string/list/map lengths, enums, patterns and union (exactly-one-member) structures. All problems are
+collected (the first :data:`MAX_ERRORS` are reported) into one :class:`~hyperplan.errors.ValidationError`
+whose message names each member by its path as written on the wire, for example::
+
+    2 validation errors detected: Value '0' at 'InstanceGroups[0].ThreadsPerCore' failed to satisfy
+    constraint: Member must have value greater than or equal to 1; Value null at 'ClusterName' failed to
+    satisfy constraint: Member is required and must not be null
+
+Paths: structure members are joined with ``.``, list items are ``[i]`` and map values are
+``["key"]`` (the key JSON-quoted, because label keys such as ``a.b/c`` contain dots and slashes).
+
+Patterns in the model are written for Java's ``java.util.regex``; :func:`compiled_pattern` translates the
+few Java-only constructs the SageMaker model uses (``\\p{L}``-style classes, surrogate-pair escapes, a
+quantified ``$``) into Python ``re`` syntax. A pattern that still cannot be compiled is not enforced
+(logged once and listed in :data:`UNENFORCED_PATTERNS`) rather than failing every request that uses it.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import math
+import re
+import sys
+import unicodedata
+from collections.abc import Callable
+from datetime import UTC, datetime
+from functools import cache, lru_cache
+from typing import Any
+
+from botocore.model import ListShape, MapShape, OperationModel, Shape, StringShape, StructureShape
+
+from hyperplan.errors import SerializationError, ValidationError
+
+log = logging.getLogger(__name__)
+
+MAX_ERRORS = 10
+# Recursive shapes (e.g. SearchExpression.SubExpressions) would let a deep body exhaust the stack.
+MAX_DEPTH = 64
+# Implicit bounds of the Java integer types behind the model's integer and long shapes.
+TYPE_BOUNDS: dict[str, tuple[int, int]] = {
+    "integer": (-(2**31), 2**31 - 1),
+    "long": (-(2**63), 2**63 - 1),
+}
+
+# Patterns Python cannot compile even after translation: pattern -> reason. Filled lazily.
+UNENFORCED_PATTERNS: dict[str, str] = {}
+
+
+# --------------------------------------------------------------------------------------------- body
+
+
+def decode_body(raw: bytes) -> object:
+    """Decode a request body; an empty body is an empty object, as the AWS SDKs send for no input."""
+    if not raw.strip():
+        return {}
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SerializationError("request body is not valid UTF-8") from None
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        # JSONDecodeError is a ValueError; RecursionError comes from absurdly deep nesting.
+        raise SerializationError(f"request body is not valid JSON: {exc}") from None
+
+
+def _reject_constant(name: str) -> object:
+    # NaN and Infinity are not JSON, although Python's json module accepts them by default.
+    raise ValueError(f"{name} is not a valid JSON value")
+
+
+def parse_request(op: OperationModel, body: object) -> dict[str, Any]:
+    """Validate ``body`` against ``op``'s input shape; return a converted copy or raise ValidationError.
+
+    Timestamps become timezone-aware UTC datetimes and blobs become bytes; everything else is returned as
+    given. Members sent as JSON null are treated as absent and left out. The input is never mutated.
+    """
+    if not isinstance(body, dict):
+        raise SerializationError("request body must be a JSON object")
+    shape = op.input_shape
+    report = _Report()
+    if shape is None:
+        for key in body:
+            report.add(f"Unknown member {key!r} in {op.name} (the operation takes no input)")
+        report.raise_if_any()
+        return {}
+    result = _check_structure(shape, body, _Where("", report, 0))
+    report.raise_if_any()
+    return result
+
+
+# ---------------------------------------------------------------------------------------- reporting
+
+
+class _Report:
+    """Collects error messages; keeps the first MAX_ERRORS but counts them all."""
+
+    def __init__(self) -> None:
+        self.messages: list[str] = []
+        self.count = 0
+
+    def add(self, message: str) -> None:
+        self.count += 1
+        if len(self.messages) < MAX_ERRORS:
+            self.messages.append(message)
+
+    def raise_if_any(self) -> None:
+        if not self.count:
+            return
+        noun = "error" if self.count == 1 else "errors"
+        shown = "" if self.count <= len(self.messages) else f" (showing the first {len(self.messages)})"
+        raise ValidationError(f"{self.count} validation {noun} detected{shown}: " + "; ".join(self.messages))
+
+
+class _Where:
+    """Where in the body the walk is: the wire path, the shared report and the nesting depth."""
+
+    __slots__ = ("depth", "path", "report")
+
+    def __init__(self, path: str, report: _Report, depth: int) -> None:
+        self.path = path
+        self.report = report
+        self.depth = depth
+
+    def member(self, name: str) -> _Where:
+        return _Where(f"{self.path}.{name}" if self.path else name, self.report, self.depth + 1)
+
+    def item(self, index: int) -> _Where:
+        return _Where(f"{self.path}[{index}]", self.report, self.depth + 1)
+
+    def entry(self, key: str) -> _Where:
+        return _Where(f"{self.path}[{json.dumps(key, ensure_ascii=False)}]", self.report, self.depth + 1)
+
+    def fail(self, value: object, shape: Shape | None, constraint: str) -> None:
+        shown = _show(value, shape)
+        self.report.add(f"Value {shown} at '{self.path}' failed to satisfy constraint: {constraint}")
+
+
+def _show(value: object, shape: Shape | None) -> str:
+    """Render a value for a message: AWS-style single quotes, truncated, and sensitive values hidden."""
+    if value is None:
+        return "null"
+    if shape is not None and shape.metadata.get("sensitive"):
+        return "'***'"
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, str):
+        text = value
+    else:
+        text = json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
+    if len(text) > 64:
+        text = text[:61] + "..."
+    return f"'{text}'"
+
+
+def json_type(value: object) -> str:
+    """The JSON type name of a decoded value, for 'got ...' in type errors."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+# ------------------------------------------------------------------------------------ the shape walk
+
+
+def _check(shape: Shape, value: Any, where: _Where) -> Any:
+    """Validate one non-null value and return it converted; on errors the return value is unused."""
+    if where.depth > MAX_DEPTH:
+        where.fail(value, shape, f"Member must not be nested more than {MAX_DEPTH} levels deep")
+        return None
+    checker = _CHECKERS.get(shape.type_name)
+    if checker is None:
+        # A new shape type in a botocore upgrade: refuse loudly rather than let it through unchecked.
+        where.fail(value, shape, f"Member has unsupported shape type {shape.type_name!r}")
+        return None
+    return checker(shape, value, where)
+
+
+def _check_structure(shape: Shape, value: Any, where: _Where) -> Any:
+    assert isinstance(shape, StructureShape)
+    if shape.is_document_type:
+        return value  # free-form JSON by definition
+    if not isinstance(value, dict):
+        where.fail(value, shape, f"Member must be an object, got {json_type(value)}")
+        return None
+    by_wire_name = {m.serialization.get("name", name): name for name, m in shape.members.items()}
+    result: dict[str, Any] = {}
+    for key, item in value.items():
+        name = by_wire_name.get(key)
+        if name is None:
+            where.report.add(f"Unknown member {where.member(key).path!r} in {shape.name}")
+        elif item is not None:
+            result[name] = _check(shape.members[name], item, where.member(key))
+    for name in shape.required_members:
+        if name not in result:  # absent or null; a present-but-invalid member was reported already
+            member = shape.members[name]
+            where.member(member.serialization.get("name", name)).fail(
+                None, member, "Member is required and must not be null"
+            )
+    if shape.is_tagged_union and len(result) != 1:
+        given = ", ".join(sorted(result)) or "none"
+        where.fail(value, shape, f"Union must have exactly one member set, got {len(result)} ({given})")
+    return result
+
+
+def _check_list(shape: Shape, value: Any, where: _Where) -> Any:
+    assert isinstance(shape, ListShape)
+    if not isinstance(value, list):
+        where.fail(value, shape, f"Member must be an array, got {json_type(value)}")
+        return None
+    _check_length(shape, value, len(value), where)
+    result = []
+    for index, item in enumerate(value):
+        if item is None:
+            where.item(index).fail(None, shape.member, "List items must not be null")
+        else:
+            result.append(_check(shape.member, item, where.item(index)))
+    return result
+
+
+def _check_map(shape: Shape, value: Any, where: _Where) -> Any:
+    assert isinstance(shape, MapShape)
+    if not isinstance(value, dict):
+        where.fail(value, shape, f"Member must be an object, got {json_type(value)}")
+        return None
+    _check_length(shape, value, len(value), where)
+    result: dict[str, Any] = {}
+    for key, item in value.items():
+        for problem in _string_problems(shape.key, key):
+            where.fail(key, shape.key, "Map key " + problem.removeprefix("Member "))
+        if item is None:
+            where.entry(key).fail(None, shape.value, "Map values must not be null")
+        else:
+            result[key] = _check(shape.value, item, where.entry(key))
+    return result
+
+
+def _check_string(shape: Shape, value: Any, where: _Where) -> Any:
+    if not isinstance(value, str):
+        where.fail(value, shape, f"Member must be a string, got {json_type(value)}")
+        return None
+    for problem in _string_problems(shape, value):
+        where.fail(value, shape, problem)
+    return value
+
+
+def _string_problems(shape: Shape, value: str) -> list[str]:
+    """Length, enum and pattern violations of a string (also used for map keys)."""
+    problems = _length_problems(shape, len(value))
+    enum = shape.enum if isinstance(shape, StringShape) else []
+    if enum and value not in enum:
+        problems.append(f"Member must satisfy enum value set: [{', '.join(enum)}]")
+    pattern = shape.metadata.get("pattern")
+    if pattern and not problems:
+        compiled = compiled_pattern(pattern)
+        # Only checked once the length is right: a too-long string rarely needs a second complaint.
+        if compiled is not None and compiled.fullmatch(value) is None:
+            problems.append(f"Member must satisfy regular expression pattern: {pattern}")
+    return problems
+
+
+def _check_length(shape: Shape, value: Any, length: int, where: _Where) -> None:
+    for problem in _length_problems(shape, length):
+        where.fail(value, shape, problem)
+
+
+def _length_problems(shape: Shape, length: int) -> list[str]:
+    low, high = shape.metadata.get("min"), shape.metadata.get("max")
+    if low is not None and length < low:
+        return [f"Member must have length greater than or equal to {low}"]
+    if high is not None and length > high:
+        return [f"Member must have length less than or equal to {high}"]
+    return []
+
+
+def _check_integer(shape: Shape, value: Any, where: _Where) -> Any:
+    # bool is a subclass of int in Python, but true is not a number in JSON.
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # 3.0 is the integer 3 in JSON; Jackson (AWS's parser) reads it so too.
+    if isinstance(value, bool) or not isinstance(value, int):
+        kind = "a non-integral number" if isinstance(value, float) else json_type(value)
+        where.fail(value, shape, f"Member must be an integer, got {kind}")
+        return None
+    low, high = TYPE_BOUNDS[shape.type_name]
+    _check_range(shape, value, where, low, high)
+    return value
+
+
+def _check_float(shape: Shape, value: Any, where: _Where) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        where.fail(value, shape, f"Member must be a number, got {json_type(value)}")
+        return None
+    if not math.isfinite(value):
+        where.fail(value, shape, "Member must be a finite number")
+        return None
+    _check_range(shape, value, where, None, None)
+    return value
+
+
+def _check_range(shape: Shape, value: float, where: _Where, low: float | None, high: float | None) -> None:
+    # The model's own bounds win; the type's implicit bounds only apply where the model has none.
+    low = shape.metadata.get("min", low)
+    high = shape.metadata.get("max", high)
+    if low is not None and value < low:
+        where.fail(value, shape, f"Member must have value greater than or equal to {low}")
+    elif high is not None and value > high:
+        where.fail(value, shape, f"Member must have value less than or equal to {high}")
+
+
+def _check_boolean(shape: Shape, value: Any, where: _Where) -> Any:
+    if not isinstance(value, bool):
+        where.fail(value, shape, f"Member must be a boolean, got {json_type(value)}")
+        return None
+    return value
+
+
+def _check_timestamp(shape: Shape, value: Any, where: _Where) -> Any:
+    parsed = parse_timestamp(value)
+    if parsed is None:
+        where.fail(
+            value, shape, f"Member must be a timestamp (epoch seconds or ISO 8601), got {json_type(value)}"
+        )
+    return parsed
+
+
+def parse_timestamp(value: object) -> datetime | None:
+    """Epoch seconds (what botocore sends on the JSON protocol) or an ISO 8601 string, as aware UTC."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        try:
+            return datetime.fromtimestamp(value, UTC)
+        except (OverflowError, OSError, ValueError):
+            return None  # NaN, infinities and dates outside datetime's range
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            return None
+        # A timestamp without an offset is read as UTC, the only zone the wire protocol knows.
+        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    return None
+
+
+def _check_blob(shape: Shape, value: Any, where: _Where) -> Any:
+    if not isinstance(value, str):
+        where.fail(value, shape, f"Member must be a base64-encoded string, got {json_type(value)}")
+        return None
+    try:
+        data = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        where.fail(value, shape, "Member must be valid base64")
+        return None
+    _check_length(shape, value, len(data), where)
+    return data
+
+
+_CHECKERS: dict[str, Callable[[Shape, Any, _Where], Any]] = {
+    "structure": _check_structure,
+    "list": _check_list,
+    "map": _check_map,
+    "string": _check_string,
+    "integer": _check_integer,
+    "long": _check_integer,
+    "float": _check_float,
+    "double": _check_float,
+    "boolean": _check_boolean,
+    "timestamp": _check_timestamp,
+    "blob": _check_blob,
+}
+
+
+# ---------------------------------------------------------------------------------------- patterns
+
+
+class PatternTranslationError(ValueError):
+    """A Java regex construct with no faithful Python translation."""
+
+
+@cache
+def compiled_pattern(pattern: str) -> re.Pattern[str] | None:
+    """The model pattern compiled for Python's ``re``, or None when it cannot be enforced.
+
+    ``re.ASCII`` mirrors Java's defaults, where ``\\d``, ``\\w``, ``\\s`` and ``\\b`` are ASCII-only.
+    """
+    try:
+        return re.compile(java_to_python(pattern), re.ASCII)
+    except (PatternTranslationError, re.error) as exc:
+        UNENFORCED_PATTERNS[pattern] = str(exc)
+        log.warning("model pattern %r is not enforced: %s", pattern, exc)
+        return None
+
+
+# Java's "." excludes every line terminator, Python's only "\n".
+_JAVA_DOT = r"[^\n\r\u0085\u2028\u2029]"
+_QUANTIFIER = re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})[?+]?")
+# Java escapes with no Python equivalent that we know how to write.
+_UNSUPPORTED_ESCAPES = set("QEGRXhHkKcVv")
+
+
+def java_to_python(pattern: str) -> str:
+    """Translate the Java-only constructs of a ``java.util.regex`` pattern into Python ``re`` syntax.
+
+    Handled: ``\\p{..}``/``\\P{..}`` classes (Unicode general categories and POSIX names), ``\\uD83D\\uDE00``
+    surrogate pairs, ``\\x{h..h}``, ``\\e``, ``\\z``, ``(?<name>``, Java's line-terminator-aware ``.``, and
+    quantifiers on ``^``/``$`` (legal in Java, meaningless: ``${1,128}`` is just ``$``). Anything else that
+    is Java-only (nested classes, ``&&`` intersections, ``\\Q..\\E``, ...) raises PatternTranslationError.
+    """
+    out: list[str] = []
+    i, in_class, class_start = 0, False, -1
+    while i < len(pattern):
+        char = pattern[i]
+        if char == "\\":
+            text, i = _translate_escape(pattern, i, in_class)
+            out.append(text)
+            continue
+        if in_class:
+            if char == "]" and i > class_start:
+                in_class = False
+            elif char == "[" or pattern.startswith("&&", i):
+                raise PatternTranslationError("nested character classes and intersections are Java-only")
+            out.append(char)
+            i += 1
+            continue
+        if char == "[":
+            in_class = True
+            class_start = i + (2 if pattern.startswith("[^", i) else 1)  # a leading "]" is literal
+            out.append(pattern[i:class_start])
+            i = class_start
+            continue
+        i = _translate_outside_class(pattern, i, out)
+    if in_class:
+        raise PatternTranslationError("unterminated character class")
+    return "".join(out)
+
+
+def _translate_outside_class(pattern: str, i: int, out: list[str]) -> int:
+    char = pattern[i]
+    if char == ".":
+        out.append(_JAVA_DOT)
+        return i + 1
+    if char in "^$":
+        out.append(char)
+        quantifier = _QUANTIFIER.match(pattern, i + 1)
+        return quantifier.end() if quantifier else i + 1
+    if pattern.startswith("(?<", i) and i + 3 < len(pattern) and pattern[i + 3].isalpha():
+        out.append("(?P<")  # Java's named group; (?<= and (?<! are the same in both
+        return i + 3
+    out.append(char)
+    return i + 1
+
+
+def _translate_escape(pattern: str, i: int, in_class: bool) -> tuple[str, int]:
+    """Translate the escape starting at ``pattern[i] == "\\"``; return the text and the next index."""
+    if i + 1 >= len(pattern):
+        raise PatternTranslationError("trailing backslash")
+    kind = pattern[i + 1]
+    if kind in "pP":
+        name, end = _property_name(pattern, i + 2)
+        ranges = _property_ranges(name)
+        if kind == "P":
+            ranges = _complement(ranges)
+        body = _render_ranges(ranges)
+        return (body if in_class else f"[{body}]"), end
+    if kind == "u":
+        return _translate_unicode_escape(pattern, i)
+    if kind == "x" and pattern.startswith("{", i + 2):
+        end = pattern.index("}", i + 3)
+        return f"\\U{int(pattern[i + 3 : end], 16):08X}", end + 1
+    if kind == "e":
+        return "\\x1b", i + 2
+    if kind == "z" and not in_class:
+        return "\\Z", i + 2  # Java's \z is Python's \Z (absolute end)
+    if kind in _UNSUPPORTED_ESCAPES or (kind == "Z" and not in_class):
+        raise PatternTranslationError(f"Java escape \\{kind} has no Python translation")
+    return pattern[i : i + 2], i + 2
+
+
+def _property_name(pattern: str, i: int) -> tuple[str, int]:
+    if pattern.startswith("{", i):
+        end = pattern.find("}", i)
+        if end < 0:
+            raise PatternTranslationError("unterminated \\p{...}")
+        return pattern[i + 1 : end], end + 1
+    if i < len(pattern):
+        return pattern[i], i + 1  # the one-letter form, \pL
+    raise PatternTranslationError("\\p without a property name")
+
+
+def _translate_unicode_escape(pattern: str, i: int) -> tuple[str, int]:
+    """``\\uHHHH``; a UTF-16 surrogate pair written as two escapes becomes the one code point it means."""
+    unit = _hex4(pattern, i + 2)
+    end = i + 6
+    if 0xD800 <= unit <= 0xDBFF and pattern.startswith("\\u", end):
+        low = _hex4(pattern, end + 2)
+        if 0xDC00 <= low <= 0xDFFF:
+            code_point = 0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00)
+            return f"\\U{code_point:08X}", end + 6
+    return f"\\U{unit:08X}", end
+
+
+def _hex4(pattern: str, i: int) -> int:
+    digits = pattern[i : i + 4]
+    if len(digits) != 4 or any(c not in "0123456789abcdefABCDEF" for c in digits):
+        raise PatternTranslationError(f"bad \\u escape at {i}")
+    return int(digits, 16)
+
+
+# Java's POSIX classes are US-ASCII only unless UNICODE_CHARACTER_CLASS is set (the model never sets it).
+_POSIX: dict[str, list[tuple[int, int]]] = {
+    "Lower": [(0x61, 0x7A)],
+    "Upper": [(0x41, 0x5A)],
+    "ASCII": [(0x00, 0x7F)],
+    "Alpha": [(0x41, 0x5A), (0x61, 0x7A)],
+    "Digit": [(0x30, 0x39)],
+    "Alnum": [(0x30, 0x39), (0x41, 0x5A), (0x61, 0x7A)],
+    "Punct": [(0x21, 0x2F), (0x3A, 0x40), (0x5B, 0x60), (0x7B, 0x7E)],
+    "Graph": [(0x21, 0x7E)],
+    "Print": [(0x20, 0x7E)],
+    "Blank": [(0x09, 0x09), (0x20, 0x20)],
+    "Cntrl": [(0x00, 0x1F), (0x7F, 0x7F)],
+    "XDigit": [(0x30, 0x39), (0x41, 0x46), (0x61, 0x66)],
+    "Space": [(0x09, 0x0D), (0x20, 0x20)],
+}
+
+
+def _property_ranges(name: str) -> list[tuple[int, int]]:
+    if name in _POSIX:
+        return _POSIX[name]
+    category = name.removeprefix("Is")  # Java accepts both \p{L} and \p{IsL}
+    if category.startswith("general_category="):
+        category = category.removeprefix("general_category=")
+    table = _category_table()
+    if len(category) in (1, 2) and category[0] in "LMNPSZC":
+        ranges = sorted(r for cat, rs in table.items() if cat.startswith(category) for r in rs)
+        if ranges:
+            return _merge(ranges)
+    raise PatternTranslationError(f"unsupported Unicode property \\p{{{name}}}")
+
+
+@lru_cache(maxsize=1)
+def _category_table() -> dict[str, list[tuple[int, int]]]:
+    """Every code point grouped into ranges by its two-letter general category (~0.2 s, done once).
+
+    Python's Unicode database may be a version or two apart from the JDK's; only newly assigned
+    characters differ.
+    """
+    table: dict[str, list[tuple[int, int]]] = {}
+    start, current = 0, unicodedata.category("\x00")
+    for code_point in range(1, sys.maxunicode + 2):
+        category = unicodedata.category(chr(code_point)) if code_point <= sys.maxunicode else ""
+        if category != current:
+            table.setdefault(current, []).append((start, code_point - 1))
+            start, current = code_point, category
+    return table
+
+
+def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for low, high in ranges:
+        if merged and low <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(high, merged[-1][1]))
+        else:
+            merged.append((low, high))
+    return merged
+
+
+def _complement(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    result, next_free = [], 0
+    for low, high in _merge(sorted(ranges)):
+        if low > next_free:
+            result.append((next_free, low - 1))
+        next_free = high + 1
+    if next_free <= sys.maxunicode:
+        result.append((next_free, sys.maxunicode))
+    return result
+
+
+def _render_ranges(ranges: list[tuple[int, int]]) -> str:
+    # \U escapes keep the translated pattern ASCII and free of characters that are special in a class.
+    return "".join(f"\\U{lo:08X}" if lo == hi else f"\\U{lo:08X}-\\U{hi:08X}" for lo, hi in ranges)
