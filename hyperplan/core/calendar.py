@@ -1,0 +1,242 @@
+"""Booked capacity per pool over time, in 30-minute slots aligned to the Unix epoch.
+
+Slots are aligned to the epoch, so 11:30 UTC (and every half hour) is a slot boundary. A booking holds
+every slot it touches at all: one from 11:39 holds the 11:30-12:00 slot whole. Being conservative this
+way is what guarantees that no pool is booked above its ``reservable`` count at any instant, whatever
+the minutes of the bookings.
+
+The calendar is the fast, in-memory view that searches read; the database's rows are the authority,
+checked inside the booking transaction with :func:`peak_booked_slots` (see there why not
+:func:`peak_booked`). Not thread-safe: callers lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import numpy.typing as npt
+
+from hyperplan.core.fleet import Pool, PoolKey
+from hyperplan.errors import ResourceLimitExceeded
+
+SLOT = timedelta(minutes=30)
+SLOTS_PER_DAY = 48
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_SLOT_MICROS = 30 * 60 * 1_000_000
+_FIRST_ALLOCATION = 64 * SLOTS_PER_DAY  # slots; grown by doubling, so growth is amortised O(1)
+
+Counts = npt.NDArray[np.int32]
+Interval = tuple[datetime, datetime, int]
+
+
+# -- slot arithmetic ---------------------------------------------------------------------------------
+
+
+def _micros(moment: datetime) -> int:
+    if moment.tzinfo is None:
+        raise ValueError(f"naive datetime {moment}: the calendar needs aware (UTC) times")
+    return (moment - EPOCH) // timedelta(microseconds=1)
+
+
+def slot_of(moment: datetime) -> int:
+    """The slot that contains ``moment``."""
+    return _micros(moment) // _SLOT_MICROS
+
+
+def slot_after(moment: datetime) -> int:
+    """The first slot that starts at or after ``moment``."""
+    return -(-_micros(moment) // _SLOT_MICROS)
+
+
+def slot_start(slot: int) -> datetime:
+    return EPOCH + slot * SLOT
+
+
+def slot_span(start: datetime, end: datetime) -> tuple[int, int]:
+    """The slots ``[first, stop)`` that ``[start, end)`` touches at all (none if it is empty)."""
+    first = slot_of(start)
+    return (first, slot_after(end)) if start < end else (first, first)
+
+
+# -- one pool's booked counts -----------------------------------------------------------------------
+
+
+class _Track:
+    """Booked instances of one pool, slot by slot, over a stretch that grows when bookings need it."""
+
+    def __init__(self) -> None:
+        self.base = 0
+        self.counts: Counts = np.zeros(0, dtype=np.int32)
+
+    @property
+    def stop(self) -> int:
+        return self.base + len(self.counts)
+
+    def read(self, first: int, stop: int) -> Counts:
+        """A copy of slots ``[first, stop)``; slots never booked read as zero (nothing is allocated)."""
+        result = np.zeros(max(stop - first, 0), dtype=np.int32)
+        lo, hi = max(first, self.base), min(stop, self.stop)
+        if lo < hi:
+            result[lo - first : hi - first] = self.counts[lo - self.base : hi - self.base]
+        return result
+
+    def peak(self, first: int, stop: int) -> int:
+        lo, hi = max(first, self.base), min(stop, self.stop)
+        return int(self.counts[lo - self.base : hi - self.base].max()) if lo < hi else 0
+
+    def add(self, first: int, stop: int, delta: int) -> None:
+        self._cover(first, stop)
+        self.counts[first - self.base : stop - self.base] += delta
+
+    def _cover(self, first: int, stop: int) -> None:
+        if not len(self.counts):
+            self.base = first
+            self.counts = np.zeros(max(stop - first, _FIRST_ALLOCATION), dtype=np.int32)
+            return
+        if first >= self.base and stop <= self.stop:
+            return
+        # Grow by at least the current size on the side that needs it, so that a run of bookings
+        # creeping forward one day at a time copies the array O(log n) times, not n times.
+        size = len(self.counts)
+        new_base = min(first, self.base - size) if first < self.base else self.base
+        new_stop = max(stop, self.stop + size) if stop > self.stop else self.stop
+        grown = np.zeros(new_stop - new_base, dtype=np.int32)
+        grown[self.base - new_base : self.stop - new_base] = self.counts
+        self.base, self.counts = new_base, grown
+
+
+# -- the calendar ------------------------------------------------------------------------------------
+
+
+class CapacityCalendar:
+    """Booked and free capacity of every pool, over all time.
+
+    A pool the calendar was not given has nothing reservable: it can never be booked.
+    """
+
+    def __init__(self, pools: Iterable[Pool]) -> None:
+        self._reservable = {pool.key: pool.reservable for pool in pools}
+        self._tracks: dict[PoolKey, _Track] = {}
+
+    def reservable(self, pool_key: PoolKey) -> int:
+        return self._reservable.get(pool_key, 0)
+
+    def can_book(self, pool_key: PoolKey, start: datetime, end: datetime, count: int) -> bool:
+        first, stop = _checked_span(start, end, count)
+        return self._peak(pool_key, first, stop) + count <= self.reservable(pool_key)
+
+    def book(self, pool_key: PoolKey, start: datetime, end: datetime, count: int) -> None:
+        """Hold ``count`` instances over ``[start, end)``; ResourceLimitExceeded if they are not free."""
+        first, stop = _checked_span(start, end, count)
+        peak, reservable = self._peak(pool_key, first, stop), self.reservable(pool_key)
+        if peak + count > reservable:
+            raise ResourceLimitExceeded(
+                f"{pool_key[0]} in {pool_key[1]} has {max(reservable - peak, 0)} of {reservable} "
+                f"instances free between {start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M} UTC; "
+                f"{count} were asked for."
+            )
+        self._track(pool_key).add(first, stop, count)
+
+    def restore(self, pool_key: PoolKey, start: datetime, end: datetime, count: int) -> None:
+        """Hold a booking that already exists (read back from the database) without checking it:
+        a fleet file may have shrunk a pool below what was sold. Free capacity then reads as 0."""
+        first, stop = _checked_span(start, end, count)
+        self._track(pool_key).add(first, stop, count)
+
+    def release(self, pool_key: PoolKey, start: datetime, end: datetime, count: int) -> None:
+        """Undo :meth:`book` (or :meth:`restore`) of exactly these arguments."""
+        first, stop = _checked_span(start, end, count)
+        track = self._tracks.get(pool_key)
+        if track is None or int(track.read(first, stop).min()) < count:
+            raise ValueError(f"release of {count} x {pool_key} over [{start}, {end}) that was not booked")
+        track.add(first, stop, -count)
+
+    def booked(self, pool_key: PoolKey, start: datetime, end: datetime) -> Counts:
+        """Booked instances in each slot that ``[start, end)`` touches."""
+        first, stop = slot_span(start, end)
+        return self._read(pool_key, first, stop)
+
+    def free(self, pool_key: PoolKey, start: datetime, end: datetime) -> Counts:
+        """Instances that can still be booked in each slot that ``[start, end)`` touches."""
+        free = self.reservable(pool_key) - self.booked(pool_key, start, end)
+        return np.maximum(free, 0, dtype=np.int32)
+
+    def booked_profile(self, pool_key: PoolKey, start: datetime, end: datetime) -> list[tuple[datetime, int]]:
+        """``(slot start, booked)`` at the start of the window and wherever the booked count changes."""
+        first, stop = slot_span(start, end)
+        counts = self._read(pool_key, first, stop)
+        if not len(counts):
+            return []
+        changes = np.flatnonzero(np.diff(counts)) + 1
+        starts = np.concatenate(([0], changes))
+        return [(slot_start(first + int(i)), int(counts[i])) for i in starts]
+
+    def _read(self, pool_key: PoolKey, first: int, stop: int) -> Counts:
+        track = self._tracks.get(pool_key)
+        return track.read(first, stop) if track else np.zeros(max(stop - first, 0), dtype=np.int32)
+
+    def _peak(self, pool_key: PoolKey, first: int, stop: int) -> int:
+        track = self._tracks.get(pool_key)
+        return track.peak(first, stop) if track else 0
+
+    def _track(self, pool_key: PoolKey) -> _Track:
+        return self._tracks.setdefault(pool_key, _Track())
+
+
+def _checked_span(start: datetime, end: datetime, count: int) -> tuple[int, int]:
+    if not start < end:
+        raise ValueError(f"empty booking [{start}, {end})")
+    if count < 1:
+        raise ValueError(f"a booking holds at least one instance, not {count}")
+    return slot_span(start, end)
+
+
+# -- the authoritative check, on rows read from the database ----------------------------------------
+
+
+def peak_booked(intervals: Iterable[Interval], window_start: datetime, window_end: datetime) -> int:
+    """The most instances that ``intervals`` hold at any one instant of ``[window_start, window_end)``.
+
+    An exact sweep: ends are exclusive, so one booking ending at 11:30 and another starting at 11:30
+    never count together.
+    """
+    events: list[tuple[int, int]] = []
+    low, high = _micros(window_start), _micros(window_end)
+    for start, end, count in intervals:
+        events.extend(_clipped(_micros(start), _micros(end), count, low, high))
+    return _sweep(events)
+
+
+def peak_booked_slots(intervals: Iterable[Interval], window_start: datetime, window_end: datetime) -> int:
+    """Like :func:`peak_booked`, but with every interval and the window widened to whole 30-minute
+    slots, exactly as :class:`CapacityCalendar` holds them.
+
+    This is the one the booking transaction uses: ``peak_booked_slots(rows, start, end) + count <=
+    reservable`` accepts a segment exactly when ``CapacityCalendar.can_book`` would on a calendar
+    holding the same rows. With the exact sweep the store could accept a segment starting at 11:39
+    next to one ending at 11:35 that the calendar refuses (both hold the 11:30 slot), and the
+    calendar's ``book`` after the commit would then fail. The slot check is never looser than the exact
+    one, so the invariant (never above reservable at any instant) holds either way.
+    """
+    events: list[tuple[int, int]] = []
+    low, high = slot_span(window_start, window_end)
+    for start, end, count in intervals:
+        first, stop = slot_span(start, end)
+        events.extend(_clipped(first, stop, count, low, high))
+    return _sweep(events)
+
+
+def _clipped(start: int, end: int, count: int, low: int, high: int) -> list[tuple[int, int]]:
+    start, end = max(start, low), min(end, high)
+    return [(start, count), (end, -count)] if start < end else []
+
+
+def _sweep(events: list[tuple[int, int]]) -> int:
+    # Sorting (time, delta) puts an instant's ends (negative deltas) before its starts.
+    running = peak = 0
+    for _, delta in sorted(events):
+        running += delta
+        peak = max(peak, running)
+    return peak

@@ -1,0 +1,505 @@
+"""The fleet: a region, its availability zones, the pools of instances in them, and the booking policy.
+
+A fleet is declared in TOML (the embedded demo, ``hyperplan/fleet/demo.toml``, documents every key).
+:func:`parse_fleet` reads the text (reading the file is the caller's job) and checks everything it can;
+each complaint is a :class:`~hyperplan.errors.ValidationError` that names the TOML key path, such as
+``pools[2].reservable: 20 is more than the pool's count, 16``.
+
+In brief::
+
+    region = "us-west-2"
+    currency = "USD"                     # default for every pool
+    [[zones]]    name, zone_id, subnets
+    [[pools]]    instance_type, zone, count, reservable (default: count), price_per_instance_hour, currency
+    [policy]     lead_time, horizon, segment_end, min_days, max_days, allowed_counts, max_segments,
+                 max_offerings, offering_validity, [policy.reclaim_lead] <target> = duration
+    [background_load]  cycle_days, quiet_days, quiet_booked, busy_booked, seed     (optional)
+    [quotas]     max_active_plans, max_reserved_instances_per_type
+    [buckets]    <bucket name> = <directory>
+    [accounts]   default_payment_mode = "auto" | "budget" | "approval"
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import time, timedelta
+from decimal import Decimal, InvalidOperation
+from types import MappingProxyType
+from typing import Any
+
+from hyperplan.core.durations import format_duration, parse_duration
+from hyperplan.errors import ValidationError
+
+PoolKey = tuple[str, str]
+"""(instance type, availability zone name): a pool's identity."""
+
+SERVED_TARGETS = ("training-job", "hyperpod-cluster")
+PAYMENT_MODES = ("auto", "budget", "approval")
+DEFAULT_COUNTS = (1, 2, 4, 8, 16, 32, 64)
+
+_REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d+")
+_ZONE_ID = re.compile(r"[a-z0-9]+-az\d+")
+_SUBNET = re.compile(r"subnet-[0-9a-f]{8,17}")
+_INSTANCE_TYPE = re.compile(r"ml\.[a-z0-9-]+\.[a-z0-9-]+")
+_CURRENCY = re.compile(r"[A-Z]{3}")
+_BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_CURRENCY_HINT = " (three capital letters, such as USD)"
+
+
+# -- the model ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AvailabilityZone:
+    name: str
+    zone_id: str
+    subnets: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Pool:
+    """``instance_count`` instances of one type in one zone; plans may hold at most ``reservable``."""
+
+    instance_type: str
+    availability_zone: str
+    instance_count: int
+    reservable: int
+    price_per_instance_hour: Decimal
+    currency: str
+
+    @property
+    def key(self) -> PoolKey:
+        return (self.instance_type, self.availability_zone)
+
+    @property
+    def on_demand(self) -> int:
+        """Instances that plans can never hold."""
+        return self.instance_count - self.reservable
+
+
+def _default_reclaim_lead() -> Mapping[str, timedelta]:
+    return MappingProxyType({target: timedelta(minutes=30) for target in SERVED_TARGETS})
+
+
+@dataclass(frozen=True)
+class BookingPolicy:
+    """The rules of what may be booked (decisions.md, "Booking policy"); the defaults follow AWS."""
+
+    lead_time: timedelta = timedelta(minutes=30)
+    horizon: timedelta = timedelta(days=56)  # the latest a plan may start, from now
+    segment_end: time = time(11, 30)  # UTC; every segment ends at this time of day
+    min_days: int = 1
+    max_days: int = 182
+    allowed_counts: tuple[int, ...] | None = DEFAULT_COUNTS  # None: any count up to the pool's size
+    max_segments: int = 2
+    max_offerings: int = 3
+    offering_validity: timedelta = timedelta(minutes=30)
+    reclaim_lead: Mapping[str, timedelta] = field(default_factory=_default_reclaim_lead, hash=False)
+
+    def reclaim_lead_for(self, target: str) -> timedelta:
+        """How long before a segment's end its capacity is taken back from ``target`` consumers."""
+        return self.reclaim_lead.get(target, timedelta(minutes=30))
+
+
+@dataclass(frozen=True)
+class BackgroundLoad:
+    """Synthetic bookings that keep a demo calendar busy (see :mod:`hyperplan.core.background`).
+
+    Time is cut into cycles of ``cycle_days``; each cycle of each pool opens with a quiet run of
+    ``quiet_days`` days with ``quiet_booked`` of the pool booked, then a busy run with ``busy_booked``.
+    """
+
+    cycle_days: int = 12
+    quiet_days: tuple[int, int] = (5, 7)
+    quiet_booked: tuple[float, float] = (0.50, 0.65)
+    busy_booked: tuple[float, float] = (0.80, 1.00)
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class Quotas:
+    """Per-account limits (AWS: plans per Region, reserved instances per type); generous by default."""
+
+    max_active_plans: int = 1000
+    max_reserved_instances_per_type: int = 4096
+
+
+@dataclass(frozen=True)
+class Fleet:
+    region: str
+    zones: tuple[AvailabilityZone, ...]
+    pools: tuple[Pool, ...]
+    policy: BookingPolicy = BookingPolicy()
+    background_load: BackgroundLoad | None = None
+    buckets: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    quotas: Quotas = Quotas()
+    default_payment_mode: str = "auto"
+
+    def pools_of_type(self, instance_type: str) -> tuple[Pool, ...]:
+        return tuple(pool for pool in self.pools if pool.instance_type == instance_type)
+
+    def pool(self, key: PoolKey) -> Pool:
+        """The pool with this key; KeyError if the fleet has none."""
+        for pool in self.pools:
+            if pool.key == key:
+                return pool
+        raise KeyError(f"no pool of {key[0]} in {key[1]}")
+
+    def zone(self, name: str) -> AvailabilityZone | None:
+        return next((zone for zone in self.zones if zone.name == name), None)
+
+    def zone_of_subnet(self, subnet_id: str) -> AvailabilityZone | None:
+        return next((zone for zone in self.zones if subnet_id in zone.subnets), None)
+
+    def reservable_types(self) -> tuple[str, ...]:
+        """Instance types that plans can book, sorted."""
+        return tuple(sorted({pool.instance_type for pool in self.pools if pool.reservable > 0}))
+
+    def fingerprint(self) -> bytes:
+        """4 bytes that change whenever pools, prices or policy change: offerings made under another
+        fingerprint are stale. Stable across processes and Python versions (not ``hash()``)."""
+        return hashlib.blake2b(_canonical_text(self).encode(), digest_size=4).digest()
+
+
+def _canonical_text(fleet: Fleet) -> str:
+    # In declared order: offering ids name pools by their index, so reordering must change this too.
+    pools = [
+        f"{p.instance_type}|{p.availability_zone}|{p.instance_count}|{p.reservable}|"
+        f"{_plain(p.price_per_instance_hour)}|{p.currency}"
+        for p in fleet.pools
+    ]
+    policy = fleet.policy
+    counts = "any" if policy.allowed_counts is None else ",".join(map(str, policy.allowed_counts))
+    leads = ",".join(f"{t}={format_duration(d)}" for t, d in sorted(policy.reclaim_lead.items()))
+    rules = (
+        f"{format_duration(policy.lead_time)}|{format_duration(policy.horizon)}|{policy.segment_end}|"
+        f"{policy.min_days}|{policy.max_days}|{counts}|{policy.max_segments}|{policy.max_offerings}|"
+        f"{format_duration(policy.offering_validity)}|{leads}"
+    )
+    return "\n".join([fleet.region, *pools, rules])
+
+
+def _plain(amount: Decimal) -> str:
+    """One spelling per amount, so that "98.3" and "98.30" fingerprint alike."""
+    return format(amount.normalize(), "f")
+
+
+# -- reading TOML ------------------------------------------------------------------------------------
+
+_REQUIRED: Any = object()
+
+
+class _Table:
+    """One TOML table being read. It knows its key path, so that every complaint can name the key."""
+
+    def __init__(self, values: Mapping[str, Any], path: str, allowed: Iterable[str]) -> None:
+        self.values = values
+        self.path = path
+        allowed = tuple(allowed)
+        for key in values:
+            if key not in allowed:
+                raise ValidationError(f"{self.at(key)}: unknown key (expected one of: {', '.join(allowed)})")
+
+    def at(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def fail(self, key: str, message: str) -> ValidationError:
+        return ValidationError(f"{self.at(key)}: {message}")
+
+    def get(self, key: str, kind: type | tuple[type, ...], default: Any, kind_name: str) -> Any:
+        if key not in self.values:
+            if default is _REQUIRED:
+                raise self.fail(key, "required")
+            return default
+        value = self.values[key]
+        if isinstance(value, bool) and bool not in (kind if isinstance(kind, tuple) else (kind,)):
+            raise self.fail(key, f"{value!r} is not {kind_name}")
+        if not isinstance(value, kind):
+            raise self.fail(key, f"{value!r} is not {kind_name}")
+        return value
+
+    def text(
+        self, key: str, default: Any = _REQUIRED, pattern: re.Pattern[str] | None = None, hint: str = ""
+    ) -> str:
+        value: str = self.get(key, str, default, "a string")
+        if pattern is not None and key in self.values and not pattern.fullmatch(value):
+            raise self.fail(key, f"{value!r} is not a valid {key.replace('_', ' ')}{hint}")
+        return value
+
+    def integer(self, key: str, default: Any = _REQUIRED, minimum: int = 0) -> int:
+        value: int = self.get(key, int, default, "a whole number")
+        if value < minimum:
+            raise self.fail(key, f"{value} is less than {minimum}")
+        return value
+
+    def duration(self, key: str, default: timedelta) -> timedelta:
+        if key not in self.values:
+            return default
+        try:
+            return parse_duration(self.get(key, str, default, 'a duration string such as "30m"'))
+        except ValidationError as error:
+            raise self.fail(key, error.message) from None
+
+    def money(self, key: str) -> Decimal:
+        raw = self.get(key, (str, int, float), _REQUIRED, 'an amount such as "98.32"')
+        try:
+            amount = Decimal(str(raw))  # via str(): a TOML float 98.32 must not become 98.31999...
+        except InvalidOperation:
+            raise self.fail(key, f"{raw!r} is not an amount") from None
+        if not amount.is_finite() or amount <= 0:
+            raise self.fail(key, f"{raw} is not a positive amount")
+        return amount
+
+    def table(self, key: str) -> Mapping[str, Any] | None:
+        return self.get(key, dict, None, "a table")
+
+    def tables(self, key: str) -> list[Mapping[str, Any]]:
+        values = self.get(key, list, [], "an array of tables")
+        for index, value in enumerate(values):
+            if not isinstance(value, dict):
+                raise ValidationError(f"{self.at(key)}[{index}]: {value!r} is not a table")
+        return values
+
+    def pair(self, key: str, default: tuple[Any, Any], read: type) -> tuple[Any, Any]:
+        """A ``[low, high]`` range."""
+        if key not in self.values:
+            return default
+        value = self.values[key]
+        if not (isinstance(value, list) and len(value) == 2 and all(_is(item, read) for item in value)):
+            raise self.fail(key, f"{value!r} is not a [low, high] pair of numbers")
+        low, high = (read(item) for item in value)
+        if low > high:
+            raise self.fail(key, f"{low} is more than {high}")
+        return (low, high)
+
+
+def _is(value: Any, read: type) -> bool:
+    kinds: tuple[type, ...] = (int, float) if read is float else (int,)
+    return isinstance(value, kinds) and not isinstance(value, bool)
+
+
+_TOP_KEYS = (
+    "region", "currency", "zones", "pools", "policy", "background_load", "quotas", "buckets", "accounts",
+)  # fmt: skip
+
+
+def parse_fleet(text: str) -> Fleet:
+    """Read a fleet from TOML text; a ValidationError names the first key that is wrong."""
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise ValidationError(f"the fleet file is not valid TOML: {error}") from None
+    top = _Table(document, "", _TOP_KEYS)
+    region = top.text("region", pattern=_REGION, hint=" (such as us-west-2)")
+    currency = top.text("currency", "USD", pattern=_CURRENCY, hint=_CURRENCY_HINT)
+    zones = _zones(top, region)
+    pools = _pools(top, zones, currency)
+    return Fleet(
+        region=region,
+        zones=zones,
+        pools=pools,
+        policy=_policy(top.table("policy") or {}),
+        background_load=_background_load(top.table("background_load")),
+        buckets=_buckets(top.table("buckets") or {}),
+        quotas=_quotas(top.table("quotas") or {}),
+        default_payment_mode=_payment_mode(top.table("accounts") or {}),
+    )
+
+
+def _zones(top: _Table, region: str) -> tuple[AvailabilityZone, ...]:
+    raw = top.tables("zones")
+    if not raw:
+        raise top.fail("zones", "a fleet needs at least one [[zones]] entry")
+    zones = tuple(
+        _zone(_Table(values, f"zones[{i}]", ("name", "zone_id", "subnets")), region)
+        for i, values in enumerate(raw)
+    )
+    _refuse_repeats("zones", [(z.name,) for z in zones], "name")
+    _refuse_repeats("zones", [(z.zone_id,) for z in zones], "zone_id")
+    subnets = [subnet for zone in zones for subnet in zone.subnets]
+    for subnet in subnets:
+        if subnets.count(subnet) > 1:
+            raise ValidationError(f"zones: subnet {subnet} is declared more than once")
+    return zones
+
+
+def _zone(table: _Table, region: str) -> AvailabilityZone:
+    name = table.text("name")
+    if not re.fullmatch(re.escape(region) + r"[a-z]", name):
+        raise table.fail("name", f"{name!r} is not a zone of region {region} (such as {region}a)")
+    subnets = table.get("subnets", list, [], "a list of subnet ids")
+    for index, subnet in enumerate(subnets):
+        if not isinstance(subnet, str) or not _SUBNET.fullmatch(subnet):
+            raise table.fail(f"subnets[{index}]", f"{subnet!r} is not a subnet id such as subnet-0a1b2c3d")
+    zone_id = table.text("zone_id", pattern=_ZONE_ID, hint=" (such as usw2-az1)")
+    return AvailabilityZone(name=name, zone_id=zone_id, subnets=tuple(subnets))
+
+
+_POOL_KEYS = ("instance_type", "zone", "count", "reservable", "price_per_instance_hour", "currency")
+
+
+def _pools(top: _Table, zones: tuple[AvailabilityZone, ...], currency: str) -> tuple[Pool, ...]:
+    zone_names = [zone.name for zone in zones]
+    pools = tuple(
+        _pool(_Table(values, f"pools[{i}]", _POOL_KEYS), zone_names, currency)
+        for i, values in enumerate(top.tables("pools"))
+    )
+    if not pools:
+        raise top.fail("pools", "a fleet needs at least one [[pools]] entry")
+    _refuse_repeats("pools", [pool.key for pool in pools], "instance_type and zone")
+    for index, pool in enumerate(pools):
+        if pool.currency != pools[0].currency:
+            raise ValidationError(
+                f"pools[{index}].currency: {pool.currency} differs from {pools[0].currency} of pools[0]; "
+                "a fleet charges in one currency"
+            )
+    return pools
+
+
+def _pool(table: _Table, zone_names: list[str], currency: str) -> Pool:
+    instance_type = table.text("instance_type", pattern=_INSTANCE_TYPE, hint=" (such as ml.p5.48xlarge)")
+    zone = table.text("zone")
+    if zone not in zone_names:
+        raise table.fail("zone", f"{zone!r} is not declared in [[zones]] ({', '.join(zone_names)})")
+    count = table.integer("count", minimum=1)
+    reservable = table.integer("reservable", count)
+    if reservable > count:
+        raise table.fail("reservable", f"{reservable} is more than the pool's count, {count}")
+    return Pool(
+        instance_type=instance_type,
+        availability_zone=zone,
+        instance_count=count,
+        reservable=reservable,
+        price_per_instance_hour=table.money("price_per_instance_hour"),
+        currency=table.text("currency", currency, pattern=_CURRENCY, hint=_CURRENCY_HINT),
+    )
+
+
+def _refuse_repeats(path: str, keys: list[tuple[str, ...]], what: str) -> None:
+    first_index: dict[tuple[str, ...], int] = {}
+    for index, key in enumerate(keys):
+        if key in first_index:
+            raise ValidationError(
+                f"{path}[{index}]: same {what} as {path}[{first_index[key]}] ({' in '.join(key)})"
+            )
+        first_index[key] = index
+
+
+_POLICY_KEYS = (
+    "lead_time", "horizon", "segment_end", "min_days", "max_days", "allowed_counts", "max_segments",
+    "max_offerings", "offering_validity", "reclaim_lead",
+)  # fmt: skip
+
+
+def _policy(values: Mapping[str, Any]) -> BookingPolicy:
+    table = _Table(values, "policy", _POLICY_KEYS)
+    default = BookingPolicy()
+    min_days = table.integer("min_days", default.min_days, minimum=1)
+    max_days = table.integer("max_days", default.max_days, minimum=min_days)
+    lead_time = table.duration("lead_time", default.lead_time)
+    horizon = table.duration("horizon", default.horizon)
+    if horizon <= lead_time:
+        raise table.fail("horizon", f"{format_duration(horizon)} is not later than the lead time")
+    return BookingPolicy(
+        lead_time=lead_time,
+        horizon=horizon,
+        segment_end=_segment_end(table, default.segment_end),
+        min_days=min_days,
+        max_days=max_days,
+        allowed_counts=_allowed_counts(table, default.allowed_counts),
+        max_segments=table.integer("max_segments", default.max_segments, minimum=1),
+        max_offerings=table.integer("max_offerings", default.max_offerings, minimum=1),
+        offering_validity=table.duration("offering_validity", default.offering_validity),
+        reclaim_lead=_reclaim_lead(table.table("reclaim_lead") or {}),
+    )
+
+
+def _segment_end(table: _Table, default: time) -> time:
+    """``"11:30"`` or a TOML local time; on a half hour, because capacity is counted in 30-minute slots."""
+    raw = table.get("segment_end", (str, time), default, 'a time of day such as "11:30"')
+    if isinstance(raw, str):
+        match = re.fullmatch(r"(\d{1,2}):(\d{2})", raw)
+        if match is None or int(match[1]) > 23 or int(match[2]) > 59:
+            raise table.fail("segment_end", f'{raw!r} is not a time of day such as "11:30"')
+        raw = time(int(match[1]), int(match[2]))
+    if raw.minute % 30 or raw.second or raw.microsecond or raw.tzinfo is not None:
+        raise table.fail("segment_end", f"{raw} is not on the hour or half hour (UTC, no offset)")
+    return raw
+
+
+def _allowed_counts(table: _Table, default: tuple[int, ...] | None) -> tuple[int, ...] | None:
+    raw = table.get("allowed_counts", (list, str), default, 'a list of counts or "any"')
+    if raw == "any" or raw is None:
+        return None
+    if isinstance(raw, str) or not raw:
+        raise table.fail("allowed_counts", f'{raw!r} is not a list of counts or "any"')
+    for index, count in enumerate(raw):
+        if not _is(count, int) or count < 1:
+            raise table.fail(f"allowed_counts[{index}]", f"{count!r} is not a positive whole number")
+    return tuple(sorted(set(raw)))
+
+
+def _reclaim_lead(values: Mapping[str, Any]) -> Mapping[str, timedelta]:
+    table = _Table(values, "policy.reclaim_lead", SERVED_TARGETS)
+    leads = {target: table.duration(target, timedelta(minutes=30)) for target in SERVED_TARGETS}
+    return MappingProxyType(leads)
+
+
+_BACKGROUND_KEYS = ("cycle_days", "quiet_days", "quiet_booked", "busy_booked", "seed")
+
+
+def _background_load(values: Mapping[str, Any] | None) -> BackgroundLoad | None:
+    if values is None:
+        return None
+    table = _Table(values, "background_load", _BACKGROUND_KEYS)
+    default = BackgroundLoad()
+    cycle_days = table.integer("cycle_days", default.cycle_days, minimum=2)
+    quiet_days = table.pair("quiet_days", default.quiet_days, int)
+    if quiet_days[0] < 1 or quiet_days[1] >= cycle_days:
+        raise table.fail("quiet_days", f"{list(quiet_days)} must lie within 1 .. cycle_days - 1")
+    return BackgroundLoad(
+        cycle_days=cycle_days,
+        quiet_days=quiet_days,
+        quiet_booked=_fractions(table, "quiet_booked", default.quiet_booked),
+        busy_booked=_fractions(table, "busy_booked", default.busy_booked),
+        seed=table.integer("seed", default.seed),
+    )
+
+
+def _fractions(table: _Table, key: str, default: tuple[float, float]) -> tuple[float, float]:
+    low, high = table.pair(key, default, float)
+    if low < 0.0 or high > 1.0:
+        raise table.fail(key, f"{[low, high]} must lie within 0 .. 1")
+    return (low, high)
+
+
+def _buckets(values: Mapping[str, Any]) -> Mapping[str, str]:
+    for name, directory in values.items():
+        if not _BUCKET.fullmatch(name):
+            raise ValidationError(f"buckets.{name}: not a valid bucket name (3-63 of a-z 0-9 . -)")
+        if not isinstance(directory, str) or not directory:
+            raise ValidationError(f"buckets.{name}: {directory!r} is not a directory")
+    return MappingProxyType(dict(values))
+
+
+def _quotas(values: Mapping[str, Any]) -> Quotas:
+    table = _Table(values, "quotas", ("max_active_plans", "max_reserved_instances_per_type"))
+    default = Quotas()
+    return Quotas(
+        max_active_plans=table.integer("max_active_plans", default.max_active_plans, minimum=1),
+        max_reserved_instances_per_type=table.integer(
+            "max_reserved_instances_per_type", default.max_reserved_instances_per_type, minimum=1
+        ),
+    )
+
+
+def _payment_mode(values: Mapping[str, Any]) -> str:
+    table = _Table(values, "accounts", ("default_payment_mode",))
+    mode = table.text("default_payment_mode", "auto")
+    if mode not in PAYMENT_MODES:
+        raise table.fail("default_payment_mode", f"{mode!r} is not one of {', '.join(PAYMENT_MODES)}")
+    return mode

@@ -1,0 +1,553 @@
+"""SearchTrainingPlanOfferings for a new plan: priced offerings of 1..K segments, best first.
+
+The rules (decisions.md, "Booking policy"):
+
+* Time is cut into *days* from one 11:30 UTC boundary to the next (``policy.segment_end``). Every
+  segment ends on a boundary and holds whole days, except that a segment starting at the *soonest*
+  start (``max(StartTimeAfter, now + 30 min)`` rounded up to the minute), when that falls between two
+  boundaries, also holds the partial day up to the next boundary. Its DurationHours/Minutes and price
+  count that real length. Other segments start on boundaries.
+* The segments' whole days add up to D = ceil(DurationHours / 24), within ``[min_days, max_days]``.
+* The window: the first segment starts no earlier than the soonest start and no later than
+  ``now + horizon`` (56 days); every segment ends by EndTimeBefore, which defaults to ``now + horizon``:
+  the default window ``[now + 30 min, now + 56 days]`` holds the whole plan. An EndTimeBefore later
+  than ``now + horizon + max_days`` is cut back to that (no plan could use more).
+* hyperpod-cluster offerings keep all segments in one pool (one AZ); training-job offerings may take
+  each segment from any pool of the type. Two segments of one offering in the same pool are never
+  adjacent (that would be one segment), so they never overlap and can be booked one by one.
+* Best first: fewest segments, then earliest finish, then lowest price.
+
+Which offerings: the best one is exact. Then variety: the search takes distinct *shapes* (the list of
+(start, end) of the segments) in best-first order, so that it returns, say, the same 10 days in AZ a,
+the same days with the partial first day added, and 10 days starting a day later, rather than one
+shape in three AZs; only when fewer than ``max_offerings`` shapes exist does it add the same shape in
+other pools. The chosen offerings are then sorted best first. Offerings with k + 1 segments are only
+looked for while fewer than ``max_offerings`` shapes have been found with k or fewer (AWS: "if one
+block does not fit, it tries two").
+
+How (N days in the window, P pools of the type, D days asked for):
+
+1. Per pool, the day-level minimum free count over each whole day (one numpy reduction over
+   N x 48 slots) and whether the partial day is free; a day is *open* if it holds the count.
+2. Per pool, a table ``next_fit[d, j]``: the first day ``a >= j`` that opens a run of ``d`` open days,
+   built in one vectorised pass over (D + 1) x N from the run lengths of open days.
+3. One segment: per pool, the first ``max_offerings`` starts ``next_fit[D, 0]``, ``next_fit[D, a + 1]``...
+4. k segments: placing segments earliest-first (greedy) gives the earliest finish for a given list of
+   lengths and pools. Level 1 is ``next_fit[t, 0]`` for every pool and length t. Level k combines the
+   level k - 1 prefixes (pool q, t days) with a last segment (pool p, d days) starting at
+   ``next_fit[p, d, end(q, t) + (q == p)]``: O(P^2 D) table look-ups for the final level, all vectorised.
+   Every (q, p, d) of the final level is a candidate, so for K = 2 finish and price are both exact.
+   Levels between (only when K > 2) keep, per (pool, total days), the earliest-finishing prefix,
+   cheapest among those: O(P^2 D^2) per level, linear in K, instead of enumerating the compositions of
+   D into K parts (which grow as D^(K-1)). With K > 2 the finish stays exact; the price tie-break can
+   miss a cheaper mix of pools with the same finish.
+Total: O(P N (48 + D) + K P^2 D^2) numpy work, a few hundred microseconds for a 120-day window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import ROUND_HALF_UP, Decimal
+
+import numpy as np
+import numpy.typing as npt
+
+from hyperplan.core.calendar import SLOTS_PER_DAY, CapacityCalendar
+from hyperplan.core.fleet import SERVED_TARGETS, BookingPolicy, Fleet, Pool, PoolKey
+from hyperplan.errors import ValidationError
+
+DAY = timedelta(days=1)
+UNSERVED_TARGETS = ("endpoint", "studio-apps")
+_CENT = Decimal("0.01")
+_NONE = 1 << 40  # "no such day": larger than any day index, and still so after adding a length
+
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
+
+
+# -- values in and out -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    instance_type: str
+    instance_count: int
+    duration_hours: int
+    target: str
+    start_after: datetime | None = None
+    end_before: datetime | None = None
+
+
+def _hours_minutes(length: timedelta) -> tuple[int, int]:
+    hours, minutes = divmod(length // timedelta(minutes=1), 60)
+    return int(hours), int(minutes)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """``count`` instances of one pool over ``[start, end)``."""
+
+    pool_key: PoolKey
+    start: datetime
+    end: datetime
+    count: int
+
+    @property
+    def duration_hours_minutes(self) -> tuple[int, int]:
+        return _hours_minutes(self.end - self.start)
+
+
+@dataclass(frozen=True)
+class Offering:
+    target: str
+    segments: tuple[Segment, ...]
+    upfront_fee: Decimal
+    currency: str
+
+    @property
+    def start(self) -> datetime:
+        return self.segments[0].start
+
+    @property
+    def end(self) -> datetime:
+        return self.segments[-1].end
+
+    @property
+    def duration_hours_minutes(self) -> tuple[int, int]:
+        """The segments' real lengths added up (gaps between segments are not counted)."""
+        return _hours_minutes(sum((s.end - s.start for s in self.segments), timedelta()))
+
+    @property
+    def instance_type(self) -> str:
+        return self.segments[0].pool_key[0]
+
+    @property
+    def instance_count(self) -> int:
+        return self.segments[0].count
+
+
+def segment_price(pool: Pool, start: datetime, end: datetime, count: int) -> Decimal:
+    """count x real hours x price, to the cent (half up). An offering's fee is the sum of its
+    segments' prices, so that invoices itemised per segment add up to the fee."""
+    minutes = (end - start) // timedelta(minutes=1)
+    return (count * minutes * pool.price_per_instance_hour / 60).quantize(_CENT, rounding=ROUND_HALF_UP)
+
+
+# -- the search --------------------------------------------------------------------------------------
+
+
+def search(fleet: Fleet, calendar: CapacityCalendar, request: SearchRequest, now: datetime) -> list[Offering]:
+    """Offerings for ``request`` at ``now``, best first; at most ``policy.max_offerings``; [] if none
+    fits. A ValidationError names the request member that is wrong."""
+    query = _query(fleet, request, now)
+    grids = [_PoolDays.read(calendar, pool, query) for pool in query.pools]
+    planner = _Planner(query, grids)
+    return [_offering(query, candidate) for candidate in planner.best()]
+
+
+@dataclass(frozen=True)
+class _Query:
+    """A validated request, with its window cut into days."""
+
+    target: str
+    count: int
+    days: int  # D: whole days to cover
+    pools: tuple[Pool, ...]  # of the type, each able to hold the count
+    soonest: datetime
+    first_boundary: datetime  # day 0 starts here; == soonest when there is no partial day
+    n_days: int  # whole days inside the window
+    latest_start_day: int  # the last day a segment may open the plan on (negative: only the soonest)
+    max_segments: int
+    max_offerings: int
+
+    @property
+    def has_partial_day(self) -> bool:
+        return self.soonest < self.first_boundary
+
+    def day_start(self, day: int) -> datetime:
+        return self.first_boundary + day * DAY
+
+
+# -- validation --------------------------------------------------------------------------------------
+
+
+def _query(fleet: Fleet, request: SearchRequest, now: datetime) -> _Query:
+    policy = fleet.policy
+    _check_target(request.target)
+    pools = _pools_for(fleet, request)
+    days = _days_for(policy, request.duration_hours)
+    soonest, latest_start, end_limit = _window(policy, request, _utc(now, "now"))
+    first_boundary = _next_boundary(soonest, policy)
+    return _Query(
+        target=request.target,
+        count=request.instance_count,
+        days=days,
+        pools=pools,
+        soonest=soonest,
+        first_boundary=first_boundary,
+        n_days=max((end_limit - first_boundary) // DAY, 0),
+        latest_start_day=(latest_start - first_boundary) // DAY,
+        max_segments=policy.max_segments,
+        max_offerings=policy.max_offerings,
+    )
+
+
+def _check_target(target: str) -> None:
+    served = " and ".join(SERVED_TARGETS)
+    if not target:
+        raise ValidationError("TargetResources is required: one of training-job, hyperpod-cluster.")
+    if target in UNSERVED_TARGETS:
+        raise ValidationError(
+            f"TargetResources: this deployment does not serve {target}; it serves {served}."
+        )
+    if target not in SERVED_TARGETS:
+        raise ValidationError(
+            f"TargetResources: {target!r} is not a target; this deployment serves {served}."
+        )
+
+
+def _pools_for(fleet: Fleet, request: SearchRequest) -> tuple[Pool, ...]:
+    instance_type, count = request.instance_type, request.instance_count
+    if not instance_type:
+        raise ValidationError("InstanceType is required.")
+    pools = tuple(pool for pool in fleet.pools_of_type(instance_type) if pool.reservable > 0)
+    if not pools:
+        served = ", ".join(fleet.reservable_types()) or "none"
+        raise ValidationError(
+            f"InstanceType: {instance_type} cannot be reserved in this deployment; "
+            f"it offers plans for {served}."
+        )
+    allowed = fleet.policy.allowed_counts
+    if not count or count < 1:
+        raise ValidationError("InstanceCount must be at least 1.")
+    if allowed is not None and count not in allowed:
+        listed = ", ".join(map(str, allowed))
+        raise ValidationError(f"InstanceCount: {count} is not allowed; plans hold {listed} instances.")
+    largest = max(pool.reservable for pool in pools)
+    if count > largest:
+        raise ValidationError(
+            f"InstanceCount: {count} is more than any {instance_type} pool can hold; "
+            f"the largest holds {largest}."
+        )
+    return tuple(pool for pool in pools if pool.reservable >= count)
+
+
+def _days_for(policy: BookingPolicy, duration_hours: int) -> int:
+    if not duration_hours or duration_hours < 1:
+        raise ValidationError("DurationHours must be at least 1.")
+    days = -(-duration_hours // 24)
+    if not policy.min_days <= days <= policy.max_days:
+        raise ValidationError(
+            f"DurationHours: {duration_hours} hours is {days} days; plans last {policy.min_days} to "
+            f"{policy.max_days} days ({policy.min_days * 24} to {policy.max_days * 24} hours)."
+        )
+    return days
+
+
+def _window(
+    policy: BookingPolicy, request: SearchRequest, now: datetime
+) -> tuple[datetime, datetime, datetime]:
+    """(soonest start, latest start, latest end)."""
+    earliest = now + policy.lead_time
+    start_after = _utc(request.start_after, "StartTimeAfter") if request.start_after else None
+    start = max(earliest, start_after) if start_after else earliest  # a past StartTimeAfter is clamped
+    soonest, latest_start = _ceil_minute(start), now + policy.horizon
+    if soonest > latest_start:
+        raise ValidationError(
+            f"StartTimeAfter: {_show(start)} is too late; plans start at most "
+            f"{policy.horizon.days} days ahead, by {_show(latest_start)}."
+        )
+    end_limit = _utc(request.end_before, "EndTimeBefore") if request.end_before else latest_start
+    if end_limit < start + DAY:
+        raise ValidationError(
+            f"EndTimeBefore: {_show(end_limit)} must be at least 24 hours after the earliest start, "
+            f"{_show(start)}."
+        )
+    return soonest, latest_start, min(end_limit, latest_start + policy.max_days * DAY)
+
+
+def _utc(moment: datetime | None, name: str) -> datetime:
+    if moment is None or moment.tzinfo is None:
+        raise ValidationError(f"{name}: {moment} is not a time with a time zone.")
+    return moment.astimezone(UTC)
+
+
+def _ceil_minute(moment: datetime) -> datetime:
+    floor = moment.replace(second=0, microsecond=0)
+    return floor if floor == moment else floor + timedelta(minutes=1)
+
+
+def _next_boundary(moment: datetime, policy: BookingPolicy) -> datetime:
+    """The first segment end (11:30 UTC) at or after ``moment``."""
+    boundary = datetime.combine(moment.date(), policy.segment_end, tzinfo=UTC)
+    return boundary if boundary >= moment else boundary + DAY
+
+
+def _show(moment: datetime) -> str:
+    return f"{moment:%Y-%m-%dT%H:%M:%S}Z"
+
+
+# -- one pool's days ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _PoolDays:
+    """Which whole days of the window can hold the count in one pool, and whether the partial day can."""
+
+    pool: Pool
+    open_days: npt.NDArray[np.bool_]
+    partial_open: bool
+
+    @staticmethod
+    def read(calendar: CapacityCalendar, pool: Pool, query: _Query) -> _PoolDays:
+        n = query.n_days
+        free = calendar.free(pool.key, query.first_boundary, query.day_start(n)) if n else np.zeros(0)
+        open_days = free.reshape(n, SLOTS_PER_DAY).min(axis=1) >= query.count if n else np.zeros(0, bool)
+        partial_open = query.has_partial_day and calendar.can_book(
+            pool.key, query.soonest, query.first_boundary, query.count
+        )
+        return _PoolDays(pool, open_days, partial_open)
+
+
+def _run_lengths(open_days: npt.NDArray[np.bool_]) -> Ints:
+    """For each day j (and two padding days past the end), how many open days follow from j on."""
+    n = len(open_days)
+    index = np.arange(n + 2)
+    closed = np.concatenate([~open_days, [True, True]])
+    next_closed = np.minimum.accumulate(np.where(closed, index, n + 2)[::-1])[::-1]
+    return (next_closed - index).astype(np.int64)
+
+
+def _next_fit_table(open_days: npt.NDArray[np.bool_], max_length: int) -> Ints:
+    """``table[d, j]``: the first day a >= j that opens d open days in a row; _NONE if there is none.
+    Columns run to n + 1 so that "the day after the window's last" can be looked up too."""
+    runs = _run_lengths(open_days)
+    lengths = np.arange(max_length + 1)[:, None]
+    starts = np.where(runs[None, :] >= lengths, np.arange(len(runs))[None, :], _NONE)
+    return np.minimum.accumulate(starts[:, ::-1], axis=1)[:, ::-1]
+
+
+# -- candidates --------------------------------------------------------------------------------------
+
+Placed = tuple[int, int, int]  # (pool index, first day, stop day)
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    segments: tuple[Placed, ...]
+    partial: bool  # the first segment starts at the soonest start, holding the partial day too
+    cost: float  # for ranking only; the fee is computed exactly from the segments
+
+    @property
+    def finish(self) -> int:
+        return self.segments[-1][2]
+
+    @property
+    def shape(self) -> tuple[tuple[int, int], ...]:
+        first = -1 if self.partial else self.segments[0][1]
+        return ((first, self.segments[0][2]), *((start, stop) for _, start, stop in self.segments[1:]))
+
+    @property
+    def rank(self) -> tuple[int, int, float]:
+        return (len(self.segments), self.finish, self.cost)
+
+
+@dataclass
+class _Level:
+    """Best prefixes of k segments, per (last pool, total days): where they end and how they got there."""
+
+    end: Ints  # (P, D + 1); _NONE where no prefix exists
+    cost: Floats
+    first_start: Ints
+    first_pool: Ints
+    previous_pool: Ints  # -1 on level 1
+    last_start: Ints
+    parent: _Level | None = None  # level k - 1
+
+
+class _Planner:
+    def __init__(self, query: _Query, grids: list[_PoolDays]) -> None:
+        self.query = query
+        self.grids = grids
+        self.hyperpod = query.target == "hyperpod-cluster"
+        days = query.days
+        shape_ok = query.n_days >= days
+        self.tables = np.stack([_next_fit_table(g.open_days, days) for g in grids]) if shape_ok else None
+        hourly = np.array([float(g.pool.price_per_instance_hour) * query.count for g in grids])
+        self.day_cost = hourly * 24
+        partial_hours = (query.first_boundary - query.soonest) / timedelta(hours=1)
+        self.partial_cost = hourly * partial_hours
+        self.partial_open = np.array([g.partial_open for g in grids], dtype=bool)
+        # With no boundary start left in the window, the plan must start at the soonest start.
+        self.start_limit = max(query.latest_start_day, 0)
+        self.only_partial = query.latest_start_day < 0
+
+    def best(self) -> list[_Candidate]:
+        if self.tables is None:
+            return []
+        wanted = self.query.max_offerings
+        chosen: list[_Candidate] = []
+        spare: list[_Candidate] = []
+        seen: set[tuple[tuple[int, int], ...]] = set()
+        for candidate in self._candidates():
+            if candidate.shape in seen:
+                spare.append(candidate)
+                continue
+            seen.add(candidate.shape)
+            chosen.append(candidate)
+            if len(chosen) == wanted:
+                break
+        chosen.extend(spare[: wanted - len(chosen)])
+        return sorted(chosen, key=lambda c: c.rank)
+
+    def _candidates(self) -> Iterator[_Candidate]:
+        """Every candidate, level by level, each level best first. The caller stops when it has enough,
+        so deeper levels are only computed when shallower ones did not give enough shapes."""
+        yield from sorted(self._single_segments(), key=lambda c: c.rank)
+        level = self._first_level()
+        for k in range(2, min(self.query.max_segments, self.query.days) + 1):
+            yield from self._final_level(level, k)
+            if k < self.query.max_segments:
+                level = self._middle_level(level, k)
+
+    # -- one segment
+
+    def _single_segments(self) -> Iterator[_Candidate]:
+        assert self.tables is not None
+        days = self.query.days
+        for p in range(len(self.grids)):
+            start, found = int(self.tables[p, days, 0]), 0
+            while start <= self.start_limit and found < self.query.max_offerings:
+                found += 1
+                yield from self._with_variant(((p, start, start + days),), float(self.day_cost[p] * days))
+                start = int(self.tables[p, days, start + 1])
+
+    def _with_variant(self, segments: tuple[Placed, ...], cost: float) -> Iterator[_Candidate]:
+        """The candidate, and the same with the partial day added when it starts on day 0."""
+        pool, start, _ = segments[0]
+        if not self.only_partial or start != 0:
+            yield _Candidate(segments, False, cost)
+        if start == 0 and self.partial_open[pool]:
+            yield _Candidate(segments, True, cost + float(self.partial_cost[pool]))
+
+    # -- several segments
+
+    def _first_level(self) -> _Level:
+        assert self.tables is not None
+        pools, totals = len(self.grids), np.arange(self.query.days + 1)
+        starts = self.tables[:, :, 0]
+        end = np.where((starts <= self.start_limit) & (totals > 0), starts + totals, _NONE)
+        pool_of = np.broadcast_to(np.arange(pools)[:, None], end.shape).copy()
+        return _Level(
+            end=end,
+            cost=self.day_cost[:, None] * totals[None, :],
+            first_start=starts,
+            first_pool=pool_of,
+            previous_pool=np.full(end.shape, -1),
+            last_start=starts,
+        )
+
+    def _extend(self, level: _Level, total: int, k: int) -> tuple[Ints, ...] | None:
+        """Every (previous pool q, pool p, last length d) that ends a k-segment plan of ``total`` days:
+        arrays of shape (Q, P, d) of q, p, d, the last segment's start and the plan's end."""
+        assert self.tables is not None
+        lengths = np.arange(1, total - (k - 1) + 1)
+        if not len(lengths):
+            return None
+        pools = np.arange(len(self.grids))
+        q, p, d = pools[:, None, None], pools[None, :, None], lengths[None, None, :]
+        prefix_end = level.end[q, total - d]
+        after = np.minimum(prefix_end + (q == p), self.query.n_days + 1)
+        start = self.tables[p, d, after]
+        end = np.where((prefix_end < _NONE) & (start < _NONE), start + d, _NONE)
+        if self.hyperpod:
+            end = np.where(q == p, end, _NONE)
+        q, p, d = np.broadcast_arrays(q, p, d)
+        return q, p, d, np.broadcast_to(start, end.shape), end
+
+    def _final_level(self, level: _Level, k: int) -> Iterator[_Candidate]:
+        extended = self._extend(level, self.query.days, k)
+        if extended is None:
+            return
+        q, p, d, start, end = (array.ravel() for array in extended)
+        valid = end < _NONE
+        q, p, d, start, end = q[valid], p[valid], d[valid], start[valid], end[valid]
+        prefix = self.query.days - d
+        cost = level.cost[q, prefix] + self.day_cost[p] * d
+        variant = (level.first_start[q, prefix] == 0) & self.partial_open[level.first_pool[q, prefix]]
+        variant_cost = cost + self.partial_cost[level.first_pool[q, prefix]]
+        rows = [(end, cost, False, np.ones(len(end), dtype=bool)), (end, variant_cost, True, variant)]
+        if self.only_partial:
+            rows = rows[1:]
+        yield from self._ranked(level, k, q, p, d, start, rows)
+
+    def _ranked(
+        self, level: _Level, k: int, q: Ints, p: Ints, d: Ints, start: Ints,
+        rows: list[tuple[Ints, Floats, bool, npt.NDArray[np.bool_]]],
+    ) -> Iterator[_Candidate]:  # fmt: skip
+        ends = np.concatenate([end[keep] for end, _, _, keep in rows])
+        costs = np.concatenate([cost[keep] for _, cost, _, keep in rows])
+        which = np.concatenate([np.flatnonzero(keep) for *_, keep in rows])
+        partial = np.concatenate([np.full(int(keep.sum()), flag) for _, _, flag, keep in rows])
+        for i in np.lexsort((costs, ends)):
+            j = int(which[i])
+            prefix = self._trace(level, k - 1, int(q[j]), self.query.days - int(d[j]))
+            last = (int(p[j]), int(start[j]), int(start[j] + d[j]))
+            yield _Candidate((*prefix, last), bool(partial[i]), float(costs[i]))
+
+    def _middle_level(self, level: _Level, k: int) -> _Level:
+        """Level k from level k - 1: per (pool, total days) the earliest-ending plan, cheapest of those."""
+        shape = level.end.shape
+
+        def blank() -> Ints:
+            return np.full(shape, _NONE, dtype=np.int64)
+
+        result = _Level(blank(), np.zeros(shape), blank(), blank(), blank(), blank(), parent=level)
+        for total in range(k, self.query.days):
+            extended = self._extend(level, total, k)
+            if extended is not None:
+                self._keep_best(level, result, total, *extended)
+        return result
+
+    def _keep_best(
+        self, level: _Level, result: _Level, total: int, q: Ints, p: Ints, d: Ints, start: Ints, end: Ints
+    ) -> None:
+        prefix = total - d
+        cost = np.where(end < _NONE, level.cost[q, prefix] + self.day_cost[p] * d, np.inf)
+        # For each pool p (axis 1), the earliest end over (q, d), then the cheapest among those.
+        by_pool = [np.moveaxis(a, 1, 0).reshape(len(self.grids), -1) for a in (q, d, start, end, cost)]
+        q2, d2, start2, end2, cost2 = by_pool
+        earliest = end2.min(axis=1, keepdims=True)
+        pick = np.where(end2 == earliest, cost2, np.inf).argmin(axis=1)
+        rows = np.arange(len(self.grids))
+        best_q, best_prefix = q2[rows, pick], total - d2[rows, pick]
+        result.end[:, total] = end2[rows, pick]
+        result.cost[:, total] = cost2[rows, pick]
+        result.first_start[:, total] = level.first_start[best_q, best_prefix]
+        result.first_pool[:, total] = level.first_pool[best_q, best_prefix]
+        result.previous_pool[:, total] = best_q
+        result.last_start[:, total] = start2[rows, pick]
+
+    def _trace(self, level: _Level, k: int, pool: int, total: int) -> tuple[Placed, ...]:
+        """The segments of the level-k prefix ending in ``pool`` with ``total`` days, in time order."""
+        segments: list[Placed] = []
+        current: _Level | None = level
+        while current is not None:
+            start, end = int(current.last_start[pool, total]), int(current.end[pool, total])
+            segments.append((pool, start, end))
+            pool, total = int(current.previous_pool[pool, total]), total - (end - start)
+            current = current.parent
+        return tuple(reversed(segments))
+
+
+def _offering(query: _Query, candidate: _Candidate) -> Offering:
+    segments, fee = [], Decimal("0.00")
+    for index, (pool_index, start_day, stop_day) in enumerate(candidate.segments):
+        pool = query.pools[pool_index]
+        start = query.soonest if index == 0 and candidate.partial else query.day_start(start_day)
+        end = query.day_start(stop_day)
+        segments.append(Segment(pool.key, start, end, query.count))
+        fee += segment_price(pool, start, end, query.count)
+    return Offering(query.target, tuple(segments), fee, query.pools[0].currency)
