@@ -186,3 +186,32 @@ class Server:
                 f"{process.stdout}\n{process.stderr}"
             )
         return process
+
+
+def signed_post(
+    server: Server,
+    target: str | None,
+    body: bytes,
+    credentials: Credentials = ADMIN,
+    *,
+    signed_at: Any = None,
+) -> httpx.Response:
+    """A raw awsJson1.1 request signed by botocore itself, for bodies and targets boto3 will not send."""
+    from unittest import mock
+
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials as BotoCredentials
+
+    headers = {"Content-Type": "application/x-amz-json-1.1"}
+    if target is not None:
+        headers["X-Amz-Target"] = target
+    request = AWSRequest(method="POST", url=f"{server.url}/", data=body, headers=headers)
+    signer = SigV4Auth(BotoCredentials(credentials.access_key, credentials.secret_key), "sagemaker", REGION)
+    if signed_at is None:
+        signer.add_auth(request)
+    else:  # a client whose own clock reads `signed_at`
+        with mock.patch("botocore.auth.get_current_datetime", return_value=signed_at):
+            signer.add_auth(request)
+    prepared = request.prepare()
+    return httpx.post(prepared.url, content=body, headers=dict(prepared.headers), timeout=60)

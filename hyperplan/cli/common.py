@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -16,8 +17,10 @@ from rich.table import Table
 from hyperplan.cli.client import ApiError, NativeClient, resolve_credentials, resolve_endpoint
 from hyperplan.runtime import default_data_dir
 
-console = Console()
-errors = Console(stderr=True)
+# Piped output keeps its columns: a table squeezed to 80 characters is unreadable in a log or a file.
+_PIPED_WIDTH = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200"))
+console = Console(width=_PIPED_WIDTH)
+errors = Console(stderr=True, width=_PIPED_WIDTH)
 
 EndpointOpt = Annotated[
     str | None,
@@ -78,3 +81,35 @@ def emit(value: Any, as_json: bool, render: Callable[[Any], None]) -> None:
         print_json(value)
     else:
         render(value)
+
+
+def sagemaker_client(endpoint_url: str | None, profile: str | None, data_dir: Path | None) -> Any:
+    """A botocore SageMaker client for our server: the CLI uses the same API as everyone else."""
+    import botocore.session
+    from botocore.config import Config
+
+    native = native_client(endpoint_url, profile, data_dir)
+    return botocore.session.Session().create_client(
+        "sagemaker",
+        endpoint_url=native.endpoint,
+        region_name=native.server_region(),
+        aws_access_key_id=native.credentials.access_key,
+        aws_secret_access_key=native.credentials.secret_key,
+        aws_session_token=native.credentials.session_token,
+        config=Config(retries={"max_attempts": 1}),
+    )
+
+
+@contextmanager
+def reporting_sagemaker_errors() -> Iterator[None]:
+    from botocore.exceptions import ClientError, EndpointConnectionError
+
+    try:
+        yield
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        errors.print(f"[red]{error.get('Code')}[/red]: {error.get('Message')}")
+        raise typer.Exit(1) from None
+    except EndpointConnectionError as exc:
+        errors.print(f"[red]Cannot reach the server[/red]: {exc}. Is `hyperplan serve` running?")
+        raise typer.Exit(1) from None

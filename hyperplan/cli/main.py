@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from hyperplan.cli import accounts, clock
+from hyperplan.cli import accounts, clock, fleet, plans
 from hyperplan.cli.common import console
 
 app = typer.Typer(
@@ -18,6 +18,8 @@ app = typer.Typer(
 )
 app.add_typer(accounts.app, name="accounts")
 app.add_typer(clock.app, name="clock")
+app.add_typer(fleet.app, name="fleet")
+app.add_typer(plans.app, name="plans")
 
 
 @app.command()

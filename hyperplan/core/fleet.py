@@ -237,10 +237,11 @@ class _Table:
         return value
 
     def duration(self, key: str, default: timedelta) -> timedelta:
+        text = self.get(key, str, default, 'a duration string such as "30m"')
         if key not in self.values:
             return default
         try:
-            return parse_duration(self.get(key, str, default, 'a duration string such as "30m"'))
+            return parse_duration(text)
         except ValidationError as error:
             raise self.fail(key, error.message) from None
 

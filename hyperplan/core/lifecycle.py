@@ -38,7 +38,9 @@ FINAL = frozenset({PlanStatus.EXPIRED, PlanStatus.FAILED})
 
 # Every move a plan may make; anything else is a bug and is refused by `check_transition`.
 PLAN_TRANSITIONS: dict[PlanStatus, frozenset[PlanStatus]] = {
-    PlanStatus.PENDING: frozenset({PlanStatus.SCHEDULED, PlanStatus.ACTIVE, PlanStatus.EXPIRED, PlanStatus.FAILED}),
+    PlanStatus.PENDING: frozenset(
+        {PlanStatus.SCHEDULED, PlanStatus.ACTIVE, PlanStatus.EXPIRED, PlanStatus.FAILED}
+    ),
     PlanStatus.SCHEDULED: frozenset({PlanStatus.ACTIVE, PlanStatus.EXPIRED, PlanStatus.FAILED}),
     PlanStatus.ACTIVE: frozenset({PlanStatus.SCHEDULED, PlanStatus.EXPIRED, PlanStatus.FAILED}),
     PlanStatus.EXPIRED: frozenset(),

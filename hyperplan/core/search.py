@@ -21,9 +21,10 @@ Which offerings: the best one is exact. Then variety: the search takes distinct 
 (start, end) of the segments) in best-first order, so that it returns, say, the same 10 days in AZ a,
 the same days with the partial first day added, and 10 days starting a day later, rather than one
 shape in three AZs; only when fewer than ``max_offerings`` shapes exist does it add the same shape in
-other pools. The chosen offerings are then sorted best first. Offerings with k + 1 segments are only
-looked for while fewer than ``max_offerings`` shapes have been found with k or fewer (AWS: "if one
-block does not fit, it tries two").
+other pools. A split is left out when an offering with fewer segments starts no later and finishes
+no later (it would only be a worse copy). The chosen offerings are then sorted best first.
+Offerings with k + 1 segments are only looked for while fewer than ``max_offerings`` shapes have been
+found with k or fewer (AWS: "if one block does not fit, it tries two").
 
 How (N days in the window, P pools of the type, D days asked for):
 
@@ -383,6 +384,8 @@ class _Planner:
         # With no boundary start left in the window, the plan must start at the soonest start.
         self.start_limit = max(query.latest_start_day, 0)
         self.only_partial = query.latest_start_day < 0
+        # (first day, stop day) of every candidate handed out so far; the partial day's start is -1.
+        self.spans: list[tuple[int, int]] = []
 
     def best(self) -> list[_Candidate]:
         if self.tables is None:
@@ -392,6 +395,7 @@ class _Planner:
         spare: list[_Candidate] = []
         seen: set[tuple[tuple[int, int], ...]] = set()
         for candidate in self._candidates():
+            self.spans.append((candidate.shape[0][0], candidate.finish))
             if candidate.shape in seen:
                 spare.append(candidate)
                 continue
@@ -476,12 +480,23 @@ class _Planner:
         q, p, d, start, end = q[valid], p[valid], d[valid], start[valid], end[valid]
         prefix = self.query.days - d
         cost = level.cost[q, prefix] + self.day_cost[p] * d
-        variant = (level.first_start[q, prefix] == 0) & self.partial_open[level.first_pool[q, prefix]]
-        variant_cost = cost + self.partial_cost[level.first_pool[q, prefix]]
-        rows = [(end, cost, False, np.ones(len(end), dtype=bool)), (end, variant_cost, True, variant)]
+        first_start, first_pool = level.first_start[q, prefix], level.first_pool[q, prefix]
+        variant = (first_start == 0) & self.partial_open[first_pool] & ~self._dominated(-1, end)
+        variant_cost = cost + self.partial_cost[first_pool]
+        rows = [(end, cost, False, ~self._dominated(first_start, end)), (end, variant_cost, True, variant)]
         if self.only_partial:
             rows = rows[1:]
         yield from self._ranked(level, k, q, p, d, start, rows)
+
+    def _dominated(self, first_day: Ints | int, stop_day: Ints) -> npt.NDArray[np.bool_]:
+        """Whether an offering with fewer segments, already handed out, starts no later and finishes no
+        later: a split of a stretch that one segment covers is only a worse copy of it."""
+        if not self.spans:
+            return np.zeros(len(stop_day), dtype=bool)
+        spans = np.array(self.spans)
+        starts_later = np.asarray(first_day).reshape(-1, 1) >= spans[None, :, 0]
+        finishes_later = stop_day[:, None] >= spans[None, :, 1]
+        return np.asarray((starts_later & finishes_later).any(axis=1), dtype=bool)
 
     def _ranked(
         self, level: _Level, k: int, q: Ints, p: Ints, d: Ints, start: Ints,

@@ -25,6 +25,7 @@ from hyperplan.server.auth import authenticate, require_admin
 from hyperplan.server.errors import native_error_response
 from hyperplan.services import accounts
 from hyperplan.services import clock as clock_service
+from hyperplan.services import fleet as fleet_service
 from hyperplan.services.accounts import Caller, NewKey
 
 
@@ -193,6 +194,36 @@ def set_clock(request: NativeRequest) -> dict[str, Any]:
     return _clock_json(clock_service.set_time(request.runtime, field(request.body, "Time", str)))
 
 
+# -- the fleet ------------------------------------------------------------------------------------
+
+
+def show_fleet(request: NativeRequest) -> dict[str, Any]:
+    days = request.query.get("days")
+    if days is not None and (not days.isdigit() or not 1 <= int(days) <= 400):
+        raise ValidationError("days must be a whole number from 1 to 400.")
+    reports = fleet_service.report(request.runtime, int(days) if days else None)
+    runtime = request.runtime
+    return {
+        "Region": runtime.region,
+        "Now": runtime.clock.now(),
+        "Pools": [
+            {
+                "InstanceType": r.pool.instance_type,
+                "AvailabilityZone": r.pool.availability_zone,
+                "InstanceCount": r.pool.instance_count,
+                "ReservableCount": r.pool.reservable,
+                "PricePerInstanceHour": r.pool.price_per_instance_hour,
+                "CurrencyCode": r.pool.currency,
+                "BookedNow": r.booked_at(runtime.clock.now()),
+                "PeakBooked": r.peak,
+                "Utilisation": round(r.utilisation(), 4),
+                "BookedProfile": [{"Start": start, "Booked": count} for start, count in r.booked_profile],
+            }
+            for r in reports
+        ],
+    }
+
+
 def routes() -> list[Route]:
     return [
         Route("/api/v1/whoami", endpoint(whoami), methods=["GET"]),
@@ -203,4 +234,5 @@ def routes() -> list[Route]:
         Route("/api/v1/clock", endpoint(show_clock), methods=["GET"]),
         Route("/api/v1/clock/advance", endpoint(advance_clock, admin=True), methods=["POST"]),
         Route("/api/v1/clock/set", endpoint(set_clock, admin=True), methods=["POST"]),
+        Route("/api/v1/fleet", endpoint(show_fleet), methods=["GET"]),
     ]

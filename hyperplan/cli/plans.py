@@ -1,0 +1,222 @@
+"""`hyperplan plans`: search, buy, list and show training plans, through the SageMaker API."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated, Any
+
+import typer
+
+from hyperplan.cli.common import (
+    DataDirOpt,
+    EndpointOpt,
+    JsonOpt,
+    ProfileOpt,
+    console,
+    emit,
+    print_table,
+    reporting_sagemaker_errors,
+    sagemaker_client,
+)
+from hyperplan.services.clock import parse_instant
+
+app = typer.Typer(help="Training plans: search, buy, list, show.", no_args_is_help=True)
+
+
+def _when(value: datetime) -> str:
+    return value.strftime("%Y-%m-%d %H:%M UTC") if value.utcoffset() is not None else str(value)
+
+
+def _utc(value: datetime) -> datetime:
+    from datetime import UTC
+
+    return value.astimezone(UTC)
+
+
+def _hours(hours: int, minutes: int) -> str:
+    days, rest = divmod(hours, 24)
+    text = f"{days}d" if days else ""
+    text += f"{rest}h" if rest else ""
+    text += f"{minutes}m" if minutes else ""
+    return text or "0h"
+
+
+def _per_instance_hour(fee: str, count: int, hours: int, minutes: int) -> str:
+    instance_hours = Decimal(count) * (Decimal(hours) + Decimal(minutes) / 60)
+    return f"{(Decimal(fee) / instance_hours).quantize(Decimal('0.01'))}" if instance_hours else "-"
+
+
+def _render_offerings(offerings: list[dict[str, Any]]) -> None:
+    if not offerings:
+        console.print("No offering fits. Try a wider window, fewer instances or a shorter duration.")
+        return
+    for number, offering in enumerate(offerings, start=1):
+        segments = offering["ReservedCapacityOfferings"]
+        count = segments[0]["InstanceCount"]
+        rows = [
+            [
+                str(i),
+                s["AvailabilityZone"],
+                f"{s['InstanceCount']} x {s['InstanceType']}",
+                _when(_utc(s["StartTime"])),
+                _when(_utc(s["EndTime"])),
+                _hours(s["DurationHours"], s["DurationMinutes"]),
+            ]
+            for i, s in enumerate(segments, start=1)
+        ]
+        total = f"{offering['UpfrontFee']} {offering['CurrencyCode']}"
+        rate = _per_instance_hour(
+            offering["UpfrontFee"], count, offering["DurationHours"], offering["DurationMinutes"]
+        )
+        print_table(
+            f"Offering {number}: {len(segments)} segment(s), {total} "
+            f"({rate} {offering['CurrencyCode']} per instance-hour)",
+            ["Segment", "Zone", "Instances", "Start", "End", "Length"],
+            rows,
+        )
+        console.print(
+            f"  buy with: hyperplan plans buy NAME --offering-id {offering['TrainingPlanOfferingId']}\n"
+        )
+
+
+@app.command("search")
+def search(
+    instance_type: Annotated[str, typer.Option(help="e.g. ml.p5.48xlarge")],
+    count: Annotated[int, typer.Option(help="Instances per segment.")],
+    target: Annotated[str, typer.Option(help="training-job or hyperpod-cluster")],
+    days: Annotated[int | None, typer.Option(help="Duration in days.")] = None,
+    hours: Annotated[int | None, typer.Option(help="Duration in hours (rounded up to whole days).")] = None,
+    start_after: Annotated[str | None, typer.Option(help="ISO 8601; default: 30 minutes from now.")] = None,
+    end_before: Annotated[str | None, typer.Option(help="ISO 8601; default: 56 days from now.")] = None,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search for offerings: at most three, best first."""
+    if (days is None) == (hours is None):
+        raise typer.BadParameter("give exactly one of --days or --hours")
+    request: dict[str, Any] = {
+        "InstanceType": instance_type,
+        "InstanceCount": count,
+        "DurationHours": hours if hours is not None else 24 * (days or 0),
+        "TargetResources": [target],
+    }
+    if start_after:
+        request["StartTimeAfter"] = parse_instant(start_after)
+    if end_before:
+        request["EndTimeBefore"] = parse_instant(end_before)
+    with reporting_sagemaker_errors():
+        result = sagemaker_client(endpoint_url, profile, data_dir).search_training_plan_offerings(**request)
+    emit(
+        _jsonable(result["TrainingPlanOfferings"]) if as_json else result["TrainingPlanOfferings"],
+        as_json,
+        _render_offerings,
+    )
+
+
+@app.command("buy")
+def buy(
+    name: str,
+    offering_id: Annotated[str, typer.Option(help="An id from `hyperplan plans search`.")],
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Buy an offering as a plan named NAME. Purchases are final."""
+    with reporting_sagemaker_errors():
+        client = sagemaker_client(endpoint_url, profile, data_dir)
+        arn = client.create_training_plan(TrainingPlanName=name, TrainingPlanOfferingId=offering_id)
+        plan = client.describe_training_plan(TrainingPlanName=name)
+    emit({"TrainingPlanArn": arn["TrainingPlanArn"]} if as_json else plan, as_json, _render_plan)
+
+
+def _render_plan(plan: dict[str, Any]) -> None:
+    console.print(
+        f"[bold]{plan['TrainingPlanName']}[/bold]  {plan['Status']}: {plan.get('StatusMessage', '')}\n"
+        f"  {plan['TrainingPlanArn']}\n"
+        f"  target {', '.join(plan['TargetResources'])}; {plan['TotalInstanceCount']} instances "
+        f"({plan['InUseInstanceCount']} in use, {plan['AvailableInstanceCount']} available); "
+        f"{plan['UpfrontFee']} {plan['CurrencyCode']}"
+    )
+    rows = [
+        [
+            s["ReservedCapacityArn"].rsplit("/", 1)[-1],
+            s["Status"],
+            s.get("AvailabilityZone", ""),
+            f"{s['TotalInstanceCount']} x {s['InstanceType']}",
+            _when(_utc(s["StartTime"])),
+            _when(_utc(s["EndTime"])),
+        ]
+        for s in plan["ReservedCapacitySummaries"]
+    ]
+    print_table("Reserved capacities", ["Name", "Status", "Zone", "Instances", "Start", "End"], rows)
+
+
+@app.command("show")
+def show(
+    name: str,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Show one plan and its reserved capacities."""
+    with reporting_sagemaker_errors():
+        plan = sagemaker_client(endpoint_url, profile, data_dir).describe_training_plan(TrainingPlanName=name)
+    plan.pop("ResponseMetadata", None)
+    emit(_jsonable(plan) if as_json else plan, as_json, _render_plan)
+
+
+@app.command("list")
+def list_plans(
+    status: Annotated[str | None, typer.Option(help="Only plans in this status.")] = None,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """List this account's plans, earliest start first."""
+    request: dict[str, Any] = {"Filters": [{"Name": "Status", "Value": status}]} if status else {}
+    with reporting_sagemaker_errors():
+        client = sagemaker_client(endpoint_url, profile, data_dir)
+        plans = [
+            p
+            for page in client.get_paginator("list_training_plans").paginate(**request)
+            for p in page["TrainingPlanSummaries"]
+        ]
+
+    def render(value: list[dict[str, Any]]) -> None:
+        rows = [
+            [
+                p["TrainingPlanName"],
+                p["Status"],
+                p["TargetResources"][0],
+                p["TotalInstanceCount"],
+                p["ReservedCapacitySummaries"][0]["InstanceType"],
+                len(p["ReservedCapacitySummaries"]),
+                _when(_utc(p["StartTime"])),
+                _when(_utc(p["EndTime"])),
+                f"{p['UpfrontFee']} {p['CurrencyCode']}",
+            ]
+            for p in value
+        ]
+        print_table(
+            "Training plans",
+            ["Name", "Status", "Target", "Count", "Type", "Segments", "Start", "End", "Fee"],
+            rows,
+        )
+
+    emit(_jsonable(plans) if as_json else plans, as_json, render)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return _utc(value).isoformat().replace("+00:00", "Z")
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items() if k != "ResponseMetadata"}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value

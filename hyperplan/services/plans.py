@@ -1,0 +1,361 @@
+"""Training plans: search, buy, read. The rules are in hyperplan.core; this module adds the store.
+
+Buying is one transaction: verify the offering id, check the name, re-check every segment's pool
+against the store's rows under the write lock, write the plan, its segments and their timed events,
+settle payment. Nothing is written when any step refuses. The live calendar is booked after commit.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from hyperplan.core import offering_ids
+from hyperplan.core.calendar import peak_booked_slots
+from hyperplan.core.fleet import Pool
+from hyperplan.core.lifecycle import PlanStatus, Window, status_at, status_message
+from hyperplan.core.offering_ids import OfferingClaim, OfferingIdError, OfferingSegment
+from hyperplan.core.search import Offering, SearchRequest, segment_price
+from hyperplan.errors import ResourceInUse, ResourceLimitExceeded, ResourceNotFound, ValidationError
+from hyperplan.runtime import Runtime
+from hyperplan.scheduler import schedule
+from hyperplan.services.accounts import Caller, get_account
+from hyperplan.store.schema import ReservedCapacity, TrainingPlan
+
+SEGMENT_START = "segment.start"
+SEGMENT_END = "segment.end"
+
+
+# -- search -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SignedOffering:
+    offering_id: str
+    offering: Offering
+    request: SearchRequest
+
+
+def search(runtime: Runtime, caller: Caller, request: SearchRequest) -> list[SignedOffering]:
+    now = runtime.clock.now()
+    offerings = runtime.calendar.search(request, now)
+    expires = now + runtime.fleet.policy.offering_validity
+    return [
+        SignedOffering(_sign(runtime, caller, offering, expires), offering, request) for offering in offerings
+    ]
+
+
+def _sign(runtime: Runtime, caller: Caller, offering: Offering, expires: datetime) -> str:
+    index = {pool.key: i for i, pool in enumerate(runtime.fleet.pools)}
+    claim = OfferingClaim(
+        account_id=caller.account_id,
+        expires_at=expires,
+        target=offering.target,
+        count=offering.segments[0].count,
+        segments=tuple(OfferingSegment(index[s.pool_key], s.start, s.end) for s in offering.segments),
+    )
+    return offering_ids.encode(claim, key=runtime.offering_key, fleet=runtime.fleet)
+
+
+# -- buy ---------------------------------------------------------------------------------------------
+
+
+def create(runtime: Runtime, caller: Caller, name: str, offering_id: str) -> TrainingPlan:
+    now = runtime.clock.now()
+    claim = _claim_for(runtime, caller, offering_id, now)
+    segments = _segments_of(runtime, claim)
+    try:
+        with runtime.db.write() as session:
+            plan = _write_plan(runtime, session, caller, name, offering_id, claim, segments, now)
+    except IntegrityError:
+        # A racing buyer committed the same name or offering between our checks and our insert.
+        raise ResourceInUse(f"Training plan {name!r} or its offering was just taken; search again.") from None
+    runtime.calendar.book([(pool.key, s.start, s.end, claim.count) for pool, s in segments])
+    runtime.scheduler.wake()
+    return plan
+
+
+def _claim_for(runtime: Runtime, caller: Caller, offering_id: str, now: datetime) -> OfferingClaim:
+    not_found = ResourceNotFound(
+        f"Training plan offering {offering_id} does not exist or has expired "
+        f"(offerings are valid for {_minutes(runtime.fleet.policy.offering_validity)} minutes, "
+        "for the account that searched); search again."
+    )
+    try:
+        claim = offering_ids.decode(offering_id, key=runtime.offering_key, fleet=runtime.fleet)
+    except OfferingIdError:
+        raise not_found from None
+    if claim.account_id != caller.account_id or now > claim.expires_at:
+        raise not_found
+    return claim
+
+
+def _segments_of(runtime: Runtime, claim: OfferingClaim) -> list[tuple[Pool, OfferingSegment]]:
+    return [(runtime.fleet.pools[s.pool_index], s) for s in claim.segments]
+
+
+def _write_plan(
+    runtime: Runtime,
+    session: Session,
+    caller: Caller,
+    name: str,
+    offering_id: str,
+    claim: OfferingClaim,
+    segments: list[tuple[Pool, OfferingSegment]],
+    now: datetime,
+) -> TrainingPlan:
+    _check_name_free(session, caller, name)
+    if session.scalar(select(TrainingPlan.id).where(TrainingPlan.offering_id == offering_id)) is not None:
+        raise ResourceNotFound(f"Training plan offering {offering_id} has already been bought; search again.")
+    for pool, segment in segments:
+        _check_capacity(session, pool, segment, claim.count)
+    fee = price_of(segments, claim.count)
+    plan = TrainingPlan(
+        account_id=caller.account_id,
+        name=name,
+        offering_id=offering_id,
+        target=claim.target,
+        instance_type=segments[0][0].instance_type,
+        status=PlanStatus.PENDING,
+        status_message="Awaiting payment of the upfront fee.",
+        upfront_fee=fee,
+        currency=segments[0][0].currency,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(plan)
+    session.flush()
+    for ordinal, (pool, segment) in enumerate(segments, start=1):
+        session.add(_reserved_capacity(plan, ordinal, pool, segment, claim.count))
+        schedule(session, SEGMENT_START, segment.start, subject=str(plan.id))
+        schedule(session, SEGMENT_END, segment.end, subject=str(plan.id))
+    session.flush()
+    _settle_payment(session, plan, caller, now)
+    return plan
+
+
+def _check_name_free(session: Session, caller: Caller, name: str) -> None:
+    taken = select(TrainingPlan.id).where(
+        TrainingPlan.account_id == caller.account_id, TrainingPlan.name == name
+    )
+    if session.scalar(taken) is not None:
+        raise ResourceInUse(f"A training plan named {name!r} already exists in this account.")
+
+
+def _check_capacity(session: Session, pool: Pool, segment: OfferingSegment, count: int) -> None:
+    """The authority on capacity: the store's rows, read under the write lock."""
+    rows = session.execute(
+        select(ReservedCapacity.start, ReservedCapacity.end, ReservedCapacity.count).where(
+            ReservedCapacity.instance_type == pool.instance_type,
+            ReservedCapacity.availability_zone == pool.availability_zone,
+            ReservedCapacity.holds_capacity.is_(True),
+            ReservedCapacity.start < segment.end,
+            ReservedCapacity.end > segment.start,
+        )
+    ).all()
+    booked = peak_booked_slots([(start, end, n) for start, end, n in rows], segment.start, segment.end)
+    if booked + count > pool.reservable:
+        raise ResourceLimitExceeded(
+            f"The capacity of this offering was taken since the search: {pool.instance_type} in "
+            f"{pool.availability_zone} has {max(pool.reservable - booked, 0)} of {pool.reservable} instances "
+            f"free between {segment.start:%Y-%m-%d %H:%M} and {segment.end:%Y-%m-%d %H:%M} UTC, and this "
+            f"offering needs {count}. Search again for current offerings."
+        )
+
+
+def price_of(segments: Sequence[tuple[Pool, OfferingSegment]], count: int) -> Decimal:
+    """The fee follows from the segments and the fleet's prices, exactly as the search priced it."""
+    return sum((segment_price(pool, s.start, s.end, count) for pool, s in segments), start=Decimal("0"))
+
+
+def _reserved_capacity(
+    plan: TrainingPlan, ordinal: int, pool: Pool, segment: OfferingSegment, count: int
+) -> ReservedCapacity:
+    return ReservedCapacity(
+        plan_id=plan.id,
+        ordinal=ordinal,
+        instance_type=pool.instance_type,
+        availability_zone=pool.availability_zone,
+        count=count,
+        start=segment.start,
+        end=segment.end,
+        status=PlanStatus.PENDING,
+        holds_capacity=True,
+    )
+
+
+def _settle_payment(session: Session, plan: TrainingPlan, caller: Caller, now: datetime) -> None:
+    """`auto` accounts pay at once, so the plan is Scheduled before the purchase returns."""
+    account = get_account(session, caller.account_id)
+    if account.payment_mode == "auto":
+        mark_paid(session, plan, now)
+
+
+def mark_paid(session: Session, plan: TrainingPlan, now: datetime) -> None:
+    refresh_status(session, plan, now, paid=True)
+
+
+# -- the lifecycle ---------------------------------------------------------------------------------
+
+
+def segments_of(session: Session, plan_id: int) -> list[ReservedCapacity]:
+    return list(
+        session.scalars(
+            select(ReservedCapacity)
+            .where(ReservedCapacity.plan_id == plan_id)
+            .order_by(ReservedCapacity.ordinal)
+        )
+    )
+
+
+def refresh_status(session: Session, plan: TrainingPlan, now: datetime, *, paid: bool = False) -> None:
+    """Set a paid plan's and its segments' statuses from the time."""
+    if plan.status in (PlanStatus.FAILED, PlanStatus.EXPIRED):
+        return
+    if plan.status == PlanStatus.PENDING and not paid:
+        return
+    rcs = segments_of(session, plan.id)
+    windows = [Window(rc.start, rc.end) for rc in rcs]
+    for rc, window in zip(rcs, windows, strict=True):
+        rc.status = status_at([window], now)
+    status = status_at(windows, now)
+    plan.status = status
+    plan.status_message = status_message(windows, status, now)
+    plan.updated_at = now
+
+
+def on_segment_event(session: Session, plan_id: str, now: datetime) -> None:
+    plan = session.get(TrainingPlan, int(plan_id))
+    if plan is not None:
+        refresh_status(session, plan, now)
+
+
+# -- reading -----------------------------------------------------------------------------------------
+
+
+def get(session: Session, runtime: Runtime, caller: Caller, name_or_arn: str) -> TrainingPlan:
+    name = _name_from_ref(runtime, caller, name_or_arn)
+    plan = session.scalar(
+        select(TrainingPlan).where(TrainingPlan.account_id == caller.account_id, TrainingPlan.name == name)
+    )
+    if plan is None:
+        raise ResourceNotFound(f"Training plan {name_or_arn} does not exist.")
+    return plan
+
+
+def _name_from_ref(runtime: Runtime, caller: Caller, ref: str) -> str:
+    if not ref.startswith("arn:"):
+        return ref
+    prefix = runtime.arn(caller.account_id, "training-plan/")
+    if not ref.startswith(prefix):
+        raise ResourceNotFound(f"Training plan {ref} does not exist.")
+    return ref.removeprefix(prefix)
+
+
+def get_reserved_capacity(session: Session, runtime: Runtime, caller: Caller, arn: str) -> ReservedCapacity:
+    prefix = runtime.arn(caller.account_id, "reserved-capacity/")
+    name, _, ordinal = arn.removeprefix(prefix).rpartition("-rc")
+    missing = ResourceNotFound(f"Reserved capacity {arn} does not exist.")
+    if not arn.startswith(prefix) or not ordinal.isdigit():
+        raise missing
+    rc = session.scalar(
+        select(ReservedCapacity)
+        .join(TrainingPlan, TrainingPlan.id == ReservedCapacity.plan_id)
+        .where(
+            TrainingPlan.account_id == caller.account_id,
+            TrainingPlan.name == name,
+            ReservedCapacity.ordinal == int(ordinal),
+        )
+    )
+    if rc is None:
+        raise missing
+    return rc
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    status: str | None = None
+    start_after: datetime | None = None
+    start_before: datetime | None = None
+    sort_by: str = "StartTime"
+    sort_order: str = "Ascending"
+    max_results: int = 100
+    next_token: str | None = None
+
+
+def list_plans(session: Session, caller: Caller, query: ListQuery) -> tuple[list[TrainingPlan], str | None]:
+    start = _plan_start()
+    stmt: Select[tuple[TrainingPlan]] = select(TrainingPlan).where(
+        TrainingPlan.account_id == caller.account_id
+    )
+    if query.status:
+        stmt = stmt.where(TrainingPlan.status == query.status)
+    if query.start_after is not None:
+        stmt = stmt.where(start > _micros(query.start_after))
+    if query.start_before is not None:
+        stmt = stmt.where(start < _micros(query.start_before))
+    key = {"TrainingPlanName": TrainingPlan.name, "StartTime": start, "Status": TrainingPlan.status}[
+        query.sort_by
+    ]
+    order = (
+        [key.desc(), TrainingPlan.id.desc()] if query.sort_order == "Descending" else [key, TrainingPlan.id]
+    )
+    offset = _offset_from(query)
+    rows = list(session.scalars(stmt.order_by(*order).offset(offset).limit(query.max_results + 1)))
+    more = len(rows) > query.max_results
+    return rows[: query.max_results], (_token(query, offset + query.max_results) if more else None)
+
+
+def _plan_start() -> object:
+    return (
+        select(func.min(ReservedCapacity.start))
+        .where(ReservedCapacity.plan_id == TrainingPlan.id)
+        .correlate(TrainingPlan)
+        .scalar_subquery()
+    )
+
+
+def _micros(when: datetime) -> int:
+    from hyperplan.store.types import UTCDateTime
+
+    value = UTCDateTime().process_bind_param(when, None)  # type: ignore[arg-type]
+    assert value is not None
+    return value
+
+
+def _query_fingerprint(query: ListQuery) -> str:
+    return json.dumps(
+        [query.status, str(query.start_after), str(query.start_before), query.sort_by, query.sort_order]
+    )
+
+
+def _token(query: ListQuery, offset: int) -> str:
+    return base64.urlsafe_b64encode(
+        json.dumps({"o": offset, "q": _query_fingerprint(query)}).encode()
+    ).decode()
+
+
+def _offset_from(query: ListQuery) -> int:
+    if not query.next_token:
+        return 0
+    try:
+        data = json.loads(base64.urlsafe_b64decode(query.next_token.encode()))
+        offset = int(data["o"])
+        same_query = data["q"] == _query_fingerprint(query)
+    except (ValueError, KeyError, TypeError):
+        raise ValidationError("NextToken is not a token this operation returned.") from None
+    if not same_query or offset < 0:
+        raise ValidationError("NextToken was returned for a different query; start again without it.")
+    return offset
+
+
+def _minutes(delta: timedelta) -> int:
+    return int(delta.total_seconds() // 60)

@@ -1,0 +1,189 @@
+"""SageMaker training-plan operations: wire names in, service calls, wire names out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from hyperplan.core.search import Offering, SearchRequest, Segment
+from hyperplan.errors import ValidationError
+from hyperplan.runtime import Runtime
+from hyperplan.services import plans
+from hyperplan.services.plans import ListQuery, SignedOffering
+from hyperplan.store.schema import ReservedCapacity, TrainingPlan
+from hyperplan.wire.registry import RequestContext, operation
+
+
+@operation("SearchTrainingPlanOfferings")
+def search_training_plan_offerings(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+    _refuse_unserved_modes(request)
+    for member in ("InstanceType", "InstanceCount", "DurationHours", "TargetResources"):
+        if member not in request:
+            raise ValidationError(f"{member} is required to search for a new training plan.")
+    targets = request["TargetResources"]
+    if len(targets) != 1:
+        raise ValidationError(f"TargetResources must hold exactly one target; it holds {len(targets)}.")
+    search = SearchRequest(
+        instance_type=request["InstanceType"],
+        instance_count=request["InstanceCount"],
+        duration_hours=request["DurationHours"],
+        target=targets[0],
+        start_after=request.get("StartTimeAfter"),
+        end_before=request.get("EndTimeBefore"),
+    )
+    found = plans.search(ctx.runtime, ctx.caller, search)
+    return {"TrainingPlanOfferings": [_offering(ctx.runtime, signed) for signed in found]}
+
+
+def _refuse_unserved_modes(request: dict[str, Any]) -> None:
+    if "UltraServerType" in request or "UltraServerCount" in request:
+        raise ValidationError("UltraServerType/UltraServerCount: this fleet declares no UltraServers.")
+    if "TrainingPlanArn" in request:
+        raise ValidationError("TrainingPlanArn: extension offerings are not served by this deployment yet.")
+
+
+def _offering(runtime: Runtime, signed: SignedOffering) -> dict[str, Any]:
+    offering: Offering = signed.offering
+    hours, minutes = offering.duration_hours_minutes
+    result: dict[str, Any] = {
+        "TrainingPlanOfferingId": signed.offering_id,
+        "TargetResources": [offering.target],
+        "DurationHours": hours,
+        "DurationMinutes": minutes,
+        "UpfrontFee": str(offering.upfront_fee),
+        "CurrencyCode": offering.currency,
+        "ReservedCapacityOfferings": [_segment(segment) for segment in offering.segments],
+    }
+    if signed.request.start_after is not None:
+        result["RequestedStartTimeAfter"] = signed.request.start_after
+    if signed.request.end_before is not None:
+        result["RequestedEndTimeBefore"] = signed.request.end_before
+    return result
+
+
+def _segment(segment: Segment) -> dict[str, Any]:
+    hours, minutes = segment.duration_hours_minutes
+    instance_type, zone = segment.pool_key
+    return {
+        "ReservedCapacityType": "Instance",
+        "InstanceType": instance_type,
+        "InstanceCount": segment.count,
+        "AvailabilityZone": zone,
+        "DurationHours": hours,
+        "DurationMinutes": minutes,
+        "StartTime": segment.start,
+        "EndTime": segment.end,
+    }
+
+
+@operation("CreateTrainingPlan")
+def create_training_plan(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+    if request.get("Tags"):
+        pass  # tags are accepted and, like AWS without a tagging API here, not yet readable
+    plan = plans.create(
+        ctx.runtime, ctx.caller, request["TrainingPlanName"], request["TrainingPlanOfferingId"]
+    )
+    return {"TrainingPlanArn": plan_arn(ctx.runtime, plan)}
+
+
+@operation("DescribeTrainingPlan")
+def describe_training_plan(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+    with ctx.runtime.db.read() as session:
+        plan = plans.get(session, ctx.runtime, ctx.caller, request["TrainingPlanName"])
+        view = plan_view(ctx.runtime, session, plan)
+    view["UnhealthyInstanceCount"] = 0
+    return view
+
+
+@operation("ListTrainingPlans")
+def list_training_plans(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+    statuses = [f["Value"] for f in request.get("Filters", []) if f["Name"] == "Status"]
+    if len(set(statuses)) > 1:
+        raise ValidationError("Filters: give at most one Status value.")
+    query = ListQuery(
+        status=statuses[0] if statuses else None,
+        start_after=request.get("StartTimeAfter"),
+        start_before=request.get("StartTimeBefore"),
+        sort_by=request.get("SortBy", "StartTime"),
+        sort_order=request.get("SortOrder", "Ascending"),
+        max_results=request.get("MaxResults", 100),
+        next_token=request.get("NextToken"),
+    )
+    with ctx.runtime.db.read() as session:
+        rows, token = plans.list_plans(session, ctx.caller, query)
+        summaries = [plan_view(ctx.runtime, session, plan) for plan in rows]
+    result: dict[str, Any] = {"TrainingPlanSummaries": summaries}
+    if token:
+        result["NextToken"] = token
+    return result
+
+
+@operation("DescribeReservedCapacity")
+def describe_reserved_capacity(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+    with ctx.runtime.db.read() as session:
+        rc = plans.get_reserved_capacity(session, ctx.runtime, ctx.caller, request["ReservedCapacityArn"])
+        plan = session.get(TrainingPlan, rc.plan_id)
+        assert plan is not None
+        view = rc_view(ctx.runtime, plan, rc)
+    view.pop("AvailabilityZoneId", None)
+    view["AvailableInstanceCount"] = rc.count
+    view["InUseInstanceCount"] = 0
+    return view
+
+
+# -- views --------------------------------------------------------------------------------------------
+
+
+def plan_arn(runtime: Runtime, plan: TrainingPlan) -> str:
+    return runtime.arn(plan.account_id, f"training-plan/{plan.name}")
+
+
+def rc_arn(runtime: Runtime, plan: TrainingPlan, rc: ReservedCapacity) -> str:
+    return runtime.arn(plan.account_id, f"reserved-capacity/{plan.name}-rc{rc.ordinal}")
+
+
+def _hours_minutes(total_seconds: float) -> tuple[int, int]:
+    minutes = int(total_seconds // 60)
+    return minutes // 60, minutes % 60
+
+
+def rc_view(runtime: Runtime, plan: TrainingPlan, rc: ReservedCapacity) -> dict[str, Any]:
+    hours, minutes = _hours_minutes((rc.end - rc.start).total_seconds())
+    zone = runtime.fleet.zone(rc.availability_zone)
+    return {
+        "ReservedCapacityArn": rc_arn(runtime, plan, rc),
+        "ReservedCapacityType": "Instance",
+        "InstanceType": rc.instance_type,
+        "TotalInstanceCount": rc.count,
+        "Status": rc.status,
+        "AvailabilityZone": rc.availability_zone,
+        "AvailabilityZoneId": zone.zone_id if zone else None,
+        "DurationHours": hours,
+        "DurationMinutes": minutes,
+        "StartTime": rc.start,
+        "EndTime": rc.end,
+    }
+
+
+def plan_view(runtime: Runtime, session: Session, plan: TrainingPlan) -> dict[str, Any]:
+    rcs = plans.segments_of(session, plan.id)
+    hours, minutes = _hours_minutes(sum((rc.end - rc.start).total_seconds() for rc in rcs))
+    total = max(rc.count for rc in rcs)
+    return {
+        "TrainingPlanArn": plan_arn(runtime, plan),
+        "TrainingPlanName": plan.name,
+        "Status": plan.status,
+        "StatusMessage": plan.status_message,
+        "DurationHours": hours,
+        "DurationMinutes": minutes,
+        "StartTime": rcs[0].start,
+        "EndTime": rcs[-1].end,
+        "UpfrontFee": str(plan.upfront_fee),
+        "CurrencyCode": plan.currency,
+        "TotalInstanceCount": total,
+        "AvailableInstanceCount": total,
+        "InUseInstanceCount": 0,
+        "TargetResources": [plan.target],
+        "ReservedCapacitySummaries": [rc_view(runtime, plan, rc) for rc in rcs],
+    }

@@ -1,0 +1,79 @@
+"""The manual clock: show, advance, set, never backwards, kept across restarts."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from hyperplan.cli.client import ApiError
+from tests.harness import Server
+
+
+def _now(server: Server) -> datetime:
+    return datetime.fromisoformat(server.native().get("/api/v1/clock")["Now"])
+
+
+def test_manual_clock_starts_at_the_wall_time_of_the_first_start(server: Server) -> None:
+    assert abs(_now(server) - datetime.now(UTC)) < timedelta(minutes=1)
+    assert server.native().get("/api/v1/clock")["Kind"] == "manual"
+
+
+def test_advance_by_durations(server: Server) -> None:
+    start = _now(server)
+    out = json.loads(server.cli("clock", "advance", "1d12h", "--json").stdout)
+    assert datetime.fromisoformat(out["Now"]) - start == timedelta(hours=36)
+    server.cli("clock", "advance", "90m")
+    assert _now(server) - start == timedelta(hours=37, minutes=30)
+
+
+def test_set_moves_forward_and_refuses_to_go_back(server: Server) -> None:
+    target = (_now(server) + timedelta(days=3)).replace(microsecond=0)
+    server.cli("clock", "set", target.isoformat())
+    assert _now(server) == target
+    refused = server.cli("clock", "set", (target - timedelta(hours=1)).isoformat(), check=False)
+    assert refused.returncode == 1
+    assert "ValidationException" in refused.stderr and "backwards" in refused.stderr
+    assert _now(server) == target
+
+
+def test_set_needs_a_zone(server: Server) -> None:
+    with pytest.raises(ApiError) as exc:
+        server.native().post("/api/v1/clock/set", {"Time": "2030-01-01T00:00:00"})
+    assert exc.value.code == "ValidationException" and "zone" in exc.value.message
+
+
+def test_bad_durations_are_refused(server: Server) -> None:
+    for text in ("soon", "-5m", "0m"):
+        with pytest.raises(ApiError) as exc:
+            server.native().post("/api/v1/clock/advance", {"Duration": text})
+        assert exc.value.code == "ValidationException", text
+
+
+def test_the_clock_keeps_its_time_across_a_restart(server: Server) -> None:
+    server.cli("clock", "advance", "10d")
+    before = _now(server)
+    assert server.stop() == 0  # SIGTERM is a graceful shutdown
+    server.restart()
+    assert _now(server) == before
+
+
+def test_the_clock_keeps_its_time_across_a_crash(server: Server) -> None:
+    server.cli("clock", "advance", "2d")
+    before = _now(server)
+    server.kill()
+    server.restart()
+    assert _now(server) == before
+
+
+def test_show_prints_the_time(server: Server) -> None:
+    out = server.cli("clock", "show").stdout
+    assert "manual clock" in out
+
+
+def test_a_wall_clock_cannot_be_advanced(server_factory: type[Server], tmp_path) -> None:  # type: ignore[no-untyped-def]
+    wall = server_factory(data_dir=tmp_path / "wall", clock="wall").start()
+    with pytest.raises(ApiError) as exc:
+        wall.native().post("/api/v1/clock/advance", {"Duration": "1h"})
+    assert exc.value.code == "ConflictException"
