@@ -1,0 +1,299 @@
+from datetime import time, timedelta
+from decimal import Decimal
+from importlib import resources
+
+import pytest
+
+from hyperplan.core.fleet import BackgroundLoad, BookingPolicy, Quotas, parse_fleet
+from hyperplan.errors import ValidationError
+
+MINIMAL = """
+region = "us-west-2"
+[[zones]]
+name = "us-west-2a"
+zone_id = "usw2-az1"
+subnets = ["subnet-0a1b2c3d4e5f60001"]
+[[zones]]
+name = "us-west-2b"
+zone_id = "usw2-az2"
+[[pools]]
+instance_type = "ml.p5.48xlarge"
+zone = "us-west-2a"
+count = 16
+price_per_instance_hour = "55.04"
+[[pools]]
+instance_type = "ml.p5.48xlarge"
+zone = "us-west-2b"
+count = 16
+reservable = 8
+price_per_instance_hour = 55.04
+[[pools]]
+instance_type = "ml.m5.12xlarge"
+zone = "us-west-2b"
+count = 4
+reservable = 0
+price_per_instance_hour = "2.765"
+"""
+
+
+def demo_text() -> str:
+    return resources.files("hyperplan.fleet").joinpath("demo.toml").read_text()
+
+
+def refused(text: str) -> str:
+    with pytest.raises(ValidationError) as caught:
+        parse_fleet(text)
+    return caught.value.message
+
+
+# -- what a fleet holds -----------------------------------------------------------------------------
+
+
+def test_minimal_fleet_takes_the_defaults() -> None:
+    fleet = parse_fleet(MINIMAL)
+    assert fleet.region == "us-west-2"
+    assert fleet.policy == BookingPolicy()
+    assert fleet.quotas == Quotas()
+    assert fleet.background_load is None
+    assert dict(fleet.buckets) == {}
+    assert fleet.default_payment_mode == "auto"
+    first = fleet.pools[0]
+    assert (first.instance_count, first.reservable, first.on_demand, first.currency) == (16, 16, 0, "USD")
+    assert fleet.pools[1].on_demand == 8
+
+
+def test_policy_defaults_follow_aws() -> None:
+    policy = BookingPolicy()
+    assert policy.lead_time == timedelta(minutes=30)
+    assert policy.horizon == timedelta(days=56)
+    assert policy.segment_end == time(11, 30)
+    assert (policy.min_days, policy.max_days) == (1, 182)
+    assert policy.allowed_counts == (1, 2, 4, 8, 16, 32, 64)
+    assert (policy.max_segments, policy.max_offerings) == (2, 3)
+    assert policy.offering_validity == timedelta(minutes=30)
+    assert policy.reclaim_lead_for("training-job") == timedelta(minutes=30)
+    assert policy.reclaim_lead_for("hyperpod-cluster") == timedelta(minutes=30)
+
+
+def test_a_number_price_is_read_through_its_text() -> None:
+    assert parse_fleet(MINIMAL).pools[1].price_per_instance_hour == Decimal("55.04")
+    text = MINIMAL.replace("price_per_instance_hour = 55.04", "price_per_instance_hour = 98.32")
+    assert str(parse_fleet(text).pools[1].price_per_instance_hour) == "98.32"
+
+
+def test_lookups() -> None:
+    fleet = parse_fleet(MINIMAL)
+    assert [p.availability_zone for p in fleet.pools_of_type("ml.p5.48xlarge")] == [
+        "us-west-2a",
+        "us-west-2b",
+    ]
+    assert fleet.pools_of_type("ml.p4d.24xlarge") == ()
+    assert fleet.pool(("ml.m5.12xlarge", "us-west-2b")).reservable == 0
+    with pytest.raises(KeyError):
+        fleet.pool(("ml.m5.12xlarge", "us-west-2a"))
+    assert fleet.zone_of_subnet("subnet-0a1b2c3d4e5f60001") == fleet.zones[0]
+    assert fleet.zone_of_subnet("subnet-ffffffff") is None
+    assert fleet.zone("us-west-2b") == fleet.zones[1]
+    assert fleet.zone("us-west-2z") is None
+    assert fleet.reservable_types() == ("ml.p5.48xlarge",)
+
+
+def test_fingerprint_is_four_stable_bytes_that_follow_pools_prices_and_policy() -> None:
+    base = parse_fleet(MINIMAL).fingerprint()
+    assert len(base) == 4
+    assert parse_fleet(MINIMAL).fingerprint() == base
+    assert parse_fleet(MINIMAL.replace('"55.04"', '"55.040"')).fingerprint() == base  # same amount
+    assert parse_fleet(MINIMAL.replace('"55.04"', '"55.05"')).fingerprint() != base
+    assert parse_fleet(MINIMAL.replace("reservable = 8", "reservable = 7")).fingerprint() != base
+    assert parse_fleet(MINIMAL + '[policy]\nlead_time = "1h"\n').fingerprint() != base
+    assert parse_fleet(MINIMAL + "[policy]\nmax_segments = 3\n").fingerprint() != base
+    assert parse_fleet(MINIMAL + '[buckets]\n"data-1" = "/srv/d"\n').fingerprint() == base
+
+
+def test_fingerprint_follows_pool_order_because_offering_ids_name_pools_by_index() -> None:
+    fleet = parse_fleet(MINIMAL)
+    reordered = type(fleet)(fleet.region, fleet.zones, tuple(reversed(fleet.pools)), fleet.policy)
+    assert reordered.fingerprint() != fleet.fingerprint()
+
+
+def test_every_optional_table() -> None:
+    text = (
+        MINIMAL
+        + """
+[policy]
+lead_time = "1h"
+horizon = "28d"
+segment_end = "00:00"
+min_days = 2
+max_days = 30
+allowed_counts = "any"
+max_segments = 3
+max_offerings = 5
+offering_validity = "2h"
+[policy.reclaim_lead]
+hyperpod-cluster = "1h"
+[background_load]
+cycle_days = 10
+quiet_days = [3, 4]
+quiet_booked = [0.25, 0.5]
+busy_booked = [0.9, 1]
+seed = 7
+[quotas]
+max_active_plans = 5
+[buckets]
+"team-data" = "/srv/data"
+[accounts]
+default_payment_mode = "approval"
+"""
+    )
+    fleet = parse_fleet(text)
+    assert fleet.policy.lead_time == timedelta(hours=1)
+    assert fleet.policy.horizon == timedelta(days=28)
+    assert fleet.policy.segment_end == time(0, 0)
+    assert fleet.policy.allowed_counts is None
+    assert (fleet.policy.min_days, fleet.policy.max_days, fleet.policy.max_segments) == (2, 30, 3)
+    assert fleet.policy.reclaim_lead_for("hyperpod-cluster") == timedelta(hours=1)
+    assert fleet.policy.reclaim_lead_for("training-job") == timedelta(minutes=30)
+    assert fleet.background_load == BackgroundLoad(10, (3, 4), (0.25, 0.5), (0.9, 1.0), 7)
+    assert fleet.quotas == Quotas(max_active_plans=5)
+    assert dict(fleet.buckets) == {"team-data": "/srv/data"}
+    assert fleet.default_payment_mode == "approval"
+    assert parse_fleet(MINIMAL + "[policy]\nsegment_end = 11:30:00\n").policy.segment_end == time(11, 30)
+    assert parse_fleet(MINIMAL + "[policy]\nallowed_counts = [4, 1, 2]\n").policy.allowed_counts == (1, 2, 4)
+
+
+def test_the_demo_fleet() -> None:
+    fleet = parse_fleet(demo_text())
+    assert fleet.region == "us-west-2"
+    assert [z.name for z in fleet.zones] == ["us-west-2a", "us-west-2b", "us-west-2c"]
+    assert [z.zone_id for z in fleet.zones] == ["usw2-az1", "usw2-az2", "usw2-az3"]
+    assert all(len(zone.subnets) >= 2 for zone in fleet.zones)
+    assert fleet.reservable_types() == (
+        "ml.p4d.24xlarge", "ml.p5.48xlarge", "ml.p5e.48xlarge", "ml.p5en.48xlarge", "ml.trn2.48xlarge",
+    )  # fmt: skip
+    controllers = fleet.pools_of_type("ml.m5.12xlarge")
+    assert {p.availability_zone for p in controllers} == {z.name for z in fleet.zones}
+    assert all(p.reservable == 0 for p in controllers)
+    assert fleet.pool(("ml.p5.48xlarge", "us-west-2a")).price_per_instance_hour == Decimal("55.04")
+    assert fleet.policy == BookingPolicy()
+    assert fleet.background_load == BackgroundLoad()
+    assert fleet.default_payment_mode == "auto"
+
+
+# -- what a fleet file may not say ------------------------------------------------------------------
+
+
+def pool_line(index: int, old: str, new: str) -> str:
+    """MINIMAL with ``old`` replaced by ``new`` in pools[index] only."""
+    head, *pools = MINIMAL.split("[[pools]]")
+    pools[index] = pools[index].replace(old, new)
+    return "[[pools]]".join([head, *pools])
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            pool_line(1, "reservable = 8", "reservable = 20"),
+            "pools[1].reservable: 20 is more than the pool's count, 16",
+        ),
+        (pool_line(0, "count = 16", "count = 16\nreservabel = 3"), "pools[0].reservabel: unknown key"),
+        (
+            pool_line(0, '"us-west-2a"', '"us-west-2c"'),
+            "pools[0].zone: 'us-west-2c' is not declared in [[zones]]",
+        ),
+        (pool_line(0, '"55.04"', '"0"'), "pools[0].price_per_instance_hour: 0 is not a positive amount"),
+        (
+            pool_line(0, '"55.04"', '"-1.5"'),
+            "pools[0].price_per_instance_hour: -1.5 is not a positive amount",
+        ),
+        (pool_line(0, '"55.04"', '"cheap"'), "pools[0].price_per_instance_hour: 'cheap' is not an amount"),
+        (pool_line(0, '"55.04"', '"NaN"'), "pools[0].price_per_instance_hour: NaN is not a positive amount"),
+        (pool_line(0, '"55.04"', "true"), "pools[0].price_per_instance_hour: True is not an amount"),
+        (pool_line(0, "count = 16", "count = 0"), "pools[0].count: 0 is less than 1"),
+        (pool_line(0, "count = 16", "count = true"), "pools[0].count: True is not a whole number"),
+        (pool_line(0, "count = 16", 'count = "16"'), "pools[0].count: '16' is not a whole number"),
+        (pool_line(1, "reservable = 8", "reservable = -1"), "pools[1].reservable: -1 is less than 0"),
+        (
+            pool_line(0, '"55.04"', '"55.04"\ncurrency = "usd"'),
+            "pools[0].currency: 'usd' is not a valid currency",
+        ),
+        (pool_line(2, '"2.765"', '"2.765"\ncurrency = "EUR"'), "pools[2].currency: EUR differs from USD"),
+        (pool_line(1, "us-west-2b", "us-west-2a"), "pools[1]: same instance_type and zone as pools[0]"),
+        (
+            pool_line(0, '"ml.p5.48xlarge"', '"p5.48xlarge"'),
+            "pools[0].instance_type: 'p5.48xlarge' is not a valid instance type (such as ml.p5.48xlarge)",
+        ),
+        (pool_line(0, 'zone = "us-west-2a"\n', ""), "pools[0].zone: required"),
+        (
+            MINIMAL.replace('region = "us-west-2"', 'region = "US West"'),
+            "region: 'US West' is not a valid region",
+        ),
+        (MINIMAL.replace('region = "us-west-2"', ""), "region: required"),
+        (
+            MINIMAL.replace('region = "us-west-2"', 'region = "us-east-1"'),
+            "zones[0].name: 'us-west-2a' is not a zone",
+        ),
+        (MINIMAL.replace('"usw2-az2"', '"usw2-az1"'), "zones[1]: same zone_id as zones[0]"),
+        (
+            MINIMAL.replace('"subnet-0a1b2c3d4e5f60001"', '"sub-1"'),
+            "zones[0].subnets[0]: 'sub-1' is not a subnet id",
+        ),
+        (
+            MINIMAL.replace(
+                'zone_id = "usw2-az2"', 'zone_id = "usw2-az2"\nsubnets = ["subnet-0a1b2c3d4e5f60001"]'
+            ),
+            "zones: subnet subnet-0a1b2c3d4e5f60001 is declared more than once",
+        ),
+        ('region = "us-west-2"\n', "zones: a fleet needs at least one [[zones]] entry"),
+        (MINIMAL.split("[[pools]]")[0], "pools: a fleet needs at least one [[pools]] entry"),
+        ("colour = 1\n" + MINIMAL, "colour: unknown key (expected one of: region, currency"),
+        (MINIMAL + "[policy]\nlead_time = 30\n", "policy.lead_time: 30 is not a duration string"),
+        (
+            MINIMAL + '[policy]\nlead_time = "half an hour"\n',
+            "policy.lead_time: 'half an hour' is not a duration",
+        ),
+        (MINIMAL + '[policy]\nhorizon = "10m"\n', "policy.horizon: 10m is not later than the lead time"),
+        (
+            MINIMAL + '[policy]\nsegment_end = "11:45"\n',
+            "policy.segment_end: 11:45:00 is not on the hour or half",
+        ),
+        (MINIMAL + '[policy]\nsegment_end = "25:00"\n', "policy.segment_end: '25:00' is not a time of day"),
+        (MINIMAL + "[policy]\nmin_days = 5\nmax_days = 4\n", "policy.max_days: 4 is less than 5"),
+        (
+            MINIMAL + "[policy]\nallowed_counts = [1, 0]\n",
+            "policy.allowed_counts[1]: 0 is not a positive whole",
+        ),
+        (
+            MINIMAL + '[policy]\nallowed_counts = "all"\n',
+            "policy.allowed_counts: 'all' is not a list of counts",
+        ),
+        (MINIMAL + "[policy]\nmax_segments = 0\n", "policy.max_segments: 0 is less than 1"),
+        (MINIMAL + '[policy.reclaim_lead]\nendpoint = "1h"\n', "policy.reclaim_lead.endpoint: unknown key"),
+        (
+            MINIMAL + "[background_load]\nquiet_days = [5, 12]\n",
+            "background_load.quiet_days: [5, 12] must lie",
+        ),
+        (
+            MINIMAL + "[background_load]\nquiet_booked = [0.5, 1.5]\n",
+            "background_load.quiet_booked: [0.5, 1.5]",
+        ),
+        (
+            MINIMAL + "[background_load]\nbusy_booked = [0.9, 0.8]\n",
+            "background_load.busy_booked: 0.9 is more",
+        ),
+        (MINIMAL + "[background_load]\nspeed = 1\n", "background_load.speed: unknown key"),
+        (MINIMAL + "[quotas]\nmax_active_plans = 0\n", "quotas.max_active_plans: 0 is less than 1"),
+        (MINIMAL + '[buckets]\n"B" = "/srv"\n', "buckets.B: not a valid bucket name"),
+        (MINIMAL + '[buckets]\n"data-1" = ""\n', "buckets.data-1: '' is not a directory"),
+        (
+            MINIMAL + '[accounts]\ndefault_payment_mode = "free"\n',
+            "accounts.default_payment_mode: 'free' is not",
+        ),
+        ("policy = 3\n" + MINIMAL, "policy: 3 is not a table"),
+        (MINIMAL + "[[policy]]\n", "policy: [{}] is not a table"),
+        ("region = ", "the fleet file is not valid TOML"),
+    ],
+)
+def test_refusals_name_the_key(text: str, message: str) -> None:
+    assert refused(text).startswith(message)
