@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import signal
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -63,7 +65,13 @@ def serve(
         f"  aws sagemaker list-training-plans --endpoint-url http://{host}:{port} "
         f"(credentials: AWS_SHARED_CREDENTIALS_FILE={runtime.credentials_path} AWS_PROFILE=hyperplan)"
     )
-    uvicorn.run(create_app(runtime), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
+    # uvicorn shuts down gracefully on SIGTERM and then re-raises the signal under the handler that was in
+    # place before it started; this one makes that a clean exit, as service managers expect.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        uvicorn.run(create_app(runtime), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
+    finally:
+        console.print("hyperplan stopped; every acknowledged change is on disk.")
 
 
 if __name__ == "__main__":

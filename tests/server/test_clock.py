@@ -55,6 +55,7 @@ def test_the_clock_keeps_its_time_across_a_restart(server: Server) -> None:
     server.cli("clock", "advance", "10d")
     before = _now(server)
     assert server.stop() == 0  # SIGTERM is a graceful shutdown
+    assert "hyperplan stopped" in server.log()
     server.restart()
     assert _now(server) == before
 
