@@ -165,6 +165,17 @@ def test_more_segments_when_the_policy_allows() -> None:
     assert search(replace(fleet, policy=BookingPolicy()), cal, request(days=6, end_before=day(10)), NOW) == []
 
 
+def test_four_segments_across_zones_for_training_jobs() -> None:
+    fleet = make_fleet(pool("a"), pool("b"), policy=BookingPolicy(max_segments=4))
+    cal = CapacityCalendar(fleet.pools)
+    close(cal, "a", 1, 2, 4, 5, 7)
+    close(cal, "b", 0, 1, 3, 4, 6, 7)
+    asked = request(days=4, target="training-job", end_before=day(8))
+    offers = search(fleet, cal, asked, NOW)
+    assert shape(offers[0]) == [("a", 0, 1), ("b", 2, 3), ("a", 3, 4), ("b", 5, 6)]
+    assert search(replace(fleet, policy=BookingPolicy(max_segments=3)), cal, asked, NOW) == []
+
+
 def test_partially_free_capacity_counts() -> None:
     fleet = make_fleet(pool("a", reservable=8))
     cal = CapacityCalendar(fleet.pools)
@@ -448,10 +459,10 @@ def test_the_first_offering_is_the_best_there_is(data: st.DataObject) -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(st.data())
-def test_with_three_segments_the_first_offering_finishes_first(data: st.DataObject) -> None:
+def test_with_more_segments_the_first_offering_finishes_first(data: st.DataObject) -> None:
     """With more than two segments the finish is exact; the price only for one pool (see search.py)."""
     fleet, cal, now = data.draw(scenarios())
-    fleet = replace(fleet, policy=replace(fleet.policy, max_segments=3))
+    fleet = replace(fleet, policy=replace(fleet.policy, max_segments=data.draw(st.sampled_from([3, 4]))))
     asked = data.draw(requests(fleet, now))
     offers = search(fleet, cal, asked, now)
     check_offerings(fleet, cal, asked, now, offers)
