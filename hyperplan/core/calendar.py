@@ -123,6 +123,11 @@ class CapacityCalendar:
     def reservable(self, pool_key: PoolKey) -> int:
         return self._reservable.get(pool_key, 0)
 
+    @property
+    def nbytes(self) -> int:
+        """Memory held by the booked counts of all pools."""
+        return sum(track.counts.nbytes for track in self._tracks.values())
+
     def can_book(self, pool_key: PoolKey, start: datetime, end: datetime, count: int) -> bool:
         first, stop = _checked_span(start, end, count)
         return self._peak(pool_key, first, stop) + count <= self.reservable(pool_key)

@@ -491,8 +491,7 @@ class _Planner:
         pools = np.arange(len(self.grids))
         q, p, d = pools[:, None, None], pools[None, :, None], lengths[None, None, :]
         prefix_end = level.end[q, total - d]
-        after = np.minimum(prefix_end + (q == p), self.query.n_days + 1)
-        start = self.fits.first(p, d, after)
+        start = self.fits.first(p, d, prefix_end + (q == p))  # the same pool needs a day's gap
         end = np.where((prefix_end < _NONE) & (start < _NONE), start + d, _NONE)
         if self.hyperpod:
             end = np.where(q == p, end, _NONE)
@@ -514,7 +513,7 @@ class _Planner:
         rows = [(end, cost, False, ~self._dominated(first_start, end)), (end, variant_cost, True, variant)]
         if self.only_partial:
             rows = rows[1:]
-        yield from self._ranked(level, k, q, p, d, start, rows)
+        yield from self._ranked(level, q, p, d, start, rows)
 
     def _dominated(self, first_day: Ints | int, stop_day: Ints) -> npt.NDArray[np.bool_]:
         """Whether an offering with fewer segments, already handed out, starts no later and finishes no
@@ -527,7 +526,7 @@ class _Planner:
         return np.asarray((starts_later & finishes_later).any(axis=1), dtype=bool)
 
     def _ranked(
-        self, level: _Level, k: int, q: Ints, p: Ints, d: Ints, start: Ints,
+        self, level: _Level, q: Ints, p: Ints, d: Ints, start: Ints,
         rows: list[tuple[Ints, Floats, bool, npt.NDArray[np.bool_]]],
     ) -> Iterator[_Candidate]:  # fmt: skip
         ends = np.concatenate([end[keep] for end, _, _, keep in rows])
@@ -536,7 +535,7 @@ class _Planner:
         partial = np.concatenate([np.full(int(keep.sum()), flag) for _, _, flag, keep in rows])
         for i in np.lexsort((costs, ends)):
             j = int(which[i])
-            prefix = self._trace(level, k - 1, int(q[j]), self.query.days - int(d[j]))
+            prefix = self._trace(level, int(q[j]), self.query.days - int(d[j]))
             last = (int(p[j]), int(start[j]), int(start[j] + d[j]))
             yield _Candidate((*prefix, last), bool(partial[i]), float(costs[i]))
 
@@ -581,8 +580,8 @@ class _Planner:
         best_q = np.where(after == soonest, cost, np.inf).argmin(axis=0)
         return soonest, np.take_along_axis(cost, best_q[None], 0)[0], best_q
 
-    def _trace(self, level: _Level, k: int, pool: int, total: int) -> tuple[Placed, ...]:
-        """The segments of the level-k prefix ending in ``pool`` with ``total`` days, in time order."""
+    def _trace(self, level: _Level, pool: int, total: int) -> tuple[Placed, ...]:
+        """The segments of the level's prefix ending in ``pool`` with ``total`` days, in time order."""
         segments: list[Placed] = []
         current: _Level | None = level
         while current is not None:

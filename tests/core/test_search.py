@@ -221,6 +221,16 @@ def test_plans_start_within_the_horizon_but_may_end_after_it() -> None:
     assert search(fleet, cal, request(days=20, end_before=NOW + 200 * DAY), NOW) == []
 
 
+def test_a_start_after_just_before_the_horizon_leaves_only_the_soonest_start() -> None:
+    fleet = make_fleet(pool("a"))
+    now = utc(2026, 3, 2, 10, 0)
+    start_after = now + timedelta(days=55, hours=23, minutes=50)  # 09:50, the horizon ends at 10:00
+    asked = request(days=1, start_after=start_after, end_before=start_after + 5 * DAY)
+    offers = search(fleet, CapacityCalendar(fleet.pools), asked, now)
+    assert [o.start for o in offers] == [start_after]
+    assert offers[0].duration_hours_minutes == (25, 40)
+
+
 def test_a_past_start_after_is_clamped() -> None:
     fleet = make_fleet(pool("a"))
     offers = search(fleet, CapacityCalendar(fleet.pools), request(start_after=NOW - 10 * DAY), NOW)
