@@ -24,10 +24,18 @@ from botocore.config import Config
 
 from hyperplan.cli.client import NativeClient
 from hyperplan.client.signing import Credentials
+from hyperplan.wire.validate import check_output
 
 ADMIN = Credentials("AKHPTESTADMIN0000001", "test-admin-secret-key-000000000000000000")
 REGION = "us-west-2"
 BIN = Path(sys.executable).parent
+
+
+def check_response_shape(operation_model: Any, response_dict: dict[str, Any], **_: Any) -> None:
+    """botocore hook: a 200 answer must match the operation's output shape exactly."""
+    if response_dict["status_code"] != 200:
+        return
+    check_output(operation_model, json.loads(response_dict["body"] or b"{}"))
 
 
 def free_port() -> int:
@@ -126,7 +134,8 @@ class Server:
         return NativeClient(self.url, credentials, region=REGION)
 
     def sagemaker(self, credentials: Credentials = ADMIN) -> Any:
-        return boto3.client(
+        """A boto3 client whose every successful answer is checked against the model's output shape."""
+        client = boto3.client(
             "sagemaker",
             endpoint_url=self.url,
             region_name=REGION,
@@ -134,6 +143,8 @@ class Server:
             aws_secret_access_key=credentials.secret_key,
             config=Config(retries={"max_attempts": 1}),
         )
+        client.meta.events.register("before-parse.sagemaker.*", check_response_shape)
+        return client
 
     def new_account(self, name: str, **extra: Any) -> Credentials:
         key = self.native().post("/api/v1/accounts", {"Name": name, **extra})

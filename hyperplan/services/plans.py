@@ -11,6 +11,7 @@ import base64
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -299,9 +300,9 @@ def list_plans(session: Session, caller: Caller, query: ListQuery) -> tuple[list
     if query.status:
         stmt = stmt.where(TrainingPlan.status == query.status)
     if query.start_after is not None:
-        stmt = stmt.where(start > _micros(query.start_after))
+        stmt = stmt.where(start > query.start_after)
     if query.start_before is not None:
-        stmt = stmt.where(start < _micros(query.start_before))
+        stmt = stmt.where(start < query.start_before)
     key = {"TrainingPlanName": TrainingPlan.name, "StartTime": start, "Status": TrainingPlan.status}[
         query.sort_by
     ]
@@ -314,21 +315,13 @@ def list_plans(session: Session, caller: Caller, query: ListQuery) -> tuple[list
     return rows[: query.max_results], (_token(query, offset + query.max_results) if more else None)
 
 
-def _plan_start() -> object:
+def _plan_start() -> Any:
     return (
         select(func.min(ReservedCapacity.start))
         .where(ReservedCapacity.plan_id == TrainingPlan.id)
         .correlate(TrainingPlan)
         .scalar_subquery()
     )
-
-
-def _micros(when: datetime) -> int:
-    from hyperplan.store.types import UTCDateTime
-
-    value = UTCDateTime().process_bind_param(when, None)  # type: ignore[arg-type]
-    assert value is not None
-    return value
 
 
 def _query_fingerprint(query: ListQuery) -> str:

@@ -51,6 +51,8 @@ class Database:
             try:
                 yield session
             finally:
+                # Detach first, so that rows read here stay readable after the transaction ends.
+                session.expunge_all()
                 session.rollback()
 
     @contextmanager

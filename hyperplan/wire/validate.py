@@ -596,3 +596,22 @@ def _complement(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
 def _render_ranges(ranges: list[tuple[int, int]]) -> str:
     # \U escapes keep the translated pattern ASCII and free of characters that are special in a class.
     return "".join(f"\\U{lo:08X}" if lo == hi else f"\\U{lo:08X}-\\U{hi:08X}" for lo, hi in ranges)
+
+
+def check_output(op: OperationModel, body: object) -> dict[str, Any]:
+    """Check a JSON response body against ``op``'s output shape, with the same rules as requests.
+
+    Tests use it on every answer their clients receive, so that a handler cannot send what the model
+    lacks without a test noticing.
+    """
+    shape = op.output_shape
+    if shape is None:
+        if body not in ({}, None):
+            raise ValidationError(f"{op.name} has no output, but the response holds {body!r}")
+        return {}
+    if not isinstance(body, dict):
+        raise ValidationError(f"{op.name} response is not a JSON object")
+    report = _Report()
+    result = _check_structure(shape, body, _Where("", report, 0))
+    report.raise_if_any()
+    return result
