@@ -69,7 +69,8 @@ def serve(
     # place before it started; this one makes that a clean exit, as service managers expect.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        uvicorn.run(create_app(runtime), host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
+        app = create_app(runtime)
+        uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
     finally:
         console.print("hyperplan stopped; every acknowledged change is on disk.")
 
