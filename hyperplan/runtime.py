@@ -78,6 +78,7 @@ class Runtime:
 
     def start(self) -> None:
         """Catch up on every event missed while the server was down, then run the loop."""
+        self._start_background_load()
         self.calendar.load(self.db)
         missed = self.scheduler.run_due(self.clock.now())
         if missed:
@@ -116,6 +117,17 @@ class Runtime:
                 settings.put_time(session, settings.CLOCK_NOW, clock.now())
         return clock
 
+    def _start_background_load(self) -> None:
+        """On the first start of a demo fleet, store its load; later top-ups are timed events."""
+        from hyperplan.services import background
+
+        if self.fleet.background_load is None:
+            return
+        with self.db.write() as session:
+            if not background.is_scheduled(session):
+                added = background.top_up(self, session, self.clock.now())
+                log.info("stored %d background bookings held by %r", len(added), background.ACCOUNT_NAME)
+
     def _offering_key(self) -> bytes:
         """The key that signs offering ids; kept in the store so that every server shares it."""
         with self.db.write() as session:
@@ -131,7 +143,21 @@ class Runtime:
         def segment_changed(session: Session, event: DueEvent) -> None:
             plans.on_segment_event(session, event.subject, self.clock.now())
 
-        return {plans.SEGMENT_START: segment_changed, plans.SEGMENT_END: segment_changed}
+        def top_up_background(session: Session, event: DueEvent) -> None:
+            from hyperplan.services import background
+
+            added = background.top_up(self, session, self.clock.now())
+            session.flush()
+            # The calendar learns of them only once this transaction commits.
+            self.scheduler.after_commit(
+                lambda: self.calendar.book([(s.pool_key, s.start, s.end, s.count) for s in added])
+            )
+
+        return {
+            plans.SEGMENT_START: segment_changed,
+            plans.SEGMENT_END: segment_changed,
+            "background.top-up": top_up_background,
+        }
 
     @property
     def manual_clock(self) -> ManualClock | None:

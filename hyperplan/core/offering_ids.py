@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import secrets
 import struct
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,7 +22,8 @@ from hyperplan.core.fleet import Fleet
 
 PREFIX = "tpo-"
 _VERSION = 1
-_HEADER = struct.Struct(">B4sQIBHB")  # version, fleet fingerprint, account, expiry, target, count, segments
+# version, fleet fingerprint, nonce, account, expiry, target, count, segments
+_HEADER = struct.Struct(">B4s4sQIBHB")
 _SEGMENT = struct.Struct(">HII")  # pool index, start, end (epoch seconds)
 _MAC_BYTES = 10
 TARGETS = ("training-job", "hyperpod-cluster")
@@ -51,6 +53,7 @@ def encode(claim: OfferingClaim, *, key: bytes, fleet: Fleet) -> str:
     body = _HEADER.pack(
         _VERSION,
         fleet.fingerprint(),
+        secrets.token_bytes(4),  # two searches that find the same capacity still get two ids
         int(claim.account_id),
         _seconds(claim.expires_at),
         TARGETS.index(claim.target),
@@ -66,7 +69,7 @@ def decode(offering_id: str, *, key: bytes, fleet: Fleet) -> OfferingClaim:
     body, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]
     if not hmac.compare_digest(mac, hmac.new(key, body, hashlib.sha256).digest()[:_MAC_BYTES]):
         raise OfferingIdError("signature does not match")
-    version, fingerprint, account, expires, target, count, n_segments = _HEADER.unpack_from(body)
+    version, fingerprint, _nonce, account, expires, target, count, n_segments = _HEADER.unpack_from(body)
     if version != _VERSION or fingerprint != fleet.fingerprint():
         raise OfferingIdError("made for another version of the fleet")
     if len(body) != _HEADER.size + n_segments * _SEGMENT.size or target >= len(TARGETS):

@@ -39,7 +39,11 @@ class LiveCalendar:
                     ReservedCapacity.count,
                 ).where(ReservedCapacity.holds_capacity.is_(True))
             ).all()
-        self.book([((t, az), start, end, count) for t, az, start, end, count in rows])
+        with self._lock:
+            for t, az, start, end, count in rows:
+                # restore, not book: a pool made smaller in the fleet file must not stop the server from
+                # starting with the plans it already sold.
+                self._calendar.restore((t, az), start, end, count)
         return len(rows)
 
     def search(self, request: SearchRequest, now: datetime) -> list[Offering]:

@@ -84,7 +84,7 @@ def test_without_bootstrap_variables_the_first_start_makes_keys_that_work(
         timeout=60,
     )
     assert cli.returncode == 0, cli.stderr
-    assert [a["Name"] for a in json.loads(cli.stdout)] == ["admin"]
+    assert "admin" in [a["Name"] for a in json.loads(cli.stdout)]
 
 
 def test_create_account_prints_its_id_and_keys_as_json(shared_server: Server) -> None:

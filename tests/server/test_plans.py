@@ -427,3 +427,46 @@ def test_our_cli_searches_buys_and_shows(small: Server) -> None:
         "BookedProfile",
     } <= set(pool)
     assert max(run["Booked"] for run in pool["BookedProfile"]) == 4
+
+
+def test_the_demo_offers_the_console_example_as_two_segments(server: Server) -> None:
+    """16 x ml.p5.48xlarge for 10 days on a HyperPod cluster within 8 weeks: no single AZ has 10 free days
+    in a row on the busy demo calendar, so the best offering is two segments in one AZ."""
+    client = server.sagemaker()
+    now = _clock(server)
+    offerings = client.search_training_plan_offerings(
+        InstanceType=P5,
+        InstanceCount=16,
+        DurationHours=240,
+        TargetResources=["hyperpod-cluster"],
+        StartTimeAfter=now + timedelta(minutes=30),
+        EndTimeBefore=now + timedelta(weeks=8),
+    )["TrainingPlanOfferings"]
+    best = offerings[0]
+    segments = best["ReservedCapacityOfferings"]
+    assert len(segments) == 2
+    assert len({s["AvailabilityZone"] for s in segments}) == 1
+    assert segments[0]["EndTime"] <= segments[1]["StartTime"]
+    days = sum((s["EndTime"] - s["StartTime"]) / timedelta(days=1) for s in segments)
+    assert days >= 10
+    plan = client.create_training_plan(
+        TrainingPlanName="split", TrainingPlanOfferingId=best["TrainingPlanOfferingId"]
+    )
+    described = client.describe_training_plan(TrainingPlanName="split")
+    assert described["TrainingPlanArn"] == plan["TrainingPlanArn"]
+    assert [s["ReservedCapacityArn"].rsplit("-", 1)[1] for s in described["ReservedCapacitySummaries"]] == [
+        "rc1",
+        "rc2",
+    ]
+
+
+def test_the_demo_background_load_is_held_by_its_own_account_and_kept_up(server: Server) -> None:
+    fleet = server.native().get("/api/v1/fleet")["Pools"]
+    p5 = [p for p in fleet if p["InstanceType"] == P5]
+    assert all(0.5 < p["Utilisation"] < 0.95 for p in p5), [p["Utilisation"] for p in p5]
+    names = [a["Name"] for a in server.native().get("/api/v1/accounts")["Accounts"]]
+    assert "background-load" in names
+    assert server.sagemaker().list_training_plans()["TrainingPlanSummaries"] == []  # not the admin's
+    server.cli("clock", "advance", "40d")
+    later = server.native().get("/api/v1/fleet")["Pools"]
+    assert all(0.5 < p["Utilisation"] < 0.95 for p in later if p["InstanceType"] == P5)

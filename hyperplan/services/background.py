@@ -1,0 +1,113 @@
+"""The demo fleet's background load, held as real plans by an account of its own.
+
+Stored like any other plan, the load is what the purchase transaction re-checks against, what the
+calendar is rebuilt from after a restart, and what `hyperplan plans list` shows its account. A daily
+timed event adds the next stretch as the service clock moves on, so the calendar stays busy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hyperplan.core.background import background_bookings
+from hyperplan.core.lifecycle import PlanStatus
+from hyperplan.core.search import Segment
+from hyperplan.runtime import Runtime
+from hyperplan.scheduler import schedule
+from hyperplan.services import accounts, plans
+from hyperplan.store.schema import Account, ReservedCapacity, TrainingPlan
+
+ACCOUNT_NAME = "background-load"
+TOP_UP = "background.top-up"
+TOP_UP_EVERY = timedelta(days=1)
+
+
+def top_up(runtime: Runtime, session: Session, now: datetime) -> list[Segment]:
+    """Store the load over the coming horizon that is not stored yet; returns what it added."""
+    load = runtime.fleet.background_load
+    if load is None:
+        return []
+    account = _account(session, runtime, now)
+    known = set(
+        session.scalars(select(TrainingPlan.offering_id).where(TrainingPlan.account_id == account.id))
+    )
+    added = []
+    for segment, key in _keyed(background_bookings(runtime.fleet, now, load.seed)):
+        if key not in known:
+            _store(runtime, session, account, segment, key, now)
+            added.append(segment)
+    schedule(session, TOP_UP, now + TOP_UP_EVERY)
+    return added
+
+
+def is_scheduled(session: Session) -> bool:
+    from hyperplan.store.schema import ScheduledEvent
+
+    pending = select(ScheduledEvent.id).where(ScheduledEvent.kind == TOP_UP, ScheduledEvent.done.is_(False))
+    return session.scalar(pending.limit(1)) is not None
+
+
+def _account(session: Session, runtime: Runtime, now: datetime) -> Account:
+    account = session.scalar(select(Account).where(Account.name == ACCOUNT_NAME))
+    if account is None:
+        accounts.create_account(session, ACCOUNT_NAME, now=now)
+        account = session.scalar(select(Account).where(Account.name == ACCOUNT_NAME))
+    assert account is not None
+    return account
+
+
+def _keyed(segments: list[Segment]) -> list[tuple[Segment, str]]:
+    """A stable identity per booking, so that a later top-up recognises what is already stored."""
+    seen: Counter[tuple[object, ...]] = Counter()
+    keyed = []
+    for segment in segments:
+        identity = (segment.pool_key, segment.start.isoformat(), segment.end.isoformat(), segment.count)
+        seen[identity] += 1
+        digest = hashlib.sha256(repr((identity, seen[identity])).encode()).hexdigest()[:32]
+        keyed.append((segment, f"background-{digest}"))
+    return keyed
+
+
+def _store(
+    runtime: Runtime, session: Session, account: Account, segment: Segment, key: str, now: datetime
+) -> None:
+    instance_type, zone = segment.pool_key
+    pool = runtime.fleet.pool(segment.pool_key)
+    plan = TrainingPlan(
+        account_id=account.id,
+        name=f"load-{key.removeprefix('background-')[:12]}",
+        offering_id=key,
+        target="training-job",
+        instance_type=instance_type,
+        status=PlanStatus.PENDING,
+        status_message="",
+        upfront_fee=Decimal("0"),
+        currency=pool.currency,
+        created_at=now,
+        updated_at=now,
+    )
+    session.add(plan)
+    session.flush()
+    session.add(
+        ReservedCapacity(
+            plan_id=plan.id,
+            ordinal=1,
+            instance_type=instance_type,
+            availability_zone=zone,
+            count=segment.count,
+            start=segment.start,
+            end=segment.end,
+            status=PlanStatus.PENDING,
+        )
+    )
+    session.flush()
+    for kind, when in ((plans.SEGMENT_START, segment.start), (plans.SEGMENT_END, segment.end)):
+        if when > now:
+            schedule(session, kind, when, subject=str(plan.id))
+    plans.mark_paid(session, plan, now)
