@@ -294,7 +294,7 @@ class ListQuery:
 
 def list_plans(session: Session, caller: Caller, query: ListQuery) -> tuple[list[TrainingPlan], str | None]:
     start = _plan_start()
-    stmt: Select[tuple[TrainingPlan]] = select(TrainingPlan).where(
+    stmt: Select[TrainingPlan] = select(TrainingPlan).where(
         TrainingPlan.account_id == caller.account_id
     )
     if query.status:
