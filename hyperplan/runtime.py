@@ -21,7 +21,7 @@ from hyperplan.scheduler import DueEvent, EventHandler, Scheduler
 from hyperplan.services import accounts
 from hyperplan.services.capacity import LiveCalendar
 from hyperplan.store import settings
-from hyperplan.store.db import Database, sqlite_url
+from hyperplan.store.db import Database, after_commit, sqlite_url
 
 log = logging.getLogger(__name__)
 
@@ -138,25 +138,30 @@ class Runtime:
         return bytes.fromhex(key)
 
     def _event_handlers(self) -> dict[str, EventHandler]:
-        from hyperplan.services import plans
+        from hyperplan.services import background, lifecycle, payments
 
         def segment_changed(session: Session, event: DueEvent) -> None:
-            plans.on_segment_event(session, event.subject, self.clock.now())
+            segment = int(event.payload.get("segment", 0))
+            lifecycle.on_segment_event(session, event.kind, event.subject, segment, self.clock.now())
+
+        def payment_deadline(session: Session, event: DueEvent) -> None:
+            payments.on_deadline(
+                session, self.calendar, event.subject, int(event.payload["invoice"]), self.clock.now()
+            )
 
         def top_up_background(session: Session, event: DueEvent) -> None:
-            from hyperplan.services import background
-
             added = background.top_up(self, session, self.clock.now())
-            session.flush()
             # The calendar learns of them only once this transaction commits.
-            self.scheduler.after_commit(
-                lambda: self.calendar.book([(s.pool_key, s.start, s.end, s.count) for s in added])
+            after_commit(
+                session, lambda: self.calendar.book([(s.pool_key, s.start, s.end, s.count) for s in added])
             )
 
         return {
-            plans.SEGMENT_START: segment_changed,
-            plans.SEGMENT_END: segment_changed,
-            "background.top-up": top_up_background,
+            lifecycle.SEGMENT_START: segment_changed,
+            lifecycle.SEGMENT_RECLAIM: segment_changed,
+            lifecycle.SEGMENT_END: segment_changed,
+            lifecycle.PAYMENT_DEADLINE: payment_deadline,
+            background.TOP_UP: top_up_background,
         }
 
     @property

@@ -57,7 +57,6 @@ class Scheduler:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._after_commit: list[Callable[[], None]] = []
 
     # -- running events -------------------------------------------------------------------------
 
@@ -102,31 +101,19 @@ class Scheduler:
 
     def _run_one(self, event: DueEvent) -> None:
         handler = self.handlers.get(event.kind)
-        try:
-            with self.db.write() as session:
-                row = session.get(ScheduledEvent, event.id)
-                if row is None or row.done:
-                    return  # another server ran it first
-                if handler is None:
-                    log.error(
-                        "no handler for event kind %r (event %d); marking it done", event.kind, event.id
-                    )
-                else:
-                    handler(session, event)
-                row.done = True
-                row.ran_at = self.clock.now()
-                if isinstance(self.clock, ManualClock):
-                    settings.put_time(session, settings.CLOCK_NOW, self.clock.now())
-        except BaseException:
-            self._after_commit.clear()  # the change they describe never happened
-            raise
-        callbacks, self._after_commit = self._after_commit, []
-        for callback in callbacks:
-            callback()
-
-    def after_commit(self, callback: Callable[[], None]) -> None:
-        """Run `callback` once the event being handled has committed (e.g. to update in-memory state)."""
-        self._after_commit.append(callback)
+        with self.db.write() as session:
+            row = session.get(ScheduledEvent, event.id)
+            if row is None or row.done:
+                return  # another server ran it first
+            if handler is None:
+                log.error("no handler for event kind %r (event %d); marking it done", event.kind, event.id)
+            else:
+                handler(session, event)
+            row.done = True
+            row.ran_at = self.clock.now()
+            if self.clock.kind != "wall":
+                # Saved with the event, so that a restarted clock never reads earlier than what has run.
+                settings.put_time(session, settings.CLOCK_NOW, self.clock.now())
 
     def next_due_time(self) -> datetime | None:
         with self.db.read() as session:

@@ -20,7 +20,7 @@ from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.search import Segment
 from hyperplan.runtime import Runtime
 from hyperplan.scheduler import schedule
-from hyperplan.services import accounts, plans
+from hyperplan.services import accounts, lifecycle
 from hyperplan.store.schema import Account, ReservedCapacity, TrainingPlan
 
 ACCOUNT_NAME = "background-load"
@@ -107,7 +107,5 @@ def _store(
         )
     )
     session.flush()
-    for kind, when in ((plans.SEGMENT_START, segment.start), (plans.SEGMENT_END, segment.end)):
-        if when > now:
-            schedule(session, kind, when, subject=str(plan.id))
-    plans.mark_paid(session, plan, now)
+    lifecycle.schedule_segments(session, plan, runtime.fleet.policy.reclaim_lead_for(plan.target), now)
+    lifecycle.mark_paid(session, plan, now, "Background load: held by the demo, paid for by nobody.")

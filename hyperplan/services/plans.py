@@ -22,18 +22,15 @@ from sqlalchemy.orm import Session
 from hyperplan.core import offering_ids
 from hyperplan.core.calendar import peak_booked_slots
 from hyperplan.core.fleet import Pool
-from hyperplan.core.lifecycle import PlanStatus, Window, status_at, status_message
+from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.offering_ids import OfferingClaim, OfferingIdError, OfferingSegment
 from hyperplan.core.search import Offering, SearchRequest, segment_price
-from hyperplan.errors import ResourceInUse, ResourceLimitExceeded, ResourceNotFound, ValidationError
+from hyperplan.errors import Conflict, ResourceInUse, ResourceLimitExceeded, ResourceNotFound, ValidationError
 from hyperplan.runtime import Runtime
-from hyperplan.scheduler import schedule
-from hyperplan.services.accounts import Caller, get_account
+from hyperplan.services import lifecycle, payments, plan_capacity
+from hyperplan.services.accounts import Caller
+from hyperplan.store.db import after_commit
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
-
-SEGMENT_START = "segment.start"
-SEGMENT_END = "segment.end"
-
 
 # -- search -----------------------------------------------------------------------------------------
 
@@ -79,7 +76,6 @@ def create(runtime: Runtime, caller: Caller, name: str, offering_id: str) -> Tra
     except IntegrityError:
         # A racing buyer committed the same name or offering between our checks and our insert.
         raise ResourceInUse(f"Training plan {name!r} or its offering was just taken; search again.") from None
-    runtime.calendar.book([(pool.key, s.start, s.end, claim.count) for pool, s in segments])
     runtime.scheduler.wake()
     return plan
 
@@ -136,10 +132,15 @@ def _write_plan(
     session.flush()
     for ordinal, (pool, segment) in enumerate(segments, start=1):
         session.add(_reserved_capacity(plan, ordinal, pool, segment, claim.count))
-        schedule(session, SEGMENT_START, segment.start, subject=str(plan.id))
-        schedule(session, SEGMENT_END, segment.end, subject=str(plan.id))
     session.flush()
-    _settle_payment(session, plan, caller, now)
+    lifecycle.record(
+        session, plan, "created", f"Bought offering {offering_id} for {fee} {plan.currency}.", now
+    )
+    lifecycle.schedule_segments(session, plan, runtime.fleet.policy.reclaim_lead_for(plan.target), now)
+    booked = [(pool.key, s.start, s.end, claim.count) for pool, s in segments]
+    # Booked in memory once committed; a payment that fails below releases it again, in that order.
+    after_commit(session, lambda: runtime.calendar.book(booked))
+    payments.issue(session, runtime.calendar, plan, now)
     return plan
 
 
@@ -191,52 +192,6 @@ def _reserved_capacity(
         status=PlanStatus.PENDING,
         holds_capacity=True,
     )
-
-
-def _settle_payment(session: Session, plan: TrainingPlan, caller: Caller, now: datetime) -> None:
-    """`auto` accounts pay at once, so the plan is Scheduled before the purchase returns."""
-    account = get_account(session, caller.account_id)
-    if account.payment_mode == "auto":
-        mark_paid(session, plan, now)
-
-
-def mark_paid(session: Session, plan: TrainingPlan, now: datetime) -> None:
-    refresh_status(session, plan, now, paid=True)
-
-
-# -- the lifecycle ---------------------------------------------------------------------------------
-
-
-def segments_of(session: Session, plan_id: int) -> list[ReservedCapacity]:
-    return list(
-        session.scalars(
-            select(ReservedCapacity)
-            .where(ReservedCapacity.plan_id == plan_id)
-            .order_by(ReservedCapacity.ordinal)
-        )
-    )
-
-
-def refresh_status(session: Session, plan: TrainingPlan, now: datetime, *, paid: bool = False) -> None:
-    """Set a paid plan's and its segments' statuses from the time."""
-    if plan.status in (PlanStatus.FAILED, PlanStatus.EXPIRED):
-        return
-    if plan.status == PlanStatus.PENDING and not paid:
-        return
-    rcs = segments_of(session, plan.id)
-    windows = [Window(rc.start, rc.end) for rc in rcs]
-    for rc, window in zip(rcs, windows, strict=True):
-        rc.status = status_at([window], now)
-    status = status_at(windows, now)
-    plan.status = status
-    plan.status_message = status_message(windows, status, now)
-    plan.updated_at = now
-
-
-def on_segment_event(session: Session, plan_id: str, now: datetime) -> None:
-    plan = session.get(TrainingPlan, int(plan_id))
-    if plan is not None:
-        refresh_status(session, plan, now)
 
 
 # -- reading -----------------------------------------------------------------------------------------
@@ -294,9 +249,7 @@ class ListQuery:
 
 def list_plans(session: Session, caller: Caller, query: ListQuery) -> tuple[list[TrainingPlan], str | None]:
     start = _plan_start()
-    stmt: Select[TrainingPlan] = select(TrainingPlan).where(
-        TrainingPlan.account_id == caller.account_id
-    )
+    stmt: Select[TrainingPlan] = select(TrainingPlan).where(TrainingPlan.account_id == caller.account_id)
     if query.status:
         stmt = stmt.where(TrainingPlan.status == query.status)
     if query.start_after is not None:
@@ -352,3 +305,34 @@ def _offset_from(query: ListQuery) -> int:
 
 def _minutes(delta: timedelta) -> int:
     return int(delta.total_seconds() // 60)
+
+
+# -- administrators ------------------------------------------------------------------------------------
+
+
+def cancel(runtime: Runtime, account_ref: str, name: str, reason: str) -> TrainingPlan:
+    """An administrator fails a plan, with a recorded reason, and gives its remaining capacity back."""
+    from hyperplan.services.accounts import get_account
+
+    if not reason.strip():
+        raise ValidationError("Reason is required to cancel a plan; it is shown to the plan's owner.")
+    now = runtime.clock.now()
+    with runtime.db.write() as session:
+        account = get_account(session, account_ref)
+        plan = session.scalar(
+            select(TrainingPlan).where(TrainingPlan.account_id == account.id, TrainingPlan.name == name)
+        )
+        if plan is None:
+            raise ResourceNotFound(f"Account {account.name} has no training plan {name!r}.")
+        if PlanStatus(plan.status).is_final:
+            raise Conflict(f"Training plan {name!r} is already {plan.status}; there is nothing to cancel.")
+        plan_capacity.release_plan(session, plan.id, now)
+        lifecycle.fail(
+            session,
+            runtime.calendar,
+            plan,
+            f"Cancelled by an administrator: {reason.strip()}",
+            "cancelled",
+            now,
+        )
+    return plan

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -13,6 +13,14 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+_AFTER_COMMIT = "after_commit"
+
+
+def after_commit(session: Session, callback: Callable[[], None]) -> None:
+    """Run `callback` after the session's transaction commits (see Database.write)."""
+    session.info.setdefault(_AFTER_COMMIT, []).append(callback)
 
 
 def sqlite_url(data_dir: Path) -> str:
@@ -57,7 +65,11 @@ class Database:
 
     @contextmanager
     def write(self) -> Iterator[Session]:
-        """A transaction that commits when the block ends and rolls back on any error."""
+        """A transaction that commits when the block ends and rolls back on any error.
+
+        Callbacks registered with `after_commit` run once the commit succeeded, never after a rollback:
+        in-memory state (the live calendar) follows only what is durably stored.
+        """
         with self._sessions() as session:
             if self.is_sqlite:
                 session.connection().exec_driver_sql("BEGIN IMMEDIATE")
@@ -67,6 +79,8 @@ class Database:
             except BaseException:
                 session.rollback()
                 raise
+            for callback in session.info.pop(_AFTER_COMMIT, []):
+                callback()
 
     def close(self) -> None:
         self.engine.dispose()

@@ -77,8 +77,10 @@ class ReservedCapacity(Base):
     start: Mapped[datetime] = mapped_column(UTCDateTime)
     end: Mapped[datetime] = mapped_column(UTCDateTime)
     status: Mapped[str] = mapped_column(String(16))
-    # False once the plan failed or was cancelled: the segment no longer holds capacity.
+    # False once the plan failed or was cancelled before the segment began: it holds nothing.
     holds_capacity: Mapped[bool] = mapped_column(default=True)
+    # Set when a cancellation gives back the rest of an open segment: capacity is held until then.
+    released_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 
 
 class ScheduledEvent(Base):
@@ -89,7 +91,66 @@ class ScheduledEvent(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     due_at: Mapped[datetime] = mapped_column(UTCDateTime)
     kind: Mapped[str] = mapped_column(String(64))
-    subject: Mapped[str] = mapped_column(String(256), default="")
+    subject: Mapped[str] = mapped_column(String(256), default="", index=True)
     payload: Mapped[str] = mapped_column(Text, default="{}")
     done: Mapped[bool] = mapped_column(default=False)
     ran_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class Invoice(Base):
+    """The upfront fee of a plan (or, later, an extension), and how it was settled."""
+
+    __tablename__ = "invoices"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("training_plans.id"), index=True)
+    amount: Mapped[Decimal] = mapped_column(DecimalString)
+    currency: Mapped[str] = mapped_column(String(3))
+    status: Mapped[str] = mapped_column(String(16))  # Pending, Paid, Rejected, Failed
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    due_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    settled_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    note: Mapped[str] = mapped_column(Text, default="")
+
+
+class LedgerEntry(Base):
+    """An append-only line of an account's money: payments, budget grants."""
+
+    __tablename__ = "ledger_entries"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    invoice_id: Mapped[int | None] = mapped_column(ForeignKey("invoices.id"), nullable=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    amount: Mapped[Decimal] = mapped_column(DecimalString)  # negative: money out of the budget
+    budget_after: Mapped[Decimal] = mapped_column(DecimalString)
+    description: Mapped[str] = mapped_column(Text)
+
+
+class PlanEvent(Base):
+    """A plan's append-only history: what happened, when (service time), and what a person should know."""
+
+    __tablename__ = "plan_events"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("training_plans.id"), index=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    kind: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str] = mapped_column(Text)
+
+
+class CapacityClaim(Base):
+    """Instances of a plan's open segment held by one consumer (an instance group, a training job).
+
+    The single record of who uses a plan's capacity: the plan's InUse and Available counters are
+    derived from the claims not yet released.
+    """
+
+    __tablename__ = "capacity_claims"
+    __table_args__ = (Index("ix_claim_open", "plan_id", "released_at"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("training_plans.id"))
+    reserved_capacity_id: Mapped[int] = mapped_column(ForeignKey("reserved_capacities.id"))
+    consumer: Mapped[str] = mapped_column(String(256))  # e.g. "cluster-group:<id>", "training-job:<id>"
+    count: Mapped[int] = mapped_column(Integer)
+    claimed_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    released_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 from hyperplan.core.search import Offering, SearchRequest, Segment
 from hyperplan.errors import ValidationError
 from hyperplan.runtime import Runtime
-from hyperplan.services import plans
+from hyperplan.services import lifecycle, plan_capacity, plans
 from hyperplan.services.plans import ListQuery, SignedOffering
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
 from hyperplan.wire.registry import RequestContext, operation
@@ -92,7 +92,9 @@ def describe_training_plan(ctx: RequestContext, request: dict[str, Any]) -> dict
     with ctx.runtime.db.read() as session:
         plan = plans.get(session, ctx.runtime, ctx.caller, request["TrainingPlanName"])
         view = plan_view(ctx.runtime, session, plan)
-    view["UnhealthyInstanceCount"] = 0
+        view["UnhealthyInstanceCount"] = plan_capacity.counters(
+            session, plan, view["TotalInstanceCount"]
+        ).unhealthy
     return view
 
 
@@ -126,9 +128,10 @@ def describe_reserved_capacity(ctx: RequestContext, request: dict[str, Any]) -> 
         plan = session.get(TrainingPlan, rc.plan_id)
         assert plan is not None
         view = rc_view(ctx.runtime, plan, rc)
-    view.pop("AvailabilityZoneId", None)
-    view["AvailableInstanceCount"] = rc.count
-    view["InUseInstanceCount"] = 0
+        used = plan_capacity.in_use(session, plan.id, rc.id)
+    view.pop("AvailabilityZoneId", None)  # not a member of DescribeReservedCapacity's output
+    view["InUseInstanceCount"] = used
+    view["AvailableInstanceCount"] = max(rc.count - used, 0) if rc.holds_capacity else 0
     return view
 
 
@@ -167,9 +170,9 @@ def rc_view(runtime: Runtime, plan: TrainingPlan, rc: ReservedCapacity) -> dict[
 
 
 def plan_view(runtime: Runtime, session: Session, plan: TrainingPlan) -> dict[str, Any]:
-    rcs = plans.segments_of(session, plan.id)
+    rcs = lifecycle.segments_of(session, plan.id)
     hours, minutes = _hours_minutes(sum((rc.end - rc.start).total_seconds() for rc in rcs))
-    total = max(rc.count for rc in rcs)
+    counters = plan_capacity.counters(session, plan, max(rc.count for rc in rcs))
     return {
         "TrainingPlanArn": plan_arn(runtime, plan),
         "TrainingPlanName": plan.name,
@@ -181,9 +184,9 @@ def plan_view(runtime: Runtime, session: Session, plan: TrainingPlan) -> dict[st
         "EndTime": rcs[-1].end,
         "UpfrontFee": str(plan.upfront_fee),
         "CurrencyCode": plan.currency,
-        "TotalInstanceCount": total,
-        "AvailableInstanceCount": total,
-        "InUseInstanceCount": 0,
+        "TotalInstanceCount": counters.total,
+        "AvailableInstanceCount": counters.available,
+        "InUseInstanceCount": counters.in_use,
         "TargetResources": [plan.target],
         "ReservedCapacitySummaries": [rc_view(runtime, plan, rc) for rc in rcs],
     }

@@ -1,0 +1,255 @@
+"""Paying for plans: invoices, budgets, approvals, deadlines (decisions.md, "Payment").
+
+Each account has a payment mode:
+- `auto`: the invoice is paid when it is issued; the plan is Scheduled before the purchase returns.
+- `budget`: the fee is taken from the account's budget; a budget short of the fee fails the plan.
+- `approval`: an administrator approves or rejects the invoice; unpaid 5 minutes before the plan starts,
+  or 12 hours after purchase (whichever comes first), the plan fails.
+A failed plan gives its capacity back at once. Money is Decimal, never float; every movement is a
+ledger line.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from hyperplan.core.lifecycle import PlanStatus
+from hyperplan.errors import Conflict, ResourceNotFound, ValidationError
+from hyperplan.scheduler import schedule
+from hyperplan.services import lifecycle
+from hyperplan.services.accounts import PAYMENT_MODES, get_account
+from hyperplan.services.capacity import LiveCalendar
+from hyperplan.store.schema import Account, Invoice, LedgerEntry, ReservedCapacity, TrainingPlan
+
+BEFORE_START = timedelta(minutes=5)
+AFTER_PURCHASE = timedelta(hours=12)
+
+
+def payment_deadline(first_start: datetime, purchased_at: datetime) -> datetime:
+    return min(first_start - BEFORE_START, purchased_at + AFTER_PURCHASE)
+
+
+def issue(session: Session, calendar: LiveCalendar, plan: TrainingPlan, now: datetime) -> Invoice:
+    """Invoice a new plan's fee and settle it as the account's payment mode says."""
+    account = get_account(session, plan.account_id)
+    first_start = session.scalar(
+        select(func.min(ReservedCapacity.start)).where(ReservedCapacity.plan_id == plan.id)
+    )
+    assert first_start is not None
+    invoice = Invoice(
+        account_id=account.id,
+        plan_id=plan.id,
+        amount=plan.upfront_fee,
+        currency=plan.currency,
+        status="Pending",
+        created_at=now,
+        due_at=payment_deadline(first_start, now),
+    )
+    session.add(invoice)
+    session.flush()
+    lifecycle.record(
+        session,
+        plan,
+        "invoiced",
+        f"Invoice {invoice.id} for {invoice.amount} {invoice.currency} issued.",
+        now,
+    )
+    if account.payment_mode == "auto":
+        _pay(session, account, invoice, plan, now, "paid automatically")
+    elif account.payment_mode == "budget":
+        _pay_from_budget(session, calendar, account, invoice, plan, now)
+    else:
+        plan.status_message = (
+            f"Awaiting an administrator's approval of invoice {invoice.id} "
+            f"({invoice.amount} {invoice.currency}); unpaid at {invoice.due_at:%Y-%m-%d %H:%M} UTC, "
+            "the plan fails and its capacity is released."
+        )
+        lifecycle.record(session, plan, "awaiting-approval", plan.status_message, now)
+        schedule(
+            session, lifecycle.PAYMENT_DEADLINE, invoice.due_at, subject=str(plan.id), invoice=invoice.id
+        )
+    return invoice
+
+
+def _pay(
+    session: Session, account: Account, invoice: Invoice, plan: TrainingPlan, now: datetime, how: str
+) -> None:
+    invoice.status = "Paid"
+    invoice.settled_at = now
+    invoice.note = how
+    from_budget = account.payment_mode == "budget"
+    if from_budget:
+        account.budget -= invoice.amount
+    session.add(
+        LedgerEntry(
+            account_id=account.id,
+            invoice_id=invoice.id,
+            at=now,
+            amount=-invoice.amount,
+            budget_after=account.budget,
+            description=f"Invoice {invoice.id}, plan {plan.name}: {how}",
+        )
+    )
+    lifecycle.mark_paid(session, plan, now, f"Invoice {invoice.id} {how}.")
+
+
+def _pay_from_budget(
+    session: Session,
+    calendar: LiveCalendar,
+    account: Account,
+    invoice: Invoice,
+    plan: TrainingPlan,
+    now: datetime,
+) -> None:
+    if account.budget >= invoice.amount:
+        _pay(session, account, invoice, plan, now, "paid from the budget")
+        return
+    invoice.status = "Failed"
+    invoice.settled_at = now
+    invoice.note = "budget short"
+    lifecycle.fail(
+        session,
+        calendar,
+        plan,
+        f"Payment failed: the account's budget of {account.budget} {invoice.currency} is short of the "
+        f"{invoice.amount} {invoice.currency} fee. Its capacity was released; ask an administrator to raise "
+        "the budget, then search and buy again.",
+        "payment-failed",
+        now,
+    )
+
+
+def approve(session: Session, invoice_id: int, now: datetime) -> Invoice:
+    invoice, plan = _pending(session, invoice_id)
+    _pay(
+        session, get_account(session, invoice.account_id), invoice, plan, now, "approved by an administrator"
+    )
+    return invoice
+
+
+def reject(session: Session, calendar: LiveCalendar, invoice_id: int, reason: str, now: datetime) -> Invoice:
+    invoice, plan = _pending(session, invoice_id)
+    invoice.status = "Rejected"
+    invoice.settled_at = now
+    invoice.note = reason
+    lifecycle.fail(
+        session,
+        calendar,
+        plan,
+        f"Payment rejected by an administrator: {reason}. The plan's capacity was released.",
+        "payment-rejected",
+        now,
+    )
+    return invoice
+
+
+def _pending(session: Session, invoice_id: int) -> tuple[Invoice, TrainingPlan]:
+    invoice = session.get(Invoice, invoice_id)
+    if invoice is None:
+        raise ResourceNotFound(f"Invoice {invoice_id} does not exist.")
+    if invoice.status != "Pending":
+        raise Conflict(f"Invoice {invoice_id} is already {invoice.status}.")
+    plan = session.get(TrainingPlan, invoice.plan_id)
+    assert plan is not None
+    return invoice, plan
+
+
+def on_deadline(
+    session: Session, calendar: LiveCalendar, plan_id: str, invoice_id: int, now: datetime
+) -> None:
+    invoice = session.get(Invoice, invoice_id)
+    plan = session.get(TrainingPlan, int(plan_id))
+    if invoice is None or plan is None or invoice.status != "Pending" or plan.status != PlanStatus.PENDING:
+        return
+    invoice.status = "Failed"
+    invoice.settled_at = now
+    invoice.note = "not approved in time"
+    lifecycle.fail(
+        session,
+        calendar,
+        plan,
+        f"Payment failed: invoice {invoice.id} was not approved by its deadline, "
+        f"{invoice.due_at:%Y-%m-%d %H:%M} UTC (5 minutes before the plan's start, or 12 hours after "
+        "purchase). Its capacity was released; "
+        "search and buy again.",
+        "payment-failed",
+        now,
+    )
+
+
+def list_invoices(session: Session, *, account_id: str | None, status: str | None) -> list[Invoice]:
+    stmt = select(Invoice).order_by(Invoice.id)
+    if account_id is not None:
+        stmt = stmt.where(Invoice.account_id == account_id)
+    if status is not None:
+        stmt = stmt.where(Invoice.status == status)
+    return list(session.scalars(stmt))
+
+
+def ledger(session: Session, account_id: str) -> list[LedgerEntry]:
+    return list(
+        session.scalars(
+            select(LedgerEntry).where(LedgerEntry.account_id == account_id).order_by(LedgerEntry.id)
+        )
+    )
+
+
+def spend(session: Session, account_id: str) -> Decimal:
+    """What the account has paid for plans, whatever the payment mode."""
+    paid = session.scalars(
+        select(Invoice.amount).where(Invoice.account_id == account_id, Invoice.status == "Paid")
+    )
+    return sum(paid, start=Decimal("0"))
+
+
+def update_account(
+    session: Session,
+    account_ref: str,
+    *,
+    mode: str | None,
+    budget: str | None,
+    add_budget: str | None,
+    now: datetime,
+) -> Account:
+    account = get_account(session, account_ref)
+    if mode is not None:
+        if mode not in PAYMENT_MODES:
+            raise ValidationError(f"PaymentMode must be one of {', '.join(PAYMENT_MODES)}, not {mode!r}.")
+        account.payment_mode = mode
+    for name, text, adding in (("Budget", budget, False), ("AddBudget", add_budget, True)):
+        if text is None:
+            continue
+        amount = _money(name, text)
+        change = amount if adding else amount - account.budget
+        account.budget += change
+        if account.budget < 0:
+            raise ValidationError(f"{name}: the budget cannot go below zero (it would be {account.budget}).")
+        session.add(
+            LedgerEntry(
+                account_id=account.id,
+                invoice_id=None,
+                at=now,
+                amount=change,
+                budget_after=account.budget,
+                description=f"budget {'grant' if adding else 'set'}",
+            )
+        )
+    return account
+
+
+def _money(name: str, text: str) -> Decimal:
+    from decimal import InvalidOperation
+
+    try:
+        amount = Decimal(text)
+    except InvalidOperation:
+        raise ValidationError(f'{name} must be a decimal amount such as "2500.00", not {text!r}.') from None
+    if not amount.is_finite() or amount.as_tuple().exponent < -2:  # type: ignore[operator]
+        raise ValidationError(
+            f"{name} must be a finite amount with at most two decimal places, not {text!r}."
+        )
+    return amount
