@@ -109,3 +109,53 @@ def revoke_key(
     with reporting_errors():
         result = native_client(endpoint_url, profile, data_dir).delete(f"/api/v1/keys/{access_key_id}")
     emit(result, as_json, lambda _: console.print(f"Revoked {access_key_id}."))
+
+
+@app.command("update")
+def update(
+    account: Annotated[str, typer.Argument(help="Account name or id.")],
+    payment_mode: Annotated[str | None, typer.Option(help="auto, budget or approval.")] = None,
+    budget: Annotated[str | None, typer.Option(help="Set the budget to this amount, e.g. 250000.00.")] = None,
+    add_budget: Annotated[str | None, typer.Option(help="Add this amount to the budget.")] = None,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Set an account's payment mode and budget (administrators)."""
+    body = {
+        k: v for k, v in (("PaymentMode", payment_mode), ("Budget", budget), ("AddBudget", add_budget)) if v
+    }
+    with reporting_errors():
+        result = native_client(endpoint_url, profile, data_dir).call(
+            "PATCH", f"/api/v1/accounts/{account}", body=body
+        )
+    emit(
+        result,
+        as_json,
+        lambda a: console.print(
+            f"{a['Name']}: payment mode {a['PaymentMode']}, budget {a['Budget']}, spend {a['Spend']}"
+        ),
+    )
+
+
+@app.command("ledger")
+def ledger(
+    account: Annotated[str, typer.Argument(help="Account name or id.")],
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Every movement of an account's money."""
+    with reporting_errors():
+        result = native_client(endpoint_url, profile, data_dir).get(f"/api/v1/accounts/{account}/ledger")
+
+    def render(value: dict[str, Any]) -> None:
+        rows = [
+            [e["At"], e["Amount"], e["BudgetAfter"], e["InvoiceId"] or "", e["Description"]]
+            for e in value["Entries"]
+        ]
+        print_table(f"Ledger of {account}", ["At", "Amount", "Budget after", "Invoice", "Description"], rows)
+
+    emit(result, as_json, render)

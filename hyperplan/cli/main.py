@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from hyperplan.cli import accounts, clock, fleet, plans
+from hyperplan.cli import accounts, clock, fleet, invoices, plans
 from hyperplan.cli.common import console
 
 app = typer.Typer(
@@ -22,6 +22,7 @@ app.add_typer(accounts.app, name="accounts")
 app.add_typer(clock.app, name="clock")
 app.add_typer(fleet.app, name="fleet")
 app.add_typer(plans.app, name="plans")
+app.add_typer(invoices.app, name="invoices")
 
 
 @app.command()

@@ -15,7 +15,9 @@ from hyperplan.cli.common import (
     ProfileOpt,
     console,
     emit,
+    native_client,
     print_table,
+    reporting_errors,
     reporting_sagemaker_errors,
     sagemaker_client,
 )
@@ -220,3 +222,51 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, list):
         return [_jsonable(v) for v in value]
     return value
+
+
+@app.command("cancel")
+def cancel(
+    name: str,
+    account: Annotated[str, typer.Option(help="The plan's account (name or id).")],
+    reason: Annotated[str, typer.Option(help="Recorded, and shown to the plan's owner.")],
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Cancel a plan (administrators): it fails with the reason and its remaining capacity is released."""
+    with reporting_errors():
+        result = native_client(endpoint_url, profile, data_dir).post(
+            f"/api/v1/accounts/{account}/plans/{name}/cancel", {"Reason": reason}
+        )
+    emit(
+        result,
+        as_json,
+        lambda r: console.print(f"{r['TrainingPlanName']}: {r['Status']}. {r['StatusMessage']}"),
+    )
+
+
+@app.command("events")
+def events(
+    name: str,
+    account: Annotated[str | None, typer.Option(help="Another account's plan (administrators).")] = None,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A plan's history, oldest first."""
+    with reporting_errors():
+        result = native_client(endpoint_url, profile, data_dir).get(
+            f"/api/v1/plans/{name}/events", account=account
+        )
+
+    def render(value: dict[str, Any]) -> None:
+        rows = [[e["At"], e["Kind"], e["Status"], e["Message"]] for e in value["Events"]]
+        print_table(
+            f"History of {value['TrainingPlanName']}",
+            ["At (service time)", "Event", "Status", "Message"],
+            rows,
+        )
+
+    emit(result, as_json, render)

@@ -19,14 +19,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from hyperplan.clock import utcnow
-from hyperplan.errors import SerializationError, ValidationError
+from hyperplan.errors import AccessDenied, SerializationError, ValidationError
 from hyperplan.runtime import Runtime
 from hyperplan.server.auth import authenticate, require_admin
 from hyperplan.server.errors import native_error_response
-from hyperplan.services import accounts
+from hyperplan.services import accounts, payments, plans
 from hyperplan.services import clock as clock_service
 from hyperplan.services import fleet as fleet_service
 from hyperplan.services.accounts import Caller, NewKey
+from hyperplan.store.schema import TrainingPlan
 
 
 @dataclass(frozen=True)
@@ -120,27 +121,7 @@ def _key_json(key: NewKey) -> dict[str, Any]:
 
 def list_accounts(request: NativeRequest) -> dict[str, Any]:
     with request.runtime.db.read() as session:
-        return {
-            "Accounts": [
-                {
-                    "AccountId": account.id,
-                    "Name": account.name,
-                    "Admin": account.is_admin,
-                    "PaymentMode": account.payment_mode,
-                    "Budget": account.budget,
-                    "CreatedAt": account.created_at,
-                    "AccessKeys": [
-                        {
-                            "AccessKeyId": key.access_key_id,
-                            "CreatedAt": key.created_at,
-                            "RevokedAt": key.revoked_at,
-                        }
-                        for key in accounts.list_keys(session, account.id)
-                    ],
-                }
-                for account in accounts.list_accounts(session)
-            ]
-        }
+        return {"Accounts": [_account_json(session, account) for account in accounts.list_accounts(session)]}
 
 
 def create_account(request: NativeRequest) -> dict[str, Any]:
@@ -224,6 +205,153 @@ def show_fleet(request: NativeRequest) -> dict[str, Any]:
     }
 
 
+# -- payment --------------------------------------------------------------------------------------
+
+
+def _invoice_json(invoice: Any, plan_name: str, account_name: str) -> dict[str, Any]:
+    return {
+        "InvoiceId": invoice.id,
+        "AccountId": invoice.account_id,
+        "AccountName": account_name,
+        "TrainingPlanName": plan_name,
+        "Amount": invoice.amount,
+        "CurrencyCode": invoice.currency,
+        "Status": invoice.status,
+        "CreatedAt": invoice.created_at,
+        "DueAt": invoice.due_at,
+        "SettledAt": invoice.settled_at,
+        "Note": invoice.note,
+    }
+
+
+def _invoice_view(session: Any, invoice: Any) -> dict[str, Any]:
+    plan = session.get(TrainingPlan, invoice.plan_id)
+    account = accounts.get_account(session, invoice.account_id)
+    return _invoice_json(invoice, plan.name if plan else "", account.name)
+
+
+def list_invoices(request: NativeRequest) -> dict[str, Any]:
+    """Administrators see every invoice (or one account's); others see their own."""
+    with request.runtime.db.read() as session:
+        account_id: str | None = request.caller.account_id
+        if request.caller.is_admin:
+            wanted = request.query.get("account")
+            account_id = accounts.get_account(session, wanted).id if wanted else None
+        found = payments.list_invoices(session, account_id=account_id, status=request.query.get("status"))
+        return {"Invoices": [_invoice_view(session, invoice) for invoice in found]}
+
+
+def _invoice_id(request: NativeRequest) -> int:
+    text = request.path["invoice"]
+    if not text.isdigit():
+        raise ValidationError(f"Invoice id must be a number, not {text!r}.")
+    return int(text)
+
+
+def approve_invoice(request: NativeRequest) -> dict[str, Any]:
+    with request.runtime.db.write() as session:
+        invoice = payments.approve(session, _invoice_id(request), request.runtime.clock.now())
+        view = _invoice_view(session, invoice)
+    request.runtime.scheduler.wake()
+    return view
+
+
+def reject_invoice(request: NativeRequest) -> dict[str, Any]:
+    reason = field(request.body, "Reason", str, required=False) or "rejected"
+    with request.runtime.db.write() as session:
+        invoice = payments.reject(
+            session, request.runtime.calendar, _invoice_id(request), reason, request.runtime.clock.now()
+        )
+        return _invoice_view(session, invoice)
+
+
+def update_account(request: NativeRequest) -> dict[str, Any]:
+    body = request.body
+    with request.runtime.db.write() as session:
+        account = payments.update_account(
+            session,
+            request.path["account"],
+            mode=field(body, "PaymentMode", str, required=False),
+            budget=_money_text(body, "Budget"),
+            add_budget=_money_text(body, "AddBudget"),
+            now=request.runtime.clock.now(),
+        )
+        return _account_json(session, account)
+
+
+def _money_text(body: Mapping[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ValidationError(
+            f'{name} must be a decimal string such as "2500.00", so that no float rounds it.'
+        )
+    return value
+
+
+def _account_json(session: Any, account: Any) -> dict[str, Any]:
+    return {
+        "AccountId": account.id,
+        "Name": account.name,
+        "Admin": account.is_admin,
+        "PaymentMode": account.payment_mode,
+        "Budget": account.budget,
+        "Spend": payments.spend(session, account.id),
+        "CreatedAt": account.created_at,
+        "AccessKeys": [
+            {"AccessKeyId": key.access_key_id, "CreatedAt": key.created_at, "RevokedAt": key.revoked_at}
+            for key in accounts.list_keys(session, account.id)
+        ],
+    }
+
+
+def show_ledger(request: NativeRequest) -> dict[str, Any]:
+    with request.runtime.db.read() as session:
+        account = accounts.get_account(session, request.path["account"])
+        if not request.caller.is_admin and account.id != request.caller.account_id:
+            raise AccessDenied("Only administrators read other accounts' ledgers.")
+        return {
+            "AccountId": account.id,
+            "Entries": [
+                {
+                    "At": e.at,
+                    "Amount": e.amount,
+                    "BudgetAfter": e.budget_after,
+                    "InvoiceId": e.invoice_id,
+                    "Description": e.description,
+                }
+                for e in payments.ledger(session, account.id)
+            ],
+        }
+
+
+# -- plans (what SageMaker has no words for) -------------------------------------------------------
+
+
+def cancel_plan(request: NativeRequest) -> dict[str, Any]:
+    reason = field(request.body, "Reason", str)
+    plan = plans.cancel(request.runtime, request.path["account"], request.path["name"], reason)
+    return {"TrainingPlanName": plan.name, "Status": plan.status, "StatusMessage": plan.status_message}
+
+
+def plan_events(request: NativeRequest) -> dict[str, Any]:
+    with request.runtime.db.read() as session:
+        caller = request.caller
+        owner = request.query.get("account")
+        if owner and caller.is_admin:
+            account = accounts.get_account(session, owner)
+            caller = accounts.Caller(account.id, account.name, False, caller.access_key_id)
+        plan = plans.get(session, request.runtime, caller, request.path["name"])
+        return {
+            "TrainingPlanName": plan.name,
+            "Events": [
+                {"At": e.at, "Kind": e.kind, "Status": e.status, "Message": e.message}
+                for e in plans.history(session, plan.id)
+            ],
+        }
+
+
 def routes() -> list[Route]:
     return [
         Route("/api/v1/whoami", endpoint(whoami), methods=["GET"]),
@@ -235,4 +363,15 @@ def routes() -> list[Route]:
         Route("/api/v1/clock/advance", endpoint(advance_clock, admin=True), methods=["POST"]),
         Route("/api/v1/clock/set", endpoint(set_clock, admin=True), methods=["POST"]),
         Route("/api/v1/fleet", endpoint(show_fleet), methods=["GET"]),
+        Route("/api/v1/accounts/{account}", endpoint(update_account, admin=True), methods=["PATCH"]),
+        Route("/api/v1/accounts/{account}/ledger", endpoint(show_ledger), methods=["GET"]),
+        Route("/api/v1/invoices", endpoint(list_invoices), methods=["GET"]),
+        Route("/api/v1/invoices/{invoice}/approve", endpoint(approve_invoice, admin=True), methods=["POST"]),
+        Route("/api/v1/invoices/{invoice}/reject", endpoint(reject_invoice, admin=True), methods=["POST"]),
+        Route("/api/v1/plans/{name}/events", endpoint(plan_events), methods=["GET"]),
+        Route(
+            "/api/v1/accounts/{account}/plans/{name}/cancel",
+            endpoint(cancel_plan, admin=True),
+            methods=["POST"],
+        ),
     ]

@@ -30,7 +30,7 @@ from hyperplan.runtime import Runtime
 from hyperplan.services import lifecycle, payments, plan_capacity
 from hyperplan.services.accounts import Caller
 from hyperplan.store.db import after_commit
-from hyperplan.store.schema import ReservedCapacity, TrainingPlan
+from hyperplan.store.schema import PlanEvent, ReservedCapacity, TrainingPlan
 
 # -- search -----------------------------------------------------------------------------------------
 
@@ -336,3 +336,7 @@ def cancel(runtime: Runtime, account_ref: str, name: str, reason: str) -> Traini
             now,
         )
     return plan
+
+
+def history(session: Session, plan_id: int) -> list[PlanEvent]:
+    return list(session.scalars(select(PlanEvent).where(PlanEvent.plan_id == plan_id).order_by(PlanEvent.id)))

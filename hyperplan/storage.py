@@ -1,0 +1,323 @@
+"""Objects named by ``s3://BUCKET/KEY`` URIs, kept wherever the fleet file says.
+
+SageMaker URIs stay ``s3://`` on the wire. Behind them, each bucket is served by a :class:`Backend`:
+
+* a bucket named in the fleet file's ``[buckets]`` table lives in that directory, which must exist;
+* any other bucket lives in ``DEFAULT_ROOT/BUCKET`` (``DATA_DIR/s3/BUCKET``, on a filesystem the nodes
+  share); it is created by the first write and is "no such bucket" to reads until then;
+* a later issue adds buckets on an S3-compatible endpoint: an ``S3Backend`` with the same five methods,
+  passed to :class:`Storage` through ``backends``.
+
+A key is a path under its bucket: ``/`` separates directories, and "prefixes" are whole directories
+(``s3://b/data/train`` covers ``data/train/...``, never ``data/training.csv``), which is what SageMaker's
+``S3Prefix`` channels and checkpoint locations mean in practice. Keys with ``.`` or ``..`` segments, empty
+segments or NUL bytes are refused, so a URI can never name a file outside its bucket.
+
+Every write is atomic per file (a hidden temporary file in the same directory, then a rename), so a reader
+sees either the old object or the new one, never half of one. Every failure is a :class:`StorageError`
+whose message starts with the URI, ready to become a job's FailureReason or a node's message.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+SCHEME = "s3://"
+TEMP_PREFIX = ".hyperplan-tmp-"
+"""Names of files being written; never listed, so a half-written object is never seen."""
+
+
+class StorageError(Exception):
+    """A storage operation failed; ``uri`` names the object or prefix, and the message starts with it."""
+
+    def __init__(self, uri: str, reason: str) -> None:
+        super().__init__(f"{uri}: {reason}")
+        self.uri = uri
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class StoredObject:
+    """One object: its key in its bucket, its size in bytes and its modification time (ns since epoch)."""
+
+    bucket: str
+    key: str
+    size: int
+    mtime_ns: int
+
+    @property
+    def uri(self) -> str:
+        return f"{SCHEME}{self.bucket}/{self.key}"
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/some/key`` -> ``("bucket", "some/key")``; the key may be empty or end with ``/``."""
+    if not uri.startswith(SCHEME):
+        raise StorageError(uri, "not an s3:// URI")
+    bucket, _, key = uri[len(SCHEME) :].partition("/")
+    if not bucket:
+        raise StorageError(uri, "the URI names no bucket")
+    check_key(uri, key)
+    return bucket, key
+
+
+def check_key(uri: str, key: str) -> None:
+    """Refuse keys that could leave their bucket's directory or that a directory cannot hold."""
+    if "\0" in key:
+        raise StorageError(uri, "a key may not contain NUL bytes")
+    segments = key.rstrip("/").split("/") if key.rstrip("/") else []
+    for segment in segments:
+        if segment in ("", ".", ".."):
+            raise StorageError(
+                uri, f"the key has a {segment or 'empty'!r} path segment, which is not allowed"
+            )
+
+
+def join_uri(prefix: str, *parts: str) -> str:
+    """``join_uri("s3://b/out/", "job", "model.tar.gz")`` -> ``s3://b/out/job/model.tar.gz``."""
+    pieces = [prefix.rstrip("/"), *(part.strip("/") for part in parts)]
+    return "/".join(piece for piece in pieces if piece)
+
+
+class Backend(Protocol):
+    """Where one bucket's objects live. Keys are already checked; errors are StorageErrors naming URIs."""
+
+    def bucket_exists(self) -> bool:
+        """Whether the bucket is there to read from."""
+        ...
+
+    def head(self, key: str) -> StoredObject | None:
+        """The object with exactly this key, or None."""
+        ...
+
+    def objects_under(self, prefix: str) -> Iterator[StoredObject]:
+        """Every object whose key lies under the directory ``prefix`` ("" = the whole bucket)."""
+        ...
+
+    def get(self, key: str, dest: Path) -> None:
+        """Copy the object to ``dest`` atomically, giving ``dest`` the object's modification time."""
+        ...
+
+    def put(self, src: Path, key: str) -> None:
+        """Store the file ``src`` as the object, atomically, keeping the file's modification time."""
+        ...
+
+
+class DirectoryBackend:
+    """A bucket that is a directory: key ``a/b.csv`` is the file ``ROOT/a/b.csv``."""
+
+    def __init__(self, bucket: str, root: Path, *, create_on_write: bool) -> None:
+        self.bucket = bucket
+        self.root = root
+        # Default-root buckets come into being with their first object; a mapped directory is the
+        # administrator's, and a missing one is a mistake to report, not to paper over.
+        self.create_on_write = create_on_write
+
+    def uri(self, key: str) -> str:
+        return f"{SCHEME}{self.bucket}/{key}"
+
+    def bucket_exists(self) -> bool:
+        return self.root.is_dir()
+
+    def head(self, key: str) -> StoredObject | None:
+        self._require_bucket(key)
+        if not key or key.endswith("/"):
+            return None
+        with self._errors(key):
+            path = self.root / key
+            if not path.is_file():
+                return None
+            return self._describe(key, path.stat())
+
+    def objects_under(self, prefix: str) -> Iterator[StoredObject]:
+        self._require_bucket(prefix)
+        top = self.root / prefix.rstrip("/") if prefix.rstrip("/") else self.root
+        if not top.is_dir():
+            return
+        with self._errors(prefix):
+            for directory, subdirs, files in os.walk(top):
+                subdirs.sort()  # walk in key order, so listings are stable
+                for name in sorted(files):
+                    if name.startswith(TEMP_PREFIX):
+                        continue
+                    path = Path(directory, name)
+                    key = path.relative_to(self.root).as_posix()
+                    with contextlib.suppress(FileNotFoundError):  # deleted while we walked
+                        yield self._describe(key, path.stat())
+
+    def get(self, key: str, dest: Path) -> None:
+        self._require_bucket(key)
+        source = self.root / key
+        with self._errors(key):
+            if not source.is_file():
+                raise StorageError(self.uri(key), "no such object")
+            _atomic_copy(source, dest)
+
+    def put(self, src: Path, key: str) -> None:
+        if not self.root.is_dir():
+            if not self.create_on_write:
+                reason = f"bucket {self.bucket!r} is mapped to {self.root}, which is not a directory"
+                raise StorageError(self.uri(key), reason)
+            with self._errors(key):
+                self.root.mkdir(parents=True, exist_ok=True)
+        with self._errors(key):
+            _atomic_copy(src, self.root / key)
+
+    def _require_bucket(self, key: str) -> None:
+        if not self.root.is_dir():
+            raise StorageError(self.uri(key), f"no such bucket {self.bucket!r} (no directory {self.root})")
+
+    def _describe(self, key: str, stat: os.stat_result) -> StoredObject:
+        return StoredObject(self.bucket, key, stat.st_size, stat.st_mtime_ns)
+
+    @contextlib.contextmanager
+    def _errors(self, key: str) -> Iterator[None]:
+        """Turn filesystem failures into StorageErrors that name the URI."""
+        try:
+            yield
+        except PermissionError as error:
+            raise StorageError(
+                self.uri(key), f"access denied ({error.strerror}: {error.filename})"
+            ) from error
+        except NotADirectoryError as error:
+            reason = f"part of the key is an object, not a directory ({error.filename})"
+            raise StorageError(self.uri(key), reason) from error
+        except IsADirectoryError as error:
+            raise StorageError(self.uri(key), f"the key is a directory ({error.filename})") from error
+        except OSError as error:
+            raise StorageError(self.uri(key), f"{error.strerror or error} ({error.filename})") from error
+
+
+def _atomic_copy(source: Path, dest: Path) -> None:
+    """Copy ``source`` to ``dest`` through a temporary file beside ``dest``, keeping the mtime."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    handle, temp_name = tempfile.mkstemp(prefix=TEMP_PREFIX, dir=dest.parent)
+    try:
+        with os.fdopen(handle, "wb") as out, source.open("rb") as src:
+            shutil.copyfileobj(src, out, 1 << 20)
+            out.flush()
+            os.fsync(out.fileno())
+        stat = source.stat()
+        # The copy keeps the source's mtime so that a later sync sees it as unchanged.
+        os.utime(temp_name, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        os.chmod(temp_name, 0o644)
+        os.replace(temp_name, dest)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temp_name)
+        raise
+
+
+class Storage:
+    """The fleet's buckets. ``buckets`` maps bucket names to directories (the fleet file's ``[buckets]``),
+    ``default_root`` holds every other bucket (``DATA_DIR/s3``), and ``backends`` adds buckets served by
+    something else (an S3-compatible endpoint, later) under the same interface."""
+
+    def __init__(
+        self,
+        buckets: Mapping[str, str],
+        default_root: Path,
+        backends: Mapping[str, Backend] | None = None,
+    ) -> None:
+        self._mapped = {name: Path(directory) for name, directory in buckets.items()}
+        self._default_root = Path(default_root)
+        self._backends = dict(backends or {})
+
+    def backend(self, bucket: str) -> Backend:
+        if bucket in self._backends:
+            return self._backends[bucket]
+        if bucket in self._mapped:
+            return DirectoryBackend(bucket, self._mapped[bucket], create_on_write=False)
+        return DirectoryBackend(bucket, self._default_root / bucket, create_on_write=True)
+
+    def exists(self, uri: str) -> bool:
+        """True if the URI names an object (not a prefix). A missing bucket is an error, not False."""
+        bucket, key = parse_s3_uri(uri)
+        return self.backend(bucket).head(key) is not None
+
+    def list(self, uri_prefix: str) -> builtins.list[StoredObject]:
+        """The objects under a prefix (a directory of keys), in key order."""
+        bucket, key = parse_s3_uri(uri_prefix)
+        return builtins.list(self.backend(bucket).objects_under(key))
+
+    def download_prefix(self, uri: str, dest_dir: Path, shard: tuple[int, int] | None = None) -> int:
+        """Copy every object under ``uri`` into ``dest_dir``, keeping paths relative to the prefix; if
+        ``uri`` names one object, copy just it, as ``dest_dir/<its name>``. ``shard=(i, n)`` keeps every
+        n-th object from the i-th, in key order (SageMaker's ShardedByS3Key). Returns the number copied."""
+        bucket, key = parse_s3_uri(uri)
+        backend = self.backend(bucket)
+        single = backend.head(key)
+        if single is not None:
+            selected = [(single, key.rsplit("/", 1)[-1])]
+        else:
+            prefix = key.rstrip("/")
+            selected = [(item, item.key[len(prefix) :].lstrip("/")) for item in backend.objects_under(prefix)]
+        if shard is not None:
+            index, count = shard
+            selected = selected[index::count]
+        for item, relative in selected:
+            backend.get(item.key, Path(dest_dir, relative))
+        return len(selected)
+
+    def download_file(self, uri: str, dest: Path) -> None:
+        """Copy the object ``uri`` to the file ``dest``."""
+        bucket, key = parse_s3_uri(uri)
+        self.backend(bucket).get(key, Path(dest))
+
+    def upload_file(self, path: Path, uri: str) -> None:
+        """Store one local file as the object ``uri``."""
+        bucket, key = parse_s3_uri(uri)
+        if not key or key.endswith("/"):
+            raise StorageError(uri, "an object needs a key that does not end with '/'")
+        self._put(bucket, Path(path), key, uri)
+
+    def upload_dir(self, src_dir: Path, uri_prefix: str) -> int:
+        """Store every file under ``src_dir`` below the prefix, keeping relative paths. Returns the count."""
+        return self._upload_tree(src_dir, uri_prefix, only_changed=False)
+
+    def sync_dir_to(self, src_dir: Path, uri_prefix: str) -> int:
+        """Store the files under ``src_dir`` that are new or changed since the stored copy: a different
+        size, or a newer modification time (uploads keep the file's mtime). Nothing is deleted. Returns
+        the number uploaded."""
+        return self._upload_tree(src_dir, uri_prefix, only_changed=True)
+
+    def _upload_tree(self, src_dir: Path, uri_prefix: str, *, only_changed: bool) -> int:
+        bucket, prefix = parse_s3_uri(uri_prefix)
+        backend = self.backend(bucket)
+        prefix = prefix.rstrip("/")
+        stored: dict[str, StoredObject] = {}
+        if only_changed and backend.bucket_exists():
+            stored = {item.key: item for item in backend.objects_under(prefix)}
+        uploaded = 0
+        for path in sorted(Path(src_dir).rglob("*")):
+            if path.name.startswith(TEMP_PREFIX) or not path.is_file():
+                continue
+            key = "/".join(filter(None, [prefix, path.relative_to(src_dir).as_posix()]))
+            check_key(f"{SCHEME}{bucket}/{key}", key)
+            try:
+                stat = path.stat()
+                previous = stored.get(key)
+                if previous and previous.size == stat.st_size and previous.mtime_ns >= stat.st_mtime_ns:
+                    continue
+                backend.put(path, key)
+            except (FileNotFoundError, StorageError):
+                # A file renamed away since the listing (a training script's temporary file) is skipped;
+                # any other failure is real.
+                if path.exists():
+                    raise
+                continue
+            uploaded += 1
+        return uploaded
+
+    def _put(self, bucket: str, path: Path, key: str, uri: str) -> None:
+        if not path.is_file():
+            raise StorageError(uri, f"cannot upload {path}: not a file")
+        self.backend(bucket).put(path, key)
