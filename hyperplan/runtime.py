@@ -141,8 +141,9 @@ class Runtime:
         from hyperplan.services import background, lifecycle, payments
 
         def segment_changed(session: Session, event: DueEvent) -> None:
+            # At its due time, not when the loop got to it: the history says when things happened.
             segment = int(event.payload.get("segment", 0))
-            lifecycle.on_segment_event(session, event.kind, event.subject, segment, self.clock.now())
+            lifecycle.on_segment_event(session, event.kind, event.subject, segment, event.due_at)
 
         def payment_deadline(session: Session, event: DueEvent) -> None:
             payments.on_deadline(

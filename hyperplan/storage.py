@@ -73,7 +73,8 @@ def check_key(uri: str, key: str) -> None:
     """Refuse keys that could leave their bucket's directory or that a directory cannot hold."""
     if "\0" in key:
         raise StorageError(uri, "a key may not contain NUL bytes")
-    segments = key.rstrip("/").split("/") if key.rstrip("/") else []
+    body = key.removesuffix("/")  # one trailing '/' marks a prefix
+    segments = body.split("/") if key else []
     for segment in segments:
         if segment in ("", ".", ".."):
             raise StorageError(

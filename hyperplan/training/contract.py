@@ -37,7 +37,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from types import MappingProxyType
 from typing import Any
 
 SAGEMAKER_BASE = PurePosixPath("/opt/ml")
@@ -50,8 +49,6 @@ LOG_LEVEL_PARAMETER = "sagemaker_container_log_level"
 CAPACITY_EXPIRATION_VARIABLE = "SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"
 PYTHON_NAMES = ("python", "python3")
 SERVED_INPUT_MODES = ("File", "FastFile")
-
-_EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
 class NoCommand(ValueError):
@@ -84,9 +81,9 @@ class JobSpec:
     hosts: tuple[str, ...]
     current_host: str
     output_path: str
-    hyperparameters: Mapping[str, str] = _EMPTY
+    hyperparameters: Mapping[str, str] = field(default_factory=dict)
     channels: tuple[Channel, ...] = ()
-    environment: Mapping[str, str] = _EMPTY
+    environment: Mapping[str, str] = field(default_factory=dict)
     checkpoint_uri: str | None = None
     checkpoint_local_path: str = DEFAULT_CHECKPOINT_PATH
     segment_end_epoch: int | None = None
