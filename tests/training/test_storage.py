@@ -1,0 +1,275 @@
+"""Storage behind s3:// URIs, on real directories."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hyperplan.storage import TEMP_PREFIX, Storage, StorageError, join_uri, parse_s3_uri
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> Storage:
+    mapped = tmp_path / "mapped-dir"
+    mapped.mkdir()
+    return Storage({"mapped": str(mapped)}, tmp_path / "s3")
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def files_under(directory: Path) -> dict[str, str]:
+    return {
+        p.relative_to(directory).as_posix(): p.read_text()
+        for p in sorted(directory.rglob("*"))
+        if p.is_file()
+    }
+
+
+# --- URIs ----------------------------------------------------------------------------------------------
+
+
+def test_parse_s3_uri_splits_bucket_and_key() -> None:
+    assert parse_s3_uri("s3://bucket/a/b.csv") == ("bucket", "a/b.csv")
+    assert parse_s3_uri("s3://bucket/prefix/") == ("bucket", "prefix/")
+    assert parse_s3_uri("s3://bucket") == ("bucket", "")
+    assert join_uri("s3://b/out/", "job", "output", "model.tar.gz") == "s3://b/out/job/output/model.tar.gz"
+    assert join_uri("s3://b", "job") == "s3://b/job"
+
+
+@pytest.mark.parametrize(
+    ("uri", "complaint"),
+    [
+        ("https://bucket/key", "not an s3:// URI"),
+        ("s3:///key", "names no bucket"),
+        ("s3://bucket/../other/key", "'..'"),
+        ("s3://bucket/a/../../etc/passwd", "'..'"),
+        ("s3://bucket/a/./b", "'.'"),
+        ("s3://bucket/a//b", "empty"),
+        ("s3://bucket/a\0b", "NUL"),
+    ],
+)
+def test_bad_uris_are_refused_naming_the_uri(uri: str, complaint: str) -> None:
+    with pytest.raises(StorageError) as caught:
+        parse_s3_uri(uri)
+    assert caught.value.uri == uri
+    assert str(caught.value).startswith(f"{uri}: ")
+    assert complaint in str(caught.value)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet="ab./", max_size=12))
+def test_no_accepted_key_leaves_its_bucket(key: str) -> None:
+    root = Path("/srv/s3/bucket")
+    try:
+        _, parsed = parse_s3_uri(f"s3://bucket/{key}")
+    except StorageError:
+        return
+    assert os.path.normpath(root / parsed).startswith(str(root))
+    assert ".." not in Path(parsed).parts
+
+
+def test_traversal_is_refused_on_every_operation(storage: Storage, tmp_path: Path) -> None:
+    source = write(tmp_path / "src" / "f.txt", "x")
+    for attempt in (
+        lambda: storage.upload_file(source, "s3://b/../escape.txt"),
+        lambda: storage.upload_dir(source.parent, "s3://b/x/../../escape"),
+        lambda: storage.download_prefix("s3://b/../../etc", tmp_path / "dest"),
+        lambda: storage.exists("s3://b/../s3/b/f.txt"),
+    ):
+        with pytest.raises(StorageError, match=r"'\.\.' path segment"):
+            attempt()
+    assert not (tmp_path / "escape.txt").exists()
+    assert not (tmp_path / "s3" / "escape.txt").exists()
+
+
+# --- round trips ---------------------------------------------------------------------------------------
+
+
+def test_a_file_round_trips_through_a_default_root_bucket(storage: Storage, tmp_path: Path) -> None:
+    source = write(tmp_path / "src" / "data.csv", "a,b\n1,2\n")
+    storage.upload_file(source, "s3://fresh-bucket/train/data.csv")
+    assert (tmp_path / "s3" / "fresh-bucket" / "train" / "data.csv").read_text() == "a,b\n1,2\n"
+    assert storage.exists("s3://fresh-bucket/train/data.csv")
+    assert not storage.exists("s3://fresh-bucket/train/other.csv")
+    assert not storage.exists("s3://fresh-bucket/train")  # a prefix is not an object
+
+    # A URI that names one object fetches just that object, under its own name.
+    assert storage.download_prefix("s3://fresh-bucket/train/data.csv", tmp_path / "one") == 1
+    assert files_under(tmp_path / "one") == {"data.csv": "a,b\n1,2\n"}
+
+
+def test_a_directory_round_trips_keeping_relative_paths(storage: Storage, tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    tree = {"a.txt": "A", "sub/b.txt": "B", "sub/deeper/c.txt": "C"}
+    for name, text in tree.items():
+        write(source / name, text)
+    assert storage.upload_dir(source, "s3://mapped/runs/1/") == 3
+    assert files_under(tmp_path / "mapped-dir" / "runs" / "1") == tree
+    assert [item.key for item in storage.list("s3://mapped/runs/1")] == [
+        "runs/1/a.txt",
+        "runs/1/sub/b.txt",
+        "runs/1/sub/deeper/c.txt",
+    ]
+    assert storage.list("s3://mapped/runs/1")[1].uri == "s3://mapped/runs/1/sub/b.txt"
+    assert storage.download_prefix("s3://mapped/runs/1", tmp_path / "back") == 3
+    assert files_under(tmp_path / "back") == tree
+
+
+def test_a_prefix_is_a_whole_directory(storage: Storage, tmp_path: Path) -> None:
+    bucket = tmp_path / "s3" / "b"
+    write(bucket / "data" / "train" / "1.csv", "in")
+    write(bucket / "data" / "training.csv", "not in")
+    assert storage.download_prefix("s3://b/data/train", tmp_path / "d1") == 1
+    assert files_under(tmp_path / "d1") == {"1.csv": "in"}
+    assert storage.download_prefix("s3://b/data/train/", tmp_path / "d2") == 1
+    assert storage.download_prefix("s3://b/nothing/here", tmp_path / "d3") == 0
+
+
+def test_sharding_splits_objects_between_hosts_in_key_order(storage: Storage, tmp_path: Path) -> None:
+    for index in range(5):
+        write(tmp_path / "s3" / "b" / "p" / f"{index}.csv", str(index))
+    assert storage.download_prefix("s3://b/p", tmp_path / "h0", shard=(0, 2)) == 3
+    assert storage.download_prefix("s3://b/p", tmp_path / "h1", shard=(1, 2)) == 2
+    assert set(files_under(tmp_path / "h0")) == {"0.csv", "2.csv", "4.csv"}
+    assert set(files_under(tmp_path / "h1")) == {"1.csv", "3.csv"}
+
+
+# --- missing buckets -----------------------------------------------------------------------------------
+
+
+def test_reading_a_missing_bucket_names_the_uri(storage: Storage, tmp_path: Path) -> None:
+    for read in (
+        lambda: storage.download_prefix("s3://ghost/data", tmp_path / "d"),
+        lambda: storage.list("s3://ghost/data"),
+        lambda: storage.exists("s3://ghost/data/x"),
+    ):
+        with pytest.raises(StorageError) as caught:
+            read()
+        assert caught.value.uri.startswith("s3://ghost/data")
+        assert "no such bucket 'ghost'" in str(caught.value)
+
+
+def test_a_missing_object_is_named(storage: Storage, tmp_path: Path) -> None:
+    (tmp_path / "s3" / "b").mkdir(parents=True)
+    with pytest.raises(StorageError, match=r"^s3://b/code/sourcedir.tar.gz: no such object"):
+        storage.download_file("s3://b/code/sourcedir.tar.gz", tmp_path / "x.tar.gz")
+
+
+def test_a_mapped_bucket_whose_directory_is_gone_is_an_error_even_for_writes(tmp_path: Path) -> None:
+    storage = Storage({"mapped": str(tmp_path / "not-there")}, tmp_path / "s3")
+    source = write(tmp_path / "f.txt", "x")
+    with pytest.raises(StorageError) as caught:
+        storage.upload_file(source, "s3://mapped/k.txt")
+    assert caught.value.uri == "s3://mapped/k.txt"
+    assert "not-there" in str(caught.value)
+    assert not (tmp_path / "not-there").exists()
+    with pytest.raises(StorageError, match="no such bucket 'mapped'"):
+        storage.list("s3://mapped/")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads everything")
+def test_an_unreadable_object_is_access_denied_naming_the_uri(storage: Storage, tmp_path: Path) -> None:
+    secret = write(tmp_path / "s3" / "b" / "secret.txt", "x")
+    secret.chmod(0)
+    with pytest.raises(StorageError, match=r"^s3://b/secret.txt: access denied"):
+        storage.download_prefix("s3://b/secret.txt", tmp_path / "d")
+
+
+# --- atomic writes -------------------------------------------------------------------------------------
+
+
+def test_a_failed_write_leaves_the_old_object_and_no_temporary_file(
+    storage: Storage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    storage.upload_file(write(tmp_path / "v1.txt", "version 1"), "s3://b/obj.txt")
+
+    def broken_copy(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(shutil, "copyfileobj", broken_copy)
+    with pytest.raises(StorageError, match=r"^s3://b/obj.txt: No space left on device"):
+        storage.upload_file(write(tmp_path / "v2.txt", "version 2"), "s3://b/obj.txt")
+    assert os.listdir(tmp_path / "s3" / "b") == ["obj.txt"]
+    assert (tmp_path / "s3" / "b" / "obj.txt").read_text() == "version 1"
+
+
+def test_a_reader_never_sees_half_an_object(storage: Storage, tmp_path: Path) -> None:
+    size = 4 << 20
+    versions = [write(tmp_path / f"v{n}", chr(ord("a") + n) * size) for n in range(2)]
+    storage.upload_file(versions[0], "s3://b/big")
+    done = threading.Event()
+
+    def keep_writing() -> None:
+        for round_ in range(20):
+            storage.upload_file(versions[round_ % 2], "s3://b/big")
+        done.set()
+
+    writer = threading.Thread(target=keep_writing)
+    writer.start()
+    seen = set()
+    while not done.is_set():
+        content = (tmp_path / "s3" / "b" / "big").read_bytes()
+        assert len(content) == size and content[0] == content[-1]
+        seen.add(content[:1])
+    writer.join()
+    assert seen  # the reader ran while objects were being replaced
+    assert not [name for name in os.listdir(tmp_path / "s3" / "b") if name.startswith(TEMP_PREFIX)]
+
+
+def test_files_being_written_are_not_listed(storage: Storage, tmp_path: Path) -> None:
+    write(tmp_path / "s3" / "b" / "p" / "done.txt", "x")
+    write(tmp_path / "s3" / "b" / "p" / f"{TEMP_PREFIX}abc", "half")
+    assert [item.key for item in storage.list("s3://b/p")] == ["p/done.txt"]
+
+
+# --- sync ----------------------------------------------------------------------------------------------
+
+
+def test_sync_uploads_only_new_and_changed_files(storage: Storage, tmp_path: Path) -> None:
+    local = tmp_path / "ckpt"
+    write(local / "a.npz", "aaaa")
+    write(local / "nested" / "b.npz", "bbbb")
+    assert storage.sync_dir_to(local, "s3://b/ckpt") == 2
+    assert storage.sync_dir_to(local, "s3://b/ckpt") == 0
+
+    changed = write(local / "a.npz", "AAAA")  # same size, new content, newer mtime
+    stat = changed.stat()
+    os.utime(changed, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))
+    write(local / "c.npz", "c")
+    assert storage.sync_dir_to(local, "s3://b/ckpt") == 2
+    assert files_under(tmp_path / "s3" / "b" / "ckpt") == {
+        "a.npz": "AAAA",
+        "nested/b.npz": "bbbb",
+        "c.npz": "c",
+    }
+
+    # What was downloaded keeps the stored mtime, so syncing it back uploads nothing.
+    restored = tmp_path / "restored"
+    storage.download_prefix("s3://b/ckpt", restored)
+    assert storage.sync_dir_to(restored, "s3://b/ckpt") == 0
+
+    # Deleting locally deletes nothing stored.
+    (local / "c.npz").unlink()
+    assert storage.sync_dir_to(local, "s3://b/ckpt") == 0
+    assert (tmp_path / "s3" / "b" / "ckpt" / "c.npz").exists()
+
+
+def test_a_permission_failure_while_writing_is_access_denied_naming_the_uri(
+    storage: Storage, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(*args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied", "/some/file")
+
+    monkeypatch.setattr(shutil, "copyfileobj", refused)
+    with pytest.raises(StorageError, match=r"^s3://b/k.txt: access denied \(Permission denied: /some/file\)"):
+        storage.upload_file(write(tmp_path / "f", "x"), "s3://b/k.txt")
