@@ -31,6 +31,9 @@ class Account(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     payment_mode: Mapped[str] = mapped_column(String(16), default="auto")
     budget: Mapped[Decimal] = mapped_column(DecimalString, default=Decimal("0"))
+    # Per-account quotas; None means the fleet file's default.
+    max_active_plans: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_reserved_instances_per_type: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class AccessKey(Base):
@@ -104,6 +107,7 @@ class Invoice(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
     plan_id: Mapped[int] = mapped_column(ForeignKey("training_plans.id"), index=True)
+    extension_id: Mapped[int | None] = mapped_column(ForeignKey("plan_extensions.id"), nullable=True)
     amount: Mapped[Decimal] = mapped_column(DecimalString)
     currency: Mapped[str] = mapped_column(String(3))
     status: Mapped[str] = mapped_column(String(16))  # Pending, Paid, Rejected, Failed
@@ -154,3 +158,56 @@ class CapacityClaim(Base):
     count: Mapped[int] = mapped_column(Integer)
     claimed_at: Mapped[datetime] = mapped_column(UTCDateTime)
     released_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class PlanExtension(Base):
+    """An extension bought for a plan: more days at its end, same pool and count.
+
+    While unpaid it holds its capacity itself (`holds_capacity`); once paid, the plan's last reserved
+    capacity ends at `end` instead, and this row is the record of the purchase.
+    """
+
+    __tablename__ = "plan_extensions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("training_plans.id"), index=True)
+    offering_id: Mapped[str] = mapped_column(String(256), unique=True)
+    instance_type: Mapped[str] = mapped_column(String(64))
+    availability_zone: Mapped[str] = mapped_column(String(64))
+    count: Mapped[int] = mapped_column(Integer)
+    start: Mapped[datetime] = mapped_column(UTCDateTime)
+    end: Mapped[datetime] = mapped_column(UTCDateTime)
+    upfront_fee: Mapped[Decimal] = mapped_column(DecimalString)
+    currency: Mapped[str] = mapped_column(String(3))
+    payment_status: Mapped[str] = mapped_column(String(16))  # Pending, Paid, Failed
+    extended_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    holds_capacity: Mapped[bool] = mapped_column(default=True)
+
+
+class Webhook(Base):
+    """A URL that receives an account's plan events, signed with the webhook's own secret."""
+
+    __tablename__ = "webhooks"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    url: Mapped[str] = mapped_column(Text)
+    secret: Mapped[str] = mapped_column(String(128))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class WebhookDelivery(Base):
+    """One plan event for one webhook; delivered in order per (webhook, plan), retried with backoff.
+
+    `next_attempt_at` is real time: retries wait on the receiver, not on the service clock.
+    """
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (Index("ix_delivery_queue", "delivered_at", "webhook_id", "plan_id", "id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    webhook_id: Mapped[int] = mapped_column(ForeignKey("webhooks.id"))
+    plan_id: Mapped[int] = mapped_column(ForeignKey("training_plans.id"))
+    plan_event_id: Mapped[int] = mapped_column(ForeignKey("plan_events.id"))
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_error: Mapped[str] = mapped_column(Text, default="")
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
