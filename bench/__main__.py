@@ -1,0 +1,57 @@
+"""``python -m bench [--quick] [--profile] [--keep] [search] [http] [memory]``: print the figures."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench import http_bench, memory, search
+from bench.report import Report, line, load_average, machine_banner
+
+SECTIONS = ("search", "http", "memory")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("sections", nargs="*", choices=[*SECTIONS, []], help="default: all of them")
+    parser.add_argument("--quick", action="store_true", help="small counts and short phases: a smoke run")
+    parser.add_argument(
+        "--profile", action="store_true", help="also cProfile the in-process paths of search and purchase"
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the data directories (their path is printed)"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    sections = args.sections or list(SECTIONS)
+    machine_banner(shlex.join([Path(sys.executable).name, "-m", "bench", *argv]))
+    workdir = Path(tempfile.mkdtemp(prefix="hyperplan-bench-"))
+    line(f"data directories under {workdir} (same disk as /tmp; the server's SQLite commits with fsync)")
+    report = Report()
+    began = time.monotonic()
+    try:
+        if "search" in sections:
+            search.run(report, quick=args.quick, profile=args.profile)
+        if "http" in sections:
+            http_bench.run(report, workdir, quick=args.quick, profile=args.profile)
+        if "memory" in sections:
+            memory.run(report, workdir, quick=args.quick)
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    report.print_summary()
+    line(f"took {time.monotonic() - began:.0f} s; load average after: {load_average()}")
+    line("figures are printed, never judged: the exit code does not depend on them")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

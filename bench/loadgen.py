@@ -1,0 +1,300 @@
+"""The load generator: client *processes*, each with one pre-opened keep-alive HTTP/1.1 connection, each
+signing its own requests with SigV4 computed directly from ``hyperplan.wire.sigv4`` (not botocore, whose
+own cost per call would dominate what is measured).
+
+A phase starts every client process, lets each prepare (connect, warm up, maybe search for offerings to
+buy later), releases them together through a barrier, and collects per-request latencies and outcomes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import http.client
+import json
+import multiprocessing as mp
+import queue
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from bench import mix
+from hyperplan.wire import sigv4
+
+SERVICE = "sagemaker"
+CONTENT_TYPE = "application/x-amz-json-1.1"
+_SIGNED_HEADERS = ("content-type", "host", "x-amz-date", "x-amz-target")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    host: str
+    port: int
+    region: str
+    access_key: str
+    secret_key: str
+
+
+def signed_headers(endpoint: Endpoint, target: str, body: bytes, when: datetime) -> dict[str, str]:
+    """The headers of one signed awsJson1.1 POST /: SigV4 from the canonical request up."""
+    timestamp = when.strftime(sigv4.TIMESTAMP_FORMAT)
+    date = timestamp[:8]
+    headers = {
+        "content-type": CONTENT_TYPE,
+        "host": f"{endpoint.host}:{endpoint.port}",
+        "x-amz-date": timestamp,
+        "x-amz-target": target,
+    }
+    canonical = sigv4.canonical_request(
+        method="POST",
+        path="/",
+        canonical_query="",
+        headers=headers,
+        signed_headers=_SIGNED_HEADERS,
+        payload_hash=hashlib.sha256(body).hexdigest(),
+    )
+    scope = sigv4.credential_scope(date, endpoint.region, SERVICE)
+    key = sigv4.signing_key(endpoint.secret_key, date, endpoint.region, SERVICE)
+    signature = hmac.new(key, sigv4.string_to_sign(timestamp, scope, canonical).encode(), hashlib.sha256)
+    headers["authorization"] = (
+        f"{sigv4.ALGORITHM} Credential={endpoint.access_key}/{scope}, "
+        f"SignedHeaders={';'.join(_SIGNED_HEADERS)}, Signature={signature.hexdigest()}"
+    )
+    return headers
+
+
+class Client:
+    """One keep-alive connection to the SageMaker endpoint."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self.connection = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=120)
+        self.connection.connect()
+
+    def call(self, operation: str, payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """(outcome, response body); the outcome is "ok", the error's ``__type``, or a transport error."""
+        body = json.dumps(payload).encode()
+        headers = signed_headers(self.endpoint, f"SageMaker.{operation}", body, datetime.now(UTC))
+        try:
+            self.connection.request("POST", "/", body, headers)
+            response = self.connection.getresponse()
+            data = response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            self.connection.close()  # reopened by the next request
+            return f"transport: {type(exc).__name__}", {}
+        parsed = json.loads(data) if data else {}
+        if response.status == 200:
+            return "ok", parsed
+        return str(parsed.get("__type", f"HTTP {response.status}")), parsed
+
+    def close(self) -> None:
+        self.connection.close()
+
+
+# -- what each client does ---------------------------------------------------------------------------
+
+
+@dataclass
+class Tally:
+    """One client's record: latencies of completed calls per operation, outcomes, and when it ran."""
+
+    latencies: dict[str, list[float]] = field(default_factory=dict)
+    outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)
+    started: float = 0.0
+    finished: float = 0.0
+    cpu: float = 0.0  # this client's CPU seconds over the timed part
+
+    def timed_call(self, client: Client, operation: str, payload: dict[str, Any]) -> dict[str, Any]:
+        began = time.perf_counter()
+        outcome, body = client.call(operation, payload)
+        self.latencies.setdefault(operation, []).append(time.perf_counter() - began)
+        self.outcomes[(operation, outcome)] += 1
+        return body if outcome == "ok" else {}
+
+
+@dataclass(frozen=True)
+class ClientJob:
+    kind: str  # "search", "search_buy" or "buy"
+    index: int
+    endpoint: Endpoint
+    context: mix.MixContext
+    duration: float  # seconds of timed work; a "buy" client also stops when its offerings run out
+    limit: int | None = None  # at most this many timed iterations
+    offerings: int = 0  # "buy": offerings to search for before the timed part
+    tag: str = ""  # names this phase's plans (and seeds its requests), so that phases never collide
+
+    @property
+    def name(self) -> str:
+        return f"{self.tag or self.kind}-{self.index}".replace("_", "-")  # a valid TrainingPlanName
+
+
+COMPLETED = ("ok", "ResourceLimitExceeded")
+SEARCH = "SearchTrainingPlanOfferings"
+CREATE = "CreateTrainingPlan"
+
+
+def _searching(job: ClientJob, client: Client, rng: random.Random, tally: Tally) -> Callable[[], bool]:
+    def step() -> bool:
+        tally.timed_call(client, SEARCH, mix.wire_search(mix.search_request(rng, job.context)))
+        return True
+
+    return step
+
+
+def _searching_and_buying(
+    job: ClientJob, client: Client, rng: random.Random, tally: Tally
+) -> Callable[[], bool]:
+    names = iter(range(10**9))
+
+    def step() -> bool:
+        found = tally.timed_call(client, SEARCH, mix.wire_search(mix.purchase_request(rng, job.context)))
+        offerings = found.get("TrainingPlanOfferings", [])
+        if not offerings:
+            tally.outcomes[(CREATE, "skipped: no offering")] += 1
+            return True
+        _buy(tally, client, f"{job.name}-{next(names)}", offerings[0])
+        return True
+
+    return step
+
+
+def _buying(job: ClientJob, client: Client, rng: random.Random, tally: Tally) -> Callable[[], bool]:
+    """Search first (untimed), then buy the first offering of each search. Every search starts from a
+    random day: searched all at once, offerings from the window's start would all overlap."""
+    stock = []
+    for _ in range(job.offerings):
+        _, found = client.call(
+            SEARCH, mix.wire_search(mix.purchase_request(rng, job.context, spread_share=1.0))
+        )
+        stock.extend(found.get("TrainingPlanOfferings", [])[:1])
+    names = iter(range(10**9))
+
+    def step() -> bool:
+        if not stock:
+            return False
+        _buy(tally, client, f"{job.name}-{next(names)}", stock.pop())
+        return True
+
+    return step
+
+
+def _buy(tally: Tally, client: Client, name: str, offering: dict[str, Any]) -> None:
+    tally.timed_call(
+        client,
+        CREATE,
+        {"TrainingPlanName": name, "TrainingPlanOfferingId": offering["TrainingPlanOfferingId"]},
+    )
+
+
+_KINDS = {"search": _searching, "search_buy": _searching_and_buying, "buy": _buying}
+
+
+def run_client(job: ClientJob, barrier: Any, results: Any) -> None:
+    """The body of one client process."""
+    rng = random.Random(job.name)
+    client = Client(job.endpoint)
+    warm = Tally()
+    for _ in range(5):  # a warm connection and a warm server, before anything is timed
+        warm.timed_call(client, SEARCH, mix.wire_search(mix.search_request(rng, job.context)))
+    tally = Tally()
+    step = _KINDS[job.kind](job, client, rng, tally)
+    barrier.wait(timeout=600)
+    cpu_before = time.process_time()
+    tally.started = time.time()
+    deadline = tally.started + job.duration
+    done = 0
+    while time.time() < deadline and (job.limit is None or done < job.limit) and step():
+        done += 1
+    tally.finished = time.time()
+    tally.cpu = time.process_time() - cpu_before
+    client.close()
+    results.put(tally)
+
+
+# -- a phase -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class PhaseResult:
+    clients: int
+    wall: float  # from the first client's start to the last client's finish
+    latencies: dict[str, list[float]]
+    outcomes: Counter[tuple[str, str]]
+    clients_cpu: float  # CPU seconds of every client over the timed part
+    server_cpu: float = 0.0  # CPU seconds of the server over the same span, when measured
+
+    def completed(self, operation: str) -> int:
+        """Requests answered as the benchmark means them to be: success, or a purchase refused because
+        another client took the capacity first. Anything else is a failure, left out of the rates."""
+        return sum(
+            n for (op, outcome), n in self.outcomes.items() if op == operation and outcome in COMPLETED
+        )
+
+    def failed(self, operation: str) -> int:
+        return sum(
+            n
+            for (op, outcome), n in self.outcomes.items()
+            if op == operation and outcome not in COMPLETED and not outcome.startswith("skipped")
+        )
+
+    def rate(self, operation: str) -> float:
+        return self.completed(operation) / self.wall if self.wall > 0 else 0.0
+
+    def breakdown(self, operation: str) -> str:
+        parts = [f"{outcome} {n:,}" for (op, outcome), n in sorted(self.outcomes.items()) if op == operation]
+        return ", ".join(parts) or "none"
+
+
+def run_phase(
+    jobs: list[ClientJob], server_cpu: Callable[[], float] = lambda: 0.0, timeout: float = 600
+) -> PhaseResult:
+    """Run one client process per job, released together once all are ready; wait for all of them.
+    ``server_cpu`` is read when they are released and again when the last one is done."""
+    context = mp.get_context("spawn")
+    barrier = context.Barrier(len(jobs) + 1)  # and this process, to read the server's CPU at the start
+    results = context.Queue()
+    processes = [context.Process(target=run_client, args=(job, barrier, results)) for job in jobs]
+    for process in processes:
+        process.start()
+    try:
+        barrier.wait(timeout=timeout)
+        cpu_at_start = server_cpu()
+        tallies = _collect(results, processes, timeout)
+        cpu_used = server_cpu() - cpu_at_start
+    finally:
+        for process in processes:
+            process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+    result = _merge(tallies)
+    result.server_cpu = cpu_used
+    return result
+
+
+def _collect(results: Any, processes: list[Any], timeout: float) -> list[Tally]:
+    """Every client's tally; a client that dies without one is an error, not a hang."""
+    tallies: list[Tally] = []
+    deadline = time.monotonic() + timeout
+    while len(tallies) < len(processes):
+        try:
+            tallies.append(results.get(timeout=1))
+        except queue.Empty:
+            dead = [p.exitcode for p in processes if p.exitcode not in (None, 0)]
+            if dead or time.monotonic() > deadline:
+                raise RuntimeError(f"load generator clients failed (exit codes {dead})") from None
+    return tallies
+
+
+def _merge(tallies: list[Tally]) -> PhaseResult:
+    latencies: dict[str, list[float]] = {}
+    outcomes: Counter[tuple[str, str]] = Counter()
+    for tally in tallies:
+        for operation, values in tally.latencies.items():
+            latencies.setdefault(operation, []).extend(values)
+        outcomes.update(tally.outcomes)
+    wall = max(t.finished for t in tallies) - min(t.started for t in tallies)
+    return PhaseResult(len(tallies), wall, latencies, outcomes, sum(t.cpu for t in tallies))

@@ -1,0 +1,91 @@
+"""Figures, percentiles and the printed report. Benchmarks print; they never pass or fail on timings."""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured figure: its label, its value as shown, and the target it is read against."""
+
+    label: str
+    value: str
+    target: str = ""
+    met: bool | None = None  # None: nothing to compare with
+    note: str = ""
+
+
+@dataclass
+class Report:
+    figures: list[Figure] = field(default_factory=list)
+
+    def add(self, figure: Figure) -> None:
+        self.figures.append(figure)
+        print(
+            f"  -> {figure.label}: {figure.value}" + (f"   (target {figure.target})" if figure.target else "")
+        )
+
+    def print_summary(self) -> None:
+        heading("Summary")
+        width = max((len(f.label) for f in self.figures), default=10) + 2
+        print(f"  {'figure':<{width}}{'measured':<22}{'target':<16}verdict")
+        for f in self.figures:
+            verdict = {True: "met", False: "MISSED", None: ""}[f.met]
+            print(f"  {f.label:<{width}}{f.value:<22}{f.target or '-':<16}{verdict}")
+            if f.note:
+                print(f"  {'':<{width}}  {f.note}")
+
+
+def heading(title: str) -> None:
+    print(f"\n== {title} " + "=" * max(0, 96 - len(title)), flush=True)
+
+
+def line(text: str) -> None:
+    print(f"  {text}", flush=True)
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank percentile (q in 0..100) of unsorted ``values``; nan if there are none."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    rank = max(math.ceil(q / 100 * len(ordered)), 1)
+    return ordered[rank - 1]
+
+
+def latency_summary(seconds: Sequence[float]) -> str:
+    """``p50 / p90 / p99 / max`` in milliseconds."""
+    ms = [s * 1000 for s in seconds]
+    parts = [f"p{q} {percentile(ms, q):.2f}" for q in (50, 90, 99)]
+    return " / ".join([*parts, f"max {max(ms, default=math.nan):.2f}"]) + f" ms over {len(ms):,}"
+
+
+def machine_banner(command: str) -> None:
+    import numpy
+
+    heading("hyperplan benchmarks")
+    line(f"command: {command}")
+    line(
+        f"machine: {os.cpu_count()} CPUs (nproc {len(os.sched_getaffinity(0))}), {platform.machine()}, "
+        f"{platform.system()} {platform.release()}"
+    )
+    line(f"python {platform.python_version()} ({sys.executable}), numpy {numpy.__version__}")
+    line(f"load average before: {load_average()} (other work on the machine shares its 2 cores)")
+
+
+def load_average() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def at_most(value: float, limit: float, unit: str, label: str, note: str = "") -> Figure:
+    return Figure(label, f"{value:.2f} {unit}", f"<= {limit:g} {unit}", value <= limit, note)
+
+
+def at_least(value: float, limit: float, unit: str, label: str, note: str = "") -> Figure:
+    return Figure(label, f"{value:,.0f} {unit}", f">= {limit:g} {unit}", value >= limit, note)

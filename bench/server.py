@@ -1,0 +1,222 @@
+"""Real servers for the benchmarks: a data directory filled in-process before start, then
+``python -m hyperplan serve`` as a child process with the manual clock, and what the kernel says about it.
+
+The store is filled through ``hyperplan.services.plans.create`` (one durable transaction per plan, as a
+purchase over the wire would commit) with offering ids made for the random bookings of
+:mod:`bench.fill`; the server loads its calendar from the store when it starts.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from bench.fill import Booking, FillSpec, booked_fraction, fill, window_start
+from bench.loadgen import Endpoint
+from hyperplan.core.calendar import CapacityCalendar
+from hyperplan.core.fleet import Fleet
+from hyperplan.core.offering_ids import OfferingClaim, OfferingSegment, encode
+from hyperplan.runtime import Runtime, RuntimeConfig
+from hyperplan.services import accounts, plans
+from hyperplan.services.accounts import Caller, NewKey
+
+FLEET = Path(__file__).with_name("fleet.toml")
+HOST = "127.0.0.1"
+
+
+@dataclass
+class Store:
+    """A filled data directory, and the runtime that filled it (closed before a server starts)."""
+
+    data_dir: Path
+    runtime: Runtime
+    keys: list[NewKey]  # one account per load-generator client
+    plans: int
+    booked: float  # fraction of reservable instance-slots over the 120-day window
+    fill_seconds: float
+
+    @property
+    def fleet(self) -> Fleet:
+        return self.runtime.fleet
+
+    @property
+    def now(self) -> datetime:
+        return self.runtime.clock.now()
+
+    def caller(self, index: int) -> Caller:
+        key = self.keys[index]
+        return Caller(key.account_id, key.account_name, False, key.access_key_id)
+
+    def close(self) -> None:
+        self.runtime.stop()
+
+
+def prepare_store(data_dir: Path, spec: FillSpec, clients: int) -> Store:
+    """A data directory with the bench fleet, ``clients`` accounts, and plans booked per ``spec``."""
+    runtime = Runtime(RuntimeConfig(data_dir=data_dir, fleet_path=FLEET, clock="manual"))
+    now = runtime.clock.now()
+    with runtime.db.write() as session:
+        filler = accounts.create_account(session, "bench-fill", now=now)
+        keys = [accounts.create_account(session, f"bench-client-{i}", now=now) for i in range(clients)]
+    calendar = CapacityCalendar(runtime.fleet.pools)
+    began = time.perf_counter()
+    bookings = fill(runtime.fleet, calendar, now, spec)
+    caller = Caller(filler.account_id, filler.account_name, False, filler.access_key_id)
+    for number, booking in enumerate(bookings):
+        plans.create(runtime, caller, f"fill-{number}", _offering_id(runtime, caller, booking, number))
+    fraction = booked_fraction(runtime.fleet, calendar, window_start(runtime.fleet, now))
+    return Store(data_dir, runtime, keys, len(bookings), fraction, time.perf_counter() - began)
+
+
+def _offering_id(runtime: Runtime, caller: Caller, booking: Booking, number: int) -> str:
+    """A signed offering for one booking; the expiry differs per plan so that equal bookings get
+    distinct ids (an offering is bought once)."""
+    claim = OfferingClaim(
+        account_id=caller.account_id,
+        expires_at=runtime.clock.now() + timedelta(days=1, seconds=number),
+        target="training-job",
+        count=booking.count,
+        segments=(OfferingSegment(booking.pool_index, booking.start, booking.end),),
+    )
+    return encode(claim, key=runtime.offering_key, fleet=runtime.fleet)
+
+
+def snapshot(store: Store, name: str) -> Path:
+    """A new data directory holding a copy of the store's database as it is now (SQLite's online
+    backup: consistent even while the store's runtime has the database open)."""
+    target = store.data_dir.with_name(f"{store.data_dir.name}-{name}")
+    target.mkdir()
+    source = sqlite3.connect(store.runtime.db.url.removeprefix("sqlite:///"))
+    copy = sqlite3.connect(target / "hyperplan.db")
+    try:
+        source.backup(copy)
+    finally:
+        copy.close()
+        source.close()
+    return target
+
+
+# -- the server process ------------------------------------------------------------------------------
+
+
+@dataclass
+class ServerProcess:
+    data_dir: Path
+    port: int
+    process: subprocess.Popen[bytes]
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def endpoint(self, key: NewKey, region: str) -> Endpoint:
+        return Endpoint(HOST, self.port, region, key.access_key_id, key.secret_access_key)
+
+    def log(self) -> str:
+        path = self.data_dir / "server.log"
+        return path.read_text(errors="replace")[-4000:] if path.exists() else ""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def running_server(data_dir: Path, timeout: float = 120) -> Iterator[ServerProcess]:
+    """``python -m hyperplan serve`` on the data directory, stopped with SIGTERM when the block ends."""
+    port = free_port()
+    args = [
+        sys.executable,
+        "-m",
+        "hyperplan",
+        "serve",
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--data-dir",
+        str(data_dir),
+        "--fleet",
+        str(FLEET),
+        "--clock",
+        "manual",
+        "--log-level",
+        "warning",
+    ]
+    with (data_dir / "server.log").open("ab") as log:
+        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server = ServerProcess(data_dir, port, process)
+    try:
+        _wait_ready(server, timeout)
+        yield server
+    finally:
+        _stop(process)
+
+
+def _wait_ready(server: ServerProcess, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"server exited with {server.process.returncode}:\n{server.log()}")
+        if _healthy(server.port):
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"server not ready after {timeout}s:\n{server.log()}")
+
+
+def _healthy(port: int) -> bool:
+    connection = http.client.HTTPConnection(HOST, port, timeout=2)
+    try:
+        connection.request("GET", "/healthz")
+        return connection.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        connection.close()
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
+
+
+# -- what the kernel says about a process ------------------------------------------------------------
+
+
+def memory_kib(pid: int) -> dict[str, int]:
+    """VmRSS (resident now) and VmHWM (resident at its peak) of a process, in KiB."""
+    found: dict[str, int] = {}
+    for row in Path(f"/proc/{pid}/status").read_text().splitlines():
+        name, _, value = row.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            found[name] = int(value.split()[0])
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU time a process has used so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def command_line(pid: int) -> str:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
