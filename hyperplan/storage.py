@@ -108,7 +108,9 @@ class Backend(Protocol):
         ...
 
     def put(self, src: Path, key: str) -> None:
-        """Store the file ``src`` as the object, atomically, keeping the file's modification time."""
+        """Store the file ``src`` as the object, atomically, keeping the file's modification time (an
+        S3 backend keeps it in the object's metadata and reports it as ``mtime_ns``: LastModified is the
+        upload time, in whole seconds, and cannot tell a changed file from an unchanged one)."""
         ...
 
 
@@ -232,6 +234,11 @@ class Storage:
         self._default_root = Path(default_root)
         self._backends = dict(backends or {})
 
+    @classmethod
+    def in_data_dir(cls, data_dir: Path, buckets: Mapping[str, str]) -> Storage:
+        """The service's storage: mapped buckets where the fleet file says, the rest in DATA_DIR/s3."""
+        return cls(buckets, Path(data_dir) / "s3")
+
     def backend(self, bucket: str) -> Backend:
         if bucket in self._backends:
             return self._backends[bucket]
@@ -253,20 +260,36 @@ class Storage:
         """Copy every object under ``uri`` into ``dest_dir``, keeping paths relative to the prefix; if
         ``uri`` names one object, copy just it, as ``dest_dir/<its name>``. ``shard=(i, n)`` keeps every
         n-th object from the i-th, in key order (SageMaker's ShardedByS3Key). Returns the number copied."""
-        bucket, key = parse_s3_uri(uri)
-        backend = self.backend(bucket)
-        single = backend.head(key)
-        if single is not None:
-            selected = [(single, key.rsplit("/", 1)[-1])]
-        else:
-            prefix = key.rstrip("/")
-            selected = [(item, item.key[len(prefix) :].lstrip("/")) for item in backend.objects_under(prefix)]
+        selected = self._objects_for(uri)
         if shard is not None:
             index, count = shard
             selected = selected[index::count]
         for item, relative in selected:
-            backend.get(item.key, Path(dest_dir, relative))
+            self.backend(item.bucket).get(item.key, Path(dest_dir, relative))
         return len(selected)
+
+    def sync_dir_from(self, uri_prefix: str, dest_dir: Path) -> int:
+        """Copy the objects under the prefix that ``dest_dir`` lacks or holds an older copy of (by
+        modification time), so that newer local files are never overwritten. Returns the number copied."""
+        copied = 0
+        for item, relative in self._objects_for(uri_prefix):
+            local = Path(dest_dir, relative)
+            with contextlib.suppress(FileNotFoundError):
+                if local.stat().st_mtime_ns >= item.mtime_ns:
+                    continue
+            self.backend(item.bucket).get(item.key, local)
+            copied += 1
+        return copied
+
+    def _objects_for(self, uri: str) -> builtins.list[tuple[StoredObject, str]]:
+        """The object the URI names, or else those under it as a prefix, each with its relative path."""
+        bucket, key = parse_s3_uri(uri)
+        backend = self.backend(bucket)
+        single = backend.head(key)
+        if single is not None:
+            return [(single, key.rsplit("/", 1)[-1])]
+        prefix = key.rstrip("/")
+        return [(item, item.key[len(prefix) :].lstrip("/")) for item in backend.objects_under(prefix)]
 
     def download_file(self, uri: str, dest: Path) -> None:
         """Copy the object ``uri`` to the file ``dest``."""
@@ -286,8 +309,9 @@ class Storage:
 
     def sync_dir_to(self, src_dir: Path, uri_prefix: str) -> int:
         """Store the files under ``src_dir`` that are new or changed since the stored copy: a different
-        size, or a newer modification time (uploads keep the file's mtime). Nothing is deleted. Returns
-        the number uploaded."""
+        size or modification time (uploads keep the file's mtime), rsync's quick check. So a file
+        rewritten with the same size within one tick of the filesystem's clock after a sync is missed
+        until it changes again. Nothing is deleted. Returns the number uploaded."""
         return self._upload_tree(src_dir, uri_prefix, only_changed=True)
 
     def _upload_tree(self, src_dir: Path, uri_prefix: str, *, only_changed: bool) -> int:
@@ -306,7 +330,7 @@ class Storage:
             try:
                 stat = path.stat()
                 previous = stored.get(key)
-                if previous and previous.size == stat.st_size and previous.mtime_ns >= stat.st_mtime_ns:
+                if previous and previous.size == stat.st_size and previous.mtime_ns == stat.st_mtime_ns:
                     continue
                 backend.put(path, key)
             except (FileNotFoundError, StorageError):

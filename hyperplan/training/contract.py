@@ -27,12 +27,14 @@ image's own entry point cannot be run here, so anything else is :class:`NoComman
 Hyperparameter values are decoded as the training toolkit does: a value that is valid JSON becomes that
 JSON value (the SDK JSON-encodes every value), any other stays the string. ``sagemaker_*`` ones are the
 framework's, the others the user's: those go to ``SM_HPS``, ``SM_HP_<NAME>`` and, in script mode, the
-program's arguments (``--name value``, in name order).
+program's arguments (``--name value``, in name order). In variable names, characters a shell cannot name
+(``-``, ``.``) become ``_``: ``SM_HP_LEARNING_RATE``, ``SM_CHANNEL_TRAIN_DATA``.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -355,8 +357,9 @@ class Contract:
         }
 
     def process_environment(self, base: Mapping[str, str]) -> dict[str, str]:
-        """The variables to start the process with: ``base`` (say PATH, HOME, LANG) under the contract's.
-        In script mode the code directory leads PYTHONPATH, so the program can import its neighbours."""
+        """The variables to start the process with: ``base`` (say PATH, HOME, LANG) under the contract's;
+        pass ``{}`` to a back end that supplies its own base (``TaskSpec.env``). In script mode the code
+        directory leads PYTHONPATH, so the program can import its neighbours, as in a SageMaker container."""
         merged = {**base, **self.environment}
         if self.script is not None:
             paths = [str(self.layout.code_dir), merged.get("PYTHONPATH", "")]
@@ -498,6 +501,13 @@ def _sm_variables(
         "TRAINING_JOB_NAME": spec.job_name,
         CAPACITY_EXPIRATION_VARIABLE: str(int(spec.segment_end_epoch or 0)),
     }
-    variables |= {f"SM_CHANNEL_{name.upper()}": path for name, path in channel_dirs.items()}
-    variables |= {f"SM_HP_{name.upper()}": env_text(value) for name, value in user.items()}
+    variables |= {env_name("SM_CHANNEL_", name): path for name, path in channel_dirs.items()}
+    variables |= {env_name("SM_HP_", name): env_text(value) for name, value in sorted(user.items())}
     return variables
+
+
+def env_name(prefix: str, name: str) -> str:
+    """``SM_HP_`` + ``learning-rate`` -> ``SM_HP_LEARNING_RATE``. The toolkit only upper-cases the name;
+    here anything but a letter, digit or ``_`` also becomes ``_``, so that every variable can be named
+    in a shell (and passes the back ends' checks). The exact names stay in SM_HPS and SM_CHANNELS."""
+    return prefix + re.sub(r"[^A-Z0-9_]", "_", name.upper())

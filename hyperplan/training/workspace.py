@@ -59,10 +59,11 @@ def prepare(root: Path, spec: JobSpec, storage: Storage) -> Prepared:
 
 
 def restore_checkpoints(root: Path, spec: JobSpec, storage: Storage) -> int:
-    """Fetch the checkpoints stored so far (none on a first start). Returns how many files."""
+    """Fetch the checkpoints stored so far (none on a first start); on a reused root, local files newer
+    than the stored ones are kept. Returns how many files were fetched."""
     if not spec.checkpoint_uri:
         return 0
-    return storage.download_prefix(spec.checkpoint_uri, _layout(root, spec).checkpoint_dir)
+    return storage.sync_dir_from(spec.checkpoint_uri, _layout(root, spec).checkpoint_dir)
 
 
 def sync_checkpoints(root: Path, spec: JobSpec, storage: Storage) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -131,6 +132,17 @@ def test_the_job_and_its_hyperparameters_are_in_the_environment() -> None:
     training_env = json.loads(env["SM_TRAINING_ENV"])
     assert training_env["channel_input_dirs"]["training"] == str(ROOT / "input/data/training")
     assert training_env["hyperparameters"] == {"epochs": 3, "name": "plain text"}
+
+
+def test_variable_names_are_valid_shell_names() -> None:
+    channels = (Channel("train-data.v2", "s3://b/t"),)
+    spec = two_host_spec("algo-1", hyperparameters={"learning-rate": "0.1", "a.b c": "x"}, channels=channels)
+    env = build_contract(spec, ROOT).environment
+    assert env["SM_HP_LEARNING_RATE"] == "0.1"
+    assert env["SM_HP_A_B_C"] == "x"
+    assert env["SM_CHANNEL_TRAIN_DATA_V2"] == str(ROOT / "input/data/train-data.v2")
+    assert json.loads(env["SM_HPS"]) == {"learning-rate": 0.1, "a.b c": "x"}
+    assert all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) for name in env)
 
 
 def test_without_a_segment_the_expiration_is_zero() -> None:

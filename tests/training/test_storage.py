@@ -273,3 +273,27 @@ def test_a_permission_failure_while_writing_is_access_denied_naming_the_uri(
     monkeypatch.setattr(shutil, "copyfileobj", refused)
     with pytest.raises(StorageError, match=r"^s3://b/k.txt: access denied \(Permission denied: /some/file\)"):
         storage.upload_file(write(tmp_path / "f", "x"), "s3://b/k.txt")
+
+
+def test_sync_from_storage_fetches_only_what_is_missing_or_older_locally(
+    storage: Storage, tmp_path: Path
+) -> None:
+    stored = tmp_path / "s3" / "b" / "ckpt"
+    write(stored / "old.npz", "stored old")
+    write(stored / "new.npz", "stored new")
+    local = tmp_path / "local"
+    assert storage.sync_dir_from("s3://b/ckpt", local) == 2
+    assert storage.sync_dir_from("s3://b/ckpt", local) == 0
+
+    newer_locally = write(local / "old.npz", "written since")
+    later = (stored / "old.npz").stat().st_mtime_ns + 1_000_000_000
+    os.utime(newer_locally, ns=(later, later))
+    (local / "new.npz").unlink()
+    assert storage.sync_dir_from("s3://b/ckpt", local) == 1
+    assert files_under(local) == {"old.npz": "written since", "new.npz": "stored new"}
+
+
+def test_the_service_keeps_unmapped_buckets_in_its_data_dir(tmp_path: Path) -> None:
+    storage = Storage.in_data_dir(tmp_path / "data", {})
+    storage.upload_file(write(tmp_path / "f", "x"), "s3://team-bucket/k")
+    assert (tmp_path / "data" / "s3" / "team-bucket" / "k").read_text() == "x"

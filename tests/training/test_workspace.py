@@ -194,3 +194,20 @@ def test_an_empty_model_is_still_stored_and_empty_output_data_is_not(
     output = buckets / "out/models/job-1/output"
     assert archive_contents(output / "model.tar.gz") == {}
     assert not (output / "output.tar.gz").exists()
+
+
+def test_a_restart_on_the_same_root_keeps_checkpoints_newer_than_the_stored_ones(
+    storage: Storage, buckets: Path, tmp_path: Path
+) -> None:
+    write(buckets / "b/data/train/x.csv", "1\n")
+    job = spec(hyperparameters={}, entrypoint=("true",))
+    root = tmp_path / "job"
+    prepare(root, job, storage)
+    write(root / "checkpoints/latest.ckpt", "epoch 1")
+    sync_checkpoints(root, job, storage)
+    newer = write(root / "checkpoints/latest.ckpt", "epoch 2")  # written after the last sync, then it stopped
+    later = newer.stat().st_mtime_ns + 1_000_000_000
+    os.utime(newer, ns=(later, later))
+
+    assert prepare(root, job, storage).restored_checkpoints == 0
+    assert (root / "checkpoints/latest.ckpt").read_text() == "epoch 2"
