@@ -128,25 +128,24 @@ class DirectoryBackend:
         return f"{SCHEME}{self.bucket}/{key}"
 
     def bucket_exists(self) -> bool:
-        return self.root.is_dir()
+        with self._errors(""):
+            return self.root.is_dir()
 
     def head(self, key: str) -> StoredObject | None:
-        self._require_bucket(key)
-        if not key or key.endswith("/"):
-            return None
         with self._errors(key):
+            self._require_bucket(key)
             path = self.root / key
-            if not path.is_file():
+            if not key or key.endswith("/") or not path.is_file():
                 return None
             return self._describe(key, path.stat())
 
     def objects_under(self, prefix: str) -> Iterator[StoredObject]:
-        self._require_bucket(prefix)
-        top = self.root / prefix.rstrip("/") if prefix.rstrip("/") else self.root
-        if not top.is_dir():
-            return
         with self._errors(prefix):
-            for directory, subdirs, files in os.walk(top):
+            self._require_bucket(prefix)
+            top = self.root / prefix.rstrip("/") if prefix.rstrip("/") else self.root
+            if not top.is_dir():
+                return
+            for directory, subdirs, files in os.walk(top, onerror=_raise):
                 subdirs.sort()  # walk in key order, so listings are stable
                 for name in sorted(files):
                     if name.startswith(TEMP_PREFIX):
@@ -157,21 +156,20 @@ class DirectoryBackend:
                         yield self._describe(key, path.stat())
 
     def get(self, key: str, dest: Path) -> None:
-        self._require_bucket(key)
-        source = self.root / key
         with self._errors(key):
+            self._require_bucket(key)
+            source = self.root / key
             if not source.is_file():
                 raise StorageError(self.uri(key), "no such object")
             _atomic_copy(source, dest)
 
     def put(self, src: Path, key: str) -> None:
-        if not self.root.is_dir():
-            if not self.create_on_write:
-                reason = f"bucket {self.bucket!r} is mapped to {self.root}, which is not a directory"
-                raise StorageError(self.uri(key), reason)
-            with self._errors(key):
-                self.root.mkdir(parents=True, exist_ok=True)
         with self._errors(key):
+            if not self.root.is_dir():
+                if not self.create_on_write:
+                    reason = f"bucket {self.bucket!r} is mapped to {self.root}, which is not a directory"
+                    raise StorageError(self.uri(key), reason)
+                self.root.mkdir(parents=True, exist_ok=True)
             _atomic_copy(src, self.root / key)
 
     def _require_bucket(self, key: str) -> None:
@@ -197,6 +195,13 @@ class DirectoryBackend:
             raise StorageError(self.uri(key), f"the key is a directory ({error.filename})") from error
         except OSError as error:
             raise StorageError(self.uri(key), f"{error.strerror or error} ({error.filename})") from error
+
+
+def _raise(error: OSError) -> None:
+    """os.walk ignores errors unless told otherwise; an unreadable directory must not look empty (one
+    deleted while we walk is simply gone)."""
+    if not isinstance(error, FileNotFoundError):
+        raise error
 
 
 def _atomic_copy(source: Path, dest: Path) -> None:
@@ -246,6 +251,9 @@ class Storage:
             return DirectoryBackend(bucket, self._mapped[bucket], create_on_write=False)
         return DirectoryBackend(bucket, self._default_root / bucket, create_on_write=True)
 
+    def _created_on_write(self, bucket: str) -> bool:
+        return bucket not in self._backends and bucket not in self._mapped
+
     def exists(self, uri: str) -> bool:
         """True if the URI names an object (not a prefix). A missing bucket is an error, not False."""
         bucket, key = parse_s3_uri(uri)
@@ -270,7 +278,12 @@ class Storage:
 
     def sync_dir_from(self, uri_prefix: str, dest_dir: Path) -> int:
         """Copy the objects under the prefix that ``dest_dir`` lacks or holds an older copy of (by
-        modification time), so that newer local files are never overwritten. Returns the number copied."""
+        modification time), so that newer local files are never overwritten. Returns the number copied.
+        A default-root bucket that nothing has been written to yet holds nothing (a first start's
+        checkpoints); any other missing bucket is an error."""
+        bucket, _ = parse_s3_uri(uri_prefix)
+        if self._created_on_write(bucket) and not self.backend(bucket).bucket_exists():
+            return 0
         copied = 0
         for item, relative in self._objects_for(uri_prefix):
             local = Path(dest_dir, relative)

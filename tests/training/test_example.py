@@ -87,15 +87,20 @@ def run_instance(
         text=True,
     )
     synced = 0
-    deadline = time.monotonic() + 20
-    while process.poll() is None and time.monotonic() < deadline:
-        synced += sync_checkpoints(root, spec, storage)
-        done = len(list(contract.layout.checkpoint_dir.glob("checkpoint-*.npz")))
-        if interrupt_after_epochs is not None and done >= interrupt_after_epochs:
-            process.send_signal(signal.SIGTERM)
-            interrupt_after_epochs = None
-        time.sleep(0.02)
-    stdout, _ = process.communicate(timeout=20)
+    try:
+        deadline = time.monotonic() + 20
+        while process.poll() is None and time.monotonic() < deadline:
+            synced += sync_checkpoints(root, spec, storage)
+            done = len(list(contract.layout.checkpoint_dir.glob("checkpoint-*.npz")))
+            if interrupt_after_epochs is not None and done >= interrupt_after_epochs:
+                process.send_signal(signal.SIGTERM)
+                interrupt_after_epochs = None
+            time.sleep(0.02)
+        stdout, _ = process.communicate(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
     sync_checkpoints(root, spec, storage)
     if process.returncode == 0:
         pack_model(root, spec, storage)

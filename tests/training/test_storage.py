@@ -297,3 +297,10 @@ def test_the_service_keeps_unmapped_buckets_in_its_data_dir(tmp_path: Path) -> N
     storage = Storage.in_data_dir(tmp_path / "data", {})
     storage.upload_file(write(tmp_path / "f", "x"), "s3://team-bucket/k")
     assert (tmp_path / "data" / "s3" / "team-bucket" / "k").read_text() == "x"
+
+
+def test_restoring_from_a_mapped_bucket_that_is_gone_is_an_error(tmp_path: Path) -> None:
+    storage = Storage({"mapped": str(tmp_path / "not-there")}, tmp_path / "s3")
+    assert storage.sync_dir_from("s3://never-written/ckpt", tmp_path / "a") == 0
+    with pytest.raises(StorageError, match=r"^s3://mapped/ckpt: no such bucket 'mapped'"):
+        storage.sync_dir_from("s3://mapped/ckpt", tmp_path / "b")

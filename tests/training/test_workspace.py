@@ -211,3 +211,14 @@ def test_a_restart_on_the_same_root_keeps_checkpoints_newer_than_the_stored_ones
 
     assert prepare(root, job, storage).restored_checkpoints == 0
     assert (root / "checkpoints/latest.ckpt").read_text() == "epoch 2"
+
+
+def test_a_first_start_with_checkpoints_in_a_bucket_not_yet_written_restores_nothing(
+    storage: Storage, buckets: Path, tmp_path: Path
+) -> None:
+    write(buckets / "b/data/train/x.csv", "1\n")
+    job = spec(hyperparameters={}, entrypoint=("true",), checkpoint_uri="s3://new-bucket/ckpt")
+    assert prepare(tmp_path / "job", job, storage).restored_checkpoints == 0
+    write(tmp_path / "job/checkpoints/c", "x")
+    assert sync_checkpoints(tmp_path / "job", job, storage) == 1
+    assert (buckets / "new-bucket/ckpt/c").read_text() == "x"
