@@ -21,8 +21,9 @@ does not set, names the real checkpoint directory for scripts that would otherwi
 
 The command is ContainerEntrypoint + ContainerArguments when an entrypoint is given (a leading ``python``
 or ``python3`` is the image's interpreter), otherwise script mode when the hyperparameters carry
-``sagemaker_program`` and ``sagemaker_submit_directory`` (as the SageMaker Python SDK sets them); an
-image's own entry point cannot be run here, so anything else is :class:`NoCommand`.
+``sagemaker_program`` and ``sagemaker_submit_directory`` (as the SageMaker Python SDK sets them; there
+ContainerArguments, meant for an image's entry point, are ignored); an image's own entry point cannot be
+run here, so anything else is :class:`NoCommand`.
 
 Hyperparameter values are decoded as the training toolkit does: a value that is valid JSON becomes that
 JSON value (the SDK JSON-encodes every value), any other stays the string. ``sagemaker_*`` ones are the
