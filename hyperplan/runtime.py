@@ -20,6 +20,7 @@ from hyperplan.core.fleet import Fleet, parse_fleet
 from hyperplan.scheduler import DueEvent, EventHandler, Scheduler
 from hyperplan.services import accounts
 from hyperplan.services.capacity import LiveCalendar
+from hyperplan.services.lifecycle import LifecycleContext
 from hyperplan.store import settings
 from hyperplan.store.db import Database, after_commit, sqlite_url
 
@@ -65,6 +66,7 @@ class Runtime:
         self.clock: Clock = self._make_clock()
         self.offering_key = self._offering_key()
         self.calendar = LiveCalendar(self.fleet)
+        self.lifecycle = LifecycleContext(self.calendar, self.fleet)
         self.scheduler = Scheduler(self.db, self.clock, self._event_handlers())
 
     @property
@@ -142,13 +144,11 @@ class Runtime:
 
         def segment_changed(session: Session, event: DueEvent) -> None:
             # At its due time, not when the loop got to it: the history says when things happened.
-            segment = int(event.payload.get("segment", 0))
-            lifecycle.on_segment_event(session, event.kind, event.subject, segment, event.due_at)
+            lifecycle.on_segment_event(session, event.kind, event.subject, event.payload, event.due_at)
 
         def payment_deadline(session: Session, event: DueEvent) -> None:
-            payments.on_deadline(
-                session, self.calendar, event.subject, int(event.payload["invoice"]), self.clock.now()
-            )
+            invoice = int(event.payload["invoice"])
+            payments.on_deadline(session, self.lifecycle, event.subject, invoice, event.due_at)
 
         def top_up_background(session: Session, event: DueEvent) -> None:
             added = background.top_up(self, session, self.clock.now())
@@ -161,6 +161,8 @@ class Runtime:
             lifecycle.SEGMENT_START: segment_changed,
             lifecycle.SEGMENT_RECLAIM: segment_changed,
             lifecycle.SEGMENT_END: segment_changed,
+            lifecycle.START_REMINDER: segment_changed,
+            lifecycle.RECLAIM_REMINDER: segment_changed,
             lifecycle.PAYMENT_DEADLINE: payment_deadline,
             background.TOP_UP: top_up_background,
         }

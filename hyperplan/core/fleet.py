@@ -129,6 +129,14 @@ class Quotas:
 
 
 @dataclass(frozen=True)
+class Notifications:
+    """Lead times of the reminders a plan's owner gets (history events and webhooks)."""
+
+    start_reminder: timedelta = timedelta(hours=1)  # before each segment starts
+    reclaim_reminder: timedelta = timedelta(minutes=30)  # before each segment's capacity is taken back
+
+
+@dataclass(frozen=True)
 class Fleet:
     region: str
     zones: tuple[AvailabilityZone, ...]
@@ -138,6 +146,7 @@ class Fleet:
     buckets: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     quotas: Quotas = Quotas()
     default_payment_mode: str = "auto"
+    notifications: Notifications = Notifications()
 
     def pools_of_type(self, instance_type: str) -> tuple[Pool, ...]:
         return tuple(pool for pool in self.pools if pool.instance_type == instance_type)
@@ -285,6 +294,7 @@ def _is(value: Any, read: type) -> bool:
 
 _TOP_KEYS = (
     "region", "currency", "zones", "pools", "policy", "background_load", "quotas", "buckets", "accounts",
+    "notifications",
 )  # fmt: skip
 
 
@@ -308,6 +318,7 @@ def parse_fleet(text: str) -> Fleet:
         buckets=_buckets(top.table("buckets") or {}),
         quotas=_quotas(top.table("quotas") or {}),
         default_payment_mode=_payment_mode(top.table("accounts") or {}),
+        notifications=_notifications(top.table("notifications") or {}),
     )
 
 
@@ -495,6 +506,15 @@ def _quotas(values: Mapping[str, Any]) -> Quotas:
         max_reserved_instances_per_type=table.integer(
             "max_reserved_instances_per_type", default.max_reserved_instances_per_type, minimum=1
         ),
+    )
+
+
+def _notifications(values: Mapping[str, Any]) -> Notifications:
+    table = _Table(values, "notifications", ("start_reminder", "reclaim_reminder"))
+    default = Notifications()
+    return Notifications(
+        start_reminder=table.duration("start_reminder", default.start_reminder),
+        reclaim_reminder=table.duration("reclaim_reminder", default.reclaim_reminder),
     )
 
 

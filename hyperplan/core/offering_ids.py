@@ -104,3 +104,48 @@ def _seconds(when: datetime) -> int:
 
 def _time(seconds: int) -> datetime:
     return datetime.fromtimestamp(seconds, UTC)
+
+
+# -- extension offerings ------------------------------------------------------------------------------
+
+EXTENSION_PREFIX = "tpeo-"
+_EXTENSION = struct.Struct(">B4s4sQIQII")  # version, fingerprint, nonce, account, expiry, plan, start, end
+
+
+@dataclass(frozen=True)
+class ExtensionClaim:
+    account_id: str
+    expires_at: datetime
+    plan_id: int
+    start: datetime  # the plan's end when the offering was made: a later change makes it stale
+    end: datetime
+
+
+def encode_extension(claim: ExtensionClaim, *, key: bytes, fleet: Fleet) -> str:
+    body = _EXTENSION.pack(
+        _VERSION,
+        fleet.fingerprint(),
+        secrets.token_bytes(4),
+        int(claim.account_id),
+        _seconds(claim.expires_at),
+        claim.plan_id,
+        _seconds(claim.start),
+        _seconds(claim.end),
+    )
+    mac = hmac.new(key, body, hashlib.sha256).digest()[:_MAC_BYTES]
+    return EXTENSION_PREFIX + base64.b32encode(body + mac).decode().rstrip("=").lower()
+
+
+def decode_extension(offering_id: str, *, key: bytes, fleet: Fleet) -> ExtensionClaim:
+    if not offering_id.startswith(EXTENSION_PREFIX):
+        raise OfferingIdError("not a training plan extension offering id")
+    raw = _unpack_text(PREFIX + offering_id.removeprefix(EXTENSION_PREFIX))
+    body, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]
+    if len(body) != _EXTENSION.size:
+        raise OfferingIdError("malformed")
+    if not hmac.compare_digest(mac, hmac.new(key, body, hashlib.sha256).digest()[:_MAC_BYTES]):
+        raise OfferingIdError("signature does not match")
+    version, fingerprint, _nonce, account, expires, plan_id, start, end = _EXTENSION.unpack(body)
+    if version != _VERSION or fingerprint != fleet.fingerprint():
+        raise OfferingIdError("made for another version of the fleet")
+    return ExtensionClaim(f"{account:012d}", _time(expires), plan_id, _time(start), _time(end))

@@ -250,7 +250,9 @@ def _invoice_id(request: NativeRequest) -> int:
 
 def approve_invoice(request: NativeRequest) -> dict[str, Any]:
     with request.runtime.db.write() as session:
-        invoice = payments.approve(session, _invoice_id(request), request.runtime.clock.now())
+        invoice = payments.approve(
+            session, request.runtime.lifecycle, _invoice_id(request), request.runtime.clock.now()
+        )
         view = _invoice_view(session, invoice)
     request.runtime.scheduler.wake()
     return view
@@ -260,7 +262,7 @@ def reject_invoice(request: NativeRequest) -> dict[str, Any]:
     reason = field(request.body, "Reason", str, required=False) or "rejected"
     with request.runtime.db.write() as session:
         invoice = payments.reject(
-            session, request.runtime.calendar, _invoice_id(request), reason, request.runtime.clock.now()
+            session, request.runtime.lifecycle, _invoice_id(request), reason, request.runtime.clock.now()
         )
         return _invoice_view(session, invoice)
 

@@ -107,5 +107,5 @@ def _store(
         )
     )
     session.flush()
-    lifecycle.schedule_segments(session, plan, runtime.fleet.policy.reclaim_lead_for(plan.target), now)
+    lifecycle.schedule_segments(session, runtime.lifecycle, plan, now)
     lifecycle.mark_paid(session, plan, now, "Background load: held by the demo, paid for by nobody.")

@@ -10,13 +10,15 @@ import threading
 from collections.abc import Iterable
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
 
-from hyperplan.core.calendar import CapacityCalendar
-from hyperplan.core.fleet import Fleet
+from hyperplan.core.calendar import CapacityCalendar, peak_booked_slots
+from hyperplan.core.fleet import Fleet, Pool, PoolKey
 from hyperplan.core.search import Offering, SearchRequest, search
+from hyperplan.errors import ResourceLimitExceeded
 from hyperplan.store.db import Database
-from hyperplan.store.schema import ReservedCapacity
+from hyperplan.store.schema import PlanExtension, ReservedCapacity
 
 Booking = tuple[tuple[str, str], datetime, datetime, int]
 
@@ -28,23 +30,15 @@ class LiveCalendar:
         self._lock = threading.Lock()
 
     def load(self, db: Database) -> int:
-        """Book every segment that still holds capacity; returns how many."""
+        """Book everything the store says is held; returns how many bookings."""
         with db.read() as session:
-            rows = session.execute(
-                select(
-                    ReservedCapacity.instance_type,
-                    ReservedCapacity.availability_zone,
-                    ReservedCapacity.start,
-                    ReservedCapacity.end,
-                    ReservedCapacity.count,
-                ).where(ReservedCapacity.holds_capacity.is_(True))
-            ).all()
+            bookings = held(session)
         with self._lock:
-            for t, az, start, end, count in rows:
+            for key, start, end, count in bookings:
                 # restore, not book: a pool made smaller in the fleet file must not stop the server from
                 # starting with the plans it already sold.
-                self._calendar.restore((t, az), start, end, count)
-        return len(rows)
+                self._calendar.restore(key, start, end, count)
+        return len(bookings)
 
     def search(self, request: SearchRequest, now: datetime) -> list[Offering]:
         with self._lock:
@@ -65,3 +59,56 @@ class LiveCalendar:
     ) -> list[tuple[datetime, int]]:
         with self._lock:
             return self._calendar.booked_profile(pool_key, start, end)
+
+
+# -- what the store says is held: the authority ---------------------------------------------------------
+
+
+def held(
+    session: Session, pool: PoolKey | None = None, start: datetime | None = None, end: datetime | None = None
+) -> list[Booking]:
+    """Every interval of capacity held by plans' segments and by unpaid extensions, optionally only those
+    of one pool that overlap [start, end). A segment cancelled while open is held until `released_at`."""
+    rc_end = func.coalesce(ReservedCapacity.released_at, ReservedCapacity.end)
+    segments = select(
+        ReservedCapacity.instance_type,
+        ReservedCapacity.availability_zone,
+        ReservedCapacity.start,
+        rc_end,
+        ReservedCapacity.count,
+    ).where(ReservedCapacity.holds_capacity.is_(True))
+    extensions = select(
+        PlanExtension.instance_type,
+        PlanExtension.availability_zone,
+        PlanExtension.start,
+        PlanExtension.end,
+        PlanExtension.count,
+    ).where(PlanExtension.holds_capacity.is_(True))
+    if pool is not None:
+        segments = segments.where(
+            ReservedCapacity.instance_type == pool[0], ReservedCapacity.availability_zone == pool[1]
+        )
+        extensions = extensions.where(
+            PlanExtension.instance_type == pool[0], PlanExtension.availability_zone == pool[1]
+        )
+    if start is not None and end is not None:
+        segments = segments.where(ReservedCapacity.start < end, rc_end > start)
+        extensions = extensions.where(PlanExtension.start < end, PlanExtension.end > start)
+    rows = [*session.execute(segments).all(), *session.execute(extensions).all()]
+    return [((t, az), s, e, n) for t, az, s, e, n in rows if e > s]
+
+
+def require_room(session: Session, pool: Pool, start: datetime, end: datetime, count: int) -> None:
+    """Refuse, with ResourceLimitExceeded, `count` more instances of `pool` over [start, end).
+
+    Read inside the buyer's write transaction, so two buyers never both see the same free instances.
+    """
+    intervals = [(s, e, n) for _, s, e, n in held(session, pool.key, start, end)]
+    booked = peak_booked_slots(intervals, start, end)
+    if booked + count > pool.reservable:
+        raise ResourceLimitExceeded(
+            f"The capacity of this offering was taken since the search: {pool.instance_type} in "
+            f"{pool.availability_zone} has {max(pool.reservable - booked, 0)} of {pool.reservable} instances "
+            f"free between {start:%Y-%m-%d %H:%M} and {end:%Y-%m-%d %H:%M} UTC, and this offering needs "
+            f"{count}. Search again for current offerings."
+        )

@@ -8,22 +8,52 @@ events (segment start, capacity reclaim, segment end, payment deadline) only say
 
 from __future__ import annotations
 
-from datetime import datetime
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from hyperplan.core.fleet import Fleet
 from hyperplan.core.lifecycle import PlanStatus, Window, check_transition, status_at, status_message
 from hyperplan.scheduler import schedule
 from hyperplan.services import plan_capacity
 from hyperplan.services.capacity import LiveCalendar
 from hyperplan.store.db import after_commit
-from hyperplan.store.schema import PlanEvent, ReservedCapacity, ScheduledEvent, TrainingPlan
+from hyperplan.store.schema import PlanEvent, PlanExtension, ReservedCapacity, ScheduledEvent, TrainingPlan
 
 SEGMENT_START = "segment.start"
 SEGMENT_RECLAIM = "segment.reclaim"
 SEGMENT_END = "segment.end"
 PAYMENT_DEADLINE = "payment.deadline"
+START_REMINDER = "reminder.start"
+RECLAIM_REMINDER = "reminder.reclaim"
+
+
+@dataclass(frozen=True)
+class Policies:
+    """The settings the lifecycle of one plan follows (from the fleet file)."""
+
+    reclaim_lead: timedelta
+    start_reminder: timedelta
+    reclaim_reminder: timedelta
+
+
+@dataclass(frozen=True)
+class LifecycleContext:
+    """What lifecycle changes need besides the session: the live calendar and the fleet's settings."""
+
+    calendar: LiveCalendar
+    fleet: Fleet
+
+    def policies(self, target: str) -> Policies:
+        notes = self.fleet.notifications
+        return Policies(
+            self.fleet.policy.reclaim_lead_for(target), notes.start_reminder, notes.reclaim_reminder
+        )
 
 
 def segments_of(session: Session, plan_id: int) -> list[ReservedCapacity]:
@@ -51,19 +81,106 @@ def transition(
     record(session, plan, kind, message, now)
 
 
-def schedule_segments(session: Session, plan: TrainingPlan, reclaim_lead: object, now: datetime) -> None:
+def schedule_segments(session: Session, ctx: LifecycleContext, plan: TrainingPlan, now: datetime) -> None:
     """The timed events of a new plan's segments, written with the plan."""
-    from datetime import timedelta
-
-    assert isinstance(reclaim_lead, timedelta)
     for rc in segments_of(session, plan.id):
-        for kind, when in (
-            (SEGMENT_START, rc.start),
-            (SEGMENT_RECLAIM, max(rc.start, rc.end - reclaim_lead)),
-            (SEGMENT_END, rc.end),
-        ):
-            if when > now:
-                schedule(session, kind, when, subject=str(plan.id), segment=rc.ordinal)
+        schedule_segment(session, plan, rc, ctx.policies(plan.target), now)
+
+
+def schedule_segment(
+    session: Session,
+    plan: TrainingPlan,
+    rc: ReservedCapacity,
+    policy: Policies,
+    now: datetime,
+    *,
+    only_end: bool = False,
+) -> None:
+    """Start, reclaim and end of one segment, and the reminders before its start and its reclaim."""
+    reclaim = max(rc.start, rc.end - policy.reclaim_lead)
+    times = [
+        (SEGMENT_RECLAIM, reclaim),
+        (SEGMENT_END, rc.end),
+    ]
+    reminder = max(rc.start, reclaim - policy.reclaim_reminder)
+    if not only_end:
+        times += [(SEGMENT_START, rc.start), (START_REMINDER, rc.start - policy.start_reminder)]
+    for kind, when in times:
+        if when > now:
+            schedule(session, kind, when, subject=str(plan.id), segment=rc.ordinal)
+    if reminder > now:
+        schedule(
+            session,
+            RECLAIM_REMINDER,
+            reminder,
+            subject=str(plan.id),
+            segment=rc.ordinal,
+            reclaim_at=reclaim.isoformat(),
+        )
+
+
+def _cancel_segment_end(session: Session, plan: TrainingPlan, ordinal: int) -> None:
+    """Drop the pending reclaim and end events (and the reclaim reminder) of one segment."""
+    kinds = (SEGMENT_RECLAIM, SEGMENT_END, RECLAIM_REMINDER)
+    pending = session.scalars(
+        select(ScheduledEvent).where(
+            ScheduledEvent.subject == str(plan.id),
+            ScheduledEvent.done.is_(False),
+            ScheduledEvent.kind.in_(kinds),
+        )
+    )
+    for event in pending:
+        if json.loads(event.payload).get("segment") == ordinal:
+            event.done = True
+
+
+def apply_extension(
+    session: Session,
+    ctx: LifecycleContext,
+    plan: TrainingPlan,
+    extension: PlanExtension,
+    now: datetime,
+    how: str,
+) -> None:
+    """A paid extension: the plan's last segment now ends later (same ARN); its old end events go away."""
+    extension.payment_status = "Paid"
+    last = segments_of(session, plan.id)[-1]
+    _cancel_segment_end(session, plan, last.ordinal)
+    last.end = extension.end
+    extension.holds_capacity = False  # the segment holds it from now on
+    schedule_segment(session, plan, last, ctx.policies(plan.target), now, only_end=True)
+    record(
+        session,
+        plan,
+        "extended",
+        f"Extended to {extension.end:%Y-%m-%d %H:%M} UTC ({how.rstrip('.')}); reserved capacity "
+        f"{plan.name}-rc{last.ordinal} now ends then.",
+        now,
+    )
+    refresh(session, plan, now, "extended")
+
+
+def fail_extension(
+    session: Session,
+    ctx: LifecycleContext,
+    plan: TrainingPlan,
+    extension: PlanExtension,
+    message: str,
+    kind: str,
+    now: datetime,
+) -> None:
+    extension.payment_status = "Failed"
+    extension.holds_capacity = False
+    record(session, plan, kind, message, now)
+    released = [
+        (
+            (extension.instance_type, extension.availability_zone),
+            extension.start,
+            extension.end,
+            extension.count,
+        )
+    ]
+    after_commit(session, lambda: ctx.calendar.release(released))
 
 
 def refresh(session: Session, plan: TrainingPlan, now: datetime, kind: str = "status") -> None:
@@ -91,7 +208,7 @@ def _follow_time(session: Session, plan: TrainingPlan, now: datetime, kind: str)
 
 
 def fail(
-    session: Session, calendar: LiveCalendar, plan: TrainingPlan, message: str, kind: str, now: datetime
+    session: Session, ctx: LifecycleContext, plan: TrainingPlan, message: str, kind: str, now: datetime
 ) -> None:
     """Fail a plan and give back, at once, every instance it still holds."""
     transition(session, plan, PlanStatus.FAILED, message, kind, now)
@@ -109,7 +226,7 @@ def fail(
             rc.released_at = now
             released.append((key, now, rc.end, rc.count))
     _cancel_events(session, plan)
-    after_commit(session, lambda: calendar.release(released))
+    after_commit(session, lambda: ctx.calendar.release(released))
 
 
 def _cancel_events(session: Session, plan: TrainingPlan) -> None:
@@ -120,9 +237,34 @@ def _cancel_events(session: Session, plan: TrainingPlan) -> None:
     )
 
 
-def on_segment_event(session: Session, event_kind: str, plan_id: str, segment: int, now: datetime) -> None:
+def on_segment_event(
+    session: Session, event_kind: str, plan_id: str, payload: Mapping[str, Any], now: datetime
+) -> None:
+    segment = int(payload.get("segment", 0))
     plan = session.get(TrainingPlan, int(plan_id))
     if plan is None or PlanStatus(plan.status).is_final:
+        return
+    if event_kind == START_REMINDER:
+        rc = _segment(session, plan, segment)
+        record(
+            session,
+            plan,
+            "start-reminder",
+            f"Reserved capacity {plan.name}-rc{segment} starts at {rc.start:%Y-%m-%d %H:%M} UTC.",
+            now,
+        )
+        return
+    if event_kind == RECLAIM_REMINDER:
+        rc = _segment(session, plan, segment)
+        record(
+            session,
+            plan,
+            "reclaim-reminder",
+            f"Capacity of reserved capacity {plan.name}-rc{segment} will be taken back from "
+            f"{payload.get('reclaim_at', '')[:16].replace('T', ' ')} UTC; it ends at "
+            f"{rc.end:%Y-%m-%d %H:%M} UTC. Checkpoint your work.",
+            now,
+        )
         return
     if event_kind == SEGMENT_RECLAIM:
         plan_capacity.release_plan(session, plan.id, now)
@@ -135,3 +277,7 @@ def on_segment_event(session: Session, event_kind: str, plan_id: str, segment: i
         )
         return
     refresh(session, plan, now, "segment-started" if event_kind == SEGMENT_START else "segment-ended")
+
+
+def _segment(session: Session, plan: TrainingPlan, ordinal: int) -> ReservedCapacity:
+    return next(rc for rc in segments_of(session, plan.id) if rc.ordinal == ordinal)

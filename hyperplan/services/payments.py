@@ -1,12 +1,12 @@
-"""Paying for plans: invoices, budgets, approvals, deadlines (decisions.md, "Payment").
+"""Paying for plans and extensions: invoices, budgets, approvals, deadlines (decisions.md, "Payment").
 
 Each account has a payment mode:
 - `auto`: the invoice is paid when it is issued; the plan is Scheduled before the purchase returns.
-- `budget`: the fee is taken from the account's budget; a budget short of the fee fails the plan.
-- `approval`: an administrator approves or rejects the invoice; unpaid 5 minutes before the plan starts,
-  or 12 hours after purchase (whichever comes first), the plan fails.
-A failed plan gives its capacity back at once. Money is Decimal, never float; every movement is a
-ledger line.
+- `budget`: the fee is taken from the account's budget; a budget short of the fee fails the purchase.
+- `approval`: an administrator approves or rejects the invoice; unpaid 5 minutes before the start, or 12
+  hours after purchase (whichever comes first), the purchase fails.
+A failed payment fails what it paid for (the plan, or only the extension) and gives its capacity back
+at once. Money is Decimal, never float; every movement is a ledger line.
 """
 
 from __future__ import annotations
@@ -22,8 +22,15 @@ from hyperplan.errors import Conflict, ResourceNotFound, ValidationError
 from hyperplan.scheduler import schedule
 from hyperplan.services import lifecycle
 from hyperplan.services.accounts import PAYMENT_MODES, get_account
-from hyperplan.services.capacity import LiveCalendar
-from hyperplan.store.schema import Account, Invoice, LedgerEntry, ReservedCapacity, TrainingPlan
+from hyperplan.services.lifecycle import LifecycleContext
+from hyperplan.store.schema import (
+    Account,
+    Invoice,
+    LedgerEntry,
+    PlanExtension,
+    ReservedCapacity,
+    TrainingPlan,
+)
 
 BEFORE_START = timedelta(minutes=5)
 AFTER_PURCHASE = timedelta(hours=12)
@@ -33,17 +40,26 @@ def payment_deadline(first_start: datetime, purchased_at: datetime) -> datetime:
     return min(first_start - BEFORE_START, purchased_at + AFTER_PURCHASE)
 
 
-def issue(session: Session, calendar: LiveCalendar, plan: TrainingPlan, now: datetime) -> Invoice:
-    """Invoice a new plan's fee and settle it as the account's payment mode says."""
+def issue(
+    session: Session,
+    ctx: LifecycleContext,
+    plan: TrainingPlan,
+    now: datetime,
+    extension: PlanExtension | None = None,
+) -> Invoice:
+    """Invoice a new plan's (or extension's) fee and settle it as the account's payment mode says."""
     account = get_account(session, plan.account_id)
-    first_start = session.scalar(
-        select(func.min(ReservedCapacity.start)).where(ReservedCapacity.plan_id == plan.id)
-    )
+    if extension is None:
+        starts = select(func.min(ReservedCapacity.start)).where(ReservedCapacity.plan_id == plan.id)
+        first_start, amount = session.scalar(starts), plan.upfront_fee
+    else:
+        first_start, amount = extension.start, extension.upfront_fee
     assert first_start is not None
     invoice = Invoice(
         account_id=account.id,
         plan_id=plan.id,
-        amount=plan.upfront_fee,
+        extension_id=extension.id if extension else None,
+        amount=amount,
         currency=plan.currency,
         status="Pending",
         created_at=now,
@@ -51,38 +67,50 @@ def issue(session: Session, calendar: LiveCalendar, plan: TrainingPlan, now: dat
     )
     session.add(invoice)
     session.flush()
+    what = _what(invoice)
     lifecycle.record(
         session,
         plan,
         "invoiced",
-        f"Invoice {invoice.id} for {invoice.amount} {invoice.currency} issued.",
+        f"Invoice {invoice.id} for {invoice.amount} {invoice.currency} ({what}).",
         now,
     )
     if account.payment_mode == "auto":
-        _pay(session, account, invoice, plan, now, "paid automatically")
+        _pay(session, ctx, account, invoice, plan, now, "paid automatically")
     elif account.payment_mode == "budget":
-        _pay_from_budget(session, calendar, account, invoice, plan, now)
+        _pay_from_budget(session, ctx, account, invoice, plan, now)
     else:
-        plan.status_message = (
-            f"Awaiting an administrator's approval of invoice {invoice.id} "
-            f"({invoice.amount} {invoice.currency}); unpaid at {invoice.due_at:%Y-%m-%d %H:%M} UTC, "
-            "the plan fails and its capacity is released."
+        message = (
+            f"Awaiting an administrator's approval of invoice {invoice.id} ({invoice.amount} "
+            f"{invoice.currency}, {what}); unpaid at {invoice.due_at:%Y-%m-%d %H:%M} UTC, {what} fails "
+            "and its capacity is released."
         )
-        lifecycle.record(session, plan, "awaiting-approval", plan.status_message, now)
+        if extension is None:
+            plan.status_message = message
+        lifecycle.record(session, plan, "awaiting-approval", message, now)
         schedule(
             session, lifecycle.PAYMENT_DEADLINE, invoice.due_at, subject=str(plan.id), invoice=invoice.id
         )
     return invoice
 
 
+def _what(invoice: Invoice) -> str:
+    return "the plan" if invoice.extension_id is None else f"extension {invoice.extension_id}"
+
+
 def _pay(
-    session: Session, account: Account, invoice: Invoice, plan: TrainingPlan, now: datetime, how: str
+    session: Session,
+    ctx: LifecycleContext,
+    account: Account,
+    invoice: Invoice,
+    plan: TrainingPlan,
+    now: datetime,
+    how: str,
 ) -> None:
     invoice.status = "Paid"
     invoice.settled_at = now
     invoice.note = how
-    from_budget = account.payment_mode == "budget"
-    if from_budget:
+    if account.payment_mode == "budget":
         account.budget -= invoice.amount
     session.add(
         LedgerEntry(
@@ -91,59 +119,82 @@ def _pay(
             at=now,
             amount=-invoice.amount,
             budget_after=account.budget,
-            description=f"Invoice {invoice.id}, plan {plan.name}: {how}",
+            description=f"Invoice {invoice.id}, plan {plan.name}, {_what(invoice)}: {how}",
         )
     )
-    lifecycle.mark_paid(session, plan, now, f"Invoice {invoice.id} {how}.")
+    if invoice.extension_id is None:
+        lifecycle.mark_paid(session, plan, now, f"Invoice {invoice.id} {how}.")
+    else:
+        lifecycle.apply_extension(
+            session, ctx, plan, _extension(session, invoice), now, f"Invoice {invoice.id} {how}."
+        )
+
+
+def _extension(session: Session, invoice: Invoice) -> PlanExtension:
+    extension = session.get(PlanExtension, invoice.extension_id)
+    assert extension is not None
+    return extension
+
+
+def _fail(
+    session: Session,
+    ctx: LifecycleContext,
+    invoice: Invoice,
+    plan: TrainingPlan,
+    message: str,
+    kind: str,
+    now: datetime,
+) -> None:
+    """A failed payment fails what it paid for: the plan, or only the extension."""
+    if invoice.extension_id is None:
+        lifecycle.fail(session, ctx, plan, message, kind, now)
+    else:
+        lifecycle.fail_extension(session, ctx, plan, _extension(session, invoice), message, kind, now)
 
 
 def _pay_from_budget(
     session: Session,
-    calendar: LiveCalendar,
+    ctx: LifecycleContext,
     account: Account,
     invoice: Invoice,
     plan: TrainingPlan,
     now: datetime,
 ) -> None:
     if account.budget >= invoice.amount:
-        _pay(session, account, invoice, plan, now, "paid from the budget")
+        _pay(session, ctx, account, invoice, plan, now, "paid from the budget")
         return
     invoice.status = "Failed"
     invoice.settled_at = now
     invoice.note = "budget short"
-    lifecycle.fail(
+    _fail(
         session,
-        calendar,
+        ctx,
+        invoice,
         plan,
         f"Payment failed: the account's budget of {account.budget} {invoice.currency} is short of the "
-        f"{invoice.amount} {invoice.currency} fee. Its capacity was released; ask an administrator to raise "
-        "the budget, then search and buy again.",
+        f"{invoice.amount} {invoice.currency} fee for {_what(invoice)}. Its capacity was released; ask an "
+        "administrator to raise the budget, then search and buy again.",
         "payment-failed",
         now,
     )
 
 
-def approve(session: Session, invoice_id: int, now: datetime) -> Invoice:
+def approve(session: Session, ctx: LifecycleContext, invoice_id: int, now: datetime) -> Invoice:
     invoice, plan = _pending(session, invoice_id)
-    _pay(
-        session, get_account(session, invoice.account_id), invoice, plan, now, "approved by an administrator"
-    )
+    account = get_account(session, invoice.account_id)
+    _pay(session, ctx, account, invoice, plan, now, "approved by an administrator")
     return invoice
 
 
-def reject(session: Session, calendar: LiveCalendar, invoice_id: int, reason: str, now: datetime) -> Invoice:
+def reject(session: Session, ctx: LifecycleContext, invoice_id: int, reason: str, now: datetime) -> Invoice:
     invoice, plan = _pending(session, invoice_id)
     invoice.status = "Rejected"
     invoice.settled_at = now
     invoice.note = reason
-    lifecycle.fail(
-        session,
-        calendar,
-        plan,
-        f"Payment rejected by an administrator: {reason}. The plan's capacity was released.",
-        "payment-rejected",
-        now,
+    message = (
+        f"Payment rejected by an administrator: {reason}. The capacity of {_what(invoice)} was released."
     )
+    _fail(session, ctx, invoice, plan, message, "payment-rejected", now)
     return invoice
 
 
@@ -159,23 +210,23 @@ def _pending(session: Session, invoice_id: int) -> tuple[Invoice, TrainingPlan]:
 
 
 def on_deadline(
-    session: Session, calendar: LiveCalendar, plan_id: str, invoice_id: int, now: datetime
+    session: Session, ctx: LifecycleContext, plan_id: str, invoice_id: int, now: datetime
 ) -> None:
     invoice = session.get(Invoice, invoice_id)
     plan = session.get(TrainingPlan, int(plan_id))
-    if invoice is None or plan is None or invoice.status != "Pending" or plan.status != PlanStatus.PENDING:
+    if invoice is None or plan is None or invoice.status != "Pending" or PlanStatus(plan.status).is_final:
         return
     invoice.status = "Failed"
     invoice.settled_at = now
     invoice.note = "not approved in time"
-    lifecycle.fail(
+    _fail(
         session,
-        calendar,
+        ctx,
+        invoice,
         plan,
-        f"Payment failed: invoice {invoice.id} was not approved by its deadline, "
-        f"{invoice.due_at:%Y-%m-%d %H:%M} UTC (5 minutes before the plan's start, or 12 hours after "
-        "purchase). Its capacity was released; "
-        "search and buy again.",
+        f"Payment failed: invoice {invoice.id} ({_what(invoice)}) was not approved by its deadline, "
+        f"{invoice.due_at:%Y-%m-%d %H:%M} UTC (5 minutes before the start, or 12 hours after "
+        "purchase). Its capacity was released; search and buy again.",
         "payment-failed",
         now,
     )

@@ -20,15 +20,15 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from hyperplan.core import offering_ids
-from hyperplan.core.calendar import peak_booked_slots
 from hyperplan.core.fleet import Pool
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.offering_ids import OfferingClaim, OfferingIdError, OfferingSegment
 from hyperplan.core.search import Offering, SearchRequest, segment_price
-from hyperplan.errors import Conflict, ResourceInUse, ResourceLimitExceeded, ResourceNotFound, ValidationError
+from hyperplan.errors import Conflict, ResourceInUse, ResourceNotFound, ValidationError
 from hyperplan.runtime import Runtime
 from hyperplan.services import lifecycle, payments, plan_capacity
 from hyperplan.services.accounts import Caller
+from hyperplan.services.capacity import require_room
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import PlanEvent, ReservedCapacity, TrainingPlan
 
@@ -113,7 +113,7 @@ def _write_plan(
     if session.scalar(select(TrainingPlan.id).where(TrainingPlan.offering_id == offering_id)) is not None:
         raise ResourceNotFound(f"Training plan offering {offering_id} has already been bought; search again.")
     for pool, segment in segments:
-        _check_capacity(session, pool, segment, claim.count)
+        require_room(session, pool, segment.start, segment.end, claim.count)
     fee = price_of(segments, claim.count)
     plan = TrainingPlan(
         account_id=caller.account_id,
@@ -136,11 +136,11 @@ def _write_plan(
     lifecycle.record(
         session, plan, "created", f"Bought offering {offering_id} for {fee} {plan.currency}.", now
     )
-    lifecycle.schedule_segments(session, plan, runtime.fleet.policy.reclaim_lead_for(plan.target), now)
+    lifecycle.schedule_segments(session, runtime.lifecycle, plan, now)
     booked = [(pool.key, s.start, s.end, claim.count) for pool, s in segments]
     # Booked in memory once committed; a payment that fails below releases it again, in that order.
     after_commit(session, lambda: runtime.calendar.book(booked))
-    payments.issue(session, runtime.calendar, plan, now)
+    payments.issue(session, runtime.lifecycle, plan, now)
     return plan
 
 
@@ -150,27 +150,6 @@ def _check_name_free(session: Session, caller: Caller, name: str) -> None:
     )
     if session.scalar(taken) is not None:
         raise ResourceInUse(f"A training plan named {name!r} already exists in this account.")
-
-
-def _check_capacity(session: Session, pool: Pool, segment: OfferingSegment, count: int) -> None:
-    """The authority on capacity: the store's rows, read under the write lock."""
-    rows = session.execute(
-        select(ReservedCapacity.start, ReservedCapacity.end, ReservedCapacity.count).where(
-            ReservedCapacity.instance_type == pool.instance_type,
-            ReservedCapacity.availability_zone == pool.availability_zone,
-            ReservedCapacity.holds_capacity.is_(True),
-            ReservedCapacity.start < segment.end,
-            ReservedCapacity.end > segment.start,
-        )
-    ).all()
-    booked = peak_booked_slots([(start, end, n) for start, end, n in rows], segment.start, segment.end)
-    if booked + count > pool.reservable:
-        raise ResourceLimitExceeded(
-            f"The capacity of this offering was taken since the search: {pool.instance_type} in "
-            f"{pool.availability_zone} has {max(pool.reservable - booked, 0)} of {pool.reservable} instances "
-            f"free between {segment.start:%Y-%m-%d %H:%M} and {segment.end:%Y-%m-%d %H:%M} UTC, and this "
-            f"offering needs {count}. Search again for current offerings."
-        )
 
 
 def price_of(segments: Sequence[tuple[Pool, OfferingSegment]], count: int) -> Decimal:
@@ -329,7 +308,7 @@ def cancel(runtime: Runtime, account_ref: str, name: str, reason: str) -> Traini
         plan_capacity.release_plan(session, plan.id, now)
         lifecycle.fail(
             session,
-            runtime.calendar,
+            runtime.lifecycle,
             plan,
             f"Cancelled by an administrator: {reason.strip()}",
             "cancelled",
