@@ -1,0 +1,420 @@
+"""The node agent: one small process per node that starts, watches and stops the node's processes.
+
+``python -m hyperplan.backends.agent ROOT NODE_DIR``. The local back end starts it detached from the
+server (its parent shell exits at once, so init adopts it), so the agent and its node outlive the
+server. Why a process per node rather than the server doing the work:
+
+- An exit status goes only to a process's parent. The agent is the parent of every process of the
+  node (OnCreate, tasks, exec) and writes each exit status to a file, whether or not a server is up.
+- It leads the node's session (the session id is its pid) and is a child subreaper, so every process
+  of the node, even one that forks away from its parent, can be found and signalled: see
+  :func:`hyperplan.backends.procfs.members`.
+- It enforces SIGKILL deadlines itself: a terminate goes on to its end if the server dies meanwhile.
+
+Each task and each OnCreate runs in a process group of its own inside the node's session, so a task can
+be signalled alone and a node as a whole. The agent reads its orders from files (see ``layout.py``) and
+is poked with SIGUSR1 when one is written; it also looks every half second, so a lost poke only delays.
+It wakes on SIGCHLD, SIGUSR1 and SIGTERM (a SIGTERM to the agent itself, say at host shutdown, is a
+terminate with a short grace). It exits once the node is Terminated, or, for an instance sandbox, once
+its task has ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import fcntl
+import os
+import select
+import shutil
+import signal
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NoReturn
+
+from hyperplan.backends import procfs
+from hyperplan.backends.base import ENV_DIR_VARIABLE, LogStream, NodeState, TaskState
+from hyperplan.backends.layout import (
+    NODE_DIR_VARIABLE,
+    ROOT_VARIABLE,
+    ExitRecord,
+    Layout,
+    NodeFiles,
+    NodeRecord,
+    ProcRecord,
+    StateRecord,
+    TaskFiles,
+    TaskRecord,
+    TerminateOrder,
+    read_record,
+    tail,
+    write_record,
+)
+
+POLL_SECONDS = 0.5
+SELF_TERMINATE_GRACE = 10.0
+LOCK_WAIT_SECONDS = 2.0
+PR_SET_CHILD_SUBREAPER = 36
+WAKE_SIGNALS = (signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# Dispositions a child must not inherit: Python ignores SIGPIPE and SIGXFSZ, and the shell that started
+# the agent in the background left SIGINT and SIGQUIT ignored.
+CHILD_DEFAULT_SIGNALS = (*WAKE_SIGNALS, signal.SIGPIPE, signal.SIGXFSZ, signal.SIGQUIT)
+
+
+@dataclass
+class Child:
+    task_id: str | None
+    """None for the OnCreate script."""
+    pgid: int
+
+
+class Agent:
+    def __init__(self, layout: Layout, files: NodeFiles, spec: NodeRecord) -> None:
+        self.layout = layout
+        self.files = files
+        self.spec = spec
+        self.state = NodeState.PENDING
+        self.children: dict[int, Child] = {}
+        self.seen: set[str] = set()
+        self.deadline: float | None = None
+        self.task_deadlines: dict[str, float] = {}
+        self.done = False
+        self.wakeup, self.received = self._listen()
+
+    # --- the loop --------------------------------------------------------------------------------
+
+    def main(self) -> None:
+        write_record(self.files.agent, ProcRecord(os.getpid(), procfs.starttime_of(os.getpid())))
+        self._set_state(NodeState.PENDING)
+        if self.files.terminate.exists():
+            self._begin_shutdown()
+        else:
+            self._provision()
+        while not self.done:
+            self._wait()
+            try:
+                self._step()
+            except Exception:
+                # One bad step must not orphan the node: log it and look again.
+                traceback.print_exc()
+                time.sleep(POLL_SECONDS)
+
+    def _step(self) -> None:
+        self._reap()
+        if not self.files.spec.exists():
+            self._finish()  # the node was removed: nothing of it may stay behind
+            return
+        if self.state is not NodeState.SHUTTING_DOWN and self.files.terminate.exists():
+            self._begin_shutdown()
+        if self.state is NodeState.SHUTTING_DOWN:
+            self._continue_shutdown()
+            return
+        self._enforce_task_orders()
+        self._scan_queue(start=self.state is NodeState.RUNNING)
+        if self.state is NodeState.FAILURE:
+            self._drop_queued("its node failed before it started")
+        if self.spec.sandbox_task is not None and self._sandbox_task_ended():
+            self._finish()
+
+    def _listen(self) -> tuple[int, list[int]]:
+        """Signals only write their number to a pipe; the loop reads it. No work in signal handlers."""
+        read_end, write_end = os.pipe()
+        os.set_blocking(read_end, False)
+        os.set_blocking(write_end, False)
+        signal.set_wakeup_fd(write_end)
+        for sig in WAKE_SIGNALS:
+            signal.signal(sig, lambda *_: None)
+        signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+        return read_end, []
+
+    def _wait(self) -> None:
+        timeout = POLL_SECONDS
+        for deadline in (self.deadline, *self.task_deadlines.values()):
+            if deadline is not None:
+                timeout = min(timeout, max(0.0, deadline - time.monotonic()))
+        select.select([self.wakeup], [], [], timeout)
+        with contextlib.suppress(BlockingIOError):
+            received = os.read(self.wakeup, 512)
+            if signal.SIGTERM in received and not self.files.terminate.exists():
+                grace = SELF_TERMINATE_GRACE
+                write_record(self.files.terminate, TerminateOrder(grace, time.monotonic() + grace))
+
+    # --- provisioning ----------------------------------------------------------------------------
+
+    def _provision(self) -> None:
+        spec = self.spec
+        self.files.home.mkdir(parents=True, exist_ok=True)
+        if spec.lifecycle_source is not None:
+            try:
+                shutil.copytree(spec.lifecycle_source, self.files.lifecycle_dir, dirs_exist_ok=True)
+            except OSError as error:
+                self._set_state(NodeState.FAILURE, f"cannot copy the lifecycle scripts: {error}")
+                return
+        if spec.on_create is None:
+            self._set_state(NodeState.RUNNING)
+            return
+        script = self.files.lifecycle_dir / spec.on_create
+        if not script.is_file():
+            self._set_state(
+                NodeState.FAILURE, f"OnCreate script {spec.on_create} not found in the lifecycle source"
+            )
+            return
+        pid = self._spawn(
+            _script_argv(script, spec.on_create_args),
+            self._env(),
+            script.parent,
+            self.files.log(LogStream.STDOUT),
+            self.files.log(LogStream.STDERR),
+        )
+        self.children[pid] = Child(None, pid)
+
+    def _on_create_ended(self, status: int) -> None:
+        if self.state is not NodeState.PENDING:
+            return
+        code = os.waitstatus_to_exitcode(status)
+        if code == 0:
+            self._set_state(NodeState.RUNNING)
+            return
+        how = f"exited with code {code}" if code > 0 else f"was killed by {signal.Signals(-code).name}"
+        output = tail(self.files.log(LogStream.STDERR))
+        self._set_state(
+            NodeState.FAILURE,
+            f"OnCreate script {self.spec.on_create} {how}" + (f": {output}" if output else ""),
+        )
+        # A failed node runs nothing: what the script left behind goes too.
+        procfs.kill_until_gone(self._members, self._reap)
+
+    # --- tasks -----------------------------------------------------------------------------------
+
+    def _scan_queue(self, start: bool) -> None:
+        """Start the tasks queued since the last look (when the node is Running), and end those
+        terminated before they could start (whatever the node's state)."""
+        for task_id in self.files.queued():
+            if task_id in self.seen:
+                continue
+            files = self.layout.task(task_id)
+            record = read_record(files.spec, TaskRecord)
+            if record is None or files.proc.exists() or files.exit.exists():
+                self.seen.add(task_id)
+            elif files.terminate.exists():
+                self.seen.add(task_id)
+                _record_exit(files, ExitRecord(TaskState.KILLED, message="stopped before it started"))
+            elif start:
+                self.seen.add(task_id)
+                self._start_task(files, record)
+
+    def _start_task(self, files: TaskFiles, record: TaskRecord) -> None:
+        env = {**self._env(), **record.env, **self._own_variables(), "HYPERPLAN_TASK_ID": record.task_id}
+        env.update(self.files.published_env())
+        cwd = Path(record.cwd) if record.cwd else self.files.home
+        pid = self._spawn(record.argv, env, cwd, files.log(LogStream.STDOUT), files.log(LogStream.STDERR))
+        self.children[pid] = Child(record.task_id, pid)
+        with contextlib.suppress(OSError):
+            write_record(files.proc, ProcRecord(pid, procfs.starttime_of(pid)))
+
+    def _task_ended(self, child: Child, status: int) -> None:
+        assert child.task_id is not None
+        if child.task_id in self.task_deadlines:
+            # A terminated task is over: what is left of its group goes with it.
+            procfs.killpg(child.pgid, signal.SIGKILL)
+            del self.task_deadlines[child.task_id]
+        code = os.waitstatus_to_exitcode(status)
+        if code >= 0:
+            record = ExitRecord(TaskState.EXITED, exit_code=code)
+        else:
+            record = ExitRecord(TaskState.KILLED, signal=-code)
+        _record_exit(self.layout.task(child.task_id), record)
+
+    def _enforce_task_orders(self) -> None:
+        for child in list(self.children.values()):
+            if child.task_id is None:
+                continue
+            order = read_record(self.layout.task(child.task_id).terminate, TerminateOrder)
+            if order is None:
+                continue
+            if child.task_id not in self.task_deadlines:
+                procfs.killpg(child.pgid, signal.SIGTERM)
+                self.task_deadlines[child.task_id] = order.deadline
+            deadline = min(order.deadline, self.task_deadlines[child.task_id])
+            self.task_deadlines[child.task_id] = deadline
+            if time.monotonic() >= deadline:
+                procfs.killpg(child.pgid, signal.SIGKILL)
+
+    def _drop_queued(self, why: str) -> None:
+        for task_id in self.files.queued():
+            files = self.layout.task(task_id)
+            if task_id not in self.seen and not files.exit.exists() and not files.proc.exists():
+                _record_exit(files, ExitRecord(TaskState.KILLED, message=f"stopped: {why}"))
+            self.seen.add(task_id)
+
+    def _sandbox_task_ended(self) -> bool:
+        task_id = self.spec.sandbox_task
+        return task_id is not None and self.layout.task(task_id).exit.exists()
+
+    # --- shutting down ---------------------------------------------------------------------------
+
+    def _begin_shutdown(self) -> None:
+        order = read_record(self.files.terminate, TerminateOrder)
+        if order is None:
+            return
+        self._set_state(NodeState.SHUTTING_DOWN)
+        self.deadline = order.deadline
+        self._drop_queued("its node was terminated before it started")
+        procfs.send(self._members(), signal.SIGTERM)
+
+    def _continue_shutdown(self) -> None:
+        order = read_record(self.files.terminate, TerminateOrder)
+        if order is not None and self.deadline is not None:
+            self.deadline = min(self.deadline, order.deadline)
+        if self._members() and self.deadline is not None and time.monotonic() < self.deadline:
+            return
+        self._finish()
+
+    def _finish(self) -> None:
+        procfs.kill_until_gone(self._members, self._reap)
+        waited_until = time.monotonic() + 2
+        while self.children and time.monotonic() < waited_until:
+            self._reap()
+            time.sleep(0.01)
+        for child in self.children.values():
+            if child.task_id is not None:
+                _record_exit(
+                    self.layout.task(child.task_id), ExitRecord(TaskState.LOST, message="did not die")
+                )
+        self._set_state(NodeState.TERMINATED)
+        self.done = True
+
+    # --- processes -------------------------------------------------------------------------------
+
+    def _members(self) -> set[int]:
+        return procfs.members(procfs.snapshot(), os.getpid(), (NODE_DIR_VARIABLE, str(self.files.path)))
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.children.pop(pid, None)
+            # Orphans re-parented to us (we are a subreaper) are reaped and otherwise ignored.
+            if child is None:
+                continue
+            if child.task_id is None:
+                self._on_create_ended(status)
+            else:
+                self._task_ended(child, status)
+
+    def _spawn(self, argv: list[str], env: dict[str, str], cwd: Path, stdout: Path, stderr: Path) -> int:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
+        out, err = os.open(stdout, flags, 0o644), os.open(stderr, flags, 0o644)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                _become(argv, env, cwd, out, err)
+        finally:
+            os.close(out)
+            os.close(err)
+        # The child does the same; whichever runs first, the group exists before anyone signals it.
+        with contextlib.suppress(OSError):
+            os.setpgid(pid, pid)
+        return pid
+
+    def _env(self) -> dict[str, str]:
+        base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": os.environ.get("LANG", "C.UTF-8")}
+        base["HOME"] = str(self.files.home)
+        return {**base, **self.spec.env, **self._own_variables(), **self.files.published_env()}
+
+    def _own_variables(self) -> dict[str, str]:
+        return {
+            "HYPERPLAN_NODE_ID": self.spec.node_id,
+            "HYPERPLAN_NODE_NAME": self.spec.name,
+            "HYPERPLAN_INSTANCE_TYPE": self.spec.instance_type,
+            ENV_DIR_VARIABLE: str(self.files.env_dir),
+            ROOT_VARIABLE: str(self.layout.root),
+            NODE_DIR_VARIABLE: str(self.files.path),
+        }
+
+    def _set_state(self, state: NodeState, message: str = "") -> None:
+        self.state = state
+        # The node's directory may have been removed under us (a forgotten sandbox): nobody to tell.
+        with contextlib.suppress(OSError):
+            write_record(self.files.state, StateRecord(state, message))
+
+
+def _script_argv(script: Path, args: list[str]) -> list[str]:
+    """Lifecycle scripts lose their mode bits in object storage: one with a #! line is made executable
+    and run as it asks; any other runs under sh."""
+    with script.open("rb") as source:
+        if source.read(2) == b"#!":
+            script.chmod(script.stat().st_mode | 0o100)
+            return [str(script), *args]
+    return ["/bin/sh", str(script), *args]
+
+
+def _become(argv: list[str], env: dict[str, str], cwd: Path, out: int, err: int) -> NoReturn:
+    """In the forked child: a process group of its own, default signals, files on 0/1/2, then exec."""
+    try:
+        os.setpgid(0, 0)
+        signal.set_wakeup_fd(-1)
+        for sig in CHILD_DEFAULT_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        os.chdir(cwd)
+        os.execvpe(argv[0], argv, env)
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            os.write(2, f"hyperplan: cannot start {argv[0]!r}: {error}\n".encode())
+    os._exit(127)
+
+
+def _record_exit(files: TaskFiles, record: ExitRecord) -> None:
+    # The task may have been forgotten meanwhile: then there is nobody to tell.
+    with contextlib.suppress(OSError):
+        write_record(files.exit, record)
+
+
+def _lock(files: NodeFiles) -> int | None:
+    """Hold the node's lock for life; give up if another agent holds it (a duplicate start)."""
+    fd = os.open(files.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    until = time.monotonic() + LOCK_WAIT_SECONDS
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() > until:
+                os.close(fd)
+                return None
+            time.sleep(0.05)
+
+
+def _become_subreaper() -> None:
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def main(argv: list[str]) -> int:
+    root, node_dir = Path(argv[0]), Path(argv[1])
+    with contextlib.suppress(OSError):
+        os.setsid()  # the node's session: its id is our pid
+    files = NodeFiles(node_dir)
+    if _lock(files) is None or files.agent.exists():
+        return 0  # another agent has this node, or had it: a node runs once
+    spec = read_record(files.spec, NodeRecord)
+    if spec is None:
+        print(f"no node spec in {node_dir}", file=sys.stderr)
+        return 1
+    _become_subreaper()
+    Agent(Layout(root), files, spec).main()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

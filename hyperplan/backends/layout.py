@@ -1,0 +1,217 @@
+"""The local back end's files: where each one lives, what it holds, and who writes it.
+
+The files are the truth. The server (``local.py``) and the node agents (``agent.py``) never share memory;
+each file has one writer at a time, and every write is atomic (a temporary file renamed over the old
+one), so a reader sees the old or the new content, never half of it.
+
+    ROOT/
+      nodes/NODE_ID/                a node
+        node.json      server       the spec (written first: it is what makes the node exist)
+        agent.lock     agent        flock held for the agent's life: one agent per node
+        agent.json     agent        the agent's pid and start time
+        state.json     agent        Pending/Running/Failure/ShuttingDown/Terminated and message
+                                    (the server writes it only when the agent is gone)
+        terminate.json server       grace, SIGKILL deadline (CLOCK_MONOTONIC, shared by all processes)
+        env/NAME       server       published variables, one file each ($HYPERPLAN_ENV_DIR)
+        queue/TASK_ID  server       an empty file per task to run on this node
+        home/          processes    the node's working directory ($HOME); lifecycle scripts in home/lifecycle
+        lifecycle.stdout.log, lifecycle.stderr.log   OnCreate's output
+        agent.log      agent
+      tasks/TASK_ID/                a task
+        task.json      server       the spec
+        proc.json      agent        pid, start time, once started
+        exit.json      agent        how it ended (the server writes Lost when the agent is gone)
+        terminate.json server       a task's own terminate order (tasks on a shared node)
+        stdout.log, stderr.log
+        sandbox/                    the instance sandbox of a task run with node_id=None: a node dir
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from hyperplan.backends.base import LogStream
+
+T = TypeVar("T")
+
+# Every process of the back end carries these, so that a restarted server can find strays.
+ROOT_VARIABLE = "HYPERPLAN_BACKEND_ROOT"
+NODE_DIR_VARIABLE = "HYPERPLAN_NODE_DIR"
+
+
+# --- records ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    node_id: str
+    name: str
+    instance_type: str
+    env: dict[str, str]
+    lifecycle_source: str | None
+    on_create: str | None
+    on_create_args: list[str]
+    sandbox_task: str | None
+    """The task a sandbox exists for; None for a node of a cluster."""
+    created_at: float = field(default_factory=time.time, compare=False)
+
+
+@dataclass(frozen=True)
+class TaskRecord:
+    task_id: str
+    node_id: str | None
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str | None
+    created_at: float = field(default_factory=time.time, compare=False)
+
+
+@dataclass(frozen=True)
+class ProcRecord:
+    """A process, named so that a later process with the same pid is not mistaken for it."""
+
+    pid: int
+    starttime: int
+    started_at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class StateRecord:
+    state: str
+    message: str = ""
+    updated_at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class ExitRecord:
+    state: str
+    """A final TaskState: Exited, Killed or Lost."""
+    exit_code: int | None = None
+    signal: int | None = None
+    message: str = ""
+    ended_at: float = field(default_factory=time.time)
+
+
+@dataclass(frozen=True)
+class TerminateOrder:
+    grace: float
+    deadline: float
+    """time.monotonic() at which SIGKILL is due: CLOCK_MONOTONIC is the same for every process of a
+    boot, and no process outlives a reboot."""
+    requested_at: float = field(default_factory=time.time)
+
+
+def write_record(path: Path, record: Any) -> None:
+    write_atomically(path, json.dumps(asdict(record), indent=1).encode())
+
+
+def read_record(path: Path, kind: type[T]) -> T | None:
+    try:
+        return kind(**json.loads(path.read_bytes()))
+    except FileNotFoundError:
+        return None
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def tail(path: Path, limit: int = 2000) -> str:
+    """The end of a log, for a status message."""
+    try:
+        with path.open("rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - limit))
+            return log.read().decode(errors="replace").strip()
+    except FileNotFoundError:
+        return ""
+
+
+# --- paths ------------------------------------------------------------------------------------------
+
+
+class NodeFiles:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.spec = path / "node.json"
+        self.lock = path / "agent.lock"
+        self.agent = path / "agent.json"
+        self.state = path / "state.json"
+        self.terminate = path / "terminate.json"
+        self.env_dir = path / "env"
+        self.queue = path / "queue"
+        self.home = path / "home"
+        self.lifecycle_dir = self.home / "lifecycle"
+        self.agent_log = path / "agent.log"
+
+    def log(self, stream: LogStream) -> Path:
+        return self.path / f"lifecycle.{stream.value}.log"
+
+    def published_env(self) -> dict[str, str]:
+        try:
+            return {entry.name: entry.read_text() for entry in self.env_dir.iterdir() if entry.is_file()}
+        except FileNotFoundError:
+            return {}
+
+    def queued(self) -> list[str]:
+        try:
+            return sorted(entry.name for entry in self.queue.iterdir())
+        except FileNotFoundError:
+            return []
+
+
+class TaskFiles:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.task_id = path.name
+        self.spec = path / "task.json"
+        self.proc = path / "proc.json"
+        self.exit = path / "exit.json"
+        self.terminate = path / "terminate.json"
+        self.sandbox = path / "sandbox"
+
+    def log(self, stream: LogStream) -> Path:
+        return self.path / f"{stream.value}.log"
+
+
+class Layout:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.nodes = root / "nodes"
+        self.tasks = root / "tasks"
+
+    def node(self, node_id: str) -> NodeFiles:
+        return NodeFiles(self.nodes / node_id)
+
+    def task(self, task_id: str) -> TaskFiles:
+        return TaskFiles(self.tasks / task_id)
+
+    def node_of(self, record: TaskRecord) -> NodeFiles:
+        if record.node_id is None:
+            return NodeFiles(self.task(record.task_id).sandbox)
+        return self.node(record.node_id)
+
+    def node_ids(self) -> list[str]:
+        return _names(self.nodes)
+
+    def task_ids(self) -> list[str]:
+        return _names(self.tasks)
+
+
+def _names(directory: Path) -> list[str]:
+    try:
+        return sorted(entry.name for entry in directory.iterdir() if not entry.name.startswith("."))
+    except FileNotFoundError:
+        return []

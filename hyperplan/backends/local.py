@@ -1,0 +1,534 @@
+"""The local back end, the embedded default: every node and every job instance is real on this machine.
+
+A node is a directory (``ROOT/nodes/NODE_ID``, see ``layout.py``) and a node agent (``agent.py``): a
+small process, detached from the server, that leads the node's session, is the parent of every process
+on the node and writes what happens to them into files. The server never waits on a process; it writes
+orders (a spec, a queue entry, a terminate order), pokes the agent with SIGUSR1, and reads the files
+back. So:
+
+- **The server may die at any time.** Agents and their processes run on; exit statuses are still
+  written (by the agent, their parent). A new :class:`LocalBackend` over the same root reads the same
+  files and :meth:`~LocalBackend.adopt` reconnects what the store knows and kills the rest, including
+  strays found by the ``HYPERPLAN_BACKEND_ROOT`` variable every process of the back end carries.
+- **SIGKILL after the grace is the agent's job.** It keeps the deadline (CLOCK_MONOTONIC, real time)
+  from the terminate order and kills at that time, with or without a server. The server arms a backstop
+  timer too, a little later, for an agent that hangs.
+- **An agent that dies** (it should not) leaves processes nobody can watch: the next look at its node
+  (a status call, adopt) kills them at once and records the node as Failure (Terminated if it was being
+  terminated) and its unfinished tasks as Lost.
+
+One root belongs to one server at a time: ``adopt`` kills whatever under the root it was not told about.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from datetime import timedelta
+from pathlib import Path
+from signal import SIGKILL, SIGUSR1, Signals
+
+import hyperplan
+from hyperplan.backends import procfs
+from hyperplan.backends.base import (
+    AdoptReport,
+    ExecResult,
+    LogChunk,
+    LogStream,
+    NodeRef,
+    NodeSpec,
+    NodeState,
+    NodeStatus,
+    NodeUnavailable,
+    Ref,
+    SpecConflict,
+    TaskRef,
+    TaskSpec,
+    TaskState,
+    TaskStatus,
+    UnknownResource,
+    check_env,
+    check_id,
+)
+from hyperplan.backends.layout import (
+    NODE_DIR_VARIABLE,
+    ROOT_VARIABLE,
+    ExitRecord,
+    Layout,
+    NodeFiles,
+    NodeRecord,
+    ProcRecord,
+    StateRecord,
+    TaskFiles,
+    TaskRecord,
+    TerminateOrder,
+    read_record,
+    tail,
+    write_atomically,
+    write_record,
+)
+
+AGENT_START_SECONDS = 30.0
+"""An agent that has not written its record this long after its node was made never started."""
+BACKSTOP_MARGIN_SECONDS = 2.0
+"""How long after a SIGKILL deadline the server kills for an agent that has not."""
+PACKAGE_PARENT = Path(hyperplan.__file__).resolve().parent.parent
+
+
+class LocalBackend:
+    """Nodes and tasks as processes on this machine, under ``root``. See the module docstring."""
+
+    def __init__(self, root: Path, python: str = sys.executable) -> None:
+        self.layout = Layout(root.resolve())
+        self.layout.nodes.mkdir(parents=True, exist_ok=True)
+        self.layout.tasks.mkdir(parents=True, exist_ok=True)
+        self.python = python
+        self._timers: set[threading.Timer] = set()
+        self._timers_lock = threading.Lock()
+
+    # --- nodes -----------------------------------------------------------------------------------
+
+    def provision(self, spec: NodeSpec) -> None:
+        source = str(spec.lifecycle_source.resolve()) if spec.lifecycle_source else None
+        record = NodeRecord(
+            spec.node_id,
+            spec.name,
+            spec.instance_type,
+            dict(spec.env),
+            source,
+            spec.on_create,
+            list(spec.on_create_args),
+            sandbox_task=None,
+        )
+        self._make_node(self.layout.node(spec.node_id), record)
+
+    def node_status(self, node_id: str) -> NodeStatus:
+        files = self._node(node_id)
+        self._settle(files)
+        return _node_status(files)
+
+    def exec(
+        self, node_id: str, argv: Iterable[str], timeout: timedelta, env: Mapping[str, str] | None = None
+    ) -> ExecResult:
+        state = self.node_status(node_id).state
+        if state is not NodeState.RUNNING:
+            raise NodeUnavailable(f"node {node_id} is {state}: commands run only on Running nodes")
+        # A command is a task of its own, with an id no caller can choose; after a crash, adopt kills it.
+        task_id = f"exec-{uuid.uuid4().hex}"
+        self.run(TaskSpec(task_id, tuple(argv), node_id, dict(env or {})))
+        status = self._wait_final(task_id, timeout.total_seconds())
+        timed_out = not status.state.is_final()
+        if timed_out:
+            self.signal(TaskRef(task_id), SIGKILL)
+            status = self._wait_final(task_id, 5.0)
+        files = self.layout.task(task_id)
+        result = ExecResult(
+            exit_code=status.exit_code,
+            stdout=_read_all(files.log(LogStream.STDOUT)),
+            stderr=_read_all(files.log(LogStream.STDERR)),
+            signal=status.signal,
+            timed_out=timed_out,
+        )
+        with contextlib.suppress(NodeUnavailable):
+            self.forget(TaskRef(task_id))
+        return result
+
+    # --- tasks -----------------------------------------------------------------------------------
+
+    def run(self, spec: TaskSpec) -> None:
+        files = self.layout.task(spec.task_id)
+        cwd = str(spec.cwd) if spec.cwd else None
+        record = TaskRecord(spec.task_id, spec.node_id, list(spec.argv), dict(spec.env), cwd)
+        existing = read_record(files.spec, TaskRecord)
+        if existing is not None and existing != record:
+            raise SpecConflict(f"task {spec.task_id} exists with another spec")
+        if spec.node_id is None:
+            self._write_task(files, record)
+            sandbox = NodeRecord(spec.task_id, spec.task_id, "", {}, None, None, [], spec.task_id)
+            self._make_node(NodeFiles(files.sandbox), sandbox, queue=spec.task_id)
+            return
+        node = self._node(spec.node_id)
+        if existing is None:
+            state = self.node_status(spec.node_id).state
+            if state not in (NodeState.PENDING, NodeState.RUNNING):
+                raise NodeUnavailable(f"node {spec.node_id} is {state}: it takes no new tasks")
+            self._write_task(files, record)
+        (node.queue / spec.task_id).touch()
+        self._poke(node)
+
+    def task_status(self, task_id: str) -> TaskStatus:
+        files = self._task(task_id)
+        if not files.exit.exists():
+            self._settle_task(files)
+        ended = read_record(files.exit, ExitRecord)
+        if ended is not None:
+            message = ended.message or tail(files.log(LogStream.STDERR))
+            return TaskStatus(TaskState(ended.state), ended.exit_code, ended.signal, message)
+        if files.proc.exists():
+            return TaskStatus(TaskState.RUNNING)
+        return TaskStatus(TaskState.PENDING)
+
+    # --- signals ---------------------------------------------------------------------------------
+
+    def signal(self, ref: Ref, sig: Signals, env: Mapping[str, str] | None = None) -> None:
+        node, task = self._target(ref)
+        self._publish(node, env)
+        if self._has_ended(ref):
+            return
+        if task is None:
+            agent = self._live_agent(node)
+            if agent is not None:
+                procfs.send(self._members(node, agent), sig)
+            return
+        proc = read_record(task.proc, ProcRecord)
+        if proc is not None and not task.exit.exists() and procfs.is_alive(proc.pid, proc.starttime):
+            procfs.killpg(proc.pid, sig)
+
+    def terminate(self, ref: Ref, grace: timedelta, env: Mapping[str, str] | None = None) -> None:
+        node, task = self._target(ref)
+        self._publish(node, env)
+        if self._has_ended(ref):
+            return
+        seconds = max(0.0, grace.total_seconds())
+        order = TerminateOrder(seconds, time.monotonic() + seconds)
+        path = node.terminate if task is None else task.terminate
+        earlier = read_record(path, TerminateOrder)
+        if earlier is None or order.deadline < earlier.deadline:
+            write_record(path, order)
+        else:
+            order = earlier
+        self._poke(node)
+        self._arm_backstop(ref, order.deadline)
+
+    # --- logs ------------------------------------------------------------------------------------
+
+    def read_log(self, ref: Ref, stream: LogStream, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
+        if isinstance(ref, NodeRef):
+            path = self._node(ref.node_id).log(stream)
+        else:
+            path = self._task(ref.task_id).log(stream)
+        try:
+            with path.open("rb") as log:
+                log.seek(offset)
+                data = log.read(limit)
+        except FileNotFoundError:
+            data = b""
+        return LogChunk(data, offset + len(data))
+
+    # --- restart ---------------------------------------------------------------------------------
+
+    def adopt(self, known: Iterable[Ref]) -> AdoptReport:
+        known = set(known)
+        running: list[Ref] = []
+        ended: list[Ref] = []
+        killed: list[Ref] = []
+        for node_id in self.layout.node_ids():
+            ref: Ref = NodeRef(node_id)
+            files = self.layout.node(node_id)
+            if ref not in known or not files.spec.exists():
+                self._destroy(files)
+                killed.append(ref)
+                continue
+            state = self.node_status(node_id).state
+            (ended if state in (NodeState.FAILURE, NodeState.TERMINATED) else running).append(ref)
+            self._resume_backstop(ref, files.terminate)
+        for task_id in self.layout.task_ids():
+            ref = TaskRef(task_id)
+            task = self.layout.task(task_id)
+            if ref not in known or not task.spec.exists():
+                self._kill_task(task)
+                killed.append(ref)
+                continue
+            (ended if self.task_status(task_id).state.is_final() else running).append(ref)
+            self._resume_backstop(ref, task.terminate)
+        found = {*running, *ended}
+        missing = tuple(ref for ref in known if ref not in found)
+        return AdoptReport(tuple(running), tuple(ended), missing, tuple(killed), self._sweep_strays())
+
+    def forget(self, ref: Ref) -> None:
+        if isinstance(ref, NodeRef):
+            files = self.layout.node(check_id("node id", ref.node_id))
+            if not files.spec.exists():
+                return
+            state = self.node_status(ref.node_id).state
+            if not state.is_final():
+                raise NodeUnavailable(f"node {ref.node_id} is {state}: terminate it first")
+            shutil.rmtree(files.path, ignore_errors=True)
+            return
+        task = self.layout.task(check_id("task id", ref.task_id))
+        if not task.spec.exists():
+            return
+        status = self.task_status(ref.task_id)
+        if not status.state.is_final():
+            raise NodeUnavailable(f"task {ref.task_id} is {status.state}: terminate it first")
+        self._kill_task(task)
+
+    def close(self) -> None:
+        with self._timers_lock:
+            for timer in self._timers:
+                timer.cancel()
+            self._timers.clear()
+
+    # --- nodes: making and settling -------------------------------------------------------------
+
+    def _make_node(self, files: NodeFiles, record: NodeRecord, queue: str | None = None) -> None:
+        existing = read_record(files.spec, NodeRecord)
+        if existing is None:
+            for directory in (files.path, files.env_dir, files.queue, files.home):
+                directory.mkdir(parents=True, exist_ok=True)
+            if queue is not None:
+                (files.queue / queue).touch()
+            # Written last: a node exists once its spec does.
+            write_record(files.spec, record)
+        elif existing != record:
+            raise SpecConflict(f"node {record.node_id} exists with another spec")
+        # Started only once: an agent leaves its record, a node whose agent never came is settled.
+        if not files.agent.exists() and not files.state.exists():
+            self._launch(files)
+
+    def _launch(self, files: NodeFiles) -> None:
+        """Start the node's agent detached: sh starts it in the background and exits, so the agent's
+        parent is init, not the server, and nothing of the server's death reaches it."""
+        env = {
+            "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+            "LANG": os.environ.get("LANG", "C.UTF-8"),
+            "PYTHONPATH": str(PACKAGE_PARENT),
+            ROOT_VARIABLE: str(self.layout.root),
+            NODE_DIR_VARIABLE: str(files.path),
+        }
+        argv = [self.python, "-m", "hyperplan.backends.agent", str(self.layout.root), str(files.path)]
+        with files.agent_log.open("ab") as log:
+            launcher = subprocess.Popen(
+                ["/bin/sh", "-c", '"$@" &', "sh", *argv],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                cwd=files.path,
+                start_new_session=True,
+            )
+        launcher.wait(timeout=30)
+
+    def _settle(self, files: NodeFiles) -> None:
+        """Finish for an agent that is gone without finishing: kill what is left of the node, record
+        how it ended, and lose its unfinished tasks. Does nothing while the agent lives."""
+        state = read_record(files.state, StateRecord)
+        if state is not None and state.state == NodeState.TERMINATED:
+            return
+        agent = read_record(files.agent, ProcRecord)
+        if agent is None:
+            record = read_record(files.spec, NodeRecord)
+            if state is None and record is not None and time.time() - record.created_at > AGENT_START_SECONDS:
+                self._record_death(files, "the node agent did not start: " + tail(files.agent_log))
+            return
+        if procfs.is_alive(agent.pid, agent.starttime):
+            return
+        # The agent writes Terminated just before it exits: look again now that it is known gone.
+        state = read_record(files.state, StateRecord)
+        if state is not None and state.state == NodeState.TERMINATED:
+            return
+        procfs.kill_until_gone(lambda: self._members(files, agent))
+        if state is not None and state.state == NodeState.FAILURE:
+            self._record_death(files, state.message)
+        else:
+            self._record_death(files, "the node agent died: " + tail(files.agent_log, 500))
+
+    def _record_death(self, files: NodeFiles, why: str) -> None:
+        if files.terminate.exists():
+            write_record(files.state, StateRecord(NodeState.TERMINATED))
+        else:
+            write_record(files.state, StateRecord(NodeState.FAILURE, why))
+        for task_id in files.queued():
+            self._lose(self.layout.task(task_id), "its node agent is gone")
+
+    def _settle_task(self, files: TaskFiles) -> None:
+        record = read_record(files.spec, TaskRecord)
+        if record is None:
+            return
+        node = self.layout.node_of(record)
+        if node.spec.exists():
+            self._settle(node)
+        agent = read_record(node.agent, ProcRecord)
+        agent_gone = agent is not None and not procfs.is_alive(agent.pid, agent.starttime)
+        # No agent will ever start it or record its end: it is over. (Re-read: the agent may have just.)
+        if (agent_gone or not node.spec.exists()) and not files.exit.exists():
+            self._lose(files, "its node is gone")
+
+    def _lose(self, files: TaskFiles, why: str) -> None:
+        if files.exit.exists() or not files.spec.exists():
+            return
+        if files.proc.exists():
+            record = ExitRecord(TaskState.LOST, message=f"ended unwatched: {why}")
+        else:
+            record = ExitRecord(TaskState.KILLED, message=f"stopped before it started: {why}")
+        with contextlib.suppress(OSError):
+            write_record(files.exit, record)
+
+    # --- processes -------------------------------------------------------------------------------
+
+    def _members(self, files: NodeFiles, agent: ProcRecord) -> set[int]:
+        return procfs.members(procfs.snapshot(), agent.pid, (NODE_DIR_VARIABLE, str(files.path)))
+
+    def _live_agent(self, files: NodeFiles) -> ProcRecord | None:
+        agent = read_record(files.agent, ProcRecord)
+        if agent is None or not procfs.is_alive(agent.pid, agent.starttime):
+            return None
+        return agent
+
+    def _poke(self, files: NodeFiles) -> None:
+        agent = self._live_agent(files)
+        if agent is not None:
+            procfs.send([agent.pid], SIGUSR1)
+
+    def _destroy(self, files: NodeFiles) -> None:
+        """Kill a node's agent and every process of it at once, and remove its files."""
+        agent = read_record(files.agent, ProcRecord)
+        if agent is not None:
+            leader = {agent.pid} if procfs.is_alive(agent.pid, agent.starttime) else set()
+            procfs.kill_until_gone(lambda: _still_running(leader) | self._members(files, agent))
+        shutil.rmtree(files.path, ignore_errors=True)
+
+    def _kill_task(self, task: TaskFiles) -> None:
+        """Kill a task (its sandbox, for a sandboxed one) and remove its files."""
+        record = read_record(task.spec, TaskRecord)
+        if task.sandbox.exists():
+            self._destroy(NodeFiles(task.sandbox))
+        elif record is not None and record.node_id is not None:
+            (self.layout.node(record.node_id).queue / task.task_id).unlink(missing_ok=True)
+        proc = read_record(task.proc, ProcRecord)
+        if proc is not None and not task.exit.exists() and procfs.is_alive(proc.pid, proc.starttime):
+            procfs.killpg(proc.pid, SIGKILL)
+        shutil.rmtree(task.path, ignore_errors=True)
+
+    def _sweep_strays(self) -> tuple[int, ...]:
+        """Kill every process that carries this root's mark but belongs to no live node we keep."""
+        keep = {str(files.path) for files in self._all_node_files() if self._live_agent(files) is not None}
+        root = str(self.layout.root)
+
+        def strays() -> set[int]:
+            found = set()
+            for pid in procfs.snapshot():
+                env = procfs.read_environ(pid)
+                if env.get(ROOT_VARIABLE) == root and env.get(NODE_DIR_VARIABLE) not in keep:
+                    found.add(pid)
+            found.discard(os.getpid())
+            return found
+
+        killed = strays()
+        procfs.kill_until_gone(strays)
+        return tuple(sorted(killed))
+
+    def _all_node_files(self) -> list[NodeFiles]:
+        nodes = [self.layout.node(node_id) for node_id in self.layout.node_ids()]
+        return nodes + [NodeFiles(self.layout.task(task_id).sandbox) for task_id in self.layout.task_ids()]
+
+    # --- helpers ---------------------------------------------------------------------------------
+
+    def _node(self, node_id: str) -> NodeFiles:
+        files = self.layout.node(check_id("node id", node_id))
+        if not files.spec.exists():
+            raise UnknownResource(f"no node {node_id}")
+        return files
+
+    def _task(self, task_id: str) -> TaskFiles:
+        files = self.layout.task(check_id("task id", task_id))
+        if not files.spec.exists():
+            raise UnknownResource(f"no task {task_id}")
+        return files
+
+    def _target(self, ref: Ref) -> tuple[NodeFiles, TaskFiles | None]:
+        """What a signal reaches: a whole node (a node, or a sandboxed task's sandbox) or one task."""
+        if isinstance(ref, NodeRef):
+            return self._node(ref.node_id), None
+        task = self._task(ref.task_id)
+        record = read_record(task.spec, TaskRecord)
+        assert record is not None
+        if record.node_id is None:
+            return NodeFiles(task.sandbox), None
+        return self.layout.node(record.node_id), task
+
+    def _has_ended(self, ref: Ref) -> bool:
+        if isinstance(ref, NodeRef):
+            return self.node_status(ref.node_id).state.is_final()
+        return self.task_status(ref.task_id).state.is_final()
+
+    def _write_task(self, files: TaskFiles, record: TaskRecord) -> None:
+        files.path.mkdir(parents=True, exist_ok=True)
+        write_record(files.spec, record)
+
+    def _publish(self, files: NodeFiles, env: Mapping[str, str] | None) -> None:
+        if not env or not files.spec.exists():
+            return
+        check_env(env)
+        files.env_dir.mkdir(parents=True, exist_ok=True)
+        for name, value in env.items():
+            write_atomically(files.env_dir / name, value.encode())
+
+    def _wait_final(self, task_id: str, seconds: float) -> TaskStatus:
+        until = time.monotonic() + seconds
+        pause = 0.005
+        while True:
+            status = self.task_status(task_id)
+            if status.state.is_final() or time.monotonic() >= until:
+                return status
+            time.sleep(min(pause, max(0.0, until - time.monotonic())))
+            pause = min(pause * 2, 0.1)
+
+    # --- the backstop ----------------------------------------------------------------------------
+
+    def _arm_backstop(self, ref: Ref, deadline: float) -> None:
+        delay = max(0.0, deadline - time.monotonic()) + BACKSTOP_MARGIN_SECONDS
+        timer = threading.Timer(delay, self._backstop, (ref,))
+        timer.daemon = True
+        with self._timers_lock:
+            self._timers.add(timer)
+        timer.start()
+
+    def _resume_backstop(self, ref: Ref, order_path: Path) -> None:
+        order = read_record(order_path, TerminateOrder)
+        if order is not None:
+            self._arm_backstop(ref, order.deadline)
+
+    def _backstop(self, ref: Ref) -> None:
+        """The agent should have killed by now; if what it should have killed still runs, kill it
+        here (and the agent with it, for a node: an agent that misses a deadline is broken)."""
+        with contextlib.suppress(UnknownResource):
+            node, task = self._target(ref)
+            agent = self._live_agent(node)
+            if task is None:
+                if agent is not None and not _node_status(node).state.is_final():
+                    procfs.kill_until_gone(lambda: _still_running({agent.pid}) | self._members(node, agent))
+                self._settle(node)
+            elif not task.exit.exists():
+                proc = read_record(task.proc, ProcRecord)
+                if proc is not None and procfs.is_alive(proc.pid, proc.starttime):
+                    procfs.killpg(proc.pid, SIGKILL)
+        with self._timers_lock:
+            self._timers = {timer for timer in self._timers if timer.is_alive()}
+
+
+def _still_running(pids: set[int]) -> set[int]:
+    return {pid for pid in pids if (stat := procfs.read_stat(pid)) is not None and not stat.is_zombie}
+
+
+def _node_status(files: NodeFiles) -> NodeStatus:
+    state = read_record(files.state, StateRecord)
+    current = NodeState(state.state) if state is not None else NodeState.PENDING
+    if files.terminate.exists() and not current.is_final():
+        # Ordered but not yet seen by the agent: it is shutting down from the caller's point of view.
+        return NodeStatus(NodeState.SHUTTING_DOWN)
+    return NodeStatus(current, state.message if state is not None else "")
+
+
+def _read_all(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return b""
