@@ -31,7 +31,12 @@ class Sizes:
 
 
 def run_measured(server: ServerProcess, jobs: list[ClientJob]) -> PhaseResult:
-    return run_phase(jobs, server_cpu=lambda: cpu_seconds(server.pid))
+    result = run_phase(jobs, server_cpu=lambda: cpu_seconds(server.pid))
+    if any(result.failed(operation) for operation, _ in result.outcomes):
+        line("!! some calls failed unexpectedly; the end of the server's log:")
+        for row in server.log().splitlines()[-25:]:
+            line(f"   | {row}")
+    return result
 
 
 def describe_phase(result: PhaseResult, operations: Sequence[str]) -> None:
