@@ -117,15 +117,23 @@ def update(
     payment_mode: Annotated[str | None, typer.Option(help="auto, budget or approval.")] = None,
     budget: Annotated[str | None, typer.Option(help="Set the budget to this amount, e.g. 250000.00.")] = None,
     add_budget: Annotated[str | None, typer.Option(help="Add this amount to the budget.")] = None,
+    max_plans: Annotated[int | None, typer.Option(help="Quota: plans not yet Expired or Failed.")] = None,
+    max_instances: Annotated[
+        int | None, typer.Option(help="Quota: reserved instances of one type at any instant.")
+    ] = None,
     endpoint_url: EndpointOpt = None,
     profile: ProfileOpt = None,
     data_dir: DataDirOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Set an account's payment mode and budget (administrators)."""
-    body = {
+    """Set an account's payment mode, budget and quotas (administrators)."""
+    body: dict[str, Any] = {
         k: v for k, v in (("PaymentMode", payment_mode), ("Budget", budget), ("AddBudget", add_budget)) if v
     }
+    quota_options = (("MaxActivePlans", max_plans), ("MaxReservedInstancesPerType", max_instances))
+    limits = {k: v for k, v in quota_options if v}
+    if limits:
+        body["Quotas"] = limits
     with reporting_errors():
         result = native_client(endpoint_url, profile, data_dir).call(
             "PATCH", f"/api/v1/accounts/{account}", body=body
@@ -134,7 +142,9 @@ def update(
         result,
         as_json,
         lambda a: console.print(
-            f"{a['Name']}: payment mode {a['PaymentMode']}, budget {a['Budget']}, spend {a['Spend']}"
+            f"{a['Name']}: payment mode {a['PaymentMode']}, budget {a['Budget']}, spend {a['Spend']}; "
+            f"quotas: {a['Quotas']['MaxActivePlans']} plans, "
+            f"{a['Quotas']['MaxReservedInstancesPerType']} instances per type"
         ),
     )
 

@@ -270,3 +270,82 @@ def events(
         )
 
     emit(result, as_json, render)
+
+
+@app.command("extend-search")
+def extend_search(
+    name: str,
+    days: Annotated[int, typer.Option(help="Days to add: 1-14, then whole weeks up to 182.")],
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Search for an extension of a plan: same zone and count, from its current end."""
+    with reporting_sagemaker_errors():
+        client = sagemaker_client(endpoint_url, profile, data_dir)
+        arn = client.describe_training_plan(TrainingPlanName=name)["TrainingPlanArn"]
+        found = client.search_training_plan_offerings(TrainingPlanArn=arn, DurationHours=24 * days)
+    offers = found["TrainingPlanExtensionOfferings"]
+
+    def render(value: list[dict[str, Any]]) -> None:
+        if not value:
+            console.print("No extension fits: the plan's pool is booked after its end.")
+        for offer in value:
+            start, end = _when(_utc(offer["StartDate"])), _when(_utc(offer["EndDate"]))
+            offering = offer["TrainingPlanExtensionOfferingId"]
+            console.print(
+                f"{offer['AvailabilityZone']}: {start} to {end}, "
+                f"{offer['UpfrontFee']} {offer['CurrencyCode']}\n"
+                f"  buy with: hyperplan plans extend {name} --offering-id {offering}"
+            )
+
+    emit(_jsonable(offers) if as_json else offers, as_json, render)
+
+
+@app.command("extend")
+def extend(
+    name: str,
+    offering_id: Annotated[str, typer.Option(help="An id from `hyperplan plans extend-search`.")],
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Buy an extension. Purchases are final."""
+    with reporting_sagemaker_errors():
+        result = sagemaker_client(endpoint_url, profile, data_dir).extend_training_plan(
+            TrainingPlanExtensionOfferingId=offering_id
+        )
+    emit(_jsonable(result["TrainingPlanExtensions"]), as_json, _render_extensions)
+
+
+@app.command("extensions")
+def extensions(
+    name: str,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A plan's extensions, oldest first."""
+    with reporting_sagemaker_errors():
+        client = sagemaker_client(endpoint_url, profile, data_dir)
+        arn = client.describe_training_plan(TrainingPlanName=name)["TrainingPlanArn"]
+        pages = client.get_paginator("describe_training_plan_extension_history").paginate(TrainingPlanArn=arn)
+        found = [e for page in pages for e in page["TrainingPlanExtensions"]]
+    emit(_jsonable(found), as_json, _render_extensions)
+
+
+def _render_extensions(value: list[dict[str, Any]]) -> None:
+    rows = [
+        [
+            e["StartDate"],
+            e["EndDate"],
+            e["Status"],
+            e["PaymentStatus"],
+            f"{e['UpfrontFee']} {e['CurrencyCode']}",
+        ]
+        for e in value
+    ]
+    print_table("Extensions", ["Start", "End", "Status", "Payment", "Fee"], rows)

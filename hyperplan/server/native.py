@@ -23,7 +23,7 @@ from hyperplan.errors import AccessDenied, SerializationError, ValidationError
 from hyperplan.runtime import Runtime
 from hyperplan.server.auth import authenticate, require_admin
 from hyperplan.server.errors import native_error_response
-from hyperplan.services import accounts, payments, plans
+from hyperplan.services import accounts, payments, plans, quotas
 from hyperplan.services import clock as clock_service
 from hyperplan.services import fleet as fleet_service
 from hyperplan.services.accounts import Caller, NewKey
@@ -121,7 +121,12 @@ def _key_json(key: NewKey) -> dict[str, Any]:
 
 def list_accounts(request: NativeRequest) -> dict[str, Any]:
     with request.runtime.db.read() as session:
-        return {"Accounts": [_account_json(session, account) for account in accounts.list_accounts(session)]}
+        return {
+            "Accounts": [
+                _account_json(request.runtime, session, account)
+                for account in accounts.list_accounts(session)
+            ]
+        }
 
 
 def create_account(request: NativeRequest) -> dict[str, Any]:
@@ -269,7 +274,17 @@ def reject_invoice(request: NativeRequest) -> dict[str, Any]:
 
 def update_account(request: NativeRequest) -> dict[str, Any]:
     body = request.body
+    limits = field(body, "Quotas", dict, required=False) or {}
+    unknown = set(limits) - {"MaxActivePlans", "MaxReservedInstancesPerType"}
+    if unknown:
+        raise ValidationError(f"Quotas: unknown member(s) {', '.join(sorted(unknown))}.")
     with request.runtime.db.write() as session:
+        quotas.set_limits(
+            session,
+            request.path["account"],
+            max_plans=limits.get("MaxActivePlans"),
+            max_instances=limits.get("MaxReservedInstancesPerType"),
+        )
         account = payments.update_account(
             session,
             request.path["account"],
@@ -278,7 +293,7 @@ def update_account(request: NativeRequest) -> dict[str, Any]:
             add_budget=_money_text(body, "AddBudget"),
             now=request.runtime.clock.now(),
         )
-        return _account_json(session, account)
+        return _account_json(request.runtime, session, account)
 
 
 def _money_text(body: Mapping[str, Any], name: str) -> str | None:
@@ -292,11 +307,16 @@ def _money_text(body: Mapping[str, Any], name: str) -> str | None:
     return value
 
 
-def _account_json(session: Any, account: Any) -> dict[str, Any]:
+def _account_json(runtime: Runtime, session: Any, account: Any) -> dict[str, Any]:
+    limits = quotas.limits(runtime, account)
     return {
         "AccountId": account.id,
         "Name": account.name,
         "Admin": account.is_admin,
+        "Quotas": {
+            "MaxActivePlans": limits.max_active_plans,
+            "MaxReservedInstancesPerType": limits.max_reserved_instances_per_type,
+        },
         "PaymentMode": account.payment_mode,
         "Budget": account.budget,
         "Spend": payments.spend(session, account.id),

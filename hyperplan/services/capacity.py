@@ -44,6 +44,10 @@ class LiveCalendar:
         with self._lock:
             return search(self.fleet, self._calendar, request, now)
 
+    def can_book(self, pool_key: PoolKey, start: datetime, end: datetime, count: int) -> bool:
+        with self._lock:
+            return self._calendar.can_book(pool_key, start, end, count)
+
     def book(self, bookings: Iterable[Booking]) -> None:
         with self._lock:
             for pool_key, start, end, count in bookings:

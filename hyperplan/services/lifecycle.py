@@ -225,6 +225,15 @@ def fail(
         else:  # an open segment: held until now, free from now on
             rc.released_at = now
             released.append((key, now, rc.end, rc.count))
+    for extension in session.scalars(
+        select(PlanExtension).where(PlanExtension.plan_id == plan.id, PlanExtension.holds_capacity.is_(True))
+    ):
+        extension.holds_capacity = False
+        extension.payment_status = (
+            "Failed" if extension.payment_status == "Pending" else extension.payment_status
+        )
+        key = (extension.instance_type, extension.availability_zone)
+        released.append((key, extension.start, extension.end, extension.count))
     _cancel_events(session, plan)
     after_commit(session, lambda: ctx.calendar.release(released))
 

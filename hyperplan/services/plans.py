@@ -26,7 +26,7 @@ from hyperplan.core.offering_ids import OfferingClaim, OfferingIdError, Offering
 from hyperplan.core.search import Offering, SearchRequest, segment_price
 from hyperplan.errors import Conflict, ResourceInUse, ResourceNotFound, ValidationError
 from hyperplan.runtime import Runtime
-from hyperplan.services import lifecycle, payments, plan_capacity
+from hyperplan.services import lifecycle, payments, plan_capacity, quotas
 from hyperplan.services.accounts import Caller
 from hyperplan.services.capacity import require_room
 from hyperplan.store.db import after_commit
@@ -44,6 +44,9 @@ class SignedOffering:
 
 def search(runtime: Runtime, caller: Caller, request: SearchRequest) -> list[SignedOffering]:
     now = runtime.clock.now()
+    with runtime.db.read() as session:
+        quotas.check_plans(session, runtime, caller.account_id)
+        quotas.check_count(session, runtime, caller.account_id, request.instance_type, request.instance_count)
     offerings = runtime.calendar.search(request, now)
     expires = now + runtime.fleet.policy.offering_validity
     return [
@@ -112,8 +115,12 @@ def _write_plan(
     _check_name_free(session, caller, name)
     if session.scalar(select(TrainingPlan.id).where(TrainingPlan.offering_id == offering_id)) is not None:
         raise ResourceNotFound(f"Training plan offering {offering_id} has already been bought; search again.")
+    quotas.check_plans(session, runtime, caller.account_id)
     for pool, segment in segments:
         require_room(session, pool, segment.start, segment.end, claim.count)
+        quotas.check_instances(
+            session, runtime, caller.account_id, pool.instance_type, segment.start, segment.end, claim.count
+        )
     fee = price_of(segments, claim.count)
     plan = TrainingPlan(
         account_id=caller.account_id,

@@ -34,6 +34,12 @@ VALID_REQUESTS: dict[str, dict[str, Any]] = {
         "StartTimeAfter": 1_800_000_000,
     },
     "DescribeReservedCapacity": {"ReservedCapacityArn": ARN_PREFIX + "reserved-capacity/valid-name-rc1"},
+    "ExtendTrainingPlan": {"TrainingPlanExtensionOfferingId": "tpeo-abc123"},
+    "DescribeTrainingPlanExtensionHistory": {
+        "TrainingPlanArn": ARN_PREFIX + "training-plan/valid-name",
+        "MaxResults": 5,
+        "NextToken": "x",
+    },
 }
 
 

@@ -9,15 +9,18 @@ from sqlalchemy.orm import Session
 from hyperplan.core.search import Offering, SearchRequest, Segment
 from hyperplan.errors import ValidationError
 from hyperplan.runtime import Runtime
-from hyperplan.services import lifecycle, plan_capacity, plans
+from hyperplan.services import extensions, lifecycle, plan_capacity, plans
 from hyperplan.services.plans import ListQuery, SignedOffering
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
+from hyperplan.wire.paging import paginate
 from hyperplan.wire.registry import RequestContext, operation
 
 
 @operation("SearchTrainingPlanOfferings")
 def search_training_plan_offerings(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
     _refuse_unserved_modes(request)
+    if "TrainingPlanArn" in request:
+        return _search_extensions(ctx, request)
     for member in ("InstanceType", "InstanceCount", "DurationHours", "TargetResources"):
         if member not in request:
             raise ValidationError(f"{member} is required to search for a new training plan.")
@@ -39,8 +42,76 @@ def search_training_plan_offerings(ctx: RequestContext, request: dict[str, Any])
 def _refuse_unserved_modes(request: dict[str, Any]) -> None:
     if "UltraServerType" in request or "UltraServerCount" in request:
         raise ValidationError("UltraServerType/UltraServerCount: this fleet declares no UltraServers.")
-    if "TrainingPlanArn" in request:
-        raise ValidationError("TrainingPlanArn: extension offerings are not served by this deployment yet.")
+
+
+def _search_extensions(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+    if "DurationHours" not in request:
+        raise ValidationError("DurationHours is required to search for extension offerings.")
+    for member in ("InstanceType", "InstanceCount", "TargetResources", "StartTimeAfter", "EndTimeBefore"):
+        if member in request:
+            raise ValidationError(
+                f"{member}: an extension keeps the plan's instance type, count, target and zone and starts "
+                "at"
+                " its end; send only TrainingPlanArn and DurationHours."
+            )
+    found = extensions.search(ctx.runtime, ctx.caller, request["TrainingPlanArn"], request["DurationHours"])
+    return {
+        "TrainingPlanOfferings": [],
+        "TrainingPlanExtensionOfferings": [
+            {
+                "TrainingPlanExtensionOfferingId": offer.offering_id,
+                "AvailabilityZone": offer.availability_zone,
+                "StartDate": offer.start,
+                "EndDate": offer.end,
+                "DurationHours": offer.duration_hours,
+                "UpfrontFee": str(offer.fee),
+                "CurrencyCode": offer.currency,
+            }
+            for offer in found
+        ],
+    }
+
+
+@operation("ExtendTrainingPlan")
+def extend_training_plan(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+    plan = extensions.extend(ctx.runtime, ctx.caller, request["TrainingPlanExtensionOfferingId"])
+    with ctx.runtime.db.read() as session:
+        return {"TrainingPlanExtensions": _extension_views(ctx, session, plan)}
+
+
+@operation("DescribeTrainingPlanExtensionHistory")
+def describe_training_plan_extension_history(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+    with ctx.runtime.db.read() as session:
+        plan = plans.get(session, ctx.runtime, ctx.caller, request["TrainingPlanArn"])
+        views = _extension_views(ctx, session, plan)
+    page, token = paginate(views, request.get("MaxResults", 100), request.get("NextToken"), plan.name)
+    result: dict[str, Any] = {"TrainingPlanExtensions": page}
+    if token:
+        result["NextToken"] = token
+    return result
+
+
+def _extension_views(ctx: RequestContext, session: Session, plan: TrainingPlan) -> list[dict[str, Any]]:
+    now = ctx.runtime.clock.now()
+    views = []
+    for extension in extensions.history(session, plan):
+        zone = ctx.runtime.fleet.zone(extension.availability_zone)
+        views.append(
+            {
+                "TrainingPlanExtensionOfferingId": extension.offering_id,
+                "ExtendedAt": extension.extended_at,
+                "StartDate": extension.start,
+                "EndDate": extension.end,
+                "Status": extensions.status_of(extension, now),
+                "PaymentStatus": extension.payment_status,
+                "AvailabilityZone": extension.availability_zone,
+                "AvailabilityZoneId": zone.zone_id if zone else None,
+                "DurationHours": int((extension.end - extension.start).total_seconds() // 3600),
+                "UpfrontFee": str(extension.upfront_fee),
+                "CurrencyCode": extension.currency,
+            }
+        )
+    return views
 
 
 def _offering(runtime: Runtime, signed: SignedOffering) -> dict[str, Any]:
