@@ -211,3 +211,50 @@ class WebhookDelivery(Base):
     next_attempt_at: Mapped[datetime] = mapped_column(UTCDateTime)
     last_error: Mapped[str] = mapped_column(Text, default="")
     delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class Cluster(Base):
+    """A HyperPod-style cluster: instance groups of nodes, each group on a plan or on on-demand capacity."""
+
+    __tablename__ = "clusters"
+    __table_args__ = (UniqueConstraint("account_id", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    cluster_id: Mapped[str] = mapped_column(String(12), unique=True)  # the ARN's last part
+    status: Mapped[str] = mapped_column(String(16))
+    failure_message: Mapped[str] = mapped_column(Text, default="")
+    settings: Mapped[str] = mapped_column(Text, default="{}")  # VpcConfig, Orchestrator, ... as given (JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class InstanceGroup(Base):
+    __tablename__ = "instance_groups"
+    __table_args__ = (UniqueConstraint("cluster_id", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)  # creation order
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    instance_type: Mapped[str] = mapped_column(String(64))
+    target_count: Mapped[int] = mapped_column(Integer)
+    plan_id: Mapped[int | None] = mapped_column(ForeignKey("training_plans.id"), nullable=True, index=True)
+    availability_zone: Mapped[str] = mapped_column(String(64))
+    spec: Mapped[str] = mapped_column(Text)  # the ClusterInstanceGroupSpecification as given (JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ClusterNode(Base):
+    """One instance of a group. `backend_id` names it to the execution back end, recorded before it acts."""
+
+    __tablename__ = "cluster_nodes"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id"), index=True)
+    group_id: Mapped[int] = mapped_column(ForeignKey("instance_groups.id"), index=True)
+    instance_id: Mapped[str] = mapped_column(String(32), unique=True)
+    backend_id: Mapped[str] = mapped_column(String(64), unique=True)
+    hostname: Mapped[str] = mapped_column(String(128))
+    availability_zone: Mapped[str] = mapped_column(String(64))
+    on_plan: Mapped[bool] = mapped_column(default=False)
+    status: Mapped[str] = mapped_column(String(24))  # Pending, Running, Failure, ShuttingDown, Terminated
+    message: Mapped[str] = mapped_column(Text, default="")
+    launched_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

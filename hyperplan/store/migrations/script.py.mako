@@ -4,8 +4,9 @@ Revision ID: ${up_revision}
 Revises: ${down_revision | comma,n}
 """
 
-from alembic import op
 import sqlalchemy as sa
+from alembic import op
+
 import hyperplan.store.types
 ${imports if imports else ""}
 
