@@ -10,11 +10,15 @@ import logging
 import os
 import secrets
 from dataclasses import dataclass
+from datetime import datetime
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session
 
+from hyperplan.backends.base import Backend
+from hyperplan.backends.local import LocalBackend
 from hyperplan.clock import Clock, ManualClock, make_clock, utcnow
 from hyperplan.core.fleet import Fleet, parse_fleet
 from hyperplan.scheduler import DueEvent, EventHandler, Scheduler
@@ -23,6 +27,9 @@ from hyperplan.services.capacity import LiveCalendar
 from hyperplan.services.lifecycle import LifecycleContext
 from hyperplan.store import settings
 from hyperplan.store.db import Database, after_commit, sqlite_url
+
+if TYPE_CHECKING:
+    from hyperplan.services.clusters import NodeWatcher
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +73,9 @@ class Runtime:
         self.clock: Clock = self._make_clock()
         self.offering_key = self._offering_key()
         self.calendar = LiveCalendar(self.fleet)
-        self.lifecycle = LifecycleContext(self.calendar, self.fleet)
+        self.lifecycle = LifecycleContext(self.calendar, self.fleet, consumers=(self._clusters_follow,))
+        self.backend: Backend = LocalBackend(self.data_dir / "backend")
+        self.node_watcher = self._node_watcher()
         self.scheduler = Scheduler(self.db, self.clock, self._event_handlers())
 
     @property
@@ -82,13 +91,20 @@ class Runtime:
         """Catch up on every event missed while the server was down, then run the loop."""
         self._start_background_load()
         self.calendar.load(self.db)
+        from hyperplan.services import clusters
+
+        clusters.adopt_nodes(self)  # before anything else touches the back end: no orphans, no lost nodes
         missed = self.scheduler.run_due(self.clock.now())
         if missed:
             log.info("ran %d lifecycle events missed while the server was down", missed)
         self.scheduler.start()
+        clusters.reconcile_all(self)
+        self.node_watcher.start()
 
     def stop(self) -> None:
         self.scheduler.stop()
+        self.node_watcher.stop()
+        self.backend.close()
         self.db.close()
 
     # -- construction -----------------------------------------------------------------------------
@@ -130,6 +146,16 @@ class Runtime:
                 added = background.top_up(self, session, self.clock.now())
                 log.info("stored %d background bookings held by %r", len(added), background.ACCOUNT_NAME)
 
+    def _clusters_follow(self, session: Session, plan_id: int, now: datetime) -> None:
+        from hyperplan.services import clusters
+
+        clusters.reconcile_plan(session, self, plan_id, now)
+
+    def _node_watcher(self) -> NodeWatcher:
+        from hyperplan.services.clusters import NodeWatcher
+
+        return NodeWatcher(self)
+
     def _offering_key(self) -> bytes:
         """The key that signs offering ids; kept in the store so that every server shares it."""
         with self.db.write() as session:
@@ -144,7 +170,9 @@ class Runtime:
 
         def segment_changed(session: Session, event: DueEvent) -> None:
             # At its due time, not when the loop got to it: the history says when things happened.
-            lifecycle.on_segment_event(session, event.kind, event.subject, event.payload, event.due_at)
+            lifecycle.on_segment_event(
+                session, self.lifecycle, event.kind, event.subject, event.payload, event.due_at
+            )
 
         def payment_deadline(session: Session, event: DueEvent) -> None:
             invoice = int(event.payload["invoice"])

@@ -9,7 +9,7 @@ events (segment start, capacity reclaim, segment end, payment deadline) only say
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -48,6 +48,12 @@ class LifecycleContext:
 
     calendar: LiveCalendar
     fleet: Fleet
+    # Consumers (cluster groups, jobs) follow a plan: called in the transaction of every change to it.
+    consumers: tuple[Callable[[Session, int, datetime], None], ...] = ()
+
+    def plan_changed(self, session: Session, plan_id: int, now: datetime) -> None:
+        for follow in self.consumers:
+            follow(session, plan_id, now)
 
     def policies(self, target: str) -> Policies:
         notes = self.fleet.notifications
@@ -236,6 +242,7 @@ def fail(
         released.append((key, extension.start, extension.end, extension.count))
     _cancel_events(session, plan)
     after_commit(session, lambda: ctx.calendar.release(released))
+    ctx.plan_changed(session, plan.id, now)
 
 
 def _cancel_events(session: Session, plan: TrainingPlan) -> None:
@@ -247,7 +254,12 @@ def _cancel_events(session: Session, plan: TrainingPlan) -> None:
 
 
 def on_segment_event(
-    session: Session, event_kind: str, plan_id: str, payload: Mapping[str, Any], now: datetime
+    session: Session,
+    ctx: LifecycleContext,
+    event_kind: str,
+    plan_id: str,
+    payload: Mapping[str, Any],
+    now: datetime,
 ) -> None:
     segment = int(payload.get("segment", 0))
     plan = session.get(TrainingPlan, int(plan_id))
@@ -284,8 +296,10 @@ def on_segment_event(
             f"Capacity of reserved capacity {plan.name}-rc{segment} is being taken back before it ends.",
             now,
         )
+        ctx.plan_changed(session, plan.id, now)
         return
     refresh(session, plan, now, "segment-started" if event_kind == SEGMENT_START else "segment-ended")
+    ctx.plan_changed(session, plan.id, now)
 
 
 def _segment(session: Session, plan: TrainingPlan, ordinal: int) -> ReservedCapacity:

@@ -1,0 +1,752 @@
+"""HyperPod-style clusters: instance groups on training plans or on on-demand capacity, and their nodes.
+
+Every change to a cluster (create, update, delete, node deletion) and every event of a plan that
+backs groups (segment start, reclaim, end, failure) ends in `reconcile`: it computes how many nodes each
+affected group should have now (its target for on-demand groups; its creation-order share of the open
+segment for plan groups, none from the reclaim time on) and records the nodes to add or remove, in the
+caller's transaction. What the execution back end must do about them runs after the commit
+(`NodeActions`), so the store always knows a node before the back end acts on it. The node watcher
+(`watch_nodes`) brings back-end states (OnCreate done or failed, shutdown finished) into the store.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import shutil
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from hyperplan.backends.base import EXPIRATION_VARIABLE, BackendError, NodeRef, NodeSpec, NodeState
+from hyperplan.core.clusters import GroupFacts, PlanFacts, allocate, check_binding, check_subnets
+from hyperplan.core.fleet import Pool
+from hyperplan.core.lifecycle import PlanStatus
+from hyperplan.errors import Conflict, ResourceInUse, ResourceLimitExceeded, ResourceNotFound, ValidationError
+from hyperplan.runtime import Runtime
+from hyperplan.services import lifecycle, plan_capacity
+from hyperplan.services.accounts import Caller
+from hyperplan.storage import Storage, StorageError
+from hyperplan.store.db import after_commit
+from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, ReservedCapacity, TrainingPlan
+
+LIVE = ("Pending", "Running", "Failure")  # nodes that hold a place in their group
+GONE = "Terminated"
+SHUTDOWN_GRACE = timedelta(seconds=30)  # real time between SIGTERM and SIGKILL at reclaim or deletion
+
+
+# -- actions for the back end, run after commit -------------------------------------------------------
+
+
+@dataclass
+class NodeActions:
+    provision: list[tuple[ClusterNode, dict[str, Any], str]] = field(
+        default_factory=list
+    )  # node, spec, expiry
+    terminate: list[tuple[str, str]] = field(default_factory=list)  # backend id, expiry epoch
+
+
+def _run_actions(runtime: Runtime, actions: NodeActions) -> None:
+    for backend_id, expiry in actions.terminate:
+        with contextlib.suppress(BackendError):  # already gone: the watcher settles it
+            runtime.backend.terminate(NodeRef(backend_id), SHUTDOWN_GRACE, env={EXPIRATION_VARIABLE: expiry})
+    for node, spec, expiry in actions.provision:
+        _provision(runtime, node, spec, expiry)
+    if actions.provision or actions.terminate:
+        runtime.node_watcher.wake()
+
+
+def _provision(runtime: Runtime, node: ClusterNode, spec: Mapping[str, Any], expiry: str) -> None:
+    """Fetch the group's lifecycle scripts and hand the node to the back end; a fetch failure fails it."""
+    config = spec.get("LifeCycleConfig") or {}
+    source, on_create = None, config.get("OnCreate")
+    try:
+        if config.get("SourceS3Uri"):
+            source = runtime.data_dir / "lifecycle" / node.backend_id
+            if source.exists():
+                shutil.rmtree(source)
+            _storage(runtime).download_prefix(config["SourceS3Uri"], source)
+            if on_create and not (source / on_create).is_file():
+                raise StorageError(
+                    f"{config['SourceS3Uri'].rstrip('/')}/{on_create}", "no such lifecycle script"
+                )
+        runtime.backend.provision(
+            NodeSpec(
+                node_id=node.backend_id,
+                name=node.hostname,
+                instance_type=spec["InstanceType"],
+                env={
+                    EXPIRATION_VARIABLE: expiry,
+                    "HYPERPLAN_INSTANCE_ID": node.instance_id,
+                    "HYPERPLAN_INSTANCE_GROUP": spec["InstanceGroupName"],
+                },
+                lifecycle_source=source,
+                on_create=on_create if source is not None else None,
+            )
+        )
+    except (StorageError, BackendError, ValueError) as exc:
+        _mark(runtime, node.id, "Failure", f"Provisioning failed: {exc}")
+
+
+def _storage(runtime: Runtime) -> Storage:
+    return Storage.in_data_dir(runtime.data_dir, runtime.fleet.buckets)
+
+
+def _mark(runtime: Runtime, node_id: int, status: str, message: str) -> None:
+    with runtime.db.write() as session:
+        node = session.get(ClusterNode, node_id)
+        if node is not None and node.status != GONE:
+            node.status, node.message = status, message
+
+
+# -- create, update, delete ---------------------------------------------------------------------------
+
+
+def create(runtime: Runtime, caller: Caller, request: Mapping[str, Any]) -> Cluster:
+    now = runtime.clock.now()
+    actions = NodeActions()
+    with runtime.db.write() as session:
+        name = request["ClusterName"]
+        if session.scalar(
+            select(Cluster.id).where(Cluster.account_id == caller.account_id, Cluster.name == name)
+        ):
+            raise ResourceInUse(f"A cluster named {name!r} already exists in this account.")
+        settings = {k: request[k] for k in ("VpcConfig", "Orchestrator", "NodeRecovery") if k in request}
+        cluster = Cluster(
+            account_id=caller.account_id,
+            name=name,
+            cluster_id=_new_cluster_id(session),
+            status="InService",
+            settings=json.dumps(settings),
+            created_at=now,
+        )
+        session.add(cluster)
+        session.flush()
+        groups = request.get("InstanceGroups") or []
+        if not groups:
+            raise ValidationError("InstanceGroups: a cluster needs at least one instance group.")
+        _check_unique_names(groups, "InstanceGroups")
+        for index, spec in enumerate(groups):
+            _add_group(session, runtime, caller, cluster, spec, f"InstanceGroups[{index}]", now)
+        session.flush()
+        reconcile(session, runtime, _groups(session, cluster), now, actions)
+        after_commit(session, lambda: _run_actions(runtime, actions))
+    return cluster
+
+
+def update(runtime: Runtime, caller: Caller, request: Mapping[str, Any]) -> Cluster:
+    """Change the groups it lists, delete InstanceGroupsToDelete, leave the others as they are."""
+    now = runtime.clock.now()
+    actions = NodeActions()
+    with runtime.db.write() as session:
+        cluster = get(session, runtime, caller, request["ClusterName"])
+        _check_in_service(cluster)
+        specs = request.get("InstanceGroups") or []
+        _check_unique_names(specs, "InstanceGroups")
+        doomed = set(request.get("InstanceGroupsToDelete") or [])
+        existing = {g.name: g for g in _groups(session, cluster)}
+        for name in doomed:
+            if name not in existing:
+                raise ValidationError(
+                    f"InstanceGroupsToDelete: cluster {cluster.name} has no group {name!r}."
+                )
+            if any(spec["InstanceGroupName"] == name for spec in specs):
+                raise ValidationError(f"InstanceGroups: group {name!r} is also in InstanceGroupsToDelete.")
+        touched = []
+        for index, spec in enumerate(specs):
+            where = f"InstanceGroups[{index}]"
+            group = existing.get(spec["InstanceGroupName"])
+            if group is None:
+                touched.append(_add_group(session, runtime, caller, cluster, spec, where, now))
+            else:
+                _change_group(session, runtime, caller, cluster, group, spec, where)
+                touched.append(group)
+        for name in doomed:
+            _remove_group(session, existing[name], actions, now)
+        session.flush()
+        reconcile(session, runtime, _groups(session, cluster), now, actions)
+        after_commit(session, lambda: _run_actions(runtime, actions))
+    return cluster
+
+
+def delete(runtime: Runtime, caller: Caller, name: str) -> Cluster:
+    now = runtime.clock.now()
+    actions = NodeActions()
+    with runtime.db.write() as session:
+        cluster = get(session, runtime, caller, name)
+        if cluster.status == "Deleting":
+            raise Conflict(f"Cluster {cluster.name} is already being deleted.")
+        cluster.status = "Deleting"
+        for group in _groups(session, cluster):
+            _remove_group(session, group, actions, now)
+        after_commit(session, lambda: _run_actions(runtime, actions))
+    runtime.node_watcher.wake()
+    return cluster
+
+
+def delete_nodes(
+    runtime: Runtime, caller: Caller, name: str, instance_ids: Iterable[str]
+) -> tuple[list[str], list[tuple[str, str, str]]]:
+    """BatchDeleteClusterNodes: each node goes, and its group's target drops by one (so it stays gone)."""
+    now = runtime.clock.now()
+    actions = NodeActions()
+    done: list[str] = []
+    failed: list[tuple[str, str, str]] = []
+    with runtime.db.write() as session:
+        cluster = get(session, runtime, caller, name)
+        _check_in_service(cluster)
+        for instance_id in instance_ids:
+            node = session.scalar(
+                select(ClusterNode).where(
+                    ClusterNode.cluster_id == cluster.id, ClusterNode.instance_id == instance_id
+                )
+            )
+            if node is None or node.status == GONE:
+                failed.append(
+                    (instance_id, "NodeIdNotFound", f"Cluster {cluster.name} has no node {instance_id}.")
+                )
+                continue
+            if node.status == "ShuttingDown":
+                failed.append(
+                    (instance_id, "InvalidNodeStatus", f"Node {instance_id} is already shutting down.")
+                )
+                continue
+            group = session.get(InstanceGroup, node.group_id)
+            assert group is not None
+            group.target_count = max(group.target_count - 1, 0)
+            _shut_down(node, actions, now)
+            done.append(instance_id)
+        session.flush()
+        reconcile(session, runtime, _groups(session, cluster), now, actions)
+        after_commit(session, lambda: _run_actions(runtime, actions))
+    return done, failed
+
+
+def _check_in_service(cluster: Cluster) -> None:
+    if cluster.status != "InService":
+        raise Conflict(f"Cluster {cluster.name} is {cluster.status}; it cannot be changed now.")
+
+
+def _check_unique_names(specs: list[Mapping[str, Any]], where: str) -> None:
+    names = [spec["InstanceGroupName"] for spec in specs]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValidationError(f"{where}: group name(s) {', '.join(repeated)} appear more than once.")
+
+
+def _new_cluster_id(session: Session) -> str:
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+    while True:
+        candidate = "".join(secrets.choice(alphabet) for _ in range(12))
+        if session.scalar(select(Cluster.id).where(Cluster.cluster_id == candidate)) is None:
+            return candidate
+
+
+# -- groups -------------------------------------------------------------------------------------------
+
+
+def _add_group(
+    session: Session,
+    runtime: Runtime,
+    caller: Caller,
+    cluster: Cluster,
+    spec: Mapping[str, Any],
+    where: str,
+    now: datetime,
+) -> InstanceGroup:
+    plan, zone = _placement(session, runtime, caller, cluster, spec, where, group=None)
+    group = InstanceGroup(
+        cluster_id=cluster.id,
+        name=spec["InstanceGroupName"],
+        instance_type=spec["InstanceType"],
+        target_count=spec["InstanceCount"],
+        plan_id=plan.id if plan else None,
+        availability_zone=zone,
+        spec=json.dumps(_jsonable(spec)),
+        created_at=now,
+    )
+    session.add(group)
+    session.flush()
+    return group
+
+
+def _change_group(
+    session: Session,
+    runtime: Runtime,
+    caller: Caller,
+    cluster: Cluster,
+    group: InstanceGroup,
+    spec: Mapping[str, Any],
+    where: str,
+) -> None:
+    if spec.get("InstanceType") and spec["InstanceType"] != group.instance_type:
+        raise ValidationError(
+            f"{where}.InstanceType: group {group.name} is {group.instance_type}; a group's instance type "
+            "cannot change (delete the group and add a new one)."
+        )
+    plan, zone = _placement(session, runtime, caller, cluster, spec, where, group=group)
+    if (plan.id if plan else None) != group.plan_id:
+        plan_capacity.give_back(session, _consumer(group), runtime.clock.now())
+    group.plan_id = plan.id if plan else None
+    group.availability_zone = zone
+    group.target_count = spec["InstanceCount"]
+    group.spec = json.dumps(_jsonable(spec))
+
+
+def _remove_group(session: Session, group: InstanceGroup, actions: NodeActions, now: datetime) -> None:
+    plan_capacity.give_back(session, _consumer(group), now)
+    group.target_count = 0
+    for node in _live_nodes(session, group):
+        _shut_down(node, actions, now)
+
+
+def _placement(
+    session: Session,
+    runtime: Runtime,
+    caller: Caller,
+    cluster: Cluster,
+    spec: Mapping[str, Any],
+    where: str,
+    group: InstanceGroup | None,
+) -> tuple[TrainingPlan | None, str]:
+    """The plan (or none) and the zone of a group, once every rule allows it."""
+    if "InstanceType" not in spec:
+        raise ValidationError(
+            f"{where}.InstanceType is required: this deployment does not serve InstanceRequirements."
+        )
+    facts = _group_facts(runtime, cluster, spec, where)
+    check_subnets(facts)
+    arn = spec.get("TrainingPlanArn")
+    if arn:
+        plan = _plan_by_arn(session, runtime, caller, arn)
+        check_binding(facts, _plan_facts(session, runtime, plan) if plan else None, arn)
+        assert plan is not None
+        return plan, _plan_zone(session, plan)
+    return None, _on_demand_zone(session, runtime, facts, spec["InstanceCount"], group)
+
+
+def _group_facts(runtime: Runtime, cluster: Cluster, spec: Mapping[str, Any], where: str) -> GroupFacts:
+    subnets = (spec.get("OverrideVpcConfig") or json.loads(cluster.settings).get("VpcConfig") or {}).get(
+        "Subnets", []
+    )
+    zones = {s: runtime.fleet.zone_of_subnet(s) for s in subnets}
+    return GroupFacts(
+        where=where,
+        name=spec["InstanceGroupName"],
+        instance_type=spec["InstanceType"],
+        subnet_zones=frozenset(z.name for z in zones.values() if z is not None),
+        unknown_subnets=tuple(s for s, z in zones.items() if z is None),
+        capacity_requirements="CapacityRequirements" in spec,
+    )
+
+
+def _plan_by_arn(session: Session, runtime: Runtime, caller: Caller, arn: str) -> TrainingPlan | None:
+    prefix = runtime.arn(caller.account_id, "training-plan/")
+    if not arn.startswith(prefix):
+        return None
+    return session.scalar(
+        select(TrainingPlan).where(
+            TrainingPlan.account_id == caller.account_id, TrainingPlan.name == arn.removeprefix(prefix)
+        )
+    )
+
+
+def _plan_facts(session: Session, runtime: Runtime, plan: TrainingPlan) -> PlanFacts:
+    zones = frozenset(rc.availability_zone for rc in lifecycle.segments_of(session, plan.id))
+    return PlanFacts(
+        runtime.arn(plan.account_id, f"training-plan/{plan.name}"),
+        plan.target,
+        plan.status,
+        plan.instance_type,
+        zones,
+    )
+
+
+def _plan_zone(session: Session, plan: TrainingPlan) -> str:
+    return lifecycle.segments_of(session, plan.id)[0].availability_zone
+
+
+def _on_demand_zone(
+    session: Session, runtime: Runtime, facts: GroupFacts, count: int, group: InstanceGroup | None
+) -> str:
+    """The pool with the most free on-demand instances among the group's zones; refused when short."""
+    pools = [
+        p
+        for p in runtime.fleet.pools_of_type(facts.instance_type)
+        if not facts.subnet_zones or p.availability_zone in facts.subnet_zones
+    ]
+    if not pools:
+        raise ValidationError(
+            f"{facts.where}.InstanceType: this fleet has no {facts.instance_type} in "
+            f"{', '.join(sorted(facts.subnet_zones)) or 'any zone'}."
+        )
+    free = {p.availability_zone: _on_demand_free(session, p, group) for p in pools}
+    best = max(pools, key=lambda p: (free[p.availability_zone], p.availability_zone))
+    if count > free[best.availability_zone]:
+        described = ", ".join(f"{z}: {n} free" for z, n in sorted(free.items()))
+        raise ResourceLimitExceeded(
+            f"{facts.where}: group {facts.name} asks for {count} on-demand {facts.instance_type}, but the "
+            f"pools it may use have {described} (on-demand: the instances the fleet keeps out of plans). "
+            "Buy a training plan, or ask for fewer."
+        )
+    return best.availability_zone
+
+
+def _on_demand_free(session: Session, pool: Pool, group: InstanceGroup | None) -> int:
+    used = (
+        select(func.count(ClusterNode.id))
+        .join(InstanceGroup, InstanceGroup.id == ClusterNode.group_id)
+        .where(
+            ClusterNode.on_plan.is_(False),
+            ClusterNode.status != GONE,
+            ClusterNode.availability_zone == pool.availability_zone,
+            InstanceGroup.instance_type == pool.instance_type,
+        )
+    )
+    if group is not None:
+        used = used.where(ClusterNode.group_id != group.id)  # a group's own nodes count as its own
+    return pool.on_demand - int(session.scalar(used) or 0)
+
+
+# -- reconciling nodes with plans and targets -----------------------------------------------------
+
+
+def reconcile(
+    session: Session, runtime: Runtime, groups: Iterable[InstanceGroup], now: datetime, actions: NodeActions
+) -> None:
+    """Bring each group's live nodes to what it should have now; plan groups claim their share."""
+    shares: dict[int, int] = {}
+    for group in groups:
+        if group.plan_id is None:
+            _converge(session, runtime, group, group.target_count, "0", now, actions)
+            continue
+        if group.id not in shares:
+            shares.update(_plan_shares(session, runtime, group.plan_id, now))
+        expiry = _segment_expiry(session, group.plan_id, now)
+        _converge(session, runtime, group, shares.get(group.id, 0), expiry, now, actions)
+
+
+def reconcile_plan(session: Session, runtime: Runtime, plan_id: int, now: datetime) -> None:
+    """A plan changed (segment start, reclaim, end, failure): its groups follow, at once."""
+    groups = list(
+        session.scalars(
+            select(InstanceGroup).where(InstanceGroup.plan_id == plan_id).order_by(InstanceGroup.id)
+        )
+    )
+    if not groups:
+        return
+    actions = NodeActions()
+    reconcile(session, runtime, groups, now, actions)
+    after_commit(session, lambda: _run_actions(runtime, actions))
+
+
+def _plan_shares(session: Session, runtime: Runtime, plan_id: int, now: datetime) -> dict[int, int]:
+    """Each group's share of the plan's open segment, in creation order; none outside one or from reclaim."""
+    plan = session.get(TrainingPlan, plan_id)
+    groups = list(
+        session.scalars(
+            select(InstanceGroup)
+            .join(Cluster, Cluster.id == InstanceGroup.cluster_id)
+            .where(InstanceGroup.plan_id == plan_id, Cluster.status == "InService")
+            .order_by(InstanceGroup.id)
+        )
+    )
+    segment = plan_capacity.open_segment(session, plan, now) if plan else None
+    lead = runtime.fleet.policy.reclaim_lead_for("hyperpod-cluster")
+    usable = (
+        plan is not None
+        and plan.status == PlanStatus.ACTIVE
+        and segment is not None
+        and now < segment.end - lead
+    )
+    shares = allocate([(g.id, g.target_count) for g in groups], segment.count if usable and segment else 0)
+    for group in groups:  # the plan's counters follow what the groups hold
+        plan_capacity.give_back(session, _consumer(group), now, plan_id=plan_id)
+        if plan is not None and shares[group.id]:
+            plan_capacity.take(session, plan, _consumer(group), shares[group.id], now)
+    return shares
+
+
+def _segment_expiry(session: Session, plan_id: int, now: datetime) -> str:
+    segment = session.scalar(
+        select(ReservedCapacity).where(
+            ReservedCapacity.plan_id == plan_id, ReservedCapacity.start <= now, ReservedCapacity.end > now
+        )
+    )
+    return str(int(segment.end.timestamp())) if segment else "0"
+
+
+def _converge(
+    session: Session,
+    runtime: Runtime,
+    group: InstanceGroup,
+    wanted: int,
+    expiry: str,
+    now: datetime,
+    actions: NodeActions,
+) -> None:
+    nodes = _live_nodes(session, group)
+    # Failed and still-pending nodes go first, then the newest.
+    nodes.sort(key=lambda n: (n.status == "Running", -n.id))
+    for node in nodes[: max(len(nodes) - wanted, 0)]:
+        _shut_down(node, actions, now, expiry)
+    spec = json.loads(group.spec)
+    for _ in range(wanted - len(nodes)):
+        node = _new_node(session, group, now)
+        actions.provision.append((node, spec, expiry))
+
+
+def _new_node(session: Session, group: InstanceGroup, now: datetime) -> ClusterNode:
+    instance_id = "i-" + secrets.token_hex(9)[:17]
+    node = ClusterNode(
+        cluster_id=group.cluster_id,
+        group_id=group.id,
+        instance_id=instance_id,
+        backend_id=f"node-{instance_id}",
+        hostname=f"ip-10-1-{secrets.randbelow(250)}-{secrets.randbelow(250)}",
+        availability_zone=group.availability_zone,
+        on_plan=group.plan_id is not None,
+        status="Pending",
+        message="Provisioning: running the lifecycle scripts.",
+        launched_at=now,
+    )
+    session.add(node)
+    session.flush()
+    return node
+
+
+def _shut_down(node: ClusterNode, actions: NodeActions, now: datetime, expiry: str = "0") -> None:
+    node.status = "ShuttingDown"
+    node.message = "Shutting down: SIGTERM sent; SIGKILL follows after the grace period."
+    actions.terminate.append((node.backend_id, expiry))
+
+
+def _live_nodes(session: Session, group: InstanceGroup) -> list[ClusterNode]:
+    return list(
+        session.scalars(
+            select(ClusterNode)
+            .where(ClusterNode.group_id == group.id, ClusterNode.status.in_(LIVE))
+            .order_by(ClusterNode.id)
+        )
+    )
+
+
+def _consumer(group: InstanceGroup) -> str:
+    return f"cluster-group:{group.id}"
+
+
+def _groups(session: Session, cluster: Cluster) -> list[InstanceGroup]:
+    return list(
+        session.scalars(
+            select(InstanceGroup).where(InstanceGroup.cluster_id == cluster.id).order_by(InstanceGroup.id)
+        )
+    )
+
+
+# -- watching the back end ------------------------------------------------------------------------
+
+
+class NodeWatcher:
+    """Brings back-end node states into the store, in real time, off the request and lifecycle paths."""
+
+    def __init__(self, runtime: Runtime, every: float = 0.2) -> None:
+        self.runtime = runtime
+        self.every = every
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="node-watcher", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                watch_nodes(self.runtime)
+            except Exception:  # keep watching; the next pass retries
+                import logging
+
+                logging.getLogger(__name__).exception("node watcher pass failed")
+            self._wake.wait(self.every)
+            self._wake.clear()
+
+
+def watch_nodes(runtime: Runtime) -> int:
+    """One pass: read the back end's state of every node not yet gone; returns how many changed."""
+    with runtime.db.read() as session:
+        watched = [
+            (n.id, n.backend_id, n.status)
+            for n in session.scalars(select(ClusterNode).where(ClusterNode.status != GONE))
+        ]
+    changes = []
+    for node_id, backend_id, status in watched:
+        try:
+            seen = runtime.backend.node_status(backend_id)
+        except BackendError:
+            continue  # not handed to the back end yet (a provision in flight)
+        new = _store_status(seen.state, status)
+        if new is not None:
+            changes.append((node_id, new, seen.message))
+    if changes:
+        _apply(runtime, changes)
+    return len(changes)
+
+
+def _store_status(state: NodeState, current: str) -> str | None:
+    mapped = {
+        NodeState.PENDING: "Pending",
+        NodeState.RUNNING: "Running",
+        NodeState.FAILURE: "Failure",
+        NodeState.SHUTTING_DOWN: "ShuttingDown",
+        NodeState.TERMINATED: GONE,
+    }[state]
+    if current == "ShuttingDown" and mapped not in ("ShuttingDown", GONE):
+        return None  # we asked it to stop; only its ending is news
+    return mapped if mapped != current else None
+
+
+def _apply(runtime: Runtime, changes: list[tuple[int, str, str]]) -> None:
+    now = runtime.clock.now()
+    with runtime.db.write() as session:
+        for node_id, status, message in changes:
+            node = session.get(ClusterNode, node_id)
+            if node is None:
+                continue
+            node.status = status
+            node.message = message or {"Running": "", GONE: "Terminated."}.get(status, node.message)
+            if status == GONE:
+                node.ended_at = now
+        _finish_deletions(session)
+
+
+def _finish_deletions(session: Session) -> None:
+    """A Deleting cluster whose nodes are all gone is removed."""
+    for cluster in session.scalars(select(Cluster).where(Cluster.status == "Deleting")):
+        remaining = session.scalar(
+            select(func.count(ClusterNode.id)).where(
+                ClusterNode.cluster_id == cluster.id, ClusterNode.status != GONE
+            )
+        )
+        if not remaining:
+            session.query(ClusterNode).filter(ClusterNode.cluster_id == cluster.id).delete()
+            session.query(InstanceGroup).filter(InstanceGroup.cluster_id == cluster.id).delete()
+            session.delete(cluster)
+
+
+def adopt_nodes(runtime: Runtime) -> None:
+    """After a start: the back end takes over the nodes the store knows and kills what it does not."""
+    with runtime.db.read() as session:
+        known = [NodeRef(b) for b in session.scalars(select(ClusterNode.backend_id))]
+    report = runtime.backend.adopt(known)
+    missing = {ref.node_id for ref in report.missing if isinstance(ref, NodeRef)}
+    if missing:
+        with runtime.db.write() as session:
+            for node in session.scalars(select(ClusterNode).where(ClusterNode.backend_id.in_(missing))):
+                if node.status == "ShuttingDown":
+                    node.status, node.ended_at = GONE, runtime.clock.now()
+                elif node.status != GONE:  # recorded, never handed over: the server died in between
+                    node.status, node.message = (
+                        "Failure",
+                        "The server stopped before the node was provisioned.",
+                    )
+
+
+def reconcile_all(runtime: Runtime) -> None:
+    now = runtime.clock.now()
+    actions = NodeActions()
+    with runtime.db.write() as session:
+        groups = list(
+            session.scalars(
+                select(InstanceGroup)
+                .join(Cluster, Cluster.id == InstanceGroup.cluster_id)
+                .where(Cluster.status == "InService")
+                .order_by(InstanceGroup.id)
+            )
+        )
+        reconcile(session, runtime, groups, now, actions)
+        after_commit(session, lambda: _run_actions(runtime, actions))
+
+
+# -- reading ------------------------------------------------------------------------------------------
+
+
+def get(session: Session, runtime: Runtime, caller: Caller, name_or_arn: str) -> Cluster:
+    prefix = runtime.arn(caller.account_id, "cluster/")
+    column = Cluster.cluster_id if name_or_arn.startswith(prefix) else Cluster.name
+    cluster = session.scalar(
+        select(Cluster).where(
+            Cluster.account_id == caller.account_id, column == name_or_arn.removeprefix(prefix)
+        )
+    )
+    if cluster is None:
+        raise ResourceNotFound(f"Cluster {name_or_arn} does not exist.")
+    return cluster
+
+
+def groups_of(session: Session, cluster: Cluster) -> list[InstanceGroup]:
+    return _groups(session, cluster)
+
+
+def nodes_of(session: Session, cluster: Cluster) -> list[ClusterNode]:
+    return list(
+        session.scalars(
+            select(ClusterNode)
+            .where(ClusterNode.cluster_id == cluster.id, ClusterNode.status != GONE)
+            .order_by(ClusterNode.id)
+        )
+    )
+
+
+def running_count(session: Session, group: InstanceGroup) -> int:
+    return int(
+        session.scalar(
+            select(func.count(ClusterNode.id)).where(
+                ClusterNode.group_id == group.id, ClusterNode.status == "Running"
+            )
+        )
+        or 0
+    )
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Mapping):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def exec_on_node(
+    runtime: Runtime, caller: Caller, cluster_name: str, node_ref: str, argv: list[str], timeout: timedelta
+) -> Any:
+    with runtime.db.read() as session:
+        cluster = get(session, runtime, caller, cluster_name)
+        node = next((n for n in nodes_of(session, cluster) if node_ref in (n.instance_id, n.hostname)), None)
+        if node is None:
+            raise ResourceNotFound(f"Cluster {cluster.name} has no node {node_ref}.")
+        if node.status != "Running":
+            raise Conflict(f"Node {node.instance_id} is {node.status}; commands run on Running nodes only.")
+        backend_id = node.backend_id
+    return runtime.backend.exec(backend_id, argv, timeout)
+
+
+def list_clusters(session: Session, account_id: str) -> list[Cluster]:
+    return list(session.scalars(select(Cluster).where(Cluster.account_id == account_id).order_by(Cluster.id)))
