@@ -486,17 +486,16 @@ class FakeBackend:
         node.state = NodeState.TERMINATED
 
     def _drop_task(self, task_id: str) -> None:
-        task = self.world.tasks.pop(task_id)
+        task = self.world.tasks[task_id]
         node = self._node_of(task)
-        if node is None:
-            return
-        if node.sandbox_task is not None:
+        if node is not None and node.sandbox_task is not None:
             self._kill_node(node)
             del self.world.nodes[node.spec.node_id]
-        else:
+        elif node is not None:
             if task.proc is not None:
                 task.proc.deliver(SIGKILL, self._now())
             node.tasks.remove(task_id)
+        del self.world.tasks[task_id]
 
     def _publish(self, node: _Node | None, env: Mapping[str, str] | None) -> None:
         if env and node is not None:

@@ -232,22 +232,27 @@ class LocalBackend:
         for node_id in self.layout.node_ids():
             ref: Ref = NodeRef(node_id)
             files = self.layout.node(node_id)
-            if ref not in known or not files.spec.exists():
+            if not files.spec.exists():
+                shutil.rmtree(files.path, ignore_errors=True)  # provision was cut short: nothing ran
+            elif ref not in known:
                 self._destroy(files)
                 killed.append(ref)
-                continue
-            state = self.node_status(node_id).state
-            (ended if state in (NodeState.FAILURE, NodeState.TERMINATED) else running).append(ref)
-            self._resume_backstop(ref, files.terminate)
+            else:
+                state = self.node_status(node_id).state
+                (ended if state in (NodeState.FAILURE, NodeState.TERMINATED) else running).append(ref)
+                self._resume_backstop(ref, files.terminate)
         for task_id in self.layout.task_ids():
             ref = TaskRef(task_id)
             task = self.layout.task(task_id)
-            if ref not in known or not task.spec.exists():
+            if not task.spec.exists():
+                shutil.rmtree(task.path, ignore_errors=True)  # run was cut short: nothing ran
+            elif ref not in known:
                 self._kill_task(task)
                 killed.append(ref)
-                continue
-            (ended if self.task_status(task_id).state.is_final() else running).append(ref)
-            self._resume_backstop(ref, task.terminate)
+            elif self._placed(task):
+                (ended if self.task_status(task_id).state.is_final() else running).append(ref)
+                self._resume_backstop(ref, task.terminate)
+            # else: run was cut short after the spec; the caller sees it missing and runs it again.
         found = {*running, *ended}
         missing = tuple(ref for ref in known if ref not in found)
         return AdoptReport(tuple(running), tuple(ended), missing, tuple(killed), self._sweep_strays())
@@ -353,13 +358,27 @@ class LocalBackend:
         if record is None:
             return
         node = self.layout.node_of(record)
-        if node.spec.exists():
-            self._settle(node)
+        if not node.spec.exists():
+            # A node that is gone (forgotten, or killed by adopt) will never run it. A sandbox that
+            # does not exist yet was cut short by a crash: run() again makes it.
+            if record.node_id is not None:
+                self._lose(files, "its node is gone")
+            return
+        self._settle(node)
         agent = read_record(node.agent, ProcRecord)
-        agent_gone = agent is not None and not procfs.is_alive(agent.pid, agent.starttime)
-        # No agent will ever start it or record its end: it is over. (Re-read: the agent may have just.)
-        if (agent_gone or not node.spec.exists()) and not files.exit.exists():
-            self._lose(files, "its node is gone")
+        if agent is not None and not procfs.is_alive(agent.pid, agent.starttime):
+            self._lose(files, "its node agent is gone")  # nobody will start it or record its end
+
+    def _placed(self, task: TaskFiles) -> bool:
+        """Whether ``run`` got as far as handing the task to a node (or sandbox)."""
+        record = read_record(task.spec, TaskRecord)
+        if record is None:
+            return False
+        node = self.layout.node_of(record)
+        if record.node_id is None:
+            return node.spec.exists()
+        queued = (node.queue / task.task_id).exists() or task.proc.exists() or task.exit.exists()
+        return queued or not node.spec.exists()
 
     def _lose(self, files: TaskFiles, why: str) -> None:
         if files.exit.exists() or not files.spec.exists():
