@@ -35,6 +35,39 @@ VALID_REQUESTS: dict[str, dict[str, Any]] = {
     },
     "DescribeReservedCapacity": {"ReservedCapacityArn": ARN_PREFIX + "reserved-capacity/valid-name-rc1"},
     "ExtendTrainingPlan": {"TrainingPlanExtensionOfferingId": "tpeo-abc123"},
+    "CreateCluster": {
+        "ClusterName": "valid-cluster",
+        "InstanceGroups": [
+            {
+                "InstanceGroupName": "workers",
+                "InstanceType": "ml.p5.48xlarge",
+                "InstanceCount": 2,
+                "ExecutionRole": "arn:aws:iam::123456789012:role/hyperpod",
+                "ThreadsPerCore": 1,
+                "LifeCycleConfig": {"SourceS3Uri": "s3://bucket/src", "OnCreate": "on_create.sh"},
+                "TrainingPlanArn": ARN_PREFIX + "training-plan/valid-name",
+            }
+        ],
+        "VpcConfig": {"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": ["subnet-0a1b2c3d4e5f60001"]},
+    },
+    "UpdateCluster": {
+        "ClusterName": "valid-cluster",
+        "InstanceGroups": [
+            {
+                "InstanceGroupName": "workers",
+                "InstanceType": "ml.p5.48xlarge",
+                "InstanceCount": 2,
+                "ExecutionRole": "arn:aws:iam::123456789012:role/hyperpod",
+            }
+        ],
+        "InstanceGroupsToDelete": ["old-workers"],
+    },
+    "DescribeCluster": {"ClusterName": "valid-cluster"},
+    "DeleteCluster": {"ClusterName": "valid-cluster"},
+    "ListClusters": {"MaxResults": 10, "SortBy": "NAME", "SortOrder": "Ascending", "NameContains": "valid"},
+    "ListClusterNodes": {"ClusterName": "valid-cluster", "MaxResults": 10, "SortBy": "CREATION_TIME"},
+    "DescribeClusterNode": {"ClusterName": "valid-cluster", "NodeId": "i-0123456789abcdef0"},
+    "BatchDeleteClusterNodes": {"ClusterName": "valid-cluster", "NodeIds": ["i-0123456789abcdef0"]},
     "DescribeTrainingPlanExtensionHistory": {
         "TrainingPlanArn": ARN_PREFIX + "training-plan/valid-name",
         "MaxResults": 5,
