@@ -82,7 +82,7 @@ class Agent:
         self.deadline: float | None = None
         self.task_deadlines: dict[str, float] = {}
         self.done = False
-        self.wakeup, self.received = self._listen()
+        self.wakeup = self._listen()
 
     # --- the loop --------------------------------------------------------------------------------
 
@@ -92,7 +92,11 @@ class Agent:
         if self.files.terminate.exists():
             self._begin_shutdown()
         else:
-            self._provision()
+            try:
+                self._provision()
+            except Exception as error:  # say why in the node's status rather than die
+                traceback.print_exc()
+                self._set_state(NodeState.FAILURE, f"provisioning failed: {error}")
         while not self.done:
             self._wait()
             try:
@@ -119,7 +123,7 @@ class Agent:
         if self.spec.sandbox_task is not None and self._sandbox_task_ended():
             self._finish()
 
-    def _listen(self) -> tuple[int, list[int]]:
+    def _listen(self) -> int:
         """Signals only write their number to a pipe; the loop reads it. No work in signal handlers."""
         read_end, write_end = os.pipe()
         os.set_blocking(read_end, False)
@@ -128,7 +132,7 @@ class Agent:
         for sig in WAKE_SIGNALS:
             signal.signal(sig, lambda *_: None)
         signal.signal(signal.SIGQUIT, signal.SIG_DFL)
-        return read_end, []
+        return read_end
 
     def _wait(self) -> None:
         timeout = POLL_SECONDS
@@ -405,6 +409,7 @@ def main(argv: list[str]) -> int:
     with contextlib.suppress(OSError):
         os.setsid()  # the node's session: its id is our pid
     files = NodeFiles(node_dir)
+    # The lock is held until we exit (the descriptor stays open); the kernel drops it even on SIGKILL.
     if _lock(files) is None or files.agent.exists():
         return 0  # another agent has this node, or had it: a node runs once
     spec = read_record(files.spec, NodeRecord)

@@ -62,6 +62,12 @@ class Harness(ABC):
         one is made over the same state. Returns it (also ``self.backend`` from now on)."""
 
 
+def node_spec(lifecycle: tuple[Path, str] | None = None, node_id: str = NODE) -> NodeSpec:
+    source, script = lifecycle or (None, None)
+    name = f"ip-10-1-0-{node_id[-1]}"
+    return NodeSpec(node_id, name, INSTANCE_TYPE, lifecycle_source=source, on_create=script)
+
+
 def eventually(read: Callable[[], T], done: Callable[[T], bool], timeout: float = 10.0) -> T:
     until = time.monotonic() + timeout
     while True:
@@ -117,24 +123,28 @@ class BackendContract:
     # --- provisioning ----------------------------------------------------------------------------
 
     def test_a_node_without_on_create_runs(self, harness: Harness) -> None:
+        assert isinstance(harness.backend, Backend)
         self.running_node(harness)
 
-    def test_on_create_keeps_the_node_pending_until_it_exits_0(self, harness: Harness) -> None:
-        source, script = harness.lifecycle(Program.exits(0, after=0.6, stdout=b"mounted /fsx\n"))
+    def test_a_node_can_be_terminated_while_on_create_runs(self, harness: Harness) -> None:
         backend = harness.backend
-        backend.provision(
-            NodeSpec(NODE, "ip-10-1-0-1", INSTANCE_TYPE, lifecycle_source=source, on_create=script)
-        )
+        backend.provision(node_spec(harness.lifecycle(Program.runs(on_term=None, stdout=READY))))
+        on_create_log = lambda: backend.read_log(NodeRef(NODE), LogStream.STDOUT)  # noqa: E731
+        eventually(on_create_log, lambda chunk: READY in chunk.data)
+        assert backend.node_status(NODE).state is NodeState.PENDING
+        backend.terminate(NodeRef(NODE), timedelta(seconds=0.3))
+        assert node_gone(backend).state is NodeState.TERMINATED
+
+    def test_on_create_keeps_the_node_pending_until_it_exits_0(self, harness: Harness) -> None:
+        backend = harness.backend
+        backend.provision(node_spec(harness.lifecycle(Program.exits(0, after=0.6, stdout=b"mounted /fsx\n"))))
         assert backend.node_status(NODE).state is NodeState.PENDING
         assert node_settled(backend) == NodeStatus(NodeState.RUNNING)
         assert backend.read_log(NodeRef(NODE), LogStream.STDOUT).data == b"mounted /fsx\n"
 
     def test_a_failing_on_create_fails_the_node_with_its_error_output(self, harness: Harness) -> None:
-        source, script = harness.lifecycle(Program.exits(3, stderr=b"cannot mount /fsx\n"))
         backend = harness.backend
-        backend.provision(
-            NodeSpec(NODE, "ip-10-1-0-1", INSTANCE_TYPE, lifecycle_source=source, on_create=script)
-        )
+        backend.provision(node_spec(harness.lifecycle(Program.exits(3, stderr=b"cannot mount /fsx\n"))))
         status = node_settled(backend)
         assert status.state is NodeState.FAILURE
         assert "cannot mount /fsx" in status.message and "3" in status.message
@@ -181,11 +191,8 @@ class BackendContract:
             backend.run(TaskSpec("t-1", harness.command(Program.exits(0)), NODE))
 
     def test_a_task_waits_for_its_node_to_run(self, harness: Harness) -> None:
-        source, script = harness.lifecycle(Program.exits(0, after=0.8))
         backend = harness.backend
-        backend.provision(
-            NodeSpec(NODE, "ip-10-1-0-1", INSTANCE_TYPE, lifecycle_source=source, on_create=script)
-        )
+        backend.provision(node_spec(harness.lifecycle(Program.exits(0, after=0.8))))
         backend.run(TaskSpec("t-1", harness.command(Program.exits(0)), NODE))
         assert backend.task_status("t-1").state is TaskState.PENDING
         assert task_final(backend, "t-1").state is TaskState.EXITED
@@ -252,11 +259,8 @@ class BackendContract:
         backend.terminate(NodeRef(NODE), SECOND)  # ended: nothing happens
 
     def test_a_task_terminated_before_it_started_never_starts(self, harness: Harness) -> None:
-        source, script = harness.lifecycle(Program.exits(0, after=1.0))
         backend = harness.backend
-        backend.provision(
-            NodeSpec(NODE, "ip-10-1-0-1", INSTANCE_TYPE, lifecycle_source=source, on_create=script)
-        )
+        backend.provision(node_spec(harness.lifecycle(Program.exits(0, after=1.0))))
         backend.run(TaskSpec("t-1", harness.command(Program.exits(0)), NODE))
         backend.terminate(TaskRef("t-1"), SECOND)
         status = task_final(backend, "t-1")

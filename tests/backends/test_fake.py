@@ -116,3 +116,16 @@ def test_exec_is_recorded_with_its_environment(fake: FakeBackend) -> None:
     result = fake.exec(NODE, ["hostname"], timedelta(seconds=5))
     assert result.exit_code == 0
     assert fake.world.execs == [(NODE, ("hostname",), {"TEAM": "vision", EXPIRATION_VARIABLE: "1"})]
+
+
+def test_the_public_surface() -> None:
+    import hyperplan.backends
+
+    assert set(hyperplan.backends.__all__) == {
+        *("Backend", "LocalBackend", "FakeBackend", "FakeWorld", "Program"),
+        *("NodeSpec", "TaskSpec", "NodeRef", "TaskRef", "Ref"),
+        *("NodeState", "NodeStatus", "TaskState", "TaskStatus", "LogStream", "LogChunk", "ExecResult"),
+        *("AdoptReport", "BackendError", "UnknownResource", "SpecConflict", "NodeUnavailable"),
+        *("EXPIRATION_VARIABLE", "ENV_DIR_VARIABLE"),
+    }
+    assert all(hasattr(hyperplan.backends, name) for name in hyperplan.backends.__all__)
