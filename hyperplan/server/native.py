@@ -10,7 +10,7 @@ import json
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -23,7 +23,7 @@ from hyperplan.errors import AccessDenied, SerializationError, ValidationError
 from hyperplan.runtime import Runtime
 from hyperplan.server.auth import authenticate, require_admin
 from hyperplan.server.errors import native_error_response
-from hyperplan.services import accounts, payments, plans, quotas
+from hyperplan.services import accounts, clusters, payments, plans, quotas
 from hyperplan.services import clock as clock_service
 from hyperplan.services import fleet as fleet_service
 from hyperplan.services.accounts import Caller, NewKey
@@ -374,6 +374,32 @@ def plan_events(request: NativeRequest) -> dict[str, Any]:
         }
 
 
+# -- clusters -------------------------------------------------------------------------------------
+
+
+def exec_on_node(request: NativeRequest) -> dict[str, Any]:
+    command = field(request.body, "Command", list)
+    if not command or not all(isinstance(part, str) for part in command):
+        raise ValidationError("Command must be a non-empty list of strings.")
+    timeout = field(request.body, "TimeoutSeconds", int, required=False) or 300
+    if not 1 <= timeout <= 3600:
+        raise ValidationError("TimeoutSeconds must be between 1 and 3600.")
+    result = clusters.exec_on_node(
+        request.runtime,
+        request.caller,
+        request.path["cluster"],
+        request.path["node"],
+        command,
+        timedelta(seconds=timeout),
+    )
+    return {
+        "ExitCode": result.exit_code,
+        "Stdout": result.stdout.decode(errors="replace"),
+        "Stderr": result.stderr.decode(errors="replace"),
+        "TimedOut": result.timed_out,
+    }
+
+
 def routes() -> list[Route]:
     return [
         Route("/api/v1/whoami", endpoint(whoami), methods=["GET"]),
@@ -391,6 +417,7 @@ def routes() -> list[Route]:
         Route("/api/v1/invoices/{invoice}/approve", endpoint(approve_invoice, admin=True), methods=["POST"]),
         Route("/api/v1/invoices/{invoice}/reject", endpoint(reject_invoice, admin=True), methods=["POST"]),
         Route("/api/v1/plans/{name}/events", endpoint(plan_events), methods=["GET"]),
+        Route("/api/v1/clusters/{cluster}/nodes/{node}/exec", endpoint(exec_on_node), methods=["POST"]),
         Route(
             "/api/v1/accounts/{account}/plans/{name}/cancel",
             endpoint(cancel_plan, admin=True),

@@ -498,18 +498,20 @@ def _converge(
         _shut_down(node, actions, now, expiry)
     spec = json.loads(group.spec)
     for _ in range(wanted - len(nodes)):
-        node = _new_node(session, group, now)
+        node = _new_node(session, group, runtime.region, now)
         actions.provision.append((node, spec, expiry))
 
 
-def _new_node(session: Session, group: InstanceGroup, now: datetime) -> ClusterNode:
+def _new_node(session: Session, group: InstanceGroup, region: str, now: datetime) -> ClusterNode:
     instance_id = "i-" + secrets.token_hex(9)[:17]
+    # The model's pattern for PrivateDnsHostname is ip-A-B-C-D.<domain>, as EC2 names its hosts.
+    octets = "-".join(str(1 + secrets.randbelow(250)) for _ in range(2))
     node = ClusterNode(
         cluster_id=group.cluster_id,
         group_id=group.id,
         instance_id=instance_id,
         backend_id=f"node-{instance_id}",
-        hostname=f"ip-10-1-{secrets.randbelow(250)}-{secrets.randbelow(250)}",
+        hostname=f"ip-10-1-{octets}.{region}.compute.internal",
         availability_zone=group.availability_zone,
         on_plan=group.plan_id is not None,
         status="Pending",

@@ -1,0 +1,162 @@
+"""`hyperplan clusters`: list, describe and inspect HyperPod clusters; run a command on a node."""
+
+from __future__ import annotations
+
+import sys
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+
+from hyperplan.cli.common import (
+    DataDirOpt,
+    EndpointOpt,
+    JsonOpt,
+    ProfileOpt,
+    console,
+    emit,
+    native_client,
+    print_table,
+    reporting_errors,
+    reporting_sagemaker_errors,
+    sagemaker_client,
+)
+
+app = typer.Typer(help="HyperPod clusters: list, describe, nodes, exec.", no_args_is_help=True)
+
+
+def _when(value: Any) -> str:
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if isinstance(value, datetime) else str(value)
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items() if k != "ResponseMetadata"}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+@app.command("list")
+def list_clusters(
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """This account's clusters."""
+    with reporting_sagemaker_errors():
+        client = sagemaker_client(endpoint_url, profile, data_dir)
+        found = [
+            c for page in client.get_paginator("list_clusters").paginate() for c in page["ClusterSummaries"]
+        ]
+
+    def render(value: list[dict[str, Any]]) -> None:
+        rows = [
+            [
+                c["ClusterName"],
+                c["ClusterStatus"],
+                _when(c["CreationTime"]),
+                ", ".join(a.rsplit("/", 1)[-1] for a in c.get("TrainingPlanArns", [])),
+            ]
+            for c in value
+        ]
+        print_table("Clusters", ["Name", "Status", "Created", "Training plans"], rows)
+
+    emit(_clean(found) if as_json else found, as_json, render)
+
+
+@app.command("describe")
+def describe(
+    name: str,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A cluster and its instance groups: target and current counts, plan and its status."""
+    with reporting_sagemaker_errors():
+        cluster = sagemaker_client(endpoint_url, profile, data_dir).describe_cluster(ClusterName=name)
+
+    def render(value: dict[str, Any]) -> None:
+        console.print(f"[bold]{value['ClusterName']}[/bold]  {value['ClusterStatus']}  {value['ClusterArn']}")
+        rows = [
+            [
+                g["InstanceGroupName"],
+                g["InstanceType"],
+                g["CurrentCount"],
+                g["TargetCount"],
+                g["Status"],
+                g.get("TrainingPlanArn", "on-demand").rsplit("/", 1)[-1],
+                g.get("TrainingPlanStatus", ""),
+            ]
+            for g in value["InstanceGroups"]
+        ]
+        print_table(
+            "Instance groups", ["Group", "Type", "Current", "Target", "Status", "Plan", "Plan status"], rows
+        )
+
+    emit(_clean(cluster), as_json, render)
+
+
+@app.command("nodes")
+def nodes(
+    name: str,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A cluster's nodes and their status."""
+    with reporting_sagemaker_errors():
+        client = sagemaker_client(endpoint_url, profile, data_dir)
+        pages = client.get_paginator("list_cluster_nodes").paginate(ClusterName=name)
+        found = [n for page in pages for n in page["ClusterNodeSummaries"]]
+
+    def render(value: list[dict[str, Any]]) -> None:
+        rows = [
+            [
+                n["InstanceGroupName"],
+                n["InstanceId"],
+                n.get("PrivateDnsHostname", ""),
+                n["InstanceType"],
+                n["InstanceStatus"]["Status"],
+                _when(n["LaunchTime"]),
+                n["InstanceStatus"].get("Message", ""),
+            ]
+            for n in value
+        ]
+        print_table(
+            f"Nodes of {name}", ["Group", "Instance", "Host", "Type", "Status", "Launched", "Message"], rows
+        )
+
+    emit(_clean(found) if as_json else found, as_json, render)
+
+
+@app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def exec_command(
+    ctx: typer.Context,
+    cluster: str,
+    node: Annotated[str, typer.Argument(help="Instance id or host name.")],
+    timeout: Annotated[int, typer.Option(help="Seconds before the command is killed.")] = 300,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Run a command on a node: `hyperplan clusters exec CLUSTER NODE -- CMD ARGS...`."""
+    command = list(ctx.args)
+    if not command:
+        raise typer.BadParameter("give the command after --, e.g. -- hostname")
+    with reporting_errors():
+        result = native_client(endpoint_url, profile, data_dir).post(
+            f"/api/v1/clusters/{cluster}/nodes/{node}/exec", {"Command": command, "TimeoutSeconds": timeout}
+        )
+    if as_json:
+        emit(result, True, lambda _: None)
+        return
+    sys.stdout.write(result["Stdout"])
+    sys.stderr.write(result["Stderr"])
+    raise typer.Exit(result["ExitCode"] if result["ExitCode"] is not None else 1)

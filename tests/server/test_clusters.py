@@ -1,0 +1,392 @@
+"""HyperPod clusters on training plans, with real nodes on the local back end, under the manual clock."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from hyperplan.client.signing import Credentials
+from tests.harness import ADMIN, Server
+
+SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
+P5 = "ml.p5.48xlarge"
+ROLE = "arn:aws:iam::123456789012:role/hyperpod"
+SUBNETS = ["subnet-00000000000000a01", "subnet-00000000000000b01"]
+ON_CREATE = (
+    "#!/bin/sh\n"
+    'echo "created on $(hostname) until $SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP" '
+    "> created.txt\n"
+)
+
+
+def _now(server: Server) -> datetime:
+    return datetime.fromisoformat(server.native().get("/api/v1/clock")["Now"])
+
+
+def _boundary_after(moment: datetime) -> datetime:
+    candidate = moment.astimezone(UTC).replace(hour=11, minute=30, second=0, microsecond=0)
+    return candidate if candidate >= moment else candidate + timedelta(days=1)
+
+
+def _wait(check: Callable[[], Any], timeout: float = 60) -> Any:
+    """Real processes take real time: poll until `check` holds (returns truthy)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.2)
+
+
+def _buy(
+    server: Server,
+    credentials: Credentials,
+    name: str,
+    count: int,
+    days: int,
+    target: str = "hyperpod-cluster",
+    **window: Any,
+) -> str:
+    client = server.sagemaker(credentials)
+    offering = client.search_training_plan_offerings(
+        InstanceType=P5, InstanceCount=count, DurationHours=24 * days, TargetResources=[target], **window
+    )["TrainingPlanOfferings"][0]
+    return str(
+        client.create_training_plan(
+            TrainingPlanName=name, TrainingPlanOfferingId=offering["TrainingPlanOfferingId"]
+        )["TrainingPlanArn"]
+    )
+
+
+def _counts(server: Server, cluster: str, credentials: Credentials = ADMIN) -> dict[str, tuple[int, int]]:
+    groups = server.sagemaker(credentials).describe_cluster(ClusterName=cluster)["InstanceGroups"]
+    return {g["InstanceGroupName"]: (g["CurrentCount"], g["TargetCount"]) for g in groups}
+
+
+def _group(
+    name: str, count: int, plan: str | None = None, instance_type: str = P5, **extra: Any
+) -> dict[str, Any]:
+    group = {
+        "InstanceGroupName": name,
+        "InstanceType": instance_type,
+        "InstanceCount": count,
+        "LifeCycleConfig": {"SourceS3Uri": "s3://lifecycle/src", "OnCreate": "on_create.sh"},
+        "ExecutionRole": ROLE,
+        "ThreadsPerCore": 1,
+        **extra,
+    }
+    if plan:
+        group["TrainingPlanArn"] = plan
+    return group
+
+
+@pytest.fixture
+def small(server_factory: type[Server], tmp_path: Path) -> Server:
+    server = server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET)
+    script = server.data_dir / "s3" / "lifecycle" / "src" / "on_create.sh"
+    script.parent.mkdir(parents=True)
+    script.write_text(ON_CREATE)
+    return server.start()
+
+
+@pytest.fixture
+def split_plan(small: Server) -> tuple[Server, str, datetime]:
+    """4 x p5 for two one-day segments, two days apart (another team holds every p5 in between)."""
+    start = _boundary_after(_now(small) + timedelta(minutes=30))
+    blocker = small.new_account("blocker")
+    for count, name in ((8, "block-a"), (4, "block-b")):
+        _buy(
+            small,
+            blocker,
+            name,
+            count,
+            2,
+            StartTimeAfter=start + timedelta(days=1),
+            EndTimeBefore=start + timedelta(days=3),
+        )
+    arn = _buy(small, ADMIN, "split", 4, 2, StartTimeAfter=start, EndTimeBefore=start + timedelta(days=4))
+    return small, arn, start
+
+
+def test_seed_hyperpod_walkthrough_with_the_aws_cli(
+    split_plan: tuple[Server, str, datetime], tmp_path: Path
+) -> None:
+    server, arn, start = split_plan
+    config = {
+        "ClusterName": "ml-cluster",
+        "InstanceGroups": [
+            _group("controller-machine", 1, instance_type="ml.m5.12xlarge"),
+            _group(
+                "worker-group-1",
+                2,
+                arn,
+                InstanceStorageConfigs=[{"EbsVolumeConfig": {"VolumeSizeInGB": 500}}],
+            ),
+        ],
+        "VpcConfig": {"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": SUBNETS},
+    }
+    (tmp_path / "cluster-config.json").write_text(json.dumps(config))
+    created = server.aws(
+        "sagemaker", "create-cluster", "--cli-input-json", f"file://{tmp_path / 'cluster-config.json'}"
+    )
+    assert created["ClusterArn"].split(":cluster/")[1].isalnum()
+    update = {"ClusterName": "ml-cluster", "InstanceGroups": [_group("worker-group-2", 1, arn)]}
+    (tmp_path / "update.json").write_text(json.dumps(update))
+    server.aws("sagemaker", "update-cluster", "--cli-input-json", f"file://{tmp_path / 'update.json'}")
+
+    def counts() -> dict[str, int]:
+        described = server.aws("sagemaker", "describe-cluster", "--cluster-name", "ml-cluster")
+        assert all(g["Status"] == "InService" for g in described["InstanceGroups"])
+        return {g["InstanceGroupName"]: g["CurrentCount"] for g in described["InstanceGroups"]}
+
+    def running() -> dict[str, int]:
+        nodes = server.aws("sagemaker", "list-cluster-nodes", "--cluster-name", "ml-cluster")[
+            "ClusterNodeSummaries"
+        ]
+        found: dict[str, int] = {}
+        for node in nodes:
+            if node["InstanceStatus"]["Status"] == "Running":
+                found[node["InstanceGroupName"]] = found.get(node["InstanceGroupName"], 0) + 1
+        return found
+
+    before = {"controller-machine": 1, "worker-group-1": 0, "worker-group-2": 0}
+    during = {"controller-machine": 1, "worker-group-1": 2, "worker-group-2": 1}
+    assert _wait(lambda: counts() == before), counts()
+    described = server.aws("sagemaker", "describe-cluster", "--cluster-name", "ml-cluster")
+    statuses = {g["InstanceGroupName"]: g["TrainingPlanStatus"] for g in described["InstanceGroups"]}
+    assert statuses == {
+        "controller-machine": "NotApplicable",
+        "worker-group-1": "Scheduled",
+        "worker-group-2": "Scheduled",
+    }
+
+    server.cli("clock", "set", start.isoformat())
+    assert _wait(lambda: counts() == during), counts()
+    assert running() == during
+    plan = server.sagemaker().describe_training_plan(TrainingPlanName="split")
+    assert (plan["InUseInstanceCount"], plan["AvailableInstanceCount"]) == (3, 1)
+
+    server.cli("clock", "set", (start + timedelta(days=1, minutes=-30)).isoformat())  # reclaim time
+    assert _wait(lambda: counts() == before), counts()
+    server.cli("clock", "set", (start + timedelta(days=2)).isoformat())
+    assert counts() == before
+    server.cli("clock", "set", (start + timedelta(days=3)).isoformat())
+    assert _wait(lambda: counts() == during), counts()
+    server.cli("clock", "set", (start + timedelta(days=4)).isoformat())
+    assert _wait(lambda: counts() == before), counts()
+    summaries = server.aws("sagemaker", "list-clusters", "--training-plan-arn", arn)["ClusterSummaries"]
+    assert [s["ClusterName"] for s in summaries] == ["ml-cluster"] and summaries[0]["TrainingPlanArns"] == [
+        arn
+    ]
+
+
+def test_every_binding_rule_is_refused_with_its_own_message(small: Server) -> None:
+    team = small.new_account("binder", PaymentMode="approval")
+    client = small.sagemaker(team)
+    stranger = small.new_account("stranger")
+    theirs = _buy(small, stranger, "theirs", 1, 1)
+    pending = _buy(small, team, "pending", 1, 1)
+    small.cli("accounts", "update", "binder", "--payment-mode", "auto")
+    jobs = _buy(small, team, "for-jobs", 1, 1, target="training-job")
+    plan = _buy(small, team, "good", 1, 1)
+    zone = client.describe_training_plan(TrainingPlanName="good")["ReservedCapacitySummaries"][0][
+        "AvailabilityZone"
+    ]
+    other_subnet = SUBNETS[1] if zone == "us-west-2a" else SUBNETS[0]
+    cases = [
+        ([_group("w", 1, theirs)], None, "has no training plan"),
+        ([_group("w", 1, jobs)], None, "serves training-job"),
+        ([_group("w", 1, pending)], None, "is Pending"),
+        ([_group("w", 1, plan, instance_type="ml.m5.12xlarge")], None, "reserves ml.p5.48xlarge"),
+        ([_group("w", 1, plan)], [other_subnet], "add a subnet of the plan's zone"),
+        ([_group("w", 1, plan, CapacityRequirements={"OnDemand": {}})], None, "never both"),
+        (
+            [
+                _group(
+                    "w",
+                    1,
+                    plan,
+                    OverrideVpcConfig={
+                        "SecurityGroupIds": ["sg-0123456789abcdef0"],
+                        "Subnets": [other_subnet],
+                    },
+                )
+            ],
+            None,
+            "add a subnet",
+        ),
+    ]
+    for groups, subnets, words in cases:
+        request: dict[str, Any] = {"ClusterName": "refused", "InstanceGroups": groups}
+        if subnets:
+            request["VpcConfig"] = {"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": subnets}
+        with pytest.raises(ClientError) as exc:
+            client.create_cluster(**request)
+        error = exc.value.response["Error"]
+        assert error["Code"] == "ValidationException", (words, error)
+        assert words in error["Message"] and "InstanceGroups[0].TrainingPlanArn" in error["Message"], error
+    with pytest.raises(ClientError) as exc:
+        client.create_cluster(
+            ClusterName="too-big", InstanceGroups=[_group("c", 5, instance_type="ml.m5.12xlarge")]
+        )
+    error = exc.value.response["Error"]
+    assert error["Code"] == "ResourceLimitExceeded" and "us-west-2a: 4 free" in error["Message"]
+    with pytest.raises(ClientError) as exc:
+        client.create_cluster(ClusterName="no-p5-on-demand", InstanceGroups=[_group("w", 1)])
+    assert exc.value.response["Error"]["Code"] == "ResourceLimitExceeded"
+    assert client.list_clusters()["ClusterSummaries"] == []  # nothing half-written
+
+
+def test_partial_provisioning_serves_groups_in_creation_order(small: Server) -> None:
+    arn = _buy(small, ADMIN, "shared", 4, 1)
+    client = small.sagemaker()
+    client.create_cluster(
+        ClusterName="greedy",
+        InstanceGroups=[_group("first", 3, arn), _group("second", 3, arn)],
+        VpcConfig={"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": SUBNETS},
+    )
+    start = client.describe_training_plan(TrainingPlanName="shared")["StartTime"]
+    small.cli("clock", "set", (start + timedelta(minutes=1)).isoformat())
+    assert _wait(lambda: _counts(small, "greedy") == {"first": (3, 3), "second": (1, 3)}), _counts(
+        small, "greedy"
+    )
+    plan = client.describe_training_plan(TrainingPlanName="shared")
+    assert (plan["InUseInstanceCount"], plan["AvailableInstanceCount"]) == (4, 0)
+    # giving the first group fewer hands its instances to the second
+    client.update_cluster(ClusterName="greedy", InstanceGroups=[_group("first", 1, arn)])
+    assert _wait(lambda: _counts(small, "greedy") == {"first": (1, 1), "second": (3, 3)}), _counts(
+        small, "greedy"
+    )
+
+
+def test_lifecycle_scripts_run_for_real_and_a_failing_one_fails_its_node(small: Server) -> None:
+    client = small.sagemaker()
+    client.create_cluster(
+        ClusterName="real", InstanceGroups=[_group("controller", 1, instance_type="ml.m5.12xlarge")]
+    )
+    node = _wait(
+        lambda: [
+            n
+            for n in client.list_cluster_nodes(ClusterName="real")["ClusterNodeSummaries"]
+            if n["InstanceStatus"]["Status"] == "Running"
+        ]
+    )
+    assert node, client.list_cluster_nodes(ClusterName="real")
+    out = small.cli("clusters", "exec", "real", node[0]["InstanceId"], "--", "cat", "lifecycle/created.txt")
+    assert out.stdout.startswith("created on") and out.stdout.strip().endswith("until 0")
+
+    bad = small.data_dir / "s3" / "lifecycle" / "bad" / "on_create.sh"
+    bad.parent.mkdir(parents=True)
+    bad.write_text("#!/bin/sh\necho 'cannot mount /fsx: no such device' >&2\nexit 3\n")
+    group = _group(
+        "broken",
+        1,
+        instance_type="ml.m5.12xlarge",
+        LifeCycleConfig={"SourceS3Uri": "s3://lifecycle/bad", "OnCreate": "on_create.sh"},
+    )
+    client.update_cluster(ClusterName="real", InstanceGroups=[group])
+
+    def failed() -> list[dict[str, Any]]:
+        nodes = client.list_cluster_nodes(ClusterName="real", InstanceGroupNameContains="broken")[
+            "ClusterNodeSummaries"
+        ]
+        return [n for n in nodes if n["InstanceStatus"]["Status"] == "Failure"]
+
+    assert _wait(failed), client.list_cluster_nodes(ClusterName="real")
+    assert "cannot mount /fsx" in failed()[0]["InstanceStatus"]["Message"]
+    assert _counts(small, "real")["broken"] == (0, 1)
+
+    missing = _group(
+        "missing",
+        1,
+        instance_type="ml.m5.12xlarge",
+        LifeCycleConfig={"SourceS3Uri": "s3://no-such-bucket/src", "OnCreate": "on_create.sh"},
+    )
+    client.update_cluster(ClusterName="real", InstanceGroups=[missing])
+    gone = _wait(
+        lambda: [
+            n
+            for n in client.list_cluster_nodes(ClusterName="real", InstanceGroupNameContains="missing")[
+                "ClusterNodeSummaries"
+            ]
+            if n["InstanceStatus"]["Status"] == "Failure"
+        ]
+    )
+    assert gone and "s3://no-such-bucket/src" in gone[0]["InstanceStatus"]["Message"]
+
+
+def test_batch_delete_lowers_the_target_and_delete_cluster_releases_everything(small: Server) -> None:
+    client = small.sagemaker()
+    client.create_cluster(
+        ClusterName="shrink", InstanceGroups=[_group("c", 3, instance_type="ml.m5.12xlarge")]
+    )
+    assert _wait(lambda: _counts(small, "shrink") == {"c": (3, 3)})
+    victim = client.list_cluster_nodes(ClusterName="shrink")["ClusterNodeSummaries"][0]["InstanceId"]
+    result = client.batch_delete_cluster_nodes(ClusterName="shrink", NodeIds=[victim, "i-00000000000000000"])
+    assert result["Successful"] == [victim]
+    assert [f["Code"] for f in result["Failed"]] == ["NodeIdNotFound"]
+    assert _wait(lambda: _counts(small, "shrink") == {"c": (2, 2)})
+    client.delete_cluster(ClusterName="shrink")
+    assert _wait(lambda: client.list_clusters()["ClusterSummaries"] == [])
+    # the on-demand capacity is free again
+    client.create_cluster(
+        ClusterName="again", InstanceGroups=[_group("c", 4, instance_type="ml.m5.12xlarge")]
+    )
+
+
+def _node_processes(data_dir: Path) -> list[int]:
+    """Processes running from the back end's node directories (an orphan would show up here)."""
+    root = str((data_dir / "backend").resolve())
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            if os.readlink(f"/proc/{pid}/cwd").startswith(root):
+                found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def test_a_server_killed_mid_segment_keeps_clusters_nodes_and_processes_consistent(small: Server) -> None:
+    arn = _buy(small, ADMIN, "steady", 2, 2)
+    client = small.sagemaker()
+    client.create_cluster(
+        ClusterName="survivor",
+        InstanceGroups=[_group("controller", 1, instance_type="ml.m5.12xlarge"), _group("workers", 2, arn)],
+        VpcConfig={"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": SUBNETS},
+    )
+    start = client.describe_training_plan(TrainingPlanName="steady")["StartTime"]
+    small.cli("clock", "set", (start + timedelta(hours=1)).isoformat())
+    want = {"controller": (1, 1), "workers": (2, 2)}
+    assert _wait(lambda: _counts(small, "survivor") == want), _counts(small, "survivor")
+    before = sorted(
+        n["InstanceId"] for n in client.list_cluster_nodes(ClusterName="survivor")["ClusterNodeSummaries"]
+    )
+    node = before[0]
+    small.cli("clusters", "exec", "survivor", node, "--", "sh", "-c", "sleep 600 >/dev/null 2>&1 &")
+
+    small.kill()
+    small.restart()
+    client = small.sagemaker()
+    assert _counts(small, "survivor") == want
+    after = sorted(
+        n["InstanceId"] for n in client.list_cluster_nodes(ClusterName="survivor")["ClusterNodeSummaries"]
+    )
+    assert after == before  # no node lost, none duplicated
+
+    end = client.describe_training_plan(TrainingPlanName="steady")["EndTime"]
+    small.cli("clock", "set", (end - timedelta(minutes=30)).isoformat())  # reclaim
+    assert _wait(lambda: _counts(small, "survivor")["workers"] == (0, 2))
+    client.delete_cluster(ClusterName="survivor")
+    assert _wait(lambda: client.list_clusters()["ClusterSummaries"] == [], timeout=90)
+    assert _wait(lambda: not _node_processes(small.data_dir), timeout=60), _node_processes(small.data_dir)
