@@ -390,3 +390,33 @@ def test_a_server_killed_mid_segment_keeps_clusters_nodes_and_processes_consiste
     client.delete_cluster(ClusterName="survivor")
     assert _wait(lambda: client.list_clusters()["ClusterSummaries"] == [], timeout=90)
     assert _wait(lambda: not _node_processes(small.data_dir), timeout=60), _node_processes(small.data_dir)
+
+
+def test_at_reclaim_node_processes_get_sigterm_with_the_segment_end(small: Server) -> None:
+    arn = _buy(small, ADMIN, "warned", 1, 1)
+    client = small.sagemaker()
+    client.create_cluster(
+        ClusterName="warned",
+        InstanceGroups=[_group("w", 1, arn)],
+        VpcConfig={"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": SUBNETS},
+    )
+    plan = client.describe_training_plan(TrainingPlanName="warned")
+    small.cli("clock", "set", (plan["StartTime"] + timedelta(minutes=5)).isoformat())
+    assert _wait(lambda: _counts(small, "warned") == {"w": (1, 1)})
+    node = client.list_cluster_nodes(ClusterName="warned")["ClusterNodeSummaries"][0]["InstanceId"]
+    # A training process that checkpoints when told: it reads the warning from the node's env directory.
+    home = next((small.data_dir / "backend" / "nodes").glob("*/home"))
+    (home / "trainer.sh").write_text(
+        'trap \'cat "$HYPERPLAN_ENV_DIR/SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP" > warned.txt; '
+        "exit 0' TERM\n"
+        "echo $SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP > started.txt\n"
+        "while :; do sleep 0.1; done\n"
+    )
+    small.cli("clusters", "exec", "warned", node, "--", "sh", "-c", "nohup sh trainer.sh >/dev/null 2>&1 &")
+    end = str(int(plan["EndTime"].timestamp()))
+    assert _wait(lambda: (home / "started.txt").exists())
+    assert (home / "started.txt").read_text().strip() == end
+    small.cli("clock", "set", (plan["EndTime"] - timedelta(minutes=30)).isoformat())
+    assert _wait(lambda: (home / "warned.txt").exists()), "the node's processes got no SIGTERM"
+    assert (home / "warned.txt").read_text().strip() == end
+    assert _wait(lambda: _counts(small, "warned") == {"w": (0, 1)})
