@@ -239,8 +239,11 @@ class LocalBackend:
                 killed.append(ref)
             else:
                 state = self.node_status(node_id).state
-                (ended if state in (NodeState.FAILURE, NodeState.TERMINATED) else running).append(ref)
-                self._resume_backstop(ref, files.terminate)
+                if state in (NodeState.FAILURE, NodeState.TERMINATED):
+                    ended.append(ref)
+                else:
+                    running.append(ref)
+                    self._resume_backstop(ref, files.terminate)
         for task_id in self.layout.task_ids():
             ref = TaskRef(task_id)
             task = self.layout.task(task_id)
@@ -250,8 +253,11 @@ class LocalBackend:
                 self._kill_task(task)
                 killed.append(ref)
             elif self._placed(task):
-                (ended if self.task_status(task_id).state.is_final() else running).append(ref)
-                self._resume_backstop(ref, task.terminate)
+                if self.task_status(task_id).state.is_final():
+                    ended.append(ref)
+                else:
+                    running.append(ref)
+                    self._resume_backstop(ref, task.terminate)
             # else: run was cut short after the spec; the caller sees it missing and runs it again.
         found = {*running, *ended}
         missing = tuple(ref for ref in known if ref not in found)
