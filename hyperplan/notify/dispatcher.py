@@ -1,0 +1,338 @@
+"""The webhook dispatcher: sends queued deliveries from its own threads, in order per (webhook, plan).
+
+The lifecycle loop never waits on a receiver: it only writes `webhook_deliveries` rows with the events
+(`hyperplan.services.webhooks.enqueue`). This dispatcher finds the rows that are due and POSTs them:
+
+- Order. Of a (webhook, plan) pair, only the oldest undelivered delivery is ever attempted; the later
+  ones wait until it succeeds. Other pairs go on independently, so one plan's failing head, or one
+  webhook's slow receiver, holds up nothing else.
+- Fairness. A small pool of worker threads sends; each webhook has at most `per_webhook` requests in
+  flight, so a slow receiver occupies that many workers, not the pool.
+- Retries. A failure (connection error, timeout, any status outside 2xx, redirects included) records
+  the attempt and its error and waits `retry_base * 2**(attempts-1)` seconds of real time, capped at
+  `retry_max`. There is no last attempt: a delivery is retried until it succeeds or its webhook is
+  deleted, because events must arrive eventually.
+- Transactions. Each attempt reads what it sends in one short read transaction and records the outcome
+  in one short write transaction; the HTTP request happens between the two, never inside either.
+- Durability. Everything is in rows, so a restart resumes where the last run stopped. A crash after a
+  receiver answered and before the outcome was written sends that delivery again: delivery is
+  at-least-once, and receivers dedupe by DeliveryId (or EventId).
+
+Rows are found by polling (every `poll` seconds, cheap on the `ix_delivery_queue` index) and at once
+when `wake()` is called after a commit that queued something.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import httpx
+from sqlalchemy import func, select
+
+from hyperplan.clock import utcnow
+from hyperplan.errors import ValidationError
+from hyperplan.services import webhooks
+from hyperplan.store.db import Database
+from hyperplan.store.schema import PlanEvent, TrainingPlan, Webhook, WebhookDelivery
+
+log = logging.getLogger(__name__)
+
+HttpFactory = Callable[[], httpx.Client]
+ArnOf = Callable[[str, str], str]  # (account id, resource) -> ARN, as Runtime.arn
+RealClock = Callable[[], datetime]
+
+ENV_PREFIX = "HYPERPLAN_WEBHOOK_"
+MAX_ERROR_LENGTH = 1000
+
+
+@dataclass(frozen=True)
+class DispatcherConfig:
+    workers: int = 4
+    per_webhook: int = 1
+    timeout: float = 10.0  # seconds per connect, read and write of one request
+    retry_base: float = 1.0
+    retry_max: float = 300.0
+    poll: float = 0.5  # seconds between looks when nobody calls wake()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> DispatcherConfig:
+        """Defaults, overridden by HYPERPLAN_WEBHOOK_<FIELD> (e.g. HYPERPLAN_WEBHOOK_RETRY_BASE=0.2)."""
+        defaults = cls()
+        values: dict[str, float] = {}
+        for name in ("workers", "per_webhook", "timeout", "retry_base", "retry_max", "poll"):
+            text = env.get(ENV_PREFIX + name.upper())
+            if text is not None:
+                values[name] = _positive(ENV_PREFIX + name.upper(), text)
+        return cls(
+            workers=int(values.get("workers", defaults.workers)),
+            per_webhook=int(values.get("per_webhook", defaults.per_webhook)),
+            timeout=values.get("timeout", defaults.timeout),
+            retry_base=values.get("retry_base", defaults.retry_base),
+            retry_max=values.get("retry_max", defaults.retry_max),
+            poll=values.get("poll", defaults.poll),
+        )
+
+
+def _positive(name: str, text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or value == float("inf"):
+        raise ValidationError(f"{name} must be a positive number of seconds (or a count), not {text!r}.")
+    return value
+
+
+def backoff(attempts: int, base: float, cap: float) -> timedelta:
+    """The wait after the `attempts`-th failure: base, 2 base, 4 base, ... never more than cap."""
+    exponent = min(max(attempts - 1, 0), 40)  # 2**40 base is past any cap; no float overflow
+    return timedelta(seconds=min(cap, base * 2**exponent))
+
+
+@dataclass(frozen=True)
+class Head:
+    """The oldest undelivered delivery of one (webhook, plan) pair."""
+
+    delivery_id: int
+    webhook_id: int
+    plan_id: int
+    next_attempt_at: datetime
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.webhook_id, self.plan_id)
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    url: str
+    body: bytes
+    headers: dict[str, str]
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        db: Database,
+        arn: ArnOf,
+        http: HttpFactory = httpx.Client,
+        now: RealClock = utcnow,
+        config: DispatcherConfig | None = None,
+    ) -> None:
+        self.db = db
+        self.arn = arn
+        self.http = http
+        self.now = now
+        self.config = config or DispatcherConfig()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._in_flight: set[tuple[int, int]] = set()
+        self._per_webhook: Counter[int] = Counter()
+        self._cooling: dict[tuple[int, int], float] = {}  # pair -> monotonic time it may run again
+        self._jobs: queue.Queue[Head | None] = queue.Queue()
+        self._threads: list[threading.Thread] = []
+        self._client: httpx.Client | None = None
+
+    # -- start, stop, wake ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._threads:
+            return
+        self._stop.clear()
+        # Fresh bookkeeping: a worker abandoned by a timed-out stop() must not hold a pair forever.
+        self._jobs = queue.Queue()
+        with self._lock:
+            self._in_flight.clear()
+            self._per_webhook.clear()
+        self._client = self.http()
+        # Daemon threads: a receiver that hangs must never keep the process from exiting.
+        self._threads = [threading.Thread(target=self._loop, name="webhooks", daemon=True)]
+        self._threads += [
+            threading.Thread(target=self._work, name=f"webhook-{n}", daemon=True)
+            for n in range(self.config.workers)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        """Stop taking work; wait (up to one request's timeout) for requests in flight to be recorded."""
+        if not self._threads:
+            return
+        self._stop.set()
+        self._wake.set()
+        for _ in range(self.config.workers):
+            self._jobs.put(None)
+        deadline = time.monotonic() + self.config.timeout + 2
+        for thread in self._threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._threads = []
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def wake(self) -> None:
+        """Look for due deliveries now, not at the next poll (call it after a commit that queued some)."""
+        self._wake.set()
+
+    # -- the loop: find due heads, hand them to workers -------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()  # before looking, so that a wake during the look is not lost
+            try:
+                wait = self.dispatch_due()
+            except Exception:  # the loop must outlive a bad moment of the database
+                log.exception("webhook dispatcher failed; retrying")
+                wait = self.config.poll
+            self._wake.wait(timeout=wait)
+
+    def dispatch_due(self) -> float:
+        """Hand every due head that may run to the workers; return seconds until there may be more."""
+        now = self.now()
+        wait = self.config.poll
+        for head in self._heads():
+            if head.next_attempt_at > now:
+                wait = min(wait, (head.next_attempt_at - now).total_seconds())
+                break  # heads come in next_attempt_at order: the rest are later still
+            if not self._stop.is_set() and self._claim(head):
+                self._jobs.put(head)
+        return max(0.01, wait)
+
+    def _heads(self) -> list[Head]:
+        oldest = (
+            select(func.min(WebhookDelivery.id).label("id"))
+            .where(WebhookDelivery.delivered_at.is_(None))
+            .group_by(WebhookDelivery.webhook_id, WebhookDelivery.plan_id)
+            .subquery()
+        )
+        query = (
+            select(
+                WebhookDelivery.id,
+                WebhookDelivery.webhook_id,
+                WebhookDelivery.plan_id,
+                WebhookDelivery.next_attempt_at,
+            )
+            .join(oldest, oldest.c.id == WebhookDelivery.id)
+            .join(Webhook, Webhook.id == WebhookDelivery.webhook_id)
+            .where(Webhook.deleted_at.is_(None))
+            .order_by(WebhookDelivery.next_attempt_at, WebhookDelivery.id)
+        )
+        with self.db.read() as session:
+            return [Head(*row) for row in session.execute(query).all()]
+
+    def _claim(self, head: Head) -> bool:
+        """Reserve a worker for the head unless its pair, its webhook (at its cap) or the pool is busy."""
+        with self._lock:
+            if (
+                head.key in self._in_flight
+                or self._per_webhook[head.webhook_id] >= self.config.per_webhook
+                or len(self._in_flight) >= self.config.workers
+                or self._cooling.get(head.key, 0.0) > time.monotonic()
+            ):
+                return False
+            self._in_flight.add(head.key)
+            self._per_webhook[head.webhook_id] += 1
+            return True
+
+    def _release(self, head: Head, cool: bool) -> None:
+        with self._lock:
+            self._in_flight.discard(head.key)
+            self._per_webhook[head.webhook_id] -= 1
+            if self._per_webhook[head.webhook_id] <= 0:
+                del self._per_webhook[head.webhook_id]
+            if cool:
+                self._cooling[head.key] = time.monotonic() + self.config.poll
+            else:
+                self._cooling.pop(head.key, None)
+        self._wake.set()  # the pair's next delivery, or another webhook's, may go now
+
+    # -- the workers: one attempt each ------------------------------------------------------------
+
+    def _work(self) -> None:
+        while (head := self._jobs.get()) is not None:
+            cool = False
+            if self._stop.is_set():  # stopping: finish what is in flight, start nothing new
+                self._release(head, cool)
+                continue
+            try:
+                self.attempt(head.delivery_id)
+            except Exception:
+                # The outcome could not be read or recorded (a database problem): the delivery stays due.
+                # Cooling the pair for a poll keeps that from turning into a stream of duplicate POSTs.
+                log.exception("webhook delivery %d: attempt failed", head.delivery_id)
+                cool = True
+            finally:
+                self._release(head, cool)
+
+    def attempt(self, delivery_id: int) -> bool | None:
+        """One attempt at one delivery: True if delivered, False if it failed, None if nothing to send."""
+        outgoing = self._prepare(delivery_id)
+        if outgoing is None:
+            return None
+        error = self._post(outgoing)  # no transaction is open here
+        self._record(delivery_id, error)
+        if error is not None:
+            log.info("webhook delivery %d to %s failed: %s", delivery_id, outgoing.url, error)
+        return error is None
+
+    def _prepare(self, delivery_id: int) -> Outgoing | None:
+        with self.db.read() as session:
+            delivery = session.get(WebhookDelivery, delivery_id)
+            if delivery is None or delivery.delivered_at is not None:
+                return None
+            hook = session.get(Webhook, delivery.webhook_id)
+            event = session.get(PlanEvent, delivery.plan_event_id)
+            plan = session.get(TrainingPlan, delivery.plan_id)
+            if hook is None or hook.deleted_at is not None or event is None or plan is None:
+                return None
+            arn = self.arn(plan.account_id, f"training-plan/{plan.name}")
+            body = webhooks.encode(webhooks.payload(event, plan, arn, delivery.id, delivery.attempts + 1))
+            return Outgoing(hook.url, body, webhooks.headers(hook.secret, body, event.kind, delivery.id))
+
+    def _post(self, outgoing: Outgoing) -> str | None:
+        """None if the receiver answered 2xx; otherwise what went wrong, for `last_error`."""
+        client = self._client or self.http()
+        try:
+            # Streamed and never read: a receiver's answer body is not ours to download.
+            with client.stream(
+                "POST",
+                outgoing.url,
+                content=outgoing.body,
+                headers=outgoing.headers,
+                timeout=self.config.timeout,
+                follow_redirects=False,
+            ) as response:
+                if 200 <= response.status_code < 300:
+                    return None
+                return f"HTTP {response.status_code} {response.reason_phrase}".strip()
+        except httpx.TimeoutException:
+            return f"timed out after {self.config.timeout:g} s"
+        except Exception as exc:  # connection refused, bad TLS, an unusable URL: all retried alike
+            return f"{type(exc).__name__}: {exc}"[:MAX_ERROR_LENGTH]
+        finally:
+            if client is not self._client:
+                client.close()
+
+    def _record(self, delivery_id: int, error: str | None) -> None:
+        with self.db.write() as session:
+            delivery = session.get(WebhookDelivery, delivery_id)
+            if delivery is None or delivery.delivered_at is not None:
+                return  # another dispatcher on the same store got there first
+            now = self.now()
+            delivery.attempts += 1
+            if error is None:
+                delivery.delivered_at = now
+                return
+            delivery.last_error = error[:MAX_ERROR_LENGTH]
+            delivery.next_attempt_at = now + backoff(
+                delivery.attempts, self.config.retry_base, self.config.retry_max
+            )

@@ -1,0 +1,375 @@
+"""Webhooks against a real server: a receiver on loopback gets a plan's whole life, in order and signed;
+a failing receiver gets everything later; a slow one delays no transition; a restart loses nothing."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hyperplan.cli.client import ApiError
+from hyperplan.client.signing import Credentials
+from hyperplan.services.webhooks import verify
+from tests.harness import Server
+
+SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
+P5 = "ml.p5.48xlarge"
+
+
+# -- a receiver on loopback -------------------------------------------------------------------------
+
+
+@dataclass
+class Received:
+    headers: dict[str, str]
+    body: bytes
+    answered: int
+    at: float
+
+    @property
+    def json(self) -> dict[str, Any]:
+        return dict(json.loads(self.body))
+
+
+@dataclass
+class Receiver:
+    """An HTTP server in a thread that records every POST; `fail_first` answers 500, `delay` sleeps."""
+
+    fail_first: int = 0
+    delay: float = 0.0
+    port: int = 0
+    requests: list[Received] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _server: ThreadingHTTPServer | None = None
+
+    def start(self) -> Receiver:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                if receiver.delay:
+                    time.sleep(receiver.delay)
+                with receiver._lock:
+                    status = 500 if len(receiver.requests) < receiver.fail_first else 204
+                    receiver.requests.append(Received(dict(self.headers), body, status, time.monotonic()))
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hooks/hyperplan"
+
+    def accepted(self) -> list[Received]:
+        with self._lock:
+            return [r for r in self.requests if r.answered < 300]
+
+
+@pytest.fixture
+def receivers() -> Iterator[Callable[..., Receiver]]:
+    started: list[Receiver] = []
+
+    def make(**options: Any) -> Receiver:
+        receiver = Receiver(**options).start()
+        started.append(receiver)
+        return receiver
+
+    yield make
+    for receiver in started:
+        receiver.stop()
+
+
+@pytest.fixture
+def fast_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Servers started in this test retry after 0.2 s, 0.4 s, ... at most 1 s (real time)."""
+    monkeypatch.setenv("HYPERPLAN_WEBHOOK_RETRY_BASE", "0.2")
+    monkeypatch.setenv("HYPERPLAN_WEBHOOK_RETRY_MAX", "1")
+
+
+@pytest.fixture
+def small(server_factory: type[Server], tmp_path: Path, fast_retries: None) -> Server:
+    return server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET).start()
+
+
+# -- helpers ----------------------------------------------------------------------------------------
+
+
+def _now(server: Server) -> datetime:
+    return datetime.fromisoformat(server.native().get("/api/v1/clock")["Now"])
+
+
+def _boundary_after(moment: datetime) -> datetime:
+    candidate = moment.astimezone(UTC).replace(hour=11, minute=30, second=0, microsecond=0)
+    return candidate if candidate >= moment else candidate + timedelta(days=1)
+
+
+def _buy(server: Server, credentials: Credentials, name: str, **search: Any) -> dict[str, Any]:
+    client = server.sagemaker(credentials)
+    request = {"InstanceType": P5, "TargetResources": ["training-job"], **search}
+    offering = client.search_training_plan_offerings(**request)["TrainingPlanOfferings"][0]
+    client.create_training_plan(
+        TrainingPlanName=name, TrainingPlanOfferingId=offering["TrainingPlanOfferingId"]
+    )
+    return offering
+
+
+def _register(server: Server, account: str, receiver: Receiver) -> dict[str, Any]:
+    hook = server.native().post("/api/v1/webhooks", {"Account": account, "Url": receiver.url})
+    assert hook["Secret"] and hook["Url"] == receiver.url
+    return dict(hook)
+
+
+def _history(server: Server, account: str, plan: str) -> list[dict[str, Any]]:
+    return list(server.native().get(f"/api/v1/plans/{plan}/events", account=account)["Events"])
+
+
+def _wait_for(receiver: Receiver, count: int, timeout: float) -> list[Received]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        accepted = receiver.accepted()
+        if len(accepted) >= count:
+            return accepted
+        time.sleep(0.05)
+    raise AssertionError(f"{len(receiver.accepted())} of {count} deliveries after {timeout}s")
+
+
+def _assert_signed_and_in_order(
+    received: list[Received], secret: str, history: list[dict[str, Any]], plan: str
+) -> None:
+    """Every accepted request is signed, names its delivery and event, and they are the plan's history."""
+    bodies = [r.json for r in received]
+    for request, body in zip(received, bodies, strict=True):
+        assert verify(secret, request.body, request.headers["X-Hyperplan-Signature"])
+        assert not verify(secret, request.body + b" ", request.headers["X-Hyperplan-Signature"])
+        assert request.headers["X-Hyperplan-Event"] == body["Kind"]
+        assert request.headers["X-Hyperplan-Delivery"] == str(body["DeliveryId"])
+        assert request.headers["Content-Type"] == "application/json"
+        assert body["TrainingPlanName"] == plan
+        assert body["TrainingPlanArn"].endswith(f":{body['AccountId']}:training-plan/{plan}")
+    ids = [b["EventId"] for b in bodies]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    assert [(b["Kind"], b["Status"], b["Message"], b["At"]) for b in bodies] == [
+        (e["Kind"], e["Status"], e["Message"], e["At"]) for e in history
+    ]
+
+
+# -- the cases --------------------------------------------------------------------------------------
+
+
+def test_a_receiver_gets_a_plans_whole_life_in_order_and_signed(
+    small: Server, receivers: Callable[..., Receiver]
+) -> None:
+    """A two-segment plan paid on approval, walked through both segments to Expired."""
+    start = _boundary_after(_now(small) + timedelta(minutes=30))
+    blocker = small.new_account("blocker")
+    owner = small.new_account("owner", PaymentMode="approval")
+    receiver = receivers()
+    created = json.loads(small.cli("webhooks", "add", "owner", receiver.url, "--json").stdout)
+    secret = created["Secret"]
+    other = _register(small, "blocker", receivers())  # another account's webhook sees none of owner's
+    _buy(
+        small,
+        blocker,
+        "block",
+        InstanceCount=8,
+        DurationHours=48,
+        StartTimeAfter=start + timedelta(days=1),
+        EndTimeBefore=start + timedelta(days=3),
+    )
+    _buy(
+        small,
+        owner,
+        "walk",
+        InstanceCount=8,
+        DurationHours=48,
+        StartTimeAfter=start,
+        EndTimeBefore=start + timedelta(days=4),
+    )
+    invoice = small.native().get("/api/v1/invoices", account="owner", status="Pending")["Invoices"][0]
+    small.native().post(f"/api/v1/invoices/{invoice['InvoiceId']}/approve")
+    for moment in (
+        start,
+        start + timedelta(days=1),
+        start + timedelta(days=3, hours=1),
+        start + timedelta(days=5),
+    ):
+        small.cli("clock", "set", moment.isoformat())
+    history = _history(small, "owner", "walk")
+    assert history[-1]["Status"] == "Expired"
+    kinds = [e["Kind"] for e in history]
+    assert kinds.count("segment-started") == 2 and kinds.count("segment-ended") == 2
+
+    received = _wait_for(receiver, len(history), timeout=30)
+    time.sleep(0.5)  # nothing more, and nothing twice
+    assert len(receiver.requests) == len(history)
+    _assert_signed_and_in_order(received, secret, history, "walk")
+    assert all(r.json["Attempt"] == 1 for r in received)
+    assert all(r.json["AccountId"] == created["AccountId"] for r in received)
+
+    listed = json.loads(small.cli("webhooks", "list", "--account", "owner", "--json").stdout)
+    assert [(h["WebhookId"], h["PendingDeliveries"]) for h in listed] == [(created["WebhookId"], 0)]
+    assert {h["WebhookId"] for h in small.native().get("/api/v1/webhooks")["Webhooks"]} == {
+        created["WebhookId"],
+        other["WebhookId"],
+    }
+    shown = json.loads(small.cli("webhooks", "deliveries", str(created["WebhookId"]), "--json").stdout)
+    assert [d["Status"] for d in shown["Deliveries"]] == ["Delivered"] * len(history)
+    assert [d["Kind"] for d in reversed(shown["Deliveries"])] == kinds
+
+
+def test_a_receiver_that_fails_at_first_gets_every_event_later_in_order(
+    small: Server, receivers: Callable[..., Receiver]
+) -> None:
+    receiver = receivers(fail_first=3)
+    team = small.new_account("flaky-team")
+    hook = _register(small, "flaky-team", receiver)
+    offering = _buy(small, team, "flaky", InstanceCount=2, DurationHours=24)
+    small.cli("clock", "set", offering["ReservedCapacityOfferings"][0]["EndTime"].isoformat())
+    history = _history(small, "flaky-team", "flaky")
+    assert history[-1]["Status"] == "Expired"
+
+    received = _wait_for(receiver, len(history), timeout=30)
+    _assert_signed_and_in_order(received, hook["Secret"], history, "flaky")
+    # The first event was tried until it got through, and nothing overtook it meanwhile.
+    first = [r.json for r in receiver.requests[:4]]
+    assert [b["EventId"] for b in first] == [first[0]["EventId"]] * 4
+    assert [b["Attempt"] for b in first] == [1, 2, 3, 4]
+    assert [r.answered for r in receiver.requests[:4]] == [500, 500, 500, 204]
+    deliveries = small.native().get(f"/api/v1/webhooks/{hook['WebhookId']}/deliveries")["Deliveries"]
+    oldest = deliveries[-1]
+    assert (oldest["Status"], oldest["Attempts"]) == ("Delivered", 4)
+    assert "500" in oldest["LastError"]
+    assert all(d["Attempts"] == 1 for d in deliveries[:-1])
+
+
+def test_a_slow_receiver_delays_no_transition(small: Server, receivers: Callable[..., Receiver]) -> None:
+    """Each request takes the receiver 3 s; the plan's transitions happen on time regardless, a fast
+    webhook of the same account is served meanwhile, and the slow one gets everything in the end."""
+    slow, fast = receivers(delay=3.0), receivers()
+    team = small.new_account("patient-team")
+    slow_hook, fast_hook = _register(small, "patient-team", slow), _register(small, "patient-team", fast)
+    client = small.sagemaker(team)
+
+    began = time.monotonic()
+    offering = _buy(small, team, "slowpoke", InstanceCount=2, DurationHours=24)
+    segment = offering["ReservedCapacityOfferings"][0]
+    for moment, status in (
+        (segment["StartTime"], "Active"),
+        (segment["StartTime"] + timedelta(hours=12), "Active"),
+        (segment["EndTime"], "Expired"),
+    ):
+        moved = time.monotonic()
+        small.native().post("/api/v1/clock/set", {"Time": moment.isoformat()})
+        assert time.monotonic() - moved < 1.5, "a clock move waited on a webhook receiver"
+        assert client.describe_training_plan(TrainingPlanName="slowpoke")["Status"] == status
+    elapsed = time.monotonic() - began
+    history = _history(small, "patient-team", "slowpoke")
+    assert elapsed < 3 * len(history) / 2, "the plan's life kept pace with the slow receiver"
+    assert len(slow.accepted()) < len(history), "the slow receiver was not behind at all"
+
+    _assert_signed_and_in_order(
+        _wait_for(fast, len(history), timeout=5), fast_hook["Secret"], history, "slowpoke"
+    )
+    assert len(slow.accepted()) < len(history), "the fast webhook waited for the slow one"
+    received = _wait_for(slow, len(history), timeout=3 * len(history) + 20)
+    _assert_signed_and_in_order(received, slow_hook["Secret"], history, "slowpoke")
+
+
+def test_pending_deliveries_survive_a_crash_and_are_sent_after_restart(
+    small: Server, receivers: Callable[..., Receiver]
+) -> None:
+    receiver = receivers()
+    receiver.stop()  # keep its port, answer nothing: every attempt is refused
+    team = small.new_account("restart-team")
+    hook = _register(small, "restart-team", receiver)
+    offering = _buy(small, team, "durable", InstanceCount=2, DurationHours=24)
+    small.cli("clock", "set", offering["ReservedCapacityOfferings"][0]["StartTime"].isoformat())
+    history = _history(small, "restart-team", "durable")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # the first delivery has been tried and refused at least once
+        deliveries = small.native().get(f"/api/v1/webhooks/{hook['WebhookId']}/deliveries")["Deliveries"]
+        if deliveries[-1]["Attempts"] >= 1:
+            break
+        time.sleep(0.1)
+    assert len(deliveries) == len(history)
+    assert all(d["Status"] in ("Pending", "Retrying") for d in deliveries)
+    assert deliveries[-1]["LastError"] and deliveries[-1]["Status"] == "Retrying"
+
+    small.kill()
+    receiver.start()  # on the same port
+    small.restart()
+    received = _wait_for(receiver, len(history), timeout=30)
+    _assert_signed_and_in_order(received, hook["Secret"], history, "durable")
+    assert received[0].json["Attempt"] >= 2
+
+
+def test_webhook_administration(small: Server, receivers: Callable[..., Receiver]) -> None:
+    receiver = receivers()
+    team = small.new_account("admin-team")
+    for url in ("ftp://example.com/hook", "example.com/hook", "http://", "http://exa mple.com/"):
+        with pytest.raises(ApiError) as refused:
+            small.native().post("/api/v1/webhooks", {"Account": "admin-team", "Url": url})
+        assert refused.value.code == "ValidationException" and "Url" in refused.value.message
+    with pytest.raises(ApiError) as missing:
+        small.native().post("/api/v1/webhooks", {"Account": "nobody", "Url": receiver.url})
+    assert missing.value.code == "ResourceNotFound"
+    with pytest.raises(ApiError) as denied:
+        small.native(team).post("/api/v1/webhooks", {"Account": "admin-team", "Url": receiver.url})
+    assert denied.value.code == "AccessDeniedException"
+
+    hook = _register(small, "admin-team", receiver)
+    assert "Secret" not in small.native().get("/api/v1/webhooks", account="admin-team")["Webhooks"][0]
+    removed = small.cli("webhooks", "remove", str(hook["WebhookId"]))
+    assert "deleted" in removed.stdout
+    assert small.native().get("/api/v1/webhooks", account="admin-team")["Webhooks"] == []
+    _buy(small, team, "unheard", InstanceCount=1, DurationHours=24)
+    time.sleep(1.0)
+    assert receiver.requests == []  # a deleted webhook is sent nothing
+    again = small.cli("webhooks", "remove", str(hook["WebhookId"]), check=False)
+    assert again.returncode == 1 and "ResourceNotFound" in again.stderr
+
+
+def test_a_graceful_stop_finishes_the_request_in_flight_and_sends_the_rest_after(
+    small: Server, receivers: Callable[..., Receiver]
+) -> None:
+    receiver = receivers(delay=2.0)
+    team = small.new_account("stopping-team")
+    hook = _register(small, "stopping-team", receiver)
+    _buy(small, team, "interrupted", InstanceCount=1, DurationHours=24)
+    history = _history(small, "stopping-team", "interrupted")
+    time.sleep(0.5)  # the first delivery is now in flight, its receiver sleeping
+
+    stopping = time.monotonic()
+    assert small.stop() == 0
+    assert time.monotonic() - stopping < 10, "a stop waited on more than the request in flight"
+    assert len(receiver.accepted()) == 1  # answered during the stop, and recorded: not sent again
+    receiver.delay = 0.0
+    small.restart()
+    received = _wait_for(receiver, len(history), timeout=30)
+    time.sleep(0.5)
+    assert len(receiver.requests) == len(history)
+    _assert_signed_and_in_order(received, hook["Secret"], history, "interrupted")
