@@ -21,6 +21,7 @@ from hyperplan.backends.base import Backend
 from hyperplan.backends.local import LocalBackend
 from hyperplan.clock import Clock, ManualClock, make_clock, utcnow
 from hyperplan.core.fleet import Fleet, parse_fleet
+from hyperplan.notify.dispatcher import Dispatcher, DispatcherConfig
 from hyperplan.scheduler import DueEvent, EventHandler, Scheduler
 from hyperplan.services import accounts
 from hyperplan.services.capacity import LiveCalendar
@@ -77,6 +78,7 @@ class Runtime:
         self.backend: Backend = LocalBackend(self.data_dir / "backend")
         self.node_watcher = self._node_watcher()
         self.scheduler = Scheduler(self.db, self.clock, self._event_handlers())
+        self.dispatcher = Dispatcher(self.db, self.arn, config=DispatcherConfig.from_env())
 
     @property
     def region(self) -> str:
@@ -98,10 +100,12 @@ class Runtime:
         if missed:
             log.info("ran %d lifecycle events missed while the server was down", missed)
         self.scheduler.start()
+        self.dispatcher.start()
         clusters.reconcile_all(self)
         self.node_watcher.start()
 
     def stop(self) -> None:
+        self.dispatcher.stop()  # finishes deliveries in flight; before the database closes
         self.scheduler.stop()
         self.node_watcher.stop()
         self.backend.close()

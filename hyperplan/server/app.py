@@ -11,7 +11,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from hyperplan.runtime import Runtime
-from hyperplan.server import native
+from hyperplan.server import native, native_webhooks
 from hyperplan.server.sagemaker import sagemaker_endpoint
 
 
@@ -33,6 +33,7 @@ def create_app(runtime: Runtime) -> Starlette:
         Route("/", sagemaker_endpoint, methods=["POST"]),
         Route("/healthz", healthz, methods=["GET"]),
         *native.routes(),
+        *native_webhooks.routes(),
     ]
     app = Starlette(routes=routes, lifespan=lifespan)
     app.state.runtime = runtime

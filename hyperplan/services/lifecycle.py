@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from hyperplan.core.fleet import Fleet
 from hyperplan.core.lifecycle import PlanStatus, Window, check_transition, status_at, status_message
 from hyperplan.scheduler import schedule
-from hyperplan.services import plan_capacity
+from hyperplan.services import plan_capacity, webhooks
 from hyperplan.services.capacity import LiveCalendar
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import PlanEvent, PlanExtension, ReservedCapacity, ScheduledEvent, TrainingPlan
@@ -73,8 +73,10 @@ def segments_of(session: Session, plan_id: int) -> list[ReservedCapacity]:
 
 
 def record(session: Session, plan: TrainingPlan, kind: str, message: str, now: datetime) -> None:
-    """Append to the plan's history without changing its status."""
-    session.add(PlanEvent(plan_id=plan.id, at=now, kind=kind, status=plan.status, message=message))
+    """Append to the plan's history without changing its status; its account's webhooks will hear of it."""
+    event = PlanEvent(plan_id=plan.id, at=now, kind=kind, status=plan.status, message=message)
+    session.add(event)
+    webhooks.enqueue(session, event, plan)
 
 
 def transition(
