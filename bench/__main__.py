@@ -1,4 +1,4 @@
-"""``python -m bench [--quick] [--profile] [--keep] [search] [http] [memory]``: print the figures."""
+"""``python -m bench [--quick] [--profile] [--keep] [search] [http] [memory] [lifecycle]``: the figures."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import http_bench, memory, search
+from bench import http_bench, lifecycle, memory, search
 from bench.report import Report, line, load_average, machine_banner
 
-SECTIONS = ("search", "http", "memory")
+SECTIONS = ("search", "http", "memory", "lifecycle")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -21,7 +21,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("sections", nargs="*", choices=[*SECTIONS, []], help="default: all of them")
     parser.add_argument("--quick", action="store_true", help="small counts and short phases: a smoke run")
     parser.add_argument(
-        "--profile", action="store_true", help="also cProfile the in-process paths of search and purchase"
+        "--profile",
+        action="store_true",
+        help="also cProfile the in-process paths of search, purchase and the lifecycle catch-up",
     )
     parser.add_argument(
         "--keep", action="store_true", help="keep the data directories (their path is printed)"
@@ -44,6 +46,8 @@ def main(argv: list[str]) -> int:
             http_bench.run(report, workdir, quick=args.quick, profile=args.profile)
         if "memory" in sections:
             memory.run(report, workdir, quick=args.quick)
+        if "lifecycle" in sections:
+            lifecycle.run(report, workdir, quick=args.quick, profile=args.profile)
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -74,12 +74,12 @@ def prepare_store(data_dir: Path, spec: FillSpec, clients: int) -> Store:
     bookings = fill(runtime.fleet, calendar, now, spec)
     caller = Caller(filler.account_id, filler.account_name, False, filler.access_key_id)
     for number, booking in enumerate(bookings):
-        plans.create(runtime, caller, f"fill-{number}", _offering_id(runtime, caller, booking, number))
+        plans.create(runtime, caller, f"fill-{number}", offering_for(runtime, caller, booking, number))
     fraction = booked_fraction(runtime.fleet, calendar, window_start(runtime.fleet, now))
     return Store(data_dir, runtime, keys, len(bookings), fraction, time.perf_counter() - began)
 
 
-def _offering_id(runtime: Runtime, caller: Caller, booking: Booking, number: int) -> str:
+def offering_for(runtime: Runtime, caller: Caller, booking: Booking, number: int) -> str:
     """A signed offering for one booking; the expiry differs per plan so that equal bookings get
     distinct ids (an offering is bought once)."""
     claim = OfferingClaim(
@@ -135,7 +135,9 @@ def free_port() -> int:
 
 
 @contextmanager
-def running_server(data_dir: Path, timeout: float = 120) -> Iterator[ServerProcess]:
+def running_server(
+    data_dir: Path, timeout: float = 120, *, fleet: Path = FLEET, clock: str = "manual"
+) -> Iterator[ServerProcess]:
     """``python -m hyperplan serve`` on the data directory, stopped with SIGTERM when the block ends."""
     port = free_port()
     args = [
@@ -150,9 +152,9 @@ def running_server(data_dir: Path, timeout: float = 120) -> Iterator[ServerProce
         "--data-dir",
         str(data_dir),
         "--fleet",
-        str(FLEET),
+        str(fleet),
         "--clock",
-        "manual",
+        clock,
         "--log-level",
         "warning",
     ]

@@ -18,6 +18,9 @@ LABELS = (
     "HTTP purchases/s (buy only, 1 client)",
     "server RSS, empty store",
     "server RSS, plans booked",
+    "lifecycle lag, spread over time",
+    "lifecycle lag, burst at one instant",
+    "restart catch-up of missed events",
 )
 
 
