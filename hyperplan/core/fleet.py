@@ -15,7 +15,8 @@ In brief::
                  max_offerings, offering_validity, [policy.reclaim_lead] <target> = duration
     [background_load]  cycle_days, quiet_days, quiet_booked, busy_booked, seed     (optional)
     [quotas]     max_active_plans, max_reserved_instances_per_type
-    [buckets]    <bucket name> = <directory>
+    [buckets]    <bucket name> = <directory>, or [buckets.<bucket name>] endpoint_url, region, bucket,
+                 access_key_id_env, secret_access_key_env (or access_key_id, secret_access_key)
     [accounts]   default_payment_mode = "auto" | "budget" | "approval"
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tomllib
+import urllib.parse
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import time, timedelta
@@ -47,6 +49,8 @@ _SUBNET = re.compile(r"subnet-[0-9a-f]{8,17}")
 _INSTANCE_TYPE = re.compile(r"ml\.[a-z0-9-]+\.[a-z0-9-]+")
 _CURRENCY = re.compile(r"[A-Z]{3}")
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+_S3_REGION = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CURRENCY_HINT = " (three capital letters, such as USD)"
 
 
@@ -137,13 +141,42 @@ class Notifications:
 
 
 @dataclass(frozen=True)
+class DirectoryBucket:
+    """A bucket kept as a directory (which must exist) on storage the nodes share."""
+
+    path: str
+
+
+@dataclass(frozen=True)
+class S3Bucket:
+    """A bucket kept on an S3-compatible endpoint, as ``remote_bucket`` there.
+
+    Credentials come from environment variables named here (preferred: the fleet file holds no secret),
+    or are written inline, or, with neither, from the usual AWS chain (AWS_* variables, ~/.aws). Either
+    half of the key pair may be given either way; the parser makes sure both halves or neither are.
+    """
+
+    endpoint_url: str
+    region: str
+    remote_bucket: str
+    access_key_id: str | None = None
+    secret_access_key: str | None = field(default=None, repr=False)  # never into logs
+    access_key_id_env: str | None = None
+    secret_access_key_env: str | None = None
+
+
+Bucket = DirectoryBucket | S3Bucket
+"""Where the fleet file keeps one bucket."""
+
+
+@dataclass(frozen=True)
 class Fleet:
     region: str
     zones: tuple[AvailabilityZone, ...]
     pools: tuple[Pool, ...]
     policy: BookingPolicy = BookingPolicy()
     background_load: BackgroundLoad | None = None
-    buckets: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    buckets: Mapping[str, Bucket] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     quotas: Quotas = Quotas()
     default_payment_mode: str = "auto"
     notifications: Notifications = Notifications()
@@ -489,13 +522,76 @@ def _fractions(table: _Table, key: str, default: tuple[float, float]) -> tuple[f
     return (low, high)
 
 
-def _buckets(values: Mapping[str, Any]) -> Mapping[str, str]:
-    for name, directory in values.items():
+def _buckets(values: Mapping[str, Any]) -> Mapping[str, Bucket]:
+    buckets: dict[str, Bucket] = {}
+    for name, value in values.items():
         if not _BUCKET.fullmatch(name):
             raise ValidationError(f"buckets.{name}: not a valid bucket name (3-63 of a-z 0-9 . -)")
-        if not isinstance(directory, str) or not directory:
-            raise ValidationError(f"buckets.{name}: {directory!r} is not a directory")
-    return MappingProxyType(dict(values))
+        if isinstance(value, dict):
+            buckets[name] = _s3_bucket(_Table(value, f"buckets.{name}", _S3_BUCKET_KEYS), name)
+        elif isinstance(value, str) and value:
+            buckets[name] = DirectoryBucket(value)
+        else:
+            raise ValidationError(
+                f"buckets.{name}: {value!r} is not a directory or a table with an endpoint_url"
+            )
+    return MappingProxyType(buckets)
+
+
+_S3_BUCKET_KEYS = (
+    "endpoint_url", "region", "bucket", "access_key_id", "secret_access_key", "access_key_id_env",
+    "secret_access_key_env",
+)  # fmt: skip
+
+
+def _s3_bucket(table: _Table, name: str) -> S3Bucket:
+    access_key_id, access_key_id_env = _credential(table, "access_key_id")
+    secret_access_key, secret_access_key_env = _credential(table, "secret_access_key")
+    has_key_id = access_key_id is not None or access_key_id_env is not None
+    has_secret = secret_access_key is not None or secret_access_key_env is not None
+    # Half a key pair is refused here: the client would otherwise fail later, on the first transfer.
+    if has_key_id and not has_secret:
+        raise table.fail("secret_access_key_env", "required with access_key_id (or secret_access_key)")
+    if has_secret and not has_key_id:
+        raise table.fail("access_key_id_env", "required with secret_access_key (or access_key_id)")
+    return S3Bucket(
+        endpoint_url=_endpoint_url(table),
+        region=table.text("region", "us-east-1", pattern=_S3_REGION, hint=" (such as us-east-1)"),
+        remote_bucket=table.text("bucket", name, pattern=_BUCKET, hint=" (3-63 of a-z 0-9 . -)"),
+        access_key_id=access_key_id,
+        secret_access_key=secret_access_key,
+        access_key_id_env=access_key_id_env,
+        secret_access_key_env=secret_access_key_env,
+    )
+
+
+def _endpoint_url(table: _Table) -> str:
+    url = table.text("endpoint_url")
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise table.fail("endpoint_url", f"{url!r} is not an http:// or https:// URL")
+    if parts.username is not None or parts.password is not None:
+        raise table.fail("endpoint_url", "credentials go in access_key_id_env and secret_access_key_env")
+    if parts.query or parts.fragment:
+        raise table.fail("endpoint_url", f"{url!r} has a query or fragment, which an endpoint cannot")
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number in range
+    except ValueError:
+        raise table.fail("endpoint_url", f"{url!r} has an invalid port") from None
+    return url
+
+
+def _credential(table: _Table, key: str) -> tuple[str | None, str | None]:
+    """One half of the key pair: (inline value, environment variable name); at most one of them."""
+    if key in table.values and f"{key}_env" in table.values:
+        raise table.fail(key, f"give {key} or {key}_env, not both")
+    inline = table.text(key, None)
+    if inline is not None and not inline:
+        raise table.fail(key, "is empty")
+    variable = table.text(f"{key}_env", None)
+    if variable is not None and not _ENV_NAME.fullmatch(variable):
+        raise table.fail(f"{key}_env", f"{variable!r} is not an environment variable name")
+    return inline, variable
 
 
 def _quotas(values: Mapping[str, Any]) -> Quotas:

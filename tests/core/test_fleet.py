@@ -4,7 +4,14 @@ from importlib import resources
 
 import pytest
 
-from hyperplan.core.fleet import BackgroundLoad, BookingPolicy, Quotas, parse_fleet
+from hyperplan.core.fleet import (
+    BackgroundLoad,
+    BookingPolicy,
+    DirectoryBucket,
+    Quotas,
+    S3Bucket,
+    parse_fleet,
+)
 from hyperplan.errors import ValidationError
 
 MINIMAL = """
@@ -156,7 +163,7 @@ default_payment_mode = "approval"
     assert fleet.policy.reclaim_lead_for("training-job") == timedelta(minutes=30)
     assert fleet.background_load == BackgroundLoad(10, (3, 4), (0.25, 0.5), (0.9, 1.0), 7)
     assert fleet.quotas == Quotas(max_active_plans=5)
-    assert dict(fleet.buckets) == {"team-data": "/srv/data"}
+    assert dict(fleet.buckets) == {"team-data": DirectoryBucket("/srv/data")}
     assert fleet.default_payment_mode == "approval"
     assert parse_fleet(MINIMAL + "[policy]\nsegment_end = 11:30:00\n").policy.segment_end == time(11, 30)
     assert parse_fleet(MINIMAL + "[policy]\nallowed_counts = [4, 1, 2]\n").policy.allowed_counts == (1, 2, 4)
@@ -296,4 +303,134 @@ def pool_line(index: int, old: str, new: str) -> str:
     ],
 )
 def test_refusals_name_the_key(text: str, message: str) -> None:
+    assert refused(text).startswith(message)
+
+
+# -- buckets on S3-compatible endpoints -------------------------------------------------------------
+
+
+def test_a_bucket_may_be_a_directory_or_an_s3_compatible_endpoint() -> None:
+    fleet = parse_fleet(
+        MINIMAL
+        + """
+[buckets]
+"local-data" = "/srv/data"
+
+[buckets.team-data]
+endpoint_url = "http://127.0.0.1:9000"
+region = "eu-central-1"
+bucket = "remote-name"
+access_key_id_env = "TEAM_DATA_KEY_ID"
+secret_access_key_env = "TEAM_DATA_SECRET"
+
+[buckets.inline-keys]
+endpoint_url = "https://s3.example.org/storage"
+access_key_id = "AKIDEXAMPLE"
+secret_access_key = "wJalrXUtnFEMI"
+
+[buckets.aws-chain]
+endpoint_url = "https://s3.us-east-1.amazonaws.com"
+"""
+    )
+    assert dict(fleet.buckets) == {
+        "local-data": DirectoryBucket("/srv/data"),
+        "team-data": S3Bucket(
+            "http://127.0.0.1:9000",
+            "eu-central-1",
+            "remote-name",
+            access_key_id_env="TEAM_DATA_KEY_ID",
+            secret_access_key_env="TEAM_DATA_SECRET",
+        ),
+        "inline-keys": S3Bucket(
+            "https://s3.example.org/storage",
+            "us-east-1",
+            "inline-keys",
+            access_key_id="AKIDEXAMPLE",
+            secret_access_key="wJalrXUtnFEMI",
+        ),
+        "aws-chain": S3Bucket("https://s3.us-east-1.amazonaws.com", "us-east-1", "aws-chain"),
+    }
+    # The secret never shows in a repr, so a logged fleet does not leak it.
+    assert "wJalrXUtnFEMI" not in repr(fleet.buckets["inline-keys"])
+
+
+def test_half_a_key_pair_may_come_from_each_place() -> None:
+    table = '[buckets.b-3]\nendpoint_url = "http://h:1"\naccess_key_id = "AKID"\n'
+    bucket = parse_fleet(MINIMAL + table + 'secret_access_key_env = "S"\n').buckets["b-3"]
+    assert isinstance(bucket, S3Bucket)
+    assert (bucket.access_key_id, bucket.secret_access_key_env) == ("AKID", "S")
+
+
+def s3_table(*lines: str) -> str:
+    return MINIMAL + "[buckets.team-data]\n" + "".join(line + "\n" for line in lines)
+
+
+ENDPOINT = 'endpoint_url = "http://127.0.0.1:9000"'
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (s3_table('region = "us-east-1"'), "buckets.team-data.endpoint_url: required"),
+        (s3_table("endpoint_url = 9000"), "buckets.team-data.endpoint_url: 9000 is not a string"),
+        (
+            s3_table('endpoint_url = "127.0.0.1:9000"'),
+            "buckets.team-data.endpoint_url: '127.0.0.1:9000' is not an http:// or https:// URL",
+        ),
+        (
+            s3_table('endpoint_url = "ftp://host"'),
+            "buckets.team-data.endpoint_url: 'ftp://host' is not an http:// or https:// URL",
+        ),
+        (
+            s3_table('endpoint_url = "http://key:secret@host:9000"'),
+            "buckets.team-data.endpoint_url: credentials go in access_key_id_env",
+        ),
+        (
+            s3_table('endpoint_url = "http://host:9000/?x=1"'),
+            "buckets.team-data.endpoint_url: 'http://host:9000/?x=1' has a query or fragment",
+        ),
+        (
+            s3_table('endpoint_url = "http://host:99999"'),
+            "buckets.team-data.endpoint_url: 'http://host:99999' has an invalid port",
+        ),
+        (
+            s3_table(ENDPOINT, 'region = "US East"'),
+            "buckets.team-data.region: 'US East' is not a valid region (such as us-east-1)",
+        ),
+        (
+            s3_table(ENDPOINT, 'bucket = "Remote_Name"'),
+            "buckets.team-data.bucket: 'Remote_Name' is not a valid",
+        ),
+        (s3_table(ENDPOINT, 'acess_key_id = "x"'), "buckets.team-data.acess_key_id: unknown key (expected"),
+        (
+            s3_table(
+                ENDPOINT, 'access_key_id = "AKID"', 'access_key_id_env = "KEY"', 'secret_access_key = "s"'
+            ),
+            "buckets.team-data.access_key_id: give access_key_id or access_key_id_env, not both",
+        ),
+        (
+            s3_table(ENDPOINT, 'access_key_id_env = "KEY"'),
+            "buckets.team-data.secret_access_key_env: required with access_key_id",
+        ),
+        (
+            s3_table(ENDPOINT, 'secret_access_key = "s"'),
+            "buckets.team-data.access_key_id_env: required with secret_access_key",
+        ),
+        (
+            s3_table(ENDPOINT, 'access_key_id_env = "MY-KEY"', 'secret_access_key_env = "S"'),
+            "buckets.team-data.access_key_id_env: 'MY-KEY' is not an environment variable name",
+        ),
+        (
+            s3_table(ENDPOINT, 'access_key_id = ""', 'secret_access_key = "s"'),
+            "buckets.team-data.access_key_id: is empty",
+        ),
+        (
+            s3_table(ENDPOINT, "secret_access_key_env = 1", 'access_key_id = "AKID"'),
+            "buckets.team-data.secret_access_key_env: 1 is not a string",
+        ),
+        (MINIMAL + "[buckets]\nteam-data = 3\n", "buckets.team-data: 3 is not a directory or a table"),
+        (MINIMAL + "[buckets.Team]\nendpoint_url = 'http://h'\n", "buckets.Team: not a valid bucket name"),
+    ],
+)
+def test_s3_bucket_refusals_name_the_key(text: str, message: str) -> None:
     assert refused(text).startswith(message)
