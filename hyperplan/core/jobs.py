@@ -1,0 +1,238 @@
+"""The rules of training jobs, as data and pure functions: no store, no clock, no process in sight.
+
+- **Statuses.** A job has a SageMaker ``TrainingJobStatus`` and a finer ``SecondaryStatus``; the first
+  follows from the second (:data:`PRIMARY`), and :data:`TRANSITIONS` lists every move the second may
+  make. ``Starting`` is where every job begins; a job on a plan waits in ``Pending`` until the plan has
+  an open segment with room for it; ``Downloading`` (its instances are being prepared: channels fetched,
+  checkpoints restored), ``Training`` (its processes run) and ``Uploading`` (the model is being packed)
+  follow. At a segment's reclaim time a running job goes back to ``Pending`` and starts again in the
+  next segment. It ends ``Completed``, ``Failed``, or ``Stopped`` with the secondary status saying why:
+  ``Stopped`` (StopTrainingJob or MaxPendingTimeInSeconds), ``Interrupted`` (the plan ended first) or
+  ``MaxRuntimeExceeded``. ``Stopping`` is the grace period between SIGTERM and the end of the processes.
+- **The queue.** First in, first out, but a later job that fits starts when an earlier one does not
+  (:func:`select_to_start`).
+- **Pending time.** It counts only while the plan could give capacity: from a segment's start to its
+  reclaim time (:func:`countable`). That is the plan's Active time minus the reclaim lead, so the gap
+  between segments and the minutes after a reclaim, when a job waits because the plan cannot serve
+  anyone, never count against it. :func:`reached_at` says when a limit will be reached.
+- **Running time.** It counts from the moment a job is given its instances (``Downloading``) until it
+  gives them back or is told to stop; :data:`RUNNING` names those statuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from hyperplan.errors import ValidationError
+
+
+class JobStatus(StrEnum):
+    IN_PROGRESS = "InProgress"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    STOPPING = "Stopping"
+    STOPPED = "Stopped"
+
+
+class Secondary(StrEnum):
+    STARTING = "Starting"
+    PENDING = "Pending"
+    DOWNLOADING = "Downloading"
+    TRAINING = "Training"
+    UPLOADING = "Uploading"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+    STOPPING = "Stopping"
+    STOPPED = "Stopped"
+    INTERRUPTED = "Interrupted"
+    MAX_RUNTIME_EXCEEDED = "MaxRuntimeExceeded"
+
+
+PRIMARY: dict[Secondary, JobStatus] = {
+    Secondary.STARTING: JobStatus.IN_PROGRESS,
+    Secondary.PENDING: JobStatus.IN_PROGRESS,
+    Secondary.DOWNLOADING: JobStatus.IN_PROGRESS,
+    Secondary.TRAINING: JobStatus.IN_PROGRESS,
+    Secondary.UPLOADING: JobStatus.IN_PROGRESS,
+    Secondary.COMPLETED: JobStatus.COMPLETED,
+    Secondary.FAILED: JobStatus.FAILED,
+    Secondary.STOPPING: JobStatus.STOPPING,
+    Secondary.STOPPED: JobStatus.STOPPED,
+    Secondary.INTERRUPTED: JobStatus.STOPPED,
+    Secondary.MAX_RUNTIME_EXCEEDED: JobStatus.STOPPED,
+}
+
+_ENDS = frozenset({Secondary.FAILED, Secondary.STOPPED, Secondary.INTERRUPTED})
+
+# Every move a job's secondary status may make; anything else is a bug (`check_transition` refuses it).
+TRANSITIONS: dict[Secondary, frozenset[Secondary]] = {
+    Secondary.STARTING: frozenset({Secondary.PENDING, Secondary.DOWNLOADING} | _ENDS),
+    Secondary.PENDING: frozenset({Secondary.DOWNLOADING} | _ENDS),
+    # Downloading may end in Failed (a channel cannot be fetched) or go back to Pending (reclaimed).
+    Secondary.DOWNLOADING: frozenset(
+        {Secondary.TRAINING, Secondary.PENDING, Secondary.STOPPING, Secondary.FAILED}
+    ),
+    Secondary.TRAINING: frozenset(
+        {Secondary.UPLOADING, Secondary.PENDING, Secondary.STOPPING, Secondary.FAILED}
+    ),
+    Secondary.UPLOADING: frozenset({Secondary.COMPLETED, Secondary.FAILED}),
+    Secondary.STOPPING: frozenset(
+        {Secondary.STOPPED, Secondary.INTERRUPTED, Secondary.MAX_RUNTIME_EXCEEDED, Secondary.FAILED}
+    ),
+    Secondary.COMPLETED: frozenset(),
+    Secondary.FAILED: frozenset(),
+    Secondary.STOPPED: frozenset(),
+    Secondary.INTERRUPTED: frozenset(),
+    Secondary.MAX_RUNTIME_EXCEEDED: frozenset(),
+}
+
+FINAL = frozenset(s for s, moves in TRANSITIONS.items() if not moves)
+RUNNING = frozenset({Secondary.DOWNLOADING, Secondary.TRAINING})
+"""Running time counts in these: the job holds its instances and has not been told to stop."""
+WAITING = frozenset({Secondary.STARTING, Secondary.PENDING})
+"""A job in these holds nothing and may be given capacity."""
+
+
+class StopReason(StrEnum):
+    """Why a job is being ended; it picks the final secondary status once its processes are gone."""
+
+    USER = "user"  # StopTrainingJob
+    MAX_RUNTIME = "max-runtime"
+    INTERRUPTED = "interrupted"  # the plan's last segment was taken back
+    FAILED = "failed"  # an instance failed; the others are being stopped
+
+
+FINAL_FOR_STOP: dict[StopReason, Secondary] = {
+    StopReason.USER: Secondary.STOPPED,
+    StopReason.MAX_RUNTIME: Secondary.MAX_RUNTIME_EXCEEDED,
+    StopReason.INTERRUPTED: Secondary.INTERRUPTED,
+    StopReason.FAILED: Secondary.FAILED,
+}
+
+
+class IllegalTransition(RuntimeError):
+    pass
+
+
+def check_transition(current: Secondary, new: Secondary) -> None:
+    if new not in TRANSITIONS[current]:
+        raise IllegalTransition(f"a training job cannot go from {current} to {new}")
+
+
+# -- the queue ------------------------------------------------------------------------------------
+
+
+def select_to_start(queue: Sequence[tuple[int, int]], free: int) -> list[int]:
+    """Which waiting jobs, given as (job id, instance count) oldest first, start with `free` instances.
+
+    First in, first out, with backfill: each job in turn starts if it fits in what is left; one that does
+    not fit is passed over (it keeps its place) and a later, smaller one may start instead.
+    """
+    started = []
+    for job_id, count in queue:
+        if 0 < count <= free:
+            started.append(job_id)
+            free -= count
+    return started
+
+
+# -- pending and running time -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Window:
+    """A stretch of time in which a plan could give capacity: a segment's start to its reclaim time."""
+
+    start: datetime
+    end: datetime
+
+
+def usable_windows(segments: Iterable[tuple[datetime, datetime]], reclaim_lead: timedelta) -> list[Window]:
+    """From (start, end) of each segment that holds capacity, in any order."""
+    windows = [Window(start, max(start, end - reclaim_lead)) for start, end in segments]
+    return sorted((w for w in windows if w.end > w.start), key=lambda w: w.start)
+
+
+def countable(since: datetime, until: datetime, windows: Sequence[Window]) -> timedelta:
+    """How much of [since, until) falls in the windows: the pending time a job accrues over it."""
+    total = timedelta(0)
+    for window in windows:
+        start, end = max(since, window.start), min(until, window.end)
+        if end > start:
+            total += end - start
+    return total
+
+
+def reached_at(
+    since: datetime, already: timedelta, limit: timedelta, windows: Sequence[Window]
+) -> datetime | None:
+    """When a job pending from `since`, with `already` counted before, reaches `limit` of pending time;
+    None if the windows end first (the plan runs out before the limit does)."""
+    remaining = limit - already
+    if remaining <= timedelta(0):
+        return since
+    for window in windows:
+        start = max(since, window.start)
+        if window.end <= start:
+            continue
+        if remaining <= window.end - start:
+            return start + remaining
+        remaining -= window.end - start
+    return None
+
+
+def has_capacity_left(windows: Sequence[Window], now: datetime) -> bool:
+    """Whether the plan may still give capacity at or after `now`."""
+    return any(window.end > now for window in windows)
+
+
+# -- binding to a plan --------------------------------------------------------------------------------
+
+TARGET = "training-job"
+USABLE_PLAN_STATUSES = ("Scheduled", "Active")
+
+
+@dataclass(frozen=True)
+class PlanFacts:
+    arn: str
+    target: str
+    status: str
+    instance_type: str
+    instance_count: int
+    capacity_left: bool  # whether any segment can still give capacity (before its reclaim time)
+
+
+def check_plan(plan: PlanFacts | None, plan_arn: str, instance_type: str, instance_count: int) -> None:
+    """Refuse, naming the rule, a plan that may not run this job. `plan` is None when the caller has no
+    plan by that ARN (absent, or another account's: the same answer either way)."""
+    field = "ResourceConfig.TrainingPlanArn"
+    if plan is None:
+        raise ValidationError(f"{field}: this account has no training plan {plan_arn} (plan-ownership rule).")
+    if plan.target != TARGET:
+        raise ValidationError(
+            f"{field}: plan {plan.arn} serves {plan.target}; training jobs need a plan for {TARGET} "
+            "(plan-target rule)."
+        )
+    if plan.status not in USABLE_PLAN_STATUSES:
+        raise ValidationError(
+            f"{field}: plan {plan.arn} is {plan.status}; it must be Scheduled or Active (plan-status rule)."
+        )
+    if not plan.capacity_left:
+        raise ValidationError(
+            f"{field}: plan {plan.arn} has no capacity left to give: its last segment's capacity has been "
+            "taken back (plan-status rule)."
+        )
+    if plan.instance_type != instance_type:
+        raise ValidationError(
+            f"ResourceConfig.InstanceType: plan {plan.arn} reserves {plan.instance_type}, but the job asks "
+            f"for {instance_type}; they must be the same (instance-type rule)."
+        )
+    if instance_count > plan.instance_count:
+        raise ValidationError(
+            f"ResourceConfig.InstanceCount: {instance_count} is more than plan {plan.arn}'s "
+            f"{plan.instance_count} instances; a job on a plan runs only on the plan's capacity, never on "
+            "on-demand capacity (plan-capacity rule)."
+        )
