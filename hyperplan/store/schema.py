@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
-from sqlalchemy import ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from hyperplan.store.types import DecimalString, UTCDateTime
@@ -257,4 +257,72 @@ class ClusterNode(Base):
     status: Mapped[str] = mapped_column(String(24))  # Pending, Running, Failure, ShuttingDown, Terminated
     message: Mapped[str] = mapped_column(Text, default="")
     launched_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class TrainingJob(Base):
+    """A training job: on a plan's capacity (queued until it has room) or on the pool's on-demand capacity.
+
+    `attempt` counts the runs it was given (one per segment it ran in); `attempt_state` says where the
+    current one is: "" (never run), "launching" (instances being prepared and started), "running" (their
+    tasks are the back end's), "ending" (all tasks ended; checkpoints and model being stored), "ended".
+    Pending and running time are kept as closed seconds plus the start of the open stretch.
+    """
+
+    __tablename__ = "training_jobs"
+    __table_args__ = (UniqueConstraint("account_id", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)  # queue order
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    name: Mapped[str] = mapped_column(String(63))
+    plan_id: Mapped[int | None] = mapped_column(ForeignKey("training_plans.id"), nullable=True, index=True)
+    instance_type: Mapped[str] = mapped_column(String(64))
+    instance_count: Mapped[int] = mapped_column(Integer)
+    availability_zone: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    secondary_status: Mapped[str] = mapped_column(String(24))
+    status_message: Mapped[str] = mapped_column(Text, default="")
+    failure_reason: Mapped[str] = mapped_column(Text, default="")
+    stop_reason: Mapped[str] = mapped_column(String(16), default="")
+    request: Mapped[str] = mapped_column(Text)  # the CreateTrainingJob request as given (JSON)
+    model_uri: Mapped[str | None] = mapped_column(Text, nullable=True)
+    attempt: Mapped[int] = mapped_column(Integer, default=0)
+    attempt_state: Mapped[str] = mapped_column(String(16), default="")
+    segment_end: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    pending_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    pending_since: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    running_seconds: Mapped[float] = mapped_column(Float, default=0.0)
+    running_since: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    training_start_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    training_end_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class TrainingJobTransition(Base):
+    """One entry of a job's SecondaryStatusTransitions: a secondary status, from when to when, and why."""
+
+    __tablename__ = "training_job_transitions"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("training_jobs.id"), index=True)
+    status: Mapped[str] = mapped_column(String(24))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    message: Mapped[str] = mapped_column(Text, default="")
+
+
+class TrainingJobInstance(Base):
+    """One instance of one attempt of a job: a back-end task (`task_id`), recorded before it is run."""
+
+    __tablename__ = "training_job_instances"
+    __table_args__ = (UniqueConstraint("job_id", "attempt", "host"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("training_jobs.id"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    host: Mapped[str] = mapped_column(String(16))  # algo-1, algo-2, ...
+    task_id: Mapped[str] = mapped_column(String(128), unique=True)
+    root: Mapped[str] = mapped_column(Text)  # the instance's /opt/ml
+    # Recorded (not yet run), Running, Exited, Killed, Lost, NotStarted (the attempt ended before it ran)
+    state: Mapped[str] = mapped_column(String(16), index=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    message: Mapped[str] = mapped_column(Text, default="")
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
