@@ -31,6 +31,7 @@ from hyperplan.store.db import Database, after_commit, sqlite_url
 
 if TYPE_CHECKING:
     from hyperplan.services.clusters import NodeWatcher
+    from hyperplan.services.job_runner import JobRunner
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +75,12 @@ class Runtime:
         self.clock: Clock = self._make_clock()
         self.offering_key = self._offering_key()
         self.calendar = LiveCalendar(self.fleet)
-        self.lifecycle = LifecycleContext(self.calendar, self.fleet, consumers=(self._clusters_follow,))
+        self.lifecycle = LifecycleContext(
+            self.calendar, self.fleet, consumers=(self._clusters_follow, self._jobs_follow)
+        )
         self.backend: Backend = LocalBackend(self.data_dir / "backend")
         self.node_watcher = self._node_watcher()
+        self.job_runner = self._job_runner()
         self.scheduler = Scheduler(self.db, self.clock, self._event_handlers())
         self.dispatcher = Dispatcher(self.db, self.arn, config=DispatcherConfig.from_env())
 
@@ -93,9 +97,11 @@ class Runtime:
         """Catch up on every event missed while the server was down, then run the loop."""
         self._start_background_load()
         self.calendar.load(self.db)
-        from hyperplan.services import clusters
+        from hyperplan.services import adoption, clusters, job_runner
 
-        clusters.adopt_nodes(self)  # before anything else touches the back end: no orphans, no lost nodes
+        # Before anything else touches the back end, one call with every node and job task the store
+        # knows: no orphans, no lost work.
+        adoption.adopt_all(self)
         missed = self.scheduler.run_due(self.clock.now())
         if missed:
             log.info("ran %d lifecycle events missed while the server was down", missed)
@@ -103,11 +109,14 @@ class Runtime:
         self.dispatcher.start()
         clusters.reconcile_all(self)
         self.node_watcher.start()
+        job_runner.resume(self)  # launches and finishes cut short by the last stop
+        self.job_runner.start()
 
     def stop(self) -> None:
         self.dispatcher.stop()  # finishes deliveries in flight; before the database closes
         self.scheduler.stop()
         self.node_watcher.stop()
+        self.job_runner.stop()
         self.backend.close()
         self.db.close()
 
@@ -155,6 +164,16 @@ class Runtime:
 
         clusters.reconcile_plan(session, self, plan_id, now)
 
+    def _jobs_follow(self, session: Session, plan_id: int, now: datetime) -> None:
+        from hyperplan.services import jobs
+
+        jobs.reconcile_plan(session, self, plan_id, now)
+
+    def _job_runner(self) -> JobRunner:
+        from hyperplan.services.job_runner import JobRunner
+
+        return JobRunner(self)
+
     def _node_watcher(self) -> NodeWatcher:
         from hyperplan.services.clusters import NodeWatcher
 
@@ -170,7 +189,7 @@ class Runtime:
         return bytes.fromhex(key)
 
     def _event_handlers(self) -> dict[str, EventHandler]:
-        from hyperplan.services import background, lifecycle, payments
+        from hyperplan.services import background, jobs, lifecycle, payments
 
         def segment_changed(session: Session, event: DueEvent) -> None:
             # At its due time, not when the loop got to it: the history says when things happened.
@@ -189,6 +208,9 @@ class Runtime:
                 session, lambda: self.calendar.book([(s.pool_key, s.start, s.end, s.count) for s in added])
             )
 
+        def job_deadline(session: Session, event: DueEvent) -> None:
+            jobs.on_limit(session, self, event.kind, event.subject, event.payload, event.due_at)
+
         return {
             lifecycle.SEGMENT_START: segment_changed,
             lifecycle.SEGMENT_RECLAIM: segment_changed,
@@ -197,6 +219,8 @@ class Runtime:
             lifecycle.RECLAIM_REMINDER: segment_changed,
             lifecycle.PAYMENT_DEADLINE: payment_deadline,
             background.TOP_UP: top_up_background,
+            jobs.PENDING_LIMIT: job_deadline,
+            jobs.MAX_RUNTIME: job_deadline,
         }
 
     @property

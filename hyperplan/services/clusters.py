@@ -24,13 +24,20 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from hyperplan.backends.base import EXPIRATION_VARIABLE, BackendError, NodeRef, NodeSpec, NodeState
+from hyperplan.backends.base import (
+    EXPIRATION_VARIABLE,
+    AdoptReport,
+    BackendError,
+    NodeRef,
+    NodeSpec,
+    NodeState,
+)
 from hyperplan.core.clusters import GroupFacts, PlanFacts, allocate, check_binding, check_subnets
 from hyperplan.core.fleet import Pool
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.errors import Conflict, ResourceInUse, ResourceLimitExceeded, ResourceNotFound, ValidationError
 from hyperplan.runtime import Runtime
-from hyperplan.services import lifecycle, plan_capacity
+from hyperplan.services import lifecycle, on_demand, plan_capacity
 from hyperplan.services.accounts import Caller
 from hyperplan.storage import Storage, StorageError
 from hyperplan.store.db import after_commit
@@ -399,19 +406,8 @@ def _on_demand_zone(
 
 
 def _on_demand_free(session: Session, pool: Pool, group: InstanceGroup | None) -> int:
-    used = (
-        select(func.count(ClusterNode.id))
-        .join(InstanceGroup, InstanceGroup.id == ClusterNode.group_id)
-        .where(
-            ClusterNode.on_plan.is_(False),
-            ClusterNode.status != GONE,
-            ClusterNode.availability_zone == pool.availability_zone,
-            InstanceGroup.instance_type == pool.instance_type,
-        )
-    )
-    if group is not None:
-        used = used.where(ClusterNode.group_id != group.id)  # a group's own nodes count as its own
-    return pool.on_demand - int(session.scalar(used) or 0)
+    # Shared with training jobs without a plan: both use the pool's on-demand instances.
+    return on_demand.free(session, pool, exclude_group=group.id if group is not None else None)
 
 
 # -- reconciling nodes with plans and targets -----------------------------------------------------
@@ -651,11 +647,14 @@ def _finish_deletions(session: Session) -> None:
             session.delete(cluster)
 
 
-def adopt_nodes(runtime: Runtime) -> None:
-    """After a start: the back end takes over the nodes the store knows and kills what it does not."""
+def node_refs(runtime: Runtime) -> list[NodeRef]:
+    """Every node the store knows, for the one `adopt` call of a start (see services/adoption.py)."""
     with runtime.db.read() as session:
-        known = [NodeRef(b) for b in session.scalars(select(ClusterNode.backend_id))]
-    report = runtime.backend.adopt(known)
+        return [NodeRef(b) for b in session.scalars(select(ClusterNode.backend_id))]
+
+
+def settle_adoption(runtime: Runtime, report: AdoptReport) -> None:
+    """After the back end took over the known nodes: those it never had are settled in the store."""
     missing = {ref.node_id for ref in report.missing if isinstance(ref, NodeRef)}
     if missing:
         with runtime.db.write() as session:

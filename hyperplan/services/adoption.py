@@ -1,0 +1,22 @@
+"""The one `adopt` call of a server start: the back end takes over every node and task the store knows.
+
+The back-end contract asks for a single call, before anything else touches the back end, with every id
+the store knows (ended ones included): whatever it is not told about is killed. Cluster nodes and
+training-job tasks are both known here, so each consumer lists its refs and then settles what the
+report says about them.
+"""
+
+from __future__ import annotations
+
+from hyperplan.backends.base import AdoptReport, Ref
+from hyperplan.runtime import Runtime
+
+
+def adopt_all(runtime: Runtime) -> AdoptReport:
+    from hyperplan.services import clusters, job_runner
+
+    known: list[Ref] = [*clusters.node_refs(runtime), *job_runner.task_refs(runtime)]
+    report = runtime.backend.adopt(known)
+    clusters.settle_adoption(runtime, report)
+    job_runner.settle_adoption(runtime, report)
+    return report

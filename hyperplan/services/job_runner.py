@@ -1,0 +1,556 @@
+"""The runner: the I/O of training jobs, off the request and lifecycle paths, and the watch on their tasks.
+
+Work for a job runs on a small thread pool, one piece per phase, never inside a transaction:
+
+- **launch** (after a job is placed): prepare each instance's directory tree (``training/workspace``:
+  config files, channels fetched through the bucket map, checkpoints restored, script-mode code), then
+  start one back-end task per instance, each in a sandbox of its own (``node_id=None``) with the
+  contract's argv, environment and working directory. The job moves to ``Training``.
+- **sync** (every ``checkpoint_sync_seconds`` while a job trains): store new and changed checkpoint files
+  at ``CheckpointConfig.S3Uri``.
+- **finish** (once every task of an attempt has ended): store the last checkpoints and, for a job that
+  succeeded (or was stopped with a model saved), pack ``model/`` of the first host to
+  ``OUTPUT_PATH/JOB/output/model.tar.gz``; then :func:`jobs.attempt_ended` gives the job its status.
+
+A per-job lock orders the pieces of one job against each other and against its terminations: a launch
+checks, under the lock, that the job still wants its instances before it starts any task, and a
+termination takes the same lock, so a task is either never started or terminated after it was.
+
+The watcher (a thread, every 0.2 s of real time) reads the state of every live task and brings it into
+the store; when an instance fails it has the others stopped; when every task of an attempt has ended it
+calls :func:`jobs.tasks_ended`.
+
+After a restart, :func:`settle_adoption` and :func:`resume` pick up where the last server stopped: tasks
+that kept running are watched again, tasks that ended meanwhile are settled from their exit status, a
+launch or a finish that was cut short is done again (both are idempotent: a task the back end already
+has is not started twice, and storing the same files twice stores the same objects).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hyperplan.backends.base import AdoptReport, BackendError, TaskRef, TaskSpec, UnknownResource
+from hyperplan.core.jobs import FINAL, RUNNING, Secondary
+from hyperplan.runtime import Runtime
+from hyperplan.services import jobs
+from hyperplan.services.accounts import Caller
+from hyperplan.services.jobs import LIVE_INSTANCE, JobSettings
+from hyperplan.storage import Storage, StorageError
+from hyperplan.store.schema import TrainingJob, TrainingJobInstance
+from hyperplan.training.contract import Layout, NoCommand, UnsupportedInput
+from hyperplan.training.workspace import pack_model, prepare, sync_checkpoints
+
+log = logging.getLogger(__name__)
+
+FAILURE_FILE_LIMIT = 4096
+LOG_PAGE = 1 << 16
+
+
+class JobRunner:
+    """The pool that does the jobs' I/O, and the watcher of their tasks. One per runtime."""
+
+    def __init__(self, runtime: Runtime, workers: int = 4, every: float = 0.2) -> None:
+        self.runtime = runtime
+        self.settings = JobSettings.from_environment()
+        self.every = every
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="job-work")
+        self._guard = threading.Lock()
+        self._locks: dict[int, threading.Lock] = {}
+        self._in_flight: set[tuple[int, str]] = set()
+        self._last_sync: dict[int, float] = {}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="job-watcher", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching and drop queued work; tasks keep running (the next start adopts them)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                watch(self.runtime)
+                self._sync_due()
+            except Exception:  # keep watching; the next pass retries
+                log.exception("job watcher pass failed")
+            self._wake.wait(self.every)
+            self._wake.clear()
+
+    # -- work -------------------------------------------------------------------------------------
+
+    def job_lock(self, job_id: int) -> threading.Lock:
+        with self._guard:
+            return self._locks.setdefault(job_id, threading.Lock())
+
+    def submit_launch(self, job_id: int, attempt: int) -> None:
+        self._submit(job_id, "launch", launch, attempt)
+
+    def submit_finish(self, job_id: int, attempt: int) -> None:
+        self._submit(job_id, "finish", finish, attempt)
+
+    def _submit(
+        self, job_id: int, kind: str, work: Callable[[Runtime, int, int], None], attempt: int
+    ) -> None:
+        key = (job_id, f"{kind}:{attempt}")
+        with self._guard:
+            if key in self._in_flight:
+                return
+            self._in_flight.add(key)
+
+        def run() -> None:
+            try:
+                work(self.runtime, job_id, attempt)
+            except Exception:
+                log.exception("%s of training job %d (attempt %d) failed", kind, job_id, attempt)
+            finally:
+                with self._guard:
+                    self._in_flight.discard(key)
+                self.wake()
+
+        try:
+            self._pool.submit(run)
+        except RuntimeError:  # shutting down: the next start resumes it
+            with self._guard:
+                self._in_flight.discard(key)
+
+    def terminate(self, job_id: int, task_ids: list[str], grace: timedelta, env: Mapping[str, str]) -> None:
+        """SIGTERM now, SIGKILL after `grace` (real time), for tasks the back end has; under the job's lock,
+        so that a launch in progress either has started them already or will not start them."""
+        with self.job_lock(job_id):
+            for task_id in task_ids:
+                with contextlib.suppress(BackendError):  # never started, or ended: nothing to do
+                    self.runtime.backend.terminate(TaskRef(task_id), grace, env=dict(env) or None)
+        self.wake()
+
+    def _sync_due(self) -> None:
+        """Hand the checkpoints of training jobs to storage every `checkpoint_sync_seconds`."""
+        now = time.monotonic()
+        with self.runtime.db.read() as session:
+            training = [
+                (job.id, job.attempt)
+                for job in session.scalars(
+                    select(TrainingJob).where(TrainingJob.secondary_status == Secondary.TRAINING)
+                )
+                if (json.loads(job.request).get("CheckpointConfig") or {}).get("S3Uri")
+            ]
+        for job_id, attempt in training:
+            last = self._last_sync.setdefault(job_id, now)
+            if now - last >= self.settings.checkpoint_sync_seconds:
+                self._last_sync[job_id] = now
+                self._submit(job_id, "sync", sync, attempt)
+
+
+# -- launch ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """What the I/O of one attempt needs, read once from the store."""
+
+    job: TrainingJob
+    instances: list[TrainingJobInstance]
+
+
+def _read_attempt(runtime: Runtime, job_id: int, attempt: int, state: str) -> _Attempt | None:
+    with runtime.db.read() as session:
+        job = session.get(TrainingJob, job_id)
+        if job is None or job.attempt != attempt or job.attempt_state != state:
+            return None
+        return _Attempt(job, jobs.instances_of(session, job_id, attempt))
+
+
+def _wants_instances(runtime: Runtime, job_id: int, attempt: int) -> bool:
+    with runtime.db.read() as session:
+        job = session.get(TrainingJob, job_id)
+        return (
+            job is not None
+            and job.attempt == attempt
+            and job.attempt_state == "launching"
+            and job.secondary_status == Secondary.DOWNLOADING
+            and not job.stop_reason
+        )
+
+
+def _known(runtime: Runtime, task_id: str) -> bool:
+    try:
+        runtime.backend.task_status(task_id)
+    except UnknownResource:
+        return False
+    return True
+
+
+def launch(runtime: Runtime, job_id: int, attempt: int) -> None:
+    current = _read_attempt(runtime, job_id, attempt, "launching")
+    if current is None:
+        return
+    storage = _storage(runtime)
+    specs: list[TaskSpec] = []
+    try:
+        for instance in current.instances:
+            if _known(runtime, instance.task_id):
+                continue  # started before a restart: it runs, or has run, already
+            if not _wants_instances(runtime, job_id, attempt):
+                break  # stopped or reclaimed meanwhile: fetch no more
+            contract = prepare(
+                Path(instance.root), jobs.job_spec(current.job, instance.host), storage
+            ).contract
+            specs.append(
+                TaskSpec(
+                    instance.task_id,
+                    contract.command.argv,
+                    None,
+                    contract.process_environment({}),
+                    contract.command.cwd,
+                )
+            )
+    except (StorageError, NoCommand, UnsupportedInput, OSError, ValueError) as exc:
+        _launch_failed(runtime, job_id, attempt, f"ClientError: the instances could not be prepared: {exc}")
+        return
+    error = None
+    with runtime.job_runner.job_lock(job_id):
+        if not _wants_instances(runtime, job_id, attempt):
+            specs = []
+        for task in specs:
+            try:
+                runtime.backend.run(task)
+            except (BackendError, ValueError) as exc:
+                error = f"InternalServerError: instance {task.task_id} could not be started: {exc}"
+                break
+    if error is not None:
+        _launch_failed(runtime, job_id, attempt, error)
+        return
+    _launched(runtime, job_id, attempt)
+
+
+def _launched(runtime: Runtime, job_id: int, attempt: int) -> None:
+    """Every task that should run does: the watcher takes over. A job stopped or reclaimed meanwhile has
+    had them terminated; instances never started are recorded as such."""
+    now = runtime.clock.now()
+    with runtime.db.write() as session:
+        job = session.get(TrainingJob, job_id)
+        if job is None or job.attempt != attempt or job.attempt_state != "launching":
+            return
+        started = _mark_unstarted(runtime, session, job_id, attempt)
+        if not started:
+            jobs.attempt_ended(session, runtime, job, None, None)
+            return
+        job.attempt_state = "running"
+        if job.secondary_status == Secondary.DOWNLOADING and not job.stop_reason:
+            jobs.move(
+                session,
+                runtime,
+                job,
+                Secondary.TRAINING,
+                f"Training: {started} instance(s) running "
+                + ("(each in its own sandbox, hosts algo-1..algo-N on loopback)." if started > 1 else "."),
+                now,
+            )
+    runtime.job_runner.wake()
+
+
+def _mark_unstarted(runtime: Runtime, session: Session, job_id: int, attempt: int) -> int:
+    """Record instances the back end never got as NotStarted; returns how many it has."""
+    started = 0
+    for instance in jobs.instances_of(session, job_id, attempt):
+        if instance.state not in LIVE_INSTANCE:
+            continue
+        if _known(runtime, instance.task_id):
+            started += 1
+        else:
+            instance.state, instance.message = "NotStarted", "the attempt ended before it was started"
+    return started
+
+
+def _launch_failed(runtime: Runtime, job_id: int, attempt: int, reason: str) -> None:
+    """The job fails; whatever was started is stopped, and the watcher settles it."""
+    with runtime.db.write() as session:
+        job = session.get(TrainingJob, job_id)
+        if job is None or job.attempt != attempt or job.attempt_state != "launching":
+            return
+        if not job.stop_reason and Secondary(job.secondary_status) in RUNNING:
+            job.stop_reason, job.failure_reason = "failed", reason[: jobs.FAILURE_REASON_MAX]
+        started = _mark_unstarted(runtime, session, job_id, attempt)
+        if not started:
+            jobs.attempt_ended(session, runtime, job, None, reason)
+            return
+        job.attempt_state = "running"
+        jobs.terminate_instances(session, runtime, job, runtime.job_runner.settings.reclaim_grace)
+
+
+# -- sync and finish ------------------------------------------------------------------------------
+
+
+def sync(runtime: Runtime, job_id: int, attempt: int) -> None:
+    current = _read_attempt(runtime, job_id, attempt, "running")
+    if current is None:
+        return
+    storage = _storage(runtime)
+    with runtime.job_runner.job_lock(job_id):
+        for instance in current.instances:
+            if instance.state in LIVE_INSTANCE:
+                try:
+                    sync_checkpoints(Path(instance.root), jobs.job_spec(current.job, instance.host), storage)
+                except (StorageError, OSError) as exc:
+                    log.warning("checkpoint sync of %s failed: %s", instance.task_id, exc)
+
+
+def finish(runtime: Runtime, job_id: int, attempt: int) -> None:
+    """Store the attempt's last checkpoints and, when wanted, its model; then settle the job."""
+    current = _read_attempt(runtime, job_id, attempt, "ending")
+    if current is None:
+        return
+    storage = _storage(runtime)
+    model_uri = error = None
+    with runtime.job_runner.job_lock(job_id):
+        for instance in current.instances:
+            if instance.state == "NotStarted":
+                continue
+            try:
+                sync_checkpoints(Path(instance.root), jobs.job_spec(current.job, instance.host), storage)
+            except (StorageError, OSError) as exc:
+                log.warning("final checkpoint sync of %s failed: %s", instance.task_id, exc)
+        first = current.instances[0]
+        spec = jobs.job_spec(current.job, first.host)
+        if _wants_model(current.job, Path(first.root), spec.checkpoint_local_path):
+            try:
+                model_uri = pack_model(Path(first.root), spec, storage)
+            except (StorageError, OSError) as exc:
+                error = f"ClientError: the model could not be stored: {exc}"
+    with runtime.db.write() as session:
+        job = session.get(TrainingJob, job_id)
+        if job is None or job.attempt != attempt or job.attempt_state != "ending":
+            return
+        jobs.attempt_ended(session, runtime, job, model_uri, error)
+
+
+def _wants_model(job: TrainingJob, root: Path, checkpoint_path: str) -> bool:
+    """A job that succeeded always stores its model; a stopped one stores the model it saved, if any."""
+    if job.secondary_status == Secondary.UPLOADING:
+        return True
+    if job.secondary_status != Secondary.STOPPING or job.stop_reason == "failed":
+        return False
+    model_dir = Layout(root, checkpoint_path).model_dir
+    return model_dir.is_dir() and any(model_dir.iterdir())
+
+
+def _storage(runtime: Runtime) -> Storage:
+    return Storage.in_data_dir(runtime.data_dir, runtime.fleet.buckets)
+
+
+# -- watching ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Seen:
+    instance_id: int
+    state: str
+    exit_code: int | None
+    message: str
+
+
+def watch(runtime: Runtime) -> int:
+    """One pass: the back end's state of every live task of a running attempt into the store; returns how
+    many changed."""
+    with runtime.db.read() as session:
+        running = list(session.scalars(select(TrainingJob).where(TrainingJob.attempt_state == "running")))
+        attempts = {job.id: jobs.instances_of(session, job.id, job.attempt) for job in running}
+    seen: list[_Seen] = []
+    settle: list[int] = []
+    for job in running:
+        states = {}
+        for instance in attempts[job.id]:
+            states[instance.id] = instance.state
+            if instance.state not in LIVE_INSTANCE:
+                continue
+            change = _look(runtime, instance)
+            if change is not None:
+                seen.append(change)
+                states[instance.id] = change.state
+        if not any(state in LIVE_INSTANCE for state in states.values()):
+            settle.append(job.id)
+    if seen or settle:
+        _apply(runtime, seen)
+    return len(seen)
+
+
+def _look(runtime: Runtime, instance: TrainingJobInstance) -> _Seen | None:
+    try:
+        status = runtime.backend.task_status(instance.task_id)
+    except UnknownResource:
+        return _Seen(instance.id, "Lost", None, "the back end has no such task")
+    if status.state.is_final():
+        message = _failure_file(Path(instance.root)) or status.message
+        return _Seen(instance.id, status.state.value, status.exit_code, message)
+    if status.state.value == "Running" and instance.state != "Running":
+        return _Seen(instance.id, "Running", None, "")
+    return None
+
+
+def _failure_file(root: Path) -> str:
+    """What the algorithm wrote to /opt/ml/output/failure, which SageMaker shows as the FailureReason."""
+    try:
+        return (Layout(root).failure_file.read_text(errors="replace")[:FAILURE_FILE_LIMIT]).strip()
+    except OSError:
+        return ""
+
+
+def _apply(runtime: Runtime, seen: list[_Seen]) -> None:
+    now = runtime.clock.now()
+    with runtime.db.write() as session:
+        touched: set[int] = set()
+        for change in seen:
+            instance = session.get(TrainingJobInstance, change.instance_id)
+            if instance is None or instance.state not in LIVE_INSTANCE:
+                continue
+            instance.state, instance.exit_code = change.state, change.exit_code
+            if change.state != "Running":
+                instance.message, instance.ended_at = change.message, now
+            touched.add(instance.job_id)
+        for job in session.scalars(select(TrainingJob).where(TrainingJob.attempt_state == "running")):
+            _settle(runtime, session, job)
+
+
+def _settle(runtime: Runtime, session: Session, job: TrainingJob) -> None:
+    instances = jobs.instances_of(session, job.id, job.attempt)
+    live = [i for i in instances if i.state in LIVE_INSTANCE]
+    if not live:
+        jobs.tasks_ended(
+            session, runtime, job, [i for i in instances if i.state != "NotStarted"] or instances
+        )
+        return
+    failed = [
+        i
+        for i in instances
+        if i.state not in LIVE_INSTANCE and not (i.state == "Exited" and i.exit_code == 0)
+    ]
+    if failed:
+        jobs.instance_failed(session, runtime, job, failed[0])
+
+
+# -- after a restart --------------------------------------------------------------------------------
+
+
+def task_refs(runtime: Runtime) -> list[TaskRef]:
+    """Every task the store knows (ended ones included), for the start's one `adopt` call."""
+    with runtime.db.read() as session:
+        return [TaskRef(t) for t in session.scalars(select(TrainingJobInstance.task_id))]
+
+
+def settle_adoption(runtime: Runtime, report: AdoptReport) -> None:
+    """Tasks the back end never got: a launch cut short starts them again (see :func:`resume`); a task of a
+    running attempt that the back end lost is recorded as Lost, and the watcher settles its job."""
+    missing = {ref.task_id for ref in report.missing if isinstance(ref, TaskRef)}
+    if not missing:
+        return
+    now = runtime.clock.now()
+    with runtime.db.write() as session:
+        for instance in session.scalars(
+            select(TrainingJobInstance).where(TrainingJobInstance.task_id.in_(missing))
+        ):
+            job = session.get(TrainingJob, instance.job_id)
+            if instance.state not in LIVE_INSTANCE or job is None:
+                continue
+            if job.attempt_state == "launching" and job.attempt == instance.attempt:
+                continue
+            instance.state, instance.ended_at = "Lost", now
+            instance.message = "the back end did not have it after the server restarted"
+
+
+def resume(runtime: Runtime) -> None:
+    """Launches and finishes cut short by the last stop are done again."""
+    with runtime.db.read() as session:
+        pending = [
+            (job.id, job.attempt, job.attempt_state)
+            for job in session.scalars(
+                select(TrainingJob).where(TrainingJob.attempt_state.in_(("launching", "ending")))
+            )
+        ]
+    for job_id, attempt, state in pending:
+        if state == "launching":
+            runtime.job_runner.submit_launch(job_id, attempt)
+        else:
+            runtime.job_runner.submit_finish(job_id, attempt)
+
+
+# -- logs -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LogPage:
+    data: bytes
+    cursor: str
+    attempt: int
+    done: bool
+
+
+def read_logs(
+    runtime: Runtime, caller: Caller, name: str, host: str, stream: str, cursor: str | None
+) -> LogPage:
+    """A job's log for one host, across its attempts in order. The cursor is ``ATTEMPT:OFFSET`` (bytes);
+    ``done`` once the job has ended and everything has been read."""
+    from hyperplan.backends.base import LogStream
+    from hyperplan.errors import ValidationError
+
+    try:
+        kind = LogStream(stream)
+    except ValueError:
+        raise ValidationError("stream must be stdout or stderr.") from None
+    with runtime.db.read() as session:
+        job = jobs.get(session, runtime, caller, name)
+        tasks = {i.attempt: i.task_id for i in jobs.instances_of(session, job.id) if i.host == host}
+        final = Secondary(job.secondary_status) in FINAL and job.attempt_state in ("", "ended")
+    if host not in {f"algo-{n}" for n in range(1, job.instance_count + 1)}:
+        raise ValidationError(f"host must be one of algo-1..algo-{job.instance_count}.")
+    attempts = sorted(tasks)
+    attempt, offset = _parse_cursor(cursor, attempts[0] if attempts else 1)
+    while attempts:
+        data = b""
+        if attempt in tasks:
+            with contextlib.suppress(UnknownResource):
+                data = runtime.backend.read_log(TaskRef(tasks[attempt]), kind, offset, LOG_PAGE).data
+            if len(data) == LOG_PAGE and b"\n" in data:
+                data = data[: data.rindex(b"\n") + 1]  # whole lines, so no character is cut in two
+        if data:
+            return LogPage(data, f"{attempt}:{offset + len(data)}", attempt, False)
+        later = [a for a in attempts if a > attempt]
+        if not later:
+            break
+        attempt, offset = later[0], 0
+    return LogPage(b"", f"{attempt}:{offset}", attempt, final)
+
+
+def _parse_cursor(cursor: str | None, first: int) -> tuple[int, int]:
+    from hyperplan.errors import ValidationError
+
+    if not cursor:
+        return first, 0
+    attempt, _, offset = cursor.partition(":")
+    if not attempt.isdigit() or not offset.isdigit():
+        raise ValidationError("cursor must be ATTEMPT:OFFSET, as a previous answer gave it.")
+    return int(attempt), int(offset)
