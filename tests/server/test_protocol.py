@@ -68,6 +68,51 @@ VALID_REQUESTS: dict[str, dict[str, Any]] = {
     "ListClusterNodes": {"ClusterName": "valid-cluster", "MaxResults": 10, "SortBy": "CREATION_TIME"},
     "DescribeClusterNode": {"ClusterName": "valid-cluster", "NodeId": "i-0123456789abcdef0"},
     "BatchDeleteClusterNodes": {"ClusterName": "valid-cluster", "NodeIds": ["i-0123456789abcdef0"]},
+    "CreateTrainingJob": {
+        "TrainingJobName": "valid-job",
+        "RoleArn": "arn:aws:iam::123456789012:role/training",
+        "AlgorithmSpecification": {
+            "TrainingInputMode": "File",
+            "TrainingImage": "123456789012.dkr.ecr.us-west-2.amazonaws.com/algo:latest",
+            "ContainerEntrypoint": ["python", "train.py"],
+            "ContainerArguments": ["--epochs", "2"],
+        },
+        "HyperParameters": {"lr": "0.1"},
+        "Environment": {"MODE": "test"},
+        "InputDataConfig": [
+            {
+                "ChannelName": "training",
+                "DataSource": {
+                    "S3DataSource": {
+                        "S3DataType": "S3Prefix",
+                        "S3Uri": "s3://bucket/input",
+                        "S3DataDistributionType": "ShardedByS3Key",
+                    }
+                },
+                "ContentType": "text/csv",
+            }
+        ],
+        "OutputDataConfig": {"S3OutputPath": "s3://bucket/output"},
+        "CheckpointConfig": {"S3Uri": "s3://bucket/checkpoints", "LocalPath": "/opt/ml/checkpoints"},
+        "ResourceConfig": {
+            "InstanceType": "ml.p5.48xlarge",
+            "InstanceCount": 2,
+            "VolumeSizeInGB": 10,
+            "TrainingPlanArn": ARN_PREFIX + "training-plan/valid-name",
+        },
+        "StoppingCondition": {"MaxRuntimeInSeconds": 1800, "MaxPendingTimeInSeconds": 7200},
+    },
+    "DescribeTrainingJob": {"TrainingJobName": "valid-job"},
+    "StopTrainingJob": {"TrainingJobName": "valid-job"},
+    "ListTrainingJobs": {
+        "MaxResults": 10,
+        "SortBy": "CreationTime",
+        "SortOrder": "Descending",
+        "NameContains": "valid",
+        "StatusEquals": "InProgress",
+        "TrainingPlanArnEquals": ARN_PREFIX + "training-plan/valid-name",
+        "CreationTimeAfter": 1_800_000_000,
+    },
     "DescribeTrainingPlanExtensionHistory": {
         "TrainingPlanArn": ARN_PREFIX + "training-plan/valid-name",
         "MaxResults": 5,

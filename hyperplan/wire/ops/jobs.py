@@ -1,0 +1,155 @@
+"""SageMaker training-job operations: wire names in, service calls, wire names out."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hyperplan.runtime import Runtime
+from hyperplan.services import jobs
+from hyperplan.store.schema import TrainingJob, TrainingPlan
+from hyperplan.training.workspace import model_uri
+from hyperplan.wire.paging import paginate
+from hyperplan.wire.registry import RequestContext, operation
+
+# What DescribeTrainingJob echoes of the request, as it was given.
+ECHOED = (
+    "HyperParameters",
+    "AlgorithmSpecification",
+    "RoleArn",
+    "InputDataConfig",
+    "OutputDataConfig",
+    "ResourceConfig",
+    "VpcConfig",
+    "CheckpointConfig",
+    "Environment",
+    "DebugHookConfig",
+    "ExperimentConfig",
+    "ProfilerConfig",
+)
+FLAGS = ("EnableNetworkIsolation", "EnableInterContainerTrafficEncryption", "EnableManagedSpotTraining")
+
+
+@operation("CreateTrainingJob")
+def create_training_job(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+    job = jobs.create(ctx.runtime, ctx.caller, request)
+    return {"TrainingJobArn": jobs.job_arn(ctx.runtime, job)}
+
+
+@operation("StopTrainingJob")
+def stop_training_job(ctx: RequestContext, request: dict[str, Any]) -> None:
+    jobs.stop(ctx.runtime, ctx.caller, request["TrainingJobName"])
+
+
+@operation("DescribeTrainingJob")
+def describe_training_job(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+    runtime = ctx.runtime
+    now = runtime.clock.now()
+    with runtime.db.read() as session:
+        job = jobs.get(session, runtime, ctx.caller, request["TrainingJobName"])
+        given = json.loads(job.request)
+        result: dict[str, Any] = {
+            "TrainingJobName": job.name,
+            "TrainingJobArn": jobs.job_arn(runtime, job),
+            # Required by the model at every status; until the model is stored it names where it will be.
+            "ModelArtifacts": {"S3ModelArtifacts": job.model_uri or model_uri(jobs.job_spec(job, "algo-1"))},
+            "TrainingJobStatus": job.status,
+            "SecondaryStatus": job.secondary_status,
+            **{member: given[member] for member in ECHOED if member in given},
+            "StoppingCondition": jobs.stopping_condition(job),
+            "CreationTime": job.created_at,
+            "LastModifiedTime": job.updated_at,
+            "SecondaryStatusTransitions": [
+                _transition(t.status, t.started_at, t.ended_at, t.message)
+                for t in jobs.transitions_of(session, job)
+            ],
+            **{flag: bool(given.get(flag, False)) for flag in FLAGS},
+        }
+    if job.failure_reason:
+        result["FailureReason"] = job.failure_reason[: jobs.FAILURE_REASON_MAX]
+    if job.training_start_at is not None:
+        result["TrainingStartTime"] = job.training_start_at
+    if job.training_end_at is not None:
+        result["TrainingEndTime"] = job.training_end_at
+    # Running time only (from instances given to instances given back), across segments; the plan's fee
+    # is paid up front, so billable time is the same wall-clock figure SageMaker reports per instance.
+    seconds = int(jobs.running_time(job, now).total_seconds())
+    if seconds >= 1:
+        result["TrainingTimeInSeconds"] = seconds
+        result["BillableTimeInSeconds"] = seconds
+    return result
+
+
+def _transition(status: str, start: datetime, end: datetime | None, message: str) -> dict[str, Any]:
+    entry: dict[str, Any] = {"Status": status, "StartTime": start, "StatusMessage": message}
+    if end is not None:
+        entry["EndTime"] = end
+    return entry
+
+
+@operation("ListTrainingJobs")
+def list_training_jobs(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+    runtime = ctx.runtime
+    with runtime.db.read() as session:
+        plans = _plan_arns(runtime, session, ctx.caller.account_id)
+        summaries = [
+            _summary(runtime, job, plans)
+            for job in jobs.list_jobs(session, ctx.caller.account_id)
+            if _matches(job, request, plans)
+        ]
+    key = {"Name": "TrainingJobName", "Status": "TrainingJobStatus"}.get(
+        request.get("SortBy", "CreationTime"), "CreationTime"
+    )
+    summaries.sort(key=lambda s: s[key], reverse=request.get("SortOrder") == "Descending")
+    scope = json.dumps(
+        [key, request.get("SortOrder"), request.get("NameContains"), request.get("StatusEquals")],
+        default=str,
+    )
+    page, token = paginate(summaries, request.get("MaxResults", 10), request.get("NextToken"), scope)
+    return {"TrainingJobSummaries": page, **({"NextToken": token} if token else {})}
+
+
+def _plan_arns(runtime: Runtime, session: Session, account_id: str) -> dict[int, str]:
+    return {
+        plan.id: jobs.plan_arn(runtime, plan)
+        for plan in session.scalars(select(TrainingPlan).where(TrainingPlan.account_id == account_id))
+    }
+
+
+def _matches(job: TrainingJob, request: dict[str, Any], plans: dict[int, str]) -> bool:
+    wanted_plan = request.get("TrainingPlanArnEquals")
+    return (
+        request.get("NameContains", "") in job.name
+        and request.get("StatusEquals", job.status) == job.status
+        and (wanted_plan is None or (job.plan_id is not None and plans.get(job.plan_id) == wanted_plan))
+        # No warm pools here: a job never has a warm pool status to match.
+        and "WarmPoolStatusEquals" not in request
+        and _between(job.created_at, request.get("CreationTimeAfter"), request.get("CreationTimeBefore"))
+        and _between(
+            job.updated_at, request.get("LastModifiedTimeAfter"), request.get("LastModifiedTimeBefore")
+        )
+    )
+
+
+def _between(moment: datetime, after: datetime | None, before: datetime | None) -> bool:
+    return (after is None or moment > after) and (before is None or moment < before)
+
+
+def _summary(runtime: Runtime, job: TrainingJob, plans: dict[int, str]) -> dict[str, Any]:
+    summary: dict[str, Any] = {
+        "TrainingJobName": job.name,
+        "TrainingJobArn": jobs.job_arn(runtime, job),
+        "CreationTime": job.created_at,
+        "LastModifiedTime": job.updated_at,
+        "TrainingJobStatus": job.status,
+        "SecondaryStatus": job.secondary_status,
+    }
+    if job.training_end_at is not None:
+        summary["TrainingEndTime"] = job.training_end_at
+    if job.plan_id is not None:
+        summary["TrainingPlanArn"] = plans[job.plan_id]
+    return summary
