@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from hyperplan.cli import accounts, clock, clusters, fleet, invoices, plans, webhooks
+from hyperplan.cli import accounts, clock, clusters, fleet, invoices, jobs, plans, webhooks
 from hyperplan.cli.common import console
 
 app = typer.Typer(
@@ -24,6 +24,7 @@ app.add_typer(fleet.app, name="fleet")
 app.add_typer(plans.app, name="plans")
 app.add_typer(invoices.app, name="invoices")
 app.add_typer(clusters.app, name="clusters")
+app.add_typer(jobs.app, name="jobs")
 app.add_typer(webhooks.app, name="webhooks")
 
 

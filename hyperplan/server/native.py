@@ -400,6 +400,29 @@ def exec_on_node(request: NativeRequest) -> dict[str, Any]:
     }
 
 
+# -- training jobs --------------------------------------------------------------------------------
+
+
+def job_logs(request: NativeRequest) -> dict[str, Any]:
+    """One instance's output across the job's attempts; call again with the answer's cursor to follow."""
+    from hyperplan.services import job_runner
+
+    host = request.query.get("host", "algo-1")
+    stream = request.query.get("stream", "stdout")
+    page = job_runner.read_logs(
+        request.runtime, request.caller, request.path["name"], host, stream, request.query.get("cursor")
+    )
+    return {
+        "TrainingJobName": request.path["name"],
+        "Host": host,
+        "Stream": stream,
+        "Attempt": page.attempt,
+        "Data": page.data.decode(errors="replace"),
+        "Cursor": page.cursor,
+        "Done": page.done,
+    }
+
+
 def routes() -> list[Route]:
     return [
         Route("/api/v1/whoami", endpoint(whoami), methods=["GET"]),
@@ -418,6 +441,7 @@ def routes() -> list[Route]:
         Route("/api/v1/invoices/{invoice}/reject", endpoint(reject_invoice, admin=True), methods=["POST"]),
         Route("/api/v1/plans/{name}/events", endpoint(plan_events), methods=["GET"]),
         Route("/api/v1/clusters/{cluster}/nodes/{node}/exec", endpoint(exec_on_node), methods=["POST"]),
+        Route("/api/v1/training-jobs/{name}/logs", endpoint(job_logs), methods=["GET"]),
         Route(
             "/api/v1/accounts/{account}/plans/{name}/cancel",
             endpoint(cancel_plan, admin=True),

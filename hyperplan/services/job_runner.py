@@ -267,8 +267,8 @@ def _launched(runtime: Runtime, job_id: int, attempt: int) -> None:
                 runtime,
                 job,
                 Secondary.TRAINING,
-                f"Training: {started} instance(s) running "
-                + ("(each in its own sandbox, hosts algo-1..algo-N on loopback)." if started > 1 else "."),
+                f"Training: {started} instance(s) running"
+                + (f", hosts algo-1..algo-{started} on loopback." if started > 1 else "."),
                 now,
             )
     runtime.job_runner.wake()

@@ -1,0 +1,159 @@
+"""`hyperplan jobs`: list, describe and stop training jobs; read or follow an instance's logs."""
+
+from __future__ import annotations
+
+import sys
+import time
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+import typer
+
+from hyperplan.cli.common import (
+    DataDirOpt,
+    EndpointOpt,
+    JsonOpt,
+    ProfileOpt,
+    console,
+    emit,
+    native_client,
+    print_table,
+    reporting_errors,
+    reporting_sagemaker_errors,
+    sagemaker_client,
+)
+
+app = typer.Typer(help="Training jobs: list, describe, logs, stop.", no_args_is_help=True)
+
+FOLLOW_PAUSE = 0.5  # seconds between polls of a log that has nothing new
+
+
+def _when(value: Any) -> str:
+    if not isinstance(value, datetime):
+        return "" if value is None else str(value)
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items() if k != "ResponseMetadata"}
+    if isinstance(value, list):
+        return [_clean(v) for v in value]
+    return value
+
+
+@app.command("list")
+def list_jobs(
+    plan: Annotated[str | None, typer.Option(help="Only jobs on this training plan (its ARN).")] = None,
+    status: Annotated[
+        str | None, typer.Option(help="InProgress, Completed, Failed, Stopping, Stopped.")
+    ] = None,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """This account's training jobs, oldest first."""
+    query: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Ascending"}
+    if plan:
+        query["TrainingPlanArnEquals"] = plan
+    if status:
+        query["StatusEquals"] = status
+    with reporting_sagemaker_errors():
+        client = sagemaker_client(endpoint_url, profile, data_dir)
+        pages = client.get_paginator("list_training_jobs").paginate(**query)
+        found = [job for page in pages for job in page["TrainingJobSummaries"]]
+
+    def render(value: list[dict[str, Any]]) -> None:
+        rows = [
+            [
+                j["TrainingJobName"],
+                j["TrainingJobStatus"],
+                j.get("SecondaryStatus", ""),
+                _when(j["CreationTime"]),
+                j.get("TrainingPlanArn", "on-demand").rsplit("/", 1)[-1],
+            ]
+            for j in value
+        ]
+        print_table("Training jobs", ["Name", "Status", "Secondary", "Created", "Plan"], rows)
+
+    emit(_clean(found) if as_json else found, as_json, render)
+
+
+@app.command("describe")
+def describe(
+    name: str,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """A job's status, where it runs, and every status it has had, with its messages."""
+    with reporting_sagemaker_errors():
+        job = sagemaker_client(endpoint_url, profile, data_dir).describe_training_job(TrainingJobName=name)
+
+    def render(value: dict[str, Any]) -> None:
+        resources = value.get("ResourceConfig", {})
+        plan = resources.get("TrainingPlanArn", "on-demand").rsplit("/", 1)[-1]
+        size = f"{resources.get('InstanceCount', '?')} x {resources.get('InstanceType', '?')}"
+        status = f"{value['TrainingJobStatus']} / {value['SecondaryStatus']}"
+        console.print(f"[bold]{value['TrainingJobName']}[/bold]  {status}  {size} on {plan}")
+        if value.get("FailureReason"):
+            console.print(f"[red]{value['FailureReason']}[/red]")
+        console.print(f"Model: {value['ModelArtifacts']['S3ModelArtifacts']}")
+        rows = [
+            [t["Status"], _when(t["StartTime"]), _when(t.get("EndTime")), t.get("StatusMessage", "")]
+            for t in value.get("SecondaryStatusTransitions", [])
+        ]
+        print_table("Transitions", ["Status", "Start", "End", "Message"], rows)
+
+    emit(_clean(job), as_json, render)
+
+
+@app.command("stop")
+def stop(
+    name: str,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """Stop a job: a waiting one at once; a running one gets SIGTERM and 120 s before SIGKILL."""
+    with reporting_sagemaker_errors():
+        client = sagemaker_client(endpoint_url, profile, data_dir)
+        client.stop_training_job(TrainingJobName=name)
+        job = client.describe_training_job(TrainingJobName=name)
+    console.print(f"{name}: {job['TrainingJobStatus']} / {job['SecondaryStatus']}")
+
+
+@app.command("logs")
+def logs(
+    name: str,
+    host: Annotated[str, typer.Option(help="The instance: algo-1, algo-2, ...")] = "algo-1",
+    stderr: Annotated[bool, typer.Option("--stderr", help="Standard error instead of output.")] = False,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+) -> None:
+    """One instance's output, every attempt in order (a job restarted in a later segment has several)."""
+    stream = "stderr" if stderr else "stdout"
+    cursor: str | None = None
+    attempt: int | None = None
+    with reporting_errors():
+        client = native_client(endpoint_url, profile, data_dir)
+        while True:
+            page = client.get(f"/api/v1/training-jobs/{name}/logs", host=host, stream=stream, cursor=cursor)
+            if page["Data"]:
+                if attempt is not None and page["Attempt"] != attempt:
+                    sys.stdout.write(f"--- attempt {page['Attempt']} ---\n")
+                attempt = page["Attempt"]
+                sys.stdout.write(page["Data"])
+                sys.stdout.flush()
+            cursor = page["Cursor"]
+            if page["Data"]:
+                continue
+            if not follow or page["Done"]:
+                return
+            time.sleep(FOLLOW_PAUSE)
