@@ -12,9 +12,11 @@ Work for a job runs on a small thread pool, one piece per phase, never inside a 
   succeeded (or was stopped with a model saved), pack ``model/`` of the first host to
   ``OUTPUT_PATH/JOB/output/model.tar.gz``; then :func:`jobs.attempt_ended` gives the job its status.
 
-A per-job lock orders the pieces of one job against each other and against its terminations: a launch
-checks, under the lock, that the job still wants its instances before it starts any task, and a
-termination takes the same lock, so a task is either never started or terminated after it was.
+Two locks per job order its pieces. The start lock: a launch checks, under it, that the job still wants
+its instances before it starts any task, and a termination takes the same lock, so a task is either
+never started or terminated after it was (both are quick calls: the lifecycle loop, which terminates at
+a reclaim, never waits on I/O). The store lock: a periodic sync and the final store of an attempt never
+overlap, and a sync that waited for the final store does nothing.
 
 The watcher (a thread, every 0.2 s of real time) reads the state of every live task and brings it into
 the store; when an instance fails it has the others stopped; when every task of an attempt has ended it
@@ -68,7 +70,7 @@ class JobRunner:
         self.every = every
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="job-work")
         self._guard = threading.Lock()
-        self._locks: dict[int, threading.Lock] = {}
+        self._locks: dict[tuple[int, str], threading.Lock] = {}
         self._in_flight: set[tuple[int, str]] = set()
         self._last_sync: dict[int, float] = {}
         self._wake = threading.Event()
@@ -104,9 +106,18 @@ class JobRunner:
 
     # -- work -------------------------------------------------------------------------------------
 
-    def job_lock(self, job_id: int) -> threading.Lock:
+    def start_lock(self, job_id: int) -> threading.Lock:
+        """Orders starting a job's tasks against terminating them; held only for those quick calls, so
+        the lifecycle loop (which terminates at a reclaim) never waits on I/O."""
+        return self._lock(job_id, "start")
+
+    def store_lock(self, job_id: int) -> threading.Lock:
+        """Orders a job's checkpoint syncs and its final store: the last sync of an attempt comes last."""
+        return self._lock(job_id, "store")
+
+    def _lock(self, job_id: int, kind: str) -> threading.Lock:
         with self._guard:
-            return self._locks.setdefault(job_id, threading.Lock())
+            return self._locks.setdefault((job_id, kind), threading.Lock())
 
     def submit_launch(self, job_id: int, attempt: int) -> None:
         self._submit(job_id, "launch", launch, attempt)
@@ -142,7 +153,7 @@ class JobRunner:
     def terminate(self, job_id: int, task_ids: list[str], grace: timedelta, env: Mapping[str, str]) -> None:
         """SIGTERM now, SIGKILL after `grace` (real time), for tasks the back end has; under the job's lock,
         so that a launch in progress either has started them already or will not start them."""
-        with self.job_lock(job_id):
+        with self.start_lock(job_id):
             for task_id in task_ids:
                 with contextlib.suppress(BackendError):  # never started, or ended: nothing to do
                     self.runtime.backend.terminate(TaskRef(task_id), grace, env=dict(env) or None)
@@ -233,7 +244,7 @@ def launch(runtime: Runtime, job_id: int, attempt: int) -> None:
         _launch_failed(runtime, job_id, attempt, f"ClientError: the instances could not be prepared: {exc}")
         return
     error = None
-    with runtime.job_runner.job_lock(job_id):
+    with runtime.job_runner.start_lock(job_id):
         if not _wants_instances(runtime, job_id, attempt):
             specs = []
         for task in specs:
@@ -251,12 +262,13 @@ def launch(runtime: Runtime, job_id: int, attempt: int) -> None:
 def _launched(runtime: Runtime, job_id: int, attempt: int) -> None:
     """Every task that should run does: the watcher takes over. A job stopped or reclaimed meanwhile has
     had them terminated; instances never started are recorded as such."""
+    known = _known_tasks(runtime, job_id, attempt)
     now = runtime.clock.now()
     with runtime.db.write() as session:
         job = session.get(TrainingJob, job_id)
         if job is None or job.attempt != attempt or job.attempt_state != "launching":
             return
-        started = _mark_unstarted(runtime, session, job_id, attempt)
+        started = _mark_unstarted(session, job_id, attempt, known)
         if not started:
             jobs.attempt_ended(session, runtime, job, None, None)
             return
@@ -274,13 +286,20 @@ def _launched(runtime: Runtime, job_id: int, attempt: int) -> None:
     runtime.job_runner.wake()
 
 
-def _mark_unstarted(runtime: Runtime, session: Session, job_id: int, attempt: int) -> int:
+def _known_tasks(runtime: Runtime, job_id: int, attempt: int) -> set[str]:
+    """The tasks of an attempt the back end has (asked before a transaction opens, not inside one)."""
+    with runtime.db.read() as session:
+        task_ids = [i.task_id for i in jobs.instances_of(session, job_id, attempt)]
+    return {task_id for task_id in task_ids if _known(runtime, task_id)}
+
+
+def _mark_unstarted(session: Session, job_id: int, attempt: int, known: set[str]) -> int:
     """Record instances the back end never got as NotStarted; returns how many it has."""
     started = 0
     for instance in jobs.instances_of(session, job_id, attempt):
         if instance.state not in LIVE_INSTANCE:
             continue
-        if _known(runtime, instance.task_id):
+        if instance.task_id in known:
             started += 1
         else:
             instance.state, instance.message = "NotStarted", "the attempt ended before it was started"
@@ -289,13 +308,14 @@ def _mark_unstarted(runtime: Runtime, session: Session, job_id: int, attempt: in
 
 def _launch_failed(runtime: Runtime, job_id: int, attempt: int, reason: str) -> None:
     """The job fails; whatever was started is stopped, and the watcher settles it."""
+    known = _known_tasks(runtime, job_id, attempt)
     with runtime.db.write() as session:
         job = session.get(TrainingJob, job_id)
         if job is None or job.attempt != attempt or job.attempt_state != "launching":
             return
         if not job.stop_reason and Secondary(job.secondary_status) in RUNNING:
             job.stop_reason, job.failure_reason = "failed", reason[: jobs.FAILURE_REASON_MAX]
-        started = _mark_unstarted(runtime, session, job_id, attempt)
+        started = _mark_unstarted(session, job_id, attempt, known)
         if not started:
             jobs.attempt_ended(session, runtime, job, None, reason)
             return
@@ -311,7 +331,9 @@ def sync(runtime: Runtime, job_id: int, attempt: int) -> None:
     if current is None:
         return
     storage = _storage(runtime)
-    with runtime.job_runner.job_lock(job_id):
+    with runtime.job_runner.store_lock(job_id):
+        if _read_attempt(runtime, job_id, attempt, "running") is None:
+            return  # the attempt ended while this waited: its final store has been made
         for instance in current.instances:
             if instance.state in LIVE_INSTANCE:
                 try:
@@ -327,7 +349,7 @@ def finish(runtime: Runtime, job_id: int, attempt: int) -> None:
         return
     storage = _storage(runtime)
     model_uri = error = None
-    with runtime.job_runner.job_lock(job_id):
+    with runtime.job_runner.store_lock(job_id):
         for instance in current.instances:
             if instance.state == "NotStarted":
                 continue

@@ -855,7 +855,7 @@ def _place(
         job,
         Secondary.DOWNLOADING,
         f"Preparing {job.instance_count} instance(s) on {where}: fetching input channels"
-        + (", restoring checkpoints" if job.attempt > 1 else "")
+        + (", restoring checkpoints" if json.loads(job.request).get("CheckpointConfig") else "")
         + ".",
         now,
     )
