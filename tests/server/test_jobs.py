@@ -346,12 +346,21 @@ def test_a_checkpointed_job_is_interrupted_at_reclaim_and_resumes_in_the_next_se
     assert np.load(io.BytesIO(resumed_model["weights.npy"])).shape == (4,)
 
 
+# Records the reclaim warning as a training script would: the variable at start, and what the envdir says
+# when SIGTERM comes; then saves a "model" and exits, as a checkpointing script does.
+WARNED = (
+    'echo "$SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP" > "$SM_MODEL_DIR/at-start"; '
+    'trap \'cat "$HYPERPLAN_ENV_DIR/SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP" '
+    '> "$SM_MODEL_DIR/at-sigterm"; exit 0\' TERM; while :; do sleep 0.1; done'
+)
+
+
 def test_running_time_counts_across_segments_and_the_plans_end_interrupts_jobs(
     split_plan: tuple[Server, str, datetime],
 ) -> None:
     server, arn, start = split_plan
     client = server.sagemaker()
-    client.create_training_job(**_sleeper("endless", plan=arn, count=3, checkpoints=True))
+    client.create_training_job(**_job("endless", ["sh", "-c", WARNED], plan=arn, count=3, checkpoints=True))
     day = {"MaxRuntimeInSeconds": 86400}
     client.create_training_job(**_sleeper("capped", plan=arn, count=1, StoppingCondition=day))
     client.create_training_job(**_sleeper("waiting", plan=arn, count=2))
@@ -381,6 +390,11 @@ def test_running_time_counts_across_segments_and_the_plans_end_interrupts_jobs(
     message = job["SecondaryStatusTransitions"][-1]["StatusMessage"]
     assert "last segment ended before the job finished" in message
     assert "s3://bucket/checkpoints/endless" in message
+    # The model it saved when told to stop was stored; it knew the segment's end from the start.
+    end = str(int((start + timedelta(days=4)).timestamp()))
+    saved = _model_files(server, job["ModelArtifacts"]["S3ModelArtifacts"])
+    assert saved == {"at-start": f"{end}\n".encode(), "at-sigterm": end.encode()}
+    assert "The model it had saved is at" in message
 
 
 PEERS = """
@@ -390,6 +404,7 @@ hosts = json.loads(os.environ["SM_HOSTS"])
 me = os.environ["SM_CURRENT_HOST"]
 port = int(json.loads(os.environ["SM_HPS"])["port"])
 model = Path(os.environ["SM_MODEL_DIR"])
+(model / f"expiry-{me}").write_text(os.environ["SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"])
 if me == hosts[0]:
     server = socket.create_server(("127.0.0.1", port))
     server.settimeout(60)
@@ -431,7 +446,9 @@ def test_a_two_instance_job_runs_two_processes_that_reach_each_other_over_loopba
     job = _wait_status(small, "pair", "Completed")
     assert job["ResourceConfig"] == {"InstanceType": M5, "InstanceCount": 2, "VolumeSizeInGB": 10}
     assert "TrainingPlanArn" not in job["ResourceConfig"]
-    heard = json.loads(_model_files(small, job["ModelArtifacts"]["S3ModelArtifacts"])["heard.json"])
+    model = _model_files(small, job["ModelArtifacts"]["S3ModelArtifacts"])
+    assert model["expiry-algo-1"] == b"0"  # on-demand capacity has no end
+    heard = json.loads(model["heard.json"])
     assert heard == {
         "hosts": ["algo-1", "algo-2"],
         "me": "algo-1",
