@@ -1,0 +1,130 @@
+"""Restarts the real back end cannot stage on demand, played on the fake one: a runtime in this process
+over a data directory and a FakeWorld that outlives it, as real processes outlive a server.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hyperplan.backends.base import TaskSpec
+from hyperplan.backends.fake import FakeBackend, FakeWorld
+from hyperplan.runtime import Runtime, RuntimeConfig
+from hyperplan.services import accounts, jobs
+from hyperplan.services.accounts import Caller
+from hyperplan.store.schema import TrainingJob
+
+SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
+REQUEST: dict[str, Any] = {
+    "TrainingJobName": "job",
+    "RoleArn": "arn:aws:iam::123456789012:role/training",
+    "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": ["python", "train.py"]},
+    "OutputDataConfig": {"S3OutputPath": "s3://bucket/output"},
+    "ResourceConfig": {"InstanceType": "ml.m5.12xlarge", "InstanceCount": 2},
+}
+TASKS = ("job-1-a1-algo-1", "job-1-a1-algo-2")
+
+
+def _runtime(data_dir: Path, world: FakeWorld) -> Runtime:
+    runtime = Runtime(RuntimeConfig(data_dir=data_dir, fleet_path=SMALL_FLEET, clock="manual"))
+    runtime.backend = FakeBackend(world)  # tasks run until completed or signalled
+    return runtime
+
+
+def _admin(runtime: Runtime) -> Caller:
+    with runtime.db.read() as session:
+        admin = accounts.list_accounts(session)[0]
+    return Caller(admin.id, admin.name, True, "test")
+
+
+def _job(runtime: Runtime) -> TrainingJob:
+    with runtime.db.read() as session:
+        return jobs.get(session, runtime, _admin(runtime), "job")
+
+
+def _wait(check: Callable[[], Any], timeout: float = 20) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (value := check()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return value
+
+
+@pytest.fixture
+def world() -> Iterator[FakeWorld]:
+    yield FakeWorld()
+
+
+def test_a_launch_cut_short_starts_its_tasks_after_the_restart_and_strays_are_killed(
+    tmp_path: Path, world: FakeWorld
+) -> None:
+    first = _runtime(tmp_path, world)
+    first.job_runner.stop()  # the launch handed over after the commit never runs: a crash right there
+    jobs.create(first, _admin(first), REQUEST)
+    assert (_job(first).secondary_status, _job(first).attempt_state) == ("Downloading", "launching")
+    assert not world.tasks
+    FakeBackend(world).run(TaskSpec("stray", ("python", "-c", "pass")))  # nobody's task
+    first.db.close()
+
+    second = _runtime(tmp_path, world)
+    second.start()
+    try:
+        assert _wait(lambda: _job(second).secondary_status == "Training"), _job(second).status_message
+        assert set(world.tasks) == set(TASKS)  # started once each; the stray was killed
+        for task_id in TASKS:
+            second.backend.complete(task_id, 0)  # type: ignore[attr-defined]
+        assert _wait(lambda: _job(second).secondary_status == "Completed"), _job(second).status_message
+        assert _job(second).model_uri == "s3://bucket/output/job/output/model.tar.gz"
+    finally:
+        second.stop()
+
+
+def test_tasks_that_end_while_no_server_watches_settle_the_job_by_their_exit_status(
+    tmp_path: Path, world: FakeWorld
+) -> None:
+    first = _runtime(tmp_path, world)
+    first.start()
+    jobs.create(first, _admin(first), REQUEST)
+    assert _wait(lambda: _job(first).secondary_status == "Training")
+    first.stop()
+    backend = FakeBackend(world)
+    backend.complete(TASKS[0], 0)
+    backend.complete(TASKS[1], 3, stderr=b"Traceback ...\nRuntimeError: NCCL timeout\n")
+
+    second = _runtime(tmp_path, world)
+    second.start()
+    try:
+        assert _wait(lambda: _job(second).secondary_status == "Failed")
+        assert _job(second).failure_reason == (
+            "AlgorithmError: instance algo-2 exited with code 3: Traceback ...\nRuntimeError: NCCL timeout"
+        )
+    finally:
+        second.stop()
+
+
+def test_tasks_the_back_end_lost_while_the_server_was_down_fail_the_job(
+    tmp_path: Path, world: FakeWorld
+) -> None:
+    first = _runtime(tmp_path, world)
+    first.start()
+    jobs.create(first, _admin(first), REQUEST)
+    assert _wait(lambda: _job(first).secondary_status == "Training")
+    first.stop()
+
+    second = _runtime(tmp_path, FakeWorld())  # the machine was wiped: nothing of the job is left
+    second.start()
+    try:
+        assert _wait(lambda: _job(second).secondary_status == "Failed")
+        assert _job(second).failure_reason.startswith("AlgorithmError: instance algo-1 was lost")
+        with second.db.read() as session:  # its on-demand instances are free again
+            assert all(i.state == "Lost" for i in jobs.instances_of(session, _job(second).id))
+        jobs.create(second, _admin(second), {**REQUEST, "TrainingJobName": "again"} | _four())
+    finally:
+        second.stop()
+
+
+def _four() -> dict[str, Any]:
+    return {"ResourceConfig": {"InstanceType": "ml.m5.12xlarge", "InstanceCount": 4}}
