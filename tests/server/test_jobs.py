@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -275,6 +276,11 @@ def test_seed_training_job_walkthrough_with_the_aws_cli(small: Server) -> None:
     summary = json.loads(_model_files(server, uri)["summary.json"])
     assert (summary["epochs"], summary["lr"], summary["seed"]) == (3, 0.2, 3)  # hyperparameters arrived
     logs = server.cli("jobs", "logs", "job-name").stdout
+    # The instance's tree stands for /opt/ml, as the contract lays it out.
+    tree = server.data_dir / "jobs" / "1" / "attempt-1" / "algo-1"
+    assert json.loads((tree / "input/config/hyperparameters.json").read_text()) == {"lr": "0.2", "seed": "3"}
+    assert json.loads((tree / "input/config/resourceconfig.json").read_text())["hosts"] == ["algo-1"]
+    assert (tree / "input/data/training/data.csv").is_file()
     assert "epoch 3: loss" in logs and "done: accuracy" in logs
     assert "job-name" in server.cli("jobs", "list").stdout
     # The plan's capacity is free again.
@@ -349,9 +355,10 @@ def test_a_checkpointed_job_is_interrupted_at_reclaim_and_resumes_in_the_next_se
 # Records the reclaim warning as a training script would: the variable at start, and what the envdir says
 # when SIGTERM comes; then saves a "model" and exits, as a checkpointing script does.
 WARNED = (
-    'echo "$SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP" > "$SM_MODEL_DIR/at-start"; '
     'trap \'cat "$HYPERPLAN_ENV_DIR/SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP" '
-    '> "$SM_MODEL_DIR/at-sigterm"; exit 0\' TERM; while :; do sleep 0.1; done'
+    '> "$SM_MODEL_DIR/at-sigterm"; exit 0\' TERM; '
+    'echo "$SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP" > "$SM_MODEL_DIR/at-start"; '
+    "while :; do sleep 0.1; done"
 )
 
 
@@ -380,6 +387,7 @@ def test_running_time_counts_across_segments_and_the_plans_end_interrupts_jobs(
     assert capped["TrainingTimeInSeconds"] == 86400
     assert _status(server, "waiting") == ("InProgress", "Pending")  # 2 needed, 1 free
 
+    assert _wait(lambda: (server.data_dir / "jobs/1/attempt-2/algo-1/model/at-start").exists())  # trap set
     _set_clock(server, start + timedelta(days=4, minutes=-30))  # the last segment's reclaim time
     waiting = _describe(server, "waiting")
     assert (waiting["TrainingJobStatus"], waiting["SecondaryStatus"]) == ("Stopped", "Interrupted")
@@ -550,6 +558,11 @@ def test_stop_training_job_and_max_runtime(small: Server) -> None:
 
     _set_clock(small, start + timedelta(minutes=1))
     _wait_status(small, "long", "Training")
+    followed: list[str] = []
+    follower = threading.Thread(
+        target=lambda: followed.append(small.cli("jobs", "logs", "long", "--follow").stdout), daemon=True
+    )
+    follower.start()
     assert _wait(lambda: "epoch 2:" in small.cli("jobs", "logs", "long").stdout)
     began = time.monotonic()
     small.cli("jobs", "stop", "long")
@@ -559,10 +572,21 @@ def test_stop_training_job_and_max_runtime(small: Server) -> None:
     assert _statuses(job)[-3:] == ["Training", "Stopping", "Stopped"]
     assert "StopTrainingJob" in job["SecondaryStatusTransitions"][-1]["StatusMessage"]
     assert "interrupted: saved epoch" in small.cli("jobs", "logs", "long").stdout
+    follower.join(timeout=30)  # --follow ends by itself once the job has ended
+    assert followed and followed[0] == small.cli("jobs", "logs", "long").stdout
     assert _checkpoints(small, "long")  # the last checkpoint was stored
     with pytest.raises(ClientError) as again:
         client.stop_training_job(TrainingJobName="long")
     assert again.value.response["Error"]["Code"] == "ValidationException"
+
+    # A process that ignores SIGTERM is killed when the grace (5 s in these tests) has passed.
+    stubborn = ["sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.2; done"]
+    client.create_training_job(**_job("stubborn", stubborn, instance_type=M5))
+    assert _wait(lambda: "ready" in small.cli("jobs", "logs", "stubborn").stdout)  # its trap is set
+    began = time.monotonic()
+    client.stop_training_job(TrainingJobName="stubborn")
+    assert _wait(lambda: _status(small, "stubborn") == ("Stopped", "Stopped"), timeout=60)
+    assert 4.5 <= time.monotonic() - began < 30
 
     # MaxRuntimeInSeconds: stopped once that much running time (service time) has passed.
     client.create_training_job(
