@@ -22,6 +22,25 @@ The store is the truth and every change is one transaction, as for clusters (``s
 - **Ends.** The runner's watcher reports when every task of an attempt has ended
   (:func:`tasks_ended`); the runner then stores the last checkpoints (and the model) and reports back
   (:func:`attempt_ended`), which picks the final status from why the job was ending.
+
+Decisions where SageMaker's documents are silent (see also ``core/jobs.py``):
+
+- Pending time counts from a segment's start to its reclaim time, not during the last 30 minutes of a
+  segment (capacity is being taken back) nor between segments. Running time counts while a job holds its
+  instances and has not been told to stop (Downloading, Training), in service time, across segments.
+  ``TrainingTimeInSeconds`` and ``BillableTimeInSeconds`` both report it (plans are paid up front).
+- At a reclaim time, a job with a later segment goes back to Pending at once (its instances are the
+  plan's again); it keeps its place at the head of the queue while its processes end and its checkpoints
+  are stored, and starts again in fresh instance directories, so what it had comes back only through
+  ``CheckpointConfig``. Without a later segment it is Stopping, then Stopped/Interrupted; waiting jobs
+  are Interrupted at once. A plan that fails (an administrator's cancellation) interrupts its jobs too.
+- An instance that exits non-zero fails the job: the others get SIGTERM (SIGKILL after the reclaim
+  grace) and the FailureReason is ``AlgorithmError: instance algo-K exited with code N: `` followed by
+  ``/opt/ml/output/failure`` or else the tail of its stderr. Storage failures are ``ClientError: ...``.
+- StopTrainingJob stops a waiting job at once; a job that is uploading its model completes. A stopped,
+  interrupted or timed-out job stores the model its first instance saved, if it saved one.
+- ``ModelArtifacts.S3ModelArtifacts`` is required in every DescribeTrainingJob answer; until the model
+  is stored it names where it will be.
 """
 
 from __future__ import annotations
