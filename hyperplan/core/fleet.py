@@ -180,6 +180,17 @@ class Fleet:
     quotas: Quotas = Quotas()
     default_payment_mode: str = "auto"
     notifications: Notifications = Notifications()
+    # Training image (exact, or a prefix ending in "*") -> the Python that runs its programs.
+    images: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+
+    def interpreter_for(self, image: str | None) -> str | None:
+        """The interpreter the fleet names for `image`: an exact entry first, then the longest prefix."""
+        if not image:
+            return None
+        if image in self.images:
+            return self.images[image]
+        prefixes = [k for k in self.images if k.endswith("*") and image.startswith(k[:-1])]
+        return self.images[max(prefixes, key=len)] if prefixes else None
 
     def pools_of_type(self, instance_type: str) -> tuple[Pool, ...]:
         return tuple(pool for pool in self.pools if pool.instance_type == instance_type)
@@ -327,7 +338,7 @@ def _is(value: Any, read: type) -> bool:
 
 _TOP_KEYS = (
     "region", "currency", "zones", "pools", "policy", "background_load", "quotas", "buckets", "accounts",
-    "notifications",
+    "notifications", "images",
 )  # fmt: skip
 
 
@@ -352,6 +363,7 @@ def parse_fleet(text: str) -> Fleet:
         quotas=_quotas(top.table("quotas") or {}),
         default_payment_mode=_payment_mode(top.table("accounts") or {}),
         notifications=_notifications(top.table("notifications") or {}),
+        images=_images(top.table("images") or {}),
     )
 
 
@@ -603,6 +615,15 @@ def _quotas(values: Mapping[str, Any]) -> Quotas:
             "max_reserved_instances_per_type", default.max_reserved_instances_per_type, minimum=1
         ),
     )
+
+
+def _images(values: Mapping[str, Any]) -> Mapping[str, str]:
+    images = {}
+    for image, interpreter in values.items():
+        if not isinstance(interpreter, str) or not interpreter.startswith("/"):
+            raise ValidationError(f"images.{image!r}: give the absolute path of a Python interpreter.")
+        images[str(image)] = interpreter
+    return MappingProxyType(images)
 
 
 def _notifications(values: Mapping[str, Any]) -> Notifications:

@@ -228,9 +228,8 @@ def launch(runtime: Runtime, job_id: int, attempt: int) -> None:
                 continue  # started before a restart: it runs, or has run, already
             if not _wants_instances(runtime, job_id, attempt):
                 break  # stopped or reclaimed meanwhile: fetch no more
-            contract = prepare(
-                Path(instance.root), jobs.job_spec(current.job, instance.host), storage
-            ).contract
+            spec = jobs.job_spec(current.job, instance.host, _interpreter(runtime, current.job))
+            contract = prepare(Path(instance.root), spec, storage).contract
             specs.append(
                 TaskSpec(
                     instance.task_id,
@@ -576,3 +575,9 @@ def _parse_cursor(cursor: str | None, first: int) -> tuple[int, int]:
     if not attempt.isdigit() or not offset.isdigit():
         raise ValidationError("cursor must be ATTEMPT:OFFSET, as a previous answer gave it.")
     return int(attempt), int(offset)
+
+
+def _interpreter(runtime: Runtime, job: TrainingJob) -> str | None:
+    """The Python the fleet file names for the job's training image (script mode and `python` commands)."""
+    image = (json.loads(job.request).get("AlgorithmSpecification") or {}).get("TrainingImage")
+    return runtime.fleet.interpreter_for(image)

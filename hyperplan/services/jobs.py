@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -320,8 +321,10 @@ def job_spec_from(
     count: int,
     host: str,
     segment_end: datetime | None = None,
+    interpreter: str | None = None,
 ) -> JobSpec:
-    """The contract's view of one instance of a job, from its (checked) request."""
+    """The contract's view of one instance of a job, from its (checked) request. `interpreter` runs
+    Python programs: the one the fleet file names for the job's image, else the server's own."""
     algorithm = request.get("AlgorithmSpecification") or {}
     checkpoint = request.get("CheckpointConfig") or {}
     return JobSpec(
@@ -340,12 +343,15 @@ def job_spec_from(
         arguments=tuple(algorithm.get("ContainerArguments") or ()),
         image_uri=algorithm.get("TrainingImage"),
         cpu_count=os.cpu_count() or 1,
+        interpreter=interpreter or sys.executable,
     )
 
 
-def job_spec(job: TrainingJob, host: str) -> JobSpec:
+def job_spec(job: TrainingJob, host: str, interpreter: str | None = None) -> JobSpec:
     request = json.loads(job.request)
-    return job_spec_from(request, job.name, job.instance_type, job.instance_count, host, job.segment_end)
+    return job_spec_from(
+        request, job.name, job.instance_type, job.instance_count, host, job.segment_end, interpreter
+    )
 
 
 def _channels(request: Mapping[str, Any]) -> tuple[Channel, ...]:

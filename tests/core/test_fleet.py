@@ -434,3 +434,28 @@ ENDPOINT = 'endpoint_url = "http://127.0.0.1:9000"'
 )
 def test_s3_bucket_refusals_name_the_key(text: str, message: str) -> None:
     assert refused(text).startswith(message)
+
+
+def test_images_name_their_interpreter_exactly_or_by_the_longest_prefix() -> None:
+    from hyperplan.core.fleet import parse_fleet
+
+    base = (
+        'region = "us-west-2"\n[[zones]]\nname = "us-west-2a"\nzone_id = "usw2-az1"\nsubnets = []\n'
+        '[[pools]]\ninstance_type = "ml.p5.48xlarge"\nzone = "us-west-2a"\ncount = 1\n'
+        'price_per_instance_hour = "1"\n'
+    )
+    fleet = parse_fleet(
+        base + '[images]\n"reg/train:*" = "/opt/py/bin/python"\n"reg/train:gpu-*" = "/opt/gpu/bin/python"\n'
+        '"reg/exact:1" = "/usr/bin/python3"\n'
+    )
+    assert fleet.interpreter_for("reg/train:1.0") == "/opt/py/bin/python"
+    assert fleet.interpreter_for("reg/train:gpu-2") == "/opt/gpu/bin/python"
+    assert fleet.interpreter_for("reg/exact:1") == "/usr/bin/python3"
+    assert fleet.interpreter_for("reg/exact:2") is None
+    assert fleet.interpreter_for(None) is None
+    import pytest
+
+    from hyperplan.errors import ValidationError
+
+    with pytest.raises(ValidationError, match="absolute path"):
+        parse_fleet(base + '[images]\n"reg/x" = "python3"\n')
