@@ -25,6 +25,7 @@ from hyperplan.notify.dispatcher import Dispatcher, DispatcherConfig
 from hyperplan.scheduler import DueEvent, EventHandler, Scheduler
 from hyperplan.services import accounts
 from hyperplan.services.capacity import LiveCalendar
+from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.lifecycle import LifecycleContext
 from hyperplan.store import settings
 from hyperplan.store.db import Database, after_commit, sqlite_url
@@ -74,6 +75,7 @@ class Runtime:
         self.bootstrapped = self._bootstrap_admin()
         self.clock: Clock = self._make_clock()
         self.offering_key = self._offering_key()
+        self.keys = KeyCache()
         self.calendar = LiveCalendar(self.fleet)
         self.lifecycle = LifecycleContext(
             self.calendar, self.fleet, consumers=(self._clusters_follow, self._jobs_follow)

@@ -17,9 +17,12 @@ SIGNING_SERVICE = "sagemaker"
 def authenticate(runtime: Runtime, request: Request, body: bytes) -> Caller:
     found: dict[str, Caller] = {}
 
-    def lookup_secret(access_key_id: str) -> str | None:
+    def load(access_key_id: str) -> tuple[str, Caller] | None:
         with runtime.db.read() as session:
-            entry = accounts.caller_for_key(session, access_key_id)
+            return accounts.caller_for_key(session, access_key_id)
+
+    def lookup_secret(access_key_id: str) -> str | None:
+        entry = runtime.keys.get(access_key_id, load)
         if entry is None:
             return None
         secret, caller = entry

@@ -153,6 +153,7 @@ def add_key(request: NativeRequest) -> dict[str, Any]:
 def revoke_key(request: NativeRequest) -> dict[str, Any]:
     with request.runtime.db.write() as session:
         accounts.revoke_key(session, request.path["key"], now=utcnow())
+    request.runtime.keys.forget(request.path["key"])  # its next request is refused
     return {"AccessKeyId": request.path["key"], "Revoked": True}
 
 

@@ -45,8 +45,9 @@ class SignedOffering:
 def search(runtime: Runtime, caller: Caller, request: SearchRequest) -> list[SignedOffering]:
     now = runtime.clock.now()
     with runtime.db.read() as session:
-        quotas.check_plans(session, runtime, caller.account_id)
-        quotas.check_count(session, runtime, caller.account_id, request.instance_type, request.instance_count)
+        quotas.check_search(
+            session, runtime, caller.account_id, request.instance_type, request.instance_count
+        )
     offerings = runtime.calendar.search(request, now)
     expires = now + runtime.fleet.policy.offering_validity
     return [

@@ -40,8 +40,21 @@ def limits(runtime: Runtime, account: Account) -> Limits:
     )
 
 
-def check_plans(session: Session, runtime: Runtime, account_id: str) -> None:
+def check_search(session: Session, runtime: Runtime, account_id: str, instance_type: str, count: int) -> None:
+    """What a search can know: the plan count now, and a count no instance quota could ever allow."""
     account = get_account(session, account_id)
+    _check_plans(session, runtime, account)
+    allowed = limits(runtime, account).max_reserved_instances_per_type
+    if count > allowed:
+        raise ResourceLimitExceeded(_instances_message(account, instance_type, allowed, 0, count))
+
+
+def check_plans(session: Session, runtime: Runtime, account_id: str) -> None:
+    _check_plans(session, runtime, get_account(session, account_id))
+
+
+def _check_plans(session: Session, runtime: Runtime, account: Account) -> None:
+    account_id = account.id
     allowed = limits(runtime, account).max_active_plans
     held = session.scalar(
         select(func.count(TrainingPlan.id)).where(
@@ -54,14 +67,6 @@ def check_plans(session: Session, runtime: Runtime, account_id: str) -> None:
             f"Quota training-plan-total_count is {allowed} for account {account.name}: it already holds "
             f"{held} plans that are not Expired or Failed. {_RAISE}"
         )
-
-
-def check_count(session: Session, runtime: Runtime, account_id: str, instance_type: str, count: int) -> None:
-    """At search time only the count is known: refuse a count the quota could never allow."""
-    account = get_account(session, account_id)
-    allowed = limits(runtime, account).max_reserved_instances_per_type
-    if count > allowed:
-        raise ResourceLimitExceeded(_instances_message(account, instance_type, allowed, 0, count))
 
 
 def check_instances(

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from hyperplan.services.accounts import Caller
+from hyperplan.services.key_cache import Entry, KeyCache
+
+CALLER = Caller("123456789012", "team", False, "AKHPKEY")
+
+
+class Store:
+    """Counts how often the cache reads the store."""
+
+    def __init__(self) -> None:
+        self.keys: dict[str, Entry] = {"AKHPKEY": ("secret", CALLER)}
+        self.reads = 0
+
+    def load(self, key: str) -> Entry | None:
+        self.reads += 1
+        return self.keys.get(key)
+
+
+def test_a_key_is_read_once_per_ttl_and_forgotten_at_once() -> None:
+    now = [0.0]
+    cache, store = KeyCache(ttl=5, clock=lambda: now[0]), Store()
+    assert cache.get("AKHPKEY", store.load) == ("secret", CALLER)
+    assert cache.get("AKHPKEY", store.load) == ("secret", CALLER)
+    assert store.reads == 1
+    del store.keys["AKHPKEY"]  # revoked by another server: seen once the entry expires
+    now[0] = 5.1
+    assert cache.get("AKHPKEY", store.load) is None
+    store.keys["AKHPKEY"] = ("secret", CALLER)
+    assert cache.get("AKHPKEY", store.load) is not None
+    cache.forget("AKHPKEY")  # revoked through this server: the next request reads the store
+    del store.keys["AKHPKEY"]
+    assert cache.get("AKHPKEY", store.load) is None
+
+
+def test_unknown_keys_are_not_cached() -> None:
+    cache, store = KeyCache(), Store()
+    assert cache.get("AKHPNEW", store.load) is None
+    store.keys["AKHPNEW"] = ("s", CALLER)
+    assert cache.get("AKHPNEW", store.load) == ("s", CALLER)
