@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
@@ -16,27 +15,15 @@ from hyperplan.cli.common import (
     console,
     emit,
     native_client,
+    plain,
     print_table,
     reporting_errors,
     reporting_sagemaker_errors,
     sagemaker_client,
+    when,
 )
 
 app = typer.Typer(help="HyperPod clusters: list, describe, nodes, exec.", no_args_is_help=True)
-
-
-def _when(value: Any) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC") if isinstance(value, datetime) else str(value)
-
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items() if k != "ResponseMetadata"}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    return value
 
 
 @app.command("list")
@@ -58,14 +45,14 @@ def list_clusters(
             [
                 c["ClusterName"],
                 c["ClusterStatus"],
-                _when(c["CreationTime"]),
+                when(c["CreationTime"]),
                 ", ".join(a.rsplit("/", 1)[-1] for a in c.get("TrainingPlanArns", [])),
             ]
             for c in value
         ]
         print_table("Clusters", ["Name", "Status", "Created", "Training plans"], rows)
 
-    emit(_clean(found) if as_json else found, as_json, render)
+    emit(plain(found) if as_json else found, as_json, render)
 
 
 @app.command("describe")
@@ -98,7 +85,7 @@ def describe(
             "Instance groups", ["Group", "Type", "Current", "Target", "Status", "Plan", "Plan status"], rows
         )
 
-    emit(_clean(cluster), as_json, render)
+    emit(plain(cluster), as_json, render)
 
 
 @app.command("nodes")
@@ -123,7 +110,7 @@ def nodes(
                 n.get("PrivateDnsHostname", ""),
                 n["InstanceType"],
                 n["InstanceStatus"]["Status"],
-                _when(n["LaunchTime"]),
+                when(n["LaunchTime"]),
                 n["InstanceStatus"].get("Message", ""),
             ]
             for n in value
@@ -132,7 +119,7 @@ def nodes(
             f"Nodes of {name}", ["Group", "Instance", "Host", "Type", "Status", "Launched", "Message"], rows
         )
 
-    emit(_clean(found) if as_json else found, as_json, render)
+    emit(plain(found) if as_json else found, as_json, render)
 
 
 @app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

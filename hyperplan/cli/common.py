@@ -7,6 +7,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -113,3 +114,21 @@ def reporting_sagemaker_errors() -> Iterator[None]:
     except EndpointConnectionError as exc:
         errors.print(f"[red]Cannot reach the server[/red]: {exc}. Is `hyperplan serve` running?")
         raise typer.Exit(1) from None
+
+
+def when(value: Any, *, seconds: bool = False) -> str:
+    """A time as a person reads it in a table: UTC, to the minute (or second)."""
+    if not isinstance(value, datetime):
+        return "" if value is None else str(value)
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC" if seconds else "%Y-%m-%d %H:%M UTC")
+
+
+def plain(value: Any) -> Any:
+    """A botocore answer as JSON can hold it: ISO 8601 UTC times, no ResponseMetadata."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items() if k != "ResponseMetadata"}
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    return value

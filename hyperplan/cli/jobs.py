@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import time
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
@@ -17,31 +16,17 @@ from hyperplan.cli.common import (
     console,
     emit,
     native_client,
+    plain,
     print_table,
     reporting_errors,
     reporting_sagemaker_errors,
     sagemaker_client,
+    when,
 )
 
 app = typer.Typer(help="Training jobs: list, describe, logs, stop.", no_args_is_help=True)
 
 FOLLOW_PAUSE = 0.5  # seconds between polls of a log that has nothing new
-
-
-def _when(value: Any) -> str:
-    if not isinstance(value, datetime):
-        return "" if value is None else str(value)
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _clean(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items() if k != "ResponseMetadata"}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    return value
 
 
 @app.command("list")
@@ -72,14 +57,14 @@ def list_jobs(
                 j["TrainingJobName"],
                 j["TrainingJobStatus"],
                 j.get("SecondaryStatus", ""),
-                _when(j["CreationTime"]),
+                when(j["CreationTime"], seconds=True),
                 j.get("TrainingPlanArn", "on-demand").rsplit("/", 1)[-1],
             ]
             for j in value
         ]
         print_table("Training jobs", ["Name", "Status", "Secondary", "Created", "Plan"], rows)
 
-    emit(_clean(found) if as_json else found, as_json, render)
+    emit(plain(found) if as_json else found, as_json, render)
 
 
 @app.command("describe")
@@ -104,12 +89,17 @@ def describe(
             console.print(f"[red]{value['FailureReason']}[/red]")
         console.print(f"Model: {value['ModelArtifacts']['S3ModelArtifacts']}")
         rows = [
-            [t["Status"], _when(t["StartTime"]), _when(t.get("EndTime")), t.get("StatusMessage", "")]
+            [
+                t["Status"],
+                when(t["StartTime"], seconds=True),
+                when(t.get("EndTime"), seconds=True),
+                t.get("StatusMessage", ""),
+            ]
             for t in value.get("SecondaryStatusTransitions", [])
         ]
         print_table("Transitions", ["Status", "Start", "End", "Message"], rows)
 
-    emit(_clean(job), as_json, render)
+    emit(plain(job), as_json, render)
 
 
 @app.command("stop")

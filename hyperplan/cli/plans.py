@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime
 from decimal import Decimal
 from typing import Annotated, Any
 
@@ -16,24 +15,16 @@ from hyperplan.cli.common import (
     console,
     emit,
     native_client,
+    plain,
     print_table,
     reporting_errors,
     reporting_sagemaker_errors,
     sagemaker_client,
+    when,
 )
 from hyperplan.services.clock import parse_instant
 
 app = typer.Typer(help="Training plans: search, buy, list, show.", no_args_is_help=True)
-
-
-def _when(value: datetime) -> str:
-    return value.strftime("%Y-%m-%d %H:%M UTC") if value.utcoffset() is not None else str(value)
-
-
-def _utc(value: datetime) -> datetime:
-    from datetime import UTC
-
-    return value.astimezone(UTC)
 
 
 def _hours(hours: int, minutes: int) -> str:
@@ -61,8 +52,8 @@ def _render_offerings(offerings: list[dict[str, Any]]) -> None:
                 str(i),
                 s["AvailabilityZone"],
                 f"{s['InstanceCount']} x {s['InstanceType']}",
-                _when(_utc(s["StartTime"])),
-                _when(_utc(s["EndTime"])),
+                when(s["StartTime"]),
+                when(s["EndTime"]),
                 _hours(s["DurationHours"], s["DurationMinutes"]),
             ]
             for i, s in enumerate(segments, start=1)
@@ -112,7 +103,7 @@ def search(
     with reporting_sagemaker_errors():
         result = sagemaker_client(endpoint_url, profile, data_dir).search_training_plan_offerings(**request)
     emit(
-        _jsonable(result["TrainingPlanOfferings"]) if as_json else result["TrainingPlanOfferings"],
+        plain(result["TrainingPlanOfferings"]) if as_json else result["TrainingPlanOfferings"],
         as_json,
         _render_offerings,
     )
@@ -149,8 +140,8 @@ def _render_plan(plan: dict[str, Any]) -> None:
             s["Status"],
             s.get("AvailabilityZone", ""),
             f"{s['TotalInstanceCount']} x {s['InstanceType']}",
-            _when(_utc(s["StartTime"])),
-            _when(_utc(s["EndTime"])),
+            when(s["StartTime"]),
+            when(s["EndTime"]),
         ]
         for s in plan["ReservedCapacitySummaries"]
     ]
@@ -169,7 +160,7 @@ def show(
     with reporting_sagemaker_errors():
         plan = sagemaker_client(endpoint_url, profile, data_dir).describe_training_plan(TrainingPlanName=name)
     plan.pop("ResponseMetadata", None)
-    emit(_jsonable(plan) if as_json else plan, as_json, _render_plan)
+    emit(plain(plan) if as_json else plan, as_json, _render_plan)
 
 
 @app.command("list")
@@ -199,8 +190,8 @@ def list_plans(
                 p["TotalInstanceCount"],
                 p["ReservedCapacitySummaries"][0]["InstanceType"],
                 len(p["ReservedCapacitySummaries"]),
-                _when(_utc(p["StartTime"])),
-                _when(_utc(p["EndTime"])),
+                when(p["StartTime"]),
+                when(p["EndTime"]),
                 f"{p['UpfrontFee']} {p['CurrencyCode']}",
             ]
             for p in value
@@ -211,17 +202,7 @@ def list_plans(
             rows,
         )
 
-    emit(_jsonable(plans) if as_json else plans, as_json, render)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return _utc(value).isoformat().replace("+00:00", "Z")
-    if isinstance(value, dict):
-        return {k: _jsonable(v) for k, v in value.items() if k != "ResponseMetadata"}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    return value
+    emit(plain(plans) if as_json else plans, as_json, render)
 
 
 @app.command("cancel")
@@ -292,7 +273,7 @@ def extend_search(
         if not value:
             console.print("No extension fits: the plan's pool is booked after its end.")
         for offer in value:
-            start, end = _when(_utc(offer["StartDate"])), _when(_utc(offer["EndDate"]))
+            start, end = when(offer["StartDate"]), when(offer["EndDate"])
             offering = offer["TrainingPlanExtensionOfferingId"]
             console.print(
                 f"{offer['AvailabilityZone']}: {start} to {end}, "
@@ -300,7 +281,7 @@ def extend_search(
                 f"  buy with: hyperplan plans extend {name} --offering-id {offering}"
             )
 
-    emit(_jsonable(offers) if as_json else offers, as_json, render)
+    emit(plain(offers) if as_json else offers, as_json, render)
 
 
 @app.command("extend")
@@ -317,7 +298,7 @@ def extend(
         result = sagemaker_client(endpoint_url, profile, data_dir).extend_training_plan(
             TrainingPlanExtensionOfferingId=offering_id
         )
-    emit(_jsonable(result["TrainingPlanExtensions"]), as_json, _render_extensions)
+    emit(plain(result["TrainingPlanExtensions"]), as_json, _render_extensions)
 
 
 @app.command("extensions")
@@ -334,7 +315,7 @@ def extensions(
         arn = client.describe_training_plan(TrainingPlanName=name)["TrainingPlanArn"]
         pages = client.get_paginator("describe_training_plan_extension_history").paginate(TrainingPlanArn=arn)
         found = [e for page in pages for e in page["TrainingPlanExtensions"]]
-    emit(_jsonable(found), as_json, _render_extensions)
+    emit(plain(found), as_json, _render_extensions)
 
 
 def _render_extensions(value: list[dict[str, Any]]) -> None:
