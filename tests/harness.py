@@ -13,8 +13,9 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,27 @@ def check_response_shape(operation_model: Any, response_dict: dict[str, Any], **
         # A server killed while answering: the client cannot know the outcome, so neither does the test.
         raise ConnectionError(f"truncated response: {len(body)} of {declared} bytes")
     check_output(operation_model, json.loads(body or b"{}"))
+
+
+def service_now(server: Server) -> datetime:
+    """The server's service clock (the manual clock in most tests)."""
+    return datetime.fromisoformat(server.native().get("/api/v1/clock")["Now"])
+
+
+def boundary_after(moment: datetime) -> datetime:
+    """The first 11:30 UTC at or after `moment`: where plan segments start and end."""
+    candidate = moment.astimezone(UTC).replace(hour=11, minute=30, second=0, microsecond=0)
+    return candidate if candidate >= moment else candidate + timedelta(days=1)
+
+
+def wait_until(check: Callable[[], Any], timeout: float = 60) -> Any:
+    """Real processes take real time: poll until `check` holds (returns truthy), or give its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(0.2)
 
 
 def free_port() -> int:

@@ -8,34 +8,30 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from hyperplan.cli.client import ApiError
-from tests.harness import Server
-
-
-def _now(server: Server) -> datetime:
-    return datetime.fromisoformat(server.native().get("/api/v1/clock")["Now"])
+from tests.harness import Server, service_now
 
 
 def test_manual_clock_starts_at_the_wall_time_of_the_first_start(server: Server) -> None:
-    assert abs(_now(server) - datetime.now(UTC)) < timedelta(minutes=1)
+    assert abs(service_now(server) - datetime.now(UTC)) < timedelta(minutes=1)
     assert server.native().get("/api/v1/clock")["Kind"] == "manual"
 
 
 def test_advance_by_durations(server: Server) -> None:
-    start = _now(server)
+    start = service_now(server)
     out = json.loads(server.cli("clock", "advance", "1d12h", "--json").stdout)
     assert datetime.fromisoformat(out["Now"]) - start == timedelta(hours=36)
     server.cli("clock", "advance", "90m")
-    assert _now(server) - start == timedelta(hours=37, minutes=30)
+    assert service_now(server) - start == timedelta(hours=37, minutes=30)
 
 
 def test_set_moves_forward_and_refuses_to_go_back(server: Server) -> None:
-    target = (_now(server) + timedelta(days=3)).replace(microsecond=0)
+    target = (service_now(server) + timedelta(days=3)).replace(microsecond=0)
     server.cli("clock", "set", target.isoformat())
-    assert _now(server) == target
+    assert service_now(server) == target
     refused = server.cli("clock", "set", (target - timedelta(hours=1)).isoformat(), check=False)
     assert refused.returncode == 1
     assert "ValidationException" in refused.stderr and "backwards" in refused.stderr
-    assert _now(server) == target
+    assert service_now(server) == target
 
 
 def test_set_needs_a_zone(server: Server) -> None:
@@ -53,19 +49,19 @@ def test_bad_durations_are_refused(server: Server) -> None:
 
 def test_the_clock_keeps_its_time_across_a_restart(server: Server) -> None:
     server.cli("clock", "advance", "10d")
-    before = _now(server)
+    before = service_now(server)
     assert server.stop() == 0  # SIGTERM is a graceful shutdown
     assert "hyperplan stopped" in server.log()
     server.restart()
-    assert _now(server) == before
+    assert service_now(server) == before
 
 
 def test_the_clock_keeps_its_time_across_a_crash(server: Server) -> None:
     server.cli("clock", "advance", "2d")
-    before = _now(server)
+    before = service_now(server)
     server.kill()
     server.restart()
-    assert _now(server) == before
+    assert service_now(server) == before
 
 
 def test_show_prints_the_time(server: Server) -> None:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import time
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +12,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from hyperplan.client.signing import Credentials
-from tests.harness import ADMIN, Server
+from tests.harness import ADMIN, Server, boundary_after, service_now, wait_until
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 P5 = "ml.p5.48xlarge"
@@ -25,25 +23,6 @@ ON_CREATE = (
     'echo "created on $(hostname) until $SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP" '
     "> created.txt\n"
 )
-
-
-def _now(server: Server) -> datetime:
-    return datetime.fromisoformat(server.native().get("/api/v1/clock")["Now"])
-
-
-def _boundary_after(moment: datetime) -> datetime:
-    candidate = moment.astimezone(UTC).replace(hour=11, minute=30, second=0, microsecond=0)
-    return candidate if candidate >= moment else candidate + timedelta(days=1)
-
-
-def _wait(check: Callable[[], Any], timeout: float = 60) -> Any:
-    """Real processes take real time: poll until `check` holds (returns truthy)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.2)
 
 
 def _buy(
@@ -100,7 +79,7 @@ def small(server_factory: type[Server], tmp_path: Path) -> Server:
 @pytest.fixture
 def split_plan(small: Server) -> tuple[Server, str, datetime]:
     """4 x p5 for two one-day segments, two days apart (another team holds every p5 in between)."""
-    start = _boundary_after(_now(small) + timedelta(minutes=30))
+    start = boundary_after(service_now(small) + timedelta(minutes=30))
     blocker = small.new_account("blocker")
     for count, name in ((8, "block-a"), (4, "block-b")):
         _buy(
@@ -159,7 +138,7 @@ def test_seed_hyperpod_walkthrough_with_the_aws_cli(
 
     before = {"controller-machine": 1, "worker-group-1": 0, "worker-group-2": 0}
     during = {"controller-machine": 1, "worker-group-1": 2, "worker-group-2": 1}
-    assert _wait(lambda: counts() == before), counts()
+    assert wait_until(lambda: counts() == before), counts()
     described = server.aws("sagemaker", "describe-cluster", "--cluster-name", "ml-cluster")
     statuses = {g["InstanceGroupName"]: g["TrainingPlanStatus"] for g in described["InstanceGroups"]}
     assert statuses == {
@@ -169,19 +148,19 @@ def test_seed_hyperpod_walkthrough_with_the_aws_cli(
     }
 
     server.cli("clock", "set", start.isoformat())
-    assert _wait(lambda: counts() == during), counts()
+    assert wait_until(lambda: counts() == during), counts()
     assert running() == during
     plan = server.sagemaker().describe_training_plan(TrainingPlanName="split")
     assert (plan["InUseInstanceCount"], plan["AvailableInstanceCount"]) == (3, 1)
 
     server.cli("clock", "set", (start + timedelta(days=1, minutes=-30)).isoformat())  # reclaim time
-    assert _wait(lambda: counts() == before), counts()
+    assert wait_until(lambda: counts() == before), counts()
     server.cli("clock", "set", (start + timedelta(days=2)).isoformat())
     assert counts() == before
     server.cli("clock", "set", (start + timedelta(days=3)).isoformat())
-    assert _wait(lambda: counts() == during), counts()
+    assert wait_until(lambda: counts() == during), counts()
     server.cli("clock", "set", (start + timedelta(days=4)).isoformat())
-    assert _wait(lambda: counts() == before), counts()
+    assert wait_until(lambda: counts() == before), counts()
     summaries = server.aws("sagemaker", "list-clusters", "--training-plan-arn", arn)["ClusterSummaries"]
     assert [s["ClusterName"] for s in summaries] == ["ml-cluster"] and summaries[0]["TrainingPlanArns"] == [
         arn
@@ -255,14 +234,14 @@ def test_partial_provisioning_serves_groups_in_creation_order(small: Server) -> 
     )
     start = client.describe_training_plan(TrainingPlanName="shared")["StartTime"]
     small.cli("clock", "set", (start + timedelta(minutes=1)).isoformat())
-    assert _wait(lambda: _counts(small, "greedy") == {"first": (3, 3), "second": (1, 3)}), _counts(
+    assert wait_until(lambda: _counts(small, "greedy") == {"first": (3, 3), "second": (1, 3)}), _counts(
         small, "greedy"
     )
     plan = client.describe_training_plan(TrainingPlanName="shared")
     assert (plan["InUseInstanceCount"], plan["AvailableInstanceCount"]) == (4, 0)
     # giving the first group fewer hands its instances to the second
     client.update_cluster(ClusterName="greedy", InstanceGroups=[_group("first", 1, arn)])
-    assert _wait(lambda: _counts(small, "greedy") == {"first": (1, 1), "second": (3, 3)}), _counts(
+    assert wait_until(lambda: _counts(small, "greedy") == {"first": (1, 1), "second": (3, 3)}), _counts(
         small, "greedy"
     )
 
@@ -272,7 +251,7 @@ def test_lifecycle_scripts_run_for_real_and_a_failing_one_fails_its_node(small: 
     client.create_cluster(
         ClusterName="real", InstanceGroups=[_group("controller", 1, instance_type="ml.m5.12xlarge")]
     )
-    node = _wait(
+    node = wait_until(
         lambda: [
             n
             for n in client.list_cluster_nodes(ClusterName="real")["ClusterNodeSummaries"]
@@ -300,7 +279,7 @@ def test_lifecycle_scripts_run_for_real_and_a_failing_one_fails_its_node(small: 
         ]
         return [n for n in nodes if n["InstanceStatus"]["Status"] == "Failure"]
 
-    assert _wait(failed), client.list_cluster_nodes(ClusterName="real")
+    assert wait_until(failed), client.list_cluster_nodes(ClusterName="real")
     assert "cannot mount /fsx" in failed()[0]["InstanceStatus"]["Message"]
     assert _counts(small, "real")["broken"] == (0, 1)
 
@@ -311,7 +290,7 @@ def test_lifecycle_scripts_run_for_real_and_a_failing_one_fails_its_node(small: 
         LifeCycleConfig={"SourceS3Uri": "s3://no-such-bucket/src", "OnCreate": "on_create.sh"},
     )
     client.update_cluster(ClusterName="real", InstanceGroups=[missing])
-    gone = _wait(
+    gone = wait_until(
         lambda: [
             n
             for n in client.list_cluster_nodes(ClusterName="real", InstanceGroupNameContains="missing")[
@@ -328,14 +307,14 @@ def test_batch_delete_lowers_the_target_and_delete_cluster_releases_everything(s
     client.create_cluster(
         ClusterName="shrink", InstanceGroups=[_group("c", 3, instance_type="ml.m5.12xlarge")]
     )
-    assert _wait(lambda: _counts(small, "shrink") == {"c": (3, 3)})
+    assert wait_until(lambda: _counts(small, "shrink") == {"c": (3, 3)})
     victim = client.list_cluster_nodes(ClusterName="shrink")["ClusterNodeSummaries"][0]["InstanceId"]
     result = client.batch_delete_cluster_nodes(ClusterName="shrink", NodeIds=[victim, "i-00000000000000000"])
     assert result["Successful"] == [victim]
     assert [f["Code"] for f in result["Failed"]] == ["NodeIdNotFound"]
-    assert _wait(lambda: _counts(small, "shrink") == {"c": (2, 2)})
+    assert wait_until(lambda: _counts(small, "shrink") == {"c": (2, 2)})
     client.delete_cluster(ClusterName="shrink")
-    assert _wait(lambda: client.list_clusters()["ClusterSummaries"] == [])
+    assert wait_until(lambda: client.list_clusters()["ClusterSummaries"] == [])
     # the on-demand capacity is free again
     client.create_cluster(
         ClusterName="again", InstanceGroups=[_group("c", 4, instance_type="ml.m5.12xlarge")]
@@ -368,7 +347,7 @@ def test_a_server_killed_mid_segment_keeps_clusters_nodes_and_processes_consiste
     start = client.describe_training_plan(TrainingPlanName="steady")["StartTime"]
     small.cli("clock", "set", (start + timedelta(hours=1)).isoformat())
     want = {"controller": (1, 1), "workers": (2, 2)}
-    assert _wait(lambda: _counts(small, "survivor") == want), _counts(small, "survivor")
+    assert wait_until(lambda: _counts(small, "survivor") == want), _counts(small, "survivor")
     before = sorted(
         n["InstanceId"] for n in client.list_cluster_nodes(ClusterName="survivor")["ClusterNodeSummaries"]
     )
@@ -386,10 +365,12 @@ def test_a_server_killed_mid_segment_keeps_clusters_nodes_and_processes_consiste
 
     end = client.describe_training_plan(TrainingPlanName="steady")["EndTime"]
     small.cli("clock", "set", (end - timedelta(minutes=30)).isoformat())  # reclaim
-    assert _wait(lambda: _counts(small, "survivor")["workers"] == (0, 2))
+    assert wait_until(lambda: _counts(small, "survivor")["workers"] == (0, 2))
     client.delete_cluster(ClusterName="survivor")
-    assert _wait(lambda: client.list_clusters()["ClusterSummaries"] == [], timeout=90)
-    assert _wait(lambda: not _node_processes(small.data_dir), timeout=60), _node_processes(small.data_dir)
+    assert wait_until(lambda: client.list_clusters()["ClusterSummaries"] == [], timeout=90)
+    assert wait_until(lambda: not _node_processes(small.data_dir), timeout=60), _node_processes(
+        small.data_dir
+    )
 
 
 def test_at_reclaim_node_processes_get_sigterm_with_the_segment_end(small: Server) -> None:
@@ -402,7 +383,7 @@ def test_at_reclaim_node_processes_get_sigterm_with_the_segment_end(small: Serve
     )
     plan = client.describe_training_plan(TrainingPlanName="warned")
     small.cli("clock", "set", (plan["StartTime"] + timedelta(minutes=5)).isoformat())
-    assert _wait(lambda: _counts(small, "warned") == {"w": (1, 1)})
+    assert wait_until(lambda: _counts(small, "warned") == {"w": (1, 1)})
     node = client.list_cluster_nodes(ClusterName="warned")["ClusterNodeSummaries"][0]["InstanceId"]
     # A training process that checkpoints when told: it reads the warning from the node's env directory.
     home = next((small.data_dir / "backend" / "nodes").glob("*/home"))
@@ -414,9 +395,9 @@ def test_at_reclaim_node_processes_get_sigterm_with_the_segment_end(small: Serve
     )
     small.cli("clusters", "exec", "warned", node, "--", "sh", "-c", "nohup sh trainer.sh >/dev/null 2>&1 &")
     end = str(int(plan["EndTime"].timestamp()))
-    assert _wait(lambda: (home / "started.txt").exists())
+    assert wait_until(lambda: (home / "started.txt").exists())
     assert (home / "started.txt").read_text().strip() == end
     small.cli("clock", "set", (plan["EndTime"] - timedelta(minutes=30)).isoformat())
-    assert _wait(lambda: (home / "warned.txt").exists()), "the node's processes got no SIGTERM"
+    assert wait_until(lambda: (home / "warned.txt").exists()), "the node's processes got no SIGTERM"
     assert (home / "warned.txt").read_text().strip() == end
-    assert _wait(lambda: _counts(small, "warned") == {"w": (0, 1)})
+    assert wait_until(lambda: _counts(small, "warned") == {"w": (0, 1)})

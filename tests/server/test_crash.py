@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import threading
 from collections import defaultdict
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +18,11 @@ import httpx
 from botocore.exceptions import BotoCoreError, ClientError
 
 from hyperplan.core.lifecycle import Window, segment_status_at, status_at
-from tests.harness import Server
+from tests.harness import Server, service_now
 
 CRASH_FLEET = Path(__file__).parent.parent / "fleets" / "crash.toml"
 STEPS = 40
 RESERVABLE = 16
-
-
-def _now(server: Server) -> datetime:
-    return datetime.fromisoformat(server.native().get("/api/v1/clock")["Now"])
 
 
 def _maybe_kill_during(server: Server, rng: random.Random) -> threading.Timer | None:
@@ -64,7 +60,7 @@ def test_sigkill_during_purchases_and_clock_moves_loses_nothing(
 ) -> None:
     rng = random.Random(20261130)
     server = server_factory(data_dir=tmp_path / "crash", fleet=CRASH_FLEET).start()
-    target = _now(server)
+    target = service_now(server)
     acknowledged: list[str] = []
     crashes = 0
     for step in range(STEPS):
@@ -84,7 +80,7 @@ def test_sigkill_during_purchases_and_clock_moves_loses_nothing(
         if server.process is None:
             crashes += 1
             server.restart()
-            if _now(server) < target:  # a clock move cut short: finish it, as an operator would
+            if service_now(server) < target:  # a clock move cut short: finish it, as an operator would
                 server.native().post("/api/v1/clock/set", {"Time": target.isoformat()})
     assert crashes >= 5, "too few crashes to mean anything"
     server.kill()
@@ -94,7 +90,7 @@ def test_sigkill_during_purchases_and_clock_moves_loses_nothing(
 
 def _check_final_state(server: Server, acknowledged: list[str]) -> None:
     client = server.sagemaker()
-    now = _now(server)
+    now = service_now(server)
     plans = [
         p
         for page in client.get_paginator("list_training_plans").paginate()

@@ -12,7 +12,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from hyperplan.client.signing import Credentials
-from tests.harness import Server
+from tests.harness import Server, service_now
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 P5 = "ml.p5.48xlarge"
@@ -21,10 +21,6 @@ P5 = "ml.p5.48xlarge"
 @pytest.fixture
 def small(server_factory: type[Server], tmp_path: Path) -> Server:
     return server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET).start()
-
-
-def _now(server: Server) -> datetime:
-    return datetime.fromisoformat(server.native().get("/api/v1/clock")["Now"])
 
 
 def _buy(
@@ -159,8 +155,8 @@ def test_each_extension_precondition_is_refused_with_its_rule(small: Server) -> 
         small,
         team,
         "far-away",
-        StartTimeAfter=_now(small) + timedelta(days=55),
-        EndTimeBefore=_now(small) + timedelta(days=60),
+        StartTimeAfter=service_now(small) + timedelta(days=55),
+        EndTimeBefore=service_now(small) + timedelta(days=60),
     )
     for pending in small.native().get("/api/v1/invoices", account="rules", status="Pending")["Invoices"]:
         if pending["TrainingPlanName"] == "far-away":
@@ -231,7 +227,7 @@ def test_quotas_refuse_with_their_name_and_value_until_raised(small: Server) -> 
     overlapping = [
         o
         for o in offering
-        if o["ReservedCapacityOfferings"][0]["StartTime"] < _now(small) + timedelta(days=2)
+        if o["ReservedCapacityOfferings"][0]["StartTime"] < service_now(small) + timedelta(days=2)
     ]
     assert overlapping
     code, message = _refusal(

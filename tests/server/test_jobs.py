@@ -14,8 +14,8 @@ import sys
 import tarfile
 import threading
 import time
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime, timedelta
+from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from botocore.exceptions import ClientError
 
 from hyperplan.backends.local import LocalBackend
 from hyperplan.client.signing import Credentials
-from tests.harness import ADMIN, Server
+from tests.harness import ADMIN, Server, boundary_after, service_now, wait_until
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -38,25 +38,6 @@ FINAL = ("Completed", "Failed", "Stopped")
 
 
 # -- helpers -------------------------------------------------------------------------------------------
-
-
-def _now(server: Server) -> datetime:
-    return datetime.fromisoformat(server.native().get("/api/v1/clock")["Now"])
-
-
-def _boundary_after(moment: datetime) -> datetime:
-    candidate = moment.astimezone(UTC).replace(hour=11, minute=30, second=0, microsecond=0)
-    return candidate if candidate >= moment else candidate + timedelta(days=1)
-
-
-def _wait(check: Callable[[], Any], timeout: float = 60) -> Any:
-    """Real processes take real time: poll until `check` holds (returns truthy)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.2)
 
 
 def _set_clock(server: Server, moment: datetime) -> None:
@@ -147,7 +128,7 @@ def _status(server: Server, name: str) -> tuple[str, str]:
 
 
 def _wait_status(server: Server, name: str, secondary: str, timeout: float = 90) -> dict[str, Any]:
-    job = _wait(lambda: (d := _describe(server, name))["SecondaryStatus"] == secondary and d, timeout)
+    job = wait_until(lambda: (d := _describe(server, name))["SecondaryStatus"] == secondary and d, timeout)
     assert job, (_describe(server, name), server.log()[-3000:])
     return dict(job)
 
@@ -203,7 +184,7 @@ def small(server_factory: type[Server], tmp_path: Path, monkeypatch: pytest.Monk
 def split_plan(small: Server) -> tuple[Server, str, datetime]:
     """4 x p5 for training jobs: two one-day segments, two days apart (another team holds every p5 in
     between)."""
-    start = _boundary_after(_now(small) + timedelta(minutes=30))
+    start = boundary_after(service_now(small) + timedelta(minutes=30))
     blocker = small.new_account("blocker")
     for count, name in ((8, "block-a"), (4, "block-b")):
         _buy(
@@ -316,7 +297,9 @@ def test_a_checkpointed_job_is_interrupted_at_reclaim_and_resumes_in_the_next_se
     )
     _set_clock(server, start + timedelta(minutes=1))
     _wait_status(server, "resumed", "Training")
-    assert _wait(lambda: len(_checkpoints(server, "resumed")) >= 2), "no checkpoints were synced while it ran"
+    assert wait_until(lambda: len(_checkpoints(server, "resumed")) >= 2), (
+        "no checkpoints were synced while it ran"
+    )
 
     _set_clock(server, start + timedelta(days=1, minutes=-30))  # the first segment's reclaim time
     job = _describe(server, "resumed")
@@ -326,7 +309,7 @@ def test_a_checkpointed_job_is_interrupted_at_reclaim_and_resumes_in_the_next_se
     plan = client.describe_training_plan(TrainingPlanName="split")
     assert plan["InUseInstanceCount"] == 0
     # The processes save a checkpoint and exit on SIGTERM; then the last checkpoints are stored.
-    assert _wait(lambda: not _job_processes(server.data_dir)), _job_processes(server.data_dir)
+    assert wait_until(lambda: not _job_processes(server.data_dir)), _job_processes(server.data_dir)
     interrupted_at = len(_checkpoints(server, "resumed"))
     assert 2 <= interrupted_at < 16
 
@@ -387,7 +370,9 @@ def test_running_time_counts_across_segments_and_the_plans_end_interrupts_jobs(
     assert capped["TrainingTimeInSeconds"] == 86400
     assert _status(server, "waiting") == ("InProgress", "Pending")  # 2 needed, 1 free
 
-    assert _wait(lambda: (server.data_dir / "jobs/1/attempt-2/algo-1/model/at-start").exists())  # trap set
+    assert wait_until(
+        lambda: (server.data_dir / "jobs/1/attempt-2/algo-1/model/at-start").exists()
+    )  # trap set
     _set_clock(server, start + timedelta(days=4, minutes=-30))  # the last segment's reclaim time
     waiting = _describe(server, "waiting")
     assert (waiting["TrainingJobStatus"], waiting["SecondaryStatus"]) == ("Stopped", "Interrupted")
@@ -479,7 +464,7 @@ def test_the_queue_is_fifo_with_backfill_and_pending_time_counts_only_while_the_
 ) -> None:
     server = small
     client = server.sagemaker()
-    start = _boundary_after(_now(server) + timedelta(days=1))
+    start = boundary_after(service_now(server) + timedelta(days=1))
     arn = _buy(server, ADMIN, "queue", 4, 3, StartTimeAfter=start, EndTimeBefore=start + timedelta(days=3))
     assert client.describe_training_plan(TrainingPlanName="queue")["StartTime"] == start
     client.create_training_job(**_sleeper("big", plan=arn, count=3))
@@ -563,7 +548,7 @@ def test_stop_training_job_and_max_runtime(small: Server) -> None:
         target=lambda: followed.append(small.cli("jobs", "logs", "long", "--follow").stdout), daemon=True
     )
     follower.start()
-    assert _wait(lambda: "epoch 2:" in small.cli("jobs", "logs", "long").stdout)
+    assert wait_until(lambda: "epoch 2:" in small.cli("jobs", "logs", "long").stdout)
     began = time.monotonic()
     small.cli("jobs", "stop", "long")
     assert _status(small, "long") in {("Stopping", "Stopping"), ("Stopped", "Stopped")}
@@ -582,10 +567,10 @@ def test_stop_training_job_and_max_runtime(small: Server) -> None:
     # A process that ignores SIGTERM is killed when the grace (5 s in these tests) has passed.
     stubborn = ["sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.2; done"]
     client.create_training_job(**_job("stubborn", stubborn, instance_type=M5))
-    assert _wait(lambda: "ready" in small.cli("jobs", "logs", "stubborn").stdout)  # its trap is set
+    assert wait_until(lambda: "ready" in small.cli("jobs", "logs", "stubborn").stdout)  # its trap is set
     began = time.monotonic()
     client.stop_training_job(TrainingJobName="stubborn")
-    assert _wait(lambda: _status(small, "stubborn") == ("Stopped", "Stopped"), timeout=60)
+    assert wait_until(lambda: _status(small, "stubborn") == ("Stopped", "Stopped"), timeout=60)
     assert 4.5 <= time.monotonic() - began < 30
 
     # MaxRuntimeInSeconds: stopped once that much running time (service time) has passed.
@@ -593,9 +578,9 @@ def test_stop_training_job_and_max_runtime(small: Server) -> None:
         **_sleeper("capped", instance_type=M5, StoppingCondition={"MaxRuntimeInSeconds": 600})
     )
     _wait_status(small, "capped", "Training")
-    _set_clock(small, _now(small) + timedelta(minutes=9))
+    _set_clock(small, service_now(small) + timedelta(minutes=9))
     assert _status(small, "capped") == ("InProgress", "Training")
-    _set_clock(small, _now(small) + timedelta(minutes=1))
+    _set_clock(small, service_now(small) + timedelta(minutes=1))
     job = _wait_status(small, "capped", "MaxRuntimeExceeded")
     assert job["TrainingJobStatus"] == "Stopped"
     assert job["TrainingTimeInSeconds"] == job["BillableTimeInSeconds"] == 600
@@ -722,7 +707,7 @@ def test_a_server_killed_mid_run_reconciles_its_jobs_and_leaves_no_orphan(small:
     )
     _wait_status(small, "survivor", "Training")
     _wait_status(small, "brief", "Training")
-    assert _wait(lambda: "epoch 2:" in small.cli("jobs", "logs", "survivor").stdout)
+    assert wait_until(lambda: "epoch 2:" in small.cli("jobs", "logs", "survivor").stdout)
     before = set(_job_processes(small.data_dir))
 
     small.kill()
@@ -738,7 +723,7 @@ def test_a_server_killed_mid_run_reconciles_its_jobs_and_leaves_no_orphan(small:
     assert _statuses(survivor) == ["Starting", "Downloading", "Training", "Uploading", "Completed"]
     logs = small.cli("jobs", "logs", "survivor").stdout
     assert "resuming" not in logs and logs.count("epoch 1:") == 1 and "done: accuracy" in logs
-    assert _wait(lambda: not _job_processes(small.data_dir), timeout=30), _job_processes(small.data_dir)
+    assert wait_until(lambda: not _job_processes(small.data_dir), timeout=30), _job_processes(small.data_dir)
     assert set(_model_files(small, survivor["ModelArtifacts"]["S3ModelArtifacts"])) == {
         "weights.npy",
         "summary.json",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -12,20 +12,10 @@ import pytest
 
 from hyperplan.cli.client import ApiError
 from hyperplan.client.signing import Credentials
-from tests.harness import Server
+from tests.harness import Server, boundary_after, service_now
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 P5 = "ml.p5.48xlarge"
-
-
-def _now(server: Server) -> datetime:
-    return datetime.fromisoformat(server.native().get("/api/v1/clock")["Now"])
-
-
-def _boundary_after(moment: datetime) -> datetime:
-    """The first 11:30 UTC at or after `moment`."""
-    candidate = moment.astimezone(UTC).replace(hour=11, minute=30, second=0, microsecond=0)
-    return candidate if candidate >= moment else candidate + timedelta(days=1)
 
 
 def _buy(server: Server, credentials: Credentials, name: str, **search: Any) -> dict[str, Any]:
@@ -57,7 +47,7 @@ def small(server_factory: type[Server], tmp_path: Path) -> Server:
 @pytest.fixture
 def two_segment_plan(small: Server) -> tuple[Server, Credentials, datetime]:
     """A plan of two one-day segments in us-west-2a, split around two days another team holds."""
-    start = _boundary_after(_now(small) + timedelta(minutes=30))
+    start = boundary_after(service_now(small) + timedelta(minutes=30))
     blocker = small.new_account("blocker")
     _buy(
         small,
@@ -201,7 +191,7 @@ def test_approval_times_out_five_minutes_before_the_start(small: Server) -> None
     team = small.new_account("slow-ok", PaymentMode="approval")
     offering = _buy(small, team, "soon", InstanceCount=8, DurationHours=24, TargetResources=["training-job"])
     start = offering["ReservedCapacityOfferings"][0]["StartTime"]
-    assert start - _now(small) < timedelta(hours=12)  # the soonest offering starts within the day
+    assert start - service_now(small) < timedelta(hours=12)  # the soonest offering starts within the day
     small.cli("clock", "set", (start - timedelta(minutes=6)).isoformat())
     assert _state(small, team, "soon")[0] == "Pending"
     small.cli("clock", "advance", "1m")
@@ -212,7 +202,7 @@ def test_approval_times_out_five_minutes_before_the_start(small: Server) -> None
 
 def test_approval_times_out_twelve_hours_after_purchase(small: Server) -> None:
     team = small.new_account("later-ok", PaymentMode="approval")
-    bought_at = _now(small)
+    bought_at = service_now(small)
     _buy(
         small,
         team,

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ import pytest
 from hyperplan.cli.client import ApiError
 from hyperplan.client.signing import Credentials
 from hyperplan.services.webhooks import verify
-from tests.harness import Server
+from tests.harness import Server, boundary_after, service_now
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 P5 = "ml.p5.48xlarge"
@@ -118,15 +118,6 @@ def small(server_factory: type[Server], tmp_path: Path, fast_retries: None) -> S
 # -- helpers ----------------------------------------------------------------------------------------
 
 
-def _now(server: Server) -> datetime:
-    return datetime.fromisoformat(server.native().get("/api/v1/clock")["Now"])
-
-
-def _boundary_after(moment: datetime) -> datetime:
-    candidate = moment.astimezone(UTC).replace(hour=11, minute=30, second=0, microsecond=0)
-    return candidate if candidate >= moment else candidate + timedelta(days=1)
-
-
 def _buy(server: Server, credentials: Credentials, name: str, **search: Any) -> dict[str, Any]:
     client = server.sagemaker(credentials)
     request = {"InstanceType": P5, "TargetResources": ["training-job"], **search}
@@ -184,7 +175,7 @@ def test_a_receiver_gets_a_plans_whole_life_in_order_and_signed(
     small: Server, receivers: Callable[..., Receiver]
 ) -> None:
     """A two-segment plan paid on approval, walked through both segments to Expired."""
-    start = _boundary_after(_now(small) + timedelta(minutes=30))
+    start = boundary_after(service_now(small) + timedelta(minutes=30))
     blocker = small.new_account("blocker")
     owner = small.new_account("owner", PaymentMode="approval")
     receiver = receivers()
