@@ -7,7 +7,6 @@ settle payment. Nothing is written when any step refuses. The live calendar is b
 
 from __future__ import annotations
 
-import base64
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from hyperplan.services.accounts import Caller
 from hyperplan.services.capacity import require_room
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import PlanEvent, ReservedCapacity, TrainingPlan
+from hyperplan.wire.paging import decode_token, encode_token
 
 # -- search -----------------------------------------------------------------------------------------
 
@@ -249,10 +249,11 @@ def list_plans(session: Session, caller: Caller, query: ListQuery) -> tuple[list
     order = (
         [key.desc(), TrainingPlan.id.desc()] if query.sort_order == "Descending" else [key, TrainingPlan.id]
     )
-    offset = _offset_from(query)
+    scope = _query_fingerprint(query)
+    offset = decode_token(query.next_token, scope) if query.next_token else 0
     rows = list(session.scalars(stmt.order_by(*order).offset(offset).limit(query.max_results + 1)))
     more = len(rows) > query.max_results
-    return rows[: query.max_results], (_token(query, offset + query.max_results) if more else None)
+    return rows[: query.max_results], (encode_token(offset + query.max_results, scope) if more else None)
 
 
 def _plan_start() -> Any:
@@ -268,26 +269,6 @@ def _query_fingerprint(query: ListQuery) -> str:
     return json.dumps(
         [query.status, str(query.start_after), str(query.start_before), query.sort_by, query.sort_order]
     )
-
-
-def _token(query: ListQuery, offset: int) -> str:
-    return base64.urlsafe_b64encode(
-        json.dumps({"o": offset, "q": _query_fingerprint(query)}).encode()
-    ).decode()
-
-
-def _offset_from(query: ListQuery) -> int:
-    if not query.next_token:
-        return 0
-    try:
-        data = json.loads(base64.urlsafe_b64decode(query.next_token.encode()))
-        offset = int(data["o"])
-        same_query = data["q"] == _query_fingerprint(query)
-    except (ValueError, KeyError, TypeError):
-        raise ValidationError("NextToken is not a token this operation returned.") from None
-    if not same_query or offset < 0:
-        raise ValidationError("NextToken was returned for a different query; start again without it.")
-    return offset
 
 
 def _minutes(delta: timedelta) -> int:

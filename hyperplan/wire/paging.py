@@ -16,17 +16,18 @@ def paginate(
     items: Sequence[T], max_results: int, token: str | None, scope: str
 ) -> tuple[list[T], str | None]:
     """One page, and the token of the next (None on the last). A token only works for its own scope."""
-    offset = _offset(token, scope) if token else 0
+    offset = decode_token(token, scope) if token else 0
     page = list(items[offset : offset + max_results])
     more = offset + max_results < len(items)
-    return page, (_token(offset + max_results, scope) if more else None)
+    return page, (encode_token(offset + max_results, scope) if more else None)
 
 
-def _token(offset: int, scope: str) -> str:
+def encode_token(offset: int, scope: str) -> str:
     return base64.urlsafe_b64encode(json.dumps({"o": offset, "s": scope}).encode()).decode()
 
 
-def _offset(token: str, scope: str) -> int:
+def decode_token(token: str, scope: str) -> int:
+    """The offset a token carries; a token made for another scope (another query) is refused."""
     try:
         data: Any = json.loads(base64.urlsafe_b64decode(token.encode()))
         offset, same = int(data["o"]), data["s"] == scope

@@ -150,8 +150,6 @@ def _segment(segment: Segment) -> dict[str, Any]:
 
 @operation("CreateTrainingPlan")
 def create_training_plan(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
-    if request.get("Tags"):
-        pass  # tags are accepted and, like AWS without a tagging API here, not yet readable
     plan = plans.create(
         ctx.runtime, ctx.caller, request["TrainingPlanName"], request["TrainingPlanOfferingId"]
     )
