@@ -19,6 +19,7 @@ responses; anything else that escapes a handler is a bug and becomes a logged 50
     │   ├── UnrecognizedClient     UnrecognizedClientException    403
     │   ├── InvalidSignature       InvalidSignatureException      403
     │   └── AccessDenied           AccessDeniedException          403  not an administrator
+    ├── ServiceUnavailable         ServiceUnavailable             503  the server is stopping; try again
     └── InternalFailure            InternalFailure                500  a bug; never raised on purpose
 """
 
@@ -92,6 +93,11 @@ class InvalidSignature(AuthError):
 
 class AccessDenied(AuthError):
     code = "AccessDeniedException"
+
+
+class ServiceUnavailable(HyperplanError):
+    code = "ServiceUnavailable"
+    status = 503
 
 
 class InternalFailure(HyperplanError):
