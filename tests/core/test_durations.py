@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hyperplan.core.durations import format_duration, parse_duration
+from hyperplan.core.durations import MAX_DURATION, format_duration, parse_duration
 from hyperplan.errors import ValidationError
 
 
@@ -46,3 +46,14 @@ def test_formats_shortest() -> None:
     assert format_duration(timedelta(days=1, hours=12)) == "1d12h"
     assert format_duration(timedelta(minutes=30)) == "30m"
     assert format_duration(timedelta()) == "0s"
+
+
+@pytest.mark.parametrize("text", ["36501d", "99999999999999d", "876001h", "9" * 5000 + "s", "36500d1s"])
+def test_refuses_a_duration_longer_than_the_limit_by_name_not_by_overflow(text: str) -> None:
+    with pytest.raises(ValidationError, match=r"is too long; a duration is at most 36500d"):
+        parse_duration(text)
+
+
+def test_the_limit_itself_and_leading_zeros_are_fine() -> None:
+    assert parse_duration("36500d") == MAX_DURATION
+    assert parse_duration("000000000000000000000000001d") == timedelta(days=1)
