@@ -85,13 +85,16 @@ class AcceleratedClock(Clock):
         return self._start + timedelta(seconds=elapsed * self.scale)
 
 
-def make_clock(kind: str, saved: datetime | None, scale: float = 1.0) -> Clock:
-    """The clock of a starting server; `saved` is the service time it had when it last ran."""
+def make_clock(kind: str, saved: datetime | None, scale: float = 1.0, start: datetime | None = None) -> Clock:
+    """The clock of a starting server. `saved` is the service time it had when it last ran; `start`
+    (manual and accelerated clocks only) is the first instant of a store that has no service time yet."""
+    if kind not in CLOCK_KINDS:
+        raise ValidationError(f"--clock must be one of {', '.join(CLOCK_KINDS)}, not {kind!r}")
     if kind == "wall":
+        if start is not None:
+            raise ValidationError("--clock-start needs --clock manual or accelerated; the wall clock is now.")
         return WallClock()
-    start = saved or utcnow()
+    first = saved or start or utcnow()
     if kind == "manual":
-        return ManualClock(start)
-    if kind == "accelerated":
-        return AcceleratedClock(start, scale)
-    raise ValidationError(f"--clock must be one of {', '.join(CLOCK_KINDS)}, not {kind!r}")
+        return ManualClock(first)
+    return AcceleratedClock(first, scale)

@@ -60,6 +60,7 @@ class RuntimeConfig:
     fleet_path: Path | None = None
     clock: str = "wall"
     time_scale: float = 1.0
+    clock_start: datetime | None = None  # a new store's first service instant (manual, accelerated)
     database_url: str | None = None
 
 
@@ -145,7 +146,13 @@ class Runtime:
     def _make_clock(self) -> Clock:
         with self.db.write() as session:
             saved = settings.get_time(session, settings.CLOCK_NOW)
-            clock = make_clock(self.config.clock, saved, self.config.time_scale)
+            clock = make_clock(self.config.clock, saved, self.config.time_scale, self.config.clock_start)
+            if saved is not None and self.config.clock_start is not None:
+                log.warning(
+                    "--clock-start %s ignored: this data directory's service clock already reads %s",
+                    self.config.clock_start.isoformat(),
+                    saved.isoformat(),
+                )
             if clock.kind != "wall":
                 settings.put_time(session, settings.CLOCK_NOW, clock.now())
         return clock

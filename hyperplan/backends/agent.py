@@ -49,6 +49,7 @@ from hyperplan.backends.layout import (
     TaskFiles,
     TaskRecord,
     TerminateOrder,
+    inherited_mark,
     read_record,
     tail,
     write_record,
@@ -341,6 +342,7 @@ class Agent:
             ENV_DIR_VARIABLE: str(self.files.env_dir),
             ROOT_VARIABLE: str(self.layout.root),
             NODE_DIR_VARIABLE: str(self.files.path),
+            **inherited_mark(),
         }
 
     def _set_state(self, state: NodeState, message: str = "") -> None:

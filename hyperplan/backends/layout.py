@@ -44,6 +44,17 @@ T = TypeVar("T")
 ROOT_VARIABLE = "HYPERPLAN_BACKEND_ROOT"
 NODE_DIR_VARIABLE = "HYPERPLAN_NODE_DIR"
 
+MARK_VARIABLE = "HYPERPLAN_RUN_MARK"
+"""An opaque label (never a path) that every process hyperplan starts inherits from the process that
+started it: `hyperplan serve` makes one when its environment has none, and a test run sets its own, so
+that whatever outlives its server (node agents, job instances, node tasks) can be found and ended."""
+
+
+def inherited_mark() -> dict[str, str]:
+    """The run mark of this process, to put into the environment of a process it starts."""
+    mark = os.environ.get(MARK_VARIABLE)
+    return {MARK_VARIABLE: mark} if mark else {}
+
 
 # --- records ----------------------------------------------------------------------------------------
 

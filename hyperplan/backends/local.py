@@ -69,6 +69,7 @@ from hyperplan.backends.layout import (
     TaskFiles,
     TaskRecord,
     TerminateOrder,
+    inherited_mark,
     read_record,
     tail,
     write_atomically,
@@ -313,6 +314,7 @@ class LocalBackend:
             "PYTHONPATH": str(PACKAGE_PARENT),
             ROOT_VARIABLE: str(self.layout.root),
             NODE_DIR_VARIABLE: str(files.path),
+            **inherited_mark(),
         }
         argv = [self.python, "-m", "hyperplan.backends.agent", str(self.layout.root), str(files.path)]
         with files.agent_log.open("ab") as log:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import secrets
 import signal
 import sys
 from pathlib import Path
@@ -43,20 +45,37 @@ def serve(
     time_scale: Annotated[
         float, typer.Option(help="Service seconds per real second (accelerated clock).")
     ] = 60.0,
+    clock_start: Annotated[
+        str | None,
+        typer.Option(
+            help="First instant of the manual or accelerated clock, ISO 8601 with a zone "
+            "(e.g. 2026-12-31T23:50:00Z); used only by a data directory that has no service time yet."
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="Server log level.")] = "info",
 ) -> None:
     """Run the server until SIGTERM or Ctrl-C."""
     import uvicorn
 
+    from hyperplan.backends.layout import MARK_VARIABLE
     from hyperplan.errors import HyperplanError
     from hyperplan.runtime import Runtime, RuntimeConfig, default_data_dir
     from hyperplan.server.app import create_app
+    from hyperplan.services.clock import parse_instant
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     directory = (data_dir or default_data_dir()).expanduser()
+    # Every process this server starts inherits the mark (see hyperplan.backends.layout.MARK_VARIABLE).
+    os.environ.setdefault(MARK_VARIABLE, f"hp-{secrets.token_hex(8)}")
     try:
         runtime = Runtime(
-            RuntimeConfig(data_dir=directory, fleet_path=fleet, clock=clock_kind, time_scale=time_scale)
+            RuntimeConfig(
+                data_dir=directory,
+                fleet_path=fleet,
+                clock=clock_kind,
+                time_scale=time_scale,
+                clock_start=parse_instant(clock_start) if clock_start is not None else None,
+            )
         )
     except HyperplanError as exc:
         console.print(f"[red]{exc.code}[/red]: {exc.message}")
