@@ -6,6 +6,9 @@ from pathlib import Path
 import pytest
 
 from tests.harness import Server
+from tests.leaks import pytest_configure, pytest_runtest_setup, pytest_sessionfinish
+
+__all__ = ["pytest_configure", "pytest_runtest_setup", "pytest_sessionfinish"]  # the leak check's hooks
 
 
 @pytest.fixture
@@ -20,8 +23,7 @@ def server_factory(tmp_path: Path) -> Iterator[type[Server]]:
 
     yield TestServer
     for server in started:
-        if server.process is not None:
-            server.kill()
+        server.close()
 
 
 @pytest.fixture
@@ -35,5 +37,4 @@ def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """One server for a whole module of read-mostly tests; each test makes its own accounts."""
     server = Server(data_dir=tmp_path_factory.mktemp("shared") / "data").start()
     yield server
-    if server.process is not None:
-        server.kill()
+    server.close()

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -23,11 +24,18 @@ import boto3
 import httpx
 from botocore.config import Config
 
+from hyperplan.backends.layout import MARK_VARIABLE
 from hyperplan.cli.client import NativeClient
 from hyperplan.client.signing import Credentials
 from hyperplan.wire.validate import check_output
+from tests.leaks import end_marked
 
 ADMIN = Credentials("AKHPTESTADMIN0000001", "test-admin-secret-key-000000000000000000")
+
+SERVER_START = datetime(2026, 12, 31, 23, 50, tzinfo=UTC)
+"""Where a test server's service clock starts unless its test chooses another instant: awkward on
+purpose, 10 minutes before a day's, a month's and a year's end and 12 h 20 min past the day's 11:30
+boundary, so a test that assumes an hour, a date or a boundary nearby fails here, not at random in CI."""
 REGION = "us-west-2"
 BIN = Path(sys.executable).parent
 
@@ -65,6 +73,11 @@ def wait_until(check: Callable[[], Any], timeout: float = 60) -> Any:
         time.sleep(0.2)
 
 
+def server_mark() -> str:
+    """A mark below the running test's (tests/leaks.py), of one server and whatever it starts."""
+    return f"{os.environ.get(MARK_VARIABLE, 'hptest')}.s{uuid.uuid4().hex[:6]}"
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -75,10 +88,17 @@ def free_port() -> int:
 class Server:
     data_dir: Path
     clock: str = "manual"
+    clock_start: datetime | None = SERVER_START  # for manual and accelerated clocks
     fleet: Path | None = None
     extra_args: Sequence[str] = ()
+    bootstrap: bool = True  # False: the first start makes the administrator's keys itself
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
+    # The run mark (tests/leaks.py) this server and everything it starts carry: the test's own, and one
+    # of the server's, so that close() can end the server's nodes and jobs, which outlive it by design.
+    mark: str = field(
+        default_factory=lambda: f"{os.environ.get(MARK_VARIABLE, 'hptest')}.s{uuid.uuid4().hex[:6]}"
+    )
 
     @property
     def url(self) -> str:
@@ -104,11 +124,13 @@ class Server:
         ]
         if self.fleet is not None:
             args += ["--fleet", str(self.fleet)]
-        env = {
-            **os.environ,
-            "HYPERPLAN_BOOTSTRAP_ACCESS_KEY_ID": ADMIN.access_key,
-            "HYPERPLAN_BOOTSTRAP_SECRET_ACCESS_KEY": ADMIN.secret_key,
-        }
+        if self.clock != "wall" and self.clock_start is not None:
+            args += ["--clock-start", self.clock_start.isoformat()]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HYPERPLAN_BOOTSTRAP_")}
+        env[MARK_VARIABLE] = self.mark
+        if self.bootstrap:
+            env["HYPERPLAN_BOOTSTRAP_ACCESS_KEY_ID"] = ADMIN.access_key
+            env["HYPERPLAN_BOOTSTRAP_SECRET_ACCESS_KEY"] = ADMIN.secret_key
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(
@@ -148,6 +170,13 @@ class Server:
         os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=60)
         self.process = None
+
+    def close(self) -> None:
+        """The end of a test: the server killed if it still runs, and every node agent, node task and
+        job instance it started ended with it."""
+        if self.process is not None:
+            self.kill()
+        end_marked(self.mark)
 
     def restart(self) -> Server:
         if self.process is not None:

@@ -31,23 +31,7 @@ def test_without_bootstrap_variables_the_first_start_makes_keys_that_work(
 ) -> None:
     data_dir = tmp_path / "fresh"
     env = {k: v for k, v in os.environ.items() if not k.startswith("HYPERPLAN_BOOTSTRAP")}
-    server = server_factory(data_dir=data_dir)
-    # start by hand without the bootstrap variables
-    args = [
-        str(BIN / "hyperplan"),
-        "serve",
-        "--port",
-        str(server.port),
-        "--data-dir",
-        str(data_dir),
-        "--clock",
-        "manual",
-    ]
-    data_dir.mkdir(parents=True)
-    server.process = subprocess.Popen(
-        args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    server._wait_ready(60)
+    server = server_factory(data_dir=data_dir, bootstrap=False).start()
     # `aws` with nothing but the credentials file the server wrote
     aws_env = {
         **env,

@@ -35,20 +35,22 @@ def s3_endpoint(tmp_path: Path) -> Iterator[str]:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    url = f"http://127.0.0.1:{port}"
-    client = boto3.client("s3", endpoint_url=url, region_name=REGION, **S3_KEYS)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            client.list_buckets()
-            break
-        except Exception:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-    yield url
-    process.terminate()
-    process.wait(timeout=30)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        client = boto3.client("s3", endpoint_url=url, region_name=REGION, **S3_KEYS)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                client.list_buckets()
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 @pytest.fixture

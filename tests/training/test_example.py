@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from hyperplan.backends.layout import inherited_mark
 from hyperplan.storage import Storage
 from hyperplan.training.contract import Channel, JobSpec, host_names
 from hyperplan.training.workspace import pack_model, prepare, sync_checkpoints
@@ -81,7 +82,7 @@ def run_instance(
     process = subprocess.Popen(
         contract.command.argv,
         cwd=contract.command.cwd,
-        env=contract.process_environment(BASE_ENVIRONMENT),
+        env=contract.process_environment({**BASE_ENVIRONMENT, **inherited_mark()}),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -159,7 +160,7 @@ def test_each_host_of_a_two_host_job_knows_both_hosts_and_itself(storage: Storag
         done = subprocess.run(
             contract.command.argv,
             cwd=contract.command.cwd,
-            env=contract.process_environment(BASE_ENVIRONMENT),
+            env=contract.process_environment({**BASE_ENVIRONMENT, **inherited_mark()}),
             capture_output=True,
             text=True,
             check=True,

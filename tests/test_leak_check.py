@@ -1,0 +1,68 @@
+"""The end-of-run check of tests/leaks.py fails a run that leaves a process behind, and names it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from hyperplan.backends.layout import MARK_VARIABLE
+from tests.leaks import find_leftovers
+
+ROOT = Path(__file__).resolve().parent.parent
+
+LEAKY = """
+import subprocess
+
+
+def test_starts_a_process_and_forgets_it():
+    subprocess.Popen(["sleep", "300"])
+
+
+def test_starts_a_process_and_ends_it():
+    process = subprocess.Popen(["sleep", "301"])
+    process.kill()
+    process.wait()
+"""
+
+TIDY = """
+import subprocess
+
+
+def test_starts_a_process_and_ends_it():
+    process = subprocess.Popen(["sleep", "302"])
+    process.kill()
+    process.wait()
+"""
+
+
+def run_inner_pytest(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
+    """A pytest run of its own, with only the leak check as a plugin, on one test file."""
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    test_file = tmp_path / "test_inner.py"
+    test_file.write_text(source)
+    env = {**os.environ, "HYPERPLAN_LEAK_SETTLE_SECONDS": "1", "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "tests.leaks", "-c", str(tmp_path / "pytest.ini"),
+         "-p", "no:cacheprovider", "-q", str(test_file)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_a_run_that_leaves_a_process_fails_and_names_it(tmp_path: Path) -> None:
+    run = run_inner_pytest(tmp_path, LEAKY)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "2 passed" in run.stdout  # every test passed: the leftover alone fails the run
+    assert "1 process(es) started by the tests outlived them" in run.stdout
+    (line,) = [line for line in run.stdout.splitlines() if "sleep 300" in line]
+    assert "started during test_inner.py::test_starts_a_process_and_forgets_it" in line
+    assert "sleep 301" not in run.stdout
+    # ... and the check ended what it found: nothing of the inner run is left.
+    assert find_leftovers(os.environ[MARK_VARIABLE]) == []
+
+
+def test_a_run_that_ends_what_it_started_passes(tmp_path: Path) -> None:
+    run = run_inner_pytest(tmp_path, TIDY)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "outlived" not in run.stdout
