@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import tempfile
 from collections import defaultdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from hypothesis import HealthCheck, given, settings
@@ -19,6 +19,8 @@ from hyperplan.runtime import Runtime, RuntimeConfig
 from hyperplan.services import accounts, plans
 from hyperplan.services.accounts import Caller
 from hyperplan.store.schema import ReservedCapacity
+from tests.harness import SERVER_START
+from tests.instants import at_awkward_instants
 
 TYPES = ("ml.p5.48xlarge", "ml.p4d.24xlarge")
 ZONES = ("us-west-2a", "us-west-2b")
@@ -78,13 +80,19 @@ def _peaks(runtime: Runtime) -> dict[tuple[str, str], int]:
     return peaks
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@at_awkward_instants
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(fleet_text=fleet_texts(), script=steps)
-def test_offerings_can_be_bought_and_pools_are_never_overbooked(fleet_text: str, script: list[tuple]) -> None:
+def test_offerings_can_be_bought_and_pools_are_never_overbooked(
+    start_instant: datetime, fleet_text: str, script: list[tuple]
+) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         fleet_path = Path(tmp) / "fleet.toml"
         fleet_path.write_text(fleet_text)
-        runtime = Runtime(RuntimeConfig(data_dir=Path(tmp), fleet_path=fleet_path, clock="manual"))
+        config = RuntimeConfig(
+            data_dir=Path(tmp), fleet_path=fleet_path, clock="manual", clock_start=start_instant
+        )
+        runtime = Runtime(config)
         runtime.start()
         try:
             _play(runtime, script)
@@ -125,7 +133,9 @@ def test_a_stale_offering_is_refused_when_its_capacity_is_gone(tmp_path: Path) -
         'subnets = []\n[[pools]]\ninstance_type = "ml.p5.48xlarge"\nzone = "us-west-2a"\ncount = 4\n'
         'price_per_instance_hour = "10"\n'
     )
-    runtime = Runtime(RuntimeConfig(data_dir=tmp_path, fleet_path=fleet_path, clock="manual"))
+    runtime = Runtime(
+        RuntimeConfig(data_dir=tmp_path, fleet_path=fleet_path, clock="manual", clock_start=SERVER_START)
+    )
     runtime.start()
     try:
         with runtime.db.read() as session:

@@ -17,6 +17,7 @@ from hyperplan.runtime import Runtime, RuntimeConfig
 from hyperplan.services import accounts, jobs
 from hyperplan.services.accounts import Caller
 from hyperplan.store.schema import TrainingJob
+from tests.harness import SERVER_START
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 REQUEST: dict[str, Any] = {
@@ -30,7 +31,10 @@ TASKS = ("job-1-a1-algo-1", "job-1-a1-algo-2")
 
 
 def _runtime(data_dir: Path, world: FakeWorld) -> Runtime:
-    runtime = Runtime(RuntimeConfig(data_dir=data_dir, fleet_path=SMALL_FLEET, clock="manual"))
+    config = RuntimeConfig(
+        data_dir=data_dir, fleet_path=SMALL_FLEET, clock="manual", clock_start=SERVER_START
+    )
+    runtime = Runtime(config)
     runtime.backend = FakeBackend(world)  # tasks run until completed or signalled
     return runtime
 
