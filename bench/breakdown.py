@@ -23,6 +23,7 @@ from bench.loadgen import CREATE, SEARCH, Endpoint, signed_headers
 from bench.report import line, percentile
 from bench.server import HOST, Store
 from hyperplan.runtime import Runtime
+from hyperplan.server.auth import SAGEMAKER_API
 from hyperplan.services import accounts
 from hyperplan.wire import model, registry, serialize, sigv4, validate
 from hyperplan.wire.registry import RequestContext
@@ -86,7 +87,12 @@ def _stages(store: Store, endpoint: Endpoint, operation: str, payload: dict[str,
             return entry[0]
 
         key_id = sigv4.verify(
-            request, lookup_secret=lookup, region=runtime.region, service="sagemaker", now=datetime.now(UTC)
+            request,
+            policy=SAGEMAKER_API,
+            lookup_secret=lookup,
+            region=runtime.region,
+            service="sagemaker",
+            now=datetime.now(UTC),
         )
         return found[key_id]
 

@@ -1,9 +1,11 @@
 """Client-side SigV4 signing for hyperplan's own CLI.
 
 botocore does the signing, so our CLI signs byte-for-byte like boto3 and the aws CLI, which is what the
-server's verifier (``hyperplan.wire.sigv4``) is tested against. This module only pins down the two
-things botocore leaves to the HTTP client and that must match on both ends: the Host header and the
-canonical form of the query string.
+server's verifier (``hyperplan.wire.sigv4``) is tested against. botocore signs every header it is given
+(Host, X-Amz-Date, X-Amz-Target, Content-Type, ...) and the body's real SHA-256, which is what the server
+demands. This module only pins down what botocore leaves to the HTTP client and that must match on both
+ends: the Host header and the canonical form of the query string; and it keeps the request time in
+X-Amz-Date, the only place the server reads it from.
 """
 
 from __future__ import annotations
@@ -39,13 +41,14 @@ def sign_request(
     service: str = "sagemaker",
     session_token: str | None = None,
 ) -> dict[str, str]:
-    """Return ``headers`` plus Host, X-Amz-Date, Authorization (and X-Amz-Security-Token) to send.
+    """Return ``headers`` (less any Date) plus Host, X-Amz-Date, Authorization (and X-Amz-Security-Token).
 
     ``url`` must be exactly what goes on the wire: path and query already percent-encoded. Send the
     returned headers as they are; the Host header among them is the one that was signed.
     """
     parts = urlsplit(url)
-    to_sign = dict(headers)
+    # Given a Date header, botocore would put the request time there instead of in X-Amz-Date.
+    to_sign = {name: value for name, value in headers.items() if name.lower() != "date"}
     if not any(name.lower() == "host" for name in to_sign):
         # Set it ourselves rather than trust the HTTP client to derive the same value botocore signed.
         to_sign["Host"] = _host_header(parts)

@@ -1,4 +1,9 @@
-"""Who is calling: SigV4 against the store's access keys, freshness against the real wall clock."""
+"""Who is calling: SigV4 against the store's access keys, freshness against the real wall clock.
+
+Also which API demands what of a signature (``wire/sigv4.py`` always demands ``host``, ``x-amz-date``
+and the real body hash). The SageMaker API picks its operation from ``X-Amz-Target``, so that header
+must be signed. Neither API has a use for presigned URLs: no route is meant to be opened from a link.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,17 @@ from hyperplan.services.accounts import Caller
 from hyperplan.wire import sigv4
 
 SIGNING_SERVICE = "sagemaker"
+NATIVE_PREFIX = "/api/"
+
+SAGEMAKER_API = sigv4.SigningPolicy(
+    api="The SageMaker API", headers_signed_when_sent=frozenset({"x-amz-target"})
+)
+NATIVE_API = sigv4.SigningPolicy(api="The native API")
+
+
+def policy_for(path: str) -> sigv4.SigningPolicy:
+    """The native API lives under /api/; anything else gets the SageMaker API's stricter policy."""
+    return NATIVE_API if path.startswith(NATIVE_PREFIX) else SAGEMAKER_API
 
 
 def authenticate(runtime: Runtime, request: Request, body: bytes) -> Caller:
@@ -38,7 +54,13 @@ def authenticate(runtime: Runtime, request: Request, body: bytes) -> Caller:
         body=body,
     )
     access_key_id = sigv4.verify(
-        signed, lookup_secret=lookup_secret, region=runtime.region, service=SIGNING_SERVICE, now=utcnow()
+        signed,
+        # The decoded path the router matches, so the policy follows the API that will serve the request.
+        policy=policy_for(request.scope["path"]),
+        lookup_secret=lookup_secret,
+        region=runtime.region,
+        service=SIGNING_SERVICE,
+        now=utcnow(),
     )
     return found[access_key_id]
 

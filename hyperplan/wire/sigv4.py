@@ -1,16 +1,26 @@
 """Server-side verification of AWS Signature Version 4.
 
 Both wire protocols (SageMaker's awsJson1.1 at ``/`` and the native API under ``/api/v1/``) are signed
-the way botocore signs a non-S3 service, so one verifier serves both. Two forms are accepted:
+the way botocore signs a non-S3 service, so one verifier serves both. Two forms exist:
 
 * the ``Authorization: AWS4-HMAC-SHA256 Credential=..., SignedHeaders=..., Signature=...`` header that
-  boto3 and the aws CLI send on every call, with the request time in ``X-Amz-Date`` (or ``Date``);
-* a presigned URL, where the same fields travel as ``X-Amz-*`` query parameters plus ``X-Amz-Expires``.
+  boto3 and the aws CLI send on every call, with the request time in ``X-Amz-Date``;
+* a presigned URL, where the same fields travel as ``X-Amz-*`` query parameters plus ``X-Amz-Expires``,
+  accepted only where the caller's :class:`SigningPolicy` allows it.
 
-The module is pure: no I/O and no clock. The caller passes the request as received, a function that
-maps an access key id to its secret, and the current time. The canonicalisation mirrors what botocore
-does on the client side (see ``botocore.auth.SigV4Auth``), because a verifier that is "more correct"
-than the signers it must accept would reject real clients.
+"Signed" means everything the server acts on is covered by the signature: the method, path, query, the
+real SHA-256 of the body (``UNSIGNED-PAYLOAD`` and streaming payloads are refused), ``host``,
+``x-amz-date`` and whatever headers the policy names. SigV4 lets the client choose which headers it
+signs; an unsigned header could be changed by anyone who captured the request.
+
+The request time comes from ``X-Amz-Date`` only. AWS also takes it from the HTTP ``Date`` header, but
+no client of this server needs that (botocore, hence boto3, the aws CLI and ``hyperplan``, always sends
+``X-Amz-Date``), and one source in one format is one thing less to get wrong.
+
+The module is pure: no I/O and no clock. The caller passes the request as received, the policy, a
+function that maps an access key id to its secret, and the current time. The canonicalisation mirrors
+what botocore does on the client side (see ``botocore.auth.SigV4Auth``), because a verifier that is
+"more correct" than the signers it must accept would reject real clients.
 """
 
 from __future__ import annotations
@@ -21,7 +31,6 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from email.utils import parsedate_to_datetime
 from functools import lru_cache
 from urllib.parse import quote, unquote_to_bytes
 
@@ -30,6 +39,8 @@ from hyperplan.errors import InvalidSignature, MissingAuthenticationToken, Unrec
 ALGORITHM = "AWS4-HMAC-SHA256"
 TERMINATOR = "aws4_request"
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
+# Prefix of the chunked payload modes (STREAMING-AWS4-HMAC-SHA256-PAYLOAD, STREAMING-UNSIGNED-PAYLOAD-...).
+STREAMING_PAYLOAD_PREFIX = "STREAMING-"
 TIMESTAMP_FORMAT = "%Y%m%dT%H%M%SZ"
 # AWS caps presigned URLs at one week.
 MAX_PRESIGN_EXPIRES = 604800
@@ -53,6 +64,22 @@ _TIMESTAMP_RE = re.compile(r"\d{8}T\d{6}Z")
 _HEX64_RE = re.compile(r"[0-9a-fA-F]{64}")
 # RFC 3986 unreserved characters: the only ones SigV4 leaves unencoded in the query string.
 _QUERY_SAFE = "-_.~"
+
+
+@dataclass(frozen=True)
+class SigningPolicy:
+    """What one API demands of a signature beyond what this module always demands.
+
+    Always demanded: ``host`` and (for the Authorization header form) ``x-amz-date`` among the
+    SignedHeaders, and the real payload hash. ``headers_signed_when_sent`` names, in lower case, the
+    headers that steer the API: when the request carries one, it must be signed. A request without it
+    is left to the API to refuse (no ``X-Amz-Target``: no operation). ``presigned_urls`` says whether
+    query-string authentication is accepted at all; ``api`` names the API in error messages.
+    """
+
+    api: str
+    headers_signed_when_sent: frozenset[str] = frozenset()
+    presigned_urls: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,13 +120,15 @@ class _Claim:
 def verify(
     request: SignedRequest,
     *,
+    policy: SigningPolicy,
     lookup_secret: Callable[[str], str | None],
     region: str,
     service: str,
     now: datetime,
     max_skew: timedelta = timedelta(minutes=15),
 ) -> str:
-    """Check the request's SigV4 signature and return the access key id that signed it.
+    """Check the request's SigV4 signature, and that it covers what ``policy`` demands; return the
+    access key id that signed it.
 
     Raises ``MissingAuthenticationToken`` when the request is not signed at all, ``UnrecognizedClient``
     when ``lookup_secret`` does not know the key, and ``InvalidSignature`` for everything else.
@@ -107,7 +136,7 @@ def verify(
     """
     headers = fold_headers(request.headers)
     pairs = _query_pairs(request.query)
-    claim = _read_claim(headers, pairs)
+    claim = _read_claim(headers, pairs, policy)
 
     _check_scope(claim, region=region, service=service)
     request_time = _parse_timestamp(claim.timestamp)
@@ -116,9 +145,7 @@ def verify(
             "Date in Credential scope does not match YYYYMMDD from ISO-8601 version of date from HTTP: "
             f"'{claim.scope_date}' != '{claim.timestamp[:8]}', from '{claim.timestamp}'."
         )
-    if "host" not in claim.signed_headers:
-        # Without the host signed, a signature for one endpoint could be replayed against another.
-        raise InvalidSignature("'Host' must be a 'SignedHeader' in the AWS Authorization.")
+    _check_signed_headers(claim, headers, policy)
     _check_time(request_time, _as_utc(now), max_skew, claim.expires)
 
     secret = lookup_secret(claim.access_key)
@@ -151,7 +178,9 @@ def verify(
 # --------------------------------------------------------------------------------------------------
 
 
-def _read_claim(headers: Mapping[str, str], pairs: list[tuple[bytes, bytes]]) -> _Claim:
+def _read_claim(
+    headers: Mapping[str, str], pairs: list[tuple[bytes, bytes]], policy: SigningPolicy
+) -> _Claim:
     authorization = headers.get("authorization")
     presigned = any(key == b"X-Amz-Signature" for key, _ in pairs)
     if authorization is None and not presigned:
@@ -164,6 +193,11 @@ def _read_claim(headers: Mapping[str, str], pairs: list[tuple[bytes, bytes]]) ->
         )
     if authorization is not None:
         return _claim_from_header(authorization, headers)
+    if not policy.presigned_urls:
+        raise InvalidSignature(
+            f"{policy.api} does not accept presigned URLs (X-Amz-Signature in the query string); "
+            "sign the request with an Authorization header instead."
+        )
     return _claim_from_query(pairs)
 
 
@@ -181,7 +215,8 @@ def _claim_from_header(authorization: str, headers: Mapping[str, str]) -> _Claim
         problems = [f"Authorization header requires '{name}' parameter." for name in missing]
         if timestamp is None:
             problems.append(
-                "Authorization header requires existence of either a 'X-Amz-Date' or a 'Date' header."
+                "Authorization header requires an 'X-Amz-Date' header; "
+                "this server does not take the request time from 'Date'."
             )
         raise InvalidSignature(" ".join(problems))
     access_key, date, region, service = _parse_credential(fields["Credential"])
@@ -218,18 +253,9 @@ def _authorization_fields(rest: str) -> dict[str, str]:
 
 
 def _header_timestamp(headers: Mapping[str, str]) -> str | None:
-    """The request time as SigV4 puts it in the string to sign: X-Amz-Date, else the HTTP Date header."""
+    """The request time as SigV4 puts it in the string to sign (see the module notes on ``Date``)."""
     amz_date = headers.get("x-amz-date")
-    if amz_date is not None:
-        return amz_date.strip()
-    http_date = headers.get("date")
-    if http_date is None:
-        return None
-    try:
-        parsed = parsedate_to_datetime(http_date)
-    except (TypeError, ValueError) as exc:
-        raise InvalidSignature(f"Invalid Date header '{http_date}'.") from exc
-    return _as_utc(parsed).strftime(TIMESTAMP_FORMAT)
+    return None if amz_date is None else amz_date.strip()
 
 
 def _claim_from_query(pairs: list[tuple[bytes, bytes]]) -> _Claim:
@@ -307,8 +333,32 @@ def _parse_signed_headers(value: str) -> tuple[str, ...]:
 
 
 # --------------------------------------------------------------------------------------------------
-# Scope and time
+# What must be signed, scope and time
 # --------------------------------------------------------------------------------------------------
+
+
+def _check_signed_headers(claim: _Claim, headers: Mapping[str, str], policy: SigningPolicy) -> None:
+    """Refuse a signature that leaves out a header the server relies on, naming every one left out.
+
+    ``host`` binds the signature to this endpoint; ``x-amz-date`` to its time (a presigned URL signs
+    its time in the query string instead); the policy's headers to what the API does, so that, say,
+    a request signed for SageMaker.ListTrainingPlans cannot be replayed as SageMaker.DeleteCluster.
+    """
+    required = {"host"} if claim.presigned else {"host", "x-amz-date"}
+    required |= {name for name in policy.headers_signed_when_sent if name in headers}
+    unsigned = sorted(required - set(claim.signed_headers))
+    if not unsigned:
+        return
+    names = ", ".join(f"'{_display_name(name)}'" for name in unsigned)
+    noun = "a 'SignedHeader'" if len(unsigned) == 1 else "'SignedHeaders'"
+    raise InvalidSignature(
+        f"{names} must be {noun} in the AWS Authorization: "
+        f"{policy.api} does not act on a request the signature does not fully cover."
+    )
+
+
+def _display_name(header: str) -> str:
+    return "-".join(part.capitalize() for part in header.split("-"))
 
 
 def _check_scope(claim: _Claim, *, region: str, service: str) -> None:
@@ -459,23 +509,26 @@ def _canonical_headers(headers: Mapping[str, str], signed_headers: tuple[str, ..
 
 
 def _payload_hash(headers: Mapping[str, str], body: bytes) -> str:
-    """The payload line of the canonical request.
+    """The payload line of the canonical request: always the SHA-256 of the body actually received.
 
     JSON services do not send ``x-amz-content-sha256``, so the hash is computed from the body. When the
-    header is present it is what the client signed; a hex hash must then match the body (else the body
-    could be swapped under a valid signature), and ``UNSIGNED-PAYLOAD`` means the body is not signed.
+    header is present it is what the client signed, so it must be that same hash: else the body could be
+    swapped under a valid signature. ``UNSIGNED-PAYLOAD`` (and the chunked ``STREAMING-*`` modes, which
+    sign the body piece by piece) would leave the body out of the signature, so they are refused.
     """
     computed = hashlib.sha256(body).hexdigest()
     declared = headers.get("x-amz-content-sha256")
     if declared is None:
         return computed
     declared = declared.strip()
-    if declared == UNSIGNED_PAYLOAD:
-        return declared
+    if declared == UNSIGNED_PAYLOAD or declared.startswith(STREAMING_PAYLOAD_PREFIX):
+        raise InvalidSignature(
+            f"x-amz-content-sha256 '{declared}' is not accepted: the body must be signed. Send the hex "
+            "SHA-256 of the body in x-amz-content-sha256, or leave the header out."
+        )
     if not _HEX64_RE.fullmatch(declared):
         raise InvalidSignature(
-            f"Unsupported x-amz-content-sha256 value '{declared}'; "
-            f"send the hex SHA-256 of the body or {UNSIGNED_PAYLOAD}."
+            f"Unsupported x-amz-content-sha256 value '{declared}'; send the hex SHA-256 of the body."
         )
     if declared.lower() != computed:
         raise InvalidSignature("The provided 'x-amz-content-sha256' header does not match what was computed.")

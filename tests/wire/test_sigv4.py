@@ -8,6 +8,7 @@ The only network used is a throwaway HTTP server on 127.0.0.1 that records reque
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 from unittest import mock
 from urllib.parse import urlencode, urlsplit
 
@@ -32,7 +34,7 @@ from hypothesis import strategies as st
 from hyperplan.client.signing import Credentials, sign_request
 from hyperplan.errors import InvalidSignature, MissingAuthenticationToken, UnrecognizedClient
 from hyperplan.wire import sigv4
-from hyperplan.wire.sigv4 import SIGNATURE_MISMATCH, SignedRequest, verify
+from hyperplan.wire.sigv4 import SIGNATURE_MISMATCH, SignedRequest, SigningPolicy, verify
 
 KEY = "AKIDEXAMPLE"
 SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
@@ -43,6 +45,10 @@ SERVICE = "sagemaker"
 ENDPOINT = "https://sagemaker.us-east-1.example"
 SIGNED_AT = datetime(2026, 11, 30, 1, 2, 3, tzinfo=UTC)
 SECRETS = {KEY: SECRET, OTHER_KEY: "another-secret"}
+# Policies shaped like the server's two APIs, plus one that takes presigned URLs (none of the server's does).
+TARGETED = SigningPolicy(api="The SageMaker API", headers_signed_when_sent=frozenset({"x-amz-target"}))
+PLAIN = SigningPolicy(api="The native API")
+PRESIGNABLE = SigningPolicy(api="A presignable API", presigned_urls=True)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -68,6 +74,22 @@ def _received(request: AWSRequest) -> SignedRequest:
     )
 
 
+class _SigV4LeavingOut(SigV4Auth):
+    """botocore's own signer, told to leave some headers out of SignedHeaders as other clients may."""
+
+    def __init__(
+        self, credentials: BotocoreCredentials, service: str, region: str, *, leave_out: frozenset[str]
+    ) -> None:
+        super().__init__(credentials, service, region)
+        self._leave_out = leave_out
+
+    def headers_to_sign(self, request: AWSRequest) -> Any:
+        chosen = super().headers_to_sign(request)
+        for name in self._leave_out:
+            del chosen[name]
+        return chosen
+
+
 def botocore_signed(
     method: str,
     path: str,
@@ -81,18 +103,23 @@ def botocore_signed(
     token: str | None = None,
     signed_at: datetime = SIGNED_AT,
     context: dict[str, object] | None = None,
+    unsigned: tuple[str, ...] = (),
 ) -> SignedRequest:
     request = AWSRequest(
         method=method, url=ENDPOINT + path, data=body, headers=headers or {}, params=params or {}
     )
     request.context.update(context or {})
+    credentials = BotocoreCredentials(KEY, secret, token)
+    signer = _SigV4LeavingOut(credentials, service, region, leave_out=frozenset(unsigned))
     with _botocore_clock(signed_at):
-        SigV4Auth(BotocoreCredentials(KEY, secret, token), service, region).add_auth(request)
+        signer.add_auth(request)
     return _received(request)
 
 
-def botocore_presigned(path: str, *, params: dict[str, str], expires: int) -> SignedRequest:
-    request = AWSRequest(method="GET", url=ENDPOINT + path, params=params)
+def botocore_presigned(
+    path: str, *, params: dict[str, str], expires: int, method: str = "GET", body: bytes = b""
+) -> SignedRequest:
+    request = AWSRequest(method=method, url=ENDPOINT + path, params=params, data=body)
     with _botocore_clock(SIGNED_AT):
         SigV4QueryAuth(BotocoreCredentials(KEY, SECRET), SERVICE, REGION, expires=expires).add_auth(request)
     return _received(request)
@@ -101,13 +128,26 @@ def botocore_presigned(path: str, *, params: dict[str, str], expires: int) -> Si
 def check(
     request: SignedRequest,
     *,
+    policy: SigningPolicy = TARGETED,
     now: datetime = SIGNED_AT,
     lookup_secret: Callable[[str], str | None] = SECRETS.get,
     max_skew: timedelta = timedelta(minutes=15),
 ) -> str:
     return verify(
-        request, lookup_secret=lookup_secret, region=REGION, service=SERVICE, now=now, max_skew=max_skew
+        request,
+        policy=policy,
+        lookup_secret=lookup_secret,
+        region=REGION,
+        service=SERVICE,
+        now=now,
+        max_skew=max_skew,
     )
+
+
+def signed_header_names(request: SignedRequest) -> set[str]:
+    authorization = sigv4.fold_headers(request.headers)["authorization"]
+    signed = authorization.split("SignedHeaders=")[1].split(",")[0]
+    return set(signed.split(";"))
 
 
 def with_headers(request: SignedRequest, **changes: str) -> SignedRequest:
@@ -117,13 +157,13 @@ def with_headers(request: SignedRequest, **changes: str) -> SignedRequest:
     return dataclasses.replace(request, headers=headers)
 
 
-def json_call() -> SignedRequest:
-    return botocore_signed(
-        "POST",
-        "/",
-        body=b'{"MaxResults": 10}',
-        headers={"Content-Type": "application/x-amz-json-1.1", "X-Amz-Target": "SageMaker.ListTrainingPlans"},
-    )
+def json_call(
+    target: str | None = "SageMaker.ListTrainingPlans", unsigned: tuple[str, ...] = ()
+) -> SignedRequest:
+    headers = {"Content-Type": "application/x-amz-json-1.1"}
+    if target is not None:
+        headers["X-Amz-Target"] = target
+    return botocore_signed("POST", "/", body=b'{"MaxResults": 10}', headers=headers, unsigned=unsigned)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -160,17 +200,11 @@ def test_session_token_is_a_signed_header() -> None:
         check(with_headers(request, X_Amz_Security_Token="another-token"))
 
 
-def test_unsigned_payload_header_is_accepted_as_the_hash() -> None:
-    # botocore sends UNSIGNED-PAYLOAD when payload signing is switched off for an HTTPS operation.
-    request = botocore_signed("POST", "/", body=b"{}", context={"payload_signing_enabled": False})
-    assert request.headers["X-Amz-Content-SHA256"] == "UNSIGNED-PAYLOAD"
-    assert check(request) == KEY
-
-
-def test_http_date_header_stands_in_for_x_amz_date() -> None:
-    request = botocore_signed("POST", "/", body=b"{}", headers={"Date": "placeholder, botocore rewrites it"})
-    assert "X-Amz-Date" not in request.headers
-    assert check(request) == KEY
+def test_declared_payload_hash_of_the_body_verifies_in_either_case() -> None:
+    digest = hashlib.sha256(b"{}").hexdigest()
+    for declared in (digest, digest.upper()):
+        request = botocore_signed("POST", "/", body=b"{}", headers={"X-Amz-Content-SHA256": declared})
+        assert check(request) == KEY
 
 
 def test_unsigned_headers_may_be_added_in_transit() -> None:
@@ -272,12 +306,6 @@ def test_tampered_query_value_is_refused() -> None:
         check(tampered)
 
 
-def test_declared_payload_hash_must_match_body() -> None:
-    request = botocore_signed("POST", "/", body=b"{}", headers={"X-Amz-Content-SHA256": "0" * 64})
-    with pytest.raises(InvalidSignature, match="'x-amz-content-sha256' header does not match"):
-        check(request)
-
-
 def test_wrong_region_scope_is_named() -> None:
     request = botocore_signed("POST", "/", body=b"{}", region="eu-west-1")
     with pytest.raises(InvalidSignature) as caught:
@@ -327,10 +355,21 @@ def test_malformed_authorization_header(authorization: str, expected: str) -> No
 
 def test_missing_x_amz_date() -> None:
     headers = {name: value for name, value in json_call().headers.items() if name != "X-Amz-Date"}
-    with pytest.raises(
-        InvalidSignature, match="requires existence of either a 'X-Amz-Date' or a 'Date' header"
-    ):
+    with pytest.raises(InvalidSignature) as caught:
         check(dataclasses.replace(json_call(), headers=headers))
+    assert caught.value.message == (
+        "Authorization header requires an 'X-Amz-Date' header; "
+        "this server does not take the request time from 'Date'."
+    )
+
+
+def test_http_date_header_does_not_stand_in_for_x_amz_date() -> None:
+    # AWS would take the time from Date; botocore signs that way when the caller sets a Date header.
+    request = botocore_signed("POST", "/", body=b"{}", headers={"Date": "placeholder, botocore rewrites it"})
+    assert "X-Amz-Date" not in request.headers
+    assert "date" in signed_header_names(request)
+    with pytest.raises(InvalidSignature, match=r"requires an 'X-Amz-Date' header"):
+        check(request)
 
 
 @pytest.mark.parametrize("value", ["2026-11-30T01:02:03Z", "20261330T010203Z", "yesterday"])
@@ -339,12 +378,140 @@ def test_invalid_x_amz_date(value: str) -> None:
         check(with_headers(json_call(), X_Amz_Date=value))
 
 
-def test_host_must_be_signed() -> None:
-    request = json_call()
-    authorization = request.headers["Authorization"].replace("host;", "")
-    assert "host" not in authorization
-    with pytest.raises(InvalidSignature, match="'Host' must be a 'SignedHeader'"):
-        check(with_headers(request, Authorization=authorization))
+# --------------------------------------------------------------------------------------------------
+# Signed means signed: the headers the server acts on, and the body
+# --------------------------------------------------------------------------------------------------
+
+
+def _target_added_after_signing() -> SignedRequest:
+    # Signed with no X-Amz-Target at all, then given one in transit.
+    return with_headers(json_call(target=None), X_Amz_Target="SageMaker.DeleteCluster")
+
+
+@pytest.mark.parametrize(
+    ("make", "policy", "refusal"),
+    [
+        pytest.param(
+            lambda: json_call(unsigned=("host",)),
+            TARGETED,
+            "'Host' must be a 'SignedHeader' in the AWS Authorization: "
+            "The SageMaker API does not act on a request the signature does not fully cover.",
+            id="host",
+        ),
+        pytest.param(
+            lambda: json_call(unsigned=("x-amz-date",)),
+            PLAIN,
+            "'X-Amz-Date' must be a 'SignedHeader' in the AWS Authorization: "
+            "The native API does not act on a request the signature does not fully cover.",
+            id="x-amz-date",
+        ),
+        pytest.param(
+            lambda: json_call(unsigned=("x-amz-target",)),
+            TARGETED,
+            "'X-Amz-Target' must be a 'SignedHeader' in the AWS Authorization: "
+            "The SageMaker API does not act on a request the signature does not fully cover.",
+            id="x-amz-target",
+        ),
+        pytest.param(
+            _target_added_after_signing,
+            TARGETED,
+            "'X-Amz-Target' must be a 'SignedHeader' in the AWS Authorization: "
+            "The SageMaker API does not act on a request the signature does not fully cover.",
+            id="x-amz-target-added-in-transit",
+        ),
+        pytest.param(
+            lambda: json_call(unsigned=("host", "x-amz-date", "x-amz-target")),
+            TARGETED,
+            "'Host', 'X-Amz-Date', 'X-Amz-Target' must be 'SignedHeaders' in the AWS Authorization: "
+            "The SageMaker API does not act on a request the signature does not fully cover.",
+            id="all-three-named-at-once",
+        ),
+        pytest.param(
+            lambda: botocore_presigned("/", params={}, expires=300, method="POST", body=b"{}"),
+            TARGETED,
+            "The SageMaker API does not accept presigned URLs (X-Amz-Signature in the query string); "
+            "sign the request with an Authorization header instead.",
+            id="presigned-sagemaker",
+        ),
+        pytest.param(
+            lambda: botocore_presigned("/api/v1/whoami", params={}, expires=300),
+            PLAIN,
+            "The native API does not accept presigned URLs (X-Amz-Signature in the query string); "
+            "sign the request with an Authorization header instead.",
+            id="presigned-native",
+        ),
+    ],
+)
+def test_signature_must_cover_what_the_server_acts_on(
+    make: Callable[[], SignedRequest], policy: SigningPolicy, refusal: str
+) -> None:
+    with pytest.raises(InvalidSignature) as caught:
+        check(make(), policy=policy)
+    assert caught.value.message == refusal
+    assert caught.value.status == 403
+
+
+@pytest.mark.parametrize(
+    ("make", "policy"),
+    [
+        pytest.param(json_call, TARGETED, id="botocore-signs-everything"),
+        # No X-Amz-Target, no operation: the SageMaker API refuses it itself, with a clearer message.
+        pytest.param(lambda: json_call(target=None), TARGETED, id="no-target-at-all"),
+        # Only the policy's headers are demanded: the native API does not read X-Amz-Target.
+        pytest.param(lambda: json_call(unsigned=("x-amz-target",)), PLAIN, id="target-unread-by-api"),
+        pytest.param(
+            lambda: botocore_presigned("/api/v1/whoami", params={}, expires=300), PRESIGNABLE, id="presign-ok"
+        ),
+    ],
+)
+def test_signature_covering_what_the_policy_demands_verifies(
+    make: Callable[[], SignedRequest], policy: SigningPolicy
+) -> None:
+    assert check(make(), policy=policy) == KEY
+
+
+@pytest.mark.parametrize(
+    ("declared", "refusal"),
+    [
+        pytest.param(
+            "UNSIGNED-PAYLOAD",
+            "x-amz-content-sha256 'UNSIGNED-PAYLOAD' is not accepted: the body must be signed.",
+            id="unsigned",
+        ),
+        pytest.param(
+            "STREAMING-AWS4-HMAC-SHA256-PAYLOAD",
+            "x-amz-content-sha256 'STREAMING-AWS4-HMAC-SHA256-PAYLOAD' is not accepted",
+            id="streaming-signed",
+        ),
+        pytest.param(
+            "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
+            "x-amz-content-sha256 'STREAMING-UNSIGNED-PAYLOAD-TRAILER' is not accepted",
+            id="streaming-unsigned",
+        ),
+        pytest.param(
+            hashlib.sha256(b'{"MaxResults": 99}').hexdigest(),
+            "The provided 'x-amz-content-sha256' header does not match what was computed.",
+            id="another-body",
+        ),
+        pytest.param("0" * 64, "The provided 'x-amz-content-sha256' header does not match", id="zeros"),
+        pytest.param("sha256-of-the-body", "Unsupported x-amz-content-sha256 value", id="not-hex"),
+    ],
+)
+def test_payload_hash_must_be_the_bodys(declared: str, refusal: str) -> None:
+    request = botocore_signed(
+        "POST", "/", body=b'{"MaxResults": 10}', headers={"X-Amz-Content-SHA256": declared}
+    )
+    with pytest.raises(InvalidSignature) as caught:
+        check(request)
+    assert caught.value.message.startswith(refusal)
+
+
+def test_botocore_unsigned_payload_mode_is_refused() -> None:
+    # What botocore sends when payload signing is switched off for an HTTPS operation.
+    request = botocore_signed("POST", "/", body=b"{}", context={"payload_signing_enabled": False})
+    assert request.headers["X-Amz-Content-SHA256"] == "UNSIGNED-PAYLOAD"
+    with pytest.raises(InvalidSignature, match=r"^x-amz-content-sha256 'UNSIGNED-PAYLOAD' is not accepted"):
+        check(request)
 
 
 def test_signed_header_absent_from_request() -> None:
@@ -357,7 +524,7 @@ def test_signed_header_absent_from_request() -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Presigned URLs
+# Presigned URLs, where a policy accepts them (neither of the server's APIs does)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -365,9 +532,9 @@ def test_botocore_presigned_url_verifies_until_it_expires() -> None:
     request = botocore_presigned("/api/v1/training-plans", params={"name": "a b"}, expires=300)
     assert "X-Amz-Signature=" in request.query
     assert "Authorization" not in request.headers
-    assert check(request, now=SIGNED_AT + timedelta(seconds=300)) == KEY
+    assert check(request, policy=PRESIGNABLE, now=SIGNED_AT + timedelta(seconds=300)) == KEY
     with pytest.raises(InvalidSignature) as caught:
-        check(request, now=SIGNED_AT + timedelta(seconds=301))
+        check(request, policy=PRESIGNABLE, now=SIGNED_AT + timedelta(seconds=301))
     assert caught.value.message == (
         "Request has expired: signed at 20261130T010203Z to be valid for 300 seconds, "
         "until 20261130T010703Z; it is now 20261130T010704Z."
@@ -377,14 +544,14 @@ def test_botocore_presigned_url_verifies_until_it_expires() -> None:
 def test_presigned_url_from_the_future_is_refused() -> None:
     request = botocore_presigned("/api/v1/training-plans", params={}, expires=3600)
     with pytest.raises(InvalidSignature, match="Signature not yet current"):
-        check(request, now=SIGNED_AT - timedelta(minutes=20))
+        check(request, policy=PRESIGNABLE, now=SIGNED_AT - timedelta(minutes=20))
 
 
 def test_presigned_url_tampered_query_is_refused() -> None:
     request = botocore_presigned("/api/v1/training-plans", params={"name": "mine"}, expires=300)
     tampered = dataclasses.replace(request, query=request.query.replace("name=mine", "name=yours"))
     with pytest.raises(InvalidSignature, match="does not match the signature you provided"):
-        check(tampered)
+        check(tampered, policy=PRESIGNABLE)
 
 
 def test_presigned_url_with_extended_expiry_is_refused() -> None:
@@ -393,14 +560,14 @@ def test_presigned_url_with_extended_expiry_is_refused() -> None:
         request, query=request.query.replace("X-Amz-Expires=300", "X-Amz-Expires=3000")
     )
     with pytest.raises(InvalidSignature, match="does not match the signature you provided"):
-        check(tampered, now=SIGNED_AT + timedelta(seconds=400))
+        check(tampered, policy=PRESIGNABLE, now=SIGNED_AT + timedelta(seconds=400))
 
 
 def test_presigned_url_missing_parameters() -> None:
     request = botocore_presigned("/api/v1/training-plans", params={}, expires=300)
     query = "&".join(p for p in request.query.split("&") if not p.startswith("X-Amz-Expires="))
     with pytest.raises(InvalidSignature, match="AWS query-string parameters must include"):
-        check(dataclasses.replace(request, query=query))
+        check(dataclasses.replace(request, query=query), policy=PRESIGNABLE)
 
 
 @pytest.mark.parametrize("expires", ["0", "604801", "-5", "soon"])
@@ -408,7 +575,7 @@ def test_presigned_url_expiry_bounds(expires: str) -> None:
     request = botocore_presigned("/api/v1/training-plans", params={}, expires=300)
     query = request.query.replace("X-Amz-Expires=300", f"X-Amz-Expires={expires}")
     with pytest.raises(InvalidSignature, match="X-Amz-Expires must be"):
-        check(dataclasses.replace(request, query=query))
+        check(dataclasses.replace(request, query=query), policy=PRESIGNABLE)
 
 
 def test_header_and_query_signatures_together_are_refused() -> None:
@@ -498,7 +665,28 @@ def _client_signed(
 def test_client_signer_output_verifies() -> None:
     request = _client_signed(ENDPOINT + "/api/v1/training-plans", method="POST", body=b'{"name": "x"}')
     assert request.headers["Host"] == "sagemaker.us-east-1.example"
-    assert check(request) == KEY
+    assert {"host", "x-amz-date"} <= signed_header_names(request)
+    assert check(request, policy=PLAIN) == KEY
+
+
+def test_client_signer_signs_every_header_it_is_given_and_keeps_the_time_in_x_amz_date() -> None:
+    with _botocore_clock(SIGNED_AT):
+        headers = sign_request(
+            "POST",
+            ENDPOINT + "/",
+            headers={
+                "X-Amz-Target": "SageMaker.ListTrainingPlans",
+                "Date": "Mon, 30 Nov 2026 01:02:03 GMT",  # would move botocore's time out of X-Amz-Date
+            },
+            body=b"{}",
+            access_key=KEY,
+            secret_key=SECRET,
+            region=REGION,
+        )
+    request = SignedRequest("POST", "/", "", headers, b"{}")
+    assert "Date" not in headers
+    assert {"host", "x-amz-date", "x-amz-target"} <= signed_header_names(request)
+    assert check(request, policy=TARGETED) == KEY
 
 
 def test_client_signer_with_loosely_encoded_query_and_token_verifies() -> None:
@@ -581,6 +769,8 @@ def test_boto3_client_request_verifies(
     client.list_training_plans()
     [request] = captured
     assert request.headers["x-amz-target"] == "SageMaker.ListTrainingPlans"
+    assert {"host", "x-amz-date", "x-amz-target"} <= signed_header_names(request)
+    assert "x-amz-content-sha256" not in request.headers  # the payload hash is the body's, computed
     assert check(request, now=datetime.now(UTC)) == KEY
 
 
@@ -612,6 +802,8 @@ def test_aws_cli_request_verifies(
     assert result.returncode == 0, result.stderr
     [request] = captured
     assert request.headers["x-amz-target"] == "SageMaker.ListTrainingPlans"
+    assert {"host", "x-amz-date", "x-amz-target"} <= signed_header_names(request)
+    assert "x-amz-content-sha256" not in request.headers
     assert check(request, now=datetime.now(UTC)) == KEY
 
 
