@@ -6,9 +6,8 @@ from pathlib import Path
 import pytest
 
 from tests.harness import Server
-from tests.leaks import pytest_configure, pytest_runtest_setup, pytest_sessionfinish
 
-__all__ = ["pytest_configure", "pytest_runtest_setup", "pytest_sessionfinish"]  # the leak check's hooks
+pytest_plugins = ["tests.leaks", "tests.parts"]  # nothing outlives the run; each part's time
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from hyperplan.backends.layout import MARK_VARIABLE
 from hyperplan.cli.client import NativeClient
 from hyperplan.client.signing import Credentials
 from hyperplan.wire.validate import check_output
-from tests.leaks import end_marked
+from tests.processes import end_marked
 
 ADMIN = Credentials("AKHPTESTADMIN0000001", "test-admin-secret-key-000000000000000000")
 

@@ -13,17 +13,14 @@ finds whatever the inner one leaves behind.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import time
 import uuid
-from dataclasses import dataclass
 
 import pytest
 
-from hyperplan.backends import procfs
 from hyperplan.backends.layout import MARK_VARIABLE
+from tests.processes import MarkedProcess, kill, marked, owns
 
 SETTLE_VARIABLE = "HYPERPLAN_LEAK_SETTLE_SECONDS"
 SETTLE_SECONDS = 10.0  # processes told to stop a moment ago may still be on their way out
@@ -32,25 +29,10 @@ _run_mark = ""
 _started_in: dict[str, str] = {}  # test mark -> the test's node id
 
 
-@dataclass(frozen=True)
-class Leftover:
-    pid: int
-    command: str
-    mark: str
-
-    def describe(self) -> str:
-        test = next((nodeid for mark, nodeid in _started_in.items() if _owns(mark, self.mark)), None)
-        where = f"started during {test}" if test else "started outside any test (a session fixture?)"
-        return f"pid {self.pid}: {self.command[:160]} ({where}; mark {self.mark})"
-
-
-def run_mark() -> str:
-    """This session's mark; every mark of the run starts with it."""
-    return _run_mark
-
-
-def _owns(prefix: str, mark: str) -> bool:
-    return mark == prefix or mark.startswith(prefix + ".")
+def describe(process: MarkedProcess) -> str:
+    test = next((nodeid for mark, nodeid in _started_in.items() if owns(mark, process.mark)), None)
+    where = f"started during {test}" if test else "started outside any test (a session fixture?)"
+    return f"pid {process.pid}: {process.command[:160]} ({where}; mark {process.mark})"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -75,7 +57,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     lines = [f"{len(leftovers)} process(es) started by the tests outlived them:"]
-    lines += [f"  {leftover.describe()}" for leftover in leftovers]
+    lines += [f"  {describe(leftover)}" for leftover in leftovers]
     if reporter is not None:
         reporter.write_sep("=", "processes left running", red=True)
         for line in lines:
@@ -84,44 +66,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
-def find_leftovers(prefix: str, settle: float = 0.0) -> list[Leftover]:
+def find_leftovers(prefix: str, settle: float = 0.0) -> list[MarkedProcess]:
     """Live processes whose mark is `prefix` or below it, waiting up to `settle` seconds for them to go."""
     deadline = time.monotonic() + settle
     while True:
-        found = _marked(prefix)
+        found = marked(prefix)
         if not found or time.monotonic() >= deadline:
             return found
         time.sleep(0.2)
-
-
-def kill(leftovers: list[Leftover]) -> None:
-    for leftover in leftovers:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(leftover.pid, signal.SIGKILL)
-
-
-def end_marked(prefix: str, timeout: float = 30.0) -> None:
-    """SIGKILL every process carrying `prefix` or a mark below it, until none is left."""
-    deadline = time.monotonic() + timeout
-    while (found := _marked(prefix)) and time.monotonic() < deadline:
-        kill(found)
-        time.sleep(0.1)
-
-
-def _marked(prefix: str) -> list[Leftover]:
-    found = []
-    for pid in procfs.snapshot():
-        if pid == os.getpid():
-            continue
-        mark = procfs.read_environ(pid).get(MARK_VARIABLE, "")
-        if _owns(prefix, mark):
-            found.append(Leftover(pid, _command(pid), mark))
-    return found
-
-
-def _command(pid: int) -> str:
-    try:
-        raw = procfs.PROC.joinpath(str(pid), "cmdline").read_bytes()
-    except OSError:
-        return "?"
-    return raw.replace(b"\0", b" ").decode(errors="replace").strip()

@@ -19,6 +19,8 @@ import pytest
 
 from tests.harness import ADMIN, BIN, REGION, Server, free_port
 
+pytestmark = pytest.mark.sdk  # a part of its own (tests/parts.py)
+
 pytest.importorskip("sagemaker")
 
 ROOT = Path(__file__).parent.parent.parent

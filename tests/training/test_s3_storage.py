@@ -29,6 +29,8 @@ from hyperplan.storage import MTIME_METADATA, S3Backend, Storage, StorageError
 from hyperplan.training.contract import Channel, JobSpec
 from hyperplan.training.workspace import pack_model, prepare, sync_checkpoints
 
+pytestmark = pytest.mark.sdk  # a part of its own (tests/parts.py)
+
 FLEET = """
 region = "us-west-2"
 [[zones]]

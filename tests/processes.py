@@ -1,0 +1,59 @@
+"""Processes found by their run mark (hyperplan.backends.layout.MARK_VARIABLE), read from /proc."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from hyperplan.backends import procfs
+from hyperplan.backends.layout import MARK_VARIABLE
+
+
+@dataclass(frozen=True)
+class MarkedProcess:
+    pid: int
+    command: str
+    mark: str
+
+
+def owns(prefix: str, mark: str) -> bool:
+    """True when `mark` is `prefix` or a mark made below it."""
+    return mark == prefix or mark.startswith(prefix + ".")
+
+
+def marked(prefix: str) -> list[MarkedProcess]:
+    """Live processes (this one aside) whose mark is `prefix` or below it."""
+    found = []
+    for pid in procfs.snapshot():
+        if pid == os.getpid():
+            continue
+        mark = procfs.read_environ(pid).get(MARK_VARIABLE, "")
+        if owns(prefix, mark):
+            found.append(MarkedProcess(pid, _command(pid), mark))
+    return found
+
+
+def kill(processes: Iterable[MarkedProcess]) -> None:
+    for process in processes:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(process.pid, signal.SIGKILL)
+
+
+def end_marked(prefix: str, timeout: float = 30.0) -> None:
+    """SIGKILL every process carrying `prefix` or a mark below it, until none is left."""
+    deadline = time.monotonic() + timeout
+    while (found := marked(prefix)) and time.monotonic() < deadline:
+        kill(found)
+        time.sleep(0.1)
+
+
+def _command(pid: int) -> str:
+    try:
+        raw = procfs.PROC.joinpath(str(pid), "cmdline").read_bytes()
+    except OSError:
+        return "?"
+    return raw.replace(b"\0", b" ").decode(errors="replace").strip()
