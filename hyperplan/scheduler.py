@@ -8,6 +8,11 @@ that of a run that never stopped. An event and the record that it ran commit tog
 Under the manual clock nothing runs by itself: `advance_to` steps the clock to each due event in turn
 (so the handler sees the service time it was due at) and returns when all events due by the target
 have run. Under the wall and accelerated clocks a background thread does the same continuously.
+
+A catch-up can be long (a year of a demo fleet's events takes minutes), so every runner looks for a stop
+request between two events: `request_stop` (the server calls it from its SIGTERM handler) makes the
+catch-up at startup, the background loop and a clock move in progress end after the event they are
+running, committed. What did not run is still pending and runs at the next start, or the next move.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hyperplan.clock import Clock, ManualClock
+from hyperplan.errors import ServiceUnavailable
 from hyperplan.store import settings
 from hyperplan.store.db import Database
 from hyperplan.store.schema import ScheduledEvent
@@ -56,29 +62,35 @@ class Scheduler:
         self._lock = threading.RLock()  # one runner at a time: events run strictly in order
         self._wake = threading.Event()
         self._stop = threading.Event()
+        self._stop_requested = False  # request_stop's flag; a plain attribute, see there
         self._thread: threading.Thread | None = None
 
     # -- running events -------------------------------------------------------------------------
 
     def run_due(self, until: datetime) -> int:
-        """Run every pending event due at or before `until`, in order. Returns how many ran."""
+        """Run every pending event due at or before `until`, in order, until a stop is requested.
+        Returns how many ran."""
         ran = 0
         with self._lock:
-            while (event := self._next_due(until)) is not None:
+            while not self.stopping and (event := self._next_due(until)) is not None:
                 self._run_one(event)
                 ran += 1
         return ran
 
     def advance_to(self, target: datetime) -> int:
-        """Move a manual clock to `target`, running each due event at its own due time."""
+        """Move a manual clock to `target`, running each due event at its own due time. A stop request
+        ends the move between two events: the clock stays at the last event that ran, and the caller
+        gets a ServiceUnavailable that says so."""
         clock = self.clock
         if not isinstance(clock, ManualClock):
             raise TypeError("only the manual clock is advanced by hand")
         ran = 0
         with self._lock:
+            self._refuse_when_stopping(ran)
             if target < clock.now():
                 clock.move_to(target)  # refuses, naming both times
             while (event := self._next_due(target)) is not None:
+                self._refuse_when_stopping(ran)
                 if event.due_at > clock.now():
                     clock.move_to(event.due_at)
                 self._run_one(event)
@@ -86,6 +98,23 @@ class Scheduler:
             clock.move_to(target)
             self._save_clock()
         return ran
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_requested or self._stop.is_set()
+
+    def request_stop(self) -> None:
+        """Ask every runner to end after the event it is running. Safe in a signal handler, which may
+        interrupt the thread that holds any lock: it sets one attribute and takes none. (The background
+        loop wakes at least once a second, so it needs no wake-up.)"""
+        self._stop_requested = True
+
+    def _refuse_when_stopping(self, ran: int) -> None:
+        if self.stopping:
+            raise ServiceUnavailable(
+                f"The server is stopping: the clock stopped at {self.clock.now().isoformat()} after "
+                f"{ran} lifecycle events, each committed; move it again once the server is back."
+            )
 
     def _next_due(self, until: datetime) -> DueEvent | None:
         with self.db.read() as session:
@@ -136,12 +165,13 @@ class Scheduler:
         self._wake.set()
 
     def start(self) -> None:
-        if not self.clock.moves_by_itself or self._thread is not None:
+        if not self.clock.moves_by_itself or self._thread is not None or self.stopping:
             return
         self._thread = threading.Thread(target=self._loop, name="lifecycle", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
+        self.request_stop()
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -149,7 +179,7 @@ class Scheduler:
         self._save_clock()
 
     def _loop(self) -> None:
-        while not self._stop.is_set():
+        while not self.stopping:
             try:
                 self.run_due(self.clock.now())
                 if self.clock.kind == "accelerated":

@@ -55,12 +55,12 @@ def serve(
     log_level: Annotated[str, typer.Option(help="Server log level.")] = "info",
 ) -> None:
     """Run the server until SIGTERM or Ctrl-C."""
-    import uvicorn
 
     from hyperplan.backends.layout import MARK_VARIABLE
     from hyperplan.errors import HyperplanError
     from hyperplan.runtime import Runtime, RuntimeConfig, default_data_dir
     from hyperplan.server.app import create_app
+    from hyperplan.server.serving import serve as serve_app
     from hyperplan.services.clock import parse_instant
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -93,7 +93,7 @@ def serve(
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         app = create_app(runtime)
-        uvicorn.run(app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
+        serve_app(runtime, app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
     finally:
         console.print("hyperplan stopped; every acknowledged change is on disk.")
 

@@ -1,13 +1,21 @@
-"""Administrator operations on the service clock."""
+"""Administrator operations on the service clock.
+
+A manual clock moves at most MAX_MOVE (366 days) per advance or set. A move runs every lifecycle event
+due on the way, in order, before it answers, and each simulated day of a busy fleet has dozens of them
+(a year of the demo fleet takes minutes); a longer move would hold the request, and the server's
+shutdown, for as long as it takes. A year or more ahead is reached in several moves.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from hyperplan.core.durations import parse_duration
 from hyperplan.errors import Conflict, ValidationError
 from hyperplan.runtime import Runtime
+
+MAX_MOVE = timedelta(days=366)
 
 
 @dataclass(frozen=True)
@@ -27,30 +35,38 @@ def advance(runtime: Runtime, duration_text: str) -> ClockState:
     duration = parse_duration(duration_text)
     if duration.total_seconds() <= 0:
         raise ValidationError(f"Duration must be positive, not {duration_text!r}.")
-    return _move(runtime, runtime.clock.now() + duration)
+    return _move(runtime, runtime.clock.now() + duration, f"Duration {duration_text!r}")
 
 
 def set_time(runtime: Runtime, time_text: str) -> ClockState:
-    return _move(runtime, parse_instant(time_text))
+    return _move(runtime, parse_instant(time_text), f"Time {time_text!r}")
 
 
 def parse_instant(text: str) -> datetime:
     try:
         when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        if when.tzinfo is None:
+            raise ValidationError(f"Time {text!r} has no zone; add one, e.g. 'Z' or '+02:00'.")
+        return when.astimezone(UTC)
     except ValueError:
         raise ValidationError(
             f"Time {text!r} is not ISO 8601; give it with a zone, e.g. 2026-12-01T11:30:00Z."
         ) from None
-    if when.tzinfo is None:
-        raise ValidationError(f"Time {text!r} has no zone; add one, e.g. 'Z' or '+02:00'.")
-    return when.astimezone(UTC)
+    except OverflowError:  # such as the year 9999 moved into UTC from a zone behind it
+        raise ValidationError(f"Time {text!r} is out of range once moved into UTC.") from None
 
 
-def _move(runtime: Runtime, target: datetime) -> ClockState:
+def _move(runtime: Runtime, target: datetime, asked: str) -> ClockState:
     if runtime.manual_clock is None:
         raise Conflict(
             f"The server runs the {runtime.clock.kind} clock; only a server started with "
             "--clock manual can be advanced or set."
+        )
+    furthest = runtime.clock.now() + MAX_MOVE
+    if target > furthest:
+        raise ValidationError(
+            f"{asked} is further than the clock moves at once: at most {MAX_MOVE.days} days per advance "
+            f"or set (now to {furthest.isoformat()}); move it in several steps."
         )
     ran = runtime.scheduler.advance_to(target)
     return ClockState(runtime.clock.kind, runtime.clock.now(), None, ran)
