@@ -256,15 +256,16 @@ def _window(
     policy: BookingPolicy, request: SearchRequest, now: datetime
 ) -> tuple[datetime, datetime, datetime]:
     """(soonest start, latest start, latest end)."""
-    earliest = now + policy.lead_time
+    earliest, latest_start = now + policy.lead_time, now + policy.horizon
     start_after = _utc(request.start_after, "StartTimeAfter") if request.start_after else None
     start = max(earliest, start_after) if start_after else earliest  # a past StartTimeAfter is clamped
-    soonest, latest_start = _ceil_minute(start), now + policy.horizon
-    if soonest > latest_start:
+    # Compared before any arithmetic on it: rounding the year 9999 up a minute would overflow.
+    if start > latest_start or _ceil_minute(start) > latest_start:
         raise ValidationError(
             f"StartTimeAfter: {_show(start)} is too late; plans start at most "
             f"{policy.horizon.days} days ahead, by {_show(latest_start)}."
         )
+    soonest = _ceil_minute(start)
     end_limit = _utc(request.end_before, "EndTimeBefore") if request.end_before else latest_start
     if end_limit < start + DAY:
         raise ValidationError(

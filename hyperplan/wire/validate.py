@@ -352,10 +352,10 @@ def parse_timestamp(value: object) -> datetime | None:
     if isinstance(value, str):
         try:
             parsed = datetime.fromisoformat(value)
-        except ValueError:
+            # A timestamp without an offset is read as UTC, the only zone the wire protocol knows.
+            return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+        except (ValueError, OverflowError):  # OverflowError: the year 9999 in a zone behind UTC
             return None
-        # A timestamp without an offset is read as UTC, the only zone the wire protocol knows.
-        return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
     return None
 
 

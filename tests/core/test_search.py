@@ -275,6 +275,13 @@ REFUSALS = [
         "StartTimeAfter: 2026-04-28T11:00:00Z is too late; plans start at most",
     ),
     ({"start_after": datetime(2026, 3, 3)}, "StartTimeAfter: 2026-03-03 00:00:00 is not a time with a time"),
+    # The last second a datetime can hold: rounding it up to the minute must not overflow.
+    ({"start_after": datetime.max.replace(tzinfo=UTC)}, "StartTimeAfter: 9999-12-31T23:59:59Z is too late"),
+    (
+        {"start_after": datetime.max.replace(tzinfo=UTC), "end_before": datetime.max.replace(tzinfo=UTC)},
+        "StartTimeAfter: 9999-12-31T23:59:59Z is too late",
+    ),
+    ({"end_before": datetime.min.replace(tzinfo=UTC)}, "EndTimeBefore: 1-01-01T00:00:00Z must be at least"),
 ]
 
 
