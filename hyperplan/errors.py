@@ -13,7 +13,9 @@ responses; anything else that escapes a handler is a bug and becomes a logged 50
     ├── Conflict                   ConflictException              400  state does not allow the change
     ├── ProtocolError              (request could not be understood)
     │   ├── UnknownOperation       UnknownOperationException      400
-    │   └── SerializationError     SerializationException         400
+    │   ├── SerializationError     SerializationException         400
+    │   ├── RequestTooLarge        RequestTooLargeException       413  body over the server's cap
+    │   └── RequestTimeout         RequestTimeoutException        408  body not complete in time
     ├── AuthError                  (request could not be trusted)
     │   ├── MissingAuthenticationToken  MissingAuthenticationTokenException  403
     │   ├── UnrecognizedClient     UnrecognizedClientException    403
@@ -73,6 +75,16 @@ class UnknownOperation(ProtocolError):
 
 class SerializationError(ProtocolError):
     code = "SerializationException"
+
+
+class RequestTooLarge(ProtocolError):
+    code = "RequestTooLargeException"
+    status = 413
+
+
+class RequestTimeout(ProtocolError):
+    code = "RequestTimeoutException"
+    status = 408
 
 
 class AuthError(HyperplanError):

@@ -14,6 +14,7 @@ import typer
 
 from hyperplan.cli import accounts, clock, clusters, fleet, invoices, jobs, plans, webhooks
 from hyperplan.cli.common import console
+from hyperplan.server.limits import ServerLimits
 
 app = typer.Typer(
     help="hyperplan: bookable accelerator capacity over the SageMaker training-plan API.",
@@ -52,6 +53,38 @@ def serve(
             "(e.g. 2026-12-31T23:50:00Z); used only by a data directory that has no service time yet."
         ),
     ] = None,
+    max_body_bytes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            envvar="HYPERPLAN_MAX_BODY_BYTES",
+            help="Largest request body, in bytes; a larger one is answered 413 before it is read.",
+        ),
+    ] = ServerLimits.max_body_bytes,
+    header_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            envvar="HYPERPLAN_HEADER_TIMEOUT",
+            help="Seconds a client has to send a request's headers; then the connection is closed.",
+        ),
+    ] = ServerLimits.header_timeout,
+    body_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            envvar="HYPERPLAN_BODY_TIMEOUT",
+            help="Seconds a client has to send a request's body after its headers; then 408 and close.",
+        ),
+    ] = ServerLimits.body_timeout,
+    max_connections: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            envvar="HYPERPLAN_MAX_CONNECTIONS",
+            help="Open connections beyond which a new request is answered 503 at once.",
+        ),
+    ] = ServerLimits.max_connections,
     log_level: Annotated[str, typer.Option(help="Server log level.")] = "info",
 ) -> None:
     """Run the server until SIGTERM or Ctrl-C."""
@@ -92,8 +125,20 @@ def serve(
     # place before it started; this one makes that a clean exit, as service managers expect.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        app = create_app(runtime)
-        serve_app(runtime, app, host=host, port=port, log_level=log_level, timeout_graceful_shutdown=10)
+        from hyperplan.server.header_deadline import header_deadline_protocol
+
+        limits = ServerLimits(max_body_bytes, header_timeout, body_timeout, max_connections)
+        app = create_app(runtime, limits)
+        serve_app(
+            runtime,
+            app,
+            host=host,
+            port=port,
+            log_level=log_level,
+            timeout_graceful_shutdown=10,
+            http=header_deadline_protocol(limits.header_timeout),
+            limit_concurrency=limits.max_connections,
+        )
     finally:
         console.print("hyperplan stopped; every acknowledged change is on disk.")
 

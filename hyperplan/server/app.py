@@ -6,12 +6,15 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from hyperplan.runtime import Runtime
 from hyperplan.server import native, native_webhooks
+from hyperplan.server.body_limit import BodyLimit
+from hyperplan.server.limits import ServerLimits
 from hyperplan.server.sagemaker import sagemaker_endpoint
 
 
@@ -20,7 +23,7 @@ async def healthz(request: Request) -> Response:
     return JSONResponse({"status": "ok", "clock": runtime.clock.kind, "region": runtime.region})
 
 
-def create_app(runtime: Runtime) -> Starlette:
+def create_app(runtime: Runtime, limits: ServerLimits | None = None) -> Starlette:
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         runtime.start()  # missed events run here, before the first request is served
@@ -35,6 +38,8 @@ def create_app(runtime: Runtime) -> Starlette:
         *native.routes(),
         *native_webhooks.routes(),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    # Every route's body is capped and read here, once, before any handler or authentication runs.
+    middleware = [Middleware(BodyLimit, limits=limits or ServerLimits())]
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
     app.state.runtime = runtime
     return app

@@ -42,3 +42,13 @@ def native_error_response(exc: BaseException, request_id: str) -> JSONResponse:
         status_code=error.status,
         headers={"x-amzn-RequestId": request_id},
     )
+
+
+NATIVE_PATH_PREFIX = "/api/"
+
+
+def error_response_for_path(path: str, exc: BaseException, request_id: str) -> JSONResponse:
+    """For errors met before a route runs (the front door's limits): each API answers in its own shape."""
+    if path.startswith(NATIVE_PATH_PREFIX):
+        return native_error_response(exc, request_id)
+    return sagemaker_error_response(exc, request_id)

@@ -1,0 +1,112 @@
+"""The request body, read once for every route: capped, and given a deadline, before anything else runs.
+
+Every route (both APIs, /healthz, and the 404s and 405s of no route) sees its body through this
+middleware. A body is read here in chunks, up to the cap and until the deadline, and only a complete
+body is handed on, so no handler can be made to hold more than the cap or wait on a stalled client.
+Authentication comes after: an unsigned request costs the server at most the cap.
+
+Refusals are answered in the shape of the API the path belongs to (server/errors.py), with
+`Connection: close`, since the rest of the body is never read: uvicorn closes the connection after the
+answer instead of reading on to find the next request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from hyperplan.errors import ProtocolError, RequestTimeout, RequestTooLarge
+from hyperplan.server.errors import error_response_for_path
+from hyperplan.server.limits import ServerLimits, describe_bytes
+
+
+class BodyLimit:
+    def __init__(self, app: ASGIApp, limits: ServerLimits) -> None:
+        self.app = app
+        self.limits = limits
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not _has_body(scope):
+            await self.app(scope, receive, send)
+            return
+        try:
+            body = await self._read_body(scope, receive)
+        except ProtocolError as refusal:
+            await _refuse(scope, send, refusal)
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        cap = self.limits.max_body_bytes
+        declared = _content_length(scope)
+        if declared is not None and declared > cap:
+            raise RequestTooLarge(
+                f"The request body ({declared} bytes) is over this server's limit of {describe_bytes(cap)}."
+            )
+        deadline = asyncio.get_running_loop().time() + self.limits.body_timeout
+        try:
+            async with asyncio.timeout_at(deadline):
+                return await _read_up_to(receive, cap)
+        except TimeoutError:
+            raise RequestTimeout(
+                f"The request body did not arrive within {self.limits.body_timeout:g} s of its headers."
+            ) from None
+
+
+async def _read_up_to(receive: Receive, cap: int) -> bytes:
+    message = await receive()
+    if message["type"] == "http.request" and not message.get("more_body", False):
+        return _within(cap, 0, message.get("body", b""))  # the whole body in one message: no copy
+    body = bytearray()
+    while True:
+        if message["type"] != "http.request":  # http.disconnect: nobody is left to answer
+            raise RequestTimeout("The connection closed before the request body was complete.")
+        body += _within(cap, len(body), message.get("body", b""))
+        if not message.get("more_body", False):
+            return bytes(body)
+        message = await receive()
+
+
+def _within(cap: int, so_far: int, chunk: bytes) -> bytes:
+    if so_far + len(chunk) > cap:
+        raise RequestTooLarge(f"The request body is over this server's limit of {describe_bytes(cap)}.")
+    return chunk
+
+
+def _has_body(scope: Scope) -> bool:
+    declared = _content_length(scope)
+    return (declared is not None and declared > 0) or _header(scope, b"transfer-encoding") is not None
+
+
+def _content_length(scope: Scope) -> int | None:
+    value = _header(scope, b"content-length")
+    return int(value) if value is not None else None  # h11 has already refused a malformed one
+
+
+def _header(scope: Scope, name: bytes) -> bytes | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return bytes(value)
+    return None
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """The body as one message, then the connection's own messages (a later http.disconnect)."""
+    pending = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def replayed() -> Message:
+        return pending.pop() if pending else await receive()
+
+    return replayed
+
+
+async def _refuse(scope: Scope, send: Send, refusal: ProtocolError) -> None:
+    response = error_response_for_path(scope["path"], refusal, str(uuid.uuid4()))
+    response.headers["connection"] = "close"
+
+    async def no_body() -> Message:  # a refusal never reads the request
+        return {"type": "http.disconnect"}
+
+    await response(scope, no_body, send)
