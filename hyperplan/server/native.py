@@ -6,11 +6,11 @@ docs/API.md documents every route. Handlers here translate; the rules live in hy
 
 from __future__ import annotations
 
-import json
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
@@ -19,8 +19,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from hyperplan.clock import utcnow
-from hyperplan.errors import AccessDenied, SerializationError, ValidationError
+from hyperplan.errors import AccessDenied
 from hyperplan.runtime import Runtime
+from hyperplan.server import fields
 from hyperplan.server.auth import authenticate, require_admin
 from hyperplan.server.errors import native_error_response
 from hyperplan.services import accounts, clusters, payments, plans, quotas
@@ -42,36 +43,49 @@ class NativeRequest:
 NativeHandler = Callable[[NativeRequest], Any]
 
 
-def endpoint(handler: NativeHandler, *, admin: bool = False) -> Callable[[Request], Any]:
+class NativeRoute(Route):
+    """One native route: its handler, whether only administrators may call it, and the body members and
+    query parameters it takes (anything else is refused, naming it). Tests enumerate these to fuzz
+    every route."""
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        handler: NativeHandler,
+        *,
+        admin: bool = False,
+        body: Sequence[str] = (),
+        query: Sequence[str] = (),
+    ) -> None:
+        self.admin = admin
+        self.body_members = tuple(body)
+        self.query_keys = tuple(query)
+        super().__init__(path, _endpoint(handler, admin=admin, body=body, query=query), methods=[method])
+
+
+def _endpoint(
+    handler: NativeHandler, *, admin: bool = False, body: Sequence[str] = (), query: Sequence[str] = ()
+) -> Callable[[Request], Any]:
     async def serve(request: Request) -> Response:
         request_id = str(uuid.uuid4())
         runtime: Runtime = request.app.state.runtime
         try:
             raw = await request.body()
             caller = await run_in_threadpool(authenticate, runtime, request, raw)
-            if admin:
+            if admin:  # before the body is parsed: others learn nothing of what an admin route takes
                 require_admin(caller)
-            native = NativeRequest(
-                runtime, caller, _json_object(raw), dict(request.path_params), dict(request.query_params)
-            )
+            parsed = fields.json_object(raw)
+            fields.only_members(parsed, body)
+            params = dict(request.query_params)
+            fields.only_members(params, query, "The query string")
+            native = NativeRequest(runtime, caller, parsed, dict(request.path_params), params)
             result = await run_in_threadpool(handler, native)
         except Exception as exc:
             return native_error_response(exc, request_id)
         return JSONResponse(_jsonable(result), headers={"x-amzn-RequestId": request_id})
 
     return serve
-
-
-def _json_object(raw: bytes) -> Mapping[str, Any]:
-    if not raw.strip():
-        return {}
-    try:
-        body = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SerializationError(f"The request body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise SerializationError("The request body must be a JSON object.")
-    return body
 
 
 def _jsonable(value: Any) -> Any:
@@ -83,17 +97,6 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(item) for item in value]
     if hasattr(value, "as_integer_ratio") and not isinstance(value, int | float | bool):
         return str(value)  # Decimal money stays exact
-    return value
-
-
-def field(body: Mapping[str, Any], name: str, kind: type, *, required: bool = True) -> Any:
-    value = body.get(name)
-    if value is None:
-        if required:
-            raise ValidationError(f"{name} is required.")
-        return None
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ValidationError(f"{name} must be a {kind.__name__}.")
     return value
 
 
@@ -134,10 +137,10 @@ def create_account(request: NativeRequest) -> dict[str, Any]:
     with request.runtime.db.write() as session:
         key = accounts.create_account(
             session,
-            field(body, "Name", str),
+            fields.required_text(body, "Name", max_length=63),
             now=utcnow(),
-            is_admin=bool(field(body, "Admin", bool, required=False)),
-            payment_mode=field(body, "PaymentMode", str, required=False)
+            is_admin=bool(fields.boolean(body, "Admin")),
+            payment_mode=fields.text(body, "PaymentMode", required=False, max_length=16)
             or request.runtime.fleet.default_payment_mode,
         )
     return _key_json(key)
@@ -174,21 +177,21 @@ def show_clock(request: NativeRequest) -> dict[str, Any]:
 
 
 def advance_clock(request: NativeRequest) -> dict[str, Any]:
-    return _clock_json(clock_service.advance(request.runtime, field(request.body, "Duration", str)))
+    return _clock_json(clock_service.advance(request.runtime, fields.required_text(request.body, "Duration")))
 
 
 def set_clock(request: NativeRequest) -> dict[str, Any]:
-    return _clock_json(clock_service.set_time(request.runtime, field(request.body, "Time", str)))
+    return _clock_json(clock_service.set_time(request.runtime, fields.required_text(request.body, "Time")))
 
 
 # -- the fleet ------------------------------------------------------------------------------------
 
+MAX_REPORT_DAYS = 400
+
 
 def show_fleet(request: NativeRequest) -> dict[str, Any]:
-    days = request.query.get("days")
-    if days is not None and (not days.isdigit() or not 1 <= int(days) <= 400):
-        raise ValidationError("days must be a whole number from 1 to 400.")
-    reports = fleet_service.report(request.runtime, int(days) if days else None)
+    days = fields.query_whole(request.query, "days", 1, MAX_REPORT_DAYS)
+    reports = fleet_service.report(request.runtime, days)
     runtime = request.runtime
     return {
         "Region": runtime.region,
@@ -241,17 +244,15 @@ def list_invoices(request: NativeRequest) -> dict[str, Any]:
     with request.runtime.db.read() as session:
         account_id: str | None = request.caller.account_id
         if request.caller.is_admin:
-            wanted = request.query.get("account")
+            wanted = fields.query_text(request.query, "account")
             account_id = accounts.get_account(session, wanted).id if wanted else None
-        found = payments.list_invoices(session, account_id=account_id, status=request.query.get("status"))
+        status = fields.query_text(request.query, "status")
+        found = payments.list_invoices(session, account_id=account_id, status=status)
         return {"Invoices": [_invoice_view(session, invoice) for invoice in found]}
 
 
 def _invoice_id(request: NativeRequest) -> int:
-    text = request.path["invoice"]
-    if not text.isdigit():
-        raise ValidationError(f"Invoice id must be a number, not {text!r}.")
-    return int(text)
+    return fields.row_id(request.path["invoice"], "Invoice id")
 
 
 def approve_invoice(request: NativeRequest) -> dict[str, Any]:
@@ -265,7 +266,7 @@ def approve_invoice(request: NativeRequest) -> dict[str, Any]:
 
 
 def reject_invoice(request: NativeRequest) -> dict[str, Any]:
-    reason = field(request.body, "Reason", str, required=False) or "rejected"
+    reason = fields.text(request.body, "Reason", required=False) or "rejected"
     with request.runtime.db.write() as session:
         invoice = payments.reject(
             session, request.runtime.lifecycle, _invoice_id(request), reason, request.runtime.clock.now()
@@ -273,39 +274,39 @@ def reject_invoice(request: NativeRequest) -> dict[str, Any]:
         return _invoice_view(session, invoice)
 
 
+QUOTA_MEMBERS = ("MaxActivePlans", "MaxReservedInstancesPerType")
+
+
 def update_account(request: NativeRequest) -> dict[str, Any]:
     body = request.body
-    limits = field(body, "Quotas", dict, required=False) or {}
-    unknown = set(limits) - {"MaxActivePlans", "MaxReservedInstancesPerType"}
-    if unknown:
-        raise ValidationError(f"Quotas: unknown member(s) {', '.join(sorted(unknown))}.")
+    limits = fields.members(body, "Quotas", QUOTA_MEMBERS)
+    max_plans, max_instances = (
+        fields.whole(limits, name, 1, quotas.MAX_QUOTA, within="Quotas") for name in QUOTA_MEMBERS
+    )
+    budget, add_budget = (_budget(request, body, name) for name in ("Budget", "AddBudget"))
+    mode = fields.text(body, "PaymentMode", required=False, max_length=16)
     with request.runtime.db.write() as session:
-        quotas.set_limits(
-            session,
-            request.path["account"],
-            max_plans=limits.get("MaxActivePlans"),
-            max_instances=limits.get("MaxReservedInstancesPerType"),
-        )
+        quotas.set_limits(session, request.path["account"], max_plans=max_plans, max_instances=max_instances)
         account = payments.update_account(
             session,
             request.path["account"],
-            mode=field(body, "PaymentMode", str, required=False),
-            budget=_money_text(body, "Budget"),
-            add_budget=_money_text(body, "AddBudget"),
+            mode=mode,
+            budget=budget,
+            add_budget=add_budget,
             now=request.runtime.clock.now(),
         )
         return _account_json(request.runtime, session, account)
 
 
-def _money_text(body: Mapping[str, Any], name: str) -> str | None:
-    value = body.get(name)
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise ValidationError(
-            f'{name} must be a decimal string such as "2500.00", so that no float rounds it.'
-        )
-    return value
+def _budget(request: NativeRequest, body: Mapping[str, Any], name: str) -> Decimal | None:
+    currency = payments.fleet_currency(request.runtime.fleet)
+    return fields.money(
+        body,
+        name,
+        maximum=payments.MAX_BUDGET,
+        places=payments.currency_places(currency),
+        currency=currency,
+    )
 
 
 def _account_json(runtime: Runtime, session: Any, account: Any) -> dict[str, Any]:
@@ -330,10 +331,9 @@ def _account_json(runtime: Runtime, session: Any, account: Any) -> dict[str, Any
 
 
 def show_ledger(request: NativeRequest) -> dict[str, Any]:
+    _own_account_or_admin(request.caller, request.path["account"], "read other accounts' ledgers")
     with request.runtime.db.read() as session:
         account = accounts.get_account(session, request.path["account"])
-        if not request.caller.is_admin and account.id != request.caller.account_id:
-            raise AccessDenied("Only administrators read other accounts' ledgers.")
         return {
             "AccountId": account.id,
             "Entries": [
@@ -349,11 +349,18 @@ def show_ledger(request: NativeRequest) -> dict[str, Any]:
         }
 
 
+def _own_account_or_admin(caller: Caller, account_ref: str, what: str) -> None:
+    """Decided before the name is looked up, so that the answer is the same for an account that exists
+    and one that does not: a caller who may see neither learns nothing of which names are taken."""
+    if not caller.is_admin and account_ref not in (caller.account_id, caller.account_name):
+        raise AccessDenied(f"Only administrators {what}; account {caller.account_name!r} is not one.")
+
+
 # -- plans (what SageMaker has no words for) -------------------------------------------------------
 
 
 def cancel_plan(request: NativeRequest) -> dict[str, Any]:
-    reason = field(request.body, "Reason", str)
+    reason = fields.required_text(request.body, "Reason")
     plan = plans.cancel(request.runtime, request.path["account"], request.path["name"], reason)
     return {"TrainingPlanName": plan.name, "Status": plan.status, "StatusMessage": plan.status_message}
 
@@ -361,7 +368,7 @@ def cancel_plan(request: NativeRequest) -> dict[str, Any]:
 def plan_events(request: NativeRequest) -> dict[str, Any]:
     with request.runtime.db.read() as session:
         caller = request.caller
-        owner = request.query.get("account")
+        owner = fields.query_text(request.query, "account")
         if owner and caller.is_admin:
             account = accounts.get_account(session, owner)
             caller = accounts.Caller(account.id, account.name, False, caller.access_key_id)
@@ -377,14 +384,17 @@ def plan_events(request: NativeRequest) -> dict[str, Any]:
 
 # -- clusters -------------------------------------------------------------------------------------
 
+DEFAULT_EXEC_SECONDS = 300
+MAX_EXEC_SECONDS = 3600
+MAX_COMMAND_ARGUMENTS = 1024
+MAX_COMMAND_ARGUMENT_LENGTH = 32 * 1024
+
 
 def exec_on_node(request: NativeRequest) -> dict[str, Any]:
-    command = field(request.body, "Command", list)
-    if not command or not all(isinstance(part, str) for part in command):
-        raise ValidationError("Command must be a non-empty list of strings.")
-    timeout = field(request.body, "TimeoutSeconds", int, required=False) or 300
-    if not 1 <= timeout <= 3600:
-        raise ValidationError("TimeoutSeconds must be between 1 and 3600.")
+    command = fields.text_list(
+        request.body, "Command", max_items=MAX_COMMAND_ARGUMENTS, max_length=MAX_COMMAND_ARGUMENT_LENGTH
+    )
+    timeout = fields.whole(request.body, "TimeoutSeconds", 1, MAX_EXEC_SECONDS) or DEFAULT_EXEC_SECONDS
     result = clusters.exec_on_node(
         request.runtime,
         request.caller,
@@ -408,11 +418,10 @@ def job_logs(request: NativeRequest) -> dict[str, Any]:
     """One instance's output across the job's attempts; call again with the answer's cursor to follow."""
     from hyperplan.services import job_runner
 
-    host = request.query.get("host", "algo-1")
-    stream = request.query.get("stream", "stdout")
-    page = job_runner.read_logs(
-        request.runtime, request.caller, request.path["name"], host, stream, request.query.get("cursor")
-    )
+    host = fields.query_text(request.query, "host", max_length=64) or "algo-1"
+    stream = fields.query_text(request.query, "stream", max_length=16) or "stdout"
+    cursor = fields.query_text(request.query, "cursor")
+    page = job_runner.read_logs(request.runtime, request.caller, request.path["name"], host, stream, cursor)
     return {
         "TrainingJobName": request.path["name"],
         "Host": host,
@@ -425,27 +434,39 @@ def job_logs(request: NativeRequest) -> dict[str, Any]:
 
 
 def routes() -> list[Route]:
+    account_update = ("PaymentMode", "Budget", "AddBudget", "Quotas")
     return [
-        Route("/api/v1/whoami", endpoint(whoami), methods=["GET"]),
-        Route("/api/v1/accounts", endpoint(list_accounts, admin=True), methods=["GET"]),
-        Route("/api/v1/accounts", endpoint(create_account, admin=True), methods=["POST"]),
-        Route("/api/v1/accounts/{account}/keys", endpoint(add_key, admin=True), methods=["POST"]),
-        Route("/api/v1/keys/{key}", endpoint(revoke_key, admin=True), methods=["DELETE"]),
-        Route("/api/v1/clock", endpoint(show_clock), methods=["GET"]),
-        Route("/api/v1/clock/advance", endpoint(advance_clock, admin=True), methods=["POST"]),
-        Route("/api/v1/clock/set", endpoint(set_clock, admin=True), methods=["POST"]),
-        Route("/api/v1/fleet", endpoint(show_fleet), methods=["GET"]),
-        Route("/api/v1/accounts/{account}", endpoint(update_account, admin=True), methods=["PATCH"]),
-        Route("/api/v1/accounts/{account}/ledger", endpoint(show_ledger), methods=["GET"]),
-        Route("/api/v1/invoices", endpoint(list_invoices), methods=["GET"]),
-        Route("/api/v1/invoices/{invoice}/approve", endpoint(approve_invoice, admin=True), methods=["POST"]),
-        Route("/api/v1/invoices/{invoice}/reject", endpoint(reject_invoice, admin=True), methods=["POST"]),
-        Route("/api/v1/plans/{name}/events", endpoint(plan_events), methods=["GET"]),
-        Route("/api/v1/clusters/{cluster}/nodes/{node}/exec", endpoint(exec_on_node), methods=["POST"]),
-        Route("/api/v1/training-jobs/{name}/logs", endpoint(job_logs), methods=["GET"]),
-        Route(
+        NativeRoute("GET", "/api/v1/whoami", whoami),
+        NativeRoute("GET", "/api/v1/accounts", list_accounts, admin=True),
+        NativeRoute(
+            "POST", "/api/v1/accounts", create_account, admin=True, body=("Name", "Admin", "PaymentMode")
+        ),
+        NativeRoute("POST", "/api/v1/accounts/{account}/keys", add_key, admin=True),
+        NativeRoute("DELETE", "/api/v1/keys/{key}", revoke_key, admin=True),
+        NativeRoute("GET", "/api/v1/clock", show_clock),
+        NativeRoute("POST", "/api/v1/clock/advance", advance_clock, admin=True, body=("Duration",)),
+        NativeRoute("POST", "/api/v1/clock/set", set_clock, admin=True, body=("Time",)),
+        NativeRoute("GET", "/api/v1/fleet", show_fleet, query=("days",)),
+        NativeRoute("PATCH", "/api/v1/accounts/{account}", update_account, admin=True, body=account_update),
+        NativeRoute("GET", "/api/v1/accounts/{account}/ledger", show_ledger),
+        NativeRoute("GET", "/api/v1/invoices", list_invoices, query=("account", "status")),
+        NativeRoute("POST", "/api/v1/invoices/{invoice}/approve", approve_invoice, admin=True),
+        NativeRoute(
+            "POST", "/api/v1/invoices/{invoice}/reject", reject_invoice, admin=True, body=("Reason",)
+        ),
+        NativeRoute("GET", "/api/v1/plans/{name}/events", plan_events, query=("account",)),
+        NativeRoute(
+            "POST",
+            "/api/v1/clusters/{cluster}/nodes/{node}/exec",
+            exec_on_node,
+            body=("Command", "TimeoutSeconds"),
+        ),
+        NativeRoute("GET", "/api/v1/training-jobs/{name}/logs", job_logs, query=("host", "stream", "cursor")),
+        NativeRoute(
+            "POST",
             "/api/v1/accounts/{account}/plans/{name}/cancel",
-            endpoint(cancel_plan, admin=True),
-            methods=["POST"],
+            cancel_plan,
+            admin=True,
+            body=("Reason",),
         ),
     ]

@@ -11,8 +11,8 @@ from typing import Any
 from starlette.routing import Route
 
 from hyperplan.clock import utcnow
-from hyperplan.errors import ValidationError
-from hyperplan.server.native import NativeRequest, endpoint, field
+from hyperplan.server import fields
+from hyperplan.server.native import NativeRequest, NativeRoute
 from hyperplan.services import webhooks
 from hyperplan.services.webhooks import DeliveryView, WebhookView
 
@@ -49,24 +49,16 @@ def _delivery_json(view: DeliveryView) -> dict[str, Any]:
 
 
 def _webhook_id(request: NativeRequest) -> int:
-    text = request.path["webhook"]
-    if not text.isdigit():
-        raise ValidationError(f"Webhook id must be a number, not {text!r}.")
-    return int(text)
+    return fields.row_id(request.path["webhook"], "Webhook id")
 
 
 def _limit(request: NativeRequest) -> int:
-    text = request.query.get("limit")
-    if text is None:
-        return DEFAULT_DELIVERIES
-    if not text.isdigit() or not 1 <= int(text) <= MAX_DELIVERIES:
-        raise ValidationError(f"limit must be a whole number from 1 to {MAX_DELIVERIES}.")
-    return int(text)
+    return fields.query_whole(request.query, "limit", 1, MAX_DELIVERIES) or DEFAULT_DELIVERIES
 
 
 def create_webhook(request: NativeRequest) -> dict[str, Any]:
-    account = field(request.body, "Account", str)
-    url = field(request.body, "Url", str)
+    account = fields.required_text(request.body, "Account")
+    url = fields.required_text(request.body, "Url", max_length=webhooks.MAX_URL_LENGTH)
     with request.runtime.db.write() as session:
         view = webhooks.register(session, account, url, utcnow())
         # The only answer that carries the secret: it is not shown again.
@@ -75,7 +67,7 @@ def create_webhook(request: NativeRequest) -> dict[str, Any]:
 
 def list_webhooks(request: NativeRequest) -> dict[str, Any]:
     with request.runtime.db.read() as session:
-        found = webhooks.list_webhooks(session, request.query.get("account") or None)
+        found = webhooks.list_webhooks(session, fields.query_text(request.query, "account"))
         return {"Webhooks": [_webhook_json(view) for view in found]}
 
 
@@ -95,12 +87,10 @@ def list_deliveries(request: NativeRequest) -> dict[str, Any]:
 
 def routes() -> list[Route]:
     return [
-        Route("/api/v1/webhooks", endpoint(create_webhook, admin=True), methods=["POST"]),
-        Route("/api/v1/webhooks", endpoint(list_webhooks, admin=True), methods=["GET"]),
-        Route("/api/v1/webhooks/{webhook}", endpoint(delete_webhook, admin=True), methods=["DELETE"]),
-        Route(
-            "/api/v1/webhooks/{webhook}/deliveries",
-            endpoint(list_deliveries, admin=True),
-            methods=["GET"],
+        NativeRoute("POST", "/api/v1/webhooks", create_webhook, admin=True, body=("Account", "Url")),
+        NativeRoute("GET", "/api/v1/webhooks", list_webhooks, admin=True, query=("account",)),
+        NativeRoute("DELETE", "/api/v1/webhooks/{webhook}", delete_webhook, admin=True),
+        NativeRoute(
+            "GET", "/api/v1/webhooks/{webhook}/deliveries", list_deliveries, admin=True, query=("limit",)
         ),
     ]

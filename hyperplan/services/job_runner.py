@@ -33,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -542,6 +543,7 @@ def read_logs(
         kind = LogStream(stream)
     except ValueError:
         raise ValidationError("stream must be stdout or stderr.") from None
+    position = parse_cursor(cursor)
     with runtime.db.read() as session:
         job = jobs.get(session, runtime, caller, name)
         tasks = {i.attempt: i.task_id for i in jobs.instances_of(session, job.id) if i.host == host}
@@ -549,7 +551,7 @@ def read_logs(
     if host not in {f"algo-{n}" for n in range(1, job.instance_count + 1)}:
         raise ValidationError(f"host must be one of algo-1..algo-{job.instance_count}.")
     attempts = sorted(tasks)
-    attempt, offset = _parse_cursor(cursor, attempts[0] if attempts else 1)
+    attempt, offset = position or (attempts[0] if attempts else 1, 0)
     while attempts:
         data = b""
         if attempt in tasks:
@@ -566,15 +568,26 @@ def read_logs(
     return LogPage(b"", f"{attempt}:{offset}", attempt, final)
 
 
-def _parse_cursor(cursor: str | None, first: int) -> tuple[int, int]:
+MAX_LOG_ATTEMPT = 2**31 - 1
+MAX_LOG_OFFSET = 2**40
+"""1 TiB: far past any log, and an offset every file system seeks to (ext4 refuses past 16 TiB)."""
+_CURSOR = re.compile(r"([0-9]{1,13}):([0-9]{1,13})")
+
+
+def parse_cursor(cursor: str | None) -> tuple[int, int] | None:
+    """``ATTEMPT:OFFSET`` as read_logs gives it (None: from the start), checked before anything is read:
+    the attempt from 1 to MAX_LOG_ATTEMPT, the offset from 0 to MAX_LOG_OFFSET."""
     from hyperplan.errors import ValidationError
 
     if not cursor:
-        return first, 0
-    attempt, _, offset = cursor.partition(":")
-    if not attempt.isdigit() or not offset.isdigit():
-        raise ValidationError("cursor must be ATTEMPT:OFFSET, as a previous answer gave it.")
-    return int(attempt), int(offset)
+        return None
+    match = _CURSOR.fullmatch(cursor)
+    if match is None or not 1 <= int(match[1]) <= MAX_LOG_ATTEMPT or int(match[2]) > MAX_LOG_OFFSET:
+        raise ValidationError(
+            f"cursor must be ATTEMPT:OFFSET as a previous answer gave it (attempt 1 to {MAX_LOG_ATTEMPT}, "
+            f"offset 0 to {MAX_LOG_OFFSET}), not {cursor[:64]!r}."
+        )
+    return int(match[1]), int(match[2])
 
 
 def _interpreter(runtime: Runtime, job: TrainingJob) -> str | None:

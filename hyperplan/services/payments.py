@@ -17,6 +17,7 @@ from decimal import Decimal
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from hyperplan.core.fleet import Fleet
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.errors import Conflict, ResourceNotFound, ValidationError
 from hyperplan.scheduler import schedule
@@ -34,6 +35,24 @@ from hyperplan.store.schema import (
 
 BEFORE_START = timedelta(minutes=5)
 AFTER_PURCHASE = timedelta(hours=12)
+
+MAX_BUDGET = Decimal("1000000000000")
+"""A budget (and a grant) is at most a trillion in the fleet's currency: far above any real budget, and
+small enough that every sum of budgets and fees stays exact in Decimal's 28 digits."""
+
+# ISO 4217 minor units of the common currencies that do not have two; every other currency has two.
+_NO_MINOR_UNIT = frozenset({"CLP", "ISK", "JPY", "KRW", "VND"})
+_THREE_MINOR_UNITS = frozenset({"BHD", "JOD", "KWD", "OMR", "TND"})
+
+
+def currency_places(currency: str) -> int:
+    """How many decimal places an amount of `currency` may have."""
+    return 0 if currency in _NO_MINOR_UNIT else 3 if currency in _THREE_MINOR_UNITS else 2
+
+
+def fleet_currency(fleet: Fleet) -> str:
+    """A fleet charges in one currency (core/fleet.py checks that every pool has the same)."""
+    return fleet.pools[0].currency if fleet.pools else "USD"
 
 
 def payment_deadline(first_start: datetime, purchased_at: datetime) -> datetime:
@@ -262,23 +281,26 @@ def update_account(
     account_ref: str,
     *,
     mode: str | None,
-    budget: str | None,
-    add_budget: str | None,
+    budget: Decimal | None,
+    add_budget: Decimal | None,
     now: datetime,
 ) -> Account:
+    """Set the payment mode, set the budget, grant more; amounts were checked where they entered (from 0
+    to MAX_BUDGET, in the currency's places), and a grant may not take the budget past MAX_BUDGET."""
     account = get_account(session, account_ref)
     if mode is not None:
         if mode not in PAYMENT_MODES:
             raise ValidationError(f"PaymentMode must be one of {', '.join(PAYMENT_MODES)}, not {mode!r}.")
         account.payment_mode = mode
-    for name, text, adding in (("Budget", budget, False), ("AddBudget", add_budget, True)):
-        if text is None:
+    for name, amount, adding in (("Budget", budget, False), ("AddBudget", add_budget, True)):
+        if amount is None:
             continue
-        amount = _money(name, text)
         change = amount if adding else amount - account.budget
+        if account.budget + change > MAX_BUDGET:
+            raise ValidationError(
+                f"{name}: the budget would be {account.budget + change}, over the maximum of {MAX_BUDGET}."
+            )
         account.budget += change
-        if account.budget < 0:
-            raise ValidationError(f"{name}: the budget cannot go below zero (it would be {account.budget}).")
         session.add(
             LedgerEntry(
                 account_id=account.id,
@@ -290,17 +312,3 @@ def update_account(
             )
         )
     return account
-
-
-def _money(name: str, text: str) -> Decimal:
-    from decimal import InvalidOperation
-
-    try:
-        amount = Decimal(text)
-    except InvalidOperation:
-        raise ValidationError(f'{name} must be a decimal amount such as "2500.00", not {text!r}.') from None
-    if not amount.is_finite() or amount.as_tuple().exponent < -2:  # type: ignore[operator]
-        raise ValidationError(
-            f"{name} must be a finite amount with at most two decimal places, not {text!r}."
-        )
-    return amount

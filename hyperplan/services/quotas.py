@@ -16,10 +16,14 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.calendar import peak_booked
 from hyperplan.core.lifecycle import PlanStatus
-from hyperplan.errors import ResourceLimitExceeded, ValidationError
+from hyperplan.errors import ResourceLimitExceeded
 from hyperplan.runtime import Runtime
 from hyperplan.services.accounts import get_account
 from hyperplan.store.schema import Account, PlanExtension, ReservedCapacity, TrainingPlan
+
+MAX_QUOTA = 1_000_000
+"""The largest quota an administrator may set: more than any fleet holds, well inside the column's
+integer."""
 
 _RAISE = (
     "An administrator can raise it with `hyperplan accounts update ACCOUNT --max-plans N --max-instances N`."
@@ -121,13 +125,13 @@ def _account_intervals(
     return [(s, e, n) for s, e, n in [*session.execute(segments).all(), *session.execute(extensions).all()]]
 
 
-def set_limits(session: Session, account_ref: str, *, max_plans: object, max_instances: object) -> Account:
+def set_limits(
+    session: Session, account_ref: str, *, max_plans: int | None, max_instances: int | None
+) -> Account:
+    """New quotas, each from 1 to MAX_QUOTA (checked where they entered), or None to keep the current."""
     account = get_account(session, account_ref)
-    for name, value in (("MaxActivePlans", max_plans), ("MaxReservedInstancesPerType", max_instances)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise ValidationError(f"Quotas.{name} must be a whole number of at least 1, not {value!r}.")
     if max_plans is not None:
-        account.max_active_plans = int(max_plans)  # type: ignore[call-overload]
+        account.max_active_plans = max_plans
     if max_instances is not None:
-        account.max_reserved_instances_per_type = int(max_instances)  # type: ignore[call-overload]
+        account.max_reserved_instances_per_type = max_instances
     return account
