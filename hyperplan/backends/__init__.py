@@ -8,6 +8,7 @@ contract tests (``tests/backends/contract.py``); a Slurm back end is the next to
 
 from hyperplan.backends.base import (
     ENV_DIR_VARIABLE,
+    EXEC_OUTPUT_LIMIT,
     EXPIRATION_VARIABLE,
     AdoptReport,
     Backend,
@@ -33,6 +34,7 @@ from hyperplan.backends.local import LocalBackend
 
 __all__ = [
     "ENV_DIR_VARIABLE",
+    "EXEC_OUTPUT_LIMIT",
     "EXPIRATION_VARIABLE",
     "AdoptReport",
     "Backend",

@@ -58,6 +58,9 @@ EXPIRATION_VARIABLE = "SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"
 ENV_DIR_VARIABLE = "HYPERPLAN_ENV_DIR"
 """Every process on a node finds the published variables in this directory, one file each."""
 
+EXEC_OUTPUT_LIMIT = 1 << 20
+"""The most of each of stdout and stderr that :meth:`Backend.exec` returns, by default (1 MiB)."""
+
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
@@ -229,13 +232,16 @@ class LogChunk:
 @dataclass(frozen=True)
 class ExecResult:
     """The outcome of :meth:`Backend.exec`: ``exit_code`` is None when a signal ended the command
-    (``signal`` says which) or when it ran out of time (``timed_out``) and was killed."""
+    (``signal`` says which) or when it ran out of time (``timed_out``) and was killed. Each stream is
+    its first ``output_limit`` bytes; ``*_truncated`` says the command wrote more."""
 
     exit_code: int | None
     stdout: bytes
     stderr: bytes
     signal: int | None = None
     timed_out: bool = False
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
 
 
 @dataclass(frozen=True)
@@ -294,10 +300,16 @@ class Backend(Protocol):
         ...
 
     def exec(
-        self, node_id: str, argv: Iterable[str], timeout: timedelta, env: Mapping[str, str] | None = None
+        self,
+        node_id: str,
+        argv: Iterable[str],
+        timeout: timedelta,
+        env: Mapping[str, str] | None = None,
+        output_limit: int = EXEC_OUTPUT_LIMIT,
     ) -> ExecResult:
         """Run a command on a Running node, in its home and with its environment, and wait for it up to
-        ``timeout`` (then kill it). The one blocking method. Raises :class:`NodeUnavailable`."""
+        ``timeout`` (then kill it). The one blocking method. Raises :class:`NodeUnavailable`. At most
+        ``output_limit`` bytes of each stream are returned, and never more are held in memory."""
         ...
 
     def read_log(self, ref: Ref, stream: LogStream, offset: int = 0, limit: int = 1 << 20) -> LogChunk:

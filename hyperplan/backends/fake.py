@@ -23,6 +23,7 @@ from pathlib import Path
 from signal import SIGKILL, SIGTERM, Signals
 
 from hyperplan.backends.base import (
+    EXEC_OUTPUT_LIMIT,
     AdoptReport,
     ExecResult,
     LogChunk,
@@ -276,7 +277,12 @@ class FakeBackend:
             self._advance()
 
     def exec(
-        self, node_id: str, argv: Iterable[str], timeout: timedelta, env: Mapping[str, str] | None = None
+        self,
+        node_id: str,
+        argv: Iterable[str],
+        timeout: timedelta,
+        env: Mapping[str, str] | None = None,
+        output_limit: int = EXEC_OUTPUT_LIMIT,
     ) -> ExecResult:
         with self.world.lock:
             self._advance()
@@ -288,9 +294,17 @@ class FakeBackend:
             self.world.execs.append((node_id, command, full_env))
             program = self.world.program_of(command, Program.exits(0))
             proc = _Proc(program, 0.0, full_env)
-            if program.exit_code is None or program.seconds > timeout.total_seconds():
-                return ExecResult(None, proc.stdout(), proc.stderr(), signal=SIGKILL, timed_out=True)
-            return ExecResult(program.exit_code, proc.stdout(), proc.stderr())
+            out, err = proc.stdout(), proc.stderr()
+            timed_out = program.exit_code is None or program.seconds > timeout.total_seconds()
+            return ExecResult(
+                None if timed_out else program.exit_code,
+                out[:output_limit],
+                err[:output_limit],
+                signal=SIGKILL if timed_out else None,
+                timed_out=timed_out,
+                stdout_truncated=len(out) > output_limit,
+                stderr_truncated=len(err) > output_limit,
+            )
 
     def read_log(self, ref: Ref, stream: LogStream, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
         with self.world.lock:

@@ -38,6 +38,7 @@ from signal import SIGKILL, SIGUSR1, Signals
 import hyperplan
 from hyperplan.backends import procfs
 from hyperplan.backends.base import (
+    EXEC_OUTPUT_LIMIT,
     AdoptReport,
     ExecResult,
     LogChunk,
@@ -116,7 +117,12 @@ class LocalBackend:
         return _node_status(files)
 
     def exec(
-        self, node_id: str, argv: Iterable[str], timeout: timedelta, env: Mapping[str, str] | None = None
+        self,
+        node_id: str,
+        argv: Iterable[str],
+        timeout: timedelta,
+        env: Mapping[str, str] | None = None,
+        output_limit: int = EXEC_OUTPUT_LIMIT,
     ) -> ExecResult:
         state = self.node_status(node_id).state
         if state is not NodeState.RUNNING:
@@ -130,12 +136,16 @@ class LocalBackend:
             self.signal(TaskRef(task_id), SIGKILL)
             status = self._wait_final(task_id, 5.0)
         files = self.layout.task(task_id)
+        stdout, stdout_truncated = _read_head(files.log(LogStream.STDOUT), output_limit)
+        stderr, stderr_truncated = _read_head(files.log(LogStream.STDERR), output_limit)
         result = ExecResult(
             exit_code=status.exit_code,
-            stdout=_read_all(files.log(LogStream.STDOUT)),
-            stderr=_read_all(files.log(LogStream.STDERR)),
+            stdout=stdout,
+            stderr=stderr,
             signal=status.signal,
             timed_out=timed_out,
+            stdout_truncated=stdout_truncated,
+            stderr_truncated=stderr_truncated,
         )
         with contextlib.suppress(NodeUnavailable):
             self.forget(TaskRef(task_id))
@@ -554,8 +564,11 @@ def _node_status(files: NodeFiles) -> NodeStatus:
     return NodeStatus(current, state.message if state is not None else "")
 
 
-def _read_all(path: Path) -> bytes:
+def _read_head(path: Path, limit: int) -> tuple[bytes, bool]:
+    """The first `limit` bytes of a file, and whether there is more. Never reads more than that (plus
+    one byte), whatever the file's size."""
     try:
-        return path.read_bytes()
+        with path.open("rb") as stream:
+            return stream.read(limit), bool(stream.read(1))
     except FileNotFoundError:
-        return b""
+        return b"", False

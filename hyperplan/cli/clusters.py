@@ -146,4 +146,7 @@ def exec_command(
         return
     sys.stdout.write(result["Stdout"])
     sys.stderr.write(result["Stderr"])
+    for stream in ("Stdout", "Stderr"):
+        if result.get(f"{stream}Truncated"):
+            sys.stderr.write(f"\n(hyperplan: {stream.lower()} cut short at the server's exec output limit)\n")
     raise typer.Exit(result["ExitCode"] if result["ExitCode"] is not None else 1)

@@ -408,6 +408,8 @@ def exec_on_node(request: NativeRequest) -> dict[str, Any]:
         "Stdout": result.stdout.decode(errors="replace"),
         "Stderr": result.stderr.decode(errors="replace"),
         "TimedOut": result.timed_out,
+        "StdoutTruncated": result.stdout_truncated,  # the output went on past the server's limit
+        "StderrTruncated": result.stderr_truncated,
     }
 
 

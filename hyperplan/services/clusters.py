@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import secrets
 import shutil
 import threading
@@ -25,9 +26,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from hyperplan.backends.base import (
+    EXEC_OUTPUT_LIMIT,
     EXPIRATION_VARIABLE,
     AdoptReport,
     BackendError,
+    ExecResult,
     NodeRef,
     NodeSpec,
     NodeState,
@@ -735,9 +738,28 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+EXEC_OUTPUT_LIMIT_ENV = "HYPERPLAN_EXEC_OUTPUT_LIMIT"
+MAX_EXEC_OUTPUT_LIMIT = 64 << 20  # the answer carries both streams as JSON text, in one response
+
+
+def exec_output_limit(env: Mapping[str, str] | None = None) -> int:
+    """Bytes of each of stdout and stderr an exec returns: HYPERPLAN_EXEC_OUTPUT_LIMIT in the server's
+    environment, 1 MiB by default. Output beyond it is dropped (the answer says so), so that a chatty
+    command cannot make the server hold it all."""
+    text = (os.environ if env is None else env).get(EXEC_OUTPUT_LIMIT_ENV)
+    if not text:
+        return EXEC_OUTPUT_LIMIT
+    if not text.strip().isdigit() or not 1 <= int(text) <= MAX_EXEC_OUTPUT_LIMIT:
+        raise ValidationError(
+            f"The server's {EXEC_OUTPUT_LIMIT_ENV}={text!r} is not a number of bytes from 1 to "
+            f"{MAX_EXEC_OUTPUT_LIMIT}; its administrator must fix it."
+        )
+    return int(text)
+
+
 def exec_on_node(
     runtime: Runtime, caller: Caller, cluster_name: str, node_ref: str, argv: list[str], timeout: timedelta
-) -> Any:
+) -> ExecResult:
     with runtime.db.read() as session:
         cluster = get(session, runtime, caller, cluster_name)
         node = next((n for n in nodes_of(session, cluster) if node_ref in (n.instance_id, n.hostname)), None)
@@ -746,7 +768,7 @@ def exec_on_node(
         if node.status != "Running":
             raise Conflict(f"Node {node.instance_id} is {node.status}; commands run on Running nodes only.")
         backend_id = node.backend_id
-    return runtime.backend.exec(backend_id, argv, timeout)
+    return runtime.backend.exec(backend_id, argv, timeout, output_limit=exec_output_limit())
 
 
 def list_clusters(session: Session, account_id: str) -> list[Cluster]:

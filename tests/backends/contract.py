@@ -20,6 +20,7 @@ from typing import TypeVar
 import pytest
 
 from hyperplan.backends import (
+    EXEC_OUTPUT_LIMIT,
     EXPIRATION_VARIABLE,
     Backend,
     LogStream,
@@ -303,6 +304,22 @@ class BackendContract:
         assert time.monotonic() - started < 5
         with pytest.raises(UnknownResource):
             backend.exec(OTHER_NODE, harness.command(Program.exits(0)), SECOND)
+        assert not (result.stdout_truncated or result.stderr_truncated)
+
+    def test_exec_returns_at_most_the_limit_of_each_stream_and_says_it_cut(self, harness: Harness) -> None:
+        self.running_node(harness)
+        backend = harness.backend
+        chatty = harness.command(Program.exits(0, stdout=b"o" * 3000 + b"END", stderr=b"e" * 100))
+        result = backend.exec(NODE, chatty, SECOND * 10, output_limit=1000)
+        assert (result.stdout, result.stdout_truncated) == (b"o" * 1000, True)
+        assert (result.stderr, result.stderr_truncated) == (b"e" * 100, False)
+        exact = backend.exec(
+            NODE, harness.command(Program.exits(0, stdout=b"x" * 1000)), SECOND * 10, output_limit=1000
+        )
+        assert (exact.stdout, exact.stdout_truncated) == (b"x" * 1000, False)
+        default = backend.exec(NODE, harness.command(Program.exits(0, stdout=b"d" * 100)), SECOND * 10)
+        assert (default.stdout, default.stdout_truncated) == (b"d" * 100, False)
+        assert EXEC_OUTPUT_LIMIT == 1 << 20
 
     # --- restarts --------------------------------------------------------------------------------
 

@@ -126,6 +126,6 @@ def test_the_public_surface() -> None:
         *("NodeSpec", "TaskSpec", "NodeRef", "TaskRef", "Ref"),
         *("NodeState", "NodeStatus", "TaskState", "TaskStatus", "LogStream", "LogChunk", "ExecResult"),
         *("AdoptReport", "BackendError", "UnknownResource", "SpecConflict", "NodeUnavailable"),
-        *("EXPIRATION_VARIABLE", "ENV_DIR_VARIABLE"),
+        *("EXPIRATION_VARIABLE", "ENV_DIR_VARIABLE", "EXEC_OUTPUT_LIMIT"),
     }
     assert all(hasattr(hyperplan.backends, name) for name in hyperplan.backends.__all__)
