@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.errors import ValidationError
@@ -43,6 +44,19 @@ def check_subnets(group: GroupFacts) -> None:
     if group.unknown_subnets:
         raise ValidationError(
             f"{group.where}: subnet(s) {', '.join(group.unknown_subnets)} are in no zone of this fleet."
+        )
+
+
+def check_lifecycle_script(where: str, on_create: str | None) -> None:
+    """OnCreate names a script inside the group's lifecycle source (copied to the node); a path that
+    leaves it (absolute, or through '..') would run a file of the server's instead."""
+    if on_create is None:
+        return
+    path = PurePosixPath(on_create)
+    if not on_create.strip() or path.is_absolute() or ".." in path.parts or "\0" in on_create:
+        raise ValidationError(
+            f"{where}.LifeCycleConfig.OnCreate: {on_create!r} must be a path inside the lifecycle "
+            "source (SourceS3Uri), such as on_create.sh or scripts/on_create.sh."
         )
 
 

@@ -35,7 +35,14 @@ from hyperplan.backends.base import (
     NodeSpec,
     NodeState,
 )
-from hyperplan.core.clusters import GroupFacts, PlanFacts, allocate, check_binding, check_subnets
+from hyperplan.core.clusters import (
+    GroupFacts,
+    PlanFacts,
+    allocate,
+    check_binding,
+    check_lifecycle_script,
+    check_subnets,
+)
 from hyperplan.core.fleet import Pool
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.errors import Conflict, ResourceInUse, ResourceLimitExceeded, ResourceNotFound, ValidationError
@@ -142,6 +149,7 @@ def create(runtime: Runtime, caller: Caller, request: Mapping[str, Any]) -> Clus
         if not groups:
             raise ValidationError("InstanceGroups: a cluster needs at least one instance group.")
         _check_unique_names(groups, "InstanceGroups")
+        _check_lifecycle_scripts(groups, "InstanceGroups")
         for index, spec in enumerate(groups):
             _add_group(session, runtime, caller, cluster, spec, f"InstanceGroups[{index}]", now)
         session.flush()
@@ -159,6 +167,7 @@ def update(runtime: Runtime, caller: Caller, request: Mapping[str, Any]) -> Clus
         _check_in_service(cluster)
         specs = request.get("InstanceGroups") or []
         _check_unique_names(specs, "InstanceGroups")
+        _check_lifecycle_scripts(specs, "InstanceGroups")
         doomed = set(request.get("InstanceGroupsToDelete") or [])
         existing = {g.name: g for g in _groups(session, cluster)}
         for name in doomed:
@@ -241,6 +250,11 @@ def delete_nodes(
 def _check_in_service(cluster: Cluster) -> None:
     if cluster.status != "InService":
         raise Conflict(f"Cluster {cluster.name} is {cluster.status}; it cannot be changed now.")
+
+
+def _check_lifecycle_scripts(specs: list[Mapping[str, Any]], where: str) -> None:
+    for index, spec in enumerate(specs):
+        check_lifecycle_script(f"{where}[{index}]", (spec.get("LifeCycleConfig") or {}).get("OnCreate"))
 
 
 def _check_unique_names(specs: list[Mapping[str, Any]], where: str) -> None:

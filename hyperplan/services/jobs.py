@@ -101,6 +101,8 @@ from hyperplan.training.contract import (
     NoCommand,
     UnsupportedInput,
     build_contract,
+    channel_name_problem,
+    channel_variable_clashes,
     host_names,
 )
 
@@ -260,9 +262,17 @@ def _check_algorithm(request: Mapping[str, Any]) -> None:
         raise ValidationError(
             f"InputDataConfig: channel name(s) {', '.join(repeated)} appear more than once."
         )
+    for variable, clashing in channel_variable_clashes(names).items():
+        raise ValidationError(
+            f"InputDataConfig: channels {' and '.join(map(repr, clashing))} would both set {variable}; "
+            "rename one."
+        )
 
 
 def _check_channel(channel: Mapping[str, Any], where: str) -> None:
+    problem = channel_name_problem(channel["ChannelName"])
+    if problem is not None:  # its objects would land outside input/data/NAME
+        raise ValidationError(f"{where}.ChannelName: {channel['ChannelName']!r} {problem}.")
     source = channel["DataSource"]
     s3 = source.get("S3DataSource")
     if s3 is None:

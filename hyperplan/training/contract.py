@@ -141,6 +141,9 @@ class Layout:
         return self.input_dir / "data"
 
     def channel_dir(self, name: str) -> Path:
+        problem = channel_name_problem(name)
+        if problem is not None:  # refused at CreateTrainingJob; this guards the tree all the same
+            raise ValueError(f"channel {name!r}: {problem}")
         return self.input_data_dir / name
 
     @property
@@ -201,6 +204,26 @@ class Layout:
             self.code_dir,
         ]
         return fixed + [self.channel_dir(channel.name) for channel in channels]
+
+
+def channel_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a channel, whose objects go to ``input/data/NAME``; None if it can be.
+    (The model's pattern allows ``.`` and ``..``, which would put them in ``input/data`` itself or in
+    ``input``, over the job's own ``config/*.json``.)"""
+    if name in (".", ".."):
+        return "names input/data itself or its parent, not a directory of its own"
+    if not name or any(char in name for char in "/\\\0"):
+        return "must be one directory name, without '/'"
+    return None
+
+
+def channel_variable_clashes(names: Sequence[str]) -> dict[str, list[str]]:
+    """Channels whose SM_CHANNEL_<NAME> variables would be the same (``train-data``, ``train.data``):
+    variable -> the names, for each variable more than one channel would set."""
+    by_variable: dict[str, list[str]] = {}
+    for name in names:
+        by_variable.setdefault(env_name("SM_CHANNEL_", name), []).append(name)
+    return {variable: found for variable, found in by_variable.items() if len(found) > 1}
 
 
 def rebased(local_path: str) -> PurePosixPath:
@@ -373,6 +396,8 @@ def build_contract(spec: JobSpec, root: Path) -> Contract:
     there is nothing to run and :class:`UnsupportedInput` for channels this back end cannot serve."""
     for channel in spec.channels:
         _check_channel(channel)
+    for variable, names in channel_variable_clashes([channel.name for channel in spec.channels]).items():
+        raise UnsupportedInput(f"channels {' and '.join(map(repr, names))} would both set {variable}")
     layout = Layout(root, spec.checkpoint_local_path)
     user, framework = split_hyperparameters(spec.hyperparameters)
     user_args = hyperparameter_args(user)
@@ -393,6 +418,9 @@ def build_contract(spec: JobSpec, root: Path) -> Contract:
 
 
 def _check_channel(channel: Channel) -> None:
+    problem = channel_name_problem(channel.name)
+    if problem is not None:
+        raise UnsupportedInput(f"channel {channel.name!r}: {problem}")
     if channel.input_mode not in SERVED_INPUT_MODES:
         raise UnsupportedInput(
             f"channel {channel.name!r}: TrainingInputMode {channel.input_mode} is not served by this"

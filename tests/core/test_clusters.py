@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hyperplan.core.clusters import GroupFacts, PlanFacts, allocate, check_binding
+from hyperplan.core.clusters import GroupFacts, PlanFacts, allocate, check_binding, check_lifecycle_script
 from hyperplan.errors import ValidationError
 
 ARN = "arn:aws:sagemaker:us-west-2:123456789012:training-plan/p"
@@ -73,3 +73,16 @@ def test_allocation_never_exceeds_capacity_or_targets(targets: list[int], capaci
     shares = allocate(list(enumerate(targets)), capacity)
     assert sum(shares.values()) == min(capacity, sum(targets))
     assert all(0 <= shares[i] <= t for i, t in enumerate(targets))
+
+
+@pytest.mark.parametrize("script", ["/bin/true", "../../../bin/true", "scripts/../../x.sh", " ", "a\0b"])
+def test_on_create_must_stay_inside_the_lifecycle_source(script: str) -> None:
+    with pytest.raises(
+        ValidationError, match=r"InstanceGroups\[0\]\.LifeCycleConfig\.OnCreate: .* must be a path"
+    ):
+        check_lifecycle_script("InstanceGroups[0]", script)
+
+
+def test_on_create_paths_inside_the_source_are_fine() -> None:
+    for script in ("on_create.sh", "scripts/on_create.sh", "./on_create.sh", None):
+        check_lifecycle_script("InstanceGroups[0]", script)

@@ -13,6 +13,7 @@ from hyperplan.training.contract import (
     CAPACITY_EXPIRATION_VARIABLE,
     Channel,
     JobSpec,
+    Layout,
     NoCommand,
     UnsupportedInput,
     build_contract,
@@ -290,3 +291,17 @@ def test_checkpoint_paths_are_rebased_under_the_root() -> None:
 def test_the_current_host_must_be_one_of_the_hosts() -> None:
     with pytest.raises(ValueError, match="algo-3"):
         two_host_spec("algo-3")
+
+
+@pytest.mark.parametrize("name", [".", "..", "a/b", "../config"])
+def test_a_channel_must_be_one_directory_of_input_data(name: str) -> None:
+    with pytest.raises(UnsupportedInput, match=f"channel {re.escape(repr(name))}"):
+        build_contract(two_host_spec("algo-1", channels=(Channel(name, "s3://b/t"),)), ROOT)
+    with pytest.raises(ValueError, match="channel"):
+        Layout(ROOT).channel_dir(name)
+
+
+def test_channels_whose_variables_would_clash_are_refused() -> None:
+    clashing = (Channel("train-data", "s3://b/t"), Channel("train.data", "s3://b/u"))
+    with pytest.raises(UnsupportedInput, match="would both set SM_CHANNEL_TRAIN_DATA"):
+        build_contract(two_host_spec("algo-1", channels=clashing), ROOT)
