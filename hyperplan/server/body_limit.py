@@ -28,19 +28,19 @@ class BodyLimit:
         self.limits = limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not _has_body(scope):
+        declared, chunked = _framing(scope) if scope["type"] == "http" else (None, False)
+        if not (declared or chunked):  # no body (h11 has no close-delimited request bodies)
             await self.app(scope, receive, send)
             return
         try:
-            body = await self._read_body(scope, receive)
+            body = await self._read_body(declared, receive)
         except ProtocolError as refusal:
             await _refuse(scope, send, refusal)
             return
         await self.app(scope, _replay(body, receive), send)
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+    async def _read_body(self, declared: int | None, receive: Receive) -> bytes:
         cap = self.limits.max_body_bytes
-        declared = _content_length(scope)
         if declared is not None and declared > cap:
             raise RequestTooLarge(
                 f"The request body ({declared} bytes) is over this server's limit of {describe_bytes(cap)}."
@@ -75,21 +75,15 @@ def _within(cap: int, so_far: int, chunk: bytes) -> bytes:
     return chunk
 
 
-def _has_body(scope: Scope) -> bool:
-    declared = _content_length(scope)
-    return (declared is not None and declared > 0) or _header(scope, b"transfer-encoding") is not None
-
-
-def _content_length(scope: Scope) -> int | None:
-    value = _header(scope, b"content-length")
-    return int(value) if value is not None else None  # h11 has already refused a malformed one
-
-
-def _header(scope: Scope, name: bytes) -> bytes | None:
-    for key, value in scope["headers"]:
-        if key == name:
-            return bytes(value)
-    return None
+def _framing(scope: Scope) -> tuple[int | None, bool]:
+    """The request's Content-Length, if any, and whether its body is chunked, in one pass."""
+    declared, chunked = None, False
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            declared = int(value)  # h11 has already refused a malformed one
+        elif name == b"transfer-encoding":
+            chunked = True
+    return declared, chunked
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
