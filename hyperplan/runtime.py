@@ -85,7 +85,9 @@ class Runtime:
         self.node_watcher = self._node_watcher()
         self.job_runner = self._job_runner()
         self.scheduler = Scheduler(self.db, self.clock, self._event_handlers())
-        self.dispatcher = Dispatcher(self.db, self.arn, config=DispatcherConfig.from_env())
+        self.dispatcher = Dispatcher(
+            self.db, self.arn, config=DispatcherConfig.from_env(), targets=self.fleet.webhooks
+        )
 
     @property
     def region(self) -> str:

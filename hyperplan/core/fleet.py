@@ -18,6 +18,7 @@ In brief::
     [buckets]    <bucket name> = <directory>, or [buckets.<bucket name>] endpoint_url, region, bucket,
                  access_key_id_env, secret_access_key_env (or access_key_id, secret_access_key)
     [accounts]   default_payment_mode = "auto" | "budget" | "approval"
+    [webhooks]   allowed_networks = ["10.20.0.0/16", ...]   non-public networks webhooks may reach
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from types import MappingProxyType
 from typing import Any
 
 from hyperplan.core.durations import format_duration, parse_duration
+from hyperplan.core.webhook_targets import WebhookTargets, parse_networks
 from hyperplan.errors import ValidationError
 
 PoolKey = tuple[str, str]
@@ -180,6 +182,7 @@ class Fleet:
     quotas: Quotas = Quotas()
     default_payment_mode: str = "auto"
     notifications: Notifications = Notifications()
+    webhooks: WebhookTargets = field(default_factory=WebhookTargets)
     # Training image (exact, or a prefix ending in "*") -> the Python that runs its programs.
     images: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
 
@@ -338,7 +341,7 @@ def _is(value: Any, read: type) -> bool:
 
 _TOP_KEYS = (
     "region", "currency", "zones", "pools", "policy", "background_load", "quotas", "buckets", "accounts",
-    "notifications", "images",
+    "notifications", "images", "webhooks",
 )  # fmt: skip
 
 
@@ -364,6 +367,7 @@ def parse_fleet(text: str) -> Fleet:
         default_payment_mode=_payment_mode(top.table("accounts") or {}),
         notifications=_notifications(top.table("notifications") or {}),
         images=_images(top.table("images") or {}),
+        webhooks=_webhooks(top.table("webhooks") or {}),
     )
 
 
@@ -624,6 +628,15 @@ def _images(values: Mapping[str, Any]) -> Mapping[str, str]:
             raise ValidationError(f"images.{image!r}: give the absolute path of a Python interpreter.")
         images[str(image)] = interpreter
     return MappingProxyType(images)
+
+
+def _webhooks(values: Mapping[str, Any]) -> WebhookTargets:
+    table = _Table(values, "webhooks", ("allowed_networks",))
+    listed = table.get("allowed_networks", list, [], "a list of networks such as 10.0.0.0/8")
+    try:
+        return WebhookTargets(parse_networks(listed, table.at("allowed_networks")))
+    except ValueError as error:
+        raise ValidationError(str(error)) from None
 
 
 def _notifications(values: Mapping[str, Any]) -> Notifications:

@@ -20,6 +20,10 @@ The lifecycle loop never waits on a receiver: it only writes `webhook_deliveries
 
 Rows are found by polling (every `poll` seconds, cheap on the `ix_delivery_queue` index) and at once
 when `wake()` is called after a commit that queued something.
+
+Targets. Requests go through `hyperplan.notify.guard`: a connection to an address the fleet file's
+`[webhooks] allowed_networks` does not allow (loopback, private, link-local, ...) is refused when it is
+made, whatever the URL's host resolves to at that moment, and recorded as the attempt's error.
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ import httpx
 from sqlalchemy import func, select
 
 from hyperplan.clock import utcnow
+from hyperplan.core.webhook_targets import WebhookTargets
 from hyperplan.errors import ValidationError
+from hyperplan.notify.guard import guarded_client
 from hyperplan.services import webhooks
 from hyperplan.store.db import Database
 from hyperplan.store.schema import PlanEvent, TrainingPlan, Webhook, WebhookDelivery
@@ -123,13 +129,17 @@ class Dispatcher:
         self,
         db: Database,
         arn: ArnOf,
-        http: HttpFactory = httpx.Client,
+        http: HttpFactory | None = None,
         now: RealClock = utcnow,
         config: DispatcherConfig | None = None,
+        targets: WebhookTargets | None = None,
     ) -> None:
+        """`targets`: the fleet's allowed networks, for the default client (a given `http` factory is
+        used as it is: tests give one that sends nowhere)."""
         self.db = db
         self.arn = arn
-        self.http = http
+        allowed = targets or WebhookTargets()
+        self.http = http or (lambda: guarded_client(allowed))
         self.now = now
         self.config = config or DispatcherConfig()
         self._wake = threading.Event()

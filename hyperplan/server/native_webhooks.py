@@ -60,7 +60,7 @@ def create_webhook(request: NativeRequest) -> dict[str, Any]:
     account = fields.required_text(request.body, "Account")
     url = fields.required_text(request.body, "Url", max_length=webhooks.MAX_URL_LENGTH)
     with request.runtime.db.write() as session:
-        view = webhooks.register(session, account, url, utcnow())
+        view = webhooks.register(session, account, url, utcnow(), targets=request.runtime.fleet.webhooks)
         # The only answer that carries the secret: it is not shown again.
         return {**_webhook_json(view), "Secret": view.webhook.secret}
 

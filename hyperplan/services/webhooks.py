@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
 import secrets
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -25,6 +27,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from hyperplan.clock import utcnow
+from hyperplan.core.webhook_targets import IPAddress, WebhookTargets
 from hyperplan.errors import ResourceNotFound, ValidationError
 from hyperplan.services.accounts import get_account
 from hyperplan.store.schema import Account, PlanEvent, TrainingPlan, Webhook, WebhookDelivery
@@ -131,8 +134,11 @@ def enqueue(session: Session, event: PlanEvent, plan: TrainingPlan) -> int:
 # -- administration ----------------------------------------------------------------------------------
 
 
-def validate_url(url: str) -> str:
-    """An absolute http(s) URL with a host; anything else is refused, naming Url."""
+def validate_url(url: str, targets: WebhookTargets) -> str:
+    """An absolute http(s) URL with a host that `targets` allows; anything else is refused, naming Url.
+    A host written as an address (in any form the system reads as one, such as 2130706433 or 0x7f.1) is
+    checked here; a host name is checked each time a delivery connects (`hyperplan.notify.guard`),
+    since what it resolves to may change."""
     text = url.strip()
     if not text or len(text) > MAX_URL_LENGTH:
         raise ValidationError(f"Url must be 1 to {MAX_URL_LENGTH} characters.")
@@ -147,7 +153,27 @@ def validate_url(url: str) -> str:
         raise ValidationError(f"Url must start with http:// or https://, not {text!r}.")
     if not parts.hostname:
         raise ValidationError(f"Url {text!r} has no host.")
+    for address in _written_addresses(parts.hostname):
+        reason = targets.refusal(address)
+        if reason is not None:
+            raise ValidationError(
+                f"Url {text!r}: {reason}. Webhooks go to public addresses unless the fleet file's "
+                "[webhooks] allowed_networks allows others."
+            )
     return text
+
+
+def _written_addresses(host: str) -> list[IPAddress]:
+    """The addresses a host stands for when it is an address, not a name; no name is looked up."""
+    try:
+        return [ipaddress.ip_address(host.split("%", 1)[0])]
+    except ValueError:
+        pass
+    try:  # the forms inet_aton also reads: 2130706433, 0x7f000001, 127.1, 0177.0.0.1
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+    except (socket.gaierror, UnicodeError, ValueError):
+        return []  # a name
+    return [ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0]) for *_, sockaddr in found]
 
 
 def new_secret() -> str:
@@ -161,9 +187,12 @@ class WebhookView:
     pending: int
 
 
-def register(session: Session, account_ref: str, url: str, now: datetime) -> WebhookView:
-    """A new webhook for an account (by name or id). Its secret is readable from the result once."""
-    checked = validate_url(url)
+def register(
+    session: Session, account_ref: str, url: str, now: datetime, *, targets: WebhookTargets
+) -> WebhookView:
+    """A new webhook for an account (by name or id), to a URL `targets` allows (the fleet's). Its secret
+    is readable from the result once."""
+    checked = validate_url(url, targets)
     account = get_account(session, account_ref)
     hook = Webhook(account_id=account.id, url=checked, secret=new_secret(), created_at=now)
     session.add(hook)

@@ -459,3 +459,29 @@ def test_images_name_their_interpreter_exactly_or_by_the_longest_prefix() -> Non
 
     with pytest.raises(ValidationError, match="absolute path"):
         parse_fleet(base + '[images]\n"reg/x" = "python3"\n')
+
+
+def test_webhooks_reach_public_addresses_only_unless_the_fleet_allows_networks() -> None:
+    import ipaddress
+
+    from hyperplan.core.fleet import parse_fleet
+
+    assert parse_fleet(MINIMAL).webhooks.refusal(ipaddress.ip_address("127.0.0.1")) is not None
+    fleet = parse_fleet(MINIMAL + '[webhooks]\nallowed_networks = ["127.0.0.0/8", "::1", "10.20.0.0/16"]\n')
+    for allowed in ("127.0.0.1", "::1", "::ffff:127.0.0.2", "10.20.9.9"):
+        assert fleet.webhooks.refusal(ipaddress.ip_address(allowed)) is None, allowed
+    for refused_address in ("169.254.169.254", "10.21.0.1", "0.0.0.0", "fe80::1"):
+        assert fleet.webhooks.refusal(ipaddress.ip_address(refused_address)) is not None
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ('allowed_networks = "127.0.0.0/8"', "webhooks.allowed_networks: '127.0.0.0/8' is not a list"),
+        ('allowed_networks = ["localhost"]', "webhooks.allowed_networks[0]: 'localhost' is not a network"),
+        ("allowed_networks = [8]", "webhooks.allowed_networks[0]: 8 is not a network"),
+        ("allow_private = true", "webhooks.allow_private: unknown key"),
+    ],
+)
+def test_webhook_settings_refusals_name_the_key(table: str, message: str) -> None:
+    assert refused(MINIMAL + f"[webhooks]\n{table}\n").startswith(message)

@@ -18,13 +18,17 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from hyperplan.core.webhook_targets import WebhookTargets, parse_networks
 from hyperplan.errors import ResourceNotFound, ValidationError
 from hyperplan.notify.dispatcher import Dispatcher, DispatcherConfig, backoff
+from hyperplan.notify.guard import GuardedBackend, TargetRefused, guarded_client
 from hyperplan.services import accounts, webhooks
 from hyperplan.store.db import Database, sqlite_url
 from hyperplan.store.schema import PlanEvent, TrainingPlan, WebhookDelivery
 
 T0 = datetime(2026, 12, 1, 11, 30, tzinfo=UTC)
+PUBLIC_ONLY = WebhookTargets()  # the default: no [webhooks] table in the fleet file
+LOOPBACK = WebhookTargets(parse_networks(["127.0.0.0/8", "::1"], "allowed_networks"))
 
 # -- sign and verify ----------------------------------------------------------------------------------
 
@@ -88,7 +92,7 @@ def test_headers_carry_signature_event_and_delivery() -> None:
     ],
 )
 def test_http_and_https_urls_with_a_host_are_accepted(url: str) -> None:
-    assert webhooks.validate_url(url) == url.strip()
+    assert webhooks.validate_url(url, LOOPBACK) == url.strip()
 
 
 @pytest.mark.parametrize(
@@ -111,8 +115,74 @@ def test_http_and_https_urls_with_a_host_are_accepted(url: str) -> None:
 )
 def test_other_urls_are_refused_naming_url(url: str) -> None:
     with pytest.raises(ValidationError) as refused:
-        webhooks.validate_url(url)
+        webhooks.validate_url(url, LOOPBACK)
     assert "Url" in refused.value.message
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://127.0.0.1:9000/hooks", "127.0.0.1 is a loopback address"),
+        ("http://[::1]:8080/", "::1 is a loopback address"),
+        ("http://169.254.169.254/latest/meta-data/", "169.254.169.254 is a link-local address"),
+        ("http://[fe80::1]/", "fe80::1 is a link-local address"),
+        ("http://10.0.0.1/", "10.0.0.1 is a private address"),
+        ("https://192.168.1.20/", "192.168.1.20 is a private address"),
+        ("http://172.16.0.1/", "172.16.0.1 is a private address"),
+        ("http://[fd00::1]/", "fd00::1 is a private address"),
+        ("http://100.64.0.1/", "100.64.0.1 is not a public address"),
+        ("http://0.0.0.0:8080/", "0.0.0.0 is the unspecified address"),
+        ("http://[::]/", ":: is the unspecified address"),
+        ("http://[::ffff:127.0.0.1]/", "(that is 127.0.0.1) is a loopback address"),
+        ("http://[::ffff:169.254.169.254]/", "(that is 169.254.169.254) is a link-local address"),
+        ("http://[2002:7f00:1::]/", "(that is 127.0.0.1) is a loopback address"),
+        ("http://[64:ff9b::a9fe:a9fe]/", "(that is 169.254.169.254) is a link-local address"),
+        ("http://2130706433/", "127.0.0.1 is a loopback address"),  # 127.0.0.1 as one number
+        ("http://0x7f000001/", "127.0.0.1 is a loopback address"),
+        ("http://127.1/", "127.0.0.1 is a loopback address"),
+        ("http://0251.0376.0251.0376/", "169.254.169.254 is a link-local address"),  # octal
+        ("http://224.0.0.1/", "224.0.0.1 is a multicast address"),
+    ],
+)
+def test_non_public_addresses_are_refused_at_registration_naming_the_url(url: str, why: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        webhooks.validate_url(url, PUBLIC_ONLY)
+    message = refused.value.message
+    assert message.startswith(f"Url {url!r}: ") and why in message and "allowed_networks" in message
+
+
+def test_allowed_networks_let_exactly_those_through() -> None:
+    assert webhooks.validate_url("http://127.0.0.1:9000/", LOOPBACK)
+    assert webhooks.validate_url("http://[::ffff:127.0.0.1]/", LOOPBACK)
+    for url in ("http://169.254.169.254/", "http://10.0.0.1/", "http://0.0.0.0/"):
+        with pytest.raises(ValidationError, match="allowed_networks"):
+            webhooks.validate_url(url, LOOPBACK)
+    internal = WebhookTargets(parse_networks(["10.20.0.0/16"], "allowed_networks"))
+    assert webhooks.validate_url("https://10.20.3.4/hook", internal)
+    with pytest.raises(ValidationError, match=r"10\.21\.0\.1 is a private address"):
+        webhooks.validate_url("https://10.21.0.1/hook", internal)
+
+
+def test_public_addresses_and_names_are_accepted_at_registration() -> None:
+    # Names are not looked up here (they are checked when a delivery connects): nothing leaves the machine.
+    for url in (
+        "https://8.8.8.8/",
+        "https://[2606:4700::1111]/",
+        "https://hooks.example.com/",
+        "http://localhost/",
+    ):
+        assert webhooks.validate_url(url, PUBLIC_ONLY) == url
+
+
+def test_the_delivery_client_refuses_before_connecting() -> None:
+    """A name or address that is loopback, while loopback is not allowed: refused by the connection
+    itself, so no packet is sent (a listener would not be reached even if one were there)."""
+    backend = GuardedBackend(PUBLIC_ONLY)
+    for host in ("localhost", "127.0.0.1", "::1", "2130706433"):
+        with pytest.raises(TargetRefused, match=rf"refused to connect to {host}: .* is a loopback address"):
+            backend.connect_tcp(host, 9)
+    with guarded_client(PUBLIC_ONLY) as client, pytest.raises(httpx.ConnectError, match="loopback"):
+        client.post("http://localhost:9/hook", content=b"{}")
 
 
 # -- backoff and settings ------------------------------------------------------------------------------
@@ -187,7 +257,7 @@ def _event(db: Database, plan_id: int, kind: str, minutes: int = 0) -> int:
 
 def _register(db: Database, account: str, url: str = "http://receiver.test/hook") -> webhooks.WebhookView:
     with db.write() as session:
-        return webhooks.register(session, account, url, T0)
+        return webhooks.register(session, account, url, T0, targets=LOOPBACK)
 
 
 def test_enqueue_without_webhooks_queues_nothing(db: Database) -> None:
@@ -215,9 +285,9 @@ def test_enqueue_queues_one_delivery_per_live_webhook_of_the_account(db: Databas
 
 def test_register_checks_the_url_and_the_account(db: Database) -> None:
     with pytest.raises(ValidationError, match="Url"), db.write() as session:
-        webhooks.register(session, "team", "gopher://old.test/", T0)
+        webhooks.register(session, "team", "gopher://old.test/", T0, targets=LOOPBACK)
     with pytest.raises(ResourceNotFound, match="No account"), db.write() as session:
-        webhooks.register(session, "nobody", "http://ok.test/", T0)
+        webhooks.register(session, "nobody", "http://ok.test/", T0, targets=LOOPBACK)
     view = _register(db, "team")
     assert view.webhook.secret.startswith("whsec_") and len(view.webhook.secret) > 40
     assert _register(db, "team").webhook.secret != view.webhook.secret
@@ -336,7 +406,7 @@ def test_a_receiver_that_cannot_be_reached_is_retried_not_fatal(db: Database) ->
     _register(db, "team", "http://127.0.0.1:9/nothing-listens-here")
     _event(db, plan, "created")
     dispatcher = Dispatcher(
-        db, lambda a, r: f"arn:{a}:{r}", config=DispatcherConfig(retry_base=30, timeout=2)
+        db, lambda a, r: f"arn:{a}:{r}", config=DispatcherConfig(retry_base=30, timeout=2), targets=LOOPBACK
     )
     (head,) = dispatcher._heads()
     assert dispatcher.attempt(head.delivery_id) is False
