@@ -6,6 +6,7 @@ exactly as users do.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -167,7 +168,8 @@ class Server:
     def kill(self) -> None:
         """SIGKILL: a crash, with no chance to tidy up."""
         assert self.process is not None
-        os.killpg(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):  # it may have died by itself
+            os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait(timeout=60)
         self.process = None
 

@@ -3,17 +3,55 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
 from hyperplan.cli.client import ApiError
-from tests.harness import Server, service_now
+from tests.harness import BIN, Server, service_now
 
 
-def test_manual_clock_starts_at_the_wall_time_of_the_first_start(server: Server) -> None:
+def test_manual_clock_starts_at_the_wall_time_of_the_first_start(
+    server_factory: type[Server], tmp_path: Path
+) -> None:
+    server = server_factory(data_dir=tmp_path / "data", clock_start=None).start()  # about the wall clock
     assert abs(service_now(server) - datetime.now(UTC)) < timedelta(minutes=1)
     assert server.native().get("/api/v1/clock")["Kind"] == "manual"
+
+
+def test_clock_start_sets_a_new_stores_first_instant_and_later_starts_keep_their_time(
+    server_factory: type[Server], tmp_path: Path
+) -> None:
+    first = datetime(2031, 7, 31, 23, 59, 30, tzinfo=UTC)
+    server = server_factory(data_dir=tmp_path / "data", clock_start=first).start()
+    assert service_now(server) == first
+    server.cli("clock", "advance", "1h")
+    server.stop()
+    server.clock_start = datetime(2040, 1, 1, tzinfo=UTC)  # ignored: the store has a time of its own
+    server.restart()
+    assert service_now(server) == first + timedelta(hours=1)
+    assert "--clock-start 2040-01-01T00:00:00+00:00 ignored" in server.log()
+
+
+def test_clock_start_is_refused_with_the_wall_clock(tmp_path: Path) -> None:
+    refused = subprocess.run(
+        [str(BIN / "hyperplan"), "serve", "--data-dir", str(tmp_path), "--clock", "wall",
+         "--clock-start", "2031-01-01T00:00:00Z"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert "--clock-start needs --clock manual or accelerated" in refused.stdout
+
+
+def test_clock_start_must_be_an_instant_with_a_zone(tmp_path: Path) -> None:
+    refused = subprocess.run(
+        [str(BIN / "hyperplan"), "serve", "--data-dir", str(tmp_path), "--clock", "manual",
+         "--clock-start", "2031-01-01T00:00:00"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert refused.returncode == 2 and "has no zone" in refused.stdout
 
 
 def test_advance_by_durations(server: Server) -> None:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from tests.harness import Server
+from tests.harness import Server, service_now
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 RESERVABLE = {("ml.p5.48xlarge", "us-west-2a"): 8, ("ml.p5.48xlarge", "us-west-2b"): 4}
@@ -94,5 +93,5 @@ def test_racing_buyers_never_overbook_and_every_success_persists(
     fleet = server.native().get("/api/v1/fleet", days=60)["Pools"]
     for pool in fleet:
         assert all(run["Booked"] <= pool["ReservableCount"] for run in pool["BookedProfile"])
-    now = datetime.now(UTC)
+    now = service_now(server)
     assert all(s["EndTime"] > now for s in segments)

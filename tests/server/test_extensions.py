@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -254,4 +254,4 @@ def test_extension_cli(small: Server) -> None:
     small.cli("plans", "extend", "mine", "--offering-id", found[0]["TrainingPlanExtensionOfferingId"])
     listed = json.loads(small.cli("plans", "extensions", "mine", "--json").stdout)
     assert [e["PaymentStatus"] for e in listed] == ["Paid"]
-    assert datetime.fromisoformat(listed[0]["EndDate"]) > datetime.now(UTC)
+    assert datetime.fromisoformat(listed[0]["EndDate"]) > service_now(small)

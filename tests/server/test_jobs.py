@@ -6,6 +6,7 @@ them (with generous timeouts). Grace periods and checkpoint syncs are made short
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -141,6 +142,23 @@ def _model_files(server: Server, uri: str) -> dict[str, bytes]:
     bucket, _, key = uri.removeprefix("s3://").partition("/")
     with tarfile.open(server.data_dir / "s3" / bucket / key) as tar:
         return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+
+
+# A job that fails when the test says so: it waits for a file in its working directory.
+BRIEF = "until [ -e brief-go ]; do sleep 0.1; done; echo 'disk full' >&2; exit 3"
+
+
+def _processes_running(command: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if command.encode() in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+                found.append(int(pid))
+    return found
+
+
+def _cwd(pid: int) -> Path:
+    return Path(os.readlink(f"/proc/{pid}/cwd"))
 
 
 def _job_processes(data_dir: Path) -> list[int]:
@@ -696,22 +714,23 @@ def test_every_rule_is_refused_with_its_own_message_and_nothing_is_written(small
 
 def test_a_server_killed_mid_run_reconciles_its_jobs_and_leaves_no_orphan(small: Server) -> None:
     client = small.sagemaker()
-    hyperparameters = {"epochs": "24", "epoch-seconds": "0.5"}
+    hyperparameters = {"epochs": "40", "epoch-seconds": "0.5"}  # 20 s: long enough to outlive a restart
     client.create_training_job(
         **_job(
             "survivor", ["python", TRAIN], instance_type=M5, hyperparameters=hyperparameters, checkpoints=True
         )
     )
-    client.create_training_job(
-        **_job("brief", ["sh", "-c", "sleep 2; echo 'disk full' >&2; exit 3"], instance_type=M5)
-    )
+    client.create_training_job(**_job("brief", ["sh", "-c", BRIEF], instance_type=M5))
     _wait_status(small, "survivor", "Training")
     _wait_status(small, "brief", "Training")
     assert wait_until(lambda: "epoch 2:" in small.cli("jobs", "logs", "survivor").stdout)
     before = set(_job_processes(small.data_dir))
 
     small.kill()
-    time.sleep(4)  # "brief" ends while no server watches
+    # "brief" ends while no server watches: told to, and waited for, rather than given time.
+    (brief_dir,) = {_cwd(pid) for pid in _processes_running(BRIEF)}
+    (brief_dir / "brief-go").write_text("now\n")
+    assert wait_until(lambda: not _processes_running(BRIEF), timeout=60)
     small.restart()
     client = small.sagemaker()
     brief = _wait_status(small, "brief", "Failed")
