@@ -8,7 +8,7 @@ import hmac
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -18,6 +18,7 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from hyperplan.clock import utcnow
 from hyperplan.core.webhook_targets import WebhookTargets, parse_networks
 from hyperplan.errors import ResourceNotFound, ValidationError
 from hyperplan.notify.dispatcher import Dispatcher, DispatcherConfig, backoff
@@ -319,13 +320,14 @@ class FakeReceivers:
         return [b for b, s in bodies if s == 200 and b["TrainingPlanName"] == plan]
 
 
-def _dispatcher(db: Database, fake: FakeReceivers) -> Dispatcher:
+def _dispatcher(db: Database, fake: FakeReceivers, now: Callable[[], datetime] = utcnow) -> Dispatcher:
     config = DispatcherConfig(retry_base=0.02, retry_max=0.05, poll=0.05, timeout=2)
     return Dispatcher(
         db,
         lambda account, resource: f"arn:aws:sagemaker:us-west-2:{account}:{resource}",
         http=lambda: httpx.Client(transport=httpx.MockTransport(fake)),
         config=config,
+        now=now,
     )
 
 
@@ -344,7 +346,8 @@ def test_only_the_oldest_undelivered_delivery_of_a_pair_is_due(db: Database) -> 
         _event(db, a, kind, n)
     _event(db, b, "created")
     fake = FakeReceivers({"a": 1})
-    dispatcher = _dispatcher(db, fake)
+    frozen = datetime.now(UTC)  # real time stands still here, so the 20 ms retry cannot come due
+    dispatcher = _dispatcher(db, fake, now=lambda: frozen)
     heads = dispatcher._heads()
     assert [(h.plan_id, h.webhook_id) for h in heads] == [(a, hook.webhook.id), (b, hook.webhook.id)]
     assert dispatcher.attempt(heads[0].delivery_id) is False  # 503: recorded, retried later
@@ -352,7 +355,7 @@ def test_only_the_oldest_undelivered_delivery_of_a_pair_is_due(db: Database) -> 
     with db.read() as session:
         failed = session.get(WebhookDelivery, heads[0].delivery_id)
         assert failed is not None and failed.attempts == 1 and "503" in failed.last_error
-        assert failed.next_attempt_at > datetime.now(UTC)
+        assert failed.next_attempt_at > frozen
     assert [h.delivery_id for h in dispatcher._heads()] == [heads[0].delivery_id]  # b is done; a waits
 
 
