@@ -241,10 +241,12 @@ def _invoice_view(session: Any, invoice: Any) -> dict[str, Any]:
 
 def list_invoices(request: NativeRequest) -> dict[str, Any]:
     """Administrators see every invoice (or one account's); others see their own."""
+    wanted = fields.query_text(request.query, "account")
+    if wanted:
+        _own_account_or_admin(request.caller, wanted, "list other accounts' invoices")
     with request.runtime.db.read() as session:
         account_id: str | None = request.caller.account_id
         if request.caller.is_admin:
-            wanted = fields.query_text(request.query, "account")
             account_id = accounts.get_account(session, wanted).id if wanted else None
         status = fields.query_text(request.query, "status")
         found = payments.list_invoices(session, account_id=account_id, status=status)
@@ -366,9 +368,11 @@ def cancel_plan(request: NativeRequest) -> dict[str, Any]:
 
 
 def plan_events(request: NativeRequest) -> dict[str, Any]:
+    owner = fields.query_text(request.query, "account")
+    if owner:
+        _own_account_or_admin(request.caller, owner, "read other accounts' plans")
     with request.runtime.db.read() as session:
         caller = request.caller
-        owner = fields.query_text(request.query, "account")
         if owner and caller.is_admin:
             account = accounts.get_account(session, owner)
             caller = accounts.Caller(account.id, account.name, False, caller.access_key_id)

@@ -232,6 +232,23 @@ def test_a_ledger_answer_does_not_say_whether_an_account_exists(shared_server: S
         )
 
 
+def test_other_accounts_invoices_and_plan_events_are_denied_alike(shared_server: Server) -> None:
+    """Before: another account named in the query was ignored for non-administrators; now it is refused
+    as the ledger is, the same whether it exists or not."""
+    team = shared_server.new_account("query-reader")
+    for path in ("/api/v1/invoices", "/api/v1/plans/some-plan/events"):
+        answers = set()
+        for name in ("admin", "no-such-account"):
+            with pytest.raises(ApiError) as denied:
+                shared_server.native(team).get(path, account=name)
+            answers.add((denied.value.status, denied.value.code, denied.value.message))
+        assert len(answers) == 1 and next(iter(answers))[:2] == (403, "AccessDeniedException"), answers
+    assert shared_server.native(team).get("/api/v1/invoices", account="query-reader") == {"Invoices": []}
+    with pytest.raises(ApiError) as missing:
+        shared_server.native(team).get("/api/v1/plans/some-plan/events", account="query-reader")
+    assert missing.value.code == "ResourceNotFound"
+
+
 def test_admin_routes_refuse_others_before_looking_anything_up(shared_server: Server) -> None:
     team = shared_server.new_account("prober")
     for path, method in (
