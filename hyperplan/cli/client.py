@@ -1,4 +1,8 @@
-"""A small signed client for the native API, used by the `hyperplan` commands and by tests."""
+"""A small signed client for the native API, used by the `hyperplan` commands and by tests.
+
+botocore and httpx are imported inside the functions that use them: importing this module (as every
+command does, even for `--help`) stays cheap.
+"""
 
 from __future__ import annotations
 
@@ -6,15 +10,17 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import botocore.session
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from hyperplan.client.signing import Credentials, sign_request
 
+if TYPE_CHECKING:
+    import httpx
+
 ENDPOINT_ENV = "HYPERPLAN_ENDPOINT_URL"
+AWS_ENDPOINT_ENV = "AWS_ENDPOINT_URL"  # what every AWS tool honours; ours comes first when both are set
 DEFAULT_ENDPOINT = "http://127.0.0.1:8080"
+DATA_DIR_ENV = "HYPERPLAN_DATA_DIR"
 PROFILE = "hyperplan"
 
 
@@ -29,11 +35,27 @@ class ApiError(Exception):
 
 
 def resolve_endpoint(endpoint_url: str | None) -> str:
-    return (endpoint_url or os.environ.get(ENDPOINT_ENV) or DEFAULT_ENDPOINT).rstrip("/")
+    """The flag, else $HYPERPLAN_ENDPOINT_URL, else $AWS_ENDPOINT_URL, else the local default."""
+    chosen = endpoint_url or os.environ.get(ENDPOINT_ENV) or os.environ.get(AWS_ENDPOINT_ENV)
+    return (chosen or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def default_data_dir() -> Path:
+    """The server's default data directory; the same rule as `hyperplan.runtime.default_data_dir`.
+
+    Repeated here so that a client command never imports the runtime (SQLAlchemy, Alembic, numpy);
+    tests/cli checks that the two agree.
+    """
+    configured = os.environ.get(DATA_DIR_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".local" / "share" / "hyperplan"
 
 
 def resolve_credentials(data_dir: Path, profile: str | None = None) -> Credentials | None:
     """The usual AWS chain (environment, profile); failing that, the data directory's credentials file."""
+    import botocore.session
+
     session = botocore.session.Session(profile=profile) if profile else botocore.session.Session()
     try:
         found = session.get_credentials()
@@ -46,6 +68,8 @@ def resolve_credentials(data_dir: Path, profile: str | None = None) -> Credentia
 
 
 def credentials_from_file(path: Path) -> Credentials | None:
+    import botocore.session
+
     if not path.exists():
         return None
     session = botocore.session.Session(profile=PROFILE)
@@ -66,6 +90,8 @@ class NativeClient:
     timeout: float = 600.0
 
     def server_region(self) -> str:
+        import httpx
+
         if self.region is None:
             self.region = str(httpx.get(f"{self.endpoint}/healthz", timeout=10).json()["region"])
         return self.region
@@ -80,6 +106,8 @@ class NativeClient:
         return self.call("DELETE", path)
 
     def call(self, method: str, path: str, *, body: Any = None, query: dict[str, Any] | None = None) -> Any:
+        import httpx
+
         params = {k: str(v) for k, v in (query or {}).items() if v is not None}
         url = str(httpx.Request(method, f"{self.endpoint}{path}", params=params).url)
         data = b"" if body is None else json.dumps(body).encode()

@@ -9,14 +9,20 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from hyperplan.cli.client import ApiError, NativeClient, resolve_credentials, resolve_endpoint
-from hyperplan.runtime import default_data_dir
+from hyperplan.cli.client import (
+    ApiError,
+    NativeClient,
+    default_data_dir,
+    resolve_credentials,
+    resolve_endpoint,
+)
 
 # Piped output keeps its columns: a table squeezed to 80 characters is unreadable in a log or a file.
 _PIPED_WIDTH = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200"))
@@ -57,11 +63,29 @@ def reporting_errors() -> Iterator[None]:
     try:
         yield
     except ApiError as exc:
-        errors.print(f"[red]{exc.code}[/red]: {exc.message}")
-        raise typer.Exit(1) from None
+        _fail(exc.code, exc.message)
     except httpx.TransportError as exc:
-        errors.print(f"[red]Cannot reach the server[/red]: {exc}. Is `hyperplan serve` running?")
-        raise typer.Exit(1) from None
+        _unreachable(_origin(exc), str(exc))
+
+
+def _fail(code: Any, message: Any) -> NoReturn:
+    errors.print(f"[red]{escape(str(code))}[/red]: {escape(str(message))}")
+    raise typer.Exit(1)
+
+
+def _unreachable(where: str, why: str) -> NoReturn:
+    errors.print(
+        f"[red]Cannot reach the server at {escape(where)}[/red]: {escape(why)}. Is `hyperplan serve` running?"
+    )
+    raise typer.Exit(1)
+
+
+def _origin(exc: Exception) -> str:
+    try:
+        url = exc.request.url  # type: ignore[attr-defined]
+    except (AttributeError, RuntimeError):  # httpx raises RuntimeError for an error without a request
+        return "(unknown address)"
+    return f"{url.scheme}://{url.netloc.decode()}"
 
 
 def print_json(value: Any) -> None:
@@ -103,17 +127,17 @@ def sagemaker_client(endpoint_url: str | None, profile: str | None, data_dir: Pa
 
 @contextmanager
 def reporting_sagemaker_errors() -> Iterator[None]:
+    """As `reporting_errors`, for commands that go through botocore (which asks the server's region first)."""
     from botocore.exceptions import ClientError, EndpointConnectionError
 
-    try:
-        yield
-    except ClientError as exc:
-        error = exc.response.get("Error", {})
-        errors.print(f"[red]{error.get('Code')}[/red]: {error.get('Message')}")
-        raise typer.Exit(1) from None
-    except EndpointConnectionError as exc:
-        errors.print(f"[red]Cannot reach the server[/red]: {exc}. Is `hyperplan serve` running?")
-        raise typer.Exit(1) from None
+    with reporting_errors():
+        try:
+            yield
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            _fail(error.get("Code"), error.get("Message"))
+        except EndpointConnectionError as exc:
+            _unreachable(str(exc.kwargs.get("endpoint_url", "")), str(exc))
 
 
 def when(value: Any, *, seconds: bool = False) -> str:

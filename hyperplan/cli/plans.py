@@ -22,7 +22,6 @@ from hyperplan.cli.common import (
     sagemaker_client,
     when,
 )
-from hyperplan.services.clock import parse_instant
 
 app = typer.Typer(help="Training plans: search, buy, list, show.", no_args_is_help=True)
 
@@ -73,6 +72,14 @@ def _render_offerings(offerings: list[dict[str, Any]]) -> None:
         )
 
 
+def _instant(text: str) -> Any:
+    # The server's own parser, so both ends read a time alike; imported only when a time is given
+    # because its module pulls in the runtime.
+    from hyperplan.services.clock import parse_instant
+
+    return parse_instant(text)
+
+
 @app.command("search")
 def search(
     instance_type: Annotated[str, typer.Option(help="e.g. ml.p5.48xlarge")],
@@ -97,9 +104,9 @@ def search(
         "TargetResources": [target],
     }
     if start_after:
-        request["StartTimeAfter"] = parse_instant(start_after)
+        request["StartTimeAfter"] = _instant(start_after)
     if end_before:
-        request["EndTimeBefore"] = parse_instant(end_before)
+        request["EndTimeBefore"] = _instant(end_before)
     with reporting_sagemaker_errors():
         result = sagemaker_client(endpoint_url, profile, data_dir).search_training_plan_offerings(**request)
     emit(

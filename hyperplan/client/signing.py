@@ -13,12 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import SplitResult, urlsplit, urlunsplit
 
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
-from botocore.credentials import Credentials as BotocoreCredentials
-
-from hyperplan.wire.sigv4 import canonical_query_string
-
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -46,6 +40,11 @@ def sign_request(
     ``url`` must be exactly what goes on the wire: path and query already percent-encoded. Send the
     returned headers as they are; the Host header among them is the one that was signed.
     """
+    # botocore is imported here, not at the top: a CLI command that only prints help never signs.
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials as BotocoreCredentials
+
     parts = urlsplit(url)
     # Given a Date header, botocore would put the request time there instead of in X-Amz-Date.
     to_sign = {name: value for name, value in headers.items() if name.lower() != "date"}
@@ -65,6 +64,8 @@ def _signing_url(parts: SplitResult) -> str:
     decodes and re-encodes it. Canonicalising here first makes both ends agree however the caller
     encoded the query (``+`` or ``%20`` for a space, ``~`` or ``%7E``, ...).
     """
+    from hyperplan.wire.sigv4 import canonical_query_string
+
     return urlunsplit(parts._replace(query=canonical_query_string(parts.query)))
 
 

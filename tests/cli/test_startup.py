@@ -1,0 +1,54 @@
+"""`hyperplan --help` and client commands import only what they need: never the server's stack."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.cli.support import client_env, closed_port
+
+SERVER_STACK = ("sqlalchemy", "alembic", "numpy", "hyperplan.runtime", "starlette", "uvicorn")
+CLIENT_STACK = ("botocore", "httpx")
+
+# Runs the command as the console script does, then reports which modules it imported.
+PROBE = """
+import sys
+from hyperplan.cli.main import app
+try:
+    app(sys.argv[1:], prog_name="hyperplan")
+except SystemExit:
+    pass
+sys.stderr.write("\\nIMPORTED " + " ".join(sorted(sys.modules)) + "\\n")
+"""
+
+
+def imported_by(*args: str) -> set[str]:
+    process = subprocess.run(
+        [sys.executable, "-c", PROBE, *args], env=client_env(), capture_output=True, text=True, timeout=60
+    )
+    line = process.stderr.rsplit("\nIMPORTED ", 1)[-1]
+    return set(line.split())
+
+
+def top_level(modules: set[str]) -> set[str]:
+    return {name.split(".")[0] for name in modules} | modules
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["plans", "--help"], ["plans", "list", "--help"], ["serve", "--help"]],
+    ids=" ".join,
+)
+def test_help_and_version_import_neither_the_server_nor_the_client_stack(args: list[str]) -> None:
+    modules = top_level(imported_by(*args))
+    assert "typer" in modules  # the probe ran the command
+    assert not modules & set(SERVER_STACK + CLIENT_STACK)
+
+
+@pytest.mark.parametrize("args", [["clock", "show"], ["plans", "list"]], ids=" ".join)
+def test_a_client_command_never_imports_the_server_stack(args: list[str]) -> None:
+    modules = top_level(imported_by(*args, "--endpoint-url", f"http://127.0.0.1:{closed_port()}"))
+    assert "httpx" in modules  # it did try to reach the server
+    assert not modules & set(SERVER_STACK)
