@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench.fill import Booking, FillSpec, booked_fraction, fill, window_start
@@ -62,9 +62,14 @@ class Store:
         self.runtime.stop()
 
 
+# The same service time whenever the bench runs, so that its calendar and its figures can be compared.
+BENCH_START = datetime(2026, 12, 31, 23, 50, tzinfo=UTC)
+
+
 def prepare_store(data_dir: Path, spec: FillSpec, clients: int) -> Store:
     """A data directory with the bench fleet, ``clients`` accounts, and plans booked per ``spec``."""
-    runtime = Runtime(RuntimeConfig(data_dir=data_dir, fleet_path=FLEET, clock="manual"))
+    config = RuntimeConfig(data_dir=data_dir, fleet_path=FLEET, clock="manual", clock_start=BENCH_START)
+    runtime = Runtime(config)
     now = runtime.clock.now()
     with runtime.db.write() as session:
         filler = accounts.create_account(session, "bench-fill", now=now)
