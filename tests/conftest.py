@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests.harness import Server
+from tests.inprocess import InProcessServer, Templates
 
 pytest_plugins = ["tests.leaks", "tests.parts"]  # nothing outlives the run; each part's time
 
@@ -37,3 +38,31 @@ def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server = Server(data_dir=tmp_path_factory.mktemp("shared") / "data").start()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def store_templates(tmp_path_factory: pytest.TempPathFactory) -> Templates:
+    """First-start data directories, made once a run and copied for each in-process server."""
+    return Templates(tmp_path_factory.mktemp("templates"))
+
+
+@pytest.fixture
+def fast_server_factory(tmp_path: Path, store_templates: Templates) -> Iterator[type[InProcessServer]]:
+    """Build in-process servers (tests/inprocess.py) in this test's directory; all stopped after."""
+    started: list[InProcessServer] = []
+
+    class TestServer(InProcessServer):
+        def start(self, timeout: float = 60) -> InProcessServer:
+            started.append(self)
+            self.templates = self.templates or store_templates
+            return super().start(timeout)
+
+    yield TestServer
+    for server in reversed(started):
+        server.close()
+
+
+@pytest.fixture
+def fast_server(fast_server_factory: type[InProcessServer], tmp_path: Path) -> InProcessServer:
+    """A fresh in-process server on the demo fleet with the manual clock, over the fake back end."""
+    return fast_server_factory(data_dir=tmp_path / "data").start()

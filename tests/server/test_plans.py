@@ -1,4 +1,7 @@
-"""Training plans through the real aws CLI and boto3: search, buy, describe, list, reserved capacity."""
+"""Training plans through the real aws CLI and boto3: search, buy, describe, list, reserved capacity.
+
+The seed's walkthroughs and the crash run on real servers; the rules run on in-process ones
+(tests/inprocess.py), which speak the same HTTP."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.harness import Server
+from tests.inprocess import InProcessServer
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 P5 = "ml.p5.48xlarge"
@@ -31,7 +35,17 @@ def _assert_ends_at_1130_utc(moment: datetime) -> None:
 
 
 @pytest.fixture
-def small(server_factory: type[Server], tmp_path: Path) -> Server:
+def small(fast_server_factory: type[InProcessServer], tmp_path: Path) -> Server:
+    return fast_server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET).start()
+
+
+@pytest.fixture
+def demo(fast_server: InProcessServer) -> Server:
+    return fast_server
+
+
+@pytest.fixture
+def real_small(server_factory: type[Server], tmp_path: Path) -> Server:
     return server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET).start()
 
 
@@ -354,7 +368,8 @@ def test_list_filters_sorts_and_pages(small: Server) -> None:
     )
 
 
-def test_plans_survive_a_crash(small: Server) -> None:
+def test_plans_survive_a_crash(real_small: Server) -> None:
+    small = real_small
     client = small.sagemaker()
     offering = client.search_training_plan_offerings(
         InstanceType=P5, InstanceCount=8, DurationHours=48, TargetResources=["hyperpod-cluster"]
@@ -429,11 +444,11 @@ def test_our_cli_searches_buys_and_shows(small: Server) -> None:
     assert max(run["Booked"] for run in pool["BookedProfile"]) == 4
 
 
-def test_the_demo_offers_the_console_example_as_two_segments(server: Server) -> None:
+def test_the_demo_offers_the_console_example_as_two_segments(demo: Server) -> None:
     """16 x ml.p5.48xlarge for 10 days on a HyperPod cluster within 8 weeks: no single AZ has 10 free days
     in a row on the busy demo calendar, so the best offering is two segments in one AZ."""
-    client = server.sagemaker()
-    now = _clock(server)
+    client = demo.sagemaker()
+    now = _clock(demo)
     offerings = client.search_training_plan_offerings(
         InstanceType=P5,
         InstanceCount=16,
@@ -460,13 +475,13 @@ def test_the_demo_offers_the_console_example_as_two_segments(server: Server) -> 
     ]
 
 
-def test_the_demo_background_load_is_held_by_its_own_account_and_kept_up(server: Server) -> None:
-    fleet = server.native().get("/api/v1/fleet")["Pools"]
+def test_the_demo_background_load_is_held_by_its_own_account_and_kept_up(demo: Server) -> None:
+    fleet = demo.native().get("/api/v1/fleet")["Pools"]
     p5 = [p for p in fleet if p["InstanceType"] == P5]
     assert all(0.5 < p["Utilisation"] < 0.95 for p in p5), [p["Utilisation"] for p in p5]
-    names = [a["Name"] for a in server.native().get("/api/v1/accounts")["Accounts"]]
+    names = [a["Name"] for a in demo.native().get("/api/v1/accounts")["Accounts"]]
     assert "background-load" in names
-    assert server.sagemaker().list_training_plans()["TrainingPlanSummaries"] == []  # not the admin's
-    server.cli("clock", "advance", "40d")
-    later = server.native().get("/api/v1/fleet")["Pools"]
+    assert demo.sagemaker().list_training_plans()["TrainingPlanSummaries"] == []  # not the admin's
+    demo.cli("clock", "advance", "40d")
+    later = demo.native().get("/api/v1/fleet")["Pools"]
     assert all(0.5 < p["Utilisation"] < 0.95 for p in later if p["InstanceType"] == P5)
