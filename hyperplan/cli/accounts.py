@@ -7,18 +7,16 @@ from typing import Annotated, Any
 import typer
 
 from hyperplan.cli.common import (
-    DataDirOpt,
-    EndpointOpt,
-    JsonOpt,
-    ProfileOpt,
     console,
     emit,
+    json_output,
     native_client,
     print_table,
     reporting_errors,
 )
+from hyperplan.cli.options import ClientTyper
 
-app = typer.Typer(help="Accounts and access keys (administrators).", no_args_is_help=True)
+app = ClientTyper(help="Accounts and access keys (administrators).", no_args_is_help=True)
 
 
 def _show_key(key: dict[str, Any]) -> None:
@@ -33,34 +31,24 @@ def create(
     name: str,
     admin: Annotated[bool, typer.Option("--admin", help="Make it an administrator.")] = False,
     payment_mode: Annotated[str | None, typer.Option(help="auto, budget or approval.")] = None,
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Create an account and print its id and first access key."""
     body: dict[str, Any] = {"Name": name, "Admin": admin}
     if payment_mode:
         body["PaymentMode"] = payment_mode
     with reporting_errors():
-        key = native_client(endpoint_url, profile, data_dir).post("/api/v1/accounts", body)
+        key = native_client().post("/api/v1/accounts", body)
     emit(
-        {k: key[k] for k in ("AccountId", "AccessKeyId", "SecretAccessKey")} if as_json else key,
-        as_json,
+        {k: key[k] for k in ("AccountId", "AccessKeyId", "SecretAccessKey")} if json_output() else key,
         _show_key,
     )
 
 
 @app.command("list")
-def list_accounts(
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+def list_accounts() -> None:
     """List accounts with their keys."""
     with reporting_errors():
-        result = native_client(endpoint_url, profile, data_dir).get("/api/v1/accounts")
+        result = native_client().get("/api/v1/accounts")
 
     def render(value: dict[str, Any]) -> None:
         rows = []
@@ -80,35 +68,27 @@ def list_accounts(
             )
         print_table("Accounts", ["Name", "Account id", "Admin", "Payment", "Budget", "Access keys"], rows)
 
-    emit(result["Accounts"] if as_json else result, as_json, render)
+    emit(result["Accounts"] if json_output() else result, render)
 
 
 @app.command("add-key")
 def add_key(
     account: Annotated[str, typer.Argument(help="Account name or id.")],
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Add an access key to an account."""
     with reporting_errors():
-        key = native_client(endpoint_url, profile, data_dir).post(f"/api/v1/accounts/{account}/keys")
-    emit(key, as_json, _show_key)
+        key = native_client().post(f"/api/v1/accounts/{account}/keys")
+    emit(key, _show_key)
 
 
 @app.command("revoke-key")
 def revoke_key(
     access_key_id: str,
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Revoke an access key: its next request is refused."""
     with reporting_errors():
-        result = native_client(endpoint_url, profile, data_dir).delete(f"/api/v1/keys/{access_key_id}")
-    emit(result, as_json, lambda _: console.print(f"Revoked {access_key_id}."))
+        result = native_client().delete(f"/api/v1/keys/{access_key_id}")
+    emit(result, lambda _: console.print(f"Revoked {access_key_id}."))
 
 
 @app.command("update")
@@ -121,10 +101,6 @@ def update(
     max_instances: Annotated[
         int | None, typer.Option(help="Quota: reserved instances of one type at any instant.")
     ] = None,
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Set an account's payment mode, budget and quotas (administrators)."""
     body: dict[str, Any] = {
@@ -135,12 +111,9 @@ def update(
     if limits:
         body["Quotas"] = limits
     with reporting_errors():
-        result = native_client(endpoint_url, profile, data_dir).call(
-            "PATCH", f"/api/v1/accounts/{account}", body=body
-        )
+        result = native_client().call("PATCH", f"/api/v1/accounts/{account}", body=body)
     emit(
         result,
-        as_json,
         lambda a: console.print(
             f"{a['Name']}: payment mode {a['PaymentMode']}, budget {a['Budget']}, spend {a['Spend']}; "
             f"quotas: {a['Quotas']['MaxActivePlans']} plans, "
@@ -152,14 +125,10 @@ def update(
 @app.command("ledger")
 def ledger(
     account: Annotated[str, typer.Argument(help="Account name or id.")],
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Every movement of an account's money."""
     with reporting_errors():
-        result = native_client(endpoint_url, profile, data_dir).get(f"/api/v1/accounts/{account}/ledger")
+        result = native_client().get(f"/api/v1/accounts/{account}/ledger")
 
     def render(value: dict[str, Any]) -> None:
         rows = [
@@ -168,4 +137,4 @@ def ledger(
         ]
         print_table(f"Ledger of {account}", ["At", "Amount", "Budget after", "Invoice", "Description"], rows)
 
-    emit(result, as_json, render)
+    emit(result, render)

@@ -7,17 +7,14 @@ from typing import Any
 import typer
 
 from hyperplan.cli.common import (
-    DataDirOpt,
-    EndpointOpt,
-    JsonOpt,
-    ProfileOpt,
     console,
     emit,
     native_client,
     reporting_errors,
 )
+from hyperplan.cli.options import ClientTyper
 
-app = typer.Typer(help="The service clock.", no_args_is_help=True)
+app = ClientTyper(help="The service clock.", no_args_is_help=True)
 
 
 def _render(state: dict[str, Any]) -> None:
@@ -31,42 +28,27 @@ def _render(state: dict[str, Any]) -> None:
 
 
 @app.command("show")
-def show(
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+def show() -> None:
     """Print the service time and the kind of clock."""
     with reporting_errors():
-        emit(native_client(endpoint_url, profile, data_dir).get("/api/v1/clock"), as_json, _render)
+        emit(native_client().get("/api/v1/clock"), _render)
 
 
 @app.command("advance")
 def advance(
     duration: str = typer.Argument(help="How far, e.g. 90m, 6h, 2d, 1d12h."),
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Move a manual clock forward; returns after every event due by then has run, in order."""
     with reporting_errors():
-        state = native_client(endpoint_url, profile, data_dir).post(
-            "/api/v1/clock/advance", {"Duration": duration}
-        )
-    emit(state, as_json, _render)
+        state = native_client().post("/api/v1/clock/advance", {"Duration": duration})
+    emit(state, _render)
 
 
 @app.command("set")
 def set_time(
     time: str = typer.Argument(help="ISO 8601 with a zone, e.g. 2026-12-01T11:30:00Z."),
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Move a manual clock to a time (never backwards)."""
     with reporting_errors():
-        state = native_client(endpoint_url, profile, data_dir).post("/api/v1/clock/set", {"Time": time})
-    emit(state, as_json, _render)
+        state = native_client().post("/api/v1/clock/set", {"Time": time})
+    emit(state, _render)

@@ -8,34 +8,28 @@ from typing import Annotated, Any
 import typer
 
 from hyperplan.cli.common import (
-    DataDirOpt,
-    EndpointOpt,
-    JsonOpt,
-    ProfileOpt,
     console,
     emit,
+    json_output,
     native_client,
     plain,
+    print_json,
     print_table,
     reporting_errors,
     reporting_sagemaker_errors,
     sagemaker_client,
     when,
 )
+from hyperplan.cli.options import ClientTyper
 
-app = typer.Typer(help="HyperPod clusters: list, describe, nodes, exec.", no_args_is_help=True)
+app = ClientTyper(help="HyperPod clusters: list, describe, nodes, exec.", no_args_is_help=True)
 
 
 @app.command("list")
-def list_clusters(
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
-) -> None:
+def list_clusters() -> None:
     """This account's clusters."""
     with reporting_sagemaker_errors():
-        client = sagemaker_client(endpoint_url, profile, data_dir)
+        client = sagemaker_client()
         found = [
             c for page in client.get_paginator("list_clusters").paginate() for c in page["ClusterSummaries"]
         ]
@@ -52,20 +46,16 @@ def list_clusters(
         ]
         print_table("Clusters", ["Name", "Status", "Created", "Training plans"], rows)
 
-    emit(plain(found) if as_json else found, as_json, render)
+    emit(plain(found) if json_output() else found, render)
 
 
 @app.command("describe")
 def describe(
     name: str,
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """A cluster and its instance groups: target and current counts, plan and its status."""
     with reporting_sagemaker_errors():
-        cluster = sagemaker_client(endpoint_url, profile, data_dir).describe_cluster(ClusterName=name)
+        cluster = sagemaker_client().describe_cluster(ClusterName=name)
 
     def render(value: dict[str, Any]) -> None:
         console.print(f"[bold]{value['ClusterName']}[/bold]  {value['ClusterStatus']}  {value['ClusterArn']}")
@@ -85,20 +75,16 @@ def describe(
             "Instance groups", ["Group", "Type", "Current", "Target", "Status", "Plan", "Plan status"], rows
         )
 
-    emit(plain(cluster), as_json, render)
+    emit(plain(cluster), render)
 
 
 @app.command("nodes")
 def nodes(
     name: str,
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """A cluster's nodes and their status."""
     with reporting_sagemaker_errors():
-        client = sagemaker_client(endpoint_url, profile, data_dir)
+        client = sagemaker_client()
         pages = client.get_paginator("list_cluster_nodes").paginate(ClusterName=name)
         found = [n for page in pages for n in page["ClusterNodeSummaries"]]
 
@@ -119,7 +105,7 @@ def nodes(
             f"Nodes of {name}", ["Group", "Instance", "Host", "Type", "Status", "Launched", "Message"], rows
         )
 
-    emit(plain(found) if as_json else found, as_json, render)
+    emit(plain(found) if json_output() else found, render)
 
 
 @app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -128,21 +114,17 @@ def exec_command(
     cluster: str,
     node: Annotated[str, typer.Argument(help="Instance id or host name.")],
     timeout: Annotated[int, typer.Option(help="Seconds before the command is killed.")] = 300,
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Run a command on a node: `hyperplan clusters exec CLUSTER NODE -- CMD ARGS...`."""
     command = list(ctx.args)
     if not command:
         raise typer.BadParameter("give the command after --, e.g. -- hostname")
     with reporting_errors():
-        result = native_client(endpoint_url, profile, data_dir).post(
+        result = native_client().post(
             f"/api/v1/clusters/{cluster}/nodes/{node}/exec", {"Command": command, "TimeoutSeconds": timeout}
         )
-    if as_json:
-        emit(result, True, lambda _: None)
+    if json_output():
+        print_json(result)
         return
     sys.stdout.write(result["Stdout"])
     sys.stderr.write(result["Stderr"])

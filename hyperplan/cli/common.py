@@ -8,14 +8,14 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from hyperplan.cli import options
 from hyperplan.cli.client import (
     ApiError,
     NativeClient,
@@ -29,30 +29,27 @@ _PIPED_WIDTH = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "2
 console = Console(width=_PIPED_WIDTH)
 errors = Console(stderr=True, width=_PIPED_WIDTH)
 
-EndpointOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--endpoint-url", help="The server (default: $HYPERPLAN_ENDPOINT_URL or http://127.0.0.1:8080)."
-    ),
-]
-ProfileOpt = Annotated[str | None, typer.Option("--profile", help="AWS profile whose keys sign requests.")]
-DataDirOpt = Annotated[
-    Path | None,
-    typer.Option("--data-dir", help="Data directory whose credentials file is the last resort for keys."),
-]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")]
+
+def json_output() -> bool:
+    """Whether this command prints JSON (--json, before or after the command's name)."""
+    return options.current().as_json
 
 
-def native_client(endpoint_url: str | None, profile: str | None, data_dir: Path | None) -> NativeClient:
-    directory = data_dir or default_data_dir()
-    credentials = resolve_credentials(directory, profile)
+def native_client() -> NativeClient:
+    """A signed client for the server the command line names (hyperplan.cli.options)."""
+    given = options.current()
+    directory = given.data_dir or default_data_dir()
+    credentials = resolve_credentials(directory, given.profile)
     if credentials is None:
+        profile = given.profile_in_use()
+        tried = f"profile {profile!r}" if profile else "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
         errors.print(
-            "[red]No credentials.[/red] Set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, pass --profile, "
-            f"or point --data-dir at the server's data directory (looked in {directory / 'credentials'})."
+            f"[red]No credentials[/red] ({escape(tried)}). Set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+            f"pass --profile, or point --data-dir at the server's data directory "
+            f"(looked in {escape(str(directory / 'credentials'))})."
         )
         raise typer.Exit(2)
-    return NativeClient(resolve_endpoint(endpoint_url), credentials)
+    return NativeClient(resolve_endpoint(given.endpoint_url), credentials)
 
 
 @contextmanager
@@ -101,19 +98,19 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
     console.print(table)
 
 
-def emit(value: Any, as_json: bool, render: Callable[[Any], None]) -> None:
-    if as_json:
+def emit(value: Any, render: Callable[[Any], None]) -> None:
+    if json_output():
         print_json(value)
     else:
         render(value)
 
 
-def sagemaker_client(endpoint_url: str | None, profile: str | None, data_dir: Path | None) -> Any:
+def sagemaker_client() -> Any:
     """A botocore SageMaker client for our server: the CLI uses the same API as everyone else."""
     import botocore.session
     from botocore.config import Config
 
-    native = native_client(endpoint_url, profile, data_dir)
+    native = native_client()
     return botocore.session.Session().create_client(
         "sagemaker",
         endpoint_url=native.endpoint,

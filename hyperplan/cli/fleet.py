@@ -8,17 +8,15 @@ from typing import Annotated, Any
 import typer
 
 from hyperplan.cli.common import (
-    DataDirOpt,
-    EndpointOpt,
-    JsonOpt,
-    ProfileOpt,
     emit,
+    json_output,
     native_client,
     print_table,
     reporting_errors,
 )
+from hyperplan.cli.options import ClientTyper
 
-app = typer.Typer(help="The fleet.", no_args_is_help=True)
+app = ClientTyper(help="The fleet.", no_args_is_help=True)
 BARS = " ▁▂▃▄▅▆▇█"
 
 
@@ -43,14 +41,10 @@ def daily_bars(pool: dict[str, Any], start: datetime, days: int) -> str:
 @app.command("show")
 def show(
     days: Annotated[int, typer.Option(help="How far ahead to report, in days.")] = 56,
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Print each pool: size, price, and a bar per day of how booked it is."""
     with reporting_errors():
-        fleet = native_client(endpoint_url, profile, data_dir).get("/api/v1/fleet", days=days)
+        fleet = native_client().get("/api/v1/fleet", days=days)
 
     def render(value: dict[str, Any]) -> None:
         start = datetime.fromisoformat(value["Now"])
@@ -74,4 +68,4 @@ def show(
             rows,
         )
 
-    emit(fleet["Pools"] if as_json else fleet, as_json, render)
+    emit(fleet["Pools"] if json_output() else fleet, render)

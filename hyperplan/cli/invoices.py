@@ -7,18 +7,15 @@ from typing import Annotated, Any
 import typer
 
 from hyperplan.cli.common import (
-    DataDirOpt,
-    EndpointOpt,
-    JsonOpt,
-    ProfileOpt,
     console,
     emit,
     native_client,
     print_table,
     reporting_errors,
 )
+from hyperplan.cli.options import ClientTyper
 
-app = typer.Typer(help="Invoices of plan purchases.", no_args_is_help=True)
+app = ClientTyper(help="Invoices of plan purchases.", no_args_is_help=True)
 
 
 def _render(invoices: list[dict[str, Any]]) -> None:
@@ -42,35 +39,22 @@ def _render(invoices: list[dict[str, Any]]) -> None:
 def list_invoices(
     status: Annotated[str | None, typer.Option(help="Pending, Paid, Rejected or Failed.")] = None,
     account: Annotated[str | None, typer.Option(help="One account (administrators).")] = None,
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """List invoices: administrators see all, others their own."""
     with reporting_errors():
-        result = native_client(endpoint_url, profile, data_dir).get(
-            "/api/v1/invoices", status=status, account=account
-        )
-    emit(result["Invoices"], as_json, _render)
+        result = native_client().get("/api/v1/invoices", status=status, account=account)
+    emit(result["Invoices"], _render)
 
 
 @app.command("approve")
 def approve(
     invoice_id: int,
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Approve a pending invoice: its plan is paid and Scheduled."""
     with reporting_errors():
-        invoice = native_client(endpoint_url, profile, data_dir).post(
-            f"/api/v1/invoices/{invoice_id}/approve"
-        )
+        invoice = native_client().post(f"/api/v1/invoices/{invoice_id}/approve")
     emit(
         invoice,
-        as_json,
         lambda i: console.print(f"Invoice {i['InvoiceId']} approved: plan {i['TrainingPlanName']}."),
     )
 
@@ -79,18 +63,11 @@ def approve(
 def reject(
     invoice_id: int,
     reason: Annotated[str, typer.Option(help="Why; the plan's owner reads it.")],
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Reject a pending invoice: its plan fails and its capacity is released."""
     with reporting_errors():
-        invoice = native_client(endpoint_url, profile, data_dir).post(
-            f"/api/v1/invoices/{invoice_id}/reject", {"Reason": reason}
-        )
+        invoice = native_client().post(f"/api/v1/invoices/{invoice_id}/reject", {"Reason": reason})
     emit(
         invoice,
-        as_json,
         lambda i: console.print(f"Invoice {i['InvoiceId']} rejected: plan {i['TrainingPlanName']}."),
     )

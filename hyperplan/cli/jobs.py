@@ -9,12 +9,9 @@ from typing import Annotated, Any
 import typer
 
 from hyperplan.cli.common import (
-    DataDirOpt,
-    EndpointOpt,
-    JsonOpt,
-    ProfileOpt,
     console,
     emit,
+    json_output,
     native_client,
     plain,
     print_table,
@@ -23,8 +20,9 @@ from hyperplan.cli.common import (
     sagemaker_client,
     when,
 )
+from hyperplan.cli.options import ClientTyper, TextCommand
 
-app = typer.Typer(help="Training jobs: list, describe, logs, stop.", no_args_is_help=True)
+app = ClientTyper(help="Training jobs: list, describe, logs, stop.", no_args_is_help=True)
 
 FOLLOW_PAUSE = 0.5  # seconds between polls of a log that has nothing new
 
@@ -35,10 +33,6 @@ def list_jobs(
     status: Annotated[
         str | None, typer.Option(help="InProgress, Completed, Failed, Stopping, Stopped.")
     ] = None,
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """This account's training jobs, oldest first."""
     query: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Ascending"}
@@ -47,7 +41,7 @@ def list_jobs(
     if status:
         query["StatusEquals"] = status
     with reporting_sagemaker_errors():
-        client = sagemaker_client(endpoint_url, profile, data_dir)
+        client = sagemaker_client()
         pages = client.get_paginator("list_training_jobs").paginate(**query)
         found = [job for page in pages for job in page["TrainingJobSummaries"]]
 
@@ -64,20 +58,16 @@ def list_jobs(
         ]
         print_table("Training jobs", ["Name", "Status", "Secondary", "Created", "Plan"], rows)
 
-    emit(plain(found) if as_json else found, as_json, render)
+    emit(plain(found) if json_output() else found, render)
 
 
 @app.command("describe")
 def describe(
     name: str,
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """A job's status, where it runs, and every status it has had, with its messages."""
     with reporting_sagemaker_errors():
-        job = sagemaker_client(endpoint_url, profile, data_dir).describe_training_job(TrainingJobName=name)
+        job = sagemaker_client().describe_training_job(TrainingJobName=name)
 
     def render(value: dict[str, Any]) -> None:
         resources = value.get("ResourceConfig", {})
@@ -99,40 +89,34 @@ def describe(
         ]
         print_table("Transitions", ["Status", "Start", "End", "Message"], rows)
 
-    emit(plain(job), as_json, render)
+    emit(plain(job), render)
 
 
-@app.command("stop")
+@app.command("stop", cls=TextCommand)
 def stop(
     name: str,
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
 ) -> None:
     """Stop a job: a waiting one at once; a running one gets SIGTERM and 120 s before SIGKILL."""
     with reporting_sagemaker_errors():
-        client = sagemaker_client(endpoint_url, profile, data_dir)
+        client = sagemaker_client()
         client.stop_training_job(TrainingJobName=name)
         job = client.describe_training_job(TrainingJobName=name)
     console.print(f"{name}: {job['TrainingJobStatus']} / {job['SecondaryStatus']}")
 
 
-@app.command("logs")
+@app.command("logs", cls=TextCommand)
 def logs(
     name: str,
     host: Annotated[str, typer.Option(help="The instance: algo-1, algo-2, ...")] = "algo-1",
     stderr: Annotated[bool, typer.Option("--stderr", help="Standard error instead of output.")] = False,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
 ) -> None:
     """One instance's output, every attempt in order (a job restarted in a later segment has several)."""
     stream = "stderr" if stderr else "stdout"
     cursor: str | None = None
     attempt: int | None = None
     with reporting_errors():
-        client = native_client(endpoint_url, profile, data_dir)
+        client = native_client()
         while True:
             page = client.get(f"/api/v1/training-jobs/{name}/logs", host=host, stream=stream, cursor=cursor)
             if page["Data"]:

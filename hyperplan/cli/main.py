@@ -14,10 +14,12 @@ import typer
 
 from hyperplan.cli import accounts, clock, clusters, fleet, invoices, jobs, plans, webhooks
 from hyperplan.cli.common import console
+from hyperplan.cli.options import ClientOptions, DataDirOpt, EndpointOpt, JsonOpt, ProfileOpt
 from hyperplan.server.limits import ServerLimits
 
 app = typer.Typer(
-    help="hyperplan: bookable accelerator capacity over the SageMaker training-plan API.",
+    help="hyperplan: bookable accelerator capacity over the SageMaker training-plan API. "
+    "Client options go before the command or after it.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
@@ -29,6 +31,32 @@ app.add_typer(invoices.app, name="invoices")
 app.add_typer(clusters.app, name="clusters")
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(webhooks.app, name="webhooks")
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import version
+
+        console.print(f"hyperplan {version('hyperplan')}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    endpoint_url: EndpointOpt = None,
+    profile: ProfileOpt = None,
+    data_dir: DataDirOpt = None,
+    as_json: JsonOpt = False,
+    version: Annotated[
+        bool, typer.Option("--version", is_eager=True, callback=_print_version, help="Print the version.")
+    ] = False,
+) -> None:
+    """The client options, before the command (`hyperplan --json plans list`); after it works too."""
+    ctx.obj = ClientOptions(endpoint_url, profile, data_dir, as_json)
+    if ctx.invoked_subcommand == "serve" and ctx.obj != ClientOptions():
+        # serve has options of its own (--data-dir among them); the client's would be silently ignored.
+        raise typer.BadParameter("client options go with client commands; give serve its own after it")
 
 
 @app.command()

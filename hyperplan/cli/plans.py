@@ -8,12 +8,9 @@ from typing import Annotated, Any
 import typer
 
 from hyperplan.cli.common import (
-    DataDirOpt,
-    EndpointOpt,
-    JsonOpt,
-    ProfileOpt,
     console,
     emit,
+    json_output,
     native_client,
     plain,
     print_table,
@@ -22,8 +19,9 @@ from hyperplan.cli.common import (
     sagemaker_client,
     when,
 )
+from hyperplan.cli.options import ClientTyper
 
-app = typer.Typer(help="Training plans: search, buy, list, show.", no_args_is_help=True)
+app = ClientTyper(help="Training plans: search, buy, list, show.", no_args_is_help=True)
 
 
 def _hours(hours: int, minutes: int) -> str:
@@ -89,10 +87,6 @@ def search(
     hours: Annotated[int | None, typer.Option(help="Duration in hours (rounded up to whole days).")] = None,
     start_after: Annotated[str | None, typer.Option(help="ISO 8601; default: 30 minutes from now.")] = None,
     end_before: Annotated[str | None, typer.Option(help="ISO 8601; default: 56 days from now.")] = None,
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Search for offerings: at most three, best first."""
     if (days is None) == (hours is None):
@@ -108,10 +102,9 @@ def search(
     if end_before:
         request["EndTimeBefore"] = _instant(end_before)
     with reporting_sagemaker_errors():
-        result = sagemaker_client(endpoint_url, profile, data_dir).search_training_plan_offerings(**request)
+        result = sagemaker_client().search_training_plan_offerings(**request)
     emit(
-        plain(result["TrainingPlanOfferings"]) if as_json else result["TrainingPlanOfferings"],
-        as_json,
+        plain(result["TrainingPlanOfferings"]) if json_output() else result["TrainingPlanOfferings"],
         _render_offerings,
     )
 
@@ -120,17 +113,13 @@ def search(
 def buy(
     name: str,
     offering_id: Annotated[str, typer.Option(help="An id from `hyperplan plans search`.")],
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Buy an offering as a plan named NAME. Purchases are final."""
     with reporting_sagemaker_errors():
-        client = sagemaker_client(endpoint_url, profile, data_dir)
+        client = sagemaker_client()
         arn = client.create_training_plan(TrainingPlanName=name, TrainingPlanOfferingId=offering_id)
         plan = client.describe_training_plan(TrainingPlanName=name)
-    emit({"TrainingPlanArn": arn["TrainingPlanArn"]} if as_json else plan, as_json, _render_plan)
+    emit({"TrainingPlanArn": arn["TrainingPlanArn"]} if json_output() else plan, _render_plan)
 
 
 def _render_plan(plan: dict[str, Any]) -> None:
@@ -158,30 +147,22 @@ def _render_plan(plan: dict[str, Any]) -> None:
 @app.command("show")
 def show(
     name: str,
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Show one plan and its reserved capacities."""
     with reporting_sagemaker_errors():
-        plan = sagemaker_client(endpoint_url, profile, data_dir).describe_training_plan(TrainingPlanName=name)
+        plan = sagemaker_client().describe_training_plan(TrainingPlanName=name)
     plan.pop("ResponseMetadata", None)
-    emit(plain(plan) if as_json else plan, as_json, _render_plan)
+    emit(plain(plan) if json_output() else plan, _render_plan)
 
 
 @app.command("list")
 def list_plans(
     status: Annotated[str | None, typer.Option(help="Only plans in this status.")] = None,
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """List this account's plans, earliest start first."""
     request: dict[str, Any] = {"Filters": [{"Name": "Status", "Value": status}]} if status else {}
     with reporting_sagemaker_errors():
-        client = sagemaker_client(endpoint_url, profile, data_dir)
+        client = sagemaker_client()
         plans = [
             p
             for page in client.get_paginator("list_training_plans").paginate(**request)
@@ -209,7 +190,7 @@ def list_plans(
             rows,
         )
 
-    emit(plain(plans) if as_json else plans, as_json, render)
+    emit(plain(plans) if json_output() else plans, render)
 
 
 @app.command("cancel")
@@ -217,19 +198,12 @@ def cancel(
     name: str,
     account: Annotated[str, typer.Option(help="The plan's account (name or id).")],
     reason: Annotated[str, typer.Option(help="Recorded, and shown to the plan's owner.")],
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Cancel a plan (administrators): it fails with the reason and its remaining capacity is released."""
     with reporting_errors():
-        result = native_client(endpoint_url, profile, data_dir).post(
-            f"/api/v1/accounts/{account}/plans/{name}/cancel", {"Reason": reason}
-        )
+        result = native_client().post(f"/api/v1/accounts/{account}/plans/{name}/cancel", {"Reason": reason})
     emit(
         result,
-        as_json,
         lambda r: console.print(f"{r['TrainingPlanName']}: {r['Status']}. {r['StatusMessage']}"),
     )
 
@@ -238,16 +212,10 @@ def cancel(
 def events(
     name: str,
     account: Annotated[str | None, typer.Option(help="Another account's plan (administrators).")] = None,
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """A plan's history, oldest first."""
     with reporting_errors():
-        result = native_client(endpoint_url, profile, data_dir).get(
-            f"/api/v1/plans/{name}/events", account=account
-        )
+        result = native_client().get(f"/api/v1/plans/{name}/events", account=account)
 
     def render(value: dict[str, Any]) -> None:
         rows = [[e["At"], e["Kind"], e["Status"], e["Message"]] for e in value["Events"]]
@@ -257,21 +225,17 @@ def events(
             rows,
         )
 
-    emit(result, as_json, render)
+    emit(result, render)
 
 
 @app.command("extend-search")
 def extend_search(
     name: str,
     days: Annotated[int, typer.Option(help="Days to add: 1-14, then whole weeks up to 182.")],
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Search for an extension of a plan: same zone and count, from its current end."""
     with reporting_sagemaker_errors():
-        client = sagemaker_client(endpoint_url, profile, data_dir)
+        client = sagemaker_client()
         arn = client.describe_training_plan(TrainingPlanName=name)["TrainingPlanArn"]
         found = client.search_training_plan_offerings(TrainingPlanArn=arn, DurationHours=24 * days)
     offers = found["TrainingPlanExtensionOfferings"]
@@ -288,41 +252,31 @@ def extend_search(
                 f"  buy with: hyperplan plans extend {name} --offering-id {offering}"
             )
 
-    emit(plain(offers) if as_json else offers, as_json, render)
+    emit(plain(offers) if json_output() else offers, render)
 
 
 @app.command("extend")
 def extend(
     name: str,
     offering_id: Annotated[str, typer.Option(help="An id from `hyperplan plans extend-search`.")],
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Buy an extension. Purchases are final."""
     with reporting_sagemaker_errors():
-        result = sagemaker_client(endpoint_url, profile, data_dir).extend_training_plan(
-            TrainingPlanExtensionOfferingId=offering_id
-        )
-    emit(plain(result["TrainingPlanExtensions"]), as_json, _render_extensions)
+        result = sagemaker_client().extend_training_plan(TrainingPlanExtensionOfferingId=offering_id)
+    emit(plain(result["TrainingPlanExtensions"]), _render_extensions)
 
 
 @app.command("extensions")
 def extensions(
     name: str,
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """A plan's extensions, oldest first."""
     with reporting_sagemaker_errors():
-        client = sagemaker_client(endpoint_url, profile, data_dir)
+        client = sagemaker_client()
         arn = client.describe_training_plan(TrainingPlanName=name)["TrainingPlanArn"]
         pages = client.get_paginator("describe_training_plan_extension_history").paginate(TrainingPlanArn=arn)
         found = [e for page in pages for e in page["TrainingPlanExtensions"]]
-    emit(plain(found), as_json, _render_extensions)
+    emit(plain(found), _render_extensions)
 
 
 def _render_extensions(value: list[dict[str, Any]]) -> None:

@@ -7,18 +7,15 @@ from typing import Annotated, Any
 import typer
 
 from hyperplan.cli.common import (
-    DataDirOpt,
-    EndpointOpt,
-    JsonOpt,
-    ProfileOpt,
     console,
     emit,
     native_client,
     print_table,
     reporting_errors,
 )
+from hyperplan.cli.options import ClientTyper
 
-app = typer.Typer(help="Webhooks: plan events POSTed, signed, to your URLs.", no_args_is_help=True)
+app = ClientTyper(help="Webhooks: plan events POSTed, signed, to your URLs.", no_args_is_help=True)
 
 
 def _show_new(hook: dict[str, Any]) -> None:
@@ -62,59 +59,39 @@ def _render_deliveries(result: dict[str, Any]) -> None:
 def add(
     account: Annotated[str, typer.Argument(help="The account (name or id) whose plan events are sent.")],
     url: Annotated[str, typer.Argument(help="An http:// or https:// URL that accepts POSTs.")],
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Register a webhook and print its signing secret, once."""
     with reporting_errors():
-        hook = native_client(endpoint_url, profile, data_dir).post(
-            "/api/v1/webhooks", {"Account": account, "Url": url}
-        )
-    emit(hook, as_json, _show_new)
+        hook = native_client().post("/api/v1/webhooks", {"Account": account, "Url": url})
+    emit(hook, _show_new)
 
 
 @app.command("list")
 def list_webhooks(
     account: Annotated[str | None, typer.Option(help="One account (name or id).")] = None,
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """List webhooks, with how many deliveries each still has to make."""
     with reporting_errors():
-        result = native_client(endpoint_url, profile, data_dir).get("/api/v1/webhooks", account=account)
-    emit(result["Webhooks"], as_json, _render_webhooks)
+        result = native_client().get("/api/v1/webhooks", account=account)
+    emit(result["Webhooks"], _render_webhooks)
 
 
 @app.command("remove")
 def remove(
     webhook_id: int,
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Delete a webhook: nothing more is sent to it, including deliveries still pending."""
     with reporting_errors():
-        result = native_client(endpoint_url, profile, data_dir).delete(f"/api/v1/webhooks/{webhook_id}")
-    emit(result, as_json, lambda r: console.print(f"Webhook {r['WebhookId']} deleted."))
+        result = native_client().delete(f"/api/v1/webhooks/{webhook_id}")
+    emit(result, lambda r: console.print(f"Webhook {r['WebhookId']} deleted."))
 
 
 @app.command("deliveries")
 def deliveries(
     webhook_id: int,
     limit: Annotated[int, typer.Option(help="How many of the latest deliveries (1-500).")] = 50,
-    endpoint_url: EndpointOpt = None,
-    profile: ProfileOpt = None,
-    data_dir: DataDirOpt = None,
-    as_json: JsonOpt = False,
 ) -> None:
     """Show a webhook's latest deliveries: attempts, last error, when delivered or next tried."""
     with reporting_errors():
-        result = native_client(endpoint_url, profile, data_dir).get(
-            f"/api/v1/webhooks/{webhook_id}/deliveries", limit=limit
-        )
-    emit(result, as_json, _render_deliveries)
+        result = native_client().get(f"/api/v1/webhooks/{webhook_id}/deliveries", limit=limit)
+    emit(result, _render_deliveries)

@@ -61,3 +61,55 @@ def test_the_client_finds_the_same_data_directory_as_the_server(monkeypatch: pyt
     assert client.default_data_dir() == runtime.default_data_dir()
     monkeypatch.setenv(runtime.DATA_DIR_ENV, "~/elsewhere")
     assert client.default_data_dir() == runtime.default_data_dir()
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
+def test_client_options_go_before_the_command_too(command: list[str]) -> None:
+    before = closed_port()
+    process = run_cli("--endpoint-url", f"http://127.0.0.1:{before}", *command)
+    assert f"at http://127.0.0.1:{before}:" in process.stderr
+
+
+def test_given_before_and_after_the_command_the_later_wins() -> None:
+    before, after = closed_port(), closed_port()
+    process = run_cli(
+        "--endpoint-url",
+        f"http://127.0.0.1:{before}",
+        "plans",
+        "list",
+        "--endpoint-url",
+        f"http://127.0.0.1:{after}",
+    )
+    assert f"at http://127.0.0.1:{after}:" in process.stderr
+
+
+def test_the_profile_flag_before_the_command_is_used() -> None:
+    # Keys in the environment, but a named profile that does not exist and a data directory without a
+    # credentials file: the command stops before any request, naming the profile.
+    env = client_env()
+    process = run_cli("--profile", "nowhere", "--data-dir", "/nonexistent", "clock", "show", env=env)
+    assert process.returncode == 2
+    assert "No credentials (profile 'nowhere')" in process.stderr
+
+
+def test_version() -> None:
+    from importlib.metadata import version
+
+    process = run_cli("--version")
+    assert process.returncode == 0
+    assert process.stdout == f"hyperplan {version('hyperplan')}\n"
+
+
+def test_serve_refuses_client_options_before_it() -> None:
+    # serve has its own --data-dir; taking the client's would silently start on another directory.
+    process = run_cli("--data-dir", "/nonexistent", "serve")
+    assert process.returncode == 2
+    assert "client options go with client commands" in process.stderr
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_a_text_command_refuses_json_wherever_it_is_given(where: str) -> None:
+    args = ["--json", "jobs", "logs", "x"] if where == "before" else ["jobs", "logs", "x", "--json"]
+    process = run_cli(*args)
+    assert process.returncode == 2
+    assert "--json" in process.stderr

@@ -38,7 +38,7 @@ def top_level(modules: set[str]) -> set[str]:
 
 @pytest.mark.parametrize(
     "args",
-    [["--help"], ["plans", "--help"], ["plans", "list", "--help"], ["serve", "--help"]],
+    [["--help"], ["--version"], ["plans", "--help"], ["plans", "list", "--help"], ["serve", "--help"]],
     ids=" ".join,
 )
 def test_help_and_version_import_neither_the_server_nor_the_client_stack(args: list[str]) -> None:
