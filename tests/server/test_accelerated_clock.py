@@ -1,14 +1,22 @@
-"""The accelerated clock runs N service seconds per real second, and stands still while the server is down."""
+"""The accelerated clock runs N service seconds per real second, and stands still while the server is down.
+
+On an in-process server (tests/inprocess.py): a stop and a start there are the runtime's own, over the
+same SQLite file, without a process's start-up time, so a short downtime is already many service
+minutes more than the time the server was up."""
 
 from __future__ import annotations
 
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
-from tests.harness import Server
+from tests.harness import Server, wait_until
+from tests.inprocess import InProcessServer
 
 SCALE = 600
+RATE_WINDOW = timedelta(minutes=30)  # service time the rate is measured over (3 real seconds)
+DOWNTIME = 3.0  # real seconds down: 30 service minutes if the clock ran while the server was down
+SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"  # no background load to store
 
 
 def _service_now(server: Server) -> tuple[datetime, float]:
@@ -17,21 +25,33 @@ def _service_now(server: Server) -> tuple[datetime, float]:
     return datetime.fromisoformat(state["Now"]), time.monotonic()
 
 
-def test_runs_at_its_rate_and_stands_still_while_down(server_factory: type[Server], tmp_path: Path) -> None:
-    server = server_factory(
-        data_dir=tmp_path / "fast", clock="accelerated", extra_args=("--time-scale", str(SCALE))
+def test_runs_at_its_rate(fast_server_factory: type[InProcessServer], tmp_path: Path) -> None:
+    server = fast_server_factory(
+        data_dir=tmp_path / "fast", fleet=SMALL_FLEET, clock="accelerated", time_scale=SCALE
     ).start()
     first, real_first = _service_now(server)
-    time.sleep(3)
-    second, real_second = _service_now(server)
+    # Wait on the event itself: the service clock has moved through the window.
+    second, real_second = wait_until(
+        lambda: (now := _service_now(server))[0] >= first + RATE_WINDOW and now, timeout=60
+    )
     rate = (second - first).total_seconds() / (real_second - real_first)
     assert 0.8 * SCALE <= rate <= 1.2 * SCALE, rate
 
+
+def test_stands_still_while_down(fast_server_factory: type[InProcessServer], tmp_path: Path) -> None:
+    server = fast_server_factory(
+        data_dir=tmp_path / "fast", fleet=SMALL_FLEET, clock="accelerated", time_scale=SCALE
+    ).start()
+    asked = time.monotonic()
     before_stop, _ = _service_now(server)
     server.stop()
-    time.sleep(8)  # 80 service minutes if the clock ran while the server was down
+    stopped = time.monotonic()
+    time.sleep(DOWNTIME)  # the real time the clock must not count
+    starting = time.monotonic()
     server.start()
-    after_start, _ = _service_now(server)
-    gap_minutes = (after_start - before_stop).total_seconds() / 60
-    # Only the seconds spent stopping and starting count (a few real seconds: tens of service minutes).
-    assert 0 <= gap_minutes < 45, gap_minutes
+    after_start, answered = _service_now(server)
+    up = (stopped - asked) + (answered - starting)  # at most this much real time was the server up
+    gap = (after_start - before_stop).total_seconds()
+    # Up time counts, downtime does not: a clock that ran while down would be DOWNTIME * SCALE further
+    # (more than the slack here and the two requests' latency, unless a request took over a second).
+    assert 0 <= gap <= up * SCALE * 1.05 + 1, (gap, up)
