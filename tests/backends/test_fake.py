@@ -24,7 +24,7 @@ from hyperplan.backends import (
     TaskState,
     TaskStatus,
 )
-from tests.backends.contract import INSTANCE_TYPE, NODE, BackendContract, Harness
+from tests.backends.contract import INSTANCE_TYPE, NODE, BackendContract, Harness, eventually
 
 
 class FakeHarness(Harness):
@@ -37,6 +37,13 @@ class FakeHarness(Harness):
 
     def lifecycle(self, program: Program) -> tuple[Path, str]:
         return self.world.lifecycle(program)
+
+    def ended_unwatched(self, task_id: str, timeout: float = 10.0) -> bool:
+        def ended() -> bool:
+            with self.world.lock:
+                return self.world.tasks[task_id].status(self.world.clock()).state.is_final()
+
+        return bool(eventually(ended, bool, timeout))
 
     def restart(self) -> Backend:
         self.backend.close()

@@ -79,6 +79,10 @@ class LocalHarness(Harness):
         (source / "on_create.sh").write_text(render(program))
         return source, "on_create.sh"
 
+    def ended_unwatched(self, task_id: str, timeout: float = 10.0) -> bool:
+        exit_record = self.local.layout.task(task_id).exit  # the agent writes it when the process ends
+        return bool(eventually(exit_record.exists, bool, timeout))
+
     def restart(self) -> Backend:
         self.backend.close()
         self.backend = LocalBackend(self.root)
