@@ -6,24 +6,10 @@ from typing import Annotated, Any
 
 import typer
 
-from hyperplan.cli.common import (
-    console,
-    emit,
-    json_output,
-    native_client,
-    print_table,
-    reporting_errors,
-)
+from hyperplan.cli.common import emit, json_output, native_client, reporting_errors
 from hyperplan.cli.options import ClientTyper
 
 app = ClientTyper(help="Accounts and access keys (administrators).", no_args_is_help=True)
-
-
-def _show_key(key: dict[str, Any]) -> None:
-    console.print(f"Account [bold]{key['AccountName']}[/bold] ({key['AccountId']})")
-    console.print(f"  aws_access_key_id = {key['AccessKeyId']}")
-    console.print(f"  aws_secret_access_key = {key['SecretAccessKey']}")
-    console.print("[dim]The secret is shown once; keep it now.[/dim]")
 
 
 @app.command("create")
@@ -33,6 +19,8 @@ def create(
     payment_mode: Annotated[str | None, typer.Option(help="auto, budget or approval.")] = None,
 ) -> None:
     """Create an account and print its id and first access key."""
+    from hyperplan.cli.views.accounts import NewKey
+
     body: dict[str, Any] = {"Name": name, "Admin": admin}
     if payment_mode:
         body["PaymentMode"] = payment_mode
@@ -40,55 +28,38 @@ def create(
         key = native_client().post("/api/v1/accounts", body)
     emit(
         {k: key[k] for k in ("AccountId", "AccessKeyId", "SecretAccessKey")} if json_output() else key,
-        _show_key,
+        NewKey,
     )
 
 
 @app.command("list")
 def list_accounts() -> None:
     """List accounts with their keys."""
+    from hyperplan.cli.views.accounts import AccountsTable
+
     with reporting_errors():
         result = native_client().get("/api/v1/accounts")
-
-    def render(value: dict[str, Any]) -> None:
-        rows = []
-        for account in value["Accounts"]:
-            active = [k["AccessKeyId"] for k in account["AccessKeys"] if not k["RevokedAt"]]
-            revoked = sum(1 for k in account["AccessKeys"] if k["RevokedAt"])
-            keys = ", ".join(active) + (f" (+{revoked} revoked)" if revoked else "")
-            rows.append(
-                [
-                    account["Name"],
-                    account["AccountId"],
-                    "yes" if account["Admin"] else "",
-                    account["PaymentMode"],
-                    account["Budget"],
-                    keys,
-                ]
-            )
-        print_table("Accounts", ["Name", "Account id", "Admin", "Payment", "Budget", "Access keys"], rows)
-
-    emit(result["Accounts"] if json_output() else result, render)
+    emit(result["Accounts"], AccountsTable)
 
 
 @app.command("add-key")
-def add_key(
-    account: Annotated[str, typer.Argument(help="Account name or id.")],
-) -> None:
+def add_key(account: Annotated[str, typer.Argument(help="Account name or id.")]) -> None:
     """Add an access key to an account."""
+    from hyperplan.cli.views.accounts import NewKey
+
     with reporting_errors():
         key = native_client().post(f"/api/v1/accounts/{account}/keys")
-    emit(key, _show_key)
+    emit(key, NewKey)
 
 
 @app.command("revoke-key")
-def revoke_key(
-    access_key_id: str,
-) -> None:
+def revoke_key(access_key_id: str) -> None:
     """Revoke an access key: its next request is refused."""
+    from hyperplan.cli.views.accounts import KeyRevoked
+
     with reporting_errors():
         result = native_client().delete(f"/api/v1/keys/{access_key_id}")
-    emit(result, lambda _: console.print(f"Revoked {access_key_id}."))
+    emit(result, lambda _: KeyRevoked(access_key_id))
 
 
 @app.command("update")
@@ -103,6 +74,8 @@ def update(
     ] = None,
 ) -> None:
     """Set an account's payment mode, budget and quotas (administrators)."""
+    from hyperplan.cli.views.accounts import AccountSettings
+
     body: dict[str, Any] = {
         k: v for k, v in (("PaymentMode", payment_mode), ("Budget", budget), ("AddBudget", add_budget)) if v
     }
@@ -112,29 +85,14 @@ def update(
         body["Quotas"] = limits
     with reporting_errors():
         result = native_client().call("PATCH", f"/api/v1/accounts/{account}", body=body)
-    emit(
-        result,
-        lambda a: console.print(
-            f"{a['Name']}: payment mode {a['PaymentMode']}, budget {a['Budget']}, spend {a['Spend']}; "
-            f"quotas: {a['Quotas']['MaxActivePlans']} plans, "
-            f"{a['Quotas']['MaxReservedInstancesPerType']} instances per type"
-        ),
-    )
+    emit(result, AccountSettings)
 
 
 @app.command("ledger")
-def ledger(
-    account: Annotated[str, typer.Argument(help="Account name or id.")],
-) -> None:
+def ledger(account: Annotated[str, typer.Argument(help="Account name or id.")]) -> None:
     """Every movement of an account's money."""
+    from hyperplan.cli.views.accounts import LedgerTable
+
     with reporting_errors():
         result = native_client().get(f"/api/v1/accounts/{account}/ledger")
-
-    def render(value: dict[str, Any]) -> None:
-        rows = [
-            [e["At"], e["Amount"], e["BudgetAfter"], e["InvoiceId"] or "", e["Description"]]
-            for e in value["Entries"]
-        ]
-        print_table(f"Ledger of {account}", ["At", "Amount", "Budget after", "Invoice", "Description"], rows)
-
-    emit(result, render)
+    emit(result, lambda r: LedgerTable(account, r["Entries"]))

@@ -2,46 +2,31 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import typer
 
-from hyperplan.cli.common import (
-    console,
-    emit,
-    native_client,
-    reporting_errors,
-)
+from hyperplan.cli.common import emit, native_client, reporting_errors
 from hyperplan.cli.options import ClientTyper
 
 app = ClientTyper(help="The service clock.", no_args_is_help=True)
 
 
-def _render(state: dict[str, Any]) -> None:
-    line = f"{state['Now']}  ({state['Kind']} clock"
-    if state.get("TimeScale"):
-        line += f", x{state['TimeScale']}"
-    line += ")"
-    if state.get("EventsRun"):
-        line += f"; {state['EventsRun']} lifecycle events ran"
-    console.print(line)
-
-
 @app.command("show")
 def show() -> None:
     """Print the service time and the kind of clock."""
+    from hyperplan.cli.views.clock import ClockLine
+
     with reporting_errors():
-        emit(native_client().get("/api/v1/clock"), _render)
+        emit(native_client().get("/api/v1/clock"), ClockLine)
 
 
 @app.command("advance")
-def advance(
-    duration: str = typer.Argument(help="How far, e.g. 90m, 6h, 2d, 1d12h."),
-) -> None:
+def advance(duration: str = typer.Argument(help="How far, e.g. 90m, 6h, 2d, 1d12h.")) -> None:
     """Move a manual clock forward; returns after every event due by then has run, in order."""
+    from hyperplan.cli.views.clock import ClockLine
+
     with reporting_errors():
         state = native_client().post("/api/v1/clock/advance", {"Duration": duration})
-    emit(state, _render)
+    emit(state, ClockLine)
 
 
 @app.command("set")
@@ -49,6 +34,8 @@ def set_time(
     time: str = typer.Argument(help="ISO 8601 with a zone, e.g. 2026-12-01T11:30:00Z."),
 ) -> None:
     """Move a manual clock to a time (never backwards)."""
+    from hyperplan.cli.views.clock import ClockLine
+
     with reporting_errors():
         state = native_client().post("/api/v1/clock/set", {"Time": time})
-    emit(state, _render)
+    emit(state, ClockLine)

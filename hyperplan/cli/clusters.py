@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import sys
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from hyperplan.cli.common import (
-    console,
     emit,
     json_output,
     native_client,
     plain,
     print_json,
-    print_table,
     reporting_errors,
     reporting_sagemaker_errors,
     sagemaker_client,
-    when,
 )
 from hyperplan.cli.options import ClientTyper
 
@@ -28,84 +25,36 @@ app = ClientTyper(help="HyperPod clusters: list, describe, nodes, exec.", no_arg
 @app.command("list")
 def list_clusters() -> None:
     """This account's clusters."""
+    from hyperplan.cli.views.clusters import ClustersTable
+
     with reporting_sagemaker_errors():
         client = sagemaker_client()
         found = [
             c for page in client.get_paginator("list_clusters").paginate() for c in page["ClusterSummaries"]
         ]
-
-    def render(value: list[dict[str, Any]]) -> None:
-        rows = [
-            [
-                c["ClusterName"],
-                c["ClusterStatus"],
-                when(c["CreationTime"]),
-                ", ".join(a.rsplit("/", 1)[-1] for a in c.get("TrainingPlanArns", [])),
-            ]
-            for c in value
-        ]
-        print_table("Clusters", ["Name", "Status", "Created", "Training plans"], rows)
-
-    emit(plain(found) if json_output() else found, render)
+    emit(plain(found) if json_output() else found, ClustersTable)
 
 
 @app.command("describe")
-def describe(
-    name: str,
-) -> None:
+def describe(name: str) -> None:
     """A cluster and its instance groups: target and current counts, plan and its status."""
+    from hyperplan.cli.views.clusters import ClusterDetail
+
     with reporting_sagemaker_errors():
         cluster = sagemaker_client().describe_cluster(ClusterName=name)
-
-    def render(value: dict[str, Any]) -> None:
-        console.print(f"[bold]{value['ClusterName']}[/bold]  {value['ClusterStatus']}  {value['ClusterArn']}")
-        rows = [
-            [
-                g["InstanceGroupName"],
-                g["InstanceType"],
-                g["CurrentCount"],
-                g["TargetCount"],
-                g["Status"],
-                g.get("TrainingPlanArn", "on-demand").rsplit("/", 1)[-1],
-                g.get("TrainingPlanStatus", ""),
-            ]
-            for g in value["InstanceGroups"]
-        ]
-        print_table(
-            "Instance groups", ["Group", "Type", "Current", "Target", "Status", "Plan", "Plan status"], rows
-        )
-
-    emit(plain(cluster), render)
+    emit(plain(cluster), ClusterDetail)
 
 
 @app.command("nodes")
-def nodes(
-    name: str,
-) -> None:
+def nodes(name: str) -> None:
     """A cluster's nodes and their status."""
+    from hyperplan.cli.views.clusters import NodesTable
+
     with reporting_sagemaker_errors():
         client = sagemaker_client()
         pages = client.get_paginator("list_cluster_nodes").paginate(ClusterName=name)
         found = [n for page in pages for n in page["ClusterNodeSummaries"]]
-
-    def render(value: list[dict[str, Any]]) -> None:
-        rows = [
-            [
-                n["InstanceGroupName"],
-                n["InstanceId"],
-                n.get("PrivateDnsHostname", ""),
-                n["InstanceType"],
-                n["InstanceStatus"]["Status"],
-                when(n["LaunchTime"]),
-                n["InstanceStatus"].get("Message", ""),
-            ]
-            for n in value
-        ]
-        print_table(
-            f"Nodes of {name}", ["Group", "Instance", "Host", "Type", "Status", "Launched", "Message"], rows
-        )
-
-    emit(plain(found) if json_output() else found, render)
+    emit(plain(found) if json_output() else found, lambda n: NodesTable(name, n))
 
 
 @app.command("exec", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

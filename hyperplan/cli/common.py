@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 import typer
-from rich.console import Console
+from rich.console import Console, RenderableType
 from rich.markup import escape
-from rich.table import Table
 
 from hyperplan.cli import options
 from hyperplan.cli.client import (
@@ -89,20 +88,12 @@ def print_json(value: Any) -> None:
     sys.stdout.write(json.dumps(value, indent=2, default=str) + "\n")
 
 
-def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    table = Table(title=title, title_justify="left")
-    for column in columns:
-        table.add_column(column)
-    for row in rows:
-        table.add_row(*("" if cell is None else str(cell) for cell in row))
-    console.print(table)
-
-
-def emit(value: Any, render: Callable[[Any], None]) -> None:
+def emit(value: Any, view: Callable[[Any], RenderableType]) -> None:
+    """The answer as JSON with --json; otherwise its view (hyperplan.cli.views) on the console."""
     if json_output():
         print_json(value)
     else:
-        render(value)
+        console.print(view(value))
 
 
 def sagemaker_client() -> Any:
@@ -135,13 +126,6 @@ def reporting_sagemaker_errors() -> Iterator[None]:
             _fail(error.get("Code"), error.get("Message"))
         except EndpointConnectionError as exc:
             _unreachable(str(exc.kwargs.get("endpoint_url", "")), str(exc))
-
-
-def when(value: Any, *, seconds: bool = False) -> str:
-    """A time as a person reads it in a table: UTC, to the minute (or second)."""
-    if not isinstance(value, datetime):
-        return "" if value is None else str(value)
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC" if seconds else "%Y-%m-%d %H:%M UTC")
 
 
 def plain(value: Any) -> Any:

@@ -14,11 +14,9 @@ from hyperplan.cli.common import (
     json_output,
     native_client,
     plain,
-    print_table,
     reporting_errors,
     reporting_sagemaker_errors,
     sagemaker_client,
-    when,
 )
 from hyperplan.cli.options import ClientTyper, TextCommand
 
@@ -35,6 +33,8 @@ def list_jobs(
     ] = None,
 ) -> None:
     """This account's training jobs, oldest first."""
+    from hyperplan.cli.views.jobs import JobsTable
+
     query: dict[str, Any] = {"SortBy": "CreationTime", "SortOrder": "Ascending"}
     if plan:
         query["TrainingPlanArnEquals"] = plan
@@ -44,64 +44,29 @@ def list_jobs(
         client = sagemaker_client()
         pages = client.get_paginator("list_training_jobs").paginate(**query)
         found = [job for page in pages for job in page["TrainingJobSummaries"]]
-
-    def render(value: list[dict[str, Any]]) -> None:
-        rows = [
-            [
-                j["TrainingJobName"],
-                j["TrainingJobStatus"],
-                j.get("SecondaryStatus", ""),
-                when(j["CreationTime"], seconds=True),
-                j.get("TrainingPlanArn", "on-demand").rsplit("/", 1)[-1],
-            ]
-            for j in value
-        ]
-        print_table("Training jobs", ["Name", "Status", "Secondary", "Created", "Plan"], rows)
-
-    emit(plain(found) if json_output() else found, render)
+    emit(plain(found) if json_output() else found, JobsTable)
 
 
 @app.command("describe")
-def describe(
-    name: str,
-) -> None:
+def describe(name: str) -> None:
     """A job's status, where it runs, and every status it has had, with its messages."""
+    from hyperplan.cli.views.jobs import JobDetail
+
     with reporting_sagemaker_errors():
         job = sagemaker_client().describe_training_job(TrainingJobName=name)
-
-    def render(value: dict[str, Any]) -> None:
-        resources = value.get("ResourceConfig", {})
-        plan = resources.get("TrainingPlanArn", "on-demand").rsplit("/", 1)[-1]
-        size = f"{resources.get('InstanceCount', '?')} x {resources.get('InstanceType', '?')}"
-        status = f"{value['TrainingJobStatus']} / {value['SecondaryStatus']}"
-        console.print(f"[bold]{value['TrainingJobName']}[/bold]  {status}  {size} on {plan}")
-        if value.get("FailureReason"):
-            console.print(f"[red]{value['FailureReason']}[/red]")
-        console.print(f"Model: {value['ModelArtifacts']['S3ModelArtifacts']}")
-        rows = [
-            [
-                t["Status"],
-                when(t["StartTime"], seconds=True),
-                when(t.get("EndTime"), seconds=True),
-                t.get("StatusMessage", ""),
-            ]
-            for t in value.get("SecondaryStatusTransitions", [])
-        ]
-        print_table("Transitions", ["Status", "Start", "End", "Message"], rows)
-
-    emit(plain(job), render)
+    emit(plain(job), JobDetail)
 
 
 @app.command("stop", cls=TextCommand)
-def stop(
-    name: str,
-) -> None:
+def stop(name: str) -> None:
     """Stop a job: a waiting one at once; a running one gets SIGTERM and 120 s before SIGKILL."""
+    from hyperplan.cli.views.jobs import JobStatus
+
     with reporting_sagemaker_errors():
         client = sagemaker_client()
         client.stop_training_job(TrainingJobName=name)
         job = client.describe_training_job(TrainingJobName=name)
-    console.print(f"{name}: {job['TrainingJobStatus']} / {job['SecondaryStatus']}")
+    console.print(JobStatus(job))
 
 
 @app.command("logs", cls=TextCommand)

@@ -57,9 +57,9 @@ def test_without_flag_or_variable_the_default_address(monkeypatch: pytest.Monkey
 
 
 def test_the_client_finds_the_same_data_directory_as_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(runtime.DATA_DIR_ENV, raising=False)
+    monkeypatch.delenv(client.DATA_DIR_ENV, raising=False)
     assert client.default_data_dir() == runtime.default_data_dir()
-    monkeypatch.setenv(runtime.DATA_DIR_ENV, "~/elsewhere")
+    monkeypatch.setenv(client.DATA_DIR_ENV, "~/elsewhere")
     assert client.default_data_dir() == runtime.default_data_dir()
 
 

@@ -1,0 +1,93 @@
+"""Views of accounts, access keys and ledgers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Group
+from rich.text import Text
+
+from hyperplan.cli.views.base import TableView
+
+
+@dataclass(frozen=True)
+class NewKey:
+    """A new access key with its secret, which the server shows only this once."""
+
+    key: dict[str, Any]
+
+    def __rich__(self) -> Group:
+        key = self.key
+        return Group(
+            Text.assemble("Account ", (key["AccountName"], "bold"), f" ({key['AccountId']})"),
+            Text(f"  aws_access_key_id = {key['AccessKeyId']}"),
+            Text(f"  aws_secret_access_key = {key['SecretAccessKey']}"),
+            Text("The secret is shown once; keep it now.", style="dim"),
+        )
+
+
+@dataclass(frozen=True)
+class AccountsTable:
+    accounts: list[dict[str, Any]]
+
+    def __rich__(self) -> TableView:
+        rows = [
+            [
+                account["Name"],
+                account["AccountId"],
+                "yes" if account["Admin"] else "",
+                account["PaymentMode"],
+                account["Budget"],
+                _keys(account["AccessKeys"]),
+            ]
+            for account in self.accounts
+        ]
+        return TableView(
+            "Accounts", ["Name", "Account id", "Admin", "Payment", "Budget", "Access keys"], rows
+        )
+
+
+def _keys(keys: list[dict[str, Any]]) -> str:
+    """The active key ids, and how many were revoked."""
+    active = [k["AccessKeyId"] for k in keys if not k["RevokedAt"]]
+    revoked = sum(1 for k in keys if k["RevokedAt"])
+    return ", ".join(active) + (f" (+{revoked} revoked)" if revoked else "")
+
+
+@dataclass(frozen=True)
+class AccountSettings:
+    """One line: an account's payment mode, money and quotas."""
+
+    account: dict[str, Any]
+
+    def __rich__(self) -> Text:
+        a = self.account
+        return Text(
+            f"{a['Name']}: payment mode {a['PaymentMode']}, budget {a['Budget']}, spend {a['Spend']}; "
+            f"quotas: {a['Quotas']['MaxActivePlans']} plans, "
+            f"{a['Quotas']['MaxReservedInstancesPerType']} instances per type"
+        )
+
+
+@dataclass(frozen=True)
+class LedgerTable:
+    account: str
+    entries: list[dict[str, Any]]
+
+    def __rich__(self) -> TableView:
+        rows = [
+            [e["At"], e["Amount"], e["BudgetAfter"], e["InvoiceId"] or "", e["Description"]]
+            for e in self.entries
+        ]
+        return TableView(
+            f"Ledger of {self.account}", ["At", "Amount", "Budget after", "Invoice", "Description"], rows
+        )
+
+
+@dataclass(frozen=True)
+class KeyRevoked:
+    access_key_id: str
+
+    def __rich__(self) -> Text:
+        return Text(f"Revoked {self.access_key_id}.")

@@ -1,0 +1,39 @@
+"""Pieces every view uses: a titled table and the way times are shown."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from rich.table import Table
+
+
+@dataclass(frozen=True)
+class TableView:
+    """A table with a title on its left; empty cells for missing values."""
+
+    title: str
+    columns: Sequence[str]
+    rows: Sequence[Sequence[Any]]
+
+    def __rich__(self) -> Table:
+        table = Table(title=self.title, title_justify="left")
+        for column in self.columns:
+            table.add_column(column)
+        for row in self.rows:
+            table.add_row(*("" if cell is None else str(cell) for cell in row))
+        return table
+
+
+def when(value: Any, *, seconds: bool = False) -> str:
+    """A time as a person reads it in a table: UTC, to the minute (or second)."""
+    if not isinstance(value, datetime):
+        return "" if value is None else str(value)
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC" if seconds else "%Y-%m-%d %H:%M UTC")
+
+
+def last_part(arn: str) -> str:
+    """The name at the end of an ARN (or the text itself)."""
+    return arn.rsplit("/", 1)[-1]
