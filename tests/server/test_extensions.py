@@ -13,14 +13,16 @@ from botocore.exceptions import ClientError
 
 from hyperplan.client.signing import Credentials
 from tests.harness import Server, service_now
+from tests.inprocess import InProcessServer
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 P5 = "ml.p5.48xlarge"
 
 
 @pytest.fixture
-def small(server_factory: type[Server], tmp_path: Path) -> Server:
-    return server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET).start()
+def small(fast_server_factory: type[InProcessServer], tmp_path: Path) -> Server:
+    """In process (tests/inprocess.py): these are rules, and they speak the same HTTP there."""
+    return fast_server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET).start()
 
 
 def _buy(

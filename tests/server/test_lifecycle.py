@@ -13,6 +13,7 @@ import pytest
 from hyperplan.cli.client import ApiError
 from hyperplan.client.signing import Credentials
 from tests.harness import Server, boundary_after, service_now
+from tests.inprocess import InProcessServer
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 P5 = "ml.p5.48xlarge"
@@ -40,8 +41,9 @@ def _state(server: Server, credentials: Credentials, name: str) -> tuple[str, li
 
 
 @pytest.fixture
-def small(server_factory: type[Server], tmp_path: Path) -> Server:
-    return server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET).start()
+def small(fast_server_factory: type[InProcessServer], tmp_path: Path) -> Server:
+    """In process (tests/inprocess.py): these are rules, and they speak the same HTTP there."""
+    return fast_server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET).start()
 
 
 @pytest.fixture
