@@ -33,6 +33,7 @@ from hyperplan.errors import ServiceUnavailable
 from hyperplan.store import settings
 from hyperplan.store.db import Database
 from hyperplan.store.schema import ScheduledEvent
+from hyperplan.worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +61,11 @@ class Scheduler:
         self.clock = clock
         self.handlers = dict(handlers)
         self._lock = threading.RLock()  # one runner at a time: events run strictly in order
-        self._wake = threading.Event()
-        self._stop = threading.Event()
         self._stop_requested = False  # request_stop's flag; a plain attribute, see there
-        self._thread: threading.Thread | None = None
+        # Woken when a commit schedules an event (plans, extensions, payments); the step sleeps until the
+        # next due event. The 1 s poll catches events scheduled by paths that do not wake it (a job's
+        # deadlines, a top-up) and bounds how long a request_stop from a signal handler goes unseen.
+        self.worker = Worker("lifecycle", self._step, poll=1.0)
 
     # -- running events -------------------------------------------------------------------------
 
@@ -101,13 +103,14 @@ class Scheduler:
 
     @property
     def stopping(self) -> bool:
-        return self._stop_requested or self._stop.is_set()
+        return self._stop_requested
 
     def request_stop(self) -> None:
         """Ask every runner to end after the event it is running. Safe in a signal handler, which may
-        interrupt the thread that holds any lock: it sets one attribute and takes none. (The background
-        loop wakes at least once a second, so it needs no wake-up.)"""
+        interrupt the thread that holds any lock: it sets attributes and takes none. (The background
+        loop polls at least once a second, so it needs no wake-up.)"""
         self._stop_requested = True
+        self.worker.request_stop()
 
     def _refuse_when_stopping(self, ran: int) -> None:
         if self.stopping:
@@ -162,32 +165,23 @@ class Scheduler:
     # -- the background loop (wall and accelerated clocks) ----------------------------------------
 
     def wake(self) -> None:
-        self._wake.set()
+        self.worker.wake()
 
     def start(self) -> None:
-        if not self.clock.moves_by_itself or self._thread is not None or self.stopping:
+        if not self.clock.moves_by_itself or self.stopping:
             return
-        self._thread = threading.Thread(target=self._loop, name="lifecycle", daemon=True)
-        self._thread.start()
+        self.worker.start()
 
     def stop(self) -> None:
         self.request_stop()
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self.worker.stop()
         self._save_clock()
 
-    def _loop(self) -> None:
-        while not self.stopping:
-            try:
-                self.run_due(self.clock.now())
-                if self.clock.kind == "accelerated":
-                    self._save_clock()  # so that a restart resumes from here, not from where it began
-            except Exception:  # the loop must outlive a bad event; the event stays pending
-                log.exception("lifecycle loop failed; retrying")
-            self._wake.wait(timeout=self._sleep_seconds())
-            self._wake.clear()
+    def _step(self) -> float:
+        self.run_due(self.clock.now())
+        if self.clock.kind == "accelerated":
+            self._save_clock()  # so that a restart resumes from here, not from where it began
+        return self._sleep_seconds()
 
     def _sleep_seconds(self) -> float:
         due = self.next_due_time()

@@ -18,8 +18,9 @@ The lifecycle loop never waits on a receiver: it only writes `webhook_deliveries
   receiver answered and before the outcome was written sends that delivery again: delivery is
   at-least-once, and receivers dedupe by DeliveryId (or EventId).
 
-Rows are found by polling (every `poll` seconds, cheap on the `ix_delivery_queue` index) and at once
-when `wake()` is called after a commit that queued something.
+The loop that finds due rows is a worker (`hyperplan.worker`): woken by `wake()` after a commit that
+queued something, and polling every `poll` seconds (cheap on the `ix_delivery_queue` index) for the
+retries that come due and for rows queued by another process.
 
 Targets. Requests go through `hyperplan.notify.guard`: a connection to an address the fleet file's
 `[webhooks] allowed_networks` does not allow (loopback, private, link-local, ...) is refused when it is
@@ -48,6 +49,7 @@ from hyperplan.notify.guard import guarded_client
 from hyperplan.services import webhooks
 from hyperplan.store.db import Database
 from hyperplan.store.schema import PlanEvent, TrainingPlan, Webhook, WebhookDelivery
+from hyperplan.worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +144,10 @@ class Dispatcher:
         self.http = http or (lambda: guarded_client(allowed))
         self.now = now
         self.config = config or DispatcherConfig()
-        self._wake = threading.Event()
+        # The loop that finds due heads: a worker woken after a commit that queued deliveries and when a
+        # worker thread frees a pair; it polls every `poll` seconds for retries that come due.
+        poll = self.config.poll
+        self.loop = Worker("webhooks", self.dispatch_due, poll=poll, backoff_base=poll)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._in_flight: set[tuple[int, int]] = set()
@@ -165,20 +170,20 @@ class Dispatcher:
             self._per_webhook.clear()
         self._client = self.http()
         # Daemon threads: a receiver that hangs must never keep the process from exiting.
-        self._threads = [threading.Thread(target=self._loop, name="webhooks", daemon=True)]
-        self._threads += [
+        self._threads = [
             threading.Thread(target=self._work, name=f"webhook-{n}", daemon=True)
             for n in range(self.config.workers)
         ]
         for thread in self._threads:
             thread.start()
+        self.loop.start()
 
     def stop(self) -> None:
         """Stop taking work; wait (up to one request's timeout) for requests in flight to be recorded."""
         if not self._threads:
             return
         self._stop.set()
-        self._wake.set()
+        self.loop.stop()
         for _ in range(self.config.workers):
             self._jobs.put(None)
         deadline = time.monotonic() + self.config.timeout + 2
@@ -191,19 +196,9 @@ class Dispatcher:
 
     def wake(self) -> None:
         """Look for due deliveries now, not at the next poll (call it after a commit that queued some)."""
-        self._wake.set()
+        self.loop.wake()
 
     # -- the loop: find due heads, hand them to workers -------------------------------------------
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            self._wake.clear()  # before looking, so that a wake during the look is not lost
-            try:
-                wait = self.dispatch_due()
-            except Exception:  # the loop must outlive a bad moment of the database
-                log.exception("webhook dispatcher failed; retrying")
-                wait = self.config.poll
-            self._wake.wait(timeout=wait)
 
     def dispatch_due(self) -> float:
         """Hand every due head that may run to the workers; return seconds until there may be more."""
@@ -263,7 +258,7 @@ class Dispatcher:
                 self._cooling[head.key] = time.monotonic() + self.config.poll
             else:
                 self._cooling.pop(head.key, None)
-        self._wake.set()  # the pair's next delivery, or another webhook's, may go now
+        self.loop.wake()  # the pair's next delivery, or another webhook's, may go now
 
     # -- the workers: one attempt each ------------------------------------------------------------
 

@@ -16,7 +16,6 @@ import json
 import os
 import secrets
 import shutil
-import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -52,6 +51,7 @@ from hyperplan.services.accounts import Caller
 from hyperplan.storage import Storage, StorageError
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, ReservedCapacity, TrainingPlan
+from hyperplan.worker import Worker
 
 LIVE = ("Pending", "Running", "Failure")  # nodes that hold a place in their group
 GONE = "Terminated"
@@ -567,39 +567,39 @@ def _groups(session: Session, cluster: Cluster) -> list[InstanceGroup]:
 # -- watching the back end ------------------------------------------------------------------------
 
 
-class NodeWatcher:
-    """Brings back-end node states into the store, in real time, off the request and lifecycle paths."""
+# Nodes whose back-end state changes by itself soon (an OnCreate running, a shutdown under way).
+_SETTLING = ("Pending", "ShuttingDown")
+SETTLING_POLL = 0.5  # seconds between looks while some node is settling
+SAFETY_POLL = 5.0  # seconds between looks otherwise: a running node fails without telling anyone
 
-    def __init__(self, runtime: Runtime, every: float = 0.2) -> None:
+
+class NodeWatcher:
+    """Brings back-end node states into the store, in real time, off the request and lifecycle paths.
+
+    Woken after a commit that provisions or shuts down nodes. The back end announces nothing, so the
+    watcher also looks on its own: every SETTLING_POLL while a node is settling, every SAFETY_POLL
+    otherwise (a node's process can die at any time)."""
+
+    def __init__(self, runtime: Runtime, poll: float = SAFETY_POLL) -> None:
         self.runtime = runtime
-        self.every = every
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.worker = Worker("node-watcher", self._step, poll=poll)
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="node-watcher", daemon=True)
-        self._thread.start()
+        self.worker.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self.worker.stop()
 
     def wake(self) -> None:
-        self._wake.set()
+        self.worker.wake()
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                watch_nodes(self.runtime)
-            except Exception:  # keep watching; the next pass retries
-                import logging
-
-                logging.getLogger(__name__).exception("node watcher pass failed")
-            self._wake.wait(self.every)
-            self._wake.clear()
+    def _step(self) -> float | None:
+        watch_nodes(self.runtime)
+        with self.runtime.db.read() as session:
+            settling = session.scalar(
+                select(ClusterNode.id).where(ClusterNode.status.in_(_SETTLING)).limit(1)
+            )
+        return SETTLING_POLL if settling is not None else None
 
 
 def watch_nodes(runtime: Runtime) -> int:

@@ -18,9 +18,10 @@ never started or terminated after it was (both are quick calls: the lifecycle lo
 a reclaim, never waits on I/O). The store lock: a periodic sync and the final store of an attempt never
 overlap, and a sync that waited for the final store does nothing.
 
-The watcher (a thread, every 0.2 s of real time) reads the state of every live task and brings it into
-the store; when an instance fails it has the others stopped; when every task of an attempt has ended it
-calls :func:`jobs.tasks_ended`.
+The watcher (a worker, hyperplan/worker.py) reads the state of every live task and brings it into the
+store: woken when work is handed over, and every WATCH_POLL seconds while a task runs, since a process
+ends without telling anyone. When an instance fails it has the others stopped; when every task of an
+attempt has ended it calls :func:`jobs.tasks_ended`. Once a job has ended for good, its locks are dropped.
 
 After a restart, :func:`settle_adoption` and :func:`resume` pick up where the last server stopped: tasks
 that kept running are watched again, tasks that ended meanwhile are settled from their exit status, a
@@ -55,6 +56,7 @@ from hyperplan.storage import Storage, StorageError
 from hyperplan.store.schema import TrainingJob, TrainingJobInstance
 from hyperplan.training.contract import Layout, NoCommand, UnsupportedInput
 from hyperplan.training.workspace import pack_model, prepare, sync_checkpoints
+from hyperplan.worker import Worker
 
 log = logging.getLogger(__name__)
 
@@ -62,48 +64,76 @@ FAILURE_FILE_LIMIT = 4096
 LOG_PAGE = 1 << 16
 
 
+WATCH_POLL = 1.0  # seconds between looks while a task runs: its process ends without telling anyone
+SAFETY_POLL = 5.0  # seconds between looks when nothing runs (work handed over by a commit wakes it)
+
+
 class JobRunner:
     """The pool that does the jobs' I/O, and the watcher of their tasks. One per runtime."""
 
-    def __init__(self, runtime: Runtime, workers: int = 4, every: float = 0.2) -> None:
+    def __init__(self, runtime: Runtime, workers: int = 4, poll: float = SAFETY_POLL) -> None:
         self.runtime = runtime
         self.settings = JobSettings.from_environment()
-        self.every = every
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="job-work")
         self._guard = threading.Lock()
+        # Per job, pruned once the job has ended for good (see _forget_ended).
         self._locks: dict[tuple[int, str], threading.Lock] = {}
-        self._in_flight: set[tuple[int, str]] = set()
         self._last_sync: dict[int, float] = {}
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._in_flight: set[tuple[int, str]] = set()
+        self.worker = Worker("job-watcher", self._step, poll=poll)
 
     # -- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="job-watcher", daemon=True)
-        self._thread.start()
+        self.worker.start()
 
     def stop(self) -> None:
         """Stop watching and drop queued work; tasks keep running (the next start adopts them)."""
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self.worker.stop()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def wake(self) -> None:
-        self._wake.set()
+        self.worker.wake()
 
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                watch(self.runtime)
-                self._sync_due()
-            except Exception:  # keep watching; the next pass retries
-                log.exception("job watcher pass failed")
-            self._wake.wait(self.every)
-            self._wake.clear()
+    def _step(self) -> float | None:
+        watch(self.runtime)
+        next_sync = self._sync_due()
+        self._forget_ended()
+        with self.runtime.db.read() as session:
+            running = session.scalar(
+                select(TrainingJob.id).where(TrainingJob.attempt_state == "running").limit(1)
+            )
+        if running is None:
+            return next_sync
+        return WATCH_POLL if next_sync is None else min(WATCH_POLL, next_sync)
+
+    def tracked_jobs(self) -> set[int]:
+        """The jobs this runner keeps locks or sync times for (ended jobs are forgotten)."""
+        with self._guard:
+            return {job_id for job_id, _ in self._locks} | set(self._last_sync)
+
+    def _forget_ended(self) -> None:
+        """Drop the locks and sync times of jobs that have ended for good, so that the runner's memory
+        follows the live jobs, not every job ever run. A lock held right now is kept for the next pass."""
+        tracked = self.tracked_jobs()
+        if not tracked:
+            return
+        with self.runtime.db.read() as session:
+            ended = {
+                job_id
+                for job_id, status, state in session.execute(
+                    select(TrainingJob.id, TrainingJob.secondary_status, TrainingJob.attempt_state).where(
+                        TrainingJob.id.in_(tracked)
+                    )
+                )
+                if Secondary(status) in FINAL and state in ("", "ended")
+            }
+            ended |= tracked - set(session.scalars(select(TrainingJob.id).where(TrainingJob.id.in_(tracked))))
+        with self._guard:
+            for key in [k for k, lock in self._locks.items() if k[0] in ended and not lock.locked()]:
+                del self._locks[key]
+            for job_id in ended:
+                self._last_sync.pop(job_id, None)
 
     # -- work -------------------------------------------------------------------------------------
 
@@ -160,8 +190,9 @@ class JobRunner:
                     self.runtime.backend.terminate(TaskRef(task_id), grace, env=dict(env) or None)
         self.wake()
 
-    def _sync_due(self) -> None:
-        """Hand the checkpoints of training jobs to storage every `checkpoint_sync_seconds`."""
+    def _sync_due(self) -> float | None:
+        """Hand the checkpoints of training jobs to storage every `checkpoint_sync_seconds`; returns the
+        seconds until the next sync is due (None: no job has one)."""
         now = time.monotonic()
         with self.runtime.db.read() as session:
             training = [
@@ -171,11 +202,19 @@ class JobRunner:
                 )
                 if (json.loads(job.request).get("CheckpointConfig") or {}).get("S3Uri")
             ]
+        every = self.settings.checkpoint_sync_seconds
+        next_due: float | None = None
         for job_id, attempt in training:
-            last = self._last_sync.setdefault(job_id, now)
-            if now - last >= self.settings.checkpoint_sync_seconds:
-                self._last_sync[job_id] = now
+            with self._guard:
+                last = self._last_sync.setdefault(job_id, now)
+            if now - last >= every:
+                with self._guard:
+                    self._last_sync[job_id] = now
                 self._submit(job_id, "sync", sync, attempt)
+                last = now
+            left = every - (now - last)
+            next_due = left if next_due is None else min(next_due, left)
+        return next_due
 
 
 # -- launch ---------------------------------------------------------------------------------------

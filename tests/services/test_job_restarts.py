@@ -132,3 +132,19 @@ def test_tasks_the_back_end_lost_while_the_server_was_down_fail_the_job(
 
 def _four() -> dict[str, Any]:
     return {"ResourceConfig": {"InstanceType": "ml.m5.12xlarge", "InstanceCount": 4}}
+
+
+def test_the_runner_forgets_a_job_once_it_has_ended(tmp_path: Path, world: FakeWorld) -> None:
+    """Its per-job locks and sync times follow the live jobs, not every job ever run."""
+    runtime = _runtime(tmp_path, world)
+    runtime.start()
+    try:
+        jobs.create(runtime, _admin(runtime), REQUEST)
+        assert _wait(lambda: _job(runtime).secondary_status == "Training")
+        assert runtime.job_runner.tracked_jobs() == {_job(runtime).id}  # its start lock, while it runs
+        for task_id in TASKS:
+            runtime.backend.complete(task_id, 0)  # type: ignore[attr-defined]
+        assert _wait(lambda: _job(runtime).secondary_status == "Completed"), _job(runtime).status_message
+        assert _wait(lambda: not runtime.job_runner.tracked_jobs()), runtime.job_runner.tracked_jobs()
+    finally:
+        runtime.stop()
