@@ -30,7 +30,7 @@ from hyperplan.services.accounts import Caller
 from hyperplan.services.capacity import require_room
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import PlanEvent, ReservedCapacity, TrainingPlan
-from hyperplan.wire.paging import decode_token, encode_token
+from hyperplan.core.paging import decode_token, encode_token
 
 # -- search -----------------------------------------------------------------------------------------
 

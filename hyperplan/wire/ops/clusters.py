@@ -12,7 +12,7 @@ from hyperplan.errors import ValidationError
 from hyperplan.runtime import Runtime
 from hyperplan.services import clusters
 from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, TrainingPlan
-from hyperplan.wire.paging import paginate
+from hyperplan.core.paging import paginate
 from hyperplan.wire.registry import RequestContext, operation
 
 # What DescribeCluster echoes of each group's specification, as it was given.

@@ -13,7 +13,7 @@ from hyperplan.runtime import Runtime
 from hyperplan.services import jobs
 from hyperplan.store.schema import TrainingJob, TrainingPlan
 from hyperplan.training.workspace import model_uri
-from hyperplan.wire.paging import paginate
+from hyperplan.core.paging import paginate
 from hyperplan.wire.registry import RequestContext, operation
 
 # What DescribeTrainingJob echoes of the request, as it was given.

@@ -12,7 +12,7 @@ from hyperplan.runtime import Runtime
 from hyperplan.services import extensions, lifecycle, plan_capacity, plans
 from hyperplan.services.plans import ListQuery, SignedOffering
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
-from hyperplan.wire.paging import paginate
+from hyperplan.core.paging import paginate
 from hyperplan.wire.registry import RequestContext, operation
 
 
