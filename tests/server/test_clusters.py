@@ -1,4 +1,7 @@
-"""HyperPod clusters on training plans, with real nodes on the local back end, under the manual clock."""
+"""HyperPod clusters on training plans under the manual clock.
+
+The rules (bindings, provisioning order, deletes) run on in-process servers over the fake back end
+(tests/inprocess.py); real lifecycle scripts, node processes, signals and the crash on real servers."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from botocore.exceptions import ClientError
 
 from hyperplan.client.signing import Credentials
 from tests.harness import ADMIN, Server, boundary_after, service_now, wait_until
+from tests.inprocess import InProcessServer
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 P5 = "ml.p5.48xlarge"
@@ -70,6 +74,17 @@ def _group(
 @pytest.fixture
 def small(server_factory: type[Server], tmp_path: Path) -> Server:
     server = server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET)
+    script = server.data_dir / "s3" / "lifecycle" / "src" / "on_create.sh"
+    script.parent.mkdir(parents=True)
+    script.write_text(ON_CREATE)
+    return server.start()
+
+
+@pytest.fixture
+def fast_small(fast_server_factory: type[InProcessServer], tmp_path: Path) -> Server:
+    """In process, over the fake back end: the lifecycle scripts are found as on a real server, and every
+    OnCreate succeeds at once."""
+    server = fast_server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET)
     script = server.data_dir / "s3" / "lifecycle" / "src" / "on_create.sh"
     script.parent.mkdir(parents=True)
     script.write_text(ON_CREATE)
@@ -167,7 +182,8 @@ def test_seed_hyperpod_walkthrough_with_the_aws_cli(
     ]
 
 
-def test_every_binding_rule_is_refused_with_its_own_message(small: Server) -> None:
+def test_every_binding_rule_is_refused_with_its_own_message(fast_small: Server) -> None:
+    small = fast_small
     team = small.new_account("binder", PaymentMode="approval")
     client = small.sagemaker(team)
     stranger = small.new_account("stranger")
@@ -224,7 +240,8 @@ def test_every_binding_rule_is_refused_with_its_own_message(small: Server) -> No
     assert client.list_clusters()["ClusterSummaries"] == []  # nothing half-written
 
 
-def test_partial_provisioning_serves_groups_in_creation_order(small: Server) -> None:
+def test_partial_provisioning_serves_groups_in_creation_order(fast_small: Server) -> None:
+    small = fast_small
     arn = _buy(small, ADMIN, "shared", 4, 1)
     client = small.sagemaker()
     client.create_cluster(
@@ -302,7 +319,8 @@ def test_lifecycle_scripts_run_for_real_and_a_failing_one_fails_its_node(small: 
     assert gone and "s3://no-such-bucket/src" in gone[0]["InstanceStatus"]["Message"]
 
 
-def test_batch_delete_lowers_the_target_and_delete_cluster_releases_everything(small: Server) -> None:
+def test_batch_delete_lowers_the_target_and_delete_cluster_releases_everything(fast_small: Server) -> None:
+    small = fast_small
     client = small.sagemaker()
     client.create_cluster(
         ClusterName="shrink", InstanceGroups=[_group("c", 3, instance_type="ml.m5.12xlarge")]
