@@ -15,6 +15,7 @@ restarts and kills, real node and job processes, the SDK, and the front door's s
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import socket
@@ -22,34 +23,32 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
 
+from hyperplan.app import BOOTSTRAP_KEY_ENV, BOOTSTRAP_SECRET_ENV, AppConfig, Application
 from hyperplan.backends.base import Backend
 from hyperplan.backends.fake import FakeBackend, FakeWorld
-from hyperplan.runtime import BOOTSTRAP_KEY_ENV, BOOTSTRAP_SECRET_ENV, Runtime, RuntimeConfig
 from hyperplan.server.app import create_app
 from hyperplan.server.header_deadline import header_deadline_protocol
 from hyperplan.server.limits import ServerLimits
 from tests.harness import ADMIN, SERVER_START, Server
 
+LOGGERS = ("hyperplan", "uvicorn.error")  # what `hyperplan serve --log-level warning` writes to its log
 STOP_TIMEOUT = 30.0  # seconds a stopping server may take before the test fails for it
 
 
 def build_application(
-    config: RuntimeConfig, backend: Backend, limits: ServerLimits
-) -> tuple[Runtime, Starlette]:
-    """The application as `hyperplan serve` composes it, over the given back end.
-
-    The one place tests compose it: when the composition root takes the back end as an argument, only
-    this function changes."""
-    runtime = Runtime(config)
-    runtime.backend = backend  # before start(): adoption and every watcher see only this one
-    return runtime, create_app(runtime, limits)
+    config: AppConfig, backend: Backend, limits: ServerLimits
+) -> tuple[Application, Starlette]:
+    """The application as `hyperplan serve` composes it, over the given back end (the one place tests
+    compose it)."""
+    application = Application(replace(config, backend=lambda _data_dir: backend))
+    return application, create_app(application.open(), application, limits)
 
 
 @contextmanager
@@ -96,6 +95,18 @@ class Templates:
         shutil.copytree(template, server.data_dir)
 
 
+class _LogRecorder(logging.Handler):
+    """The server's log, warnings and worse with their tracebacks, as `server.log()` reads it."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
 @dataclass(eq=False)
 class InProcessServer(Server):
     """A server in this process over the fake back end. `env` holds the environment settings it reads
@@ -107,16 +118,17 @@ class InProcessServer(Server):
     time_scale: float = 60.0  # service seconds per real second, for the accelerated clock
     limits: ServerLimits = field(default_factory=ServerLimits)
     templates: Templates | None = None  # where a new manual-clock data directory may be copied from
-    runtime: Runtime | None = None
+    runtime: Application | None = None
     _uvicorn: uvicorn.Server | None = None
     _thread: threading.Thread | None = None
     _env_scope: Any = None
+    _log: _LogRecorder = field(default_factory=_LogRecorder)
 
     @property
     def backend(self) -> FakeBackend:
         """The running server's back end: drive its tasks and nodes from the test."""
         assert self.runtime is not None, "the server is not running"
-        backend = self.runtime.backend
+        backend = self.runtime.context.backend
         assert isinstance(backend, FakeBackend)
         return backend
 
@@ -133,6 +145,8 @@ class InProcessServer(Server):
             settings |= {BOOTSTRAP_KEY_ENV: None, BOOTSTRAP_SECRET_ENV: None}
         self._env_scope = environment(settings)
         self._env_scope.__enter__()
+        for name in LOGGERS:
+            logging.getLogger(name).addHandler(self._log)
         try:
             self._start(timeout)
         except BaseException:
@@ -145,7 +159,7 @@ class InProcessServer(Server):
         return new and self.templates is not None and self.clock == "manual" and self.bootstrap
 
     def _start(self, timeout: float) -> None:
-        config = RuntimeConfig(
+        config = AppConfig(
             data_dir=self.data_dir,
             fleet_path=self.fleet,
             clock=self.clock,
@@ -181,7 +195,7 @@ class InProcessServer(Server):
     def stop(self) -> int:
         """A graceful stop, as on SIGTERM: requests in progress finish, then the runtime stops."""
         assert self._uvicorn is not None and self._thread is not None and self.runtime is not None
-        self.runtime.scheduler.request_stop()  # as the real server's signal handler does
+        self.runtime.request_stop()  # as the real server's signal handler does
         self._uvicorn.should_exit = True
         self._thread.join(STOP_TIMEOUT)
         alive = self._thread.is_alive()
@@ -194,6 +208,8 @@ class InProcessServer(Server):
         self._uvicorn = None
         self._thread = None
         self.runtime = None
+        for name in LOGGERS:
+            logging.getLogger(name).removeHandler(self._log)
         if self._env_scope is not None:
             scope, self._env_scope = self._env_scope, None
             scope.__exit__(None, None, None)
@@ -212,7 +228,7 @@ class InProcessServer(Server):
         return self.start()
 
     def log(self) -> str:
-        return ""  # its log goes to the test's captured output
+        return "\n".join(self._log.lines)
 
 
 __all__ = ["SERVER_START", "InProcessServer", "Templates", "build_application", "environment"]

@@ -3,6 +3,7 @@ settings of its own environment, and nothing left behind when it stops."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from pathlib import Path
@@ -29,7 +30,7 @@ def test_its_environment_is_its_own_and_restored_after(
     assert "HYPERPLAN_JOB_STOP_GRACE" not in os.environ
     server = fast_server_factory(data_dir=tmp_path / "d", env={"HYPERPLAN_JOB_STOP_GRACE": "7"}).start()
     assert server.runtime is not None
-    assert settings_of(server.runtime).stop_grace.total_seconds() == 7
+    assert settings_of(server.runtime.context).stop_grace.total_seconds() == 7
     server.stop()
     assert "HYPERPLAN_JOB_STOP_GRACE" not in os.environ
 
@@ -51,7 +52,8 @@ def test_it_stops_its_threads_and_restarts_over_the_same_store(
 
 def test_an_instant_of_the_tests_choice(fast_server_factory: type[InProcessServer], tmp_path: Path) -> None:
     instant = SERVER_START.replace(year=2030)
-    server = fast_server_factory(data_dir=tmp_path / "d", clock_start=instant).start()
+    small = Path(__file__).parent.parent / "fleets" / "small.toml"  # no background load to store
+    server = fast_server_factory(data_dir=tmp_path / "d", fleet=small, clock_start=instant).start()
     assert service_now(server) == instant
     assert server.native(ADMIN).get("/api/v1/clock")["Kind"] == "manual"
 
@@ -59,3 +61,8 @@ def test_an_instant_of_the_tests_choice(fast_server_factory: type[InProcessServe
 def test_a_crash_is_not_played_here(fast_server: InProcessServer) -> None:
     with pytest.raises(NotImplementedError):
         fast_server.kill()
+
+
+def test_its_log_holds_the_servers_warnings(fast_server: InProcessServer) -> None:
+    logging.getLogger("hyperplan.runtime").warning("a warning the test wrote")
+    assert "a warning the test wrote" in fast_server.log()

@@ -1,5 +1,8 @@
 """Training jobs on training plans, run for real as processes on the local back end, under the manual clock.
 
+The rules (what is refused, the queue) run on in-process servers over the fake back end
+(tests/inprocess.py); everything about real processes, signals, logs and crashes on real servers.
+
 No test waits for service time: the clock is moved. Real processes take real time, so tests poll for
 them (with generous timeouts). Grace periods and checkpoint syncs are made short through the settings.
 """
@@ -24,9 +27,11 @@ import numpy as np
 import pytest
 from botocore.exceptions import ClientError
 
+from hyperplan.backends.fake import Program
 from hyperplan.backends.local import LocalBackend
 from hyperplan.client.signing import Credentials
 from tests.harness import ADMIN, Server, boundary_after, service_now, wait_until
+from tests.inprocess import InProcessServer
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -181,20 +186,40 @@ def _job_processes(data_dir: Path) -> list[int]:
 # -- fixtures ------------------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def small(server_factory: type[Server], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
-    """The small fleet, short real-time periods, and a dataset in s3://bucket/input."""
-    monkeypatch.setenv("HYPERPLAN_JOB_RECLAIM_GRACE", "5")
-    monkeypatch.setenv("HYPERPLAN_JOB_STOP_GRACE", "5")
-    monkeypatch.setenv("HYPERPLAN_JOB_CHECKPOINT_SYNC", "0.3")
-    server = server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET)
+JOB_PERIODS = {
+    "HYPERPLAN_JOB_RECLAIM_GRACE": "5",
+    "HYPERPLAN_JOB_STOP_GRACE": "5",
+    "HYPERPLAN_JOB_CHECKPOINT_SYNC": "0.3",
+}
+
+
+def _make_dataset(server: Server) -> None:
     dataset = server.data_dir / "s3" / "bucket" / "input" / "data.csv"
     subprocess.run(
         [sys.executable, EXAMPLES / "make_dataset.py", dataset, "--rows", "200"], check=True, timeout=60
     )
+
+
+@pytest.fixture
+def small(server_factory: type[Server], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Server]:
+    """The small fleet, short real-time periods, and a dataset in s3://bucket/input."""
+    for name, value in JOB_PERIODS.items():
+        monkeypatch.setenv(name, value)
+    server = server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET)
+    _make_dataset(server)
     yield server.start()
     # Whatever a test left running goes with it: a back end told of nothing kills everything it has.
     LocalBackend(server.data_dir / "backend").adopt([])
+    assert "Traceback" not in server.log(), server.log()[-5000:]
+
+
+@pytest.fixture
+def fast_small(fast_server_factory: type[InProcessServer], tmp_path: Path) -> Iterator[InProcessServer]:
+    """The same, in process over the fake back end (tests/inprocess.py): for the job rules. Its tasks run
+    until they are stopped, unless the test gives them a Program (`fast_small.world.command(...)`)."""
+    server = fast_server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET, env=JOB_PERIODS)
+    _make_dataset(server)
+    yield server.start()
     assert "Traceback" not in server.log(), server.log()[-5000:]
 
 
@@ -478,16 +503,17 @@ def test_a_two_instance_job_runs_two_processes_that_reach_each_other_over_loopba
 
 
 def test_the_queue_is_fifo_with_backfill_and_pending_time_counts_only_while_the_plan_is_active(
-    small: Server,
+    fast_small: InProcessServer,
 ) -> None:
-    server = small
+    server = fast_small
     client = server.sagemaker()
     start = boundary_after(service_now(server) + timedelta(days=1))
     arn = _buy(server, ADMIN, "queue", 4, 3, StartTimeAfter=start, EndTimeBefore=start + timedelta(days=3))
     assert client.describe_training_plan(TrainingPlanName="queue")["StartTime"] == start
     client.create_training_job(**_sleeper("big", plan=arn, count=3))
     client.create_training_job(**_sleeper("starved", plan=arn, count=2))
-    client.create_training_job(**_job("small", ["python", "-c", "print('small one')"], plan=arn, count=1))
+    small_one = list(server.world.command(Program.exits(0, stdout=b"small one\n")))
+    client.create_training_job(**_job("small", small_one, plan=arn, count=1))
     client.create_training_job(
         **_sleeper(
             "impatient",
@@ -642,7 +668,8 @@ def test_a_failing_instance_fails_the_job_with_its_error(small: Server) -> None:
     )
 
 
-def test_every_rule_is_refused_with_its_own_message_and_nothing_is_written(small: Server) -> None:
+def test_every_rule_is_refused_with_its_own_message_and_nothing_is_written(fast_small: Server) -> None:
+    small = fast_small
     team = small.new_account("rules", PaymentMode="approval")
     client = small.sagemaker(team)
     theirs = _buy(small, small.new_account("stranger"), "theirs", 1, 1)
