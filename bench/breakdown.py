@@ -22,9 +22,9 @@ from bench import mix
 from bench.loadgen import CREATE, SEARCH, Endpoint, signed_headers
 from bench.report import line, percentile
 from bench.server import HOST, Store
-from hyperplan.runtime import Runtime
 from hyperplan.server.auth import SAGEMAKER_API
 from hyperplan.services import accounts
+from hyperplan.services.context import ServiceContext
 from hyperplan.wire import model, registry, serialize, sigv4, validate
 from hyperplan.wire.registry import RequestContext
 
@@ -60,7 +60,7 @@ def _call(
         profiler.disable()
 
 
-def _caller_for_key(runtime: Runtime, key_id: str) -> tuple[str, accounts.Caller] | None:
+def _caller_for_key(runtime: ServiceContext, key_id: str) -> tuple[str, accounts.Caller] | None:
     """What the server's authentication does to find a key's secret: a read transaction and a query."""
     with runtime.db.read() as session:
         return accounts.caller_for_key(session, key_id)

@@ -17,7 +17,7 @@ commit adds. Events due before the server answered its health check are left out
 
 Catch-up. Another store, written before the lag phase, holds 1,000 events (200 in a quick run) that fall
 due within seconds and are all in the past when a server first starts on it, as after an outage: the
-server runs every missed event in order before it serves (``Runtime.start``), so the time from
+server runs every missed event in order before it serves (``Application.start``), so the time from
 starting the process to /healthz answering is the catch-up, next to the start of the lag server, which
 had nothing to catch up on. The events' own ``ran_at`` stamps give the loop's rate.
 """
@@ -48,7 +48,7 @@ from bench.timed_store import (
     ran_events,
     write_store,
 )
-from hyperplan.runtime import Runtime, RuntimeConfig
+from hyperplan.app import AppConfig, Application
 
 TARGET_LAG_MS = 1000.0
 POLL_SECONDS = 0.02  # how often the reader looks for newly committed events
@@ -265,16 +265,18 @@ def _catch_up(report: Report, missed: TimedStore, start_seconds: float) -> None:
 
 def _profile_catch_up(data_dir: Path) -> None:
     """The same catch-up in-process under cProfile, on a copy of the missed store taken before it ran."""
-    runtime = Runtime(RuntimeConfig(data_dir=data_dir, fleet_path=LIFECYCLE_FLEET, clock="wall"))
+    application = Application(AppConfig(data_dir=data_dir, fleet_path=LIFECYCLE_FLEET, clock="wall"))
     try:
+        application.bootstrap()
+        runtime = application.context
         runtime.calendar.load(runtime.db)
         profiler = cProfile.Profile()
         began = time.perf_counter()
         with profiler:
-            ran = runtime.scheduler.run_due(runtime.clock.now())
+            ran = application.workers.scheduler.run_due(runtime.clock.now())
         seconds = time.perf_counter() - began
     finally:
-        runtime.stop()
+        application.stop()
     line(f"cProfile of the catch-up, in-process: {ran:,} events in {seconds:.2f} s under the profiler")
     profiling.print_summary(profiler)
 

@@ -24,12 +24,13 @@ from pathlib import Path
 
 from bench.fill import Booking, FillSpec, booked_fraction, fill, window_start
 from bench.loadgen import Endpoint
+from hyperplan.app import AppConfig, Application
 from hyperplan.core.calendar import CapacityCalendar
 from hyperplan.core.fleet import Fleet
 from hyperplan.core.offering_ids import OfferingClaim, OfferingSegment, encode
-from hyperplan.runtime import Runtime, RuntimeConfig
 from hyperplan.services import accounts, plans
 from hyperplan.services.accounts import Caller, NewKey
+from hyperplan.services.context import ServiceContext
 
 FLEET = Path(__file__).with_name("fleet.toml")
 HOST = "127.0.0.1"
@@ -40,11 +41,15 @@ class Store:
     """A filled data directory, and the runtime that filled it (closed before a server starts)."""
 
     data_dir: Path
-    runtime: Runtime
+    application: Application
     keys: list[NewKey]  # one account per load-generator client
     plans: int
     booked: float  # fraction of reservable instance-slots over the 120-day window
     fill_seconds: float
+
+    @property
+    def runtime(self) -> ServiceContext:
+        return self.application.context
 
     @property
     def fleet(self) -> Fleet:
@@ -59,7 +64,7 @@ class Store:
         return Caller(key.account_id, key.account_name, False, key.access_key_id)
 
     def close(self) -> None:
-        self.runtime.stop()
+        self.application.stop()
 
 
 # The same service time whenever the bench runs, so that its calendar and its figures can be compared.
@@ -68,8 +73,10 @@ BENCH_START = datetime(2026, 12, 31, 23, 50, tzinfo=UTC)
 
 def prepare_store(data_dir: Path, spec: FillSpec, clients: int) -> Store:
     """A data directory with the bench fleet, ``clients`` accounts, and plans booked per ``spec``."""
-    config = RuntimeConfig(data_dir=data_dir, fleet_path=FLEET, clock="manual", clock_start=BENCH_START)
-    runtime = Runtime(config)
+    config = AppConfig(data_dir=data_dir, fleet_path=FLEET, clock="manual", clock_start=BENCH_START)
+    application = Application(config)
+    application.bootstrap()
+    runtime = application.context
     now = runtime.clock.now()
     with runtime.db.write() as session:
         filler = accounts.create_account(session, "bench-fill", now=now)
@@ -81,10 +88,10 @@ def prepare_store(data_dir: Path, spec: FillSpec, clients: int) -> Store:
     for number, booking in enumerate(bookings):
         plans.create(runtime, caller, f"fill-{number}", offering_for(runtime, caller, booking, number))
     fraction = booked_fraction(runtime.fleet, calendar, window_start(runtime.fleet, now))
-    return Store(data_dir, runtime, keys, len(bookings), fraction, time.perf_counter() - began)
+    return Store(data_dir, application, keys, len(bookings), fraction, time.perf_counter() - began)
 
 
-def offering_for(runtime: Runtime, caller: Caller, booking: Booking, number: int) -> str:
+def offering_for(runtime: ServiceContext, caller: Caller, booking: Booking, number: int) -> str:
     """A signed offering for one booking; the expiry differs per plan so that equal bookings get
     distinct ids (an offering is bought once)."""
     claim = OfferingClaim(

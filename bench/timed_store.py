@@ -21,9 +21,10 @@ from typing import Any
 
 from bench.fill import Booking
 from bench.server import offering_for
-from hyperplan.runtime import Runtime, RuntimeConfig
+from hyperplan.app import AppConfig, Application
 from hyperplan.services import accounts, plans
 from hyperplan.services.accounts import Caller
+from hyperplan.services.context import ServiceContext
 
 LIFECYCLE_FLEET = Path(__file__).with_name("lifecycle_fleet.toml")
 POOLS = 4  # the lifecycle fleet's pools; plans go round them
@@ -87,8 +88,10 @@ class TimedStore:
 def write_store(data_dir: Path, groups: tuple[Group, ...], setup_seconds: float = 0.0) -> TimedStore:
     """Buy the groups' plans; their times count from the first whole second ``setup_seconds`` (time to
     write them and start a server) after now."""
-    runtime = Runtime(RuntimeConfig(data_dir=data_dir, fleet_path=LIFECYCLE_FLEET, clock="manual"))
+    application = Application(AppConfig(data_dir=data_dir, fleet_path=LIFECYCLE_FLEET, clock="manual"))
     try:
+        application.bootstrap()
+        runtime = application.context
         now = runtime.clock.now()
         base = datetime.fromtimestamp(math.ceil(now.timestamp() + setup_seconds), UTC)
         caller = _account(runtime, now)
@@ -96,16 +99,18 @@ def write_store(data_dir: Path, groups: tuple[Group, ...], setup_seconds: float 
         group_of = _buy(runtime, caller, groups, base)
         return TimedStore(data_dir, base, groups, group_of, time.perf_counter() - began)
     finally:
-        runtime.stop()
+        application.stop()
 
 
-def _account(runtime: Runtime, now: datetime) -> Caller:
+def _account(runtime: ServiceContext, now: datetime) -> Caller:
     with runtime.db.write() as session:
         key = accounts.create_account(session, "bench-lifecycle", now=now)
     return Caller(key.account_id, key.account_name, False, key.access_key_id)
 
 
-def _buy(runtime: Runtime, caller: Caller, groups: tuple[Group, ...], base: datetime) -> dict[str, str]:
+def _buy(
+    runtime: ServiceContext, caller: Caller, groups: tuple[Group, ...], base: datetime
+) -> dict[str, str]:
     group_of: dict[str, str] = {}
     for group in groups:
         for booking in group.bookings(base):

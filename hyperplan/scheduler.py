@@ -33,7 +33,7 @@ from hyperplan.errors import ServiceUnavailable
 from hyperplan.store import settings
 from hyperplan.store.db import Database
 from hyperplan.store.schema import ScheduledEvent
-from hyperplan.worker import Worker
+from hyperplan.worker import Wake, Worker
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,9 @@ def schedule(session: Session, kind: str, due_at: datetime, subject: str = "", *
 
 
 class Scheduler:
-    def __init__(self, db: Database, clock: Clock, handlers: Mapping[str, EventHandler]) -> None:
+    def __init__(
+        self, db: Database, clock: Clock, handlers: Mapping[str, EventHandler], wake: Wake | None = None
+    ) -> None:
         self.db = db
         self.clock = clock
         self.handlers = dict(handlers)
@@ -65,7 +67,7 @@ class Scheduler:
         # Woken when a commit schedules an event (plans, extensions, payments); the step sleeps until the
         # next due event. The 1 s poll catches events scheduled by paths that do not wake it (a job's
         # deadlines, a top-up) and bounds how long a request_stop from a signal handler goes unseen.
-        self.worker = Worker("lifecycle", self._step, poll=1.0)
+        self.worker = Worker("lifecycle", self._step, poll=1.0, wake=wake)
 
     # -- running events -------------------------------------------------------------------------
 

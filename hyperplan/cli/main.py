@@ -117,9 +117,9 @@ def serve(
 ) -> None:
     """Run the server until SIGTERM or Ctrl-C."""
 
+    from hyperplan.app import AppConfig, Application, default_data_dir
     from hyperplan.backends.layout import MARK_VARIABLE
     from hyperplan.errors import HyperplanError
-    from hyperplan.runtime import Runtime, RuntimeConfig, default_data_dir
     from hyperplan.server.app import create_app
     from hyperplan.server.serving import serve as serve_app
     from hyperplan.services.clock import parse_instant
@@ -129,8 +129,8 @@ def serve(
     # Every process this server starts inherits the mark (see hyperplan.backends.layout.MARK_VARIABLE).
     os.environ.setdefault(MARK_VARIABLE, f"hp-{secrets.token_hex(8)}")
     try:
-        runtime = Runtime(
-            RuntimeConfig(
+        application = Application(
+            AppConfig(
                 data_dir=directory,
                 fleet_path=fleet,
                 clock=clock_kind,
@@ -138,16 +138,19 @@ def serve(
                 clock_start=parse_instant(clock_start) if clock_start is not None else None,
             )
         )
+        context = application.open()  # the data directory, the fleet file, the migration, the clock
+        bootstrapped = application.bootstrap()
     except HyperplanError as exc:
         console.print(f"[red]{exc.code}[/red]: {exc.message}")
         raise typer.Exit(2) from None
-    if runtime.bootstrapped:
-        console.print(f"Created the administrator account; its keys are in {runtime.credentials_path}")
+    credentials = application.credentials_path
+    if bootstrapped:
+        console.print(f"Created the administrator account; its keys are in {credentials}")
     console.print(
-        f"hyperplan on http://{host}:{port} (region {runtime.region}, {runtime.clock.kind} clock, "
+        f"hyperplan on http://{host}:{port} (region {context.region}, {context.clock.kind} clock, "
         f"data in {directory})\n"
         f"  aws sagemaker list-training-plans --endpoint-url http://{host}:{port} "
-        f"(credentials: AWS_SHARED_CREDENTIALS_FILE={runtime.credentials_path} AWS_PROFILE=hyperplan)"
+        f"(credentials: AWS_SHARED_CREDENTIALS_FILE={credentials} AWS_PROFILE=hyperplan)"
     )
     # uvicorn shuts down gracefully on SIGTERM and then re-raises the signal under the handler that was in
     # place before it started; this one makes that a clean exit, as service managers expect.
@@ -156,9 +159,9 @@ def serve(
         from hyperplan.server.header_deadline import header_deadline_protocol
 
         limits = ServerLimits(max_body_bytes, header_timeout, body_timeout, max_connections)
-        app = create_app(runtime, limits)
+        app = create_app(context, application, limits)
         serve_app(
-            runtime,
+            application.request_stop,
             app,
             host=host,
             port=port,

@@ -49,7 +49,7 @@ from hyperplan.notify.guard import guarded_client
 from hyperplan.services import webhooks
 from hyperplan.store.db import Database
 from hyperplan.store.schema import PlanEvent, TrainingPlan, Webhook, WebhookDelivery
-from hyperplan.worker import Worker
+from hyperplan.worker import Wake, Worker
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +135,7 @@ class Dispatcher:
         now: RealClock = utcnow,
         config: DispatcherConfig | None = None,
         targets: WebhookTargets | None = None,
+        wake: Wake | None = None,
     ) -> None:
         """`targets`: the fleet's allowed networks, for the default client (a given `http` factory is
         used as it is: tests give one that sends nowhere)."""
@@ -147,7 +148,7 @@ class Dispatcher:
         # The loop that finds due heads: a worker woken after a commit that queued deliveries and when a
         # worker thread frees a pair; it polls every `poll` seconds for retries that come due.
         poll = self.config.poll
-        self.loop = Worker("webhooks", self.dispatch_due, poll=poll, backoff_base=poll)
+        self.loop = Worker("webhooks", self.dispatch_due, poll=poll, backoff_base=poll, wake=wake)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._in_flight: set[tuple[int, int]] = set()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Protocol
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -11,26 +12,41 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from hyperplan.runtime import Runtime
 from hyperplan.server import native, native_webhooks
 from hyperplan.server.body_limit import BodyLimit
 from hyperplan.server.limits import ServerLimits
 from hyperplan.server.sagemaker import sagemaker_endpoint
+from hyperplan.services.context import ServiceContext
+
+
+class Lifespan(Protocol):
+    """What the server starts before its first request and stops after its last (the composition root)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
 
 
 async def healthz(request: Request) -> Response:
-    runtime: Runtime = request.app.state.runtime
+    runtime: ServiceContext = request.app.state.runtime
     return JSONResponse({"status": "ok", "clock": runtime.clock.kind, "region": runtime.region})
 
 
-def create_app(runtime: Runtime, limits: ServerLimits | None = None) -> Starlette:
+def create_app(
+    context: ServiceContext, life: Lifespan | None = None, limits: ServerLimits | None = None
+) -> Starlette:
+    """The app over an opened context; `life` (the composition root) is started and stopped with the
+    server. Without it nothing is started: an app only to read its routes."""
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        runtime.start()  # missed events run here, before the first request is served
+        if life is not None:
+            life.start()  # missed events run here, before the first request is served
         try:
             yield
         finally:
-            runtime.stop()
+            if life is not None:
+                life.stop()
 
     routes = [
         Route("/", sagemaker_endpoint, methods=["POST"]),
@@ -41,5 +57,5 @@ def create_app(runtime: Runtime, limits: ServerLimits | None = None) -> Starlett
     # Every route's body is capped and read here, once, before any handler or authentication runs.
     middleware = [Middleware(BodyLimit, limits=limits or ServerLimits())]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
-    app.state.runtime = runtime
+    app.state.runtime = context  # what every handler and service works with
     return app

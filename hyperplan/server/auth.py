@@ -11,9 +11,9 @@ from starlette.requests import Request
 
 from hyperplan.clock import utcnow
 from hyperplan.errors import AccessDenied
-from hyperplan.runtime import Runtime
 from hyperplan.services import accounts
 from hyperplan.services.accounts import Caller
+from hyperplan.services.context import ServiceContext
 from hyperplan.wire import sigv4
 
 SIGNING_SERVICE = "sagemaker"
@@ -30,7 +30,7 @@ def policy_for(path: str) -> sigv4.SigningPolicy:
     return NATIVE_API if path.startswith(NATIVE_PREFIX) else SAGEMAKER_API
 
 
-def authenticate(runtime: Runtime, request: Request, body: bytes) -> Caller:
+def authenticate(runtime: ServiceContext, request: Request, body: bytes) -> Caller:
     found: dict[str, Caller] = {}
 
     def load(access_key_id: str) -> tuple[str, Caller] | None:

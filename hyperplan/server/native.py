@@ -20,7 +20,6 @@ from starlette.routing import Route
 
 from hyperplan.clock import utcnow
 from hyperplan.errors import AccessDenied
-from hyperplan.runtime import Runtime
 from hyperplan.server import fields
 from hyperplan.server.auth import authenticate, require_admin
 from hyperplan.server.errors import native_error_response
@@ -28,12 +27,13 @@ from hyperplan.services import accounts, clusters, payments, plans, quotas
 from hyperplan.services import clock as clock_service
 from hyperplan.services import fleet as fleet_service
 from hyperplan.services.accounts import Caller, NewKey
+from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import TrainingPlan
 
 
 @dataclass(frozen=True)
 class NativeRequest:
-    runtime: Runtime
+    runtime: ServiceContext
     caller: Caller
     body: Mapping[str, Any]
     path: Mapping[str, str]
@@ -69,7 +69,7 @@ def _endpoint(
 ) -> Callable[[Request], Any]:
     async def serve(request: Request) -> Response:
         request_id = str(uuid.uuid4())
-        runtime: Runtime = request.app.state.runtime
+        runtime: ServiceContext = request.app.state.runtime
         try:
             raw = await request.body()
             caller = await run_in_threadpool(authenticate, runtime, request, raw)
@@ -263,7 +263,7 @@ def approve_invoice(request: NativeRequest) -> dict[str, Any]:
             session, request.runtime.lifecycle, _invoice_id(request), request.runtime.clock.now()
         )
         view = _invoice_view(session, invoice)
-    request.runtime.scheduler.wake()
+    request.runtime.wakes.lifecycle.notify()
     return view
 
 
@@ -311,7 +311,7 @@ def _budget(request: NativeRequest, body: Mapping[str, Any], name: str) -> Decim
     )
 
 
-def _account_json(runtime: Runtime, session: Any, account: Any) -> dict[str, Any]:
+def _account_json(runtime: ServiceContext, session: Any, account: Any) -> dict[str, Any]:
     limits = quotas.limits(runtime, account)
     return {
         "AccountId": account.id,

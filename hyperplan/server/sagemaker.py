@@ -13,9 +13,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from hyperplan.errors import UnknownOperation
-from hyperplan.runtime import Runtime
 from hyperplan.server.auth import authenticate
 from hyperplan.server.errors import AMZ_JSON, sagemaker_error_response
+from hyperplan.services.context import ServiceContext
 from hyperplan.wire import model, registry, serialize, validate
 from hyperplan.wire.registry import RequestContext
 
@@ -24,7 +24,7 @@ TARGET_PREFIX = "SageMaker."
 
 async def sagemaker_endpoint(request: Request) -> Response:
     request_id = str(uuid.uuid4())
-    runtime: Runtime = request.app.state.runtime
+    runtime: ServiceContext = request.app.state.runtime
     try:
         body = await request.body()
         caller = await run_in_threadpool(authenticate, runtime, request, body)

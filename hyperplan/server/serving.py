@@ -6,17 +6,19 @@ shutdown, which stops the runtime. Two kinds of work never see that flag:
 
 - a clock move that is running a long catch-up in the threadpool: anyio's worker threads are not
   daemons, so the process cannot exit before the move returns, whatever uvicorn cancels;
-- the catch-up of missed events in ``Runtime.start()``, which runs inside the lifespan's startup,
+- the catch-up of missed events in the application's ``start()``, which runs inside the lifespan's startup,
   before uvicorn looks at the flag at all.
 
-So the handler here also asks the scheduler to stop. Both check between two events: the event in
-progress commits, the rest stay pending, and the server stops within one event's time.
+So the handler here also asks the lifecycle loop to stop (``request_stop``, from the composition root).
+Both check between two events: the event in progress commits, the rest stay pending, and the server
+stops within one event's time.
 """
 
 from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -24,22 +26,21 @@ import uvicorn
 from starlette.applications import Starlette
 from uvicorn.config import STARTUP_FAILURE
 
-from hyperplan.runtime import Runtime
-
 
 class _Server(uvicorn.Server):
-    def __init__(self, config: uvicorn.Config, runtime: Runtime) -> None:
+    def __init__(self, config: uvicorn.Config, request_stop: Callable[[], None]) -> None:
         super().__init__(config)
-        self.runtime = runtime
+        self.request_stop = request_stop
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        self.runtime.scheduler.request_stop()  # safe here: sets a flag and takes no lock
+        self.request_stop()  # safe here: sets flags and takes no lock
         super().handle_exit(sig, frame)
 
 
-def serve(runtime: Runtime, app: Starlette, **options: Any) -> None:
-    """``uvicorn.run(app, **options)`` for one process without reload, with the stop signal above."""
-    server = _Server(uvicorn.Config(app, **options), runtime)
+def serve(request_stop: Callable[[], None], app: Starlette, **options: Any) -> None:
+    """``uvicorn.run(app, **options)`` for one process without reload; the stop signal also calls
+    `request_stop`, which must be safe in a signal handler."""
+    server = _Server(uvicorn.Config(app, **options), request_stop)
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn re-raises it once it has shut down
         server.run()
     if not server.started:

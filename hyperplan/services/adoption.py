@@ -9,12 +9,11 @@ report says about them.
 from __future__ import annotations
 
 from hyperplan.backends.base import AdoptReport, Ref
-from hyperplan.runtime import Runtime
+from hyperplan.services import clusters, job_runner
+from hyperplan.services.context import ServiceContext
 
 
-def adopt_all(runtime: Runtime) -> AdoptReport:
-    from hyperplan.services import clusters, job_runner
-
+def adopt_all(runtime: ServiceContext) -> AdoptReport:
     known: list[Ref] = [*clusters.node_refs(runtime), *job_runner.task_refs(runtime)]
     report = runtime.backend.adopt(known)
     clusters.settle_adoption(runtime, report)

@@ -18,17 +18,18 @@ from sqlalchemy.orm import Session
 from hyperplan.core.background import background_bookings
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.search import Segment
-from hyperplan.runtime import Runtime
-from hyperplan.scheduler import schedule
+from hyperplan.scheduler import DueEvent, EventHandler, schedule
 from hyperplan.services import accounts, lifecycle
-from hyperplan.store.schema import Account, ReservedCapacity, TrainingPlan
+from hyperplan.services.context import ServiceContext
+from hyperplan.store.db import after_commit
+from hyperplan.store.schema import Account, ReservedCapacity, ScheduledEvent, TrainingPlan
 
 ACCOUNT_NAME = "background-load"
 TOP_UP = "background.top-up"
 TOP_UP_EVERY = timedelta(days=1)
 
 
-def top_up(runtime: Runtime, session: Session, now: datetime) -> list[Segment]:
+def top_up(runtime: ServiceContext, session: Session, now: datetime) -> list[Segment]:
     """Store the load over the coming horizon that is not stored yet; returns what it added."""
     load = runtime.fleet.background_load
     if load is None:
@@ -46,14 +47,35 @@ def top_up(runtime: Runtime, session: Session, now: datetime) -> list[Segment]:
     return added
 
 
-def is_scheduled(session: Session) -> bool:
-    from hyperplan.store.schema import ScheduledEvent
+def store_initial_load(runtime: ServiceContext) -> int:
+    """On the first start of a demo fleet, store its load; later top-ups are timed events. Returns how
+    many bookings it stored."""
+    if runtime.fleet.background_load is None:
+        return 0
+    with runtime.db.write() as session:
+        if is_scheduled(session):
+            return 0
+        return len(top_up(runtime, session, runtime.clock.now()))
 
+
+def event_handlers(runtime: ServiceContext) -> dict[str, EventHandler]:
+    """The daily top-up of the load, for the lifecycle loop."""
+
+    def top_up_background(session: Session, event: DueEvent) -> None:
+        added = top_up(runtime, session, runtime.clock.now())
+        # The calendar learns of them only once this transaction commits.
+        bookings = [(s.pool_key, s.start, s.end, s.count) for s in added]
+        after_commit(session, lambda: runtime.calendar.book(bookings))
+
+    return {TOP_UP: top_up_background}
+
+
+def is_scheduled(session: Session) -> bool:
     pending = select(ScheduledEvent.id).where(ScheduledEvent.kind == TOP_UP, ScheduledEvent.done.is_(False))
     return session.scalar(pending.limit(1)) is not None
 
 
-def _account(session: Session, runtime: Runtime, now: datetime) -> Account:
+def _account(session: Session, runtime: ServiceContext, now: datetime) -> Account:
     account = session.scalar(select(Account).where(Account.name == ACCOUNT_NAME))
     if account is None:
         accounts.create_account(session, ACCOUNT_NAME, now=now)
@@ -75,7 +97,7 @@ def _keyed(segments: list[Segment]) -> list[tuple[Segment, str]]:
 
 
 def _store(
-    runtime: Runtime, session: Session, account: Account, segment: Segment, key: str, now: datetime
+    runtime: ServiceContext, session: Session, account: Account, segment: Segment, key: str, now: datetime
 ) -> None:
     instance_type, zone = segment.pool_key
     pool = runtime.fleet.pool(segment.pool_key)

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 from hyperplan.core.durations import parse_duration
 from hyperplan.errors import Conflict, ValidationError
-from hyperplan.runtime import Runtime
+from hyperplan.services.context import ServiceContext
 
 MAX_MOVE = timedelta(days=366)
 
@@ -26,19 +26,19 @@ class ClockState:
     events_run: int = 0
 
 
-def show(runtime: Runtime) -> ClockState:
-    scale = runtime.config.time_scale if runtime.clock.kind == "accelerated" else None
+def show(runtime: ServiceContext) -> ClockState:
+    scale = runtime.settings.time_scale if runtime.clock.kind == "accelerated" else None
     return ClockState(runtime.clock.kind, runtime.clock.now(), scale)
 
 
-def advance(runtime: Runtime, duration_text: str) -> ClockState:
+def advance(runtime: ServiceContext, duration_text: str) -> ClockState:
     duration = parse_duration(duration_text)
     if duration.total_seconds() <= 0:
         raise ValidationError(f"Duration must be positive, not {duration_text!r}.")
     return _move(runtime, runtime.clock.now() + duration, f"Duration {duration_text!r}")
 
 
-def set_time(runtime: Runtime, time_text: str) -> ClockState:
+def set_time(runtime: ServiceContext, time_text: str) -> ClockState:
     return _move(runtime, parse_instant(time_text), f"Time {time_text!r}")
 
 
@@ -56,7 +56,7 @@ def parse_instant(text: str) -> datetime:
         raise ValidationError(f"Time {text!r} is out of range once moved into UTC.") from None
 
 
-def _move(runtime: Runtime, target: datetime, asked: str) -> ClockState:
+def _move(runtime: ServiceContext, target: datetime, asked: str) -> ClockState:
     if runtime.manual_clock is None:
         raise Conflict(
             f"The server runs the {runtime.clock.kind} clock; only a server started with "
@@ -68,5 +68,5 @@ def _move(runtime: Runtime, target: datetime, asked: str) -> ClockState:
             f"{asked} is further than the clock moves at once: at most {MAX_MOVE.days} days per advance "
             f"or set (now to {furthest.isoformat()}); move it in several steps."
         )
-    ran = runtime.scheduler.advance_to(target)
+    ran = runtime.advance_clock(target)
     return ClockState(runtime.clock.kind, runtime.clock.now(), None, ran)

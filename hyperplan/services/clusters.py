@@ -45,9 +45,9 @@ from hyperplan.core.clusters import (
 from hyperplan.core.fleet import Pool
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.errors import Conflict, ResourceInUse, ResourceLimitExceeded, ResourceNotFound, ValidationError
-from hyperplan.runtime import Runtime
 from hyperplan.services import lifecycle, on_demand, plan_capacity
 from hyperplan.services.accounts import Caller
+from hyperplan.services.context import ServiceContext
 from hyperplan.storage import Storage, StorageError
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, ReservedCapacity, TrainingPlan
@@ -69,17 +69,17 @@ class NodeActions:
     terminate: list[tuple[str, str]] = field(default_factory=list)  # backend id, expiry epoch
 
 
-def _run_actions(runtime: Runtime, actions: NodeActions) -> None:
+def _run_actions(runtime: ServiceContext, actions: NodeActions) -> None:
     for backend_id, expiry in actions.terminate:
         with contextlib.suppress(BackendError):  # already gone: the watcher settles it
             runtime.backend.terminate(NodeRef(backend_id), SHUTDOWN_GRACE, env={EXPIRATION_VARIABLE: expiry})
     for node, spec, expiry in actions.provision:
         _provision(runtime, node, spec, expiry)
     if actions.provision or actions.terminate:
-        runtime.node_watcher.wake()
+        runtime.wakes.nodes.notify()
 
 
-def _provision(runtime: Runtime, node: ClusterNode, spec: Mapping[str, Any], expiry: str) -> None:
+def _provision(runtime: ServiceContext, node: ClusterNode, spec: Mapping[str, Any], expiry: str) -> None:
     """Fetch the group's lifecycle scripts and hand the node to the back end; a fetch failure fails it."""
     config = spec.get("LifeCycleConfig") or {}
     source, on_create = None, config.get("OnCreate")
@@ -111,11 +111,11 @@ def _provision(runtime: Runtime, node: ClusterNode, spec: Mapping[str, Any], exp
         _mark(runtime, node.id, "Failure", f"Provisioning failed: {exc}")
 
 
-def _storage(runtime: Runtime) -> Storage:
+def _storage(runtime: ServiceContext) -> Storage:
     return Storage.in_data_dir(runtime.data_dir, runtime.fleet.buckets)
 
 
-def _mark(runtime: Runtime, node_id: int, status: str, message: str) -> None:
+def _mark(runtime: ServiceContext, node_id: int, status: str, message: str) -> None:
     with runtime.db.write() as session:
         node = session.get(ClusterNode, node_id)
         if node is not None and node.status != GONE:
@@ -125,7 +125,7 @@ def _mark(runtime: Runtime, node_id: int, status: str, message: str) -> None:
 # -- create, update, delete ---------------------------------------------------------------------------
 
 
-def create(runtime: Runtime, caller: Caller, request: Mapping[str, Any]) -> Cluster:
+def create(runtime: ServiceContext, caller: Caller, request: Mapping[str, Any]) -> Cluster:
     now = runtime.clock.now()
     actions = NodeActions()
     with runtime.db.write() as session:
@@ -158,7 +158,7 @@ def create(runtime: Runtime, caller: Caller, request: Mapping[str, Any]) -> Clus
     return cluster
 
 
-def update(runtime: Runtime, caller: Caller, request: Mapping[str, Any]) -> Cluster:
+def update(runtime: ServiceContext, caller: Caller, request: Mapping[str, Any]) -> Cluster:
     """Change the groups it lists, delete InstanceGroupsToDelete, leave the others as they are."""
     now = runtime.clock.now()
     actions = NodeActions()
@@ -194,7 +194,7 @@ def update(runtime: Runtime, caller: Caller, request: Mapping[str, Any]) -> Clus
     return cluster
 
 
-def delete(runtime: Runtime, caller: Caller, name: str) -> Cluster:
+def delete(runtime: ServiceContext, caller: Caller, name: str) -> Cluster:
     now = runtime.clock.now()
     actions = NodeActions()
     with runtime.db.write() as session:
@@ -205,12 +205,12 @@ def delete(runtime: Runtime, caller: Caller, name: str) -> Cluster:
         for group in _groups(session, cluster):
             _remove_group(session, group, actions, now)
         after_commit(session, lambda: _run_actions(runtime, actions))
-    runtime.node_watcher.wake()
+    runtime.wakes.nodes.notify()
     return cluster
 
 
 def delete_nodes(
-    runtime: Runtime, caller: Caller, name: str, instance_ids: Iterable[str]
+    runtime: ServiceContext, caller: Caller, name: str, instance_ids: Iterable[str]
 ) -> tuple[list[str], list[tuple[str, str, str]]]:
     """BatchDeleteClusterNodes: each node goes, and its group's target drops by one (so it stays gone)."""
     now = runtime.clock.now()
@@ -277,7 +277,7 @@ def _new_cluster_id(session: Session) -> str:
 
 def _add_group(
     session: Session,
-    runtime: Runtime,
+    runtime: ServiceContext,
     caller: Caller,
     cluster: Cluster,
     spec: Mapping[str, Any],
@@ -302,7 +302,7 @@ def _add_group(
 
 def _change_group(
     session: Session,
-    runtime: Runtime,
+    runtime: ServiceContext,
     caller: Caller,
     cluster: Cluster,
     group: InstanceGroup,
@@ -332,7 +332,7 @@ def _remove_group(session: Session, group: InstanceGroup, actions: NodeActions, 
 
 def _placement(
     session: Session,
-    runtime: Runtime,
+    runtime: ServiceContext,
     caller: Caller,
     cluster: Cluster,
     spec: Mapping[str, Any],
@@ -355,7 +355,9 @@ def _placement(
     return None, _on_demand_zone(session, runtime, facts, spec["InstanceCount"], group)
 
 
-def _group_facts(runtime: Runtime, cluster: Cluster, spec: Mapping[str, Any], where: str) -> GroupFacts:
+def _group_facts(
+    runtime: ServiceContext, cluster: Cluster, spec: Mapping[str, Any], where: str
+) -> GroupFacts:
     subnets = (spec.get("OverrideVpcConfig") or json.loads(cluster.settings).get("VpcConfig") or {}).get(
         "Subnets", []
     )
@@ -370,7 +372,7 @@ def _group_facts(runtime: Runtime, cluster: Cluster, spec: Mapping[str, Any], wh
     )
 
 
-def _plan_by_arn(session: Session, runtime: Runtime, caller: Caller, arn: str) -> TrainingPlan | None:
+def _plan_by_arn(session: Session, runtime: ServiceContext, caller: Caller, arn: str) -> TrainingPlan | None:
     prefix = runtime.arn(caller.account_id, "training-plan/")
     if not arn.startswith(prefix):
         return None
@@ -381,7 +383,7 @@ def _plan_by_arn(session: Session, runtime: Runtime, caller: Caller, arn: str) -
     )
 
 
-def _plan_facts(session: Session, runtime: Runtime, plan: TrainingPlan) -> PlanFacts:
+def _plan_facts(session: Session, runtime: ServiceContext, plan: TrainingPlan) -> PlanFacts:
     zones = frozenset(rc.availability_zone for rc in lifecycle.segments_of(session, plan.id))
     return PlanFacts(
         runtime.arn(plan.account_id, f"training-plan/{plan.name}"),
@@ -397,7 +399,7 @@ def _plan_zone(session: Session, plan: TrainingPlan) -> str:
 
 
 def _on_demand_zone(
-    session: Session, runtime: Runtime, facts: GroupFacts, count: int, group: InstanceGroup | None
+    session: Session, runtime: ServiceContext, facts: GroupFacts, count: int, group: InstanceGroup | None
 ) -> str:
     """The pool with the most free on-demand instances among the group's zones; refused when short."""
     pools = [
@@ -431,7 +433,11 @@ def _on_demand_free(session: Session, pool: Pool, group: InstanceGroup | None) -
 
 
 def reconcile(
-    session: Session, runtime: Runtime, groups: Iterable[InstanceGroup], now: datetime, actions: NodeActions
+    session: Session,
+    runtime: ServiceContext,
+    groups: Iterable[InstanceGroup],
+    now: datetime,
+    actions: NodeActions,
 ) -> None:
     """Bring each group's live nodes to what it should have now; plan groups claim their share."""
     shares: dict[int, int] = {}
@@ -445,7 +451,7 @@ def reconcile(
         _converge(session, runtime, group, shares.get(group.id, 0), expiry, now, actions)
 
 
-def reconcile_plan(session: Session, runtime: Runtime, plan_id: int, now: datetime) -> None:
+def reconcile_plan(session: Session, runtime: ServiceContext, plan_id: int, now: datetime) -> None:
     """A plan changed (segment start, reclaim, end, failure): its groups follow, at once."""
     groups = list(
         session.scalars(
@@ -459,7 +465,7 @@ def reconcile_plan(session: Session, runtime: Runtime, plan_id: int, now: dateti
     after_commit(session, lambda: _run_actions(runtime, actions))
 
 
-def _plan_shares(session: Session, runtime: Runtime, plan_id: int, now: datetime) -> dict[int, int]:
+def _plan_shares(session: Session, runtime: ServiceContext, plan_id: int, now: datetime) -> dict[int, int]:
     """Each group's share of the plan's open segment, in creation order; none outside one or from reclaim."""
     plan = session.get(TrainingPlan, plan_id)
     groups = list(
@@ -497,7 +503,7 @@ def _segment_expiry(session: Session, plan_id: int, now: datetime) -> str:
 
 def _converge(
     session: Session,
-    runtime: Runtime,
+    runtime: ServiceContext,
     group: InstanceGroup,
     wanted: int,
     expiry: str,
@@ -580,9 +586,9 @@ class NodeWatcher:
     watcher also looks on its own: every SETTLING_POLL while a node is settling, every SAFETY_POLL
     otherwise (a node's process can die at any time)."""
 
-    def __init__(self, runtime: Runtime, poll: float = SAFETY_POLL) -> None:
+    def __init__(self, runtime: ServiceContext, poll: float = SAFETY_POLL) -> None:
         self.runtime = runtime
-        self.worker = Worker("node-watcher", self._step, poll=poll)
+        self.worker = Worker("node-watcher", self._step, poll=poll, wake=runtime.wakes.nodes)
 
     def start(self) -> None:
         self.worker.start()
@@ -602,7 +608,7 @@ class NodeWatcher:
         return SETTLING_POLL if settling is not None else None
 
 
-def watch_nodes(runtime: Runtime) -> int:
+def watch_nodes(runtime: ServiceContext) -> int:
     """One pass: read the back end's state of every node not yet gone; returns how many changed."""
     with runtime.db.read() as session:
         watched = [
@@ -636,7 +642,7 @@ def _store_status(state: NodeState, current: str) -> str | None:
     return mapped if mapped != current else None
 
 
-def _apply(runtime: Runtime, changes: list[tuple[int, str, str]]) -> None:
+def _apply(runtime: ServiceContext, changes: list[tuple[int, str, str]]) -> None:
     now = runtime.clock.now()
     with runtime.db.write() as session:
         for node_id, status, message in changes:
@@ -664,13 +670,13 @@ def _finish_deletions(session: Session) -> None:
             session.delete(cluster)
 
 
-def node_refs(runtime: Runtime) -> list[NodeRef]:
+def node_refs(runtime: ServiceContext) -> list[NodeRef]:
     """Every node the store knows, for the one `adopt` call of a start (see services/adoption.py)."""
     with runtime.db.read() as session:
         return [NodeRef(b) for b in session.scalars(select(ClusterNode.backend_id))]
 
 
-def settle_adoption(runtime: Runtime, report: AdoptReport) -> None:
+def settle_adoption(runtime: ServiceContext, report: AdoptReport) -> None:
     """After the back end took over the known nodes: those it never had are settled in the store."""
     missing = {ref.node_id for ref in report.missing if isinstance(ref, NodeRef)}
     if missing:
@@ -685,7 +691,7 @@ def settle_adoption(runtime: Runtime, report: AdoptReport) -> None:
                     )
 
 
-def reconcile_all(runtime: Runtime) -> None:
+def reconcile_all(runtime: ServiceContext) -> None:
     now = runtime.clock.now()
     actions = NodeActions()
     with runtime.db.write() as session:
@@ -704,7 +710,7 @@ def reconcile_all(runtime: Runtime) -> None:
 # -- reading ------------------------------------------------------------------------------------------
 
 
-def get(session: Session, runtime: Runtime, caller: Caller, name_or_arn: str) -> Cluster:
+def get(session: Session, runtime: ServiceContext, caller: Caller, name_or_arn: str) -> Cluster:
     prefix = runtime.arn(caller.account_id, "cluster/")
     column = Cluster.cluster_id if name_or_arn.startswith(prefix) else Cluster.name
     cluster = session.scalar(
@@ -772,7 +778,12 @@ def exec_output_limit(env: Mapping[str, str] | None = None) -> int:
 
 
 def exec_on_node(
-    runtime: Runtime, caller: Caller, cluster_name: str, node_ref: str, argv: list[str], timeout: timedelta
+    runtime: ServiceContext,
+    caller: Caller,
+    cluster_name: str,
+    node_ref: str,
+    argv: list[str],
+    timeout: timedelta,
 ) -> ExecResult:
     with runtime.db.read() as session:
         cluster = get(session, runtime, caller, cluster_name)

@@ -20,10 +20,10 @@ from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.offering_ids import ExtensionClaim, OfferingIdError
 from hyperplan.core.search import segment_price
 from hyperplan.errors import ResourceInUse, ResourceNotFound
-from hyperplan.runtime import Runtime
 from hyperplan.services import lifecycle, payments, quotas
 from hyperplan.services.accounts import Caller
 from hyperplan.services.capacity import require_room
+from hyperplan.services.context import ServiceContext
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import PlanExtension, ReservedCapacity, TrainingPlan
 
@@ -42,7 +42,9 @@ class ExtensionOffering:
         return int((self.end - self.start) / timedelta(hours=1))
 
 
-def search(runtime: Runtime, caller: Caller, plan_arn: str, duration_hours: int) -> list[ExtensionOffering]:
+def search(
+    runtime: ServiceContext, caller: Caller, plan_arn: str, duration_hours: int
+) -> list[ExtensionOffering]:
     """At most one offering: the plan's pool and count from its current end; none when it is taken."""
     from hyperplan.services import plans
 
@@ -78,7 +80,7 @@ def _check(session: Session, plan: TrainingPlan, now: datetime) -> ReservedCapac
     return last
 
 
-def extend(runtime: Runtime, caller: Caller, offering_id: str) -> TrainingPlan:
+def extend(runtime: ServiceContext, caller: Caller, offering_id: str) -> TrainingPlan:
     now = runtime.clock.now()
     claim = _claim_for(runtime, caller, offering_id, now)
     try:
@@ -118,11 +120,11 @@ def extend(runtime: Runtime, caller: Caller, offering_id: str) -> TrainingPlan:
             payments.issue(session, runtime.lifecycle, plan, now, extension=extension)
     except IntegrityError:
         raise ResourceInUse(f"Training plan extension offering {offering_id} was just bought.") from None
-    runtime.scheduler.wake()
+    runtime.wakes.lifecycle.notify()
     return plan
 
 
-def _claim_for(runtime: Runtime, caller: Caller, offering_id: str, now: datetime) -> ExtensionClaim:
+def _claim_for(runtime: ServiceContext, caller: Caller, offering_id: str, now: datetime) -> ExtensionClaim:
     try:
         claim = offering_ids.decode_extension(offering_id, key=runtime.offering_key, fleet=runtime.fleet)
     except OfferingIdError:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from hyperplan.core.fleet import Pool
-from hyperplan.runtime import Runtime
+from hyperplan.services.context import ServiceContext
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class PoolReport:
         return total / (span * self.pool.reservable)
 
 
-def report(runtime: Runtime, days: int | None = None) -> list[PoolReport]:
+def report(runtime: ServiceContext, days: int | None = None) -> list[PoolReport]:
     now = runtime.clock.now()
     end = now + (timedelta(days=days) if days else runtime.fleet.policy.horizon)
     return [

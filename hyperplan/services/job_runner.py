@@ -23,10 +23,10 @@ store: woken when work is handed over, and every WATCH_POLL seconds while a task
 ends without telling anyone. When an instance fails it has the others stopped; when every task of an
 attempt has ended it calls :func:`jobs.tasks_ended`. Once a job has ended for good, its locks are dropped.
 
-After a restart, :func:`settle_adoption` and :func:`resume` pick up where the last server stopped: tasks
-that kept running are watched again, tasks that ended meanwhile are settled from their exit status, a
-launch or a finish that was cut short is done again (both are idempotent: a task the back end already
-has is not started twice, and storing the same files twice stores the same objects).
+After a restart, :func:`settle_adoption` and the runner's first step pick up where the last server
+stopped: tasks that kept running are watched again, tasks that ended meanwhile are settled from their
+exit status, a launch or a finish that was cut short is done again (both are idempotent: a task the back
+end already has is not started twice, and storing the same files twice stores the same objects).
 """
 
 from __future__ import annotations
@@ -37,10 +37,9 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 
 from sqlalchemy import select
@@ -48,10 +47,10 @@ from sqlalchemy.orm import Session
 
 from hyperplan.backends.base import AdoptReport, BackendError, TaskRef, TaskSpec, UnknownResource
 from hyperplan.core.jobs import FINAL, RUNNING, Secondary
-from hyperplan.runtime import Runtime
 from hyperplan.services import jobs
 from hyperplan.services.accounts import Caller
-from hyperplan.services.jobs import LIVE_INSTANCE, JobSettings
+from hyperplan.services.context import ServiceContext
+from hyperplan.services.jobs import LIVE_INSTANCE
 from hyperplan.storage import Storage, StorageError
 from hyperplan.store.schema import TrainingJob, TrainingJobInstance
 from hyperplan.training.contract import Layout, NoCommand, UnsupportedInput
@@ -69,18 +68,20 @@ SAFETY_POLL = 5.0  # seconds between looks when nothing runs (work handed over b
 
 
 class JobRunner:
-    """The pool that does the jobs' I/O, and the watcher of their tasks. One per runtime."""
+    """The pool that does the jobs' I/O, and the watcher of their tasks. One per application.
 
-    def __init__(self, runtime: Runtime, workers: int = 4, poll: float = SAFETY_POLL) -> None:
+    Its worker is woken (``wakes.jobs``) after a commit that gives it work: a job to launch (attempt state
+    ``launching``) or to finish (``ending``), or tasks to watch. Each step hands every such attempt not
+    already in hand to the pool, so work cut short by a stop is picked up by the next start's first step.
+    """
+
+    def __init__(self, runtime: ServiceContext, workers: int = 4, poll: float = SAFETY_POLL) -> None:
         self.runtime = runtime
-        self.settings = JobSettings.from_environment()
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="job-work")
         self._guard = threading.Lock()
-        # Per job, pruned once the job has ended for good (see _forget_ended).
-        self._locks: dict[tuple[int, str], threading.Lock] = {}
-        self._last_sync: dict[int, float] = {}
         self._in_flight: set[tuple[int, str]] = set()
-        self.worker = Worker("job-watcher", self._step, poll=poll)
+        self._last_sync: dict[int, float] = {}  # per job, pruned once the job has ended (_forget_ended)
+        self.worker = Worker("job-watcher", self._step, poll=poll, wake=runtime.wakes.jobs)
 
     # -- lifecycle --------------------------------------------------------------------------------
 
@@ -97,6 +98,7 @@ class JobRunner:
 
     def _step(self) -> float | None:
         watch(self.runtime)
+        self._hand_over()
         next_sync = self._sync_due()
         self._forget_ended()
         with self.runtime.db.read() as session:
@@ -107,57 +109,25 @@ class JobRunner:
             return next_sync
         return WATCH_POLL if next_sync is None else min(WATCH_POLL, next_sync)
 
-    def tracked_jobs(self) -> set[int]:
-        """The jobs this runner keeps locks or sync times for (ended jobs are forgotten)."""
-        with self._guard:
-            return {job_id for job_id, _ in self._locks} | set(self._last_sync)
-
-    def _forget_ended(self) -> None:
-        """Drop the locks and sync times of jobs that have ended for good, so that the runner's memory
-        follows the live jobs, not every job ever run. A lock held right now is kept for the next pass."""
-        tracked = self.tracked_jobs()
-        if not tracked:
-            return
-        with self.runtime.db.read() as session:
-            ended = {
-                job_id
-                for job_id, status, state in session.execute(
-                    select(TrainingJob.id, TrainingJob.secondary_status, TrainingJob.attempt_state).where(
-                        TrainingJob.id.in_(tracked)
-                    )
-                )
-                if Secondary(status) in FINAL and state in ("", "ended")
-            }
-            ended |= tracked - set(session.scalars(select(TrainingJob.id).where(TrainingJob.id.in_(tracked))))
-        with self._guard:
-            for key in [k for k, lock in self._locks.items() if k[0] in ended and not lock.locked()]:
-                del self._locks[key]
-            for job_id in ended:
-                self._last_sync.pop(job_id, None)
-
     # -- work -------------------------------------------------------------------------------------
 
-    def start_lock(self, job_id: int) -> threading.Lock:
-        """Orders starting a job's tasks against terminating them; held only for those quick calls, so
-        the lifecycle loop (which terminates at a reclaim) never waits on I/O."""
-        return self._lock(job_id, "start")
-
-    def store_lock(self, job_id: int) -> threading.Lock:
-        """Orders a job's checkpoint syncs and its final store: the last sync of an attempt comes last."""
-        return self._lock(job_id, "store")
-
-    def _lock(self, job_id: int, kind: str) -> threading.Lock:
-        with self._guard:
-            return self._locks.setdefault((job_id, kind), threading.Lock())
-
-    def submit_launch(self, job_id: int, attempt: int) -> None:
-        self._submit(job_id, "launch", launch, attempt)
-
-    def submit_finish(self, job_id: int, attempt: int) -> None:
-        self._submit(job_id, "finish", finish, attempt)
+    def _hand_over(self) -> None:
+        """Attempts to launch or to finish go to the pool (once each: one in hand is not handed again)."""
+        with self.runtime.db.read() as session:
+            pending = [
+                (job.id, job.attempt, job.attempt_state)
+                for job in session.scalars(
+                    select(TrainingJob).where(TrainingJob.attempt_state.in_(("launching", "ending")))
+                )
+            ]
+        for job_id, attempt, state in pending:
+            if state == "launching":
+                self._submit(job_id, "launch", launch, attempt)
+            else:
+                self._submit(job_id, "finish", finish, attempt)
 
     def _submit(
-        self, job_id: int, kind: str, work: Callable[[Runtime, int, int], None], attempt: int
+        self, job_id: int, kind: str, work: Callable[[ServiceContext, int, int], None], attempt: int
     ) -> None:
         key = (job_id, f"{kind}:{attempt}")
         with self._guard:
@@ -181,14 +151,34 @@ class JobRunner:
             with self._guard:
                 self._in_flight.discard(key)
 
-    def terminate(self, job_id: int, task_ids: list[str], grace: timedelta, env: Mapping[str, str]) -> None:
-        """SIGTERM now, SIGKILL after `grace` (real time), for tasks the back end has; under the job's lock,
-        so that a launch in progress either has started them already or will not start them."""
-        with self.start_lock(job_id):
-            for task_id in task_ids:
-                with contextlib.suppress(BackendError):  # never started, or ended: nothing to do
-                    self.runtime.backend.terminate(TaskRef(task_id), grace, env=dict(env) or None)
-        self.wake()
+    def tracked_jobs(self) -> set[int]:
+        """The jobs this runner keeps locks or sync times for (ended jobs are forgotten)."""
+        with self._guard:
+            synced = set(self._last_sync)
+        return self.runtime.job_locks.jobs() | synced
+
+    def _forget_ended(self) -> None:
+        """Drop the locks and sync times of jobs that have ended for good, so that the runner's memory
+        follows the live jobs, not every job ever run."""
+        tracked = self.tracked_jobs()
+        if not tracked:
+            return
+        with self.runtime.db.read() as session:
+            rows = session.execute(
+                select(TrainingJob.id, TrainingJob.secondary_status, TrainingJob.attempt_state).where(
+                    TrainingJob.id.in_(tracked)
+                )
+            ).all()
+        live = {
+            job_id
+            for job_id, status, state in rows
+            if Secondary(status) not in FINAL or state not in ("", "ended")
+        }
+        ended = tracked - live
+        self.runtime.job_locks.forget(ended)
+        with self._guard:
+            for job_id in ended:
+                self._last_sync.pop(job_id, None)
 
     def _sync_due(self) -> float | None:
         """Hand the checkpoints of training jobs to storage every `checkpoint_sync_seconds`; returns the
@@ -202,7 +192,7 @@ class JobRunner:
                 )
                 if (json.loads(job.request).get("CheckpointConfig") or {}).get("S3Uri")
             ]
-        every = self.settings.checkpoint_sync_seconds
+        every = self.runtime.job_settings.checkpoint_sync_seconds
         next_due: float | None = None
         for job_id, attempt in training:
             with self._guard:
@@ -228,7 +218,7 @@ class _Attempt:
     instances: list[TrainingJobInstance]
 
 
-def _read_attempt(runtime: Runtime, job_id: int, attempt: int, state: str) -> _Attempt | None:
+def _read_attempt(runtime: ServiceContext, job_id: int, attempt: int, state: str) -> _Attempt | None:
     with runtime.db.read() as session:
         job = session.get(TrainingJob, job_id)
         if job is None or job.attempt != attempt or job.attempt_state != state:
@@ -236,7 +226,7 @@ def _read_attempt(runtime: Runtime, job_id: int, attempt: int, state: str) -> _A
         return _Attempt(job, jobs.instances_of(session, job_id, attempt))
 
 
-def _wants_instances(runtime: Runtime, job_id: int, attempt: int) -> bool:
+def _wants_instances(runtime: ServiceContext, job_id: int, attempt: int) -> bool:
     with runtime.db.read() as session:
         job = session.get(TrainingJob, job_id)
         return (
@@ -248,7 +238,7 @@ def _wants_instances(runtime: Runtime, job_id: int, attempt: int) -> bool:
         )
 
 
-def _known(runtime: Runtime, task_id: str) -> bool:
+def _known(runtime: ServiceContext, task_id: str) -> bool:
     try:
         runtime.backend.task_status(task_id)
     except UnknownResource:
@@ -256,7 +246,7 @@ def _known(runtime: Runtime, task_id: str) -> bool:
     return True
 
 
-def launch(runtime: Runtime, job_id: int, attempt: int) -> None:
+def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
     current = _read_attempt(runtime, job_id, attempt, "launching")
     if current is None:
         return
@@ -283,7 +273,7 @@ def launch(runtime: Runtime, job_id: int, attempt: int) -> None:
         _launch_failed(runtime, job_id, attempt, f"ClientError: the instances could not be prepared: {exc}")
         return
     error = None
-    with runtime.job_runner.start_lock(job_id):
+    with runtime.job_locks.start_lock(job_id):
         if not _wants_instances(runtime, job_id, attempt):
             specs = []
         for task in specs:
@@ -298,7 +288,7 @@ def launch(runtime: Runtime, job_id: int, attempt: int) -> None:
     _launched(runtime, job_id, attempt)
 
 
-def _launched(runtime: Runtime, job_id: int, attempt: int) -> None:
+def _launched(runtime: ServiceContext, job_id: int, attempt: int) -> None:
     """Every task that should run does: the watcher takes over. A job stopped or reclaimed meanwhile has
     had them terminated; instances never started are recorded as such."""
     known = _known_tasks(runtime, job_id, attempt)
@@ -322,10 +312,10 @@ def _launched(runtime: Runtime, job_id: int, attempt: int) -> None:
                 + (f", hosts algo-1..algo-{started} on loopback." if started > 1 else "."),
                 now,
             )
-    runtime.job_runner.wake()
+    runtime.wakes.jobs.notify()
 
 
-def _known_tasks(runtime: Runtime, job_id: int, attempt: int) -> set[str]:
+def _known_tasks(runtime: ServiceContext, job_id: int, attempt: int) -> set[str]:
     """The tasks of an attempt the back end has (asked before a transaction opens, not inside one)."""
     with runtime.db.read() as session:
         task_ids = [i.task_id for i in jobs.instances_of(session, job_id, attempt)]
@@ -345,7 +335,7 @@ def _mark_unstarted(session: Session, job_id: int, attempt: int, known: set[str]
     return started
 
 
-def _launch_failed(runtime: Runtime, job_id: int, attempt: int, reason: str) -> None:
+def _launch_failed(runtime: ServiceContext, job_id: int, attempt: int, reason: str) -> None:
     """The job fails; whatever was started is stopped, and the watcher settles it."""
     known = _known_tasks(runtime, job_id, attempt)
     with runtime.db.write() as session:
@@ -359,18 +349,18 @@ def _launch_failed(runtime: Runtime, job_id: int, attempt: int, reason: str) -> 
             jobs.attempt_ended(session, runtime, job, None, reason)
             return
         job.attempt_state = "running"
-        jobs.terminate_instances(session, runtime, job, runtime.job_runner.settings.reclaim_grace)
+        jobs.terminate_instances(session, runtime, job, runtime.job_settings.reclaim_grace)
 
 
 # -- sync and finish ------------------------------------------------------------------------------
 
 
-def sync(runtime: Runtime, job_id: int, attempt: int) -> None:
+def sync(runtime: ServiceContext, job_id: int, attempt: int) -> None:
     current = _read_attempt(runtime, job_id, attempt, "running")
     if current is None:
         return
     storage = _storage(runtime)
-    with runtime.job_runner.store_lock(job_id):
+    with runtime.job_locks.store_lock(job_id):
         if _read_attempt(runtime, job_id, attempt, "running") is None:
             return  # the attempt ended while this waited: its final store has been made
         for instance in current.instances:
@@ -381,14 +371,14 @@ def sync(runtime: Runtime, job_id: int, attempt: int) -> None:
                     log.warning("checkpoint sync of %s failed: %s", instance.task_id, exc)
 
 
-def finish(runtime: Runtime, job_id: int, attempt: int) -> None:
+def finish(runtime: ServiceContext, job_id: int, attempt: int) -> None:
     """Store the attempt's last checkpoints and, when wanted, its model; then settle the job."""
     current = _read_attempt(runtime, job_id, attempt, "ending")
     if current is None:
         return
     storage = _storage(runtime)
     model_uri = error = None
-    with runtime.job_runner.store_lock(job_id):
+    with runtime.job_locks.store_lock(job_id):
         for instance in current.instances:
             if instance.state == "NotStarted":
                 continue
@@ -420,7 +410,7 @@ def _wants_model(job: TrainingJob, root: Path, checkpoint_path: str) -> bool:
     return model_dir.is_dir() and any(model_dir.iterdir())
 
 
-def _storage(runtime: Runtime) -> Storage:
+def _storage(runtime: ServiceContext) -> Storage:
     return Storage.in_data_dir(runtime.data_dir, runtime.fleet.buckets)
 
 
@@ -435,7 +425,7 @@ class _Seen:
     message: str
 
 
-def watch(runtime: Runtime) -> int:
+def watch(runtime: ServiceContext) -> int:
     """One pass: the back end's state of every live task of a running attempt into the store; returns how
     many changed."""
     with runtime.db.read() as session:
@@ -460,7 +450,7 @@ def watch(runtime: Runtime) -> int:
     return len(seen)
 
 
-def _look(runtime: Runtime, instance: TrainingJobInstance) -> _Seen | None:
+def _look(runtime: ServiceContext, instance: TrainingJobInstance) -> _Seen | None:
     try:
         status = runtime.backend.task_status(instance.task_id)
     except UnknownResource:
@@ -481,7 +471,7 @@ def _failure_file(root: Path) -> str:
         return ""
 
 
-def _apply(runtime: Runtime, seen: list[_Seen]) -> None:
+def _apply(runtime: ServiceContext, seen: list[_Seen]) -> None:
     now = runtime.clock.now()
     with runtime.db.write() as session:
         touched: set[int] = set()
@@ -497,7 +487,7 @@ def _apply(runtime: Runtime, seen: list[_Seen]) -> None:
             _settle(runtime, session, job)
 
 
-def _settle(runtime: Runtime, session: Session, job: TrainingJob) -> None:
+def _settle(runtime: ServiceContext, session: Session, job: TrainingJob) -> None:
     instances = jobs.instances_of(session, job.id, job.attempt)
     live = [i for i in instances if i.state in LIVE_INSTANCE]
     if not live:
@@ -517,15 +507,15 @@ def _settle(runtime: Runtime, session: Session, job: TrainingJob) -> None:
 # -- after a restart --------------------------------------------------------------------------------
 
 
-def task_refs(runtime: Runtime) -> list[TaskRef]:
+def task_refs(runtime: ServiceContext) -> list[TaskRef]:
     """Every task the store knows (ended ones included), for the start's one `adopt` call."""
     with runtime.db.read() as session:
         return [TaskRef(t) for t in session.scalars(select(TrainingJobInstance.task_id))]
 
 
-def settle_adoption(runtime: Runtime, report: AdoptReport) -> None:
-    """Tasks the back end never got: a launch cut short starts them again (see :func:`resume`); a task of a
-    running attempt that the back end lost is recorded as Lost, and the watcher settles its job."""
+def settle_adoption(runtime: ServiceContext, report: AdoptReport) -> None:
+    """Tasks the back end never got: a launch cut short starts them again (JobRunner._hand_over); a task
+    of a running attempt that the back end lost is recorded as Lost, and the watcher settles its job."""
     missing = {ref.task_id for ref in report.missing if isinstance(ref, TaskRef)}
     if not missing:
         return
@@ -543,22 +533,6 @@ def settle_adoption(runtime: Runtime, report: AdoptReport) -> None:
             instance.message = "the back end did not have it after the server restarted"
 
 
-def resume(runtime: Runtime) -> None:
-    """Launches and finishes cut short by the last stop are done again."""
-    with runtime.db.read() as session:
-        pending = [
-            (job.id, job.attempt, job.attempt_state)
-            for job in session.scalars(
-                select(TrainingJob).where(TrainingJob.attempt_state.in_(("launching", "ending")))
-            )
-        ]
-    for job_id, attempt, state in pending:
-        if state == "launching":
-            runtime.job_runner.submit_launch(job_id, attempt)
-        else:
-            runtime.job_runner.submit_finish(job_id, attempt)
-
-
 # -- logs -------------------------------------------------------------------------------------------
 
 
@@ -571,7 +545,7 @@ class LogPage:
 
 
 def read_logs(
-    runtime: Runtime, caller: Caller, name: str, host: str, stream: str, cursor: str | None
+    runtime: ServiceContext, caller: Caller, name: str, host: str, stream: str, cursor: str | None
 ) -> LogPage:
     """A job's log for one host, across its attempts in order. The cursor is ``ATTEMPT:OFFSET`` (bytes);
     ``done`` once the job has ended and everything has been read."""
@@ -629,7 +603,7 @@ def parse_cursor(cursor: str | None) -> tuple[int, int] | None:
     return int(match[1]), int(match[2])
 
 
-def _interpreter(runtime: Runtime, job: TrainingJob) -> str | None:
+def _interpreter(runtime: ServiceContext, job: TrainingJob) -> str | None:
     """The Python the fleet file names for the job's training image (script mode and `python` commands)."""
     image = (json.loads(job.request).get("AlgorithmSpecification") or {}).get("TrainingImage")
     return runtime.fleet.interpreter_for(image)

@@ -9,12 +9,12 @@ The store is the truth and every change is one transaction, as for clusters (``s
   on-demand job at once.
 - **Placing** a job (:func:`_place`) claims its instances (``plan_capacity.take``, consumer
   ``training-job:<id>``), records one instance row per host with the back-end task id it will have, and
-  moves it to ``Downloading``; after the commit the runner (``services/job_runner.py``) prepares each
+  moves it to ``Downloading``; after the commit the runner (``services/job_runner.py``), woken, prepares each
   instance's directory tree and starts its task. The runner's I/O never runs inside a transaction or on
   the lifecycle loop: the loop only changes rows and hands work over after the commit.
 - **Plan changes** (segment start, reclaim, end, failure) reach :func:`reconcile_plan`, registered by
-  the runtime as a consumer of the lifecycle context: at a reclaim time running jobs get SIGTERM and go
-  back to ``Pending`` (or, when no segment follows, are stopped as ``Interrupted``); at a segment start
+  the composition root as a consumer of the lifecycle context: at a reclaim time running jobs get SIGTERM
+  and go back to ``Pending`` (or, when no segment follows, are stopped as ``Interrupted``); at a segment start
   the queue is served.
 - **Deadlines** are persisted timed events (``job.pending-limit``, ``job.max-runtime``) planned when a
   job starts or stops waiting or running, and re-planned when they fire early; they run at their due
@@ -45,6 +45,7 @@ Decisions where SageMaker's documents are silent (see also ``core/jobs.py``):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -57,7 +58,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from hyperplan.backends.base import EXPIRATION_VARIABLE
+from hyperplan.backends.base import EXPIRATION_VARIABLE, BackendError, TaskRef
 from hyperplan.core.jobs import (
     FINAL,
     FINAL_FOR_STOP,
@@ -80,10 +81,11 @@ from hyperplan.core.jobs import (
 )
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.errors import ResourceInUse, ResourceLimitExceeded, ResourceNotFound, ValidationError
-from hyperplan.runtime import Runtime
-from hyperplan.scheduler import schedule
+from hyperplan.scheduler import DueEvent, EventHandler, schedule
 from hyperplan.services import lifecycle, on_demand, plan_capacity
 from hyperplan.services.accounts import Caller
+from hyperplan.services.context import ServiceContext
+from hyperplan.services.job_work import JobSettings
 from hyperplan.storage import StorageError, parse_s3_uri
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import (
@@ -122,41 +124,8 @@ LIVE_INSTANCE = ("Recorded", "Running")
 # -- settings -----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class JobSettings:
-    """Real-time periods for the processes of jobs, and the capacity wait; each can be set from the
-    environment of `hyperplan serve` (seconds): HYPERPLAN_JOB_STOP_GRACE, HYPERPLAN_JOB_RECLAIM_GRACE,
-    HYPERPLAN_JOB_CHECKPOINT_SYNC, HYPERPLAN_JOB_CAPACITY_WAIT."""
-
-    stop_grace: timedelta = timedelta(seconds=120)  # StopTrainingJob and MaxRuntimeInSeconds, as on AWS
-    reclaim_grace: timedelta = timedelta(seconds=120)  # SIGTERM to SIGKILL at a reclaim, or after a failure
-    checkpoint_sync_seconds: float = 30.0  # how often running jobs' checkpoints are stored
-    capacity_wait: timedelta = timedelta(days=2)  # pending time (plan Active) before InsufficientCapacity
-
-    @classmethod
-    def from_environment(cls, env: Mapping[str, str] | None = None) -> JobSettings:
-        env = os.environ if env is None else env
-        default = cls()
-
-        def seconds(name: str, fallback: float) -> float:
-            text = env.get(name)
-            try:
-                return float(text) if text else fallback
-            except ValueError:
-                raise ValueError(f"{name}={text!r}: a number of seconds") from None
-
-        return cls(
-            stop_grace=timedelta(seconds=seconds("HYPERPLAN_JOB_STOP_GRACE", 120)),
-            reclaim_grace=timedelta(seconds=seconds("HYPERPLAN_JOB_RECLAIM_GRACE", 120)),
-            checkpoint_sync_seconds=seconds("HYPERPLAN_JOB_CHECKPOINT_SYNC", default.checkpoint_sync_seconds),
-            capacity_wait=timedelta(
-                seconds=seconds("HYPERPLAN_JOB_CAPACITY_WAIT", default.capacity_wait.total_seconds())
-            ),
-        )
-
-
-def settings_of(runtime: Runtime) -> JobSettings:
-    return runtime.job_runner.settings
+def settings_of(runtime: ServiceContext) -> JobSettings:
+    return runtime.job_settings
 
 
 # -- checking a request ---------------------------------------------------------------------------
@@ -385,7 +354,7 @@ def _channels(request: Mapping[str, Any]) -> tuple[Channel, ...]:
 # -- create and stop ------------------------------------------------------------------------------
 
 
-def create(runtime: Runtime, caller: Caller, request: Mapping[str, Any]) -> TrainingJob:
+def create(runtime: ServiceContext, caller: Caller, request: Mapping[str, Any]) -> TrainingJob:
     checked = check_request(request)
     now = runtime.clock.now()
     with runtime.db.write() as session:
@@ -422,7 +391,9 @@ def create(runtime: Runtime, caller: Caller, request: Mapping[str, Any]) -> Trai
     return job
 
 
-def _bound_plan(session: Session, runtime: Runtime, caller: Caller, checked: JobRequest) -> TrainingPlan:
+def _bound_plan(
+    session: Session, runtime: ServiceContext, caller: Caller, checked: JobRequest
+) -> TrainingPlan:
     arn = checked.plan_arn or ""
     prefix = runtime.arn(caller.account_id, "training-plan/")
     plan = None
@@ -448,7 +419,7 @@ def _bound_plan(session: Session, runtime: Runtime, caller: Caller, checked: Job
     return plan
 
 
-def _on_demand_zone(session: Session, runtime: Runtime, checked: JobRequest) -> str:
+def _on_demand_zone(session: Session, runtime: ServiceContext, checked: JobRequest) -> str:
     """The pool of the job's type with the most free on-demand instances; refused, naming the pools, when
     none has enough."""
     pools = runtime.fleet.pools_of_type(checked.instance_type)
@@ -469,7 +440,7 @@ def _on_demand_zone(session: Session, runtime: Runtime, checked: JobRequest) -> 
     return best.availability_zone
 
 
-def stop(runtime: Runtime, caller: Caller, name: str) -> TrainingJob:
+def stop(runtime: ServiceContext, caller: Caller, name: str) -> TrainingJob:
     """StopTrainingJob: a waiting job is Stopped at once; a running one gets SIGTERM and is Stopping until
     its processes are gone (SIGKILL after the stop grace, 120 s by default). Stopping again does nothing;
     a job that is uploading its model completes."""
@@ -506,7 +477,7 @@ def stop(runtime: Runtime, caller: Caller, name: str) -> TrainingJob:
 
 def begin_stop(
     session: Session,
-    runtime: Runtime,
+    runtime: ServiceContext,
     job: TrainingJob,
     reason: StopReason,
     message: str,
@@ -522,7 +493,7 @@ def begin_stop(
 
 def terminate_instances(
     session: Session,
-    runtime: Runtime,
+    runtime: ServiceContext,
     job: TrainingJob,
     grace: timedelta,
     env: Mapping[str, str] | None = None,
@@ -531,15 +502,27 @@ def terminate_instances(
     A launch still preparing its instances sees the job's new status and starts nothing."""
     task_ids = [i.task_id for i in instances_of(session, job.id, job.attempt) if i.state in LIVE_INSTANCE]
     if task_ids:
-        runner = runtime.job_runner
-        after_commit(session, lambda: runner.terminate(job.id, task_ids, grace, dict(env or {})))
+        job_id = job.id
+        after_commit(session, lambda: terminate_tasks(runtime, job_id, task_ids, grace, dict(env or {})))
+
+
+def terminate_tasks(
+    runtime: ServiceContext, job_id: int, task_ids: list[str], grace: timedelta, env: Mapping[str, str]
+) -> None:
+    """SIGTERM now, SIGKILL after `grace` (real time), for tasks the back end has; under the job's start
+    lock, so that a launch in progress either has started them already or will not start them."""
+    with runtime.job_locks.start_lock(job_id):
+        for task_id in task_ids:
+            with contextlib.suppress(BackendError):  # never started, or ended: nothing to do
+                runtime.backend.terminate(TaskRef(task_id), grace, env=dict(env) or None)
+    runtime.wakes.jobs.notify()
 
 
 # -- statuses -------------------------------------------------------------------------------------
 
 
 def move(
-    session: Session, runtime: Runtime, job: TrainingJob, new: Secondary, message: str, now: datetime
+    session: Session, runtime: ServiceContext, job: TrainingJob, new: Secondary, message: str, now: datetime
 ) -> None:
     """The one place a job's status changes: checked against the state machine, appended to its
     transitions, and its pending and running clocks and their deadlines kept in step."""
@@ -612,7 +595,7 @@ def transitions_of(session: Session, job: TrainingJob) -> list[TrainingJobTransi
 # -- pending and running time ---------------------------------------------------------------------
 
 
-def windows_of(session: Session, runtime: Runtime, plan: TrainingPlan) -> list[Window]:
+def windows_of(session: Session, runtime: ServiceContext, plan: TrainingPlan) -> list[Window]:
     """When the plan can give capacity: each segment's start to its reclaim time; none once it failed."""
     if plan.status in (PlanStatus.FAILED, PlanStatus.PENDING):
         return []
@@ -625,7 +608,7 @@ def windows_of(session: Session, runtime: Runtime, plan: TrainingPlan) -> list[W
     return usable_windows(segments, lead)
 
 
-def pending_time(session: Session, runtime: Runtime, job: TrainingJob, now: datetime) -> timedelta:
+def pending_time(session: Session, runtime: ServiceContext, job: TrainingJob, now: datetime) -> timedelta:
     """The pending time that counts against the job's limits, up to `now`."""
     total = timedelta(seconds=job.pending_seconds)
     if job.pending_since is not None and job.plan_id is not None:
@@ -642,7 +625,7 @@ def running_time(job: TrainingJob, now: datetime) -> timedelta:
     return total
 
 
-def _close_pending(session: Session, runtime: Runtime, job: TrainingJob, now: datetime) -> None:
+def _close_pending(session: Session, runtime: ServiceContext, job: TrainingJob, now: datetime) -> None:
     job.pending_seconds = pending_time(session, runtime, job, now).total_seconds()
     job.pending_since = None
     _cancel_events(session, job, (PENDING_LIMIT,))
@@ -654,7 +637,7 @@ def _close_running(session: Session, job: TrainingJob, now: datetime) -> None:
     _cancel_events(session, job, (MAX_RUNTIME,))
 
 
-def _limits(runtime: Runtime, job: TrainingJob) -> dict[str, timedelta]:
+def _limits(runtime: ServiceContext, job: TrainingJob) -> dict[str, timedelta]:
     limits = {CAPACITY_LIMIT: settings_of(runtime).capacity_wait}
     max_pending = _stopping_condition(job).get("MaxPendingTimeInSeconds")
     if max_pending:
@@ -662,7 +645,7 @@ def _limits(runtime: Runtime, job: TrainingJob) -> dict[str, timedelta]:
     return limits
 
 
-def _plan_pending_limits(session: Session, runtime: Runtime, job: TrainingJob, now: datetime) -> None:
+def _plan_pending_limits(session: Session, runtime: ServiceContext, job: TrainingJob, now: datetime) -> None:
     """Timed events for the moments the pending limits will be reached, if the plan lasts that long."""
     if job.plan_id is None or job.pending_since is None:
         return
@@ -715,8 +698,22 @@ def consumer(job: TrainingJob) -> str:
     return f"training-job:{job.id}"
 
 
+def event_handlers(runtime: ServiceContext) -> dict[str, EventHandler]:
+    """The timed events of jobs, for the lifecycle loop."""
+
+    def deadline(session: Session, event: DueEvent) -> None:
+        on_limit(session, runtime, event.kind, event.subject, event.payload, event.due_at)
+
+    return {PENDING_LIMIT: deadline, MAX_RUNTIME: deadline}
+
+
 def on_limit(
-    session: Session, runtime: Runtime, kind: str, subject: str, payload: Mapping[str, Any], now: datetime
+    session: Session,
+    runtime: ServiceContext,
+    kind: str,
+    subject: str,
+    payload: Mapping[str, Any],
+    now: datetime,
 ) -> None:
     """A deadline's timed event: act if the limit is reached, plan again if it is not yet."""
     job = session.get(TrainingJob, int(subject.removeprefix("training-job:")))
@@ -728,7 +725,7 @@ def on_limit(
         _on_pending_limit(session, runtime, job, str(payload.get("limit", "")), now)
 
 
-def _on_max_runtime(session: Session, runtime: Runtime, job: TrainingJob, now: datetime) -> None:
+def _on_max_runtime(session: Session, runtime: ServiceContext, job: TrainingJob, now: datetime) -> None:
     if Secondary(job.secondary_status) not in RUNNING:
         return
     limit = _max_runtime(job)
@@ -747,7 +744,9 @@ def _on_max_runtime(session: Session, runtime: Runtime, job: TrainingJob, now: d
     )
 
 
-def _on_pending_limit(session: Session, runtime: Runtime, job: TrainingJob, kind: str, now: datetime) -> None:
+def _on_pending_limit(
+    session: Session, runtime: ServiceContext, job: TrainingJob, kind: str, now: datetime
+) -> None:
     if job.secondary_status != Secondary.PENDING or kind not in _limits(runtime, job):
         return
     limit = _limits(runtime, job)[kind]
@@ -785,7 +784,7 @@ def _on_pending_limit(session: Session, runtime: Runtime, job: TrainingJob, kind
 
 
 def usable_segment(
-    session: Session, runtime: Runtime, plan: TrainingPlan, now: datetime
+    session: Session, runtime: ServiceContext, plan: TrainingPlan, now: datetime
 ) -> ReservedCapacity | None:
     """The plan's open segment, if it can give capacity now (Active, before its reclaim time)."""
     if plan.status != PlanStatus.ACTIVE:
@@ -797,7 +796,7 @@ def usable_segment(
     return segment
 
 
-def schedule_plan(session: Session, runtime: Runtime, plan: TrainingPlan, now: datetime) -> None:
+def schedule_plan(session: Session, runtime: ServiceContext, plan: TrainingPlan, now: datetime) -> None:
     """Offer the plan's free capacity to its waiting jobs, oldest first, with backfill; the others are
     Pending with a message that says what they wait for.
 
@@ -832,7 +831,7 @@ def schedule_plan(session: Session, runtime: Runtime, plan: TrainingPlan, now: d
 
 def _waiting_message(
     session: Session,
-    runtime: Runtime,
+    runtime: ServiceContext,
     plan: TrainingPlan,
     segment: ReservedCapacity | None,
     free: int,
@@ -855,7 +854,11 @@ def _waiting_message(
 
 
 def _place(
-    session: Session, runtime: Runtime, job: TrainingJob, segment: ReservedCapacity | None, now: datetime
+    session: Session,
+    runtime: ServiceContext,
+    job: TrainingJob,
+    segment: ReservedCapacity | None,
+    now: datetime,
 ) -> None:
     """Give the job its instances: claim them, record its tasks, and have the runner start them."""
     if segment is not None:
@@ -894,11 +897,11 @@ def _place(
         + ".",
         now,
     )
-    runner, job_id, attempt = runtime.job_runner, job.id, job.attempt
-    after_commit(session, lambda: runner.submit_launch(job_id, attempt))
+    # The runner finds the attempt in the store (launching) and does its I/O.
+    after_commit(session, runtime.wakes.jobs.notify)
 
 
-def instance_root(runtime: Runtime, job: TrainingJob, attempt: int, host: str) -> Path:
+def instance_root(runtime: ServiceContext, job: TrainingJob, attempt: int, host: str) -> Path:
     """Each attempt gets fresh directories, as a restarted SageMaker job gets fresh instances: what it
     had before comes back only through its checkpoints."""
     return runtime.data_dir / "jobs" / str(job.id) / f"attempt-{attempt}" / host
@@ -914,7 +917,7 @@ def instances_of(session: Session, job_id: int, attempt: int | None = None) -> l
 # -- following the plan -----------------------------------------------------------------------------
 
 
-def reconcile_plan(session: Session, runtime: Runtime, plan_id: int, now: datetime) -> None:
+def reconcile_plan(session: Session, runtime: ServiceContext, plan_id: int, now: datetime) -> None:
     """A plan changed (segment start, reclaim, end, failure): its jobs follow, in this transaction.
 
     When the plan cannot give capacity now, running jobs are reclaimed: back to Pending when a later
@@ -958,7 +961,7 @@ def reconcile_plan(session: Session, runtime: Runtime, plan_id: int, now: dateti
 
 def _reclaim(
     session: Session,
-    runtime: Runtime,
+    runtime: ServiceContext,
     plan: TrainingPlan,
     job: TrainingJob,
     segment: ReservedCapacity | None,
@@ -1016,7 +1019,7 @@ def _ended_message(plan: TrainingPlan, job: TrainingJob) -> str:
 
 
 def instance_failed(
-    session: Session, runtime: Runtime, job: TrainingJob, instance: TrainingJobInstance
+    session: Session, runtime: ServiceContext, job: TrainingJob, instance: TrainingJobInstance
 ) -> None:
     """One instance of a running job failed while others still run: the job will fail; stop the rest."""
     if job.stop_reason or Secondary(job.secondary_status) not in RUNNING:
@@ -1033,7 +1036,7 @@ def instance_failed(
 
 
 def tasks_ended(
-    session: Session, runtime: Runtime, job: TrainingJob, instances: Sequence[TrainingJobInstance]
+    session: Session, runtime: ServiceContext, job: TrainingJob, instances: Sequence[TrainingJobInstance]
 ) -> None:
     """Every task of the current attempt has ended: its instances are free for other jobs now; how the
     tasks ended decides whether the job uploads its model or fails. The runner then stores the last
@@ -1057,13 +1060,13 @@ def tasks_ended(
                 f"All {len(instances)} instance(s) exited 0; storing the model under {uri}.",
                 now,
             )
-    runner, job_id, attempt = runtime.job_runner, job.id, job.attempt
-    after_commit(session, lambda: runner.submit_finish(job_id, attempt))
+    # The runner finds the attempt in the store (ending) and does its I/O.
+    after_commit(session, runtime.wakes.jobs.notify)
     _serve_plan_of(session, runtime, job, now)
 
 
 def attempt_ended(
-    session: Session, runtime: Runtime, job: TrainingJob, model_uri: str | None, error: str | None
+    session: Session, runtime: ServiceContext, job: TrainingJob, model_uri: str | None, error: str | None
 ) -> None:
     """The runner is done with an attempt (its checkpoints and model are stored, or it never ran): the job
     takes its final status, or waits for the next segment."""
@@ -1129,7 +1132,7 @@ def failure_reason(instance: TrainingJobInstance) -> str:
     return f"{head}: {detail[-room:]}"
 
 
-def _serve_plan_of(session: Session, runtime: Runtime, job: TrainingJob, now: datetime) -> None:
+def _serve_plan_of(session: Session, runtime: ServiceContext, job: TrainingJob, now: datetime) -> None:
     if job.plan_id is None:
         return
     plan = session.get(TrainingPlan, job.plan_id)
@@ -1140,7 +1143,7 @@ def _serve_plan_of(session: Session, runtime: Runtime, job: TrainingJob, now: da
 # -- reading ----------------------------------------------------------------------------------------
 
 
-def get(session: Session, runtime: Runtime, caller: Caller, name: str) -> TrainingJob:
+def get(session: Session, runtime: ServiceContext, caller: Caller, name: str) -> TrainingJob:
     prefix = runtime.arn(caller.account_id, "training-job/")
     job = session.scalar(
         select(TrainingJob).where(
@@ -1160,11 +1163,11 @@ def list_jobs(session: Session, account_id: str) -> list[TrainingJob]:
     )
 
 
-def job_arn(runtime: Runtime, job: TrainingJob) -> str:
+def job_arn(runtime: ServiceContext, job: TrainingJob) -> str:
     return runtime.arn(job.account_id, f"training-job/{job.name}")
 
 
-def plan_arn(runtime: Runtime, plan: TrainingPlan) -> str:
+def plan_arn(runtime: ServiceContext, plan: TrainingPlan) -> str:
     return runtime.arn(plan.account_id, f"training-plan/{plan.name}")
 
 

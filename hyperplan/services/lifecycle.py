@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.fleet import Fleet
 from hyperplan.core.lifecycle import PlanStatus, Window, check_transition, status_at, status_message
-from hyperplan.scheduler import schedule
+from hyperplan.scheduler import DueEvent, EventHandler, schedule
 from hyperplan.services import plan_capacity, webhooks
 from hyperplan.services.capacity import LiveCalendar
 from hyperplan.store.db import after_commit
@@ -253,6 +253,17 @@ def _cancel_events(session: Session, plan: TrainingPlan) -> None:
         .where(ScheduledEvent.subject == str(plan.id), ScheduledEvent.done.is_(False))
         .values(done=True)
     )
+
+
+def event_handlers(ctx: LifecycleContext) -> dict[str, EventHandler]:
+    """The timed events of plans' segments, for the lifecycle loop."""
+
+    def segment_changed(session: Session, event: DueEvent) -> None:
+        # At its due time, not when the loop got to it: the history says when things happened.
+        on_segment_event(session, ctx, event.kind, event.subject, event.payload, event.due_at)
+
+    kinds = (SEGMENT_START, SEGMENT_RECLAIM, SEGMENT_END, START_REMINDER, RECLAIM_REMINDER)
+    return dict.fromkeys(kinds, segment_changed)
 
 
 def on_segment_event(

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from hyperplan.core.fleet import Fleet
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.errors import Conflict, ResourceNotFound, ValidationError
-from hyperplan.scheduler import schedule
+from hyperplan.scheduler import DueEvent, EventHandler, schedule
 from hyperplan.services import lifecycle
 from hyperplan.services.accounts import PAYMENT_MODES, get_account
 from hyperplan.services.lifecycle import LifecycleContext
@@ -226,6 +226,15 @@ def _pending(session: Session, invoice_id: int) -> tuple[Invoice, TrainingPlan]:
     plan = session.get(TrainingPlan, invoice.plan_id)
     assert plan is not None
     return invoice, plan
+
+
+def event_handlers(ctx: LifecycleContext) -> dict[str, EventHandler]:
+    """The payment deadline of a plan awaiting approval, for the lifecycle loop."""
+
+    def payment_deadline(session: Session, event: DueEvent) -> None:
+        on_deadline(session, ctx, event.subject, int(event.payload["invoice"]), event.due_at)
+
+    return {lifecycle.PAYMENT_DEADLINE: payment_deadline}
 
 
 def on_deadline(

@@ -22,15 +22,15 @@ from hyperplan.core import offering_ids
 from hyperplan.core.fleet import Pool
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.offering_ids import OfferingClaim, OfferingIdError, OfferingSegment
+from hyperplan.core.paging import decode_token, encode_token
 from hyperplan.core.search import Offering, SearchRequest, segment_price
 from hyperplan.errors import Conflict, ResourceInUse, ResourceNotFound, ValidationError
-from hyperplan.runtime import Runtime
 from hyperplan.services import lifecycle, payments, plan_capacity, quotas
 from hyperplan.services.accounts import Caller
 from hyperplan.services.capacity import require_room
+from hyperplan.services.context import ServiceContext
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import PlanEvent, ReservedCapacity, TrainingPlan
-from hyperplan.core.paging import decode_token, encode_token
 
 # -- search -----------------------------------------------------------------------------------------
 
@@ -42,7 +42,7 @@ class SignedOffering:
     request: SearchRequest
 
 
-def search(runtime: Runtime, caller: Caller, request: SearchRequest) -> list[SignedOffering]:
+def search(runtime: ServiceContext, caller: Caller, request: SearchRequest) -> list[SignedOffering]:
     now = runtime.clock.now()
     with runtime.db.read() as session:
         quotas.check_search(
@@ -55,7 +55,7 @@ def search(runtime: Runtime, caller: Caller, request: SearchRequest) -> list[Sig
     ]
 
 
-def _sign(runtime: Runtime, caller: Caller, offering: Offering, expires: datetime) -> str:
+def _sign(runtime: ServiceContext, caller: Caller, offering: Offering, expires: datetime) -> str:
     index = {pool.key: i for i, pool in enumerate(runtime.fleet.pools)}
     claim = OfferingClaim(
         account_id=caller.account_id,
@@ -70,7 +70,7 @@ def _sign(runtime: Runtime, caller: Caller, offering: Offering, expires: datetim
 # -- buy ---------------------------------------------------------------------------------------------
 
 
-def create(runtime: Runtime, caller: Caller, name: str, offering_id: str) -> TrainingPlan:
+def create(runtime: ServiceContext, caller: Caller, name: str, offering_id: str) -> TrainingPlan:
     now = runtime.clock.now()
     claim = _claim_for(runtime, caller, offering_id, now)
     segments = _segments_of(runtime, claim)
@@ -80,11 +80,11 @@ def create(runtime: Runtime, caller: Caller, name: str, offering_id: str) -> Tra
     except IntegrityError:
         # A racing buyer committed the same name or offering between our checks and our insert.
         raise ResourceInUse(f"Training plan {name!r} or its offering was just taken; search again.") from None
-    runtime.scheduler.wake()
+    runtime.wakes.lifecycle.notify()
     return plan
 
 
-def _claim_for(runtime: Runtime, caller: Caller, offering_id: str, now: datetime) -> OfferingClaim:
+def _claim_for(runtime: ServiceContext, caller: Caller, offering_id: str, now: datetime) -> OfferingClaim:
     not_found = ResourceNotFound(
         f"Training plan offering {offering_id} does not exist or has expired "
         f"(offerings are valid for {_minutes(runtime.fleet.policy.offering_validity)} minutes, "
@@ -99,12 +99,12 @@ def _claim_for(runtime: Runtime, caller: Caller, offering_id: str, now: datetime
     return claim
 
 
-def _segments_of(runtime: Runtime, claim: OfferingClaim) -> list[tuple[Pool, OfferingSegment]]:
+def _segments_of(runtime: ServiceContext, claim: OfferingClaim) -> list[tuple[Pool, OfferingSegment]]:
     return [(runtime.fleet.pools[s.pool_index], s) for s in claim.segments]
 
 
 def _write_plan(
-    runtime: Runtime,
+    runtime: ServiceContext,
     session: Session,
     caller: Caller,
     name: str,
@@ -184,7 +184,7 @@ def _reserved_capacity(
 # -- reading -----------------------------------------------------------------------------------------
 
 
-def get(session: Session, runtime: Runtime, caller: Caller, name_or_arn: str) -> TrainingPlan:
+def get(session: Session, runtime: ServiceContext, caller: Caller, name_or_arn: str) -> TrainingPlan:
     name = _name_from_ref(runtime, caller, name_or_arn)
     plan = session.scalar(
         select(TrainingPlan).where(TrainingPlan.account_id == caller.account_id, TrainingPlan.name == name)
@@ -194,7 +194,7 @@ def get(session: Session, runtime: Runtime, caller: Caller, name_or_arn: str) ->
     return plan
 
 
-def _name_from_ref(runtime: Runtime, caller: Caller, ref: str) -> str:
+def _name_from_ref(runtime: ServiceContext, caller: Caller, ref: str) -> str:
     if not ref.startswith("arn:"):
         return ref
     prefix = runtime.arn(caller.account_id, "training-plan/")
@@ -203,7 +203,9 @@ def _name_from_ref(runtime: Runtime, caller: Caller, ref: str) -> str:
     return ref.removeprefix(prefix)
 
 
-def get_reserved_capacity(session: Session, runtime: Runtime, caller: Caller, arn: str) -> ReservedCapacity:
+def get_reserved_capacity(
+    session: Session, runtime: ServiceContext, caller: Caller, arn: str
+) -> ReservedCapacity:
     prefix = runtime.arn(caller.account_id, "reserved-capacity/")
     name, _, ordinal = arn.removeprefix(prefix).rpartition("-rc")
     missing = ResourceNotFound(f"Reserved capacity {arn} does not exist.")
@@ -278,7 +280,7 @@ def _minutes(delta: timedelta) -> int:
 # -- administrators ------------------------------------------------------------------------------------
 
 
-def cancel(runtime: Runtime, account_ref: str, name: str, reason: str) -> TrainingPlan:
+def cancel(runtime: ServiceContext, account_ref: str, name: str, reason: str) -> TrainingPlan:
     """An administrator fails a plan, with a recorded reason, and gives its remaining capacity back."""
     from hyperplan.services.accounts import get_account
 

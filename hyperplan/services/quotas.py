@@ -17,8 +17,8 @@ from sqlalchemy.orm import Session
 from hyperplan.core.calendar import peak_booked
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.errors import ResourceLimitExceeded
-from hyperplan.runtime import Runtime
 from hyperplan.services.accounts import get_account
+from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import Account, PlanExtension, ReservedCapacity, TrainingPlan
 
 MAX_QUOTA = 1_000_000
@@ -36,7 +36,7 @@ class Limits:
     max_reserved_instances_per_type: int
 
 
-def limits(runtime: Runtime, account: Account) -> Limits:
+def limits(runtime: ServiceContext, account: Account) -> Limits:
     defaults = runtime.fleet.quotas
     return Limits(
         account.max_active_plans or defaults.max_active_plans,
@@ -44,7 +44,9 @@ def limits(runtime: Runtime, account: Account) -> Limits:
     )
 
 
-def check_search(session: Session, runtime: Runtime, account_id: str, instance_type: str, count: int) -> None:
+def check_search(
+    session: Session, runtime: ServiceContext, account_id: str, instance_type: str, count: int
+) -> None:
     """What a search can know: the plan count now, and a count no instance quota could ever allow."""
     account = get_account(session, account_id)
     _check_plans(session, runtime, account)
@@ -53,11 +55,11 @@ def check_search(session: Session, runtime: Runtime, account_id: str, instance_t
         raise ResourceLimitExceeded(_instances_message(account, instance_type, allowed, 0, count))
 
 
-def check_plans(session: Session, runtime: Runtime, account_id: str) -> None:
+def check_plans(session: Session, runtime: ServiceContext, account_id: str) -> None:
     _check_plans(session, runtime, get_account(session, account_id))
 
 
-def _check_plans(session: Session, runtime: Runtime, account: Account) -> None:
+def _check_plans(session: Session, runtime: ServiceContext, account: Account) -> None:
     account_id = account.id
     allowed = limits(runtime, account).max_active_plans
     held = session.scalar(
@@ -75,7 +77,7 @@ def _check_plans(session: Session, runtime: Runtime, account: Account) -> None:
 
 def check_instances(
     session: Session,
-    runtime: Runtime,
+    runtime: ServiceContext,
     account_id: str,
     instance_type: str,
     start: datetime,

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
+from hyperplan.app import AppConfig, Application
 from hyperplan.core.search import SearchRequest
 from hyperplan.errors import ResourceNotFound, ValidationError
-from hyperplan.runtime import Runtime, RuntimeConfig
 from hyperplan.services import accounts, extensions, plans
 from hyperplan.services.accounts import Caller
+from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
 from tests.instants import at_awkward_instants
 
@@ -27,18 +28,18 @@ BOUNDARY = time(11, 30)
 
 
 @pytest.fixture
-def runtime(tmp_path: Path, start_instant: datetime) -> Iterator[Runtime]:
-    runtime = Runtime(
-        RuntimeConfig(data_dir=tmp_path, fleet_path=SMALL_FLEET, clock="manual", clock_start=start_instant)
+def runtime(tmp_path: Path, start_instant: datetime) -> Iterator[ServiceContext]:
+    application = Application(
+        AppConfig(data_dir=tmp_path, fleet_path=SMALL_FLEET, clock="manual", clock_start=start_instant)
     )
-    runtime.start()
+    application.start()
     try:
-        yield runtime
+        yield application.context
     finally:
-        runtime.stop()
+        application.stop()
 
 
-def admin(runtime: Runtime) -> Caller:
+def admin(runtime: ServiceContext) -> Caller:
     with runtime.db.read() as session:
         account = accounts.list_accounts(session)[0]
     return Caller(account.id, account.name, True, "key")
@@ -59,14 +60,14 @@ def soonest_start(now: datetime) -> datetime:
     return start if start.second == start.microsecond == 0 else start.replace(second=0) + timedelta(minutes=1)
 
 
-def status_at(runtime: Runtime, name: str, when: datetime) -> str:
-    runtime.scheduler.advance_to(when)
+def status_at(runtime: ServiceContext, name: str, when: datetime) -> str:
+    runtime.advance_clock(when)
     with runtime.db.read() as session:
         return session.scalars(select(TrainingPlan.status).where(TrainingPlan.name == name)).one()
 
 
 @at_awkward_instants
-def test_the_soonest_offering_and_its_plans_life(runtime: Runtime, start_instant: datetime) -> None:
+def test_the_soonest_offering_and_its_plans_life(runtime: ServiceContext, start_instant: datetime) -> None:
     assert runtime.clock.now() == start_instant
     caller = admin(runtime)
     offers = plans.search(runtime, caller, SearchRequest(P5, 2, 24, "training-job", None, None))
@@ -91,20 +92,20 @@ def test_the_soonest_offering_and_its_plans_life(runtime: Runtime, start_instant
 
 @at_awkward_instants
 def test_an_offering_id_lives_thirty_minutes_of_service_time(
-    runtime: Runtime, start_instant: datetime
+    runtime: ServiceContext, start_instant: datetime
 ) -> None:
     caller = admin(runtime)
     request = SearchRequest(P5, 1, 48, "hyperpod-cluster", start_instant + timedelta(days=3), None)
     kept, expired = plans.search(runtime, caller, request)[:2]
-    runtime.scheduler.advance_to(start_instant + timedelta(minutes=30))
+    runtime.advance_clock(start_instant + timedelta(minutes=30))
     plans.create(runtime, caller, "in-time", kept.offering_id)
-    runtime.scheduler.advance_to(start_instant + timedelta(minutes=30, seconds=1))
+    runtime.advance_clock(start_instant + timedelta(minutes=30, seconds=1))
     with pytest.raises(ResourceNotFound, match="expired"):
         plans.create(runtime, caller, "too-late", expired.offering_id)
 
 
 @at_awkward_instants
-def test_plans_start_at_most_56_days_ahead(runtime: Runtime, start_instant: datetime) -> None:
+def test_plans_start_at_most_56_days_ahead(runtime: ServiceContext, start_instant: datetime) -> None:
     caller = admin(runtime)
     horizon = start_instant + timedelta(days=56)
     late = SearchRequest(P5, 1, 24, "training-job", horizon - timedelta(days=1), horizon + timedelta(days=5))
@@ -119,7 +120,7 @@ def test_plans_start_at_most_56_days_ahead(runtime: Runtime, start_instant: date
 
 
 @at_awkward_instants
-def test_an_extension_continues_from_the_plans_end(runtime: Runtime, start_instant: datetime) -> None:
+def test_an_extension_continues_from_the_plans_end(runtime: ServiceContext, start_instant: datetime) -> None:
     caller = admin(runtime)
     first = plans.search(runtime, caller, SearchRequest(P5, 1, 24, "training-job", None, None))[0]
     plan = plans.create(runtime, caller, "extended", first.offering_id)

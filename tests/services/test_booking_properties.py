@@ -13,11 +13,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
+from hyperplan.app import AppConfig, Application
 from hyperplan.core.search import SearchRequest
 from hyperplan.errors import ResourceLimitExceeded
-from hyperplan.runtime import Runtime, RuntimeConfig
 from hyperplan.services import accounts, plans
 from hyperplan.services.accounts import Caller
+from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import ReservedCapacity
 from tests.harness import SERVER_START
 from tests.instants import at_awkward_instants
@@ -62,7 +63,7 @@ steps = st.lists(
 )
 
 
-def _peaks(runtime: Runtime) -> dict[tuple[str, str], int]:
+def _peaks(runtime: ServiceContext) -> dict[tuple[str, str], int]:
     with runtime.db.read() as session:
         rows = session.execute(
             select(
@@ -89,25 +90,25 @@ def test_offerings_can_be_bought_and_pools_are_never_overbooked(
     with tempfile.TemporaryDirectory() as tmp:
         fleet_path = Path(tmp) / "fleet.toml"
         fleet_path.write_text(fleet_text)
-        config = RuntimeConfig(
+        config = AppConfig(
             data_dir=Path(tmp), fleet_path=fleet_path, clock="manual", clock_start=start_instant
         )
-        runtime = Runtime(config)
-        runtime.start()
+        application = Application(config)
+        application.start()
         try:
-            _play(runtime, script)
+            _play(application.context, script)
         finally:
-            runtime.stop()
+            application.stop()
 
 
-def _play(runtime: Runtime, script: list[tuple]) -> None:
+def _play(runtime: ServiceContext, script: list[tuple]) -> None:
     with runtime.db.read() as session:
         admin = accounts.list_accounts(session)[0]
     caller = Caller(admin.id, admin.name, True, "key")
     reservable = {pool.key: pool.reservable for pool in runtime.fleet.pools}
     for number, step in enumerate(script):
         if step[0] == "advance":
-            runtime.scheduler.advance_to(runtime.clock.now() + timedelta(minutes=step[1]))
+            runtime.advance_clock(runtime.clock.now() + timedelta(minutes=step[1]))
             continue
         _, instance_type, count, hours, target, pick = step
         if count > max((p.reservable for p in runtime.fleet.pools_of_type(instance_type)), default=0):
@@ -133,10 +134,11 @@ def test_a_stale_offering_is_refused_when_its_capacity_is_gone(tmp_path: Path) -
         'subnets = []\n[[pools]]\ninstance_type = "ml.p5.48xlarge"\nzone = "us-west-2a"\ncount = 4\n'
         'price_per_instance_hour = "10"\n'
     )
-    runtime = Runtime(
-        RuntimeConfig(data_dir=tmp_path, fleet_path=fleet_path, clock="manual", clock_start=SERVER_START)
+    application = Application(
+        AppConfig(data_dir=tmp_path, fleet_path=fleet_path, clock="manual", clock_start=SERVER_START)
     )
-    runtime.start()
+    application.start()
+    runtime = application.context
     try:
         with runtime.db.read() as session:
             admin = accounts.list_accounts(session)[0]
@@ -151,4 +153,4 @@ def test_a_stale_offering_is_refused_when_its_capacity_is_gone(tmp_path: Path) -
         else:
             raise AssertionError("the same capacity was sold twice")
     finally:
-        runtime.stop()
+        application.stop()

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
+from hyperplan.app import AppConfig, Application
 from hyperplan.backends.base import TaskSpec
 from hyperplan.backends.fake import FakeBackend, FakeWorld
-from hyperplan.runtime import Runtime, RuntimeConfig
 from hyperplan.services import accounts, jobs
 from hyperplan.services.accounts import Caller
+from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import TrainingJob
 from tests.harness import SERVER_START
 
@@ -30,22 +31,25 @@ REQUEST: dict[str, Any] = {
 TASKS = ("job-1-a1-algo-1", "job-1-a1-algo-2")
 
 
-def _runtime(data_dir: Path, world: FakeWorld) -> Runtime:
-    config = RuntimeConfig(
-        data_dir=data_dir, fleet_path=SMALL_FLEET, clock="manual", clock_start=SERVER_START
+def _application(data_dir: Path, world: FakeWorld) -> Application:
+    """Tasks run on the fake back end until completed or signalled."""
+    config = AppConfig(
+        data_dir=data_dir,
+        fleet_path=SMALL_FLEET,
+        clock="manual",
+        clock_start=SERVER_START,
+        backend=lambda _data_dir: FakeBackend(world),
     )
-    runtime = Runtime(config)
-    runtime.backend = FakeBackend(world)  # tasks run until completed or signalled
-    return runtime
+    return Application(config)
 
 
-def _admin(runtime: Runtime) -> Caller:
+def _admin(runtime: ServiceContext) -> Caller:
     with runtime.db.read() as session:
         admin = accounts.list_accounts(session)[0]
     return Caller(admin.id, admin.name, True, "test")
 
 
-def _job(runtime: Runtime) -> TrainingJob:
+def _job(runtime: ServiceContext) -> TrainingJob:
     with runtime.db.read() as session:
         return jobs.get(session, runtime, _admin(runtime), "job")
 
@@ -65,16 +69,18 @@ def world() -> Iterator[FakeWorld]:
 def test_a_launch_cut_short_starts_its_tasks_after_the_restart_and_strays_are_killed(
     tmp_path: Path, world: FakeWorld
 ) -> None:
-    first = _runtime(tmp_path, world)
-    first.job_runner.stop()  # the launch handed over after the commit never runs: a crash right there
+    crashed = _application(tmp_path, world)
+    crashed.bootstrap()  # opened, its workers never started: the launch after the commit never runs
+    first = crashed.context
     jobs.create(first, _admin(first), REQUEST)
     assert (_job(first).secondary_status, _job(first).attempt_state) == ("Downloading", "launching")
     assert not world.tasks
     FakeBackend(world).run(TaskSpec("stray", ("python", "-c", "pass")))  # nobody's task
     first.db.close()
 
-    second = _runtime(tmp_path, world)
-    second.start()
+    restarted = _application(tmp_path, world)
+    restarted.start()
+    second = restarted.context
     try:
         assert _wait(lambda: _job(second).secondary_status == "Training"), _job(second).status_message
         assert set(world.tasks) == set(TASKS)  # started once each; the stray was killed
@@ -83,43 +89,47 @@ def test_a_launch_cut_short_starts_its_tasks_after_the_restart_and_strays_are_ki
         assert _wait(lambda: _job(second).secondary_status == "Completed"), _job(second).status_message
         assert _job(second).model_uri == "s3://bucket/output/job/output/model.tar.gz"
     finally:
-        second.stop()
+        restarted.stop()
 
 
 def test_tasks_that_end_while_no_server_watches_settle_the_job_by_their_exit_status(
     tmp_path: Path, world: FakeWorld
 ) -> None:
-    first = _runtime(tmp_path, world)
-    first.start()
+    first_app = _application(tmp_path, world)
+    first_app.start()
+    first = first_app.context
     jobs.create(first, _admin(first), REQUEST)
     assert _wait(lambda: _job(first).secondary_status == "Training")
-    first.stop()
+    first_app.stop()
     backend = FakeBackend(world)
     backend.complete(TASKS[0], 0)
     backend.complete(TASKS[1], 3, stderr=b"Traceback ...\nRuntimeError: NCCL timeout\n")
 
-    second = _runtime(tmp_path, world)
-    second.start()
+    second_app = _application(tmp_path, world)
+    second_app.start()
+    second = second_app.context
     try:
         assert _wait(lambda: _job(second).secondary_status == "Failed")
         assert _job(second).failure_reason == (
             "AlgorithmError: instance algo-2 exited with code 3: Traceback ...\nRuntimeError: NCCL timeout"
         )
     finally:
-        second.stop()
+        second_app.stop()
 
 
 def test_tasks_the_back_end_lost_while_the_server_was_down_fail_the_job(
     tmp_path: Path, world: FakeWorld
 ) -> None:
-    first = _runtime(tmp_path, world)
-    first.start()
+    first_app = _application(tmp_path, world)
+    first_app.start()
+    first = first_app.context
     jobs.create(first, _admin(first), REQUEST)
     assert _wait(lambda: _job(first).secondary_status == "Training")
-    first.stop()
+    first_app.stop()
 
-    second = _runtime(tmp_path, FakeWorld())  # the machine was wiped: nothing of the job is left
-    second.start()
+    second_app = _application(tmp_path, FakeWorld())  # the machine was wiped: nothing of the job is left
+    second_app.start()
+    second = second_app.context
     try:
         assert _wait(lambda: _job(second).secondary_status == "Failed")
         assert _job(second).failure_reason.startswith("AlgorithmError: instance algo-1 was lost")
@@ -127,7 +137,7 @@ def test_tasks_the_back_end_lost_while_the_server_was_down_fail_the_job(
             assert all(i.state == "Lost" for i in jobs.instances_of(session, _job(second).id))
         jobs.create(second, _admin(second), {**REQUEST, "TrainingJobName": "again"} | _four())
     finally:
-        second.stop()
+        second_app.stop()
 
 
 def _four() -> dict[str, Any]:
@@ -136,15 +146,17 @@ def _four() -> dict[str, Any]:
 
 def test_the_runner_forgets_a_job_once_it_has_ended(tmp_path: Path, world: FakeWorld) -> None:
     """Its per-job locks and sync times follow the live jobs, not every job ever run."""
-    runtime = _runtime(tmp_path, world)
-    runtime.start()
+    application = _application(tmp_path, world)
+    application.start()
+    runtime = application.context
     try:
         jobs.create(runtime, _admin(runtime), REQUEST)
         assert _wait(lambda: _job(runtime).secondary_status == "Training")
-        assert runtime.job_runner.tracked_jobs() == {_job(runtime).id}  # its start lock, while it runs
+        runner = application.workers.job_runner
+        assert runner.tracked_jobs() == {_job(runtime).id}  # its start lock, while it runs
         for task_id in TASKS:
             runtime.backend.complete(task_id, 0)  # type: ignore[attr-defined]
         assert _wait(lambda: _job(runtime).secondary_status == "Completed"), _job(runtime).status_message
-        assert _wait(lambda: not runtime.job_runner.tracked_jobs()), runtime.job_runner.tracked_jobs()
+        assert _wait(lambda: not runner.tracked_jobs()), runner.tracked_jobs()
     finally:
-        runtime.stop()
+        application.stop()

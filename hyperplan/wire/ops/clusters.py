@@ -8,12 +8,12 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from hyperplan.errors import ValidationError
-from hyperplan.runtime import Runtime
-from hyperplan.services import clusters
-from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, TrainingPlan
 from hyperplan.core.paging import paginate
-from hyperplan.wire.registry import RequestContext, operation
+from hyperplan.errors import ValidationError
+from hyperplan.services import clusters
+from hyperplan.services.context import ServiceContext
+from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, TrainingPlan
+from hyperplan.wire.operations import RequestContext, operation
 
 # What DescribeCluster echoes of each group's specification, as it was given.
 ECHOED = (
@@ -86,7 +86,7 @@ def describe_cluster(ctx: RequestContext, request: dict[str, Any]) -> dict[str, 
     return result
 
 
-def _group_view(runtime: Runtime, session: Session, group: InstanceGroup) -> dict[str, Any]:
+def _group_view(runtime: ServiceContext, session: Session, group: InstanceGroup) -> dict[str, Any]:
     spec = json.loads(group.spec)
     view: dict[str, Any] = {
         "InstanceGroupName": group.name,
@@ -139,7 +139,7 @@ def _before(moment: datetime, bound: datetime | None) -> bool:
     return bound is None or moment < bound
 
 
-def _summary(runtime: Runtime, session: Session, cluster: Cluster) -> dict[str, Any]:
+def _summary(runtime: ServiceContext, session: Session, cluster: Cluster) -> dict[str, Any]:
     plan_arns = []
     for group in clusters.groups_of(session, cluster):
         if group.plan_id is not None:
@@ -224,5 +224,5 @@ def describe_cluster_node(ctx: RequestContext, request: dict[str, Any]) -> dict[
     return {"NodeDetails": details}
 
 
-def cluster_arn(runtime: Runtime, cluster: Cluster) -> str:
+def cluster_arn(runtime: ServiceContext, cluster: Cluster) -> str:
     return runtime.arn(cluster.account_id, f"cluster/{cluster.cluster_id}")

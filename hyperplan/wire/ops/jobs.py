@@ -9,12 +9,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from hyperplan.runtime import Runtime
+from hyperplan.core.paging import paginate
 from hyperplan.services import jobs
+from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import TrainingJob, TrainingPlan
 from hyperplan.training.workspace import model_uri
-from hyperplan.core.paging import paginate
-from hyperplan.wire.registry import RequestContext, operation
+from hyperplan.wire.operations import RequestContext, operation
 
 # What DescribeTrainingJob echoes of the request, as it was given.
 ECHOED = (
@@ -113,7 +113,7 @@ def list_training_jobs(ctx: RequestContext, request: dict[str, Any]) -> dict[str
     return {"TrainingJobSummaries": page, **({"NextToken": token} if token else {})}
 
 
-def _plan_arns(runtime: Runtime, session: Session, account_id: str) -> dict[int, str]:
+def _plan_arns(runtime: ServiceContext, session: Session, account_id: str) -> dict[int, str]:
     return {
         plan.id: jobs.plan_arn(runtime, plan)
         for plan in session.scalars(select(TrainingPlan).where(TrainingPlan.account_id == account_id))
@@ -139,7 +139,7 @@ def _between(moment: datetime, after: datetime | None, before: datetime | None) 
     return (after is None or moment > after) and (before is None or moment < before)
 
 
-def _summary(runtime: Runtime, job: TrainingJob, plans: dict[int, str]) -> dict[str, Any]:
+def _summary(runtime: ServiceContext, job: TrainingJob, plans: dict[int, str]) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "TrainingJobName": job.name,
         "TrainingJobArn": jobs.job_arn(runtime, job),

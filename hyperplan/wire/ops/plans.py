@@ -6,14 +6,14 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from hyperplan.core.paging import paginate
 from hyperplan.core.search import Offering, SearchRequest, Segment
 from hyperplan.errors import ValidationError
-from hyperplan.runtime import Runtime
 from hyperplan.services import extensions, lifecycle, plan_capacity, plans
+from hyperplan.services.context import ServiceContext
 from hyperplan.services.plans import ListQuery, SignedOffering
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
-from hyperplan.core.paging import paginate
-from hyperplan.wire.registry import RequestContext, operation
+from hyperplan.wire.operations import RequestContext, operation
 
 
 @operation("SearchTrainingPlanOfferings")
@@ -114,7 +114,7 @@ def _extension_views(ctx: RequestContext, session: Session, plan: TrainingPlan) 
     return views
 
 
-def _offering(runtime: Runtime, signed: SignedOffering) -> dict[str, Any]:
+def _offering(runtime: ServiceContext, signed: SignedOffering) -> dict[str, Any]:
     offering: Offering = signed.offering
     hours, minutes = offering.duration_hours_minutes
     result: dict[str, Any] = {
@@ -207,11 +207,11 @@ def describe_reserved_capacity(ctx: RequestContext, request: dict[str, Any]) -> 
 # -- views --------------------------------------------------------------------------------------------
 
 
-def plan_arn(runtime: Runtime, plan: TrainingPlan) -> str:
+def plan_arn(runtime: ServiceContext, plan: TrainingPlan) -> str:
     return runtime.arn(plan.account_id, f"training-plan/{plan.name}")
 
 
-def rc_arn(runtime: Runtime, plan: TrainingPlan, rc: ReservedCapacity) -> str:
+def rc_arn(runtime: ServiceContext, plan: TrainingPlan, rc: ReservedCapacity) -> str:
     return runtime.arn(plan.account_id, f"reserved-capacity/{plan.name}-rc{rc.ordinal}")
 
 
@@ -220,7 +220,7 @@ def _hours_minutes(total_seconds: float) -> tuple[int, int]:
     return minutes // 60, minutes % 60
 
 
-def rc_view(runtime: Runtime, plan: TrainingPlan, rc: ReservedCapacity) -> dict[str, Any]:
+def rc_view(runtime: ServiceContext, plan: TrainingPlan, rc: ReservedCapacity) -> dict[str, Any]:
     hours, minutes = _hours_minutes((rc.end - rc.start).total_seconds())
     zone = runtime.fleet.zone(rc.availability_zone)
     return {
@@ -238,7 +238,7 @@ def rc_view(runtime: Runtime, plan: TrainingPlan, rc: ReservedCapacity) -> dict[
     }
 
 
-def plan_view(runtime: Runtime, session: Session, plan: TrainingPlan) -> dict[str, Any]:
+def plan_view(runtime: ServiceContext, session: Session, plan: TrainingPlan) -> dict[str, Any]:
     rcs = lifecycle.segments_of(session, plan.id)
     hours, minutes = _hours_minutes(sum((rc.end - rc.start).total_seconds() for rc in rcs))
     counters = plan_capacity.counters(session, plan, max(rc.count for rc in rcs))

@@ -1,0 +1,267 @@
+"""The composition root: above everything, it builds the service context and the workers, and owns
+start and stop.
+
+Nothing imports this module but the entry points (the CLI's `serve`, tests, benchmarks). Services get the
+`ServiceContext` (services/context.py) and narrow protocols in it, never the root; the server gets the
+context and this object as its `Lifespan`. There is no global state: build as many applications as you
+like, each on its own data directory.
+
+Building one does no I/O. `open()` does the I/O a start needs (the data directory, the fleet file, the
+schema's migration, the service clock, the offering key) and builds the context and the workers;
+`bootstrap()` creates the administrator and its credentials file on a data directory's first start;
+`start()` does both if not done, then catches up and starts the workers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from hyperplan.backends.base import Backend
+from hyperplan.backends.local import LocalBackend
+from hyperplan.clock import Clock, make_clock, utcnow
+from hyperplan.core.fleet import Fleet, parse_fleet
+from hyperplan.notify.dispatcher import Dispatcher, DispatcherConfig
+from hyperplan.scheduler import EventHandler, Scheduler
+from hyperplan.services import accounts, adoption, background, clusters, jobs, lifecycle, payments
+from hyperplan.services.capacity import LiveCalendar
+from hyperplan.services.clusters import NodeWatcher
+from hyperplan.services.context import ServiceContext, Settings, Wakes
+from hyperplan.services.job_runner import JobRunner
+from hyperplan.services.job_work import JobLocks, JobSettings
+from hyperplan.services.key_cache import KeyCache
+from hyperplan.services.lifecycle import LifecycleContext
+from hyperplan.store import settings
+from hyperplan.store.db import Database, sqlite_url
+
+log = logging.getLogger(__name__)
+
+DATA_DIR_ENV = "HYPERPLAN_DATA_DIR"
+BOOTSTRAP_KEY_ENV = "HYPERPLAN_BOOTSTRAP_ACCESS_KEY_ID"
+BOOTSTRAP_SECRET_ENV = "HYPERPLAN_BOOTSTRAP_SECRET_ACCESS_KEY"
+
+# (data directory) -> the execution back end; tests give one that builds a FakeBackend.
+BackendFactory = Callable[[Path], Backend]
+
+
+def default_data_dir() -> Path:
+    configured = os.environ.get(DATA_DIR_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / ".local" / "share" / "hyperplan"
+
+
+def read_fleet_text(path: Path | None) -> str:
+    if path is None:
+        return resources.files("hyperplan.fleet").joinpath("demo.toml").read_text()
+    return path.read_text()
+
+
+def local_backend(data_dir: Path) -> Backend:
+    """Real processes, each node and task in a sandbox under the data directory."""
+    return LocalBackend(data_dir / "backend")
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    data_dir: Path
+    fleet_path: Path | None = None
+    clock: str = "wall"
+    time_scale: float = 1.0
+    clock_start: datetime | None = None  # a new store's first service instant (manual, accelerated)
+    database_url: str | None = None
+    backend: BackendFactory = local_backend
+    dispatcher: DispatcherConfig | None = None  # None: the defaults and HYPERPLAN_WEBHOOK_* variables
+
+
+@dataclass(frozen=True)
+class Workers:
+    scheduler: Scheduler  # the lifecycle loop
+    node_watcher: NodeWatcher
+    job_runner: JobRunner
+    dispatcher: Dispatcher
+
+
+class Application:
+    def __init__(self, config: AppConfig) -> None:
+        self.config = config
+        self.credentials_path = config.data_dir / "credentials"
+        self.bootstrapped = False  # True once bootstrap() has created the administrator
+        self._context: ServiceContext | None = None
+        self._workers: Workers | None = None
+        self._bootstrap_done = False
+
+    # -- what the root built ----------------------------------------------------------------------
+
+    @property
+    def context(self) -> ServiceContext:
+        if self._context is None:
+            raise RuntimeError("the application is not open yet: call open() (or start()) first")
+        return self._context
+
+    @property
+    def workers(self) -> Workers:
+        self.context  # noqa: B018  (raises the same error when not open)
+        assert self._workers is not None
+        return self._workers
+
+    # -- start and stop ---------------------------------------------------------------------------
+
+    def open(self) -> ServiceContext:
+        """The I/O of a start, once: data directory, fleet file, migration, clock, offering key; then the
+        context and the workers are built (none of them runs yet)."""
+        if self._context is not None:
+            return self._context
+        config = self.config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        fleet = parse_fleet(read_fleet_text(config.fleet_path))
+        db = Database(config.database_url or sqlite_url(config.data_dir))
+        db.migrate()
+        clock = _load_clock(db, config)
+        wakes = Wakes.local()
+        calendar = LiveCalendar(fleet)
+        scheduler = Scheduler(db, clock, {}, wake=wakes.lifecycle)
+        context = ServiceContext(
+            settings=Settings(config.data_dir, config.time_scale),
+            fleet=fleet,
+            db=db,
+            clock=clock,
+            calendar=calendar,
+            lifecycle=LifecycleContext(calendar, fleet, consumers=(self._clusters_follow, self._jobs_follow)),
+            backend=config.backend(config.data_dir),
+            keys=KeyCache(),
+            offering_key=_offering_key(db),
+            wakes=wakes,
+            advance_clock=scheduler.advance_to,
+            job_settings=JobSettings.from_environment(),
+            job_locks=JobLocks(),
+        )
+        scheduler.handlers.update(event_handlers(context))
+        dispatcher_config = config.dispatcher or DispatcherConfig.from_env()
+        dispatcher = Dispatcher(
+            db, context.arn, config=dispatcher_config, targets=fleet.webhooks, wake=wakes.webhooks
+        )
+        self._workers = Workers(scheduler, NodeWatcher(context), JobRunner(context), dispatcher)
+        self._context = context
+        return context
+
+    def bootstrap(self) -> bool:
+        """On a data directory's first start, create the administrator and write its credentials file.
+        True if it did (now or at an earlier call)."""
+        context = self.open()
+        if not self._bootstrap_done:
+            self.bootstrapped = _bootstrap_admin(context.db, context.fleet, self.credentials_path)
+            self._bootstrap_done = True
+        return self.bootstrapped
+
+    def start(self) -> None:
+        """Catch up on every event missed while the server was down, then run the workers."""
+        context = self.open()
+        self.bootstrap()
+        workers = self.workers
+        stored = background.store_initial_load(context)
+        if stored:
+            log.info("stored %d background bookings held by %r", stored, background.ACCOUNT_NAME)
+        context.calendar.load(context.db)
+        # Before anything else touches the back end, one call with every node and job task the store
+        # knows: no orphans, no lost work.
+        adoption.adopt_all(context)
+        missed = workers.scheduler.run_due(context.clock.now())
+        if missed:
+            log.info("ran %d lifecycle events missed while the server was down", missed)
+        workers.scheduler.start()
+        workers.dispatcher.start()
+        clusters.reconcile_all(context)
+        workers.node_watcher.start()
+        workers.job_runner.start()  # its first step hands over launches and finishes cut short
+
+    def request_stop(self) -> None:
+        """Ask the lifecycle loop (and a catch-up or clock move in progress) to end after the event it is
+        running. Safe in a signal handler: it sets flags and takes no lock."""
+        if self._workers is not None:
+            self._workers.scheduler.request_stop()
+
+    def stop(self) -> None:
+        if self._context is None or self._workers is None:
+            return
+        self._workers.dispatcher.stop()  # finishes deliveries in flight; before the database closes
+        self._workers.scheduler.stop()
+        self._workers.node_watcher.stop()
+        self._workers.job_runner.stop()
+        self._context.backend.close()
+        self._context.db.close()
+
+    # -- wiring -----------------------------------------------------------------------------------
+
+    def _clusters_follow(self, session: Session, plan_id: int, now: datetime) -> None:
+        clusters.reconcile_plan(session, self.context, plan_id, now)
+
+    def _jobs_follow(self, session: Session, plan_id: int, now: datetime) -> None:
+        jobs.reconcile_plan(session, self.context, plan_id, now)
+
+
+def event_handlers(context: ServiceContext) -> dict[str, EventHandler]:
+    """Every service's timed events, merged; two services claiming one kind is a bug."""
+    merged: dict[str, EventHandler] = {}
+    for handlers in (
+        lifecycle.event_handlers(context.lifecycle),
+        payments.event_handlers(context.lifecycle),
+        background.event_handlers(context),
+        jobs.event_handlers(context),
+    ):
+        clash = merged.keys() & handlers.keys()
+        if clash:
+            raise RuntimeError(f"two services handle the timed events {sorted(clash)}")
+        merged.update(handlers)
+    return merged
+
+
+def _load_clock(db: Database, config: AppConfig) -> Clock:
+    with db.write() as session:
+        saved = settings.get_time(session, settings.CLOCK_NOW)
+        clock = make_clock(config.clock, saved, config.time_scale, config.clock_start)
+        if saved is not None and config.clock_start is not None:
+            log.warning(
+                "--clock-start %s ignored: this data directory's service clock already reads %s",
+                config.clock_start.isoformat(),
+                saved.isoformat(),
+            )
+        if clock.kind != "wall":
+            settings.put_time(session, settings.CLOCK_NOW, clock.now())
+    return clock
+
+
+def _offering_key(db: Database) -> bytes:
+    """The key that signs offering ids; kept in the store so that every server shares it."""
+    with db.write() as session:
+        key = settings.get(session, settings.OFFERING_KEY)
+        if key is None:
+            key = secrets.token_hex(32)
+            settings.put(session, settings.OFFERING_KEY, key)
+    return bytes.fromhex(key)
+
+
+def _bootstrap_admin(db: Database, fleet: Fleet, credentials_path: Path) -> bool:
+    """Create the administrator on the first start of a data directory. True if it did."""
+    with db.write() as session:
+        if accounts.has_accounts(session):
+            return False
+        key = accounts.create_account(
+            session,
+            accounts.ADMIN_NAME,
+            now=utcnow(),
+            is_admin=True,
+            payment_mode=fleet.default_payment_mode,
+            access_key_id=os.environ.get(BOOTSTRAP_KEY_ENV) or None,
+            secret_access_key=os.environ.get(BOOTSTRAP_SECRET_ENV) or None,
+        )
+        accounts.write_credentials_file(credentials_path, key, fleet.region)
+    return True

@@ -1,0 +1,79 @@
+"""What every service works with, built once by the composition root (hyperplan/app.py).
+
+Services depend on this context and on the narrow protocols in it (a `Wake` per background loop, the
+clock mover), never on the root or on each other's workers: the root sits above everything, builds
+this, builds the workers from it, and owns start and stop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from hyperplan.backends.base import Backend
+from hyperplan.clock import Clock, ManualClock
+from hyperplan.core.fleet import Fleet
+from hyperplan.services.capacity import LiveCalendar
+from hyperplan.services.job_work import JobLocks, JobSettings
+from hyperplan.services.key_cache import KeyCache
+from hyperplan.services.lifecycle import LifecycleContext
+from hyperplan.store.db import Database
+from hyperplan.worker import LocalWake, Wake
+
+
+@dataclass(frozen=True)
+class Wakes:
+    """One wake per background loop; a service notifies one after a commit that made work for it."""
+
+    lifecycle: Wake  # a timed event was scheduled (the lifecycle loop, scheduler.py)
+    nodes: Wake  # nodes were provisioned or shut down (the node watcher, services/clusters.py)
+    jobs: Wake  # a job has work for the runner (services/job_runner.py)
+    webhooks: Wake  # deliveries were queued (the dispatcher, notify/dispatcher.py)
+
+    @classmethod
+    def local(cls) -> Wakes:
+        return cls(LocalWake(), LocalWake(), LocalWake(), LocalWake())
+
+
+@dataclass(frozen=True)
+class Settings:
+    data_dir: Path
+    time_scale: float = 1.0  # of the accelerated clock
+
+
+# (target) -> how many timed events ran on the way; moves a manual clock (Scheduler.advance_to).
+ClockMover = Callable[[datetime], int]
+
+
+@dataclass(frozen=True)
+class ServiceContext:
+    settings: Settings
+    fleet: Fleet
+    db: Database
+    clock: Clock
+    calendar: LiveCalendar
+    lifecycle: LifecycleContext
+    backend: Backend
+    keys: KeyCache
+    offering_key: bytes  # signs offering ids; kept in the store so that every server shares it
+    wakes: Wakes
+    advance_clock: ClockMover
+    job_settings: JobSettings
+    job_locks: JobLocks
+
+    @property
+    def data_dir(self) -> Path:
+        return self.settings.data_dir
+
+    @property
+    def region(self) -> str:
+        return self.fleet.region
+
+    def arn(self, account_id: str, resource: str) -> str:
+        return f"arn:aws:sagemaker:{self.region}:{account_id}:{resource}"
+
+    @property
+    def manual_clock(self) -> ManualClock | None:
+        return self.clock if isinstance(self.clock, ManualClock) else None

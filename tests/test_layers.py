@@ -1,0 +1,175 @@
+"""The import rules between layers (docs/ARCHITECTURE.md, "Layers"), checked over the package's source.
+
+Every module of `hyperplan` is parsed with `ast`; every import counts, at the top of a module, inside a
+function or under `if TYPE_CHECKING:`, since a function-level import that dodges a cycle is still one.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import hyperplan
+
+PACKAGE = Path(hyperplan.__file__).parent
+
+# Each layer, by module prefix; the longest prefix wins.
+LAYERS = {
+    "hyperplan": "root",
+    "hyperplan.errors": "errors",
+    "hyperplan.worker": "worker",
+    "hyperplan.core": "core",
+    "hyperplan.clock": "clock",
+    "hyperplan.fleet": "fleet-data",
+    "hyperplan.store": "store",
+    "hyperplan.storage": "storage",
+    "hyperplan.backends": "backends",
+    "hyperplan.training": "training",
+    "hyperplan.scheduler": "scheduler",
+    "hyperplan.services": "services",
+    "hyperplan.notify": "services",  # the webhook dispatcher: a worker of the services' layer
+    "hyperplan.wire": "wire",
+    "hyperplan.server": "server",
+    "hyperplan.client": "client",
+    "hyperplan.app": "app",
+    "hyperplan.runtime": "app",  # the old name of the composition root, kept for its importers
+    "hyperplan.cli": "cli",
+    "hyperplan.__main__": "cli",
+}
+
+_BELOW_SERVICES = {
+    *("core", "store", "storage", "backends", "training", "clock", "scheduler", "worker", "errors")
+}
+
+# What each layer may import besides itself.
+ALLOWED: dict[str, set[str]] = {
+    "root": set(),
+    "errors": set(),
+    "worker": set(),  # threads and wakes only: every layer may build workers
+    "fleet-data": set(),
+    "core": {"errors"},
+    "clock": {"errors"},
+    "store": {"core", "errors"},
+    "storage": {"core", "errors"},
+    "backends": {"root", "errors"},  # the package's own location, for the node agent it starts
+    "training": {"storage", "core", "errors"},
+    "scheduler": {"store", "clock", "worker", "core", "errors"},
+    "services": _BELOW_SERVICES,
+    "wire": {"services"} | _BELOW_SERVICES,
+    "server": {"wire", "services"} | _BELOW_SERVICES,
+    "client": {"wire", "errors"},  # the SigV4 canonical forms, shared with the server's verification
+    "app": {"server", "wire", "services", "fleet-data"} | _BELOW_SERVICES,
+    "cli": {"client", "app", "server", "wire", "services", "root"} | _BELOW_SERVICES,
+}
+
+
+def layer_of(module: str) -> str:
+    prefix = max((p for p in LAYERS if module == p or module.startswith(p + ".")), key=len)
+    return LAYERS[prefix]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, Path]:
+    # Alembic's migrations are scripts it loads by path, not modules of the package.
+    paths = [path for path in sorted(PACKAGE.rglob("*.py")) if "migrations" not in path.parts]
+    return {module_name(path): path for path in paths}
+
+
+def imports_of(module: str, path: Path, known: set[str]) -> Iterator[tuple[str, int]]:
+    """(imported module of the package, line) for every import anywhere in the module."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "hyperplan":
+                    yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            if base.split(".")[0] != "hyperplan":
+                continue
+            for alias in node.names:
+                child = f"{base}.{alias.name}"
+                yield (child if child in known else base), node.lineno
+
+
+def import_graph() -> dict[str, dict[str, int]]:
+    found = modules()
+    known = set(found)
+    return {
+        module: {target: line for target, line in imports_of(module, path, known) if target != module}
+        for module, path in found.items()
+    }
+
+
+def test_every_import_follows_the_layer_rules() -> None:
+    wrong = [
+        f"{module}:{line} ({layer_of(module)}) imports {target} ({layer_of(target)})"
+        for module, targets in import_graph().items()
+        for target, line in targets.items()
+        if layer_of(target) != layer_of(module) and layer_of(target) not in ALLOWED[layer_of(module)]
+    ]
+    assert not wrong, "imports across the layer rules:\n" + "\n".join(sorted(wrong))
+
+
+def test_there_is_no_import_cycle() -> None:
+    graph = import_graph()
+    cycles = _cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n".join(" -> ".join([*c, c[0]]) for c in cycles)
+
+
+def test_the_checker_sees_function_level_and_type_checking_imports(tmp_path: Path) -> None:
+    """The rules would be empty words if imports inside functions or under TYPE_CHECKING escaped them."""
+    path = tmp_path / "example.py"
+    path.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from hyperplan.app import Application\n"
+        "def f():\n    from hyperplan.services import jobs\n    from . import calendar\n"
+    )
+    known = {"hyperplan.services.jobs", "hyperplan.core.calendar"}
+    found = dict(imports_of("hyperplan.core.example", path, known))
+    assert found == {"hyperplan.app": 3, "hyperplan.services.jobs": 5, "hyperplan.core.calendar": 6}
+    assert {layer_of(target) for target in found} - ALLOWED["core"] - {"core"} == {"app", "services"}
+    assert _cycles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}) == [["a", "b", "c"]]
+
+
+def _cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """One cycle per strongly connected component with more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph.get(node, {}):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
