@@ -54,34 +54,34 @@ def test_clock_start_must_be_an_instant_with_a_zone(tmp_path: Path) -> None:
     assert refused.returncode == 2 and "has no zone" in refused.stdout
 
 
-def test_advance_by_durations(server: Server) -> None:
-    start = service_now(server)
-    out = json.loads(server.cli("clock", "advance", "1d12h", "--json").stdout)
+def test_advance_by_durations(fast_server: Server) -> None:
+    start = service_now(fast_server)
+    out = json.loads(fast_server.cli("clock", "advance", "1d12h", "--json").stdout)
     assert datetime.fromisoformat(out["Now"]) - start == timedelta(hours=36)
-    server.cli("clock", "advance", "90m")
-    assert service_now(server) - start == timedelta(hours=37, minutes=30)
+    fast_server.cli("clock", "advance", "90m")
+    assert service_now(fast_server) - start == timedelta(hours=37, minutes=30)
 
 
-def test_set_moves_forward_and_refuses_to_go_back(server: Server) -> None:
-    target = (service_now(server) + timedelta(days=3)).replace(microsecond=0)
-    server.cli("clock", "set", target.isoformat())
-    assert service_now(server) == target
-    refused = server.cli("clock", "set", (target - timedelta(hours=1)).isoformat(), check=False)
+def test_set_moves_forward_and_refuses_to_go_back(fast_server: Server) -> None:
+    target = (service_now(fast_server) + timedelta(days=3)).replace(microsecond=0)
+    fast_server.cli("clock", "set", target.isoformat())
+    assert service_now(fast_server) == target
+    refused = fast_server.cli("clock", "set", (target - timedelta(hours=1)).isoformat(), check=False)
     assert refused.returncode == 1
     assert "ValidationException" in refused.stderr and "backwards" in refused.stderr
-    assert service_now(server) == target
+    assert service_now(fast_server) == target
 
 
-def test_set_needs_a_zone(server: Server) -> None:
+def test_set_needs_a_zone(fast_server: Server) -> None:
     with pytest.raises(ApiError) as exc:
-        server.native().post("/api/v1/clock/set", {"Time": "2030-01-01T00:00:00"})
+        fast_server.native().post("/api/v1/clock/set", {"Time": "2030-01-01T00:00:00"})
     assert exc.value.code == "ValidationException" and "zone" in exc.value.message
 
 
-def test_bad_durations_are_refused(server: Server) -> None:
+def test_bad_durations_are_refused(fast_server: Server) -> None:
     for text in ("soon", "-5m", "0m"):
         with pytest.raises(ApiError) as exc:
-            server.native().post("/api/v1/clock/advance", {"Duration": text})
+            fast_server.native().post("/api/v1/clock/advance", {"Duration": text})
         assert exc.value.code == "ValidationException", text
 
 
@@ -102,8 +102,8 @@ def test_the_clock_keeps_its_time_across_a_crash(server: Server) -> None:
     assert service_now(server) == before
 
 
-def test_show_prints_the_time(server: Server) -> None:
-    out = server.cli("clock", "show").stdout
+def test_show_prints_the_time(fast_server: Server) -> None:
+    out = fast_server.cli("clock", "show").stdout
     assert "manual clock" in out
 
 

@@ -33,22 +33,22 @@ def _refused(server: Server, route: str, body: dict[str, str]) -> str:
     return refused.value.message
 
 
-def test_moves_beyond_366_days_are_refused_naming_the_limit(server: Server) -> None:
-    start = service_now(server)
+def test_moves_beyond_366_days_are_refused_naming_the_limit(fast_server: Server) -> None:
+    start = service_now(fast_server)
     for duration in ("367d", "366d1s", "99999999999999d", "9" * 1000 + "s"):
-        message = _refused(server, "/api/v1/clock/advance", {"Duration": duration})
+        message = _refused(fast_server, "/api/v1/clock/advance", {"Duration": duration})
         assert "366 days" in message or "at most 36500d" in message, message
     for time in ("9999-12-31T00:00:00Z", (start + timedelta(days=367)).isoformat()):
-        assert "at most 366 days" in _refused(server, "/api/v1/clock/set", {"Time": time})
+        assert "at most 366 days" in _refused(fast_server, "/api/v1/clock/set", {"Time": time})
     for time in ("9999-12-31T23:00:00-05:00", "0001-01-01T00:00:00+01:00"):
-        assert "out of range" in _refused(server, "/api/v1/clock/set", {"Time": time})
-    refused = server.cli("clock", "advance", "99999999999999d", check=False)
+        assert "out of range" in _refused(fast_server, "/api/v1/clock/set", {"Time": time})
+    refused = fast_server.cli("clock", "advance", "99999999999999d", check=False)
     assert refused.returncode == 1 and "ValidationException" in refused.stderr
-    assert service_now(server) == start
+    assert service_now(fast_server) == start
 
 
-def test_a_move_of_exactly_366_days_is_allowed(server_factory: type[Server], tmp_path: Path) -> None:
-    server = server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET).start()
+def test_a_move_of_exactly_366_days_is_allowed(fast_server_factory: type[Server], tmp_path: Path) -> None:
+    server = fast_server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET).start()
     start = service_now(server)
     server.cli("clock", "advance", "366d")
     assert service_now(server) - start == timedelta(days=366)
