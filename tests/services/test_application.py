@@ -1,0 +1,77 @@
+"""The composition root: building does no I/O, start steps are explicit, the back end is injected."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hyperplan.app import AppConfig, Application, BackendFactory, event_handlers, local_backend
+from hyperplan.backends.fake import FakeBackend, FakeWorld
+from hyperplan.services import background, jobs, lifecycle
+from tests.harness import SERVER_START
+
+SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
+
+
+def _config(data_dir: Path, backend: BackendFactory = local_backend) -> AppConfig:
+    return AppConfig(
+        data_dir=data_dir, fleet_path=SMALL_FLEET, clock="manual", clock_start=SERVER_START, backend=backend
+    )
+
+
+def test_building_an_application_touches_nothing(tmp_path: Path) -> None:
+    data_dir = tmp_path / "new"
+    application = Application(_config(data_dir))
+    assert not data_dir.exists()
+    with pytest.raises(RuntimeError, match="not open"):
+        application.context  # noqa: B018
+
+
+def test_open_migrates_and_bootstrap_creates_the_administrator_once(tmp_path: Path) -> None:
+    first = Application(_config(tmp_path))
+    context = first.open()
+    assert (tmp_path / "hyperplan.db").exists()
+    assert not first.credentials_path.exists()  # opening is not bootstrapping
+    assert context.clock.now() == SERVER_START
+    assert first.bootstrap()
+    assert first.credentials_path.exists()
+    first.stop()
+
+    second = Application(_config(tmp_path))
+    assert not second.bootstrap()  # the store has its administrator already
+    second.stop()
+
+
+def test_the_back_end_is_the_one_the_configuration_builds(tmp_path: Path) -> None:
+    world = FakeWorld()
+    built: list[Path] = []
+
+    def fake(data_dir: Path) -> FakeBackend:
+        built.append(data_dir)
+        return FakeBackend(world)
+
+    application = Application(_config(tmp_path, backend=fake))
+    assert built == []  # built when the application opens, not before
+    context = application.open()
+    assert isinstance(context.backend, FakeBackend) and built == [tmp_path]
+    application.stop()
+
+
+def test_every_service_timed_event_has_exactly_one_handler(tmp_path: Path) -> None:
+    application = Application(_config(tmp_path))
+    handlers = event_handlers(application.open())
+    kinds = {
+        lifecycle.SEGMENT_START,
+        lifecycle.SEGMENT_RECLAIM,
+        lifecycle.SEGMENT_END,
+        lifecycle.START_REMINDER,
+        lifecycle.RECLAIM_REMINDER,
+        lifecycle.PAYMENT_DEADLINE,
+        background.TOP_UP,
+        jobs.PENDING_LIMIT,
+        jobs.MAX_RUNTIME,
+    }
+    assert set(handlers) == kinds
+    assert application.workers.scheduler.handlers.keys() == kinds
+    application.stop()
