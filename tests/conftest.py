@@ -66,3 +66,14 @@ def fast_server_factory(tmp_path: Path, store_templates: Templates) -> Iterator[
 def fast_server(fast_server_factory: type[InProcessServer], tmp_path: Path) -> InProcessServer:
     """A fresh in-process server on the demo fleet with the manual clock, over the fake back end."""
     return fast_server_factory(data_dir=tmp_path / "data").start()
+
+
+@pytest.fixture(scope="module")
+def fast_shared_server(
+    tmp_path_factory: pytest.TempPathFactory, store_templates: Templates
+) -> Iterator[InProcessServer]:
+    """One in-process server for a whole module of rule tests; each test makes its own accounts."""
+    data_dir = tmp_path_factory.mktemp("shared") / "data"
+    server = InProcessServer(data_dir=data_dir, templates=store_templates).start()
+    yield server
+    server.close()

@@ -71,52 +71,52 @@ def test_without_bootstrap_variables_the_first_start_makes_keys_that_work(
     assert "admin" in [a["Name"] for a in json.loads(cli.stdout)]
 
 
-def test_create_account_prints_its_id_and_keys_as_json(shared_server: Server) -> None:
-    out = shared_server.cli("accounts", "create", "vision-team", "--json")
+def test_create_account_prints_its_id_and_keys_as_json(fast_shared_server: Server) -> None:
+    out = fast_shared_server.cli("accounts", "create", "vision-team", "--json")
     created = json.loads(out.stdout)
     assert set(created) == {"AccountId", "AccessKeyId", "SecretAccessKey"}
     assert len(created["AccountId"]) == 12 and created["AccountId"].isdigit()
     team = Credentials(created["AccessKeyId"], created["SecretAccessKey"])
-    assert shared_server.native(team).get("/api/v1/whoami")["AccountId"] == created["AccountId"]
-    listed = json.loads(shared_server.cli("accounts", "list", "--json").stdout)
+    assert fast_shared_server.native(team).get("/api/v1/whoami")["AccountId"] == created["AccountId"]
+    listed = json.loads(fast_shared_server.cli("accounts", "list", "--json").stdout)
     assert created["AccountId"] in {a["AccountId"] for a in listed}
 
 
-def test_accounts_list_prints_a_table(shared_server: Server) -> None:
-    shared_server.new_account("table-team")
-    out = shared_server.cli("accounts", "list").stdout
+def test_accounts_list_prints_a_table(fast_shared_server: Server) -> None:
+    fast_shared_server.new_account("table-team")
+    out = fast_shared_server.cli("accounts", "list").stdout
     assert "table-team" in out and "admin" in out
 
 
-def test_an_account_can_hold_several_keys_and_lose_one(shared_server: Server) -> None:
-    first = shared_server.new_account("two-keys")
-    added = json.loads(shared_server.cli("accounts", "add-key", "two-keys", "--json").stdout)
+def test_an_account_can_hold_several_keys_and_lose_one(fast_shared_server: Server) -> None:
+    first = fast_shared_server.new_account("two-keys")
+    added = json.loads(fast_shared_server.cli("accounts", "add-key", "two-keys", "--json").stdout)
     second = Credentials(added["AccessKeyId"], added["SecretAccessKey"])
-    shared_server.cli("accounts", "revoke-key", first.access_key)
-    assert shared_server.sagemaker(second).list_training_plans()["TrainingPlanSummaries"] == []
+    fast_shared_server.cli("accounts", "revoke-key", first.access_key)
+    assert fast_shared_server.sagemaker(second).list_training_plans()["TrainingPlanSummaries"] == []
     with pytest.raises(ClientError):
-        shared_server.sagemaker(first).list_training_plans()
+        fast_shared_server.sagemaker(first).list_training_plans()
 
 
-def test_duplicate_account_names_are_refused(shared_server: Server) -> None:
-    shared_server.new_account("twice")
+def test_duplicate_account_names_are_refused(fast_shared_server: Server) -> None:
+    fast_shared_server.new_account("twice")
     with pytest.raises(ApiError) as exc:
-        shared_server.new_account("twice")
+        fast_shared_server.new_account("twice")
     assert exc.value.code == "ResourceInUse"
 
 
-def test_only_administrators_manage_accounts(shared_server: Server) -> None:
-    team = shared_server.new_account("not-admin")
+def test_only_administrators_manage_accounts(fast_shared_server: Server) -> None:
+    team = fast_shared_server.new_account("not-admin")
     with pytest.raises(ApiError) as exc:
-        shared_server.native(team).post("/api/v1/accounts", {"Name": "sneaky"})
+        fast_shared_server.native(team).post("/api/v1/accounts", {"Name": "sneaky"})
     assert exc.value.code == "AccessDeniedException"
-    refused = shared_server.cli("accounts", "list", credentials=team, check=False)
+    refused = fast_shared_server.cli("accounts", "list", credentials=team, check=False)
     assert refused.returncode == 1
     assert "AccessDeniedException" in refused.stderr
 
 
-def test_bad_account_names_are_refused_with_the_rule(shared_server: Server) -> None:
+def test_bad_account_names_are_refused_with_the_rule(fast_shared_server: Server) -> None:
     with pytest.raises(ApiError) as exc:
-        shared_server.new_account("Bad Name!")
+        fast_shared_server.new_account("Bad Name!")
     assert exc.value.code == "ValidationException"
     assert "lowercase" in exc.value.message

@@ -29,9 +29,9 @@ SEARCH = {"InstanceType": P5, "InstanceCount": 1, "DurationHours": 24, "TargetRe
 
 
 @pytest.fixture(scope="module")
-def plan_arn(shared_server: Server) -> str:
+def plan_arn(fast_shared_server: Server) -> str:
     """A plan, so that the listings below have something to compare the times with."""
-    client = shared_server.sagemaker()
+    client = fast_shared_server.sagemaker()
     offering = client.search_training_plan_offerings(**SEARCH)["TrainingPlanOfferings"][0]
     return str(
         client.create_training_plan(
@@ -71,26 +71,28 @@ TIMED_MEMBERS = [
 
 @pytest.mark.parametrize(("operation", "base", "member"), TIMED_MEMBERS)
 def test_extreme_times_are_answered_never_a_500(
-    shared_server: Server, plan_arn: str, operation: str, base: dict[str, Any], member: str
+    fast_shared_server: Server, plan_arn: str, operation: str, base: dict[str, Any], member: str
 ) -> None:
     for value in EXTREMES:
-        _answered(shared_server, operation, {**base, member: value})
+        _answered(fast_shared_server, operation, {**base, member: value})
 
 
-def test_a_search_starting_at_the_last_second_is_refused_by_name(shared_server: Server) -> None:
+def test_a_search_starting_at_the_last_second_is_refused_by_name(fast_shared_server: Server) -> None:
     for end in (None, LAST_SECOND):
         body = {**SEARCH, "StartTimeAfter": LAST_SECOND, **({"EndTimeBefore": end} if end else {})}
-        status, answer = _call(shared_server, "SearchTrainingPlanOfferings", body)
+        status, answer = _call(fast_shared_server, "SearchTrainingPlanOfferings", body)
         assert (status, answer["__type"]) == (400, "ValidationException")
         assert answer["message"].startswith("StartTimeAfter: 9999-12-31T23:59:59Z is too late")
 
 
 def test_durations_at_their_model_maximum_are_answered_never_a_500(
-    shared_server: Server, plan_arn: str
+    fast_shared_server: Server, plan_arn: str
 ) -> None:
-    _answered(shared_server, "SearchTrainingPlanOfferings", {**SEARCH, "DurationHours": 87600})
+    _answered(fast_shared_server, "SearchTrainingPlanOfferings", {**SEARCH, "DurationHours": 87600})
     _answered(
-        shared_server, "SearchTrainingPlanOfferings", {"TrainingPlanArn": plan_arn, "DurationHours": 87600}
+        fast_shared_server,
+        "SearchTrainingPlanOfferings",
+        {"TrainingPlanArn": plan_arn, "DurationHours": 87600},
     )
     job = {
         "TrainingJobName": "longest",
@@ -109,7 +111,7 @@ def test_durations_at_their_model_maximum_are_answered_never_a_500(
         },
         "StoppingCondition": {"MaxRuntimeInSeconds": 2**31 - 1, "MaxPendingTimeInSeconds": 2419200},
     }
-    _answered(shared_server, "CreateTrainingJob", job)  # queued on a plan that has not started
-    status, described = _call(shared_server, "DescribeTrainingJob", {"TrainingJobName": "longest"})
+    _answered(fast_shared_server, "CreateTrainingJob", job)  # queued on a plan that has not started
+    status, described = _call(fast_shared_server, "DescribeTrainingJob", {"TrainingJobName": "longest"})
     assert status == 200 and described["StoppingCondition"]["MaxRuntimeInSeconds"] == 2**31 - 1
-    _answered(shared_server, "StopTrainingJob", {"TrainingJobName": "longest"})
+    _answered(fast_shared_server, "StopTrainingJob", {"TrainingJobName": "longest"})

@@ -51,16 +51,18 @@ def nested(depth: int) -> bytes:
     [b"[" * 100_000 + b"]" * 100_000, b'{"a":' * 5_000 + b"1" + b"}" * 5_000, nested(33)],
     ids=["arrays-100000-deep", "objects-5000-deep", "one-level-too-deep"],
 )
-def test_deeply_nested_bodies_are_refused_before_they_are_parsed(shared_server: Server, body: bytes) -> None:
-    before = shared_server.native().get("/api/v1/accounts")
-    error = refused(shared_server, "POST", "/api/v1/accounts", body)
+def test_deeply_nested_bodies_are_refused_before_they_are_parsed(
+    fast_shared_server: Server, body: bytes
+) -> None:
+    before = fast_shared_server.native().get("/api/v1/accounts")
+    error = refused(fast_shared_server, "POST", "/api/v1/accounts", body)
     assert error["Code"] == "SerializationException"
     assert "more than 32 levels deep" in error["Message"]
-    assert shared_server.native().get("/api/v1/accounts") == before
+    assert fast_shared_server.native().get("/api/v1/accounts") == before
 
 
-def test_a_body_at_the_depth_limit_is_parsed_and_its_field_checked(shared_server: Server) -> None:
-    error = refused(shared_server, "POST", "/api/v1/accounts", nested(32))
+def test_a_body_at_the_depth_limit_is_parsed_and_its_field_checked(fast_shared_server: Server) -> None:
+    error = refused(fast_shared_server, "POST", "/api/v1/accounts", nested(32))
     assert error == {"Code": "ValidationException", "Message": error["Message"]}
     assert error["Message"].startswith("Name must be a string")
 
@@ -91,47 +93,49 @@ def test_a_body_at_the_depth_limit_is_parsed_and_its_field_checked(shared_server
     ],
 )
 def test_what_strict_json_does_not_hold_is_a_serialization_error(
-    shared_server: Server, body: bytes, says: str
+    fast_shared_server: Server, body: bytes, says: str
 ) -> None:
-    error = refused(shared_server, "POST", "/api/v1/accounts", body)
+    error = refused(fast_shared_server, "POST", "/api/v1/accounts", body)
     assert error["Code"] == "SerializationException" and says in error["Message"], error
 
 
-def test_unknown_members_and_query_parameters_are_named(shared_server: Server) -> None:
-    error = refused(shared_server, "POST", "/api/v1/accounts", b'{"Name": "typo", "Admn": true}')
+def test_unknown_members_and_query_parameters_are_named(fast_shared_server: Server) -> None:
+    error = refused(fast_shared_server, "POST", "/api/v1/accounts", b'{"Name": "typo", "Admn": true}')
     assert error["Code"] == "ValidationException"
     assert "'Admn'" in error["Message"] and "Admin, Name, PaymentMode" in error["Message"]
-    error = refused(shared_server, "GET", "/api/v1/fleet?dayz=3")
+    error = refused(fast_shared_server, "GET", "/api/v1/fleet?dayz=3")
     assert error["Code"] == "ValidationException" and "'dayz'" in error["Message"]
-    names = [a["Name"] for a in shared_server.native().get("/api/v1/accounts")["Accounts"]]
+    names = [a["Name"] for a in fast_shared_server.native().get("/api/v1/accounts")["Accounts"]]
     assert "typo" not in names
 
 
 # -- ids, quotas, budgets, page sizes ------------------------------------------------------------------
 
 
-def test_invoice_and_webhook_ids_past_the_column_are_refused_naming_the_range(shared_server: Server) -> None:
+def test_invoice_and_webhook_ids_past_the_column_are_refused_naming_the_range(
+    fast_shared_server: Server,
+) -> None:
     for args in (
         ("invoices", "approve", TOO_BIG_ID),
         ("invoices", "reject", TOO_BIG_ID, "--reason", "no"),
         ("webhooks", "remove", TOO_BIG_ID),
         ("webhooks", "deliveries", TOO_BIG_ID),
     ):
-        stderr = cli_refusal(shared_server, *args)
+        stderr = cli_refusal(fast_shared_server, *args)
         assert "ValidationException" in stderr and f"from 1 to {MAX_ID}" in stderr, (args, stderr)
     # The largest id is in range: it is simply not there.
     with pytest.raises(ApiError) as missing:
-        shared_server.native().post(f"/api/v1/invoices/{MAX_ID}/approve")
+        fast_shared_server.native().post(f"/api/v1/invoices/{MAX_ID}/approve")
     assert missing.value.code == "ResourceNotFound"
 
 
 @pytest.mark.parametrize("text", ["²", "١٢", "-1", "0", "1.0", "0x10", " 1"])
-def test_ids_are_plain_decimal_digits(shared_server: Server, text: str) -> None:
+def test_ids_are_plain_decimal_digits(fast_shared_server: Server, text: str) -> None:
     from urllib.parse import quote
 
     for path in (f"/api/v1/invoices/{quote(text)}/approve", f"/api/v1/webhooks/{quote(text)}"):
         method = "POST" if path.endswith("approve") else "DELETE"
-        error = refused(shared_server, method, path)
+        error = refused(fast_shared_server, method, path)
         assert error["Code"] == "ValidationException" and "from 1 to" in error["Message"], (path, error)
 
 
@@ -141,116 +145,117 @@ def test_ids_are_plain_decimal_digits(shared_server: Server, text: str) -> None:
     [("/api/v1/fleet", "days", 400), ("/api/v1/webhooks/1/deliveries", "limit", 500)],
 )
 def test_query_numbers_are_plain_digits_in_range(
-    shared_server: Server, path: str, name: str, high: int, text: str
+    fast_shared_server: Server, path: str, name: str, high: int, text: str
 ) -> None:
     from urllib.parse import quote
 
     value = str(high + 1) if text == "just-past" else text
-    error = refused(shared_server, "GET", f"{path}?{name}={quote(value)}")
+    error = refused(fast_shared_server, "GET", f"{path}?{name}={quote(value)}")
     assert error["Code"] == "ValidationException", error
     assert f"{name} must be a whole number from 1 to {high}" in error["Message"]
 
 
-def test_quotas_past_the_maximum_are_refused_and_nothing_changes(shared_server: Server) -> None:
-    shared_server.new_account("quota-team")
-    before = account(shared_server, "quota-team")
+def test_quotas_past_the_maximum_are_refused_and_nothing_changes(fast_shared_server: Server) -> None:
+    fast_shared_server.new_account("quota-team")
+    before = account(fast_shared_server, "quota-team")
     for option in ("--max-plans", "--max-instances"):
-        stderr = cli_refusal(shared_server, "accounts", "update", "quota-team", option, str(10**30))
+        stderr = cli_refusal(fast_shared_server, "accounts", "update", "quota-team", option, str(10**30))
         assert "ValidationException" in stderr and "from 1 to 1000000" in stderr, stderr
     for value in (0, -1, 1_000_001, 2.5, "10", True):
         with pytest.raises(ApiError) as bad:
-            shared_server.native().call(
+            fast_shared_server.native().call(
                 "PATCH", "/api/v1/accounts/quota-team", body={"Quotas": {"MaxActivePlans": value}}
             )
         assert bad.value.code == "ValidationException"
         assert "Quotas.MaxActivePlans must be a whole number from 1 to 1000000" in bad.value.message
-    assert account(shared_server, "quota-team") == before
-    shared_server.cli("accounts", "update", "quota-team", "--max-plans", "1000000")
-    assert account(shared_server, "quota-team")["Quotas"]["MaxActivePlans"] == 1_000_000
+    assert account(fast_shared_server, "quota-team") == before
+    fast_shared_server.cli("accounts", "update", "quota-team", "--max-plans", "1000000")
+    assert account(fast_shared_server, "quota-team")["Quotas"]["MaxActivePlans"] == 1_000_000
 
 
 @pytest.mark.parametrize("amount", ["1e999999", "-5"])
-def test_the_cli_refuses_budgets_outside_0_to_the_maximum(shared_server: Server, amount: str) -> None:
+def test_the_cli_refuses_budgets_outside_0_to_the_maximum(fast_shared_server: Server, amount: str) -> None:
     name = f"budget-{uuid.uuid4().hex[:8]}"
-    shared_server.new_account(name, PaymentMode="budget")
-    shared_server.cli("accounts", "update", name, "--budget", "100.00")
-    before = account(shared_server, name)
-    ledger = shared_server.native().get(f"/api/v1/accounts/{name}/ledger")
+    fast_shared_server.new_account(name, PaymentMode="budget")
+    fast_shared_server.cli("accounts", "update", name, "--budget", "100.00")
+    before = account(fast_shared_server, name)
+    ledger = fast_shared_server.native().get(f"/api/v1/accounts/{name}/ledger")
     for option in ("--budget", "--add-budget"):
-        stderr = cli_refusal(shared_server, "accounts", "update", name, f"{option}={amount}")
+        stderr = cli_refusal(fast_shared_server, "accounts", "update", name, f"{option}={amount}")
         assert "ValidationException" in stderr and "from 0 to 1000000000000 USD" in stderr, stderr
         assert "at most 2 decimal places" in stderr
-    assert account(shared_server, name) == before
-    assert shared_server.native().get(f"/api/v1/accounts/{name}/ledger") == ledger
+    assert account(fast_shared_server, name) == before
+    assert fast_shared_server.native().get(f"/api/v1/accounts/{name}/ledger") == ledger
 
 
 @pytest.mark.parametrize(
     "amount",
     ["NaN", "Infinity", "1.001", "1000000000000.01", "+5", " 5", "5e2", "1_000", "0x10", "", 5, 5.5, True],
 )
-def test_budgets_are_plain_decimal_strings_in_range(shared_server: Server, amount: object) -> None:
+def test_budgets_are_plain_decimal_strings_in_range(fast_shared_server: Server, amount: object) -> None:
     name = f"budget-{uuid.uuid4().hex[:8]}"
-    shared_server.new_account(name, PaymentMode="budget")
-    before = account(shared_server, name)
+    fast_shared_server.new_account(name, PaymentMode="budget")
+    before = account(fast_shared_server, name)
     for member in ("Budget", "AddBudget"):
         with pytest.raises(ApiError) as bad:
-            shared_server.native().call("PATCH", f"/api/v1/accounts/{name}", body={member: amount})
+            fast_shared_server.native().call("PATCH", f"/api/v1/accounts/{name}", body={member: amount})
         assert bad.value.code == "ValidationException", bad.value
         assert bad.value.message.startswith(f"{member} must be a decimal string from 0 to 1000000000000 USD")
-    assert account(shared_server, name) == before
+    assert account(fast_shared_server, name) == before
 
 
-def test_budgets_up_to_the_maximum_are_kept_exactly(shared_server: Server) -> None:
-    shared_server.new_account("rich-team", PaymentMode="budget")
-    shared_server.cli("accounts", "update", "rich-team", "--budget", "999999999999.99")
-    assert account(shared_server, "rich-team")["Budget"] == "999999999999.99"
-    shared_server.cli("accounts", "update", "rich-team", "--add-budget", "0.01")
-    assert account(shared_server, "rich-team")["Budget"] == "1000000000000.00"
-    stderr = cli_refusal(shared_server, "accounts", "update", "rich-team", "--add-budget", "0.01")
+def test_budgets_up_to_the_maximum_are_kept_exactly(fast_shared_server: Server) -> None:
+    fast_shared_server.new_account("rich-team", PaymentMode="budget")
+    fast_shared_server.cli("accounts", "update", "rich-team", "--budget", "999999999999.99")
+    assert account(fast_shared_server, "rich-team")["Budget"] == "999999999999.99"
+    fast_shared_server.cli("accounts", "update", "rich-team", "--add-budget", "0.01")
+    assert account(fast_shared_server, "rich-team")["Budget"] == "1000000000000.00"
+    stderr = cli_refusal(fast_shared_server, "accounts", "update", "rich-team", "--add-budget", "0.01")
     assert "ValidationException" in stderr and "over the maximum of 1000000000000" in stderr
-    ledger = shared_server.native().get("/api/v1/accounts/rich-team/ledger")["Entries"]
+    ledger = fast_shared_server.native().get("/api/v1/accounts/rich-team/ledger")["Entries"]
     assert [e["Amount"] for e in ledger] == ["999999999999.99", "0.01"]
 
 
 # -- the same answer whether an account exists or not --------------------------------------------------
 
 
-def test_a_ledger_answer_does_not_say_whether_an_account_exists(shared_server: Server) -> None:
-    team = shared_server.new_account("ledger-reader")
-    shared_server.new_account("ledger-other")
+def test_a_ledger_answer_does_not_say_whether_an_account_exists(fast_shared_server: Server) -> None:
+    team = fast_shared_server.new_account("ledger-reader")
+    fast_shared_server.new_account("ledger-other")
     answers = []
     for name in ("ledger-other", "admin", "no-such-account", "000000000000"):
         with pytest.raises(ApiError) as denied:
-            shared_server.native(team).get(f"/api/v1/accounts/{name}/ledger")
+            fast_shared_server.native(team).get(f"/api/v1/accounts/{name}/ledger")
         answers.append((denied.value.status, denied.value.code, denied.value.message))
     assert len(set(answers)) == 1, answers
     assert answers[0][:2] == (403, "AccessDeniedException")
-    own = account(shared_server, "ledger-reader")
+    own = account(fast_shared_server, "ledger-reader")
     for ref in ("ledger-reader", own["AccountId"]):
         assert (
-            shared_server.native(team).get(f"/api/v1/accounts/{ref}/ledger")["AccountId"] == own["AccountId"]
+            fast_shared_server.native(team).get(f"/api/v1/accounts/{ref}/ledger")["AccountId"]
+            == own["AccountId"]
         )
 
 
-def test_other_accounts_invoices_and_plan_events_are_denied_alike(shared_server: Server) -> None:
+def test_other_accounts_invoices_and_plan_events_are_denied_alike(fast_shared_server: Server) -> None:
     """Before: another account named in the query was ignored for non-administrators; now it is refused
     as the ledger is, the same whether it exists or not."""
-    team = shared_server.new_account("query-reader")
+    team = fast_shared_server.new_account("query-reader")
     for path in ("/api/v1/invoices", "/api/v1/plans/some-plan/events"):
         answers = set()
         for name in ("admin", "no-such-account"):
             with pytest.raises(ApiError) as denied:
-                shared_server.native(team).get(path, account=name)
+                fast_shared_server.native(team).get(path, account=name)
             answers.add((denied.value.status, denied.value.code, denied.value.message))
         assert len(answers) == 1 and next(iter(answers))[:2] == (403, "AccessDeniedException"), answers
-    assert shared_server.native(team).get("/api/v1/invoices", account="query-reader") == {"Invoices": []}
+    assert fast_shared_server.native(team).get("/api/v1/invoices", account="query-reader") == {"Invoices": []}
     with pytest.raises(ApiError) as missing:
-        shared_server.native(team).get("/api/v1/plans/some-plan/events", account="query-reader")
+        fast_shared_server.native(team).get("/api/v1/plans/some-plan/events", account="query-reader")
     assert missing.value.code == "ResourceNotFound"
 
 
-def test_admin_routes_refuse_others_before_looking_anything_up(shared_server: Server) -> None:
-    team = shared_server.new_account("prober")
+def test_admin_routes_refuse_others_before_looking_anything_up(fast_shared_server: Server) -> None:
+    team = fast_shared_server.new_account("prober")
     for path, method in (
         ("/api/v1/accounts/admin", "PATCH"),
         ("/api/v1/accounts/no-such-account", "PATCH"),
@@ -259,7 +264,7 @@ def test_admin_routes_refuse_others_before_looking_anything_up(shared_server: Se
         ("/api/v1/accounts/admin/plans/p/cancel", "POST"),
         ("/api/v1/accounts/no-such-account/plans/p/cancel", "POST"),
     ):
-        error = refused(shared_server, method, path, b'{"Quotas": "x"}', credentials=team)
+        error = refused(fast_shared_server, method, path, b'{"Quotas": "x"}', credentials=team)
         assert error["Code"] == "AccessDeniedException", (path, error)
         assert error["Message"] == "Account 'prober' is not an administrator.", (path, error)
 

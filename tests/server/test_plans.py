@@ -310,10 +310,10 @@ def test_accounts_never_see_each_others_plans(small: Server) -> None:
     ],
 )
 def test_bad_searches_name_what_is_wrong(
-    shared_server: Server, request_: dict[str, Any], member: str
+    fast_shared_server: Server, request_: dict[str, Any], member: str
 ) -> None:
     with pytest.raises(ClientError) as exc:
-        shared_server.sagemaker().search_training_plan_offerings(**request_)
+        fast_shared_server.sagemaker().search_training_plan_offerings(**request_)
     code, message = _error(exc)
     assert code == "ValidationException"
     assert member in message
