@@ -15,13 +15,15 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.harness import Server
+from tests.inprocess import InProcessServer
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    server = Server(data_dir=tmp_path_factory.mktemp("names") / "data", fleet=SMALL_FLEET).start()
+    """In process (tests/inprocess.py): refusals are rules, answered before any back end is asked."""
+    server = InProcessServer(data_dir=tmp_path_factory.mktemp("names") / "data", fleet=SMALL_FLEET).start()
     yield server
     server.close()
 
