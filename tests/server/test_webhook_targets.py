@@ -52,14 +52,14 @@ def _refused(server: Server, url: str) -> str:
 
 
 def test_non_public_targets_are_refused_at_registration_naming_the_url(
-    server: Server, server_factory: type[Server], tmp_path: Path
+    fast_server: Server, fast_server_factory: type[Server], tmp_path: Path
 ) -> None:
     for url in REFUSED_EVERYWHERE + LOOPBACK_FORMS:
-        message = _refused(server, url)
+        message = _refused(fast_server, url)
         assert message.startswith(f"Url {url!r}: ") and "allowed_networks" in message, message
-    assert server.native().get("/api/v1/webhooks")["Webhooks"] == []
+    assert fast_server.native().get("/api/v1/webhooks")["Webhooks"] == []
 
-    loopback_allowed = server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET).start()
+    loopback_allowed = fast_server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET).start()
     for url in REFUSED_EVERYWHERE:
         _refused(loopback_allowed, url)
     for url in LOOPBACK_FORMS:
@@ -67,11 +67,11 @@ def test_non_public_targets_are_refused_at_registration_naming_the_url(
 
 
 def test_a_name_that_resolves_to_loopback_is_refused_when_a_delivery_connects(
-    server: Server, receiver: Receiver
+    fast_server: Server, receiver: Receiver
 ) -> None:
     url = f"http://localhost:{receiver.port}/hooks/hyperplan"
-    hook = server.native().post("/api/v1/webhooks", {"Account": "admin", "Url": url})  # a name: accepted
-    client = server.sagemaker()
+    hook = fast_server.native().post("/api/v1/webhooks", {"Account": "admin", "Url": url})  # a name: accepted
+    client = fast_server.sagemaker()
     offering = client.search_training_plan_offerings(
         InstanceType="ml.p5.48xlarge", InstanceCount=1, DurationHours=24, TargetResources=["training-job"]
     )["TrainingPlanOfferings"][0]
@@ -80,7 +80,9 @@ def test_a_name_that_resolves_to_loopback_is_refused_when_a_delivery_connects(
     )
 
     def deliveries() -> list[dict[str, Any]]:
-        return list(server.native().get(f"/api/v1/webhooks/{hook['WebhookId']}/deliveries")["Deliveries"])
+        return list(
+            fast_server.native().get(f"/api/v1/webhooks/{hook['WebhookId']}/deliveries")["Deliveries"]
+        )
 
     tried = wait_until(lambda: [d for d in deliveries() if d["Attempts"] >= 1])
     assert tried, deliveries()
