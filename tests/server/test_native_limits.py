@@ -10,9 +10,11 @@ from typing import Any
 
 import pytest
 
+from hyperplan.backends.fake import Program
 from hyperplan.cli.client import ApiError
 from hyperplan.client.signing import Credentials
 from tests.harness import Server, wait_until
+from tests.inprocess import InProcessServer
 from tests.server.native_raw import native_error, signed_native
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
@@ -274,8 +276,10 @@ def test_admin_routes_refuse_others_before_looking_anything_up(fast_shared_serve
 
 @pytest.fixture(scope="module")
 def finished_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, Credentials]]:
-    """A server on the small fleet with one finished on-demand job that printed a line."""
-    server = Server(data_dir=tmp_path_factory.mktemp("jobs") / "data", fleet=SMALL_FLEET).start()
+    """An in-process server on the small fleet with one finished on-demand job that printed a line (a
+    program of the fake back end's world: the log is what the back end gives, as from a real process)."""
+    server = InProcessServer(data_dir=tmp_path_factory.mktemp("jobs") / "data", fleet=SMALL_FLEET).start()
+    printer = list(server.world.command(Program.exits(0, stdout=b"hello from the job\n")))
     try:
         team = server.new_account("log-team")
         server.sagemaker(team).create_training_job(
@@ -284,7 +288,7 @@ def finished_job(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Ser
             AlgorithmSpecification={
                 "TrainingInputMode": "File",
                 "TrainingImage": "123456789012.dkr.ecr.us-west-2.amazonaws.com/algo:1",
-                "ContainerEntrypoint": ["python", "-c", "print('hello from the job')"],
+                "ContainerEntrypoint": printer,
             },
             OutputDataConfig={"S3OutputPath": "s3://bucket/output"},
             ResourceConfig={"InstanceType": "ml.m5.12xlarge", "InstanceCount": 1, "VolumeSizeInGB": 10},
