@@ -9,7 +9,15 @@ import pytest
 
 from tests.cli.support import client_env, closed_port
 
-SERVER_STACK = ("sqlalchemy", "alembic", "numpy", "hyperplan.runtime", "starlette", "uvicorn")
+SERVER_STACK = (
+    "sqlalchemy",
+    "alembic",
+    "numpy",
+    "starlette",
+    "uvicorn",
+    "hyperplan.app",
+    "hyperplan.runtime",
+)
 CLIENT_STACK = ("botocore", "httpx")
 
 # Runs the command as the console script does, then reports which modules it imported.
