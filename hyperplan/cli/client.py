@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -88,12 +88,24 @@ class NativeClient:
     credentials: Credentials
     region: str | None = None
     timeout: float = 600.0
+    _client: httpx.Client | None = field(default=None, init=False, repr=False, compare=False)
 
-    def server_region(self) -> str:
+    def _http(self) -> httpx.Client:
+        """One client for this object's requests: httpx builds a TLS context per client, which costs far
+        more than a request to a server on loopback. Plain http needs none. Connections are not kept, so
+        a request after the server restarted never meets a stale one."""
         import httpx
 
+        if self._client is None:
+            self._client = httpx.Client(
+                verify=self.endpoint.startswith("https://"),
+                limits=httpx.Limits(max_keepalive_connections=0),
+            )
+        return self._client
+
+    def server_region(self) -> str:
         if self.region is None:
-            self.region = str(httpx.get(f"{self.endpoint}/healthz", timeout=10).json()["region"])
+            self.region = str(self._http().get(f"{self.endpoint}/healthz", timeout=10).json()["region"])
         return self.region
 
     def get(self, path: str, **query: Any) -> Any:
@@ -121,7 +133,7 @@ class NativeClient:
             region=self.server_region(),
             session_token=self.credentials.session_token,
         )
-        response = httpx.request(method, url, headers=headers, content=data, timeout=self.timeout)
+        response = self._http().request(method, url, headers=headers, content=data, timeout=self.timeout)
         return _result(response)
 
 
