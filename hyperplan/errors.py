@@ -13,6 +13,8 @@ responses; anything else that escapes a handler is a bug and becomes a logged 50
     ├── Conflict                   ConflictException              400  state does not allow the change
     ├── ProtocolError              (request could not be understood)
     │   ├── UnknownOperation       UnknownOperationException      400
+    │   ├── UnknownRoute           UnknownOperationException      404  no such path
+    │   ├── MethodNotAllowed       UnknownOperationException      405  the path takes other methods
     │   ├── SerializationError     SerializationException         400
     │   ├── RequestTooLarge        RequestTooLargeException       413  body over the server's cap
     │   └── RequestTimeout         RequestTimeoutException        408  body not complete in time
@@ -71,6 +73,16 @@ class ProtocolError(HyperplanError):
 
 class UnknownOperation(ProtocolError):
     code = "UnknownOperationException"
+
+
+class UnknownRoute(ProtocolError):
+    code = "UnknownOperationException"
+    status = 404
+
+
+class MethodNotAllowed(ProtocolError):
+    code = "UnknownOperationException"
+    status = 405
 
 
 class SerializationError(ProtocolError):

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Protocol
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from hyperplan.errors import HyperplanError, MethodNotAllowed, UnknownRoute
 from hyperplan.server import native, native_webhooks
 from hyperplan.server.body_limit import BodyLimit
+from hyperplan.server.errors import error_response_for_path
 from hyperplan.server.limits import ServerLimits
 from hyperplan.server.sagemaker import sagemaker_endpoint
 from hyperplan.services.context import ServiceContext
@@ -25,6 +29,17 @@ class Lifespan(Protocol):
     def start(self) -> None: ...
 
     def stop(self) -> None: ...
+
+
+async def no_route(request: Request, exc: Exception) -> Response:
+    """An unknown path or method is answered in its API's error shape, like every other refusal."""
+    status = exc.status_code if isinstance(exc, HTTPException) else 404
+    error: HyperplanError = (
+        MethodNotAllowed(f"{request.url.path} does not take {request.method}; docs/API.md lists the routes.")
+        if status == 405
+        else UnknownRoute(f"There is no route {request.method} {request.url.path}; docs/API.md lists them.")
+    )
+    return error_response_for_path(request.url.path, error, str(uuid.uuid4()))
 
 
 async def healthz(request: Request) -> Response:
@@ -56,6 +71,7 @@ def create_app(
     ]
     # Every route's body is capped and read here, once, before any handler or authentication runs.
     middleware = [Middleware(BodyLimit, limits=limits or ServerLimits())]
-    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan)
+    handlers = {404: no_route, 405: no_route}
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan, exception_handlers=handlers)
     app.state.runtime = context  # what every handler and service works with
     return app

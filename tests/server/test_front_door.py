@@ -212,3 +212,24 @@ def test_beyond_the_connection_cap_requests_are_refused_until_idle_connections_a
     for connection in idle:  # the server drops them itself: nobody can hold a place for ever
         assert read_until_closed(connection) == b""
     assert wait_until(lambda: httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200, timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "shape"),
+    [
+        ("GET", "/api/v1/no-such-route", 404, "native"),
+        ("DELETE", "/api/v1/accounts", 405, "native"),
+        ("GET", "/", 405, "sagemaker"),
+        ("POST", "/no-such-route", 404, "sagemaker"),
+    ],
+)
+def test_an_unknown_route_or_method_is_answered_in_its_apis_shape(
+    shared_server: Server, method: str, path: str, status: int, shape: str
+) -> None:
+    response = httpx.request(method, f"{shared_server.url}{path}", timeout=30)
+    assert response.status_code == status
+    body = response.json()
+    if shape == "native":
+        assert body["Error"]["Code"] == "UnknownOperationException" and path in body["Error"]["Message"]
+    else:
+        assert body["__type"] == "UnknownOperationException" and path in body["message"]
