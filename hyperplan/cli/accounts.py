@@ -77,10 +77,12 @@ def update(
     from hyperplan.cli.views.accounts import AccountSettings
 
     body: dict[str, Any] = {
-        k: v for k, v in (("PaymentMode", payment_mode), ("Budget", budget), ("AddBudget", add_budget)) if v
+        k: v
+        for k, v in (("PaymentMode", payment_mode), ("Budget", budget), ("AddBudget", add_budget))
+        if v is not None
     }
     quota_options = (("MaxActivePlans", max_plans), ("MaxReservedInstancesPerType", max_instances))
-    limits = {k: v for k, v in quota_options if v}
+    limits = {k: v for k, v in quota_options if v is not None}  # 0 goes to the server, which names the range
     if limits:
         body["Quotas"] = limits
     with reporting_errors():

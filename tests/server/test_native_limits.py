@@ -161,8 +161,9 @@ def test_quotas_past_the_maximum_are_refused_and_nothing_changes(fast_shared_ser
     fast_shared_server.new_account("quota-team")
     before = account(fast_shared_server, "quota-team")
     for option in ("--max-plans", "--max-instances"):
-        stderr = cli_refusal(fast_shared_server, "accounts", "update", "quota-team", option, str(10**30))
-        assert "ValidationException" in stderr and "from 1 to 1000000" in stderr, stderr
+        for value in (str(10**30), "0"):  # 0 too: the CLI sends it rather than dropping it as unset
+            stderr = cli_refusal(fast_shared_server, "accounts", "update", "quota-team", option, value)
+            assert "ValidationException" in stderr and "from 1 to 1000000" in stderr, stderr
     for value in (0, -1, 1_000_001, 2.5, "10", True):
         with pytest.raises(ApiError) as bad:
             fast_shared_server.native().call(
