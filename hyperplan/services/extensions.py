@@ -20,7 +20,7 @@ from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.offering_ids import ExtensionClaim, OfferingIdError
 from hyperplan.core.search import segment_price
 from hyperplan.errors import ResourceInUse, ResourceNotFound
-from hyperplan.services import lifecycle, payments, quotas
+from hyperplan.services import lifecycle, payments, plans, quotas
 from hyperplan.services.accounts import Caller
 from hyperplan.services.capacity import require_room
 from hyperplan.services.context import ServiceContext
@@ -46,7 +46,6 @@ def search(
     runtime: ServiceContext, caller: Caller, plan_arn: str, duration_hours: int
 ) -> list[ExtensionOffering]:
     """At most one offering: the plan's pool and count from its current end; none when it is taken."""
-    from hyperplan.services import plans
 
     days = extension_days(duration_hours)
     now = runtime.clock.now()

@@ -45,8 +45,9 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from hyperplan.backends.base import AdoptReport, BackendError, TaskRef, TaskSpec, UnknownResource
+from hyperplan.backends.base import AdoptReport, BackendError, LogStream, TaskRef, TaskSpec, UnknownResource
 from hyperplan.core.jobs import FINAL, RUNNING, Secondary
+from hyperplan.errors import ValidationError
 from hyperplan.services import jobs
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
@@ -549,9 +550,6 @@ def read_logs(
 ) -> LogPage:
     """A job's log for one host, across its attempts in order. The cursor is ``ATTEMPT:OFFSET`` (bytes);
     ``done`` once the job has ended and everything has been read."""
-    from hyperplan.backends.base import LogStream
-    from hyperplan.errors import ValidationError
-
     try:
         kind = LogStream(stream)
     except ValueError:
@@ -590,8 +588,6 @@ _CURSOR = re.compile(r"([0-9]{1,13}):([0-9]{1,13})")
 def parse_cursor(cursor: str | None) -> tuple[int, int] | None:
     """``ATTEMPT:OFFSET`` as read_logs gives it (None: from the start), checked before anything is read:
     the attempt from 1 to MAX_LOG_ATTEMPT, the offset from 0 to MAX_LOG_OFFSET."""
-    from hyperplan.errors import ValidationError
-
     if not cursor:
         return None
     match = _CURSOR.fullmatch(cursor)

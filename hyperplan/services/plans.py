@@ -26,7 +26,7 @@ from hyperplan.core.paging import decode_token, encode_token
 from hyperplan.core.search import Offering, SearchRequest, segment_price
 from hyperplan.errors import Conflict, ResourceInUse, ResourceNotFound, ValidationError
 from hyperplan.services import lifecycle, payments, plan_capacity, quotas
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts import Caller, get_account
 from hyperplan.services.capacity import require_room
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.db import after_commit
@@ -282,8 +282,6 @@ def _minutes(delta: timedelta) -> int:
 
 def cancel(runtime: ServiceContext, account_ref: str, name: str, reason: str) -> TrainingPlan:
     """An administrator fails a plan, with a recorded reason, and gives its remaining capacity back."""
-    from hyperplan.services.accounts import get_account
-
     if not reason.strip():
         raise ValidationError("Reason is required to cancel a plan; it is shown to the plan's owner.")
     now = runtime.clock.now()
