@@ -91,9 +91,9 @@ def _refused(response: httpx.Response, *words: str) -> str:
 
 
 @pytest.fixture
-def victim(server: Server) -> Server:
-    """A server holding one cluster, "production", with no instances (so no node processes)."""
-    server.sagemaker().create_cluster(
+def victim(fast_server: Server) -> Server:
+    """An in-process server holding one cluster, "production", with no instances (so no node processes)."""
+    fast_server.sagemaker().create_cluster(
         ClusterName="production",
         InstanceGroups=[
             {
@@ -105,7 +105,7 @@ def victim(server: Server) -> Server:
             }
         ],
     )
-    return server
+    return fast_server
 
 
 def _production_is_intact(server: Server) -> bool:
@@ -159,22 +159,22 @@ def test_unsigned_payload_is_refused_so_a_body_cannot_be_swapped(victim: Server)
     assert _production_is_intact(victim)
 
 
-def test_unsigned_payload_is_refused_on_the_native_api(server: Server) -> None:
+def test_unsigned_payload_is_refused_on_the_native_api(fast_server: Server) -> None:
     # An administrator's request to create a modest account, its body swapped for an administrator's.
     body = json.dumps({"Name": "intern"}).encode()
     headers = _signed_headers(
-        server, "/api/v1/accounts", body, {"Content-Type": "application/json"}, payload_signed=False
+        fast_server, "/api/v1/accounts", body, {"Content-Type": "application/json"}, payload_signed=False
     )
-    _refused(_post(server, headers, body, "/api/v1/accounts"), "'UNSIGNED-PAYLOAD' is not accepted")
+    _refused(_post(fast_server, headers, body, "/api/v1/accounts"), "'UNSIGNED-PAYLOAD' is not accepted")
     swapped = json.dumps({"Name": "intruder", "Admin": True}).encode()
-    _refused(_post(server, headers, swapped, "/api/v1/accounts"), "UNSIGNED-PAYLOAD")
-    names = {account["Name"] for account in server.native().get("/api/v1/accounts")["Accounts"]}
+    _refused(_post(fast_server, headers, swapped, "/api/v1/accounts"), "UNSIGNED-PAYLOAD")
+    names = {account["Name"] for account in fast_server.native().get("/api/v1/accounts")["Accounts"]}
     assert not names & {"intern", "intruder"}
 
 
-def test_declared_payload_hash_must_be_the_received_bodys(shared_server: Server) -> None:
+def test_declared_payload_hash_must_be_the_received_bodys(fast_shared_server: Server) -> None:
     headers = _signed_headers(
-        shared_server,
+        fast_shared_server,
         "/",
         b"{}",
         {
@@ -183,7 +183,7 @@ def test_declared_payload_hash_must_be_the_received_bodys(shared_server: Server)
             "X-Amz-Content-SHA256": "0" * 64,
         },
     )
-    _refused(_post(shared_server, headers, b"{}"), "'x-amz-content-sha256' header does not match")
+    _refused(_post(fast_shared_server, headers, b"{}"), "'x-amz-content-sha256' header does not match")
 
 
 def test_presigned_url_cannot_run_delete_cluster(victim: Server) -> None:
@@ -202,8 +202,10 @@ def test_presigned_url_cannot_run_delete_cluster(victim: Server) -> None:
 
 
 @pytest.mark.parametrize("unsigned_payload", [False, True], ids=["body-hashed", "body-unsigned"])
-def test_presigned_url_for_a_native_route_is_refused(shared_server: Server, unsigned_payload: bool) -> None:
-    url = _presigned_url(shared_server, "GET", "/api/v1/whoami", unsigned_payload=unsigned_payload)
+def test_presigned_url_for_a_native_route_is_refused(
+    fast_shared_server: Server, unsigned_payload: bool
+) -> None:
+    url = _presigned_url(fast_shared_server, "GET", "/api/v1/whoami", unsigned_payload=unsigned_payload)
     headers = {"X-Amz-Content-SHA256": "UNSIGNED-PAYLOAD"} if unsigned_payload else {}
     response = httpx.get(url, headers=headers, timeout=60)
     assert _refused(response) == (
@@ -223,25 +225,27 @@ def test_presigned_url_for_a_native_route_is_refused(shared_server: Server, unsi
     ids=["sagemaker-date", "sagemaker-host", "native-date", "native-host"],
 )
 def test_host_and_date_must_be_signed_on_both_apis(
-    shared_server: Server, path: str, headers: dict[str, str], leave_out: set[str], named: str
+    fast_shared_server: Server, path: str, headers: dict[str, str], leave_out: set[str], named: str
 ) -> None:
     method = "POST" if path == "/" else "GET"
     body = b"{}" if method == "POST" else b""
     signed = _signed_headers(
-        shared_server,
+        fast_shared_server,
         path,
         body,
         {"Content-Type": JSON_11, **headers},
         method=method,
         leave_out=frozenset(leave_out),
     )
-    response = httpx.request(method, f"{shared_server.url}{path}", headers=signed, content=body, timeout=60)
+    response = httpx.request(
+        method, f"{fast_shared_server.url}{path}", headers=signed, content=body, timeout=60
+    )
     _refused(response, f"{named} must be a 'SignedHeader'")
 
 
-def test_boto3_the_aws_cli_and_the_hyperplan_cli_still_work(shared_server: Server) -> None:
-    team = shared_server.new_account("signing-team")
-    assert shared_server.sagemaker(team).list_training_plans()["TrainingPlanSummaries"] == []
-    assert shared_server.aws("sagemaker", "list-clusters", credentials=team)["ClusterSummaries"] == []
-    assert shared_server.native(team).get("/api/v1/whoami")["AccountName"] == "signing-team"
-    assert "signing-team" in shared_server.cli("accounts", "list").stdout
+def test_boto3_the_aws_cli_and_the_hyperplan_cli_still_work(fast_shared_server: Server) -> None:
+    team = fast_shared_server.new_account("signing-team")
+    assert fast_shared_server.sagemaker(team).list_training_plans()["TrainingPlanSummaries"] == []
+    assert fast_shared_server.aws("sagemaker", "list-clusters", credentials=team)["ClusterSummaries"] == []
+    assert fast_shared_server.native(team).get("/api/v1/whoami")["AccountName"] == "signing-team"
+    assert "signing-team" in fast_shared_server.cli("accounts", "list").stdout
