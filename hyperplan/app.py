@@ -41,6 +41,7 @@ from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.lifecycle import LifecycleContext
 from hyperplan.store import settings
 from hyperplan.store.db import Database, sqlite_url
+from hyperplan.store.schema import ScheduledEvent, WebhookDelivery
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,9 @@ class Application:
         db.migrate()
         clock = _load_clock(db, config)
         wakes = Wakes.local()
+        # Whoever writes a timed event or queues a delivery, the loop that runs it hears of it at commit.
+        db.on_insert(ScheduledEvent, wakes.lifecycle.notify)
+        db.on_insert(WebhookDelivery, wakes.webhooks.notify)
         calendar = LiveCalendar(fleet)
         scheduler = Scheduler(db, clock, {}, wake=wakes.lifecycle)
         context = ServiceContext(

@@ -64,9 +64,9 @@ class Scheduler:
         self.handlers = dict(handlers)
         self._lock = threading.RLock()  # one runner at a time: events run strictly in order
         self._stop_requested = False  # request_stop's flag; a plain attribute, see there
-        # Woken when a commit schedules an event (plans, extensions, payments); the step sleeps until the
-        # next due event. The 1 s poll catches events scheduled by paths that do not wake it (a job's
-        # deadlines, a top-up) and bounds how long a request_stop from a signal handler goes unseen.
+        # Woken by any commit that inserts a timed event (the composition root wires Database.on_insert
+        # to `wake`); the step sleeps until the next due event. The 1 s poll bounds how long a
+        # request_stop from a signal handler goes unseen.
         self.worker = Worker("lifecycle", self._step, poll=1.0, wake=wake)
 
     # -- running events -------------------------------------------------------------------------

@@ -16,6 +16,7 @@ MIGRATIONS = Path(__file__).with_name("migrations")
 
 
 _AFTER_COMMIT = "after_commit"
+_NOTIFIED = "notified_on_insert"
 
 
 def after_commit(session: Session, callback: Callable[[], None]) -> None:
@@ -41,6 +42,22 @@ class Database:
         self.is_sqlite = url.startswith("sqlite")
         self.engine = _make_engine(url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._on_insert: dict[type, list[Callable[[], None]]] = {}
+        event.listen(self._sessions, "after_flush", self._note_inserts)
+
+    def on_insert(self, model: type, callback: Callable[[], None]) -> None:
+        """Call `callback` once after each commit of a transaction that inserted rows of `model`: how a
+        background loop hears of new work (a timed event, a queued delivery), whoever wrote it."""
+        self._on_insert.setdefault(model, []).append(callback)
+
+    def _note_inserts(self, session: Session, _flush_context: Any) -> None:
+        # After a flush the session still lists what it inserted (SQLAlchemy's after_flush contract).
+        notified = session.info.setdefault(_NOTIFIED, set())
+        for instance in session.new:
+            for callback in self._on_insert.get(type(instance), ()):
+                if id(callback) not in notified:
+                    notified.add(id(callback))
+                    after_commit(session, callback)
 
     def migrate(self) -> None:
         config = Config()
