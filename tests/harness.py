@@ -24,7 +24,10 @@ from typing import Any
 
 import boto3
 import httpx
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
 from botocore.config import Config
+from botocore.credentials import Credentials as BotoCredentials
 
 from hyperplan.backends.layout import MARK_VARIABLE
 from hyperplan.cli.client import NativeClient
@@ -268,6 +271,22 @@ class Server:
         return process
 
 
+class SignerLeavingOut(SigV4Auth):
+    """botocore's own signer, told to leave some headers out of SignedHeaders as other clients may."""
+
+    def __init__(
+        self, credentials: BotoCredentials, service: str, region: str, *, leave_out: frozenset[str]
+    ) -> None:
+        super().__init__(credentials, service, region)
+        self._leave_out = leave_out
+
+    def headers_to_sign(self, request: AWSRequest) -> Any:
+        chosen = super().headers_to_sign(request)
+        for name in self._leave_out:
+            del chosen[name]
+        return chosen
+
+
 def signed_post(
     server: Server,
     target: str | None,
@@ -278,10 +297,6 @@ def signed_post(
 ) -> httpx.Response:
     """A raw awsJson1.1 request signed by botocore itself, for bodies and targets boto3 will not send."""
     from unittest import mock
-
-    from botocore.auth import SigV4Auth
-    from botocore.awsrequest import AWSRequest
-    from botocore.credentials import Credentials as BotoCredentials
 
     headers = {"Content-Type": "application/x-amz-json-1.1"}
     if target is not None:

@@ -8,36 +8,19 @@ Each is refused with a 403 naming what must be signed, and nothing changes on th
 from __future__ import annotations
 
 import json
-from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from botocore.auth import SigV4Auth, SigV4QueryAuth
+from botocore.auth import SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as BotocoreCredentials
 
 from hyperplan.client.signing import Credentials
-from tests.harness import ADMIN, REGION, Server
+from tests.harness import ADMIN, REGION, Server, SignerLeavingOut
 
 JSON_11 = "application/x-amz-json-1.1"
 ROLE = "arn:aws:iam::123456789012:role/hyperpod"
-
-
-class _SignerLeavingOut(SigV4Auth):
-    """botocore's signer, leaving some headers out of SignedHeaders as a minimal SigV4 client may."""
-
-    def __init__(self, credentials: Credentials, leave_out: frozenset[str]) -> None:
-        super().__init__(
-            BotocoreCredentials(credentials.access_key, credentials.secret_key), "sagemaker", REGION
-        )
-        self._leave_out = leave_out
-
-    def headers_to_sign(self, request: AWSRequest) -> Any:
-        chosen = super().headers_to_sign(request)
-        for name in self._leave_out:
-            del chosen[name]
-        return chosen
 
 
 def _signed_headers(
@@ -55,7 +38,12 @@ def _signed_headers(
     request = AWSRequest(method=method, url=f"{server.url}{path}", data=body, headers=dict(headers))
     request.context["payload_signing_enabled"] = payload_signed  # False: botocore's UNSIGNED-PAYLOAD mode
     request.headers["Host"] = urlsplit(server.url).netloc
-    _SignerLeavingOut(credentials, leave_out).add_auth(request)
+    SignerLeavingOut(
+        BotocoreCredentials(credentials.access_key, credentials.secret_key),
+        "sagemaker",
+        REGION,
+        leave_out=leave_out,
+    ).add_auth(request)
     return dict(request.headers.items())
 
 

@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 from unittest import mock
 from urllib.parse import urlencode, urlsplit
 
@@ -35,6 +34,7 @@ from hyperplan.client.signing import Credentials, sign_request
 from hyperplan.errors import InvalidSignature, MissingAuthenticationToken, UnrecognizedClient
 from hyperplan.wire import sigv4
 from hyperplan.wire.sigv4 import SIGNATURE_MISMATCH, SignedRequest, SigningPolicy, verify
+from tests.harness import SignerLeavingOut
 
 KEY = "AKIDEXAMPLE"
 SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
@@ -74,22 +74,6 @@ def _received(request: AWSRequest) -> SignedRequest:
     )
 
 
-class _SigV4LeavingOut(SigV4Auth):
-    """botocore's own signer, told to leave some headers out of SignedHeaders as other clients may."""
-
-    def __init__(
-        self, credentials: BotocoreCredentials, service: str, region: str, *, leave_out: frozenset[str]
-    ) -> None:
-        super().__init__(credentials, service, region)
-        self._leave_out = leave_out
-
-    def headers_to_sign(self, request: AWSRequest) -> Any:
-        chosen = super().headers_to_sign(request)
-        for name in self._leave_out:
-            del chosen[name]
-        return chosen
-
-
 def botocore_signed(
     method: str,
     path: str,
@@ -110,7 +94,7 @@ def botocore_signed(
     )
     request.context.update(context or {})
     credentials = BotocoreCredentials(KEY, secret, token)
-    signer = _SigV4LeavingOut(credentials, service, region, leave_out=frozenset(unsigned))
+    signer = SignerLeavingOut(credentials, service, region, leave_out=frozenset(unsigned))
     with _botocore_clock(signed_at):
         signer.add_auth(request)
     return _received(request)
