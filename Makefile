@@ -16,9 +16,11 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/hyperplan serve
 
-## Set up and run every test.
+## Set up and run every test, on as many worker processes as the machine has cores (TEST_WORKERS=0: one
+## process). worksteal: an idle worker takes queued tests from a busy one, so a slow test ends no queue.
+TEST_WORKERS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 ## Print speed and memory figures (no pass/fail).
 bench: $(STAMP)

@@ -42,9 +42,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    part = _part_of.get(report.nodeid)
-    if part is None:
-        return
+    # An xdist controller collects nothing: it reads the part from the marks a worker's report carries.
+    # (A package named like a part, tests/core, is a keyword too: any other part's mark wins over it.)
+    part = _part_of.get(report.nodeid) or next(
+        (p for p in PARTS if p != "core" and p in report.keywords), "core"
+    )
     _seconds[part] += report.duration  # setup, call and teardown alike
     if report.when == "call" or (report.when == "setup" and report.skipped):
         _counts[part] += 1
@@ -53,7 +55,9 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     if not _seconds:
         return
-    terminalreporter.write_sep("=", "time per part")
+    workers = getattr(terminalreporter.config.option, "numprocesses", None)
+    summed = f" (test time summed over {workers} workers)" if workers else ""
+    terminalreporter.write_sep("=", f"time per part{summed}")
     for part in PARTS:
         if part in _seconds:
             minutes, seconds = divmod(round(_seconds[part]), 60)

@@ -25,11 +25,11 @@ def owns(prefix: str, mark: str) -> bool:
     return mark == prefix or mark.startswith(prefix + ".")
 
 
-def marked(prefix: str) -> list[MarkedProcess]:
-    """Live processes (this one aside) whose mark is `prefix` or below it."""
+def marked(prefix: str, spare: frozenset[int] = frozenset()) -> list[MarkedProcess]:
+    """Live processes (this one and `spare` aside) whose mark is `prefix` or below it."""
     found = []
     for pid in procfs.snapshot():
-        if pid == os.getpid():
+        if pid == os.getpid() or pid in spare:
             continue
         mark = procfs.read_environ(pid).get(MARK_VARIABLE, "")
         if owns(prefix, mark):

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from hyperplan.backends.layout import MARK_VARIABLE
 from tests.leaks import find_leftovers
 
@@ -37,7 +39,7 @@ def test_starts_a_process_and_ends_it():
 """
 
 
-def run_inner_pytest(tmp_path: Path, source: str) -> subprocess.CompletedProcess[str]:
+def run_inner_pytest(tmp_path: Path, source: str, *options: str) -> subprocess.CompletedProcess[str]:
     """A pytest run of its own, with only the leak check as a plugin, on one test file."""
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     test_file = tmp_path / "test_inner.py"
@@ -45,13 +47,15 @@ def run_inner_pytest(tmp_path: Path, source: str) -> subprocess.CompletedProcess
     env = {**os.environ, "HYPERPLAN_LEAK_SETTLE_SECONDS": "1", "PYTHONPATH": str(ROOT)}
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "tests.leaks", "-c", str(tmp_path / "pytest.ini"),
-         "-p", "no:cacheprovider", "-q", str(test_file)],
+         "-p", "no:cacheprovider", "-q", *options, str(test_file)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 
 
-def test_a_run_that_leaves_a_process_fails_and_names_it(tmp_path: Path) -> None:
-    run = run_inner_pytest(tmp_path, LEAKY)
+@pytest.mark.parametrize("workers", [[], ["-p", "xdist", "-n", "2"]], ids=["one process", "xdist"])
+def test_a_run_that_leaves_a_process_fails_and_names_it(tmp_path: Path, workers: list[str]) -> None:
+    # Under xdist the controller checks, once both workers are done, and still names the test.
+    run = run_inner_pytest(tmp_path, LEAKY, *workers)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "2 passed" in run.stdout  # every test passed: the leftover alone fails the run
     assert "1 process(es) started by the tests outlived them" in run.stdout
@@ -62,7 +66,8 @@ def test_a_run_that_leaves_a_process_fails_and_names_it(tmp_path: Path) -> None:
     assert find_leftovers(os.environ[MARK_VARIABLE]) == []
 
 
-def test_a_run_that_ends_what_it_started_passes(tmp_path: Path) -> None:
-    run = run_inner_pytest(tmp_path, TIDY)
+@pytest.mark.parametrize("workers", [[], ["-p", "xdist", "-n", "2"]], ids=["one process", "xdist"])
+def test_a_run_that_ends_what_it_started_passes(tmp_path: Path, workers: list[str]) -> None:
+    run = run_inner_pytest(tmp_path, TIDY, *workers)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "outlived" not in run.stdout
