@@ -1,4 +1,4 @@
-"""``python -m bench [--quick] [--profile] [--keep] [search] [http] [memory] [lifecycle]``: the figures."""
+"""``python -m bench [--quick | --smoke] [--profile] [--keep] [search] [http] [memory] [lifecycle]``."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from pathlib import Path
 
 from bench import http_bench, lifecycle, memory, search
 from bench.report import Report, line, load_average, machine_banner
+from bench.scale import Scale
 
 SECTIONS = ("search", "http", "memory", "lifecycle")
 
@@ -19,7 +20,17 @@ SECTIONS = ("search", "http", "memory", "lifecycle")
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("sections", nargs="*", choices=[*SECTIONS, []], help="default: all of them")
-    parser.add_argument("--quick", action="store_true", help="small counts and short phases: a smoke run")
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument(
+        "--quick", action="store_const", dest="scale", const=Scale.QUICK, help="small counts, short phases"
+    )
+    size.add_argument(
+        "--smoke",
+        action="store_const",
+        dest="scale",
+        const=Scale.SMOKE,
+        help="the least that runs every path (the test suite's check): figures mean nothing",
+    )
     parser.add_argument(
         "--profile",
         action="store_true",
@@ -28,6 +39,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--keep", action="store_true", help="keep the data directories (their path is printed)"
     )
+    parser.set_defaults(scale=Scale.FULL)
     return parser.parse_args(argv)
 
 
@@ -41,13 +53,13 @@ def main(argv: list[str]) -> int:
     began = time.monotonic()
     try:
         if "search" in sections:
-            search.run(report, quick=args.quick, profile=args.profile)
+            search.run(report, scale=args.scale, profile=args.profile)
         if "http" in sections:
-            http_bench.run(report, workdir, quick=args.quick, profile=args.profile)
+            http_bench.run(report, workdir, scale=args.scale, profile=args.profile)
         if "memory" in sections:
-            memory.run(report, workdir, quick=args.quick)
+            memory.run(report, workdir, scale=args.scale)
         if "lifecycle" in sections:
-            lifecycle.run(report, workdir, quick=args.quick, profile=args.profile)
+            lifecycle.run(report, workdir, scale=args.scale, profile=args.profile)
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)

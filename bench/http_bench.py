@@ -14,6 +14,7 @@ from bench.fill import WINDOW_DAYS, FillSpec
 from bench.loadgen import SEARCH, ClientJob
 from bench.phases import Sizes, describe_phase, run_measured
 from bench.report import Report, at_least, at_most, heading, line, percentile
+from bench.scale import Scale
 from bench.server import (
     ServerProcess,
     Store,
@@ -28,9 +29,9 @@ TARGET_P99_MS = 20.0
 TARGET_SEARCHES = 500.0
 
 
-def run(report: Report, workdir: Path, *, quick: bool, profile: bool) -> None:
+def run(report: Report, workdir: Path, *, scale: Scale, profile: bool) -> None:
     heading("Over HTTP: SageMaker awsJson1.1 + SigV4, real server process, manual clock")
-    sizes = Sizes.of(quick)
+    sizes = Sizes.of(scale)
     store = _filled_store(workdir / "http", sizes)
     try:
         copies = {name: snapshot(store, name) for name in ("search", *purchase.PHASES)}
@@ -53,7 +54,7 @@ def _rss(server: ServerProcess) -> str:
 
 
 def _filled_store(data_dir: Path, sizes: Sizes) -> Store:
-    store = prepare_store(data_dir, FillSpec(), clients=sizes.clients)
+    store = prepare_store(data_dir, FillSpec(max_plans=sizes.max_plans), clients=sizes.clients)
     line(
         f"store: {store.plans:,} plans written in-process through services.plans.create (durable, "
         f"one transaction each) in {store.fill_seconds:.1f} s; {store.booked:.1%} of the "

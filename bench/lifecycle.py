@@ -35,6 +35,7 @@ from pathlib import Path
 
 from bench import profiling
 from bench.report import Figure, Report, heading, line, percentile
+from bench.scale import Scale
 from bench.server import running_server
 from bench.timed_store import (
     EVENTS_PER_PLAN,
@@ -64,8 +65,14 @@ class Sizes:
     missed: Group
 
     @staticmethod
-    def of(quick: bool) -> Sizes:
-        if quick:  # about 10 s of lag and 3 s of catch-up; the groups' last and first events overlap
+    def of(scale: Scale) -> Sizes:
+        if scale is Scale.SMOKE:  # a few seconds of each
+            return Sizes(
+                spread=Group("spread", 4, offset=2, spread=1, length=2),
+                burst=Group("burst", 4, offset=3, spread=0, length=2),
+                missed=Group("missed", 8, offset=3, spread=2, length=2),
+            )
+        if scale is Scale.QUICK:  # 10 s of lag, 3 s of catch-up; the groups' last and first events overlap
             return Sizes(
                 spread=Group("spread", 20, offset=2, spread=2, length=3),
                 burst=Group("burst", 20, offset=6, spread=0, length=3),
@@ -78,9 +85,9 @@ class Sizes:
         )
 
 
-def run(report: Report, workdir: Path, *, quick: bool, profile: bool) -> None:
+def run(report: Report, workdir: Path, *, scale: Scale, profile: bool) -> None:
     heading("Lifecycle timing: hyperplan serve --clock wall, timed events due within seconds")
-    sizes = Sizes.of(quick)
+    sizes = Sizes.of(scale)
     line(f"a durable commit on this disk alone (WAL, synchronous=FULL, one row): {_commit_ms(workdir)}")
     missed = write_store(workdir / "lifecycle-missed", (sizes.missed,))
     profile_dir = workdir / "lifecycle-missed-profile"

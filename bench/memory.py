@@ -17,21 +17,23 @@ from bench import mix
 from bench.fill import FillSpec
 from bench.loadgen import SEARCH, Client
 from bench.report import Figure, Report, heading, line
+from bench.scale import Scale
 from bench.server import ServerProcess, Store, command_line, memory_kib, prepare_store, running_server
 
 FULL_PLANS = 10_000
 QUICK_PLANS = 1_000
+SMOKE_PLANS = 50
 # Small plans, so that 10,000 of them fit the bench fleet's 120-day window (about 78% booked).
 SMALL_PLANS = FillSpec(target=0.95, counts=(1, 2, 4), max_days=5)
 
 
-def run(report: Report, workdir: Path, *, quick: bool) -> None:
+def run(report: Report, workdir: Path, *, scale: Scale) -> None:
     heading("Server resident memory")
     line(
         f"for scale: a bare python that imports the server and loads botocore's SageMaker model: "
         f"{_imports_only_mib():.0f} MiB"
     )
-    plans = QUICK_PLANS if quick else FULL_PLANS
+    plans = scale.pick(FULL_PLANS, QUICK_PLANS, SMOKE_PLANS)
     empty_mib = _measure(prepare_store(workdir / "memory-empty", FillSpec(max_plans=0), clients=1))
     report.add(Figure("server RSS, empty store", f"{empty_mib:.0f} MiB"))
     full = prepare_store(workdir / "memory-full", replace(SMALL_PLANS, max_plans=plans), clients=1)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from bench import mix
 from bench.loadgen import ClientJob, PhaseResult, run_phase
 from bench.report import latency_summary, line
+from bench.scale import Scale
 from bench.server import ServerProcess, Store, cpu_seconds
 
 
@@ -19,10 +20,15 @@ class Sizes:
     single_searches: int  # searches of the one-client latency phase
     offerings: int  # per client, in the buy-only phase
     breakdown_samples: int
+    max_plans: int | None = None  # of the filled store (None: filled to its target)
 
     @staticmethod
-    def of(quick: bool) -> Sizes:
-        if quick:
+    def of(scale: Scale) -> Sizes:
+        if scale is Scale.SMOKE:
+            return Sizes(
+                clients=8, seconds=0.5, single_searches=10, offerings=3, breakdown_samples=5, max_plans=60
+            )
+        if scale is Scale.QUICK:
             return Sizes(clients=8, seconds=2, single_searches=100, offerings=10, breakdown_samples=30)
         return Sizes(clients=8, seconds=15, single_searches=2000, offerings=250, breakdown_samples=300)
 

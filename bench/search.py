@@ -8,12 +8,13 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 from bench import mix, profiling
 from bench.fill import WINDOW_DAYS, FillSpec, booked_fraction, fill, reservable_pools, window_start
 from bench.report import Report, at_most, heading, latency_summary, line, percentile
-from bench.server import FLEET
+from bench.scale import Scale
+from bench.server import BENCH_START, FLEET
 from hyperplan.core.calendar import CapacityCalendar
 from hyperplan.core.fleet import Fleet, parse_fleet
 from hyperplan.core.search import SearchRequest, search
@@ -29,12 +30,12 @@ class Timed:
     outcome: str  # "none", "1 segment", "2 segments" (of the best offering), or an error code
 
 
-def run(report: Report, *, quick: bool, profile: bool) -> None:
+def run(report: Report, *, scale: Scale, profile: bool) -> None:
     heading("Search latency, in-process (hyperplan.core.search.search)")
     fleet = parse_fleet(FLEET.read_text())
-    now = datetime.now(UTC).replace(second=0, microsecond=0)
+    now = BENCH_START  # a fixed instant: the same calendar and offerings at any hour
     calendar = CapacityCalendar(fleet.pools)
-    bookings = fill(fleet, calendar, now, FillSpec())
+    bookings = fill(fleet, calendar, now, FillSpec(max_plans=scale.pick(None, None, 200)))
     fraction = booked_fraction(fleet, calendar, window_start(fleet, now))
     line(
         f"calendar: {len(reservable_pools(fleet))} reservable pools, 30-minute slots, "
@@ -42,7 +43,7 @@ def run(report: Report, *, quick: bool, profile: bool) -> None:
     )
     rng = random.Random(11)
     context = mix.MixContext.of(fleet, now)
-    requests = [mix.search_request(rng, context) for _ in range(300 if quick else 3000)]
+    requests = [mix.search_request(rng, context) for _ in range(scale.pick(3000, 300, 60))]
     for request in requests[:50]:  # warm-up, untimed
         _timed(fleet, calendar, request, now)
     results = [_timed(fleet, calendar, request, now) for request in requests]
