@@ -135,7 +135,14 @@ def _status(server: Server, name: str) -> tuple[str, str]:
 
 def _wait_status(server: Server, name: str, secondary: str, timeout: float = 90) -> dict[str, Any]:
     job = wait_until(lambda: (d := _describe(server, name))["SecondaryStatus"] == secondary and d, timeout)
-    assert job, (_describe(server, name), server.log()[-3000:])
+    if not job:  # said in full: a repr in an assertion message is cut short
+        found = _describe(server, name)
+        history = [(t["Status"], t.get("StatusMessage")) for t in found.get("SecondaryStatusTransitions", [])]
+        pytest.fail(
+            f"{name} is not {secondary} after {timeout} s: {found['TrainingJobStatus']}/"
+            f"{found['SecondaryStatus']}, {found.get('FailureReason')!r}; transitions {history}\n"
+            f"the server's log ends:\n{server.log()[-3000:]}"
+        )
     return dict(job)
 
 
