@@ -1,8 +1,8 @@
 """The rules of training jobs, as data and pure functions: no store, no clock, no process in sight.
 
 - **Statuses.** A job has a SageMaker ``TrainingJobStatus`` and a finer ``SecondaryStatus``; the first
-  follows from the second (:data:`PRIMARY`), and :data:`TRANSITIONS` lists every move the second may
-  make. ``Starting`` is where every job begins; a job on a plan waits in ``Pending`` until the plan has
+  follows from the second (:data:`PRIMARY`), and :data:`JOB_LIFECYCLE` lists every move the second
+  may make. ``Starting`` is where every job begins; a job on a plan waits in ``Pending`` until the plan has
   an open segment with room for it; ``Downloading`` (its instances are being prepared: channels fetched,
   checkpoints restored), ``Training`` (its processes run) and ``Uploading`` (the model is being packed)
   follow. At a segment's reclaim time a running job goes back to ``Pending`` and starts again in the
@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from hyperplan.core.status import Lifecycle
 from hyperplan.errors import ValidationError
 
 
@@ -67,8 +68,8 @@ PRIMARY: dict[Secondary, JobStatus] = {
 
 _ENDS = frozenset({Secondary.FAILED, Secondary.STOPPED, Secondary.INTERRUPTED})
 
-# Every move a job's secondary status may make; anything else is a bug (`check_transition` refuses it).
-TRANSITIONS: dict[Secondary, frozenset[Secondary]] = {
+# Every move a job's secondary status may make; anything else is a bug (`Lifecycle.check` refuses it).
+_MOVES: dict[Secondary, frozenset[Secondary]] = {
     Secondary.STARTING: frozenset({Secondary.PENDING, Secondary.DOWNLOADING} | _ENDS),
     Secondary.PENDING: frozenset({Secondary.DOWNLOADING} | _ENDS),
     # Downloading may end in Failed (a channel cannot be fetched) or go back to Pending (reclaimed).
@@ -89,7 +90,15 @@ TRANSITIONS: dict[Secondary, frozenset[Secondary]] = {
     Secondary.MAX_RUNTIME_EXCEEDED: frozenset(),
 }
 
-FINAL = frozenset(s for s, moves in TRANSITIONS.items() if not moves)
+JOB_LIFECYCLE = Lifecycle(
+    kind="training-job",
+    noun="training job",
+    states=Secondary,
+    initial=Secondary.STARTING,
+    moves=_MOVES,
+)
+
+FINAL = JOB_LIFECYCLE.final
 RUNNING = frozenset({Secondary.DOWNLOADING, Secondary.TRAINING})
 """Running time counts in these: the job holds its instances and has not been told to stop."""
 WAITING = frozenset({Secondary.STARTING, Secondary.PENDING})
@@ -111,15 +120,6 @@ FINAL_FOR_STOP: dict[StopReason, Secondary] = {
     StopReason.INTERRUPTED: Secondary.INTERRUPTED,
     StopReason.FAILED: Secondary.FAILED,
 }
-
-
-class IllegalTransition(RuntimeError):
-    pass
-
-
-def check_transition(current: Secondary, new: Secondary) -> None:
-    if new not in TRANSITIONS[current]:
-        raise IllegalTransition(f"a training job cannot go from {current} to {new}")
 
 
 # -- the queue ------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
 Plan: Pending -> Scheduled (paid) -> Active (a segment is open) -> Scheduled (between segments) ->
 Expired (after the last); Pending -> Failed; an administrator may fail a Scheduled or Active plan.
 Each reserved capacity (segment) has its own status from the same enum: Scheduled before its start,
-Active while open, Expired after its end; Pending and Failed with its plan.
+Active while open, Expired after its end; Pending with its plan, and Failed with it unless it
+has already Expired. `PLAN_LIFECYCLE` and `RESERVED_CAPACITY_LIFECYCLE` list the moves.
 
 Once paid, a plan's status follows from its segments and the time alone (`status_at`), so the
 lifecycle loop and a restarted server always agree on it.
@@ -15,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
+
+from hyperplan.core.status import Lifecycle
 
 
 class PlanStatus(StrEnum):
@@ -34,27 +37,43 @@ class PlanStatus(StrEnum):
         return self in (PlanStatus.SCHEDULED, PlanStatus.ACTIVE)
 
 
-FINAL = frozenset({PlanStatus.EXPIRED, PlanStatus.FAILED})
+# Every move a plan may make; anything else is a bug (`Lifecycle.check` refuses it).
+PLAN_LIFECYCLE = Lifecycle(
+    kind="training-plan",
+    noun="plan",
+    states=PlanStatus,
+    initial=PlanStatus.PENDING,
+    moves={
+        PlanStatus.PENDING: frozenset(
+            {PlanStatus.SCHEDULED, PlanStatus.ACTIVE, PlanStatus.EXPIRED, PlanStatus.FAILED}
+        ),
+        PlanStatus.SCHEDULED: frozenset({PlanStatus.ACTIVE, PlanStatus.EXPIRED, PlanStatus.FAILED}),
+        PlanStatus.ACTIVE: frozenset({PlanStatus.SCHEDULED, PlanStatus.EXPIRED, PlanStatus.FAILED}),
+        PlanStatus.EXPIRED: frozenset(),
+        PlanStatus.FAILED: frozenset(),
+    },
+)
 
-# Every move a plan may make; anything else is a bug and is refused by `check_transition`.
-PLAN_TRANSITIONS: dict[PlanStatus, frozenset[PlanStatus]] = {
-    PlanStatus.PENDING: frozenset(
-        {PlanStatus.SCHEDULED, PlanStatus.ACTIVE, PlanStatus.EXPIRED, PlanStatus.FAILED}
-    ),
-    PlanStatus.SCHEDULED: frozenset({PlanStatus.ACTIVE, PlanStatus.EXPIRED, PlanStatus.FAILED}),
-    PlanStatus.ACTIVE: frozenset({PlanStatus.SCHEDULED, PlanStatus.EXPIRED, PlanStatus.FAILED}),
-    PlanStatus.EXPIRED: frozenset(),
-    PlanStatus.FAILED: frozenset(),
-}
+FINAL = PLAN_LIFECYCLE.final
 
-
-class IllegalTransition(RuntimeError):
-    pass
-
-
-def check_transition(current: PlanStatus, new: PlanStatus) -> None:
-    if new != current and new not in PLAN_TRANSITIONS[current]:
-        raise IllegalTransition(f"a plan cannot go from {current} to {new}")
+# A segment follows the time only forwards: it never goes back to Scheduled, and once Expired it stays
+# so (its plan failing later does not rewrite what happened). SageMaker's ReservedCapacityStatus has the
+# values of TrainingPlanStatus, so segments use PlanStatus too.
+RESERVED_CAPACITY_LIFECYCLE = Lifecycle(
+    kind="reserved-capacity",
+    noun="reserved capacity",
+    states=PlanStatus,
+    initial=PlanStatus.PENDING,
+    moves={
+        PlanStatus.PENDING: frozenset(
+            {PlanStatus.SCHEDULED, PlanStatus.ACTIVE, PlanStatus.EXPIRED, PlanStatus.FAILED}
+        ),
+        PlanStatus.SCHEDULED: frozenset({PlanStatus.ACTIVE, PlanStatus.EXPIRED, PlanStatus.FAILED}),
+        PlanStatus.ACTIVE: frozenset({PlanStatus.EXPIRED, PlanStatus.FAILED}),
+        PlanStatus.EXPIRED: frozenset(),
+        PlanStatus.FAILED: frozenset(),
+    },
+)
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,9 @@ from hyperplan.core.clusters import (
 )
 from hyperplan.core.fleet import Pool
 from hyperplan.core.lifecycle import PlanStatus
+from hyperplan.core.status import CLUSTER_LIFECYCLE, NODE_LIFECYCLE, ClusterStatus, NodeStatus
 from hyperplan.errors import Conflict, ResourceInUse, ResourceLimitExceeded, ResourceNotFound, ValidationError
-from hyperplan.services import lifecycle, on_demand, plan_capacity
+from hyperplan.services import lifecycle, on_demand, plan_capacity, status
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.storage import Storage, StorageError
@@ -53,8 +54,8 @@ from hyperplan.store.db import after_commit
 from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, ReservedCapacity, TrainingPlan
 from hyperplan.worker import Worker
 
-LIVE = ("Pending", "Running", "Failure")  # nodes that hold a place in their group
-GONE = "Terminated"
+LIVE = (NodeStatus.PENDING, NodeStatus.RUNNING, NodeStatus.FAILURE)  # nodes that hold a place in their group
+GONE = NodeStatus.TERMINATED
 SHUTDOWN_GRACE = timedelta(seconds=30)  # real time between SIGTERM and SIGKILL at reclaim or deletion
 
 
@@ -108,18 +109,25 @@ def _provision(runtime: ServiceContext, node: ClusterNode, spec: Mapping[str, An
             )
         )
     except (StorageError, BackendError, ValueError) as exc:
-        _mark(runtime, node.id, "Failure", f"Provisioning failed: {exc}")
+        _fail_provisioning(runtime, node.id, f"Provisioning failed: {exc}")
 
 
 def _storage(runtime: ServiceContext) -> Storage:
     return Storage.in_data_dir(runtime.data_dir, runtime.fleet.buckets)
 
 
-def _mark(runtime: ServiceContext, node_id: int, status: str, message: str) -> None:
+def _fail_provisioning(runtime: ServiceContext, node_id: int, message: str) -> None:
+    """A node the back end could not be handed fails, unless it was told to shut down meanwhile: then
+    only its ending is news (NODE_LIFECYCLE), as for the watcher."""
     with runtime.db.write() as session:
         node = session.get(ClusterNode, node_id)
-        if node is not None and node.status != GONE:
-            node.status, node.message = status, message
+        if node is not None and NodeStatus(node.status) == NodeStatus.PENDING:
+            _move_node(session, node, NodeStatus.FAILURE, message, runtime.clock.now())
+
+
+def _move_node(session: Session, node: ClusterNode, new: NodeStatus, message: str, now: datetime) -> None:
+    status.change(session, NODE_LIFECYCLE, node, new, now, message)
+    node.message = message
 
 
 # -- create, update, delete ---------------------------------------------------------------------------
@@ -139,7 +147,7 @@ def create(runtime: ServiceContext, caller: Caller, request: Mapping[str, Any]) 
             account_id=caller.account_id,
             name=name,
             cluster_id=_new_cluster_id(session),
-            status="InService",
+            status=ClusterStatus.IN_SERVICE,
             settings=json.dumps(settings),
             created_at=now,
         )
@@ -199,9 +207,9 @@ def delete(runtime: ServiceContext, caller: Caller, name: str) -> Cluster:
     actions = NodeActions()
     with runtime.db.write() as session:
         cluster = get(session, runtime, caller, name)
-        if cluster.status == "Deleting":
+        if cluster.status == ClusterStatus.DELETING:
             raise Conflict(f"Cluster {cluster.name} is already being deleted.")
-        cluster.status = "Deleting"
+        status.change(session, CLUSTER_LIFECYCLE, cluster, ClusterStatus.DELETING, now, "DeleteCluster.")
         for group in _groups(session, cluster):
             _remove_group(session, group, actions, now)
         after_commit(session, lambda: _run_actions(runtime, actions))
@@ -231,7 +239,7 @@ def delete_nodes(
                     (instance_id, "NodeIdNotFound", f"Cluster {cluster.name} has no node {instance_id}.")
                 )
                 continue
-            if node.status == "ShuttingDown":
+            if node.status == NodeStatus.SHUTTING_DOWN:
                 failed.append(
                     (instance_id, "InvalidNodeStatus", f"Node {instance_id} is already shutting down.")
                 )
@@ -239,7 +247,7 @@ def delete_nodes(
             group = session.get(InstanceGroup, node.group_id)
             assert group is not None
             group.target_count = max(group.target_count - 1, 0)
-            _shut_down(node, actions, now)
+            _shut_down(session, node, actions, now)
             done.append(instance_id)
         session.flush()
         reconcile(session, runtime, _groups(session, cluster), now, actions)
@@ -248,7 +256,7 @@ def delete_nodes(
 
 
 def _check_in_service(cluster: Cluster) -> None:
-    if cluster.status != "InService":
+    if cluster.status != ClusterStatus.IN_SERVICE:
         raise Conflict(f"Cluster {cluster.name} is {cluster.status}; it cannot be changed now.")
 
 
@@ -327,7 +335,7 @@ def _remove_group(session: Session, group: InstanceGroup, actions: NodeActions, 
     plan_capacity.give_back(session, _consumer(group), now)
     group.target_count = 0
     for node in _live_nodes(session, group):
-        _shut_down(node, actions, now)
+        _shut_down(session, node, actions, now)
 
 
 def _placement(
@@ -472,7 +480,7 @@ def _plan_shares(session: Session, runtime: ServiceContext, plan_id: int, now: d
         session.scalars(
             select(InstanceGroup)
             .join(Cluster, Cluster.id == InstanceGroup.cluster_id)
-            .where(InstanceGroup.plan_id == plan_id, Cluster.status == "InService")
+            .where(InstanceGroup.plan_id == plan_id, Cluster.status == ClusterStatus.IN_SERVICE)
             .order_by(InstanceGroup.id)
         )
     )
@@ -512,9 +520,9 @@ def _converge(
 ) -> None:
     nodes = _live_nodes(session, group)
     # Failed and still-pending nodes go first, then the newest.
-    nodes.sort(key=lambda n: (n.status == "Running", -n.id))
+    nodes.sort(key=lambda n: (n.status == NodeStatus.RUNNING, -n.id))
     for node in nodes[: max(len(nodes) - wanted, 0)]:
-        _shut_down(node, actions, now, expiry)
+        _shut_down(session, node, actions, now, expiry)
     spec = json.loads(group.spec)
     for _ in range(wanted - len(nodes)):
         node = _new_node(session, group, runtime.region, now)
@@ -533,7 +541,7 @@ def _new_node(session: Session, group: InstanceGroup, region: str, now: datetime
         hostname=f"ip-10-1-{octets}.{region}.compute.internal",
         availability_zone=group.availability_zone,
         on_plan=group.plan_id is not None,
-        status="Pending",
+        status=NODE_LIFECYCLE.initial,
         message="Provisioning: running the lifecycle scripts.",
         launched_at=now,
     )
@@ -542,9 +550,11 @@ def _new_node(session: Session, group: InstanceGroup, region: str, now: datetime
     return node
 
 
-def _shut_down(node: ClusterNode, actions: NodeActions, now: datetime, expiry: str = "0") -> None:
-    node.status = "ShuttingDown"
-    node.message = "Shutting down: SIGTERM sent; SIGKILL follows after the grace period."
+def _shut_down(
+    session: Session, node: ClusterNode, actions: NodeActions, now: datetime, expiry: str = "0"
+) -> None:
+    message = "Shutting down: SIGTERM sent; SIGKILL follows after the grace period."
+    _move_node(session, node, NodeStatus.SHUTTING_DOWN, message, now)
     actions.terminate.append((node.backend_id, expiry))
 
 
@@ -574,7 +584,7 @@ def _groups(session: Session, cluster: Cluster) -> list[InstanceGroup]:
 
 
 # Nodes whose back-end state changes by itself soon (an OnCreate running, a shutdown under way).
-_SETTLING = ("Pending", "ShuttingDown")
+_SETTLING = (NodeStatus.PENDING, NodeStatus.SHUTTING_DOWN)
 SETTLING_POLL = 0.5  # seconds between looks while some node is settling
 SAFETY_POLL = 5.0  # seconds between looks otherwise: a running node fails without telling anyone
 
@@ -616,49 +626,46 @@ def watch_nodes(runtime: ServiceContext) -> int:
             for n in session.scalars(select(ClusterNode).where(ClusterNode.status != GONE))
         ]
     changes = []
-    for node_id, backend_id, status in watched:
+    for node_id, backend_id, current in watched:
         try:
             seen = runtime.backend.node_status(backend_id)
         except BackendError:
             continue  # not handed to the back end yet (a provision in flight)
-        new = _store_status(seen.state, status)
-        if new is not None:
-            changes.append((node_id, new, seen.message))
-    if changes:
-        _apply(runtime, changes)
-    return len(changes)
+        if _store_status(seen.state, NodeStatus(current)) is not None:
+            changes.append((node_id, seen.state, seen.message))
+    return _apply(runtime, changes) if changes else 0
 
 
-def _store_status(state: NodeState, current: str) -> str | None:
-    mapped = {
-        NodeState.PENDING: "Pending",
-        NodeState.RUNNING: "Running",
-        NodeState.FAILURE: "Failure",
-        NodeState.SHUTTING_DOWN: "ShuttingDown",
-        NodeState.TERMINATED: GONE,
-    }[state]
-    if current == "ShuttingDown" and mapped not in ("ShuttingDown", GONE):
-        return None  # we asked it to stop; only its ending is news
-    return mapped if mapped != current else None
+def _store_status(state: NodeState, current: NodeStatus) -> NodeStatus | None:
+    """The status a node moves to when the back end says `state`, or None: no news, or a move its
+    lifecycle does not make (once we asked it to stop, only its ending is news)."""
+    new = NodeStatus(state.value)
+    return new if NODE_LIFECYCLE.allows(current, new) else None
 
 
-def _apply(runtime: ServiceContext, changes: list[tuple[int, str, str]]) -> None:
+def _apply(runtime: ServiceContext, changes: list[tuple[int, NodeState, str]]) -> int:
+    """Store what the back end said, against each node's status now: it may have moved since the look
+    (shut down by a request, say), and then the news may be stale."""
     now = runtime.clock.now()
+    applied = 0
     with runtime.db.write() as session:
-        for node_id, status, message in changes:
+        for node_id, state, message in changes:
             node = session.get(ClusterNode, node_id)
-            if node is None:
+            new = _store_status(state, NodeStatus(node.status)) if node is not None else None
+            if node is None or new is None:
                 continue
-            node.status = status
-            node.message = message or {"Running": "", GONE: "Terminated."}.get(status, node.message)
-            if status == GONE:
+            default = {NodeStatus.RUNNING: "", GONE: "Terminated."}.get(new, node.message)
+            _move_node(session, node, new, message or default, now)
+            if new == GONE:
                 node.ended_at = now
+            applied += 1
         _finish_deletions(session)
+    return applied
 
 
 def _finish_deletions(session: Session) -> None:
     """A Deleting cluster whose nodes are all gone is removed."""
-    for cluster in session.scalars(select(Cluster).where(Cluster.status == "Deleting")):
+    for cluster in session.scalars(select(Cluster).where(Cluster.status == ClusterStatus.DELETING)):
         remaining = session.scalar(
             select(func.count(ClusterNode.id)).where(
                 ClusterNode.cluster_id == cluster.id, ClusterNode.status != GONE
@@ -680,15 +687,22 @@ def settle_adoption(runtime: ServiceContext, report: AdoptReport) -> None:
     """After the back end took over the known nodes: those it never had are settled in the store."""
     missing = {ref.node_id for ref in report.missing if isinstance(ref, NodeRef)}
     if missing:
+        now = runtime.clock.now()
         with runtime.db.write() as session:
             for node in session.scalars(select(ClusterNode).where(ClusterNode.backend_id.in_(missing))):
-                if node.status == "ShuttingDown":
-                    node.status, node.ended_at = GONE, runtime.clock.now()
+                if node.status == NodeStatus.SHUTTING_DOWN:
+                    status.change(session, NODE_LIFECYCLE, node, GONE, now, "Gone when the server started.")
+                    node.ended_at = now
                 elif node.status != GONE:  # recorded, never handed over: the server died in between
-                    node.status, node.message = (
-                        "Failure",
-                        "The server stopped before the node was provisioned.",
-                    )
+                    _fail_unprovisioned(session, node, now)
+
+
+def _fail_unprovisioned(session: Session, node: ClusterNode, now: datetime) -> None:
+    message = "The server stopped before the node was provisioned."
+    if node.status == NodeStatus.FAILURE:
+        node.message = message  # failed already: no move, only the reason
+    else:
+        _move_node(session, node, NodeStatus.FAILURE, message, now)
 
 
 def reconcile_all(runtime: ServiceContext) -> None:
@@ -699,7 +713,7 @@ def reconcile_all(runtime: ServiceContext) -> None:
             session.scalars(
                 select(InstanceGroup)
                 .join(Cluster, Cluster.id == InstanceGroup.cluster_id)
-                .where(Cluster.status == "InService")
+                .where(Cluster.status == ClusterStatus.IN_SERVICE)
                 .order_by(InstanceGroup.id)
             )
         )
@@ -741,7 +755,7 @@ def running_count(session: Session, group: InstanceGroup) -> int:
     return int(
         session.scalar(
             select(func.count(ClusterNode.id)).where(
-                ClusterNode.group_id == group.id, ClusterNode.status == "Running"
+                ClusterNode.group_id == group.id, ClusterNode.status == NodeStatus.RUNNING
             )
         )
         or 0
@@ -790,7 +804,7 @@ def exec_on_node(
         node = next((n for n in nodes_of(session, cluster) if node_ref in (n.instance_id, n.hostname)), None)
         if node is None:
             raise ResourceNotFound(f"Cluster {cluster.name} has no node {node_ref}.")
-        if node.status != "Running":
+        if node.status != NodeStatus.RUNNING:
             raise Conflict(f"Node {node.instance_id} is {node.status}; commands run on Running nodes only.")
         backend_id = node.backend_id
     return runtime.backend.exec(backend_id, argv, timeout, output_limit=exec_output_limit())

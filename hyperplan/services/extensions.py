@@ -19,6 +19,7 @@ from hyperplan.core.extensions import check_extendable, extension_days
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.offering_ids import ExtensionClaim, OfferingIdError
 from hyperplan.core.search import segment_price
+from hyperplan.core.status import ExtensionPaymentStatus
 from hyperplan.errors import ResourceInUse, ResourceNotFound
 from hyperplan.services import lifecycle, payments, plans, quotas
 from hyperplan.services.accounts import Caller
@@ -72,7 +73,7 @@ def _check(session: Session, plan: TrainingPlan, now: datetime) -> ReservedCapac
     last = lifecycle.segments_of(session, plan.id)[-1]
     pending = session.scalar(
         select(PlanExtension.id).where(
-            PlanExtension.plan_id == plan.id, PlanExtension.payment_status == "Pending"
+            PlanExtension.plan_id == plan.id, PlanExtension.payment_status == ExtensionPaymentStatus.PENDING
         )
     )
     check_extendable(plan.status, last.end, now, payment_pending=pending is not None)
@@ -108,7 +109,7 @@ def extend(runtime: ServiceContext, caller: Caller, offering_id: str) -> Trainin
                 end=claim.end,
                 upfront_fee=segment_price(pool, claim.start, claim.end, last.count),
                 currency=pool.currency,
-                payment_status="Pending",
+                payment_status=ExtensionPaymentStatus.PENDING,
                 extended_at=now,
                 holds_capacity=True,
             )
@@ -150,9 +151,9 @@ def history(session: Session, plan: TrainingPlan) -> list[PlanExtension]:
 
 def status_of(extension: PlanExtension, now: datetime) -> str:
     """Pending while unpaid, Failed if payment failed; once paid, from the time like any segment."""
-    if extension.payment_status == "Pending":
+    if extension.payment_status == ExtensionPaymentStatus.PENDING:
         return PlanStatus.PENDING
-    if extension.payment_status == "Failed":
+    if extension.payment_status == ExtensionPaymentStatus.FAILED:
         return PlanStatus.FAILED
     if now < extension.start:
         return PlanStatus.SCHEDULED

@@ -62,6 +62,7 @@ from hyperplan.backends.base import EXPIRATION_VARIABLE, BackendError, TaskRef
 from hyperplan.core.jobs import (
     FINAL,
     FINAL_FOR_STOP,
+    JOB_LIFECYCLE,
     PRIMARY,
     RUNNING,
     TARGET,
@@ -72,7 +73,6 @@ from hyperplan.core.jobs import (
     StopReason,
     Window,
     check_plan,
-    check_transition,
     countable,
     has_capacity_left,
     reached_at,
@@ -82,7 +82,7 @@ from hyperplan.core.jobs import (
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.errors import ResourceInUse, ResourceLimitExceeded, ResourceNotFound, ValidationError
 from hyperplan.scheduler import DueEvent, EventHandler, schedule
-from hyperplan.services import lifecycle, on_demand, plan_capacity
+from hyperplan.services import lifecycle, on_demand, plan_capacity, status
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_work import JobSettings
@@ -526,17 +526,23 @@ def move(
 ) -> None:
     """The one place a job's status changes: checked against the state machine, appended to its
     transitions, and its pending and running clocks and their deadlines kept in step."""
-    old = Secondary(job.secondary_status)
-    check_transition(old, new)
+    old = status.change(
+        session,
+        JOB_LIFECYCLE,
+        job,
+        new,
+        now,
+        message,
+        column="secondary_status",
+        record=lambda: _open_transition(session, job, new, message, now),
+    )
+    job.status = PRIMARY[new]
+    job.status_message = message
+    job.updated_at = now
     if old == Secondary.PENDING:
         _close_pending(session, runtime, job, now)
     if old in RUNNING and new not in RUNNING:
         _close_running(session, job, now)
-    job.secondary_status = new
-    job.status = PRIMARY[new]
-    job.status_message = message
-    job.updated_at = now
-    _open_transition(session, job, new, message, now)
     if new == Secondary.PENDING:
         job.pending_since = now
         _plan_pending_limits(session, runtime, job, now)

@@ -1,7 +1,8 @@
 """The one place a plan's status changes, and the timed events that change it.
 
-Every change goes through `transition`, which checks it against the state machine
-(`hyperplan.core.lifecycle.PLAN_TRANSITIONS`), sets the status message, and appends the plan's history.
+Every change goes through `transition`, which moves the plan with `hyperplan.services.status.change`
+(checked against `hyperplan.core.lifecycle.PLAN_LIFECYCLE`), sets the status message, and appends the
+plan's history. Its segments move the same way (`RESERVED_CAPACITY_LIFECYCLE`), recorded as status events.
 Once a plan is paid its status follows from its segments and the service time (`refresh`); the timed
 events (segment start, capacity reclaim, segment end, payment deadline) only say when to look again.
 """
@@ -18,9 +19,17 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from hyperplan.core.fleet import Fleet
-from hyperplan.core.lifecycle import PlanStatus, Window, check_transition, status_at, status_message
+from hyperplan.core.lifecycle import (
+    PLAN_LIFECYCLE,
+    RESERVED_CAPACITY_LIFECYCLE,
+    PlanStatus,
+    Window,
+    status_at,
+    status_message,
+)
+from hyperplan.core.status import EXTENSION_LIFECYCLE, ExtensionPaymentStatus
 from hyperplan.scheduler import DueEvent, EventHandler, schedule
-from hyperplan.services import plan_capacity, webhooks
+from hyperplan.services import plan_capacity, status, webhooks
 from hyperplan.services.capacity import LiveCalendar
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import PlanEvent, PlanExtension, ReservedCapacity, ScheduledEvent, TrainingPlan
@@ -80,13 +89,32 @@ def record(session: Session, plan: TrainingPlan, kind: str, message: str, now: d
 
 
 def transition(
-    session: Session, plan: TrainingPlan, status: PlanStatus, message: str, kind: str, now: datetime
+    session: Session, plan: TrainingPlan, new: PlanStatus, message: str, kind: str, now: datetime
 ) -> None:
-    check_transition(PlanStatus(plan.status), status)
-    plan.status = status
-    plan.status_message = message
-    plan.updated_at = now
-    record(session, plan, kind, message, now)
+    """Move the plan to `new` (or, when it is there already, only give it a new message) and append
+    the entry to its history."""
+
+    def history() -> None:
+        plan.status_message = message
+        plan.updated_at = now
+        record(session, plan, kind, message, now)
+
+    if new == plan.status:
+        history()  # a new message for the same status: an entry in the history, no move
+    else:
+        status.change(session, PLAN_LIFECYCLE, plan, new, now, message, record=history)
+
+
+def _move_segment(
+    session: Session, rc: ReservedCapacity, new: PlanStatus, now: datetime, message: str
+) -> None:
+    status.change(session, RESERVED_CAPACITY_LIFECYCLE, rc, new, now, message)
+
+
+def _move_extension(
+    session: Session, extension: PlanExtension, new: ExtensionPaymentStatus, now: datetime, message: str
+) -> None:
+    status.change(session, EXTENSION_LIFECYCLE, extension, new, now, message, column="payment_status")
 
 
 def schedule_segments(session: Session, ctx: LifecycleContext, plan: TrainingPlan, now: datetime) -> None:
@@ -151,7 +179,7 @@ def apply_extension(
     how: str,
 ) -> None:
     """A paid extension: the plan's last segment now ends later (same ARN); its old end events go away."""
-    extension.payment_status = "Paid"
+    _move_extension(session, extension, ExtensionPaymentStatus.PAID, now, how)
     last = segments_of(session, plan.id)[-1]
     _cancel_segment_end(session, plan, last.ordinal)
     last.end = extension.end
@@ -177,7 +205,7 @@ def fail_extension(
     kind: str,
     now: datetime,
 ) -> None:
-    extension.payment_status = "Failed"
+    _move_extension(session, extension, ExtensionPaymentStatus.FAILED, now, message)
     extension.holds_capacity = False
     record(session, plan, kind, message, now)
     released = [
@@ -207,12 +235,15 @@ def mark_paid(session: Session, plan: TrainingPlan, now: datetime, message: str)
 def _follow_time(session: Session, plan: TrainingPlan, now: datetime, kind: str) -> None:
     rcs = segments_of(session, plan.id)
     windows = [Window(rc.start, rc.end) for rc in rcs]
+    new = status_at(windows, now)
+    message = status_message(windows, new, now)
     for rc, window in zip(rcs, windows, strict=True):
-        rc.status = status_at([window], now)
-    status = status_at(windows, now)
-    message = status_message(windows, status, now)
-    if status != plan.status or message != plan.status_message:
-        transition(session, plan, status, message, kind, now)
+        segment_new = status_at([window], now)
+        # Only forwards: a timed event run late looks at an earlier instant than a change already made.
+        if RESERVED_CAPACITY_LIFECYCLE.allows(PlanStatus(rc.status), segment_new):
+            _move_segment(session, rc, segment_new, now, message)
+    if new != plan.status or message != plan.status_message:
+        transition(session, plan, new, message, kind, now)
 
 
 def fail(
@@ -223,7 +254,8 @@ def fail(
     plan_capacity.release_plan(session, plan.id, now)
     released = []
     for rc in segments_of(session, plan.id):
-        rc.status = PlanStatus.FAILED
+        if rc.status != PlanStatus.EXPIRED:  # a segment that has run its course stays Expired
+            _move_segment(session, rc, PlanStatus.FAILED, now, message)
         if not rc.holds_capacity or rc.end <= now or (rc.released_at and rc.released_at <= now):
             continue
         key = (rc.instance_type, rc.availability_zone)
@@ -237,9 +269,8 @@ def fail(
         select(PlanExtension).where(PlanExtension.plan_id == plan.id, PlanExtension.holds_capacity.is_(True))
     ):
         extension.holds_capacity = False
-        extension.payment_status = (
-            "Failed" if extension.payment_status == "Pending" else extension.payment_status
-        )
+        if extension.payment_status == ExtensionPaymentStatus.PENDING:
+            _move_extension(session, extension, ExtensionPaymentStatus.FAILED, now, message)
         key = (extension.instance_type, extension.availability_zone)
         released.append((key, extension.start, extension.end, extension.count))
     _cancel_events(session, plan)

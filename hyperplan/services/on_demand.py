@@ -11,9 +11,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from hyperplan.core.fleet import Pool
+from hyperplan.core.status import NodeStatus
 from hyperplan.store.schema import ClusterNode, InstanceGroup, TrainingJob
 
-NODE_GONE = "Terminated"
+NODE_GONE = NodeStatus.TERMINATED
 JOB_HOLDING = ("launching", "running")  # attempt states in which a job's instances are in use
 
 

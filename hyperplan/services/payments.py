@@ -19,9 +19,10 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.fleet import Fleet
 from hyperplan.core.lifecycle import PlanStatus
+from hyperplan.core.status import INVOICE_LIFECYCLE, InvoiceStatus
 from hyperplan.errors import Conflict, ResourceNotFound, ValidationError
 from hyperplan.scheduler import DueEvent, EventHandler, schedule
-from hyperplan.services import lifecycle
+from hyperplan.services import lifecycle, status
 from hyperplan.services.accounts import PAYMENT_MODES, get_account
 from hyperplan.services.lifecycle import LifecycleContext
 from hyperplan.store.schema import (
@@ -80,7 +81,7 @@ def issue(
         extension_id=extension.id if extension else None,
         amount=amount,
         currency=plan.currency,
-        status="Pending",
+        status=InvoiceStatus.PENDING,
         created_at=now,
         due_at=payment_deadline(first_start, now),
     )
@@ -113,6 +114,12 @@ def issue(
     return invoice
 
 
+def _settle(session: Session, invoice: Invoice, new: InvoiceStatus, note: str, now: datetime) -> None:
+    status.change(session, INVOICE_LIFECYCLE, invoice, new, now, note)
+    invoice.settled_at = now
+    invoice.note = note
+
+
 def _what(invoice: Invoice) -> str:
     return "the plan" if invoice.extension_id is None else f"extension {invoice.extension_id}"
 
@@ -126,9 +133,7 @@ def _pay(
     now: datetime,
     how: str,
 ) -> None:
-    invoice.status = "Paid"
-    invoice.settled_at = now
-    invoice.note = how
+    _settle(session, invoice, InvoiceStatus.PAID, how, now)
     if account.payment_mode == "budget":
         account.budget -= invoice.amount
     session.add(
@@ -182,9 +187,7 @@ def _pay_from_budget(
     if account.budget >= invoice.amount:
         _pay(session, ctx, account, invoice, plan, now, "paid from the budget")
         return
-    invoice.status = "Failed"
-    invoice.settled_at = now
-    invoice.note = "budget short"
+    _settle(session, invoice, InvoiceStatus.FAILED, "budget short", now)
     _fail(
         session,
         ctx,
@@ -207,9 +210,7 @@ def approve(session: Session, ctx: LifecycleContext, invoice_id: int, now: datet
 
 def reject(session: Session, ctx: LifecycleContext, invoice_id: int, reason: str, now: datetime) -> Invoice:
     invoice, plan = _pending(session, invoice_id)
-    invoice.status = "Rejected"
-    invoice.settled_at = now
-    invoice.note = reason
+    _settle(session, invoice, InvoiceStatus.REJECTED, reason, now)
     message = (
         f"Payment rejected by an administrator: {reason}. The capacity of {_what(invoice)} was released."
     )
@@ -221,7 +222,7 @@ def _pending(session: Session, invoice_id: int) -> tuple[Invoice, TrainingPlan]:
     invoice = session.get(Invoice, invoice_id)
     if invoice is None:
         raise ResourceNotFound(f"Invoice {invoice_id} does not exist.")
-    if invoice.status != "Pending":
+    if invoice.status != InvoiceStatus.PENDING:
         raise Conflict(f"Invoice {invoice_id} is already {invoice.status}.")
     plan = session.get(TrainingPlan, invoice.plan_id)
     assert plan is not None
@@ -242,11 +243,14 @@ def on_deadline(
 ) -> None:
     invoice = session.get(Invoice, invoice_id)
     plan = session.get(TrainingPlan, int(plan_id))
-    if invoice is None or plan is None or invoice.status != "Pending" or PlanStatus(plan.status).is_final:
+    if (
+        invoice is None
+        or plan is None
+        or invoice.status != InvoiceStatus.PENDING
+        or PlanStatus(plan.status).is_final
+    ):
         return
-    invoice.status = "Failed"
-    invoice.settled_at = now
-    invoice.note = "not approved in time"
+    _settle(session, invoice, InvoiceStatus.FAILED, "not approved in time", now)
     _fail(
         session,
         ctx,
@@ -280,7 +284,7 @@ def ledger(session: Session, account_id: str) -> list[LedgerEntry]:
 def spend(session: Session, account_id: str) -> Decimal:
     """What the account has paid for plans, whatever the payment mode."""
     paid = session.scalars(
-        select(Invoice.amount).where(Invoice.account_id == account_id, Invoice.status == "Paid")
+        select(Invoice.amount).where(Invoice.account_id == account_id, Invoice.status == InvoiceStatus.PAID)
     )
     return sum(paid, start=Decimal("0"))
 

@@ -326,3 +326,20 @@ class TrainingJobInstance(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     message: Mapped[str] = mapped_column(Text, default="")
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class StatusEvent(Base):
+    """One status change of a cluster, node, reserved capacity, invoice or plan extension (plans and jobs
+    keep theirs in plan_events and training_job_transitions): written by `services.status.change`.
+
+    `entity_id` is the row's id in the table its `entity_kind` names; the history outlives the row."""
+
+    __tablename__ = "status_events"
+    __table_args__ = (Index("ix_status_event_entity", "entity_kind", "entity_id", "id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    entity_kind: Mapped[str] = mapped_column(String(32))
+    entity_id: Mapped[int] = mapped_column(Integer)
+    from_status: Mapped[str] = mapped_column(String(24))
+    to_status: Mapped[str] = mapped_column(String(24))
+    at: Mapped[datetime] = mapped_column(UTCDateTime)  # service time
+    message: Mapped[str] = mapped_column(Text, default="")

@@ -10,23 +10,22 @@ from hypothesis import strategies as st
 
 from hyperplan.core.jobs import (
     FINAL,
+    JOB_LIFECYCLE,
     PRIMARY,
     RUNNING,
-    TRANSITIONS,
     WAITING,
-    IllegalTransition,
     JobStatus,
     PlanFacts,
     Secondary,
     Window,
     check_plan,
-    check_transition,
     countable,
     has_capacity_left,
     reached_at,
     select_to_start,
     usable_windows,
 )
+from hyperplan.core.status import IllegalTransition
 from hyperplan.errors import ValidationError
 
 T0 = datetime(2026, 12, 1, 11, 30, tzinfo=UTC)
@@ -39,7 +38,7 @@ ARN = "arn:aws:sagemaker:us-west-2:123456789012:training-plan/p"
 
 
 def test_every_secondary_status_has_a_primary_and_a_row_in_the_machine() -> None:
-    assert set(PRIMARY) == set(TRANSITIONS) == set(Secondary)
+    assert set(PRIMARY) == set(JOB_LIFECYCLE.moves) == set(Secondary)
     assert {PRIMARY[s] for s in FINAL} == {JobStatus.COMPLETED, JobStatus.FAILED, JobStatus.STOPPED}
     assert all(PRIMARY[s] == JobStatus.IN_PROGRESS for s in (*WAITING, *RUNNING, Secondary.UPLOADING))
     assert PRIMARY[Secondary.INTERRUPTED] == PRIMARY[Secondary.MAX_RUNTIME_EXCEEDED] == JobStatus.STOPPED
@@ -48,7 +47,7 @@ def test_every_secondary_status_has_a_primary_and_a_row_in_the_machine() -> None
 def test_every_status_is_reachable_from_starting_and_every_path_can_end() -> None:
     reached, frontier = {Secondary.STARTING}, [Secondary.STARTING]
     while frontier:
-        for following in TRANSITIONS[frontier.pop()]:
+        for following in JOB_LIFECYCLE.moves[frontier.pop()]:
             if following not in reached:
                 reached.add(following)
                 frontier.append(following)
@@ -58,7 +57,7 @@ def test_every_status_is_reachable_from_starting_and_every_path_can_end() -> Non
         while stack:
             current = stack.pop()
             seen.add(current)
-            stack.extend(s for s in TRANSITIONS[current] if s not in seen)
+            stack.extend(s for s in JOB_LIFECYCLE.moves[current] if s not in seen)
         assert seen & FINAL
 
 
@@ -74,7 +73,7 @@ def test_every_status_is_reachable_from_starting_and_every_path_can_end() -> Non
     ],
 )
 def test_the_moves_jobs_make(current: Secondary, new: Secondary) -> None:
-    check_transition(current, new)
+    JOB_LIFECYCLE.check(current, new)
 
 
 @pytest.mark.parametrize(
@@ -89,7 +88,7 @@ def test_the_moves_jobs_make(current: Secondary, new: Secondary) -> None:
 )
 def test_moves_that_would_be_bugs_are_refused(current: Secondary, new: Secondary) -> None:
     with pytest.raises(IllegalTransition, match=f"from {current} to {new}"):
-        check_transition(current, new)
+        JOB_LIFECYCLE.check(current, new)
 
 
 # -- the queue -------------------------------------------------------------------------------------------

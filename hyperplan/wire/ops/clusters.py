@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from hyperplan.core.paging import paginate
+from hyperplan.core.status import InstanceGroupStatus
 from hyperplan.errors import ValidationError
 from hyperplan.services import clusters
 from hyperplan.services.context import ServiceContext
@@ -93,7 +94,7 @@ def _group_view(runtime: ServiceContext, session: Session, group: InstanceGroup)
         "InstanceType": group.instance_type,
         "TargetCount": group.target_count,
         "CurrentCount": clusters.running_count(session, group),
-        "Status": "InService",
+        "Status": InstanceGroupStatus.IN_SERVICE,  # no group status is stored (core/status.py)
         "TrainingPlanStatus": "NotApplicable",
         **{k: spec[k] for k in ECHOED if k in spec},
     }
