@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hyperplan.client.signing import Credentials, sign_request
+from hyperplan.signing import Credentials, sign_request
 
 if TYPE_CHECKING:
     import httpx
@@ -41,7 +41,7 @@ def resolve_endpoint(endpoint_url: str | None) -> str:
 
 
 def default_data_dir() -> Path:
-    """The server's default data directory; the same rule as `hyperplan.runtime.default_data_dir`.
+    """The server's default data directory; the same rule as `hyperplan.app.default_data_dir`.
 
     Repeated here so that a client command never imports the runtime (SQLAlchemy, Alembic, numpy);
     tests/cli checks that the two agree.

@@ -113,7 +113,7 @@ class BookingPolicy:
 
 @dataclass(frozen=True)
 class BackgroundLoad:
-    """Synthetic bookings that keep a demo calendar busy (see :mod:`hyperplan.core.background`).
+    """Synthetic bookings that keep a demo calendar busy (see :mod:`hyperplan.core.demo_load`).
 
     Time is cut into cycles of ``cycle_days``; each cycle of each pool opens with a quiet run of
     ``quiet_days`` days with ``quiet_booked`` of the pool booked, then a busy run with ``busy_booked``.

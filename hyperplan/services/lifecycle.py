@@ -19,9 +19,9 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.fleet import Fleet
 from hyperplan.core.lifecycle import PlanStatus, Window, check_transition, status_at, status_message
-from hyperplan.scheduler import DueEvent, EventHandler, schedule
-from hyperplan.services import plan_capacity, webhooks
-from hyperplan.services.capacity import LiveCalendar
+from hyperplan.events.loop import DueEvent, EventHandler, schedule
+from hyperplan.services import capacity_claims, webhooks
+from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import PlanEvent, PlanExtension, ReservedCapacity, ScheduledEvent, TrainingPlan
 
@@ -220,7 +220,7 @@ def fail(
 ) -> None:
     """Fail a plan and give back, at once, every instance it still holds."""
     transition(session, plan, PlanStatus.FAILED, message, kind, now)
-    plan_capacity.release_plan(session, plan.id, now)
+    capacity_claims.release_plan(session, plan.id, now)
     released = []
     for rc in segments_of(session, plan.id):
         rc.status = PlanStatus.FAILED
@@ -301,7 +301,7 @@ def on_segment_event(
         )
         return
     if event_kind == SEGMENT_RECLAIM:
-        plan_capacity.release_plan(session, plan.id, now)
+        capacity_claims.release_plan(session, plan.id, now)
         record(
             session,
             plan,

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 from hyperplan.core.fleet import Fleet
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.errors import Conflict, ResourceNotFound, ValidationError
-from hyperplan.scheduler import DueEvent, EventHandler, schedule
+from hyperplan.events.loop import DueEvent, EventHandler, schedule
 from hyperplan.services import lifecycle
 from hyperplan.services.accounts import PAYMENT_MODES, get_account
 from hyperplan.services.lifecycle import LifecycleContext

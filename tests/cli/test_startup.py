@@ -16,7 +16,6 @@ SERVER_STACK = (
     "starlette",
     "uvicorn",
     "hyperplan.app",
-    "hyperplan.runtime",
 )
 CLIENT_STACK = ("botocore", "httpx")
 
