@@ -93,7 +93,7 @@ def _default_reclaim_lead() -> Mapping[str, timedelta]:
 
 @dataclass(frozen=True)
 class BookingPolicy:
-    """The rules of what may be booked (decisions.md, "Booking policy"); the defaults follow AWS."""
+    """The rules of what may be booked (docs/DECISIONS.md, "Booking policy"); the defaults follow AWS."""
 
     lead_time: timedelta = timedelta(minutes=30)
     horizon: timedelta = timedelta(days=56)  # the latest a plan may start, from now

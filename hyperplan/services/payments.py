@@ -1,4 +1,4 @@
-"""Paying for plans and extensions: invoices, budgets, approvals, deadlines (decisions.md, "Payment").
+"""Paying for plans and extensions: invoices, budgets, approvals, deadlines (docs/DECISIONS.md, "Payment").
 
 Each account has a payment mode:
 - `auto`: the invoice is paid when it is issued; the plan is Scheduled before the purchase returns.
