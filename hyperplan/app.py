@@ -28,7 +28,8 @@ from sqlalchemy.orm import Session
 from hyperplan.backends.base import Backend
 from hyperplan.backends.local import LocalBackend
 from hyperplan.clock import Clock, make_clock, utcnow
-from hyperplan.core.fleet import Fleet, parse_fleet
+from hyperplan.core.fleet import Fleet
+from hyperplan.core.fleet_file import parse_fleet
 from hyperplan.events.loop import EventHandler, TimedEventLoop
 from hyperplan.notify.dispatcher import Dispatcher, DispatcherConfig
 from hyperplan.services import accounts, adoption, clusters, demo_load, jobs, lifecycle, payments

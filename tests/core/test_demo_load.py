@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from hyperplan.core.calendar import CapacityCalendar
 from hyperplan.core.demo_load import background_bookings
-from hyperplan.core.fleet import Fleet, parse_fleet
+from hyperplan.core.fleet import Fleet
+from hyperplan.core.fleet_file import parse_fleet
 from hyperplan.core.search import SearchRequest, search
 
 from .support import utc
