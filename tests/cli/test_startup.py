@@ -59,3 +59,11 @@ def test_a_client_command_never_imports_the_server_stack(args: list[str]) -> Non
     modules = top_level(imported_by(*args, "--endpoint-url", f"http://127.0.0.1:{closed_port()}"))
     assert "httpx" in modules  # it did try to reach the server
     assert not modules & set(SERVER_STACK)
+    assert "pydantic" not in modules  # Typer 0.29 builds every parameter through it (pyproject.toml)
+
+
+def test_a_native_command_reads_its_keys_without_botocore_s_session() -> None:
+    # The shared credentials file is read with botocore's INI reader: its session costs half a second.
+    modules = imported_by("clock", "show", "--endpoint-url", f"http://127.0.0.1:{closed_port()}")
+    assert "httpx" in modules
+    assert not modules & {"botocore.session", "botocore.client", "botocore.credentials"}
