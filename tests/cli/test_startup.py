@@ -52,6 +52,7 @@ def test_help_and_version_import_neither_the_server_nor_the_client_stack(args: l
     modules = top_level(imported_by(*args))
     assert "typer" in modules  # the probe ran the command
     assert not modules & set(SERVER_STACK + CLIENT_STACK)
+    assert "rich.markdown" not in modules  # help in Click's plain layout (hyperplan.cli.options.PLAIN_HELP)
 
 
 @pytest.mark.parametrize("args", [["clock", "show"], ["plans", "list"]], ids=" ".join)
