@@ -1,4 +1,4 @@
-"""``python -m bench [--quick | --smoke] [--profile] [--keep] [search] [http] [memory] [lifecycle]``."""
+"""``python -m bench [--quick | --smoke] [--profile] [--keep] [search] [http] [memory] [lifecycle] [cli]``."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import http_bench, lifecycle, memory, search
+from bench import cli, http_bench, lifecycle, memory, search
 from bench.report import Report, line, load_average, machine_banner
 from bench.scale import Scale
 
-SECTIONS = ("search", "http", "memory", "lifecycle")
+SECTIONS = ("search", "http", "memory", "lifecycle", "cli")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -60,6 +60,8 @@ def main(argv: list[str]) -> int:
             memory.run(report, workdir, scale=args.scale)
         if "lifecycle" in sections:
             lifecycle.run(report, workdir, scale=args.scale, profile=args.profile)
+        if "cli" in sections:
+            cli.run(report, scale=args.scale)
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)

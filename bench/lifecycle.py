@@ -280,7 +280,7 @@ def _profile_catch_up(data_dir: Path) -> None:
         profiler = cProfile.Profile()
         began = time.perf_counter()
         with profiler:
-            ran = application.workers.scheduler.run_due(runtime.clock.now())
+            ran = application.workers.events.run_due(runtime.clock.now())
         seconds = time.perf_counter() - began
     finally:
         application.stop()

@@ -16,7 +16,8 @@ from bench.report import Report, at_most, heading, latency_summary, line, percen
 from bench.scale import Scale
 from bench.server import BENCH_START, FLEET
 from hyperplan.core.calendar import CapacityCalendar
-from hyperplan.core.fleet import Fleet, parse_fleet
+from hyperplan.core.fleet import Fleet
+from hyperplan.core.fleet_file import parse_fleet
 from hyperplan.core.search import SearchRequest, search
 from hyperplan.errors import HyperplanError
 

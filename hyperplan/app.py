@@ -28,17 +28,18 @@ from sqlalchemy.orm import Session
 from hyperplan.backends.base import Backend
 from hyperplan.backends.local import LocalBackend
 from hyperplan.clock import Clock, make_clock, utcnow
-from hyperplan.core.fleet import Fleet, parse_fleet
+from hyperplan.core.fleet import Fleet
+from hyperplan.core.fleet_file import parse_fleet
+from hyperplan.events.loop import EventHandler, TimedEventLoop
 from hyperplan.notify.dispatcher import Dispatcher, DispatcherConfig
-from hyperplan.scheduler import EventHandler, Scheduler
-from hyperplan.services import accounts, adoption, background, clusters, jobs, lifecycle, payments
-from hyperplan.services.capacity import LiveCalendar
+from hyperplan.services import accounts, adoption, clusters, demo_load, jobs, lifecycle, payments
 from hyperplan.services.clusters import NodeWatcher
 from hyperplan.services.context import ServiceContext, Settings, Wakes
 from hyperplan.services.job_runner import JobRunner
 from hyperplan.services.job_work import JobLocks, JobSettings
 from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.lifecycle import LifecycleContext
+from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.store import settings
 from hyperplan.store.db import Database, sqlite_url
 from hyperplan.store.schema import ScheduledEvent, WebhookDelivery
@@ -85,7 +86,7 @@ class AppConfig:
 
 @dataclass(frozen=True)
 class Workers:
-    scheduler: Scheduler  # the lifecycle loop
+    events: TimedEventLoop  # the timed-event loop (plans, payments, jobs, the demo load)
     node_watcher: NodeWatcher
     job_runner: JobRunner
     dispatcher: Dispatcher
@@ -132,7 +133,7 @@ class Application:
         db.on_insert(ScheduledEvent, wakes.lifecycle.notify)
         db.on_insert(WebhookDelivery, wakes.webhooks.notify)
         calendar = LiveCalendar(fleet)
-        scheduler = Scheduler(db, clock, {}, wake=wakes.lifecycle)
+        events = TimedEventLoop(db, clock, {}, wake=wakes.lifecycle)
         context = ServiceContext(
             settings=Settings(config.data_dir, config.time_scale),
             fleet=fleet,
@@ -144,16 +145,16 @@ class Application:
             keys=KeyCache(),
             offering_key=_offering_key(db),
             wakes=wakes,
-            advance_clock=scheduler.advance_to,
+            advance_clock=events.advance_to,
             job_settings=JobSettings.from_environment(),
             job_locks=JobLocks(),
         )
-        scheduler.handlers.update(event_handlers(context))
+        events.handlers.update(event_handlers(context))
         dispatcher_config = config.dispatcher or DispatcherConfig.from_env()
         dispatcher = Dispatcher(
             db, context.arn, config=dispatcher_config, targets=fleet.webhooks, wake=wakes.webhooks
         )
-        self._workers = Workers(scheduler, NodeWatcher(context), JobRunner(context), dispatcher)
+        self._workers = Workers(events, NodeWatcher(context), JobRunner(context), dispatcher)
         self._context = context
         return context
 
@@ -171,17 +172,17 @@ class Application:
         context = self.open()
         self.bootstrap()
         workers = self.workers
-        stored = background.store_initial_load(context)
+        stored = demo_load.store_initial_load(context)
         if stored:
-            log.info("stored %d background bookings held by %r", stored, background.ACCOUNT_NAME)
+            log.info("stored %d background bookings held by %r", stored, demo_load.ACCOUNT_NAME)
         context.calendar.load(context.db)
         # Before anything else touches the back end, one call with every node and job task the store
         # knows: no orphans, no lost work.
         adoption.adopt_all(context)
-        missed = workers.scheduler.run_due(context.clock.now())
+        missed = workers.events.run_due(context.clock.now())
         if missed:
             log.info("ran %d lifecycle events missed while the server was down", missed)
-        workers.scheduler.start()
+        workers.events.start()
         workers.dispatcher.start()
         clusters.reconcile_all(context)
         workers.node_watcher.start()
@@ -191,13 +192,13 @@ class Application:
         """Ask the lifecycle loop (and a catch-up or clock move in progress) to end after the event it is
         running. Safe in a signal handler: it sets flags and takes no lock."""
         if self._workers is not None:
-            self._workers.scheduler.request_stop()
+            self._workers.events.request_stop()
 
     def stop(self) -> None:
         if self._context is None or self._workers is None:
             return
         self._workers.dispatcher.stop()  # finishes deliveries in flight; before the database closes
-        self._workers.scheduler.stop()
+        self._workers.events.stop()
         self._workers.node_watcher.stop()
         self._workers.job_runner.stop()
         self._context.backend.close()
@@ -218,7 +219,7 @@ def event_handlers(context: ServiceContext) -> dict[str, EventHandler]:
     for handlers in (
         lifecycle.event_handlers(context.lifecycle),
         payments.event_handlers(context.lifecycle),
-        background.event_handlers(context),
+        demo_load.event_handlers(context),
         jobs.event_handlers(context),
     ):
         clash = merged.keys() & handlers.keys()

@@ -31,7 +31,7 @@ from botocore.credentials import Credentials as BotoCredentials
 
 from hyperplan.backends.layout import MARK_VARIABLE
 from hyperplan.cli.client import NativeClient
-from hyperplan.client.signing import Credentials
+from hyperplan.signing import Credentials
 from hyperplan.wire.validate import check_output
 from tests.processes import end_marked
 

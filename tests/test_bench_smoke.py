@@ -28,6 +28,13 @@ LABELS = {
         "lifecycle lag, burst at one instant",
         "restart catch-up of missed events",
     ),
+    "cli": (
+        "CLI baseline: import typer, rich",
+        "CLI start, hyperplan --help",
+        "CLI start, hyperplan plans list --help",
+        "CLI start, hyperplan clock show (native API)",
+        "CLI start, hyperplan plans list (SageMaker API)",
+    ),
 }
 
 

@@ -26,20 +26,19 @@ LAYERS = {
     "hyperplan.storage": "storage",
     "hyperplan.backends": "backends",
     "hyperplan.training": "training",
-    "hyperplan.scheduler": "scheduler",
+    "hyperplan.events": "events",
     "hyperplan.services": "services",
     "hyperplan.notify": "services",  # the webhook dispatcher: a worker of the services' layer
     "hyperplan.wire": "wire",
     "hyperplan.server": "server",
-    "hyperplan.client": "client",
+    "hyperplan.signing": "signing",
     "hyperplan.app": "app",
-    "hyperplan.runtime": "app",  # the old name of the composition root, kept for its importers
     "hyperplan.cli": "cli",
     "hyperplan.__main__": "cli",
 }
 
 _BELOW_SERVICES = {
-    *("core", "store", "storage", "backends", "training", "clock", "scheduler", "worker", "errors")
+    *("core", "store", "storage", "backends", "training", "clock", "events", "worker", "errors")
 }
 
 # What each layer may import besides itself.
@@ -54,13 +53,13 @@ ALLOWED: dict[str, set[str]] = {
     "storage": {"core", "errors"},
     "backends": {"root", "errors"},  # the package's own location, for the node agent it starts
     "training": {"storage", "core", "errors"},
-    "scheduler": {"store", "clock", "worker", "core", "errors"},
+    "events": {"store", "clock", "worker", "core", "errors"},
     "services": _BELOW_SERVICES,
     "wire": {"services"} | _BELOW_SERVICES,
     "server": {"wire", "services"} | _BELOW_SERVICES,
-    "client": {"wire", "errors"},  # the SigV4 canonical forms, shared with the server's verification
+    "signing": {"wire", "errors"},  # the SigV4 canonical forms, shared with the server's verification
     "app": {"server", "wire", "services", "fleet-data"} | _BELOW_SERVICES,
-    "cli": {"client", "app", "server", "wire", "services", "root"} | _BELOW_SERVICES,
+    "cli": {"signing", "app", "server", "wire", "services", "root"} | _BELOW_SERVICES,
 }
 
 

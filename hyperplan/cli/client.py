@@ -1,7 +1,7 @@
 """A small signed client for the native API, used by the `hyperplan` commands and by tests.
 
-botocore and httpx are imported inside the functions that use them: importing this module (as every
-command does, even for `--help`) stays cheap.
+httpx and botocore's INI reader are imported inside the functions that use them: importing this module
+(as every command does, even for `--help`) stays cheap.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hyperplan.client.signing import Credentials, sign_request
+from hyperplan.signing import Credentials, sign_request
 
 if TYPE_CHECKING:
     import httpx
@@ -41,7 +41,7 @@ def resolve_endpoint(endpoint_url: str | None) -> str:
 
 
 def default_data_dir() -> Path:
-    """The server's default data directory; the same rule as `hyperplan.runtime.default_data_dir`.
+    """The server's default data directory; the same rule as `hyperplan.app.default_data_dir`.
 
     Repeated here so that a client command never imports the runtime (SQLAlchemy, Alembic, numpy);
     tests/cli checks that the two agree.
@@ -53,33 +53,54 @@ def default_data_dir() -> Path:
 
 
 def resolve_credentials(data_dir: Path, profile: str | None = None) -> Credentials | None:
-    """The usual AWS chain (environment, profile); failing that, the data directory's credentials file."""
-    import botocore.session
+    """The keys the AWS tools would use, then the data directory's credentials file.
 
-    session = botocore.session.Session(profile=profile) if profile else botocore.session.Session()
-    try:
-        found = session.get_credentials()
-    except Exception:  # a named profile that does not exist: fall through to the data directory
-        found = None
-    if found is not None:
-        frozen = found.get_frozen_credentials()
-        return Credentials(frozen.access_key, frozen.secret_key, frozen.token)
-    return credentials_from_file(data_dir / "credentials")
+    In the AWS tools' order: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (unless a profile is named on
+    the command line), then the profile (the flag, AWS_PROFILE, or `default`) of the shared credentials
+    file and of the config file (AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE, or their places under
+    ~/.aws), read with botocore's own parser. hyperplan issues its own keys, so AWS's other sources (SSO,
+    credential processes, instance metadata) have none to give and are not asked: asking the instance
+    metadata service would reach the network, and loading botocore's session costs a command half a
+    second.
+    """
+    if profile is None and (from_environment := _environment_credentials()) is not None:
+        return from_environment
+    name = profile or os.environ.get("AWS_PROFILE") or os.environ.get("AWS_DEFAULT_PROFILE") or "default"
+    shared = os.environ.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials")
+    config = os.environ.get("AWS_CONFIG_FILE", "~/.aws/config")
+    config_section = name if name == "default" else f"profile {name}"
+    found = _ini_credentials(Path(shared).expanduser(), name) or _ini_credentials(
+        Path(config).expanduser(), config_section
+    )
+    return found or credentials_from_file(data_dir / "credentials")
 
 
 def credentials_from_file(path: Path) -> Credentials | None:
-    import botocore.session
+    """The `hyperplan` profile of a credentials file (the one the server writes at its first start)."""
+    return _ini_credentials(path, PROFILE)
 
-    if not path.exists():
+
+def _environment_credentials() -> Credentials | None:
+    key, secret = os.environ.get("AWS_ACCESS_KEY_ID"), os.environ.get("AWS_SECRET_ACCESS_KEY")
+    if not key or not secret:
         return None
-    session = botocore.session.Session(profile=PROFILE)
-    session.set_config_variable("credentials_file", str(path))
-    session.set_config_variable("config_file", os.devnull)
-    found = session.get_credentials()
-    if found is None:
+    return Credentials(key, secret, os.environ.get("AWS_SESSION_TOKEN") or None)
+
+
+def _ini_credentials(path: Path, section: str) -> Credentials | None:
+    from botocore.configloader import raw_config_parse  # the AWS tools' reader, without their session
+    from botocore.exceptions import ConfigParseError
+
+    if not path.is_file():
         return None
-    frozen = found.get_frozen_credentials()
-    return Credentials(frozen.access_key, frozen.secret_key, frozen.token)
+    try:
+        values = raw_config_parse(str(path)).get(section, {})
+    except ConfigParseError:
+        return None
+    key, secret = values.get("aws_access_key_id"), values.get("aws_secret_access_key")
+    if not key or not secret:
+        return None
+    return Credentials(key, secret, values.get("aws_session_token") or None)
 
 
 @dataclass

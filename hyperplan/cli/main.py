@@ -14,7 +14,7 @@ import typer
 
 from hyperplan.cli import accounts, clock, clusters, fleet, invoices, jobs, plans, webhooks
 from hyperplan.cli.common import console
-from hyperplan.cli.options import ClientOptions, DataDirOpt, EndpointOpt, JsonOpt, ProfileOpt
+from hyperplan.cli.options import PLAIN_HELP, ClientOptions, DataDirOpt, EndpointOpt, JsonOpt, ProfileOpt
 from hyperplan.server.limits import ServerLimits
 
 app = typer.Typer(
@@ -22,6 +22,7 @@ app = typer.Typer(
     "Client options go before the command or after it.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    rich_markup_mode=PLAIN_HELP,
 )
 app.add_typer(accounts.app, name="accounts")
 app.add_typer(clock.app, name="clock")

@@ -116,8 +116,17 @@ class TextCommand(ClientCommand):
     takes_json = False
 
 
+# Help in Click's plain layout: Typer's Rich layout imports Markdown and Pygments, which alone take twice
+# as long as importing Typer and Rich (bench/cli.py measures the start of every command).
+PLAIN_HELP = None
+
+
 class ClientTyper(typer.Typer):
     """A group of client commands: each takes the client options (see ClientCommand)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("rich_markup_mode", PLAIN_HELP)
+        super().__init__(**kwargs)
 
     def command(self, *args: Any, **kwargs: Any) -> Any:
         kwargs.setdefault("cls", ClientCommand)

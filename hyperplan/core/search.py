@@ -1,6 +1,6 @@
 """SearchTrainingPlanOfferings for a new plan: priced offerings of 1..K segments, best first.
 
-The rules (decisions.md, "Booking policy"):
+The rules (docs/DECISIONS.md, "Booking policy"):
 
 * Time is cut into *days* from one 11:30 UTC boundary to the next (``policy.segment_end``). Every
   segment ends on a boundary and holds whole days, except that a segment starting at the *soonest*

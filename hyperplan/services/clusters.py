@@ -46,7 +46,7 @@ from hyperplan.core.fleet import Pool
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.status import CLUSTER_LIFECYCLE, NODE_LIFECYCLE, ClusterStatus, NodeStatus
 from hyperplan.errors import Conflict, ResourceInUse, ResourceLimitExceeded, ResourceNotFound, ValidationError
-from hyperplan.services import lifecycle, on_demand, plan_capacity, status
+from hyperplan.services import capacity_claims, lifecycle, on_demand, status
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.storage import Storage, StorageError
@@ -324,7 +324,7 @@ def _change_group(
         )
     plan, zone = _placement(session, runtime, caller, cluster, spec, where, group=group)
     if (plan.id if plan else None) != group.plan_id:
-        plan_capacity.give_back(session, _consumer(group), runtime.clock.now())
+        capacity_claims.give_back(session, _consumer(group), runtime.clock.now())
     group.plan_id = plan.id if plan else None
     group.availability_zone = zone
     group.target_count = spec["InstanceCount"]
@@ -332,7 +332,7 @@ def _change_group(
 
 
 def _remove_group(session: Session, group: InstanceGroup, actions: NodeActions, now: datetime) -> None:
-    plan_capacity.give_back(session, _consumer(group), now)
+    capacity_claims.give_back(session, _consumer(group), now)
     group.target_count = 0
     for node in _live_nodes(session, group):
         _shut_down(session, node, actions, now)
@@ -484,7 +484,7 @@ def _plan_shares(session: Session, runtime: ServiceContext, plan_id: int, now: d
             .order_by(InstanceGroup.id)
         )
     )
-    segment = plan_capacity.open_segment(session, plan, now) if plan else None
+    segment = capacity_claims.open_segment(session, plan, now) if plan else None
     lead = runtime.fleet.policy.reclaim_lead_for("hyperpod-cluster")
     usable = (
         plan is not None
@@ -494,9 +494,9 @@ def _plan_shares(session: Session, runtime: ServiceContext, plan_id: int, now: d
     )
     shares = allocate([(g.id, g.target_count) for g in groups], segment.count if usable and segment else 0)
     for group in groups:  # the plan's counters follow what the groups hold
-        plan_capacity.give_back(session, _consumer(group), now, plan_id=plan_id)
+        capacity_claims.give_back(session, _consumer(group), now, plan_id=plan_id)
         if plan is not None and shares[group.id]:
-            plan_capacity.take(session, plan, _consumer(group), shares[group.id], now)
+            capacity_claims.take(session, plan, _consumer(group), shares[group.id], now)
     return shares
 
 

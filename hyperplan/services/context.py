@@ -15,10 +15,10 @@ from pathlib import Path
 from hyperplan.backends.base import Backend
 from hyperplan.clock import Clock, ManualClock
 from hyperplan.core.fleet import Fleet
-from hyperplan.services.capacity import LiveCalendar
 from hyperplan.services.job_work import JobLocks, JobSettings
 from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.lifecycle import LifecycleContext
+from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.store.db import Database
 from hyperplan.worker import LocalWake, Wake
 
@@ -27,7 +27,7 @@ from hyperplan.worker import LocalWake, Wake
 class Wakes:
     """One wake per background loop; a service notifies one after a commit that made work for it."""
 
-    lifecycle: Wake  # a timed event was scheduled (the lifecycle loop, scheduler.py)
+    lifecycle: Wake  # a timed event was scheduled (the timed-event loop, events/loop.py)
     nodes: Wake  # nodes were provisioned or shut down (the node watcher, services/clusters.py)
     jobs: Wake  # a job has work for the runner (services/job_runner.py)
     webhooks: Wake  # deliveries were queued (the dispatcher, notify/dispatcher.py)
@@ -43,7 +43,7 @@ class Settings:
     time_scale: float = 1.0  # of the accelerated clock
 
 
-# (target) -> how many timed events ran on the way; moves a manual clock (Scheduler.advance_to).
+# (target) -> how many timed events ran on the way; moves a manual clock (TimedEventLoop.advance_to).
 ClockMover = Callable[[datetime], int]
 
 

@@ -23,8 +23,8 @@ from hyperplan.core.status import ExtensionPaymentStatus
 from hyperplan.errors import ResourceInUse, ResourceNotFound
 from hyperplan.services import lifecycle, payments, plans, quotas
 from hyperplan.services.accounts import Caller
-from hyperplan.services.capacity import require_room
 from hyperplan.services.context import ServiceContext
+from hyperplan.services.live_calendar import require_room
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import PlanExtension, ReservedCapacity, TrainingPlan
 

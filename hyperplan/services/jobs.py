@@ -7,7 +7,7 @@ The store is the truth and every change is one transaction, as for clusters (``s
   ``core/jobs.py``, or the pool's free on-demand instances), writes the job in ``Starting`` and, in the
   same transaction, offers the plan's capacity to its queue (:func:`schedule_plan`) or places an
   on-demand job at once.
-- **Placing** a job (:func:`_place`) claims its instances (``plan_capacity.take``, consumer
+- **Placing** a job (:func:`_place`) claims its instances (``capacity_claims.take``, consumer
   ``training-job:<id>``), records one instance row per host with the back-end task id it will have, and
   moves it to ``Downloading``; after the commit the runner (``services/job_runner.py``), woken, prepares each
   instance's directory tree and starts its task. The runner's I/O never runs inside a transaction or on
@@ -81,8 +81,8 @@ from hyperplan.core.jobs import (
 )
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.errors import ResourceInUse, ResourceLimitExceeded, ResourceNotFound, ValidationError
-from hyperplan.scheduler import DueEvent, EventHandler, schedule
-from hyperplan.services import lifecycle, on_demand, plan_capacity, status
+from hyperplan.events.loop import DueEvent, EventHandler, schedule
+from hyperplan.services import capacity_claims, lifecycle, on_demand, status
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_work import JobSettings
@@ -554,7 +554,7 @@ def move(
     if new in FINAL:
         job.training_end_at = now
         _cancel_events(session, job, (PENDING_LIMIT, MAX_RUNTIME))
-        plan_capacity.give_back(session, consumer(job), now)
+        capacity_claims.give_back(session, consumer(job), now)
 
 
 def note(session: Session, job: TrainingJob, message: str, now: datetime) -> None:
@@ -795,7 +795,7 @@ def usable_segment(
     """The plan's open segment, if it can give capacity now (Active, before its reclaim time)."""
     if plan.status != PlanStatus.ACTIVE:
         return None
-    segment = plan_capacity.open_segment(session, plan, now)
+    segment = capacity_claims.open_segment(session, plan, now)
     lead = runtime.fleet.policy.reclaim_lead_for(TARGET)
     if segment is None or now >= segment.end - lead or (segment.released_at and now >= segment.released_at):
         return None
@@ -819,7 +819,7 @@ def schedule_plan(session: Session, runtime: ServiceContext, plan: TrainingPlan,
     if not waiting:
         return
     segment = usable_segment(session, runtime, plan, now)
-    free = segment.count - plan_capacity.in_use(session, plan.id, segment.id) if segment else 0
+    free = segment.count - capacity_claims.in_use(session, plan.id, segment.id) if segment else 0
     started = set(select_to_start([(j.id, j.instance_count) for j in waiting], free)) if segment else set()
     for job in waiting:
         if job.attempt_state not in ("", "ended"):
@@ -870,7 +870,7 @@ def _place(
     if segment is not None:
         plan = session.get(TrainingPlan, job.plan_id)
         assert plan is not None
-        granted = plan_capacity.take(session, plan, consumer(job), job.instance_count, now)
+        granted = capacity_claims.take(session, plan, consumer(job), job.instance_count, now)
         assert granted == job.instance_count, "placement is decided from the free count in this transaction"
         job.availability_zone = segment.availability_zone
         job.segment_end = segment.end
@@ -950,7 +950,7 @@ def reconcile_plan(session: Session, runtime: ServiceContext, plan_id: int, now:
         return
     windows = windows_of(session, runtime, plan)
     later = next((w.start for w in windows if w.start > now), None)
-    segment = plan_capacity.open_segment(session, plan, now)
+    segment = capacity_claims.open_segment(session, plan, now)
     for job in jobs:
         current = Secondary(job.secondary_status)
         if current in RUNNING or current == Secondary.STOPPING:
@@ -984,7 +984,7 @@ def _reclaim(
         + (f" before its segment ends at {_when(end)}" if end and end > now else "")
         + f": {_sigterm(grace)}"
     )
-    plan_capacity.give_back(session, consumer(job), now)
+    capacity_claims.give_back(session, consumer(job), now)
     current = Secondary(job.secondary_status)
     if current == Secondary.STOPPING:
         terminate_instances(session, runtime, job, grace, env)  # stopping already: only sooner
@@ -1049,7 +1049,7 @@ def tasks_ended(
     checkpoints (and the model) and calls :func:`attempt_ended`."""
     now = runtime.clock.now()
     job.attempt_state = "ending"
-    plan_capacity.give_back(session, consumer(job), now)
+    capacity_claims.give_back(session, consumer(job), now)
     current = Secondary(job.secondary_status)
     if current in RUNNING and not job.stop_reason:
         bad = [i for i in instances if i.state != "Exited" or i.exit_code != 0]
@@ -1078,7 +1078,7 @@ def attempt_ended(
     takes its final status, or waits for the next segment."""
     now = runtime.clock.now()
     job.attempt_state = "ended"
-    plan_capacity.give_back(session, consumer(job), now)
+    capacity_claims.give_back(session, consumer(job), now)
     current = Secondary(job.secondary_status)
     if current == Secondary.STOPPING:
         reason = StopReason(job.stop_reason or StopReason.USER)

@@ -28,9 +28,9 @@ from hyperplan.core.lifecycle import (
     status_message,
 )
 from hyperplan.core.status import EXTENSION_LIFECYCLE, ExtensionPaymentStatus
-from hyperplan.scheduler import DueEvent, EventHandler, schedule
-from hyperplan.services import plan_capacity, status, webhooks
-from hyperplan.services.capacity import LiveCalendar
+from hyperplan.events.loop import DueEvent, EventHandler, schedule
+from hyperplan.services import capacity_claims, status, webhooks
+from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import PlanEvent, PlanExtension, ReservedCapacity, ScheduledEvent, TrainingPlan
 
@@ -251,7 +251,7 @@ def fail(
 ) -> None:
     """Fail a plan and give back, at once, every instance it still holds."""
     transition(session, plan, PlanStatus.FAILED, message, kind, now)
-    plan_capacity.release_plan(session, plan.id, now)
+    capacity_claims.release_plan(session, plan.id, now)
     released = []
     for rc in segments_of(session, plan.id):
         if rc.status != PlanStatus.EXPIRED:  # a segment that has run its course stays Expired
@@ -332,7 +332,7 @@ def on_segment_event(
         )
         return
     if event_kind == SEGMENT_RECLAIM:
-        plan_capacity.release_plan(session, plan.id, now)
+        capacity_claims.release_plan(session, plan.id, now)
         record(
             session,
             plan,

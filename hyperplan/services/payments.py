@@ -1,4 +1,4 @@
-"""Paying for plans and extensions: invoices, budgets, approvals, deadlines (decisions.md, "Payment").
+"""Paying for plans and extensions: invoices, budgets, approvals, deadlines (docs/DECISIONS.md, "Payment").
 
 Each account has a payment mode:
 - `auto`: the invoice is paid when it is issued; the plan is Scheduled before the purchase returns.
@@ -21,7 +21,7 @@ from hyperplan.core.fleet import Fleet
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.status import INVOICE_LIFECYCLE, InvoiceStatus
 from hyperplan.errors import Conflict, ResourceNotFound, ValidationError
-from hyperplan.scheduler import DueEvent, EventHandler, schedule
+from hyperplan.events.loop import DueEvent, EventHandler, schedule
 from hyperplan.services import lifecycle, status
 from hyperplan.services.accounts import PAYMENT_MODES, get_account
 from hyperplan.services.lifecycle import LifecycleContext

@@ -25,10 +25,10 @@ from hyperplan.core.offering_ids import OfferingClaim, OfferingIdError, Offering
 from hyperplan.core.paging import decode_token, encode_token
 from hyperplan.core.search import Offering, SearchRequest, segment_price
 from hyperplan.errors import Conflict, ResourceInUse, ResourceNotFound, ValidationError
-from hyperplan.services import lifecycle, payments, plan_capacity, quotas
+from hyperplan.services import capacity_claims, lifecycle, payments, quotas
 from hyperplan.services.accounts import Caller, get_account
-from hyperplan.services.capacity import require_room
 from hyperplan.services.context import ServiceContext
+from hyperplan.services.live_calendar import require_room
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import PlanEvent, ReservedCapacity, TrainingPlan
 
@@ -294,7 +294,7 @@ def cancel(runtime: ServiceContext, account_ref: str, name: str, reason: str) ->
             raise ResourceNotFound(f"Account {account.name} has no training plan {name!r}.")
         if PlanStatus(plan.status).is_final:
             raise Conflict(f"Training plan {name!r} is already {plan.status}; there is nothing to cancel.")
-        plan_capacity.release_plan(session, plan.id, now)
+        capacity_claims.release_plan(session, plan.id, now)
         lifecycle.fail(
             session,
             runtime.lifecycle,

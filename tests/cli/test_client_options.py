@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hyperplan import runtime
+from hyperplan import app
 from hyperplan.cli import client
 from tests.cli.support import client_env, closed_port, run_cli
 
@@ -58,9 +58,9 @@ def test_without_flag_or_variable_the_default_address(monkeypatch: pytest.Monkey
 
 def test_the_client_finds_the_same_data_directory_as_the_server(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(client.DATA_DIR_ENV, raising=False)
-    assert client.default_data_dir() == runtime.default_data_dir()
+    assert client.default_data_dir() == app.default_data_dir()
     monkeypatch.setenv(client.DATA_DIR_ENV, "~/elsewhere")
-    assert client.default_data_dir() == runtime.default_data_dir()
+    assert client.default_data_dir() == app.default_data_dir()
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)

@@ -11,9 +11,10 @@ from importlib import resources
 
 import pytest
 
-from hyperplan.core.background import background_bookings
 from hyperplan.core.calendar import CapacityCalendar
-from hyperplan.core.fleet import Fleet, parse_fleet
+from hyperplan.core.demo_load import background_bookings
+from hyperplan.core.fleet import Fleet
+from hyperplan.core.fleet_file import parse_fleet
 from hyperplan.core.search import Offering, SearchRequest, search, segment_price
 from tests.instants import at_awkward_instants
 

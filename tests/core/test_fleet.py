@@ -10,8 +10,8 @@ from hyperplan.core.fleet import (
     DirectoryBucket,
     Quotas,
     S3Bucket,
-    parse_fleet,
 )
+from hyperplan.core.fleet_file import parse_fleet
 from hyperplan.errors import ValidationError
 
 MINIMAL = """
@@ -437,7 +437,7 @@ def test_s3_bucket_refusals_name_the_key(text: str, message: str) -> None:
 
 
 def test_images_name_their_interpreter_exactly_or_by_the_longest_prefix() -> None:
-    from hyperplan.core.fleet import parse_fleet
+    from hyperplan.core.fleet_file import parse_fleet
 
     base = (
         'region = "us-west-2"\n[[zones]]\nname = "us-west-2a"\nzone_id = "usw2-az1"\nsubnets = []\n'
@@ -464,7 +464,7 @@ def test_images_name_their_interpreter_exactly_or_by_the_longest_prefix() -> Non
 def test_webhooks_reach_public_addresses_only_unless_the_fleet_allows_networks() -> None:
     import ipaddress
 
-    from hyperplan.core.fleet import parse_fleet
+    from hyperplan.core.fleet_file import parse_fleet
 
     assert parse_fleet(MINIMAL).webhooks.refusal(ipaddress.ip_address("127.0.0.1")) is not None
     fleet = parse_fleet(MINIMAL + '[webhooks]\nallowed_networks = ["127.0.0.0/8", "::1", "10.20.0.0/16"]\n')

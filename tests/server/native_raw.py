@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from hyperplan.client.signing import Credentials, sign_request
+from hyperplan.signing import Credentials, sign_request
 from tests.harness import ADMIN, REGION, Server
 
 # One client for every request: a new one per request builds a TLS context each time (~0.1 s of CPU).

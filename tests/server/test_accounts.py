@@ -12,7 +12,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from hyperplan.cli.client import ApiError
-from hyperplan.client.signing import Credentials
+from hyperplan.signing import Credentials
 from tests.harness import ADMIN, BIN, Server
 
 

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from botocore.exceptions import ClientError
 
-from hyperplan.client.signing import Credentials
+from hyperplan.signing import Credentials
 from tests.harness import ADMIN, Server, signed_post
 
 

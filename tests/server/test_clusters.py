@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from hyperplan.client.signing import Credentials
+from hyperplan.signing import Credentials
 from tests.harness import ADMIN, Server, boundary_after, service_now, wait_until
 from tests.inprocess import InProcessServer
 

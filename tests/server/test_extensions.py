@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from hyperplan.client.signing import Credentials
+from hyperplan.signing import Credentials
 from tests.harness import Server, service_now
 from tests.inprocess import InProcessServer
 

@@ -68,5 +68,5 @@ def test_a_crash_is_not_played_here(fast_server: InProcessServer) -> None:
 
 
 def test_its_log_holds_the_servers_warnings(fast_server: InProcessServer) -> None:
-    logging.getLogger("hyperplan.runtime").warning("a warning the test wrote")
+    logging.getLogger("hyperplan.app").warning("a warning the test wrote")
     assert "a warning the test wrote" in fast_server.log()

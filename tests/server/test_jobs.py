@@ -29,7 +29,7 @@ from botocore.exceptions import ClientError
 
 from hyperplan.backends.fake import Program
 from hyperplan.backends.local import LocalBackend
-from hyperplan.client.signing import Credentials
+from hyperplan.signing import Credentials
 from tests.harness import ADMIN, Server, boundary_after, service_now, wait_until
 from tests.inprocess import InProcessServer
 

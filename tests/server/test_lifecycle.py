@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from hyperplan.cli.client import ApiError
-from hyperplan.client.signing import Credentials
+from hyperplan.signing import Credentials
 from tests.harness import Server, boundary_after, service_now
 from tests.inprocess import InProcessServer
 

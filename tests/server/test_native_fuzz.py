@@ -25,10 +25,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hyperplan.client.signing import Credentials
 from hyperplan.errors import HyperplanError
 from hyperplan.server.app import create_app
 from hyperplan.server.native import NativeRoute
+from hyperplan.signing import Credentials
 from tests.harness import ADMIN, Server
 from tests.server.native_raw import native_error, signed_native
 

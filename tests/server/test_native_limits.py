@@ -12,7 +12,7 @@ import pytest
 
 from hyperplan.backends.fake import Program
 from hyperplan.cli.client import ApiError
-from hyperplan.client.signing import Credentials
+from hyperplan.signing import Credentials
 from tests.harness import Server, wait_until
 from tests.inprocess import InProcessServer
 from tests.server.native_raw import native_error, signed_native

@@ -16,7 +16,7 @@ from botocore.auth import SigV4QueryAuth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as BotocoreCredentials
 
-from hyperplan.client.signing import Credentials
+from hyperplan.signing import Credentials
 from tests.harness import ADMIN, REGION, Server, SignerLeavingOut
 
 JSON_11 = "application/x-amz-json-1.1"

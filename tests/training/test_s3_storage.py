@@ -24,7 +24,8 @@ from botocore.stub import Stubber
 from moto.core.authorization import enable_iam_authentication
 from moto.server import ThreadedMotoServer
 
-from hyperplan.core.fleet import S3Bucket, parse_fleet
+from hyperplan.core.fleet import S3Bucket
+from hyperplan.core.fleet_file import parse_fleet
 from hyperplan.storage import MTIME_METADATA, S3Backend, Storage, StorageError
 from hyperplan.training.contract import Channel, JobSpec
 from hyperplan.training.workspace import pack_model, prepare, sync_checkpoints

@@ -19,7 +19,8 @@ from typing import Any
 
 from botocore.model import ListShape, MapShape, OperationModel, Shape, StringShape, StructureShape
 
-from hyperplan.wire.validate import TYPE_BOUNDS, compiled_pattern
+from hyperplan.wire.java_regex import compiled_pattern
+from hyperplan.wire.validate import TYPE_BOUNDS
 
 BadInput = tuple[str, dict[str, Any], str]
 

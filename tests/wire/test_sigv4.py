@@ -30,8 +30,8 @@ from botocore.credentials import Credentials as BotocoreCredentials
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hyperplan.client.signing import Credentials, sign_request
 from hyperplan.errors import InvalidSignature, MissingAuthenticationToken, UnrecognizedClient
+from hyperplan.signing import Credentials, sign_request
 from hyperplan.wire import sigv4
 from hyperplan.wire.sigv4 import SIGNATURE_MISMATCH, SignedRequest, SigningPolicy, verify
 from tests.harness import SignerLeavingOut

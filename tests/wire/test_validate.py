@@ -20,15 +20,14 @@ from hypothesis import strategies as st
 
 from hyperplan.errors import SerializationError, UnknownOperation, ValidationError
 from hyperplan.wire import validate
-from hyperplan.wire.model import operation_model, service_model
-from hyperplan.wire.validate import (
+from hyperplan.wire.java_regex import (
     UNENFORCED_PATTERNS,
     PatternTranslationError,
     compiled_pattern,
-    decode_body,
     java_to_python,
-    parse_request,
 )
+from hyperplan.wire.model import operation_model, service_model
+from hyperplan.wire.validate import decode_body, parse_request
 from tests.wire.badinput import bad_inputs, pattern_violation
 
 ROLE = "arn:aws:iam::123456789012:role/HyperPodRole"

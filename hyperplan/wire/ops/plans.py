@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 from hyperplan.core.paging import paginate
 from hyperplan.core.search import Offering, SearchRequest, Segment
 from hyperplan.errors import ValidationError
-from hyperplan.services import extensions, lifecycle, plan_capacity, plans
+from hyperplan.services import capacity_claims, extensions, lifecycle, plans
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.plans import ListQuery, SignedOffering
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
@@ -161,7 +161,7 @@ def describe_training_plan(ctx: RequestContext, request: dict[str, Any]) -> dict
     with ctx.runtime.db.read() as session:
         plan = plans.get(session, ctx.runtime, ctx.caller, request["TrainingPlanName"])
         view = plan_view(ctx.runtime, session, plan)
-        view["UnhealthyInstanceCount"] = plan_capacity.counters(
+        view["UnhealthyInstanceCount"] = capacity_claims.counters(
             session, plan, view["TotalInstanceCount"]
         ).unhealthy
     return view
@@ -197,7 +197,7 @@ def describe_reserved_capacity(ctx: RequestContext, request: dict[str, Any]) -> 
         plan = session.get(TrainingPlan, rc.plan_id)
         assert plan is not None
         view = rc_view(ctx.runtime, plan, rc)
-        used = plan_capacity.in_use(session, plan.id, rc.id)
+        used = capacity_claims.in_use(session, plan.id, rc.id)
     view.pop("AvailabilityZoneId", None)  # not a member of DescribeReservedCapacity's output
     view["InUseInstanceCount"] = used
     view["AvailableInstanceCount"] = max(rc.count - used, 0) if rc.holds_capacity else 0
@@ -241,7 +241,7 @@ def rc_view(runtime: ServiceContext, plan: TrainingPlan, rc: ReservedCapacity) -
 def plan_view(runtime: ServiceContext, session: Session, plan: TrainingPlan) -> dict[str, Any]:
     rcs = lifecycle.segments_of(session, plan.id)
     hours, minutes = _hours_minutes(sum((rc.end - rc.start).total_seconds() for rc in rcs))
-    counters = plan_capacity.counters(session, plan, max(rc.count for rc in rcs))
+    counters = capacity_claims.counters(session, plan, max(rc.count for rc in rcs))
     return {
         "TrainingPlanArn": plan_arn(runtime, plan),
         "TrainingPlanName": plan.name,

@@ -6,9 +6,10 @@ from importlib import resources
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hyperplan.core.background import background_bookings
 from hyperplan.core.calendar import CapacityCalendar
-from hyperplan.core.fleet import Fleet, parse_fleet
+from hyperplan.core.demo_load import background_bookings
+from hyperplan.core.fleet import Fleet
+from hyperplan.core.fleet_file import parse_fleet
 from hyperplan.core.search import SearchRequest, search
 
 from .support import utc

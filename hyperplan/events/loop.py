@@ -55,7 +55,7 @@ def schedule(session: Session, kind: str, due_at: datetime, subject: str = "", *
     session.add(ScheduledEvent(kind=kind, due_at=due_at, subject=subject, payload=json.dumps(payload)))
 
 
-class Scheduler:
+class TimedEventLoop:
     def __init__(
         self, db: Database, clock: Clock, handlers: Mapping[str, EventHandler], wake: Wake | None = None
     ) -> None:

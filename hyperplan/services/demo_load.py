@@ -15,10 +15,10 @@ from decimal import Decimal
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from hyperplan.core.background import background_bookings
+from hyperplan.core.demo_load import background_bookings
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.search import Segment
-from hyperplan.scheduler import DueEvent, EventHandler, schedule
+from hyperplan.events.loop import DueEvent, EventHandler, schedule
 from hyperplan.services import accounts, lifecycle
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.db import after_commit
