@@ -52,7 +52,7 @@ def default_data_dir() -> Path:
     return Path.home() / ".local" / "share" / "hyperplan"
 
 
-def resolve_credentials(data_dir: Path, profile: str | None = None) -> Credentials | None:
+def resolve_credentials(data_dir: Path | str, profile: str | None = None) -> Credentials | None:
     """The keys the AWS tools would use, then the data directory's credentials file.
 
     In the AWS tools' order: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (unless a profile is named on
@@ -72,7 +72,7 @@ def resolve_credentials(data_dir: Path, profile: str | None = None) -> Credentia
     found = _ini_credentials(Path(shared).expanduser(), name) or _ini_credentials(
         Path(config).expanduser(), config_section
     )
-    return found or credentials_from_file(data_dir / "credentials")
+    return found or credentials_from_file(Path(data_dir) / "credentials")
 
 
 def credentials_from_file(path: Path) -> Credentials | None:

@@ -226,7 +226,17 @@ def _pending(session: Session, invoice_id: int) -> tuple[Invoice, TrainingPlan]:
         raise Conflict(f"Invoice {invoice_id} is already {invoice.status}.")
     plan = session.get(TrainingPlan, invoice.plan_id)
     assert plan is not None
+    if PlanStatus(plan.status).is_final:  # a store from before plans settled their invoices as they ended
+        raise Conflict(f"Invoice {invoice_id} is for training plan {plan.name!r}, which is {plan.status}.")
     return invoice, plan
+
+
+def fail_pending(session: Session, plan_id: int, note: str, now: datetime) -> None:
+    """Settle, as failed, every invoice of a plan that still awaits payment: what it would pay for is gone
+    (an administrator cancelled the plan), so nobody may approve it any more."""
+    pending = select(Invoice).where(Invoice.plan_id == plan_id, Invoice.status == InvoiceStatus.PENDING)
+    for invoice in session.scalars(pending):
+        _settle(session, invoice, InvoiceStatus.FAILED, note, now)
 
 
 def event_handlers(ctx: LifecycleContext) -> dict[str, EventHandler]:

@@ -295,6 +295,7 @@ def cancel(runtime: ServiceContext, account_ref: str, name: str, reason: str) ->
         if PlanStatus(plan.status).is_final:
             raise Conflict(f"Training plan {name!r} is already {plan.status}; there is nothing to cancel.")
         capacity_claims.release_plan(session, plan.id, now)
+        payments.fail_pending(session, plan.id, f"the plan was cancelled: {reason.strip()}", now)
         lifecycle.fail(
             session,
             runtime.lifecycle,

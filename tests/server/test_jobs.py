@@ -404,12 +404,14 @@ def test_running_time_counts_across_segments_and_the_plans_end_interrupts_jobs(
     day = {"MaxRuntimeInSeconds": 86400}
     client.create_training_job(**_sleeper("capped", plan=arn, count=1, StoppingCondition=day))
     client.create_training_job(**_sleeper("waiting", plan=arn, count=2))
-    _set_clock(server, start + timedelta(minutes=1))
+    # Exactly at each segment's start: running time counts from the service time a job starts at,
+    # and a runner that sees the job late would otherwise start it a minute later on a busy machine.
+    _set_clock(server, start)
     _wait_status(server, "endless", "Training")
     _wait_status(server, "capped", "Training")
     _set_clock(server, start + timedelta(days=1, minutes=-30))  # reclaim: 23.5 hours of running time
     assert _status(server, "capped") == ("InProgress", "Pending")
-    _set_clock(server, start + timedelta(days=3, minutes=1))  # the last segment
+    _set_clock(server, start + timedelta(days=3))  # the last segment
     _wait_status(server, "endless", "Training")
     _wait_status(server, "capped", "Training")
     assert _status(server, "waiting") == ("InProgress", "Pending")

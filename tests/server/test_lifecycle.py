@@ -251,6 +251,23 @@ def test_an_administrator_cancels_an_active_plan_with_a_reason(small: Server) ->
     )
 
 
+def test_a_cancelled_plans_invoice_is_failed_and_can_no_longer_be_approved_or_rejected(
+    small: Server,
+) -> None:
+    team = small.new_account("cancel-unpaid", PaymentMode="approval")
+    _buy(small, team, "unpaid", InstanceCount=1, DurationHours=24)
+    invoice = small.native().get("/api/v1/invoices", account="cancel-unpaid")["Invoices"][0]
+    assert invoice["Status"] == "Pending"
+    small.cli("plans", "cancel", "unpaid", "--account", "cancel-unpaid", "--reason", "the team was dissolved")
+    (settled,) = small.native().get("/api/v1/invoices", account="cancel-unpaid")["Invoices"]
+    assert settled["Status"] == "Failed"
+    for decision, body in (("approve", None), ("reject", {"Reason": "too late"})):
+        with pytest.raises(ApiError) as exc:
+            small.native().post(f"/api/v1/invoices/{invoice['InvoiceId']}/{decision}", body)
+        assert exc.value.code == "ConflictException", decision
+    assert _state(small, team, "unpaid")[0] == "Failed"
+
+
 def test_non_administrators_cannot_cancel_or_approve(small: Server) -> None:
     team = small.new_account("sneaky", PaymentMode="approval")
     _buy(small, team, "mine", InstanceCount=1, DurationHours=24)
