@@ -32,7 +32,6 @@ end already has is not started twice, and storing the same files twice stores th
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 import threading
@@ -51,10 +50,11 @@ from hyperplan.errors import ValidationError
 from hyperplan.services import jobs
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
+from hyperplan.services.job_request import TrainingJobSpec
 from hyperplan.services.jobs import LIVE_INSTANCE
 from hyperplan.storage import Storage, StorageError
 from hyperplan.store.schema import TrainingJob, TrainingJobInstance
-from hyperplan.training.contract import Layout, NoCommand, UnsupportedInput
+from hyperplan.training.contract import JobSpec, Layout, NoCommand, UnsupportedInput
 from hyperplan.training.workspace import pack_model, prepare, sync_checkpoints
 from hyperplan.worker import Worker
 
@@ -82,6 +82,8 @@ class JobRunner:
         self._guard = threading.Lock()
         self._in_flight: set[tuple[int, str]] = set()
         self._last_sync: dict[int, float] = {}  # per job, pruned once the job has ended (_forget_ended)
+        # Whether each training job keeps checkpoints, decoded from its request once, not on every pass.
+        self._checkpointed: dict[int, bool] = {}
         self.worker = Worker("job-watcher", self._step, poll=poll, wake=runtime.wakes.jobs)
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -180,6 +182,7 @@ class JobRunner:
         with self._guard:
             for job_id in ended:
                 self._last_sync.pop(job_id, None)
+                self._checkpointed.pop(job_id, None)
 
     def _sync_due(self) -> float | None:
         """Hand the checkpoints of training jobs to storage every `checkpoint_sync_seconds`; returns the
@@ -191,7 +194,7 @@ class JobRunner:
                 for job in session.scalars(
                     select(TrainingJob).where(TrainingJob.secondary_status == Secondary.TRAINING)
                 )
-                if (json.loads(job.request).get("CheckpointConfig") or {}).get("S3Uri")
+                if self._keeps_checkpoints(job)
             ]
         every = self.runtime.job_settings.checkpoint_sync_seconds
         next_due: float | None = None
@@ -207,6 +210,15 @@ class JobRunner:
             next_due = left if next_due is None else min(next_due, left)
         return next_due
 
+    def _keeps_checkpoints(self, job: TrainingJob) -> bool:
+        with self._guard:
+            known = self._checkpointed.get(job.id)
+        if known is None:
+            known = jobs.request_of(job).checkpoints is not None
+            with self._guard:
+                self._checkpointed[job.id] = known
+        return known
+
 
 # -- launch ---------------------------------------------------------------------------------------
 
@@ -217,6 +229,10 @@ class _Attempt:
 
     job: TrainingJob
     instances: list[TrainingJobInstance]
+    request: TrainingJobSpec  # the job's stored request, decoded once for the whole attempt
+
+    def instance_spec(self, host: str, interpreter: str | None = None) -> JobSpec:
+        return self.request.instance(host, self.job.segment_end, interpreter)
 
 
 def _read_attempt(runtime: ServiceContext, job_id: int, attempt: int, state: str) -> _Attempt | None:
@@ -224,7 +240,7 @@ def _read_attempt(runtime: ServiceContext, job_id: int, attempt: int, state: str
         job = session.get(TrainingJob, job_id)
         if job is None or job.attempt != attempt or job.attempt_state != state:
             return None
-        return _Attempt(job, jobs.instances_of(session, job_id, attempt))
+        return _Attempt(job, jobs.instances_of(session, job_id, attempt), jobs.request_of(job))
 
 
 def _wants_instances(runtime: ServiceContext, job_id: int, attempt: int) -> bool:
@@ -259,7 +275,7 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
                 continue  # started before a restart: it runs, or has run, already
             if not _wants_instances(runtime, job_id, attempt):
                 break  # stopped or reclaimed meanwhile: fetch no more
-            spec = jobs.job_spec(current.job, instance.host, _interpreter(runtime, current.job))
+            spec = current.instance_spec(instance.host, _interpreter(runtime, current.request))
             contract = prepare(Path(instance.root), spec, storage).contract
             specs.append(
                 TaskSpec(
@@ -367,7 +383,7 @@ def sync(runtime: ServiceContext, job_id: int, attempt: int) -> None:
         for instance in current.instances:
             if instance.state in LIVE_INSTANCE:
                 try:
-                    sync_checkpoints(Path(instance.root), jobs.job_spec(current.job, instance.host), storage)
+                    sync_checkpoints(Path(instance.root), current.instance_spec(instance.host), storage)
                 except (StorageError, OSError) as exc:
                     log.warning("checkpoint sync of %s failed: %s", instance.task_id, exc)
 
@@ -384,11 +400,11 @@ def finish(runtime: ServiceContext, job_id: int, attempt: int) -> None:
             if instance.state == "NotStarted":
                 continue
             try:
-                sync_checkpoints(Path(instance.root), jobs.job_spec(current.job, instance.host), storage)
+                sync_checkpoints(Path(instance.root), current.instance_spec(instance.host), storage)
             except (StorageError, OSError) as exc:
                 log.warning("final checkpoint sync of %s failed: %s", instance.task_id, exc)
         first = current.instances[0]
-        spec = jobs.job_spec(current.job, first.host)
+        spec = current.instance_spec(first.host)
         if _wants_model(current.job, Path(first.root), spec.checkpoint_local_path):
             try:
                 model_uri = pack_model(Path(first.root), spec, storage)
@@ -599,7 +615,6 @@ def parse_cursor(cursor: str | None) -> tuple[int, int] | None:
     return int(match[1]), int(match[2])
 
 
-def _interpreter(runtime: ServiceContext, job: TrainingJob) -> str | None:
+def _interpreter(runtime: ServiceContext, request: TrainingJobSpec) -> str | None:
     """The Python the fleet file names for the job's training image (script mode and `python` commands)."""
-    image = (json.loads(job.request).get("AlgorithmSpecification") or {}).get("TrainingImage")
-    return runtime.fleet.interpreter_for(image)
+    return runtime.fleet.interpreter_for(request.algorithm.image)
