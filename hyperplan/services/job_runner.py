@@ -82,7 +82,8 @@ class JobRunner:
         self._guard = threading.Lock()
         self._in_flight: set[tuple[int, str]] = set()
         self._last_sync: dict[int, float] = {}  # per job, pruned once the job has ended (_forget_ended)
-        # Whether each training job keeps checkpoints, decoded from its request once, not on every pass.
+        # Whether each job now training keeps checkpoints: its request is decoded the first time it is
+        # seen training, not on every pass; only jobs still training are remembered (watcher thread only).
         self._checkpointed: dict[int, bool] = {}
         self.worker = Worker("job-watcher", self._step, poll=poll, wake=runtime.wakes.jobs)
 
@@ -182,20 +183,12 @@ class JobRunner:
         with self._guard:
             for job_id in ended:
                 self._last_sync.pop(job_id, None)
-                self._checkpointed.pop(job_id, None)
 
     def _sync_due(self) -> float | None:
         """Hand the checkpoints of training jobs to storage every `checkpoint_sync_seconds`; returns the
         seconds until the next sync is due (None: no job has one)."""
         now = time.monotonic()
-        with self.runtime.db.read() as session:
-            training = [
-                (job.id, job.attempt)
-                for job in session.scalars(
-                    select(TrainingJob).where(TrainingJob.secondary_status == Secondary.TRAINING)
-                )
-                if self._keeps_checkpoints(job)
-            ]
+        training = self._training_with_checkpoints()
         every = self.runtime.job_settings.checkpoint_sync_seconds
         next_due: float | None = None
         for job_id, attempt in training:
@@ -210,14 +203,26 @@ class JobRunner:
             next_due = left if next_due is None else min(next_due, left)
         return next_due
 
-    def _keeps_checkpoints(self, job: TrainingJob) -> bool:
-        with self._guard:
-            known = self._checkpointed.get(job.id)
-        if known is None:
-            known = jobs.request_of(job).checkpoints is not None
-            with self._guard:
-                self._checkpointed[job.id] = known
-        return known
+    def _training_with_checkpoints(self) -> list[tuple[int, int]]:
+        """(job id, attempt) of the training jobs that keep checkpoints. Only the requests of jobs not
+        seen training before are read and decoded."""
+        with self.runtime.db.read() as session:
+            rows = session.execute(
+                select(TrainingJob.id, TrainingJob.attempt).where(
+                    TrainingJob.secondary_status == Secondary.TRAINING
+                )
+            ).all()
+            unknown = [job_id for job_id, _ in rows if job_id not in self._checkpointed]
+            decoded = {
+                job.id: jobs.request_of(job).checkpoints is not None
+                for job in (
+                    session.scalars(select(TrainingJob).where(TrainingJob.id.in_(unknown))) if unknown else ()
+                )
+            }
+        self._checkpointed = {
+            job_id: self._checkpointed.get(job_id, decoded.get(job_id, False)) for job_id, _ in rows
+        }
+        return [(job_id, attempt) for job_id, attempt in rows if self._checkpointed[job_id]]
 
 
 # -- launch ---------------------------------------------------------------------------------------
