@@ -133,7 +133,7 @@ def test_a_job_stored_before_the_decoder_existed_reads_the_same() -> None:
             "InputDataConfig: channel name(s) train appear",
         ),
         (_with(OutputDataConfig={"S3OutputPath": "https://bucket/out"}), "OutputDataConfig.S3OutputPath: "),
-        (_with(CheckpointConfig={"S3Uri": "file:///tmp"}), "CheckpointConfig.S3Uri: "),
+        (_with(CheckpointConfig={"S3Uri": "file:///data/checkpoints"}), "CheckpointConfig.S3Uri: "),
         (
             _with(StoppingCondition={"MaxWaitTimeInSeconds": 60}),
             "StoppingCondition.MaxWaitTimeInSeconds: it is for managed spot training",
