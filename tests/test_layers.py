@@ -55,8 +55,9 @@ ALLOWED: dict[str, set[str]] = {
     "training": {"storage", "core", "errors"},
     "events": {"store", "clock", "worker", "core", "errors"},
     "services": _BELOW_SERVICES,
-    "wire": {"services"} | _BELOW_SERVICES,
-    "server": {"wire", "services"} | _BELOW_SERVICES,
+    # The edges translate: services own the transactions and hand them views, so no store (see below).
+    "wire": {"services"} | _BELOW_SERVICES - {"store"},
+    "server": {"wire", "services"} | _BELOW_SERVICES - {"store"},
     "signing": {"wire", "errors"},  # the SigV4 canonical forms, shared with the server's verification
     "app": {"server", "wire", "services", "fleet-data"} | _BELOW_SERVICES,
     "cli": {"signing", "app", "server", "wire", "services", "root"} | _BELOW_SERVICES,
@@ -116,6 +117,54 @@ def test_every_import_follows_the_layer_rules() -> None:
         if layer_of(target) != layer_of(module) and layer_of(target) not in ALLOWED[layer_of(module)]
     ]
     assert not wrong, "imports across the layer rules:\n" + "\n".join(sorted(wrong))
+
+
+# Modules the edges (the SageMaker protocol and the HTTP server) must not import: ORM code belongs to the
+# services, which own their transactions and return views.
+EDGE_LAYERS = ("wire", "server")
+ORM_MODULES = ("sqlalchemy", "hyperplan.store.schema")
+
+
+def test_the_edges_hold_no_orm_code() -> None:
+    wrong = [
+        f"{module}:{line} imports {target}"
+        for module, path in modules().items()
+        if layer_of(module) in EDGE_LAYERS
+        for target, line in absolute_imports(module, path)
+        if any(target == name or target.startswith(name + ".") for name in ORM_MODULES)
+    ]
+    assert not wrong, "ORM imports at the edges:\n" + "\n".join(sorted(wrong))
+
+
+def absolute_imports(module: str, path: Path) -> Iterator[tuple[str, int]]:
+    """(module, line) for every import anywhere in the module, third-party ones included."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, *([base] if base else [])])
+            for alias in node.names:
+                yield f"{base}.{alias.name}", node.lineno
+
+
+def test_the_orm_rule_sees_every_form_of_import(tmp_path: Path) -> None:
+    path = tmp_path / "example.py"
+    path.write_text(
+        "import sqlalchemy.orm\nfrom sqlalchemy import select\n"
+        "def f():\n    from ..store import schema\n    from hyperplan.store.schema import Cluster\n"
+    )
+    found = dict(absolute_imports("hyperplan.wire.example", path))
+    assert found == {
+        "sqlalchemy.orm": 1,
+        "sqlalchemy.select": 2,
+        "hyperplan.store.schema": 4,
+        "hyperplan.store.schema.Cluster": 5,
+    }
 
 
 def test_there_is_no_import_cycle() -> None:

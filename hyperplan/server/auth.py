@@ -11,7 +11,7 @@ from starlette.requests import Request
 
 from hyperplan.clock import utcnow
 from hyperplan.errors import AccessDenied
-from hyperplan.services import accounts
+from hyperplan.services import account_views
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.wire import sigv4
@@ -34,8 +34,7 @@ def authenticate(runtime: ServiceContext, request: Request, body: bytes) -> Call
     found: dict[str, Caller] = {}
 
     def load(access_key_id: str) -> tuple[str, Caller] | None:
-        with runtime.db.read() as session:
-            return accounts.caller_for_key(session, access_key_id)
+        return account_views.caller_for_key(runtime, access_key_id)
 
     def lookup_secret(access_key_id: str) -> str | None:
         entry = runtime.keys.get(access_key_id, load)

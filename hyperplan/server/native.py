@@ -9,7 +9,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -18,17 +18,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from hyperplan.clock import utcnow
+from hyperplan.core.jsonable import jsonable, zulu_time
 from hyperplan.errors import AccessDenied
 from hyperplan.server import fields
 from hyperplan.server.auth import authenticate, require_admin
 from hyperplan.server.errors import native_error_response
-from hyperplan.services import accounts, clusters, payments, plans, quotas
+from hyperplan.services import account_views, clusters, payments, plans, quotas
 from hyperplan.services import clock as clock_service
 from hyperplan.services import fleet as fleet_service
+from hyperplan.services.account_views import AccountView, InvoiceView
 from hyperplan.services.accounts import Caller, NewKey
 from hyperplan.services.context import ServiceContext
-from hyperplan.store.schema import TrainingPlan
 
 
 @dataclass(frozen=True)
@@ -83,21 +83,9 @@ def _endpoint(
             result = await run_in_threadpool(handler, native)
         except Exception as exc:
             return native_error_response(exc, request_id)
-        return JSONResponse(_jsonable(result), headers={"x-amzn-RequestId": request_id})
+        return JSONResponse(jsonable(result, zulu_time), headers={"x-amzn-RequestId": request_id})
 
     return serve
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat().replace("+00:00", "Z")
-    if isinstance(value, Mapping):
-        return {key: _jsonable(item) for key, item in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(item) for item in value]
-    if hasattr(value, "as_integer_ratio") and not isinstance(value, int | float | bool):
-        return str(value)  # Decimal money stays exact
-    return value
 
 
 # -- identity and accounts ------------------------------------------------------------------------
@@ -123,40 +111,26 @@ def _key_json(key: NewKey) -> dict[str, Any]:
 
 
 def list_accounts(request: NativeRequest) -> dict[str, Any]:
-    with request.runtime.db.read() as session:
-        return {
-            "Accounts": [
-                _account_json(request.runtime, session, account)
-                for account in accounts.list_accounts(session)
-            ]
-        }
+    return {"Accounts": [_account_json(account) for account in account_views.list_accounts(request.runtime)]}
 
 
 def create_account(request: NativeRequest) -> dict[str, Any]:
     body = request.body
-    with request.runtime.db.write() as session:
-        key = accounts.create_account(
-            session,
-            fields.required_text(body, "Name", max_length=63),
-            now=utcnow(),
-            is_admin=bool(fields.boolean(body, "Admin")),
-            payment_mode=fields.text(body, "PaymentMode", required=False, max_length=16)
-            or request.runtime.fleet.default_payment_mode,
-        )
+    key = account_views.create_account(
+        request.runtime,
+        fields.required_text(body, "Name", max_length=63),
+        is_admin=bool(fields.boolean(body, "Admin")),
+        payment_mode=fields.text(body, "PaymentMode", required=False, max_length=16),
+    )
     return _key_json(key)
 
 
 def add_key(request: NativeRequest) -> dict[str, Any]:
-    with request.runtime.db.write() as session:
-        account = accounts.get_account(session, request.path["account"])
-        key = accounts.add_key(session, account.id, now=utcnow())
-    return _key_json(key)
+    return _key_json(account_views.add_key(request.runtime, request.path["account"]))
 
 
 def revoke_key(request: NativeRequest) -> dict[str, Any]:
-    with request.runtime.db.write() as session:
-        accounts.revoke_key(session, request.path["key"], now=utcnow())
-    request.runtime.keys.forget(request.path["key"])  # its next request is refused
+    account_views.revoke_key(request.runtime, request.path["key"])
     return {"AccessKeyId": request.path["key"], "Revoked": True}
 
 
@@ -217,12 +191,12 @@ def show_fleet(request: NativeRequest) -> dict[str, Any]:
 # -- payment --------------------------------------------------------------------------------------
 
 
-def _invoice_json(invoice: Any, plan_name: str, account_name: str) -> dict[str, Any]:
+def _invoice_json(invoice: InvoiceView) -> dict[str, Any]:
     return {
         "InvoiceId": invoice.id,
         "AccountId": invoice.account_id,
-        "AccountName": account_name,
-        "TrainingPlanName": plan_name,
+        "AccountName": invoice.account_name,
+        "TrainingPlanName": invoice.plan_name,
         "Amount": invoice.amount,
         "CurrencyCode": invoice.currency,
         "Status": invoice.status,
@@ -233,24 +207,15 @@ def _invoice_json(invoice: Any, plan_name: str, account_name: str) -> dict[str, 
     }
 
 
-def _invoice_view(session: Any, invoice: Any) -> dict[str, Any]:
-    plan = session.get(TrainingPlan, invoice.plan_id)
-    account = accounts.get_account(session, invoice.account_id)
-    return _invoice_json(invoice, plan.name if plan else "", account.name)
-
-
 def list_invoices(request: NativeRequest) -> dict[str, Any]:
     """Administrators see every invoice (or one account's); others see their own."""
     wanted = fields.query_text(request.query, "account")
     if wanted:
         _own_account_or_admin(request.caller, wanted, "list other accounts' invoices")
-    with request.runtime.db.read() as session:
-        account_id: str | None = request.caller.account_id
-        if request.caller.is_admin:
-            account_id = accounts.get_account(session, wanted).id if wanted else None
-        status = fields.query_text(request.query, "status")
-        found = payments.list_invoices(session, account_id=account_id, status=status)
-        return {"Invoices": [_invoice_view(session, invoice) for invoice in found]}
+    account_id = account_views.invoice_scope(request.runtime, request.caller, wanted)
+    status = fields.query_text(request.query, "status")
+    found = account_views.list_invoices(request.runtime, account_id, status)
+    return {"Invoices": [_invoice_json(invoice) for invoice in found]}
 
 
 def _invoice_id(request: NativeRequest) -> int:
@@ -258,22 +223,12 @@ def _invoice_id(request: NativeRequest) -> int:
 
 
 def approve_invoice(request: NativeRequest) -> dict[str, Any]:
-    with request.runtime.db.write() as session:
-        invoice = payments.approve(
-            session, request.runtime.lifecycle, _invoice_id(request), request.runtime.clock.now()
-        )
-        view = _invoice_view(session, invoice)
-    request.runtime.wakes.lifecycle.notify()
-    return view
+    return _invoice_json(account_views.approve_invoice(request.runtime, _invoice_id(request)))
 
 
 def reject_invoice(request: NativeRequest) -> dict[str, Any]:
     reason = fields.text(request.body, "Reason", required=False) or "rejected"
-    with request.runtime.db.write() as session:
-        invoice = payments.reject(
-            session, request.runtime.lifecycle, _invoice_id(request), reason, request.runtime.clock.now()
-        )
-        return _invoice_view(session, invoice)
+    return _invoice_json(account_views.reject_invoice(request.runtime, _invoice_id(request), reason))
 
 
 QUOTA_MEMBERS = ("MaxActivePlans", "MaxReservedInstancesPerType")
@@ -287,17 +242,16 @@ def update_account(request: NativeRequest) -> dict[str, Any]:
     )
     budget, add_budget = (_budget(request, body, name) for name in ("Budget", "AddBudget"))
     mode = fields.text(body, "PaymentMode", required=False, max_length=16)
-    with request.runtime.db.write() as session:
-        quotas.set_limits(session, request.path["account"], max_plans=max_plans, max_instances=max_instances)
-        account = payments.update_account(
-            session,
-            request.path["account"],
-            mode=mode,
-            budget=budget,
-            add_budget=add_budget,
-            now=request.runtime.clock.now(),
-        )
-        return _account_json(request.runtime, session, account)
+    account = account_views.update_account(
+        request.runtime,
+        request.path["account"],
+        max_plans=max_plans,
+        max_instances=max_instances,
+        mode=mode,
+        budget=budget,
+        add_budget=add_budget,
+    )
+    return _account_json(account)
 
 
 def _budget(request: NativeRequest, body: Mapping[str, Any], name: str) -> Decimal | None:
@@ -311,44 +265,42 @@ def _budget(request: NativeRequest, body: Mapping[str, Any], name: str) -> Decim
     )
 
 
-def _account_json(runtime: ServiceContext, session: Any, account: Any) -> dict[str, Any]:
-    limits = quotas.limits(runtime, account)
+def _account_json(account: AccountView) -> dict[str, Any]:
     return {
         "AccountId": account.id,
         "Name": account.name,
         "Admin": account.is_admin,
         "Quotas": {
-            "MaxActivePlans": limits.max_active_plans,
-            "MaxReservedInstancesPerType": limits.max_reserved_instances_per_type,
+            "MaxActivePlans": account.limits.max_active_plans,
+            "MaxReservedInstancesPerType": account.limits.max_reserved_instances_per_type,
         },
         "PaymentMode": account.payment_mode,
         "Budget": account.budget,
-        "Spend": payments.spend(session, account.id),
+        "Spend": account.spend,
         "CreatedAt": account.created_at,
         "AccessKeys": [
             {"AccessKeyId": key.access_key_id, "CreatedAt": key.created_at, "RevokedAt": key.revoked_at}
-            for key in accounts.list_keys(session, account.id)
+            for key in account.keys
         ],
     }
 
 
 def show_ledger(request: NativeRequest) -> dict[str, Any]:
     _own_account_or_admin(request.caller, request.path["account"], "read other accounts' ledgers")
-    with request.runtime.db.read() as session:
-        account = accounts.get_account(session, request.path["account"])
-        return {
-            "AccountId": account.id,
-            "Entries": [
-                {
-                    "At": e.at,
-                    "Amount": e.amount,
-                    "BudgetAfter": e.budget_after,
-                    "InvoiceId": e.invoice_id,
-                    "Description": e.description,
-                }
-                for e in payments.ledger(session, account.id)
-            ],
-        }
+    account_id, lines = account_views.ledger(request.runtime, request.path["account"])
+    return {
+        "AccountId": account_id,
+        "Entries": [
+            {
+                "At": e.at,
+                "Amount": e.amount,
+                "BudgetAfter": e.budget_after,
+                "InvoiceId": e.invoice_id,
+                "Description": e.description,
+            }
+            for e in lines
+        ],
+    }
 
 
 def _own_account_or_admin(caller: Caller, account_ref: str, what: str) -> None:
@@ -371,19 +323,11 @@ def plan_events(request: NativeRequest) -> dict[str, Any]:
     owner = fields.query_text(request.query, "account")
     if owner:
         _own_account_or_admin(request.caller, owner, "read other accounts' plans")
-    with request.runtime.db.read() as session:
-        caller = request.caller
-        if owner and caller.is_admin:
-            account = accounts.get_account(session, owner)
-            caller = accounts.Caller(account.id, account.name, False, caller.access_key_id)
-        plan = plans.get(session, request.runtime, caller, request.path["name"])
-        return {
-            "TrainingPlanName": plan.name,
-            "Events": [
-                {"At": e.at, "Kind": e.kind, "Status": e.status, "Message": e.message}
-                for e in plans.history(session, plan.id)
-            ],
-        }
+    name, events = account_views.plan_events(request.runtime, request.caller, owner, request.path["name"])
+    return {
+        "TrainingPlanName": name,
+        "Events": [{"At": e.at, "Kind": e.kind, "Status": e.status, "Message": e.message} for e in events],
+    }
 
 
 # -- clusters -------------------------------------------------------------------------------------

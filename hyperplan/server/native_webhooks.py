@@ -10,10 +10,9 @@ from typing import Any
 
 from starlette.routing import Route
 
-from hyperplan.clock import utcnow
 from hyperplan.server import fields
 from hyperplan.server.native import NativeRequest, NativeRoute
-from hyperplan.services import webhooks
+from hyperplan.services import webhook_admin, webhooks
 from hyperplan.services.webhooks import DeliveryView, WebhookView
 
 DEFAULT_DELIVERIES = 50
@@ -59,30 +58,26 @@ def _limit(request: NativeRequest) -> int:
 def create_webhook(request: NativeRequest) -> dict[str, Any]:
     account = fields.required_text(request.body, "Account")
     url = fields.required_text(request.body, "Url", max_length=webhooks.MAX_URL_LENGTH)
-    with request.runtime.db.write() as session:
-        view = webhooks.register(session, account, url, utcnow(), targets=request.runtime.fleet.webhooks)
-        # The only answer that carries the secret: it is not shown again.
-        return {**_webhook_json(view), "Secret": view.webhook.secret}
+    view = webhook_admin.register(request.runtime, account, url)
+    # The only answer that carries the secret: it is not shown again.
+    return {**_webhook_json(view), "Secret": view.webhook.secret}
 
 
 def list_webhooks(request: NativeRequest) -> dict[str, Any]:
-    with request.runtime.db.read() as session:
-        found = webhooks.list_webhooks(session, fields.query_text(request.query, "account"))
-        return {"Webhooks": [_webhook_json(view) for view in found]}
+    found = webhook_admin.list_webhooks(request.runtime, fields.query_text(request.query, "account"))
+    return {"Webhooks": [_webhook_json(view) for view in found]}
 
 
 def delete_webhook(request: NativeRequest) -> dict[str, Any]:
     webhook_id = _webhook_id(request)
-    with request.runtime.db.write() as session:
-        webhooks.delete(session, webhook_id, utcnow())
+    webhook_admin.delete(request.runtime, webhook_id)
     return {"WebhookId": webhook_id, "Deleted": True}
 
 
 def list_deliveries(request: NativeRequest) -> dict[str, Any]:
     webhook_id, limit = _webhook_id(request), _limit(request)
-    with request.runtime.db.read() as session:
-        found = webhooks.recent_deliveries(session, webhook_id, limit)
-        return {"WebhookId": webhook_id, "Deliveries": [_delivery_json(view) for view in found]}
+    found = webhook_admin.recent_deliveries(request.runtime, webhook_id, limit)
+    return {"WebhookId": webhook_id, "Deliveries": [_delivery_json(view) for view in found]}
 
 
 def routes() -> list[Route]:

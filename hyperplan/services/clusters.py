@@ -12,14 +12,12 @@ caller's transaction. What the execution back end must do about them runs after 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import shutil
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -48,6 +46,7 @@ from hyperplan.core.status import CLUSTER_LIFECYCLE, NODE_LIFECYCLE, ClusterStat
 from hyperplan.errors import Conflict, ResourceInUse, ResourceLimitExceeded, ResourceNotFound, ValidationError
 from hyperplan.services import capacity_claims, lifecycle, on_demand, status
 from hyperplan.services.accounts import Caller
+from hyperplan.services.cluster_request import ClusterSettings, ClusterSpec, ClusterUpdate, InstanceGroupSpec
 from hyperplan.services.context import ServiceContext
 from hyperplan.storage import Storage, StorageError
 from hyperplan.store.db import after_commit
@@ -64,9 +63,9 @@ SHUTDOWN_GRACE = timedelta(seconds=30)  # real time between SIGTERM and SIGKILL 
 
 @dataclass
 class NodeActions:
-    provision: list[tuple[ClusterNode, dict[str, Any], str]] = field(
+    provision: list[tuple[ClusterNode, InstanceGroupSpec, str]] = field(
         default_factory=list
-    )  # node, spec, expiry
+    )  # node, its group's specification, expiry
     terminate: list[tuple[str, str]] = field(default_factory=list)  # backend id, expiry epoch
 
 
@@ -80,29 +79,27 @@ def _run_actions(runtime: ServiceContext, actions: NodeActions) -> None:
         runtime.wakes.nodes.notify()
 
 
-def _provision(runtime: ServiceContext, node: ClusterNode, spec: Mapping[str, Any], expiry: str) -> None:
+def _provision(runtime: ServiceContext, node: ClusterNode, spec: InstanceGroupSpec, expiry: str) -> None:
     """Fetch the group's lifecycle scripts and hand the node to the back end; a fetch failure fails it."""
-    config = spec.get("LifeCycleConfig") or {}
-    source, on_create = None, config.get("OnCreate")
+    source_uri, on_create = spec.lifecycle.source_uri, spec.lifecycle.on_create
+    source = None
     try:
-        if config.get("SourceS3Uri"):
+        if source_uri:
             source = runtime.data_dir / "lifecycle" / node.backend_id
             if source.exists():
                 shutil.rmtree(source)
-            _storage(runtime).download_prefix(config["SourceS3Uri"], source)
+            _storage(runtime).download_prefix(source_uri, source)
             if on_create and not (source / on_create).is_file():
-                raise StorageError(
-                    f"{config['SourceS3Uri'].rstrip('/')}/{on_create}", "no such lifecycle script"
-                )
+                raise StorageError(f"{source_uri.rstrip('/')}/{on_create}", "no such lifecycle script")
         runtime.backend.provision(
             NodeSpec(
                 node_id=node.backend_id,
                 name=node.hostname,
-                instance_type=spec["InstanceType"],
+                instance_type=spec.instance_type or "",  # a stored group always has one
                 env={
                     EXPIRATION_VARIABLE: expiry,
                     "HYPERPLAN_INSTANCE_ID": node.instance_id,
-                    "HYPERPLAN_INSTANCE_GROUP": spec["InstanceGroupName"],
+                    "HYPERPLAN_INSTANCE_GROUP": spec.name,
                 },
                 lifecycle_source=source,
                 on_create=on_create if source is not None else None,
@@ -133,27 +130,26 @@ def _move_node(session: Session, node: ClusterNode, new: NodeStatus, message: st
 # -- create, update, delete ---------------------------------------------------------------------------
 
 
-def create(runtime: ServiceContext, caller: Caller, request: Mapping[str, Any]) -> Cluster:
+def create(runtime: ServiceContext, caller: Caller, request: ClusterSpec) -> Cluster:
     now = runtime.clock.now()
     actions = NodeActions()
     with runtime.db.write() as session:
-        name = request["ClusterName"]
+        name = request.name
         if session.scalar(
             select(Cluster.id).where(Cluster.account_id == caller.account_id, Cluster.name == name)
         ):
             raise ResourceInUse(f"A cluster named {name!r} already exists in this account.")
-        settings = {k: request[k] for k in ("VpcConfig", "Orchestrator", "NodeRecovery") if k in request}
         cluster = Cluster(
             account_id=caller.account_id,
             name=name,
             cluster_id=_new_cluster_id(session),
             status=ClusterStatus.IN_SERVICE,
-            settings=json.dumps(settings),
+            settings=request.settings.to_json(),
             created_at=now,
         )
         session.add(cluster)
         session.flush()
-        groups = request.get("InstanceGroups") or []
+        groups = request.groups
         if not groups:
             raise ValidationError("InstanceGroups: a cluster needs at least one instance group.")
         _check_unique_names(groups, "InstanceGroups")
@@ -166,29 +162,29 @@ def create(runtime: ServiceContext, caller: Caller, request: Mapping[str, Any]) 
     return cluster
 
 
-def update(runtime: ServiceContext, caller: Caller, request: Mapping[str, Any]) -> Cluster:
+def update(runtime: ServiceContext, caller: Caller, request: ClusterUpdate) -> Cluster:
     """Change the groups it lists, delete InstanceGroupsToDelete, leave the others as they are."""
     now = runtime.clock.now()
     actions = NodeActions()
     with runtime.db.write() as session:
-        cluster = get(session, runtime, caller, request["ClusterName"])
+        cluster = get(session, runtime, caller, request.name)
         _check_in_service(cluster)
-        specs = request.get("InstanceGroups") or []
+        specs = request.groups
         _check_unique_names(specs, "InstanceGroups")
         _check_lifecycle_scripts(specs, "InstanceGroups")
-        doomed = set(request.get("InstanceGroupsToDelete") or [])
+        doomed = set(request.groups_to_delete)
         existing = {g.name: g for g in _groups(session, cluster)}
         for name in doomed:
             if name not in existing:
                 raise ValidationError(
                     f"InstanceGroupsToDelete: cluster {cluster.name} has no group {name!r}."
                 )
-            if any(spec["InstanceGroupName"] == name for spec in specs):
+            if any(spec.name == name for spec in specs):
                 raise ValidationError(f"InstanceGroups: group {name!r} is also in InstanceGroupsToDelete.")
         touched = []
         for index, spec in enumerate(specs):
             where = f"InstanceGroups[{index}]"
-            group = existing.get(spec["InstanceGroupName"])
+            group = existing.get(spec.name)
             if group is None:
                 touched.append(_add_group(session, runtime, caller, cluster, spec, where, now))
             else:
@@ -260,13 +256,13 @@ def _check_in_service(cluster: Cluster) -> None:
         raise Conflict(f"Cluster {cluster.name} is {cluster.status}; it cannot be changed now.")
 
 
-def _check_lifecycle_scripts(specs: list[Mapping[str, Any]], where: str) -> None:
+def _check_lifecycle_scripts(specs: Sequence[InstanceGroupSpec], where: str) -> None:
     for index, spec in enumerate(specs):
-        check_lifecycle_script(f"{where}[{index}]", (spec.get("LifeCycleConfig") or {}).get("OnCreate"))
+        check_lifecycle_script(f"{where}[{index}]", spec.lifecycle.on_create)
 
 
-def _check_unique_names(specs: list[Mapping[str, Any]], where: str) -> None:
-    names = [spec["InstanceGroupName"] for spec in specs]
+def _check_unique_names(specs: Sequence[InstanceGroupSpec], where: str) -> None:
+    names = [spec.name for spec in specs]
     repeated = sorted({n for n in names if names.count(n) > 1})
     if repeated:
         raise ValidationError(f"{where}: group name(s) {', '.join(repeated)} appear more than once.")
@@ -288,19 +284,19 @@ def _add_group(
     runtime: ServiceContext,
     caller: Caller,
     cluster: Cluster,
-    spec: Mapping[str, Any],
+    spec: InstanceGroupSpec,
     where: str,
     now: datetime,
 ) -> InstanceGroup:
     plan, zone = _placement(session, runtime, caller, cluster, spec, where, group=None)
     group = InstanceGroup(
         cluster_id=cluster.id,
-        name=spec["InstanceGroupName"],
-        instance_type=spec["InstanceType"],
-        target_count=spec["InstanceCount"],
+        name=spec.name,
+        instance_type=spec.instance_type,
+        target_count=spec.instance_count,
         plan_id=plan.id if plan else None,
         availability_zone=zone,
-        spec=json.dumps(_jsonable(spec)),
+        spec=spec.to_json(),
         created_at=now,
     )
     session.add(group)
@@ -314,10 +310,10 @@ def _change_group(
     caller: Caller,
     cluster: Cluster,
     group: InstanceGroup,
-    spec: Mapping[str, Any],
+    spec: InstanceGroupSpec,
     where: str,
 ) -> None:
-    if spec.get("InstanceType") and spec["InstanceType"] != group.instance_type:
+    if spec.instance_type and spec.instance_type != group.instance_type:
         raise ValidationError(
             f"{where}.InstanceType: group {group.name} is {group.instance_type}; a group's instance type "
             "cannot change (delete the group and add a new one)."
@@ -327,8 +323,8 @@ def _change_group(
         capacity_claims.give_back(session, _consumer(group), runtime.clock.now())
     group.plan_id = plan.id if plan else None
     group.availability_zone = zone
-    group.target_count = spec["InstanceCount"]
-    group.spec = json.dumps(_jsonable(spec))
+    group.target_count = spec.instance_count
+    group.spec = spec.to_json()
 
 
 def _remove_group(session: Session, group: InstanceGroup, actions: NodeActions, now: datetime) -> None:
@@ -343,40 +339,40 @@ def _placement(
     runtime: ServiceContext,
     caller: Caller,
     cluster: Cluster,
-    spec: Mapping[str, Any],
+    spec: InstanceGroupSpec,
     where: str,
     group: InstanceGroup | None,
 ) -> tuple[TrainingPlan | None, str]:
     """The plan (or none) and the zone of a group, once every rule allows it."""
-    if "InstanceType" not in spec:
+    if spec.instance_type is None:
         raise ValidationError(
             f"{where}.InstanceType is required: this deployment does not serve InstanceRequirements."
         )
     facts = _group_facts(runtime, cluster, spec, where)
     check_subnets(facts)
-    arn = spec.get("TrainingPlanArn")
+    arn = spec.plan_arn
     if arn:
         plan = _plan_by_arn(session, runtime, caller, arn)
         check_binding(facts, _plan_facts(session, runtime, plan) if plan else None, arn)
         assert plan is not None
         return plan, _plan_zone(session, plan)
-    return None, _on_demand_zone(session, runtime, facts, spec["InstanceCount"], group)
+    return None, _on_demand_zone(session, runtime, facts, spec.instance_count, group)
 
 
 def _group_facts(
-    runtime: ServiceContext, cluster: Cluster, spec: Mapping[str, Any], where: str
+    runtime: ServiceContext, cluster: Cluster, spec: InstanceGroupSpec, where: str
 ) -> GroupFacts:
-    subnets = (spec.get("OverrideVpcConfig") or json.loads(cluster.settings).get("VpcConfig") or {}).get(
-        "Subnets", []
-    )
+    subnets = spec.override_subnets
+    if subnets is None:
+        subnets = ClusterSettings.from_json(cluster.settings).subnets
     zones = {s: runtime.fleet.zone_of_subnet(s) for s in subnets}
     return GroupFacts(
         where=where,
-        name=spec["InstanceGroupName"],
-        instance_type=spec["InstanceType"],
+        name=spec.name,
+        instance_type=spec.instance_type or "",  # checked by the caller
         subnet_zones=frozenset(z.name for z in zones.values() if z is not None),
         unknown_subnets=tuple(s for s, z in zones.items() if z is None),
-        capacity_requirements="CapacityRequirements" in spec,
+        capacity_requirements=spec.capacity_requirements,
     )
 
 
@@ -523,7 +519,7 @@ def _converge(
     nodes.sort(key=lambda n: (n.status == NodeStatus.RUNNING, -n.id))
     for node in nodes[: max(len(nodes) - wanted, 0)]:
         _shut_down(session, node, actions, now, expiry)
-    spec = json.loads(group.spec)
+    spec = InstanceGroupSpec.from_json(group.spec)
     for _ in range(wanted - len(nodes)):
         node = _new_node(session, group, runtime.region, now)
         actions.provision.append((node, spec, expiry))
@@ -762,16 +758,6 @@ def running_count(session: Session, group: InstanceGroup) -> int:
     )
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, Mapping):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    return value
-
-
 EXEC_OUTPUT_LIMIT_ENV = "HYPERPLAN_EXEC_OUTPUT_LIMIT"
 MAX_EXEC_OUTPUT_LIMIT = 64 << 20  # the answer carries both streams as JSON text, in one response
 
@@ -812,3 +798,7 @@ def exec_on_node(
 
 def list_clusters(session: Session, account_id: str) -> list[Cluster]:
     return list(session.scalars(select(Cluster).where(Cluster.account_id == account_id).order_by(Cluster.id)))
+
+
+def cluster_arn(runtime: ServiceContext, cluster: Cluster) -> str:
+    return runtime.arn(cluster.account_id, f"cluster/{cluster.cluster_id}")

@@ -32,7 +32,6 @@ end already has is not started twice, and storing the same files twice stores th
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import re
 import threading
@@ -51,10 +50,11 @@ from hyperplan.errors import ValidationError
 from hyperplan.services import jobs
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
+from hyperplan.services.job_request import TrainingJobSpec
 from hyperplan.services.jobs import LIVE_INSTANCE
 from hyperplan.storage import Storage, StorageError
 from hyperplan.store.schema import TrainingJob, TrainingJobInstance
-from hyperplan.training.contract import Layout, NoCommand, UnsupportedInput
+from hyperplan.training.contract import JobSpec, Layout, NoCommand, UnsupportedInput
 from hyperplan.training.workspace import pack_model, prepare, sync_checkpoints
 from hyperplan.worker import Worker
 
@@ -82,6 +82,9 @@ class JobRunner:
         self._guard = threading.Lock()
         self._in_flight: set[tuple[int, str]] = set()
         self._last_sync: dict[int, float] = {}  # per job, pruned once the job has ended (_forget_ended)
+        # Whether each job now training keeps checkpoints: its request is decoded the first time it is
+        # seen training, not on every pass; only jobs still training are remembered (watcher thread only).
+        self._checkpointed: dict[int, bool] = {}
         self.worker = Worker("job-watcher", self._step, poll=poll, wake=runtime.wakes.jobs)
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -185,14 +188,7 @@ class JobRunner:
         """Hand the checkpoints of training jobs to storage every `checkpoint_sync_seconds`; returns the
         seconds until the next sync is due (None: no job has one)."""
         now = time.monotonic()
-        with self.runtime.db.read() as session:
-            training = [
-                (job.id, job.attempt)
-                for job in session.scalars(
-                    select(TrainingJob).where(TrainingJob.secondary_status == Secondary.TRAINING)
-                )
-                if (json.loads(job.request).get("CheckpointConfig") or {}).get("S3Uri")
-            ]
+        training = self._training_with_checkpoints()
         every = self.runtime.job_settings.checkpoint_sync_seconds
         next_due: float | None = None
         for job_id, attempt in training:
@@ -207,6 +203,27 @@ class JobRunner:
             next_due = left if next_due is None else min(next_due, left)
         return next_due
 
+    def _training_with_checkpoints(self) -> list[tuple[int, int]]:
+        """(job id, attempt) of the training jobs that keep checkpoints. Only the requests of jobs not
+        seen training before are read and decoded."""
+        with self.runtime.db.read() as session:
+            rows = session.execute(
+                select(TrainingJob.id, TrainingJob.attempt).where(
+                    TrainingJob.secondary_status == Secondary.TRAINING
+                )
+            ).all()
+            unknown = [job_id for job_id, _ in rows if job_id not in self._checkpointed]
+            decoded = {
+                job.id: jobs.request_of(job).checkpoints is not None
+                for job in (
+                    session.scalars(select(TrainingJob).where(TrainingJob.id.in_(unknown))) if unknown else ()
+                )
+            }
+        self._checkpointed = {
+            job_id: self._checkpointed.get(job_id, decoded.get(job_id, False)) for job_id, _ in rows
+        }
+        return [(job_id, attempt) for job_id, attempt in rows if self._checkpointed[job_id]]
+
 
 # -- launch ---------------------------------------------------------------------------------------
 
@@ -217,6 +234,10 @@ class _Attempt:
 
     job: TrainingJob
     instances: list[TrainingJobInstance]
+    request: TrainingJobSpec  # the job's stored request, decoded once for the whole attempt
+
+    def instance_spec(self, host: str, interpreter: str | None = None) -> JobSpec:
+        return self.request.instance(host, self.job.segment_end, interpreter)
 
 
 def _read_attempt(runtime: ServiceContext, job_id: int, attempt: int, state: str) -> _Attempt | None:
@@ -224,7 +245,7 @@ def _read_attempt(runtime: ServiceContext, job_id: int, attempt: int, state: str
         job = session.get(TrainingJob, job_id)
         if job is None or job.attempt != attempt or job.attempt_state != state:
             return None
-        return _Attempt(job, jobs.instances_of(session, job_id, attempt))
+        return _Attempt(job, jobs.instances_of(session, job_id, attempt), jobs.request_of(job))
 
 
 def _wants_instances(runtime: ServiceContext, job_id: int, attempt: int) -> bool:
@@ -259,7 +280,7 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
                 continue  # started before a restart: it runs, or has run, already
             if not _wants_instances(runtime, job_id, attempt):
                 break  # stopped or reclaimed meanwhile: fetch no more
-            spec = jobs.job_spec(current.job, instance.host, _interpreter(runtime, current.job))
+            spec = current.instance_spec(instance.host, _interpreter(runtime, current.request))
             contract = prepare(Path(instance.root), spec, storage).contract
             specs.append(
                 TaskSpec(
@@ -367,7 +388,7 @@ def sync(runtime: ServiceContext, job_id: int, attempt: int) -> None:
         for instance in current.instances:
             if instance.state in LIVE_INSTANCE:
                 try:
-                    sync_checkpoints(Path(instance.root), jobs.job_spec(current.job, instance.host), storage)
+                    sync_checkpoints(Path(instance.root), current.instance_spec(instance.host), storage)
                 except (StorageError, OSError) as exc:
                     log.warning("checkpoint sync of %s failed: %s", instance.task_id, exc)
 
@@ -384,11 +405,11 @@ def finish(runtime: ServiceContext, job_id: int, attempt: int) -> None:
             if instance.state == "NotStarted":
                 continue
             try:
-                sync_checkpoints(Path(instance.root), jobs.job_spec(current.job, instance.host), storage)
+                sync_checkpoints(Path(instance.root), current.instance_spec(instance.host), storage)
             except (StorageError, OSError) as exc:
                 log.warning("final checkpoint sync of %s failed: %s", instance.task_id, exc)
         first = current.instances[0]
-        spec = jobs.job_spec(current.job, first.host)
+        spec = current.instance_spec(first.host)
         if _wants_model(current.job, Path(first.root), spec.checkpoint_local_path):
             try:
                 model_uri = pack_model(Path(first.root), spec, storage)
@@ -599,7 +620,6 @@ def parse_cursor(cursor: str | None) -> tuple[int, int] | None:
     return int(match[1]), int(match[2])
 
 
-def _interpreter(runtime: ServiceContext, job: TrainingJob) -> str | None:
+def _interpreter(runtime: ServiceContext, request: TrainingJobSpec) -> str | None:
     """The Python the fleet file names for the job's training image (script mode and `python` commands)."""
-    image = (json.loads(job.request).get("AlgorithmSpecification") or {}).get("TrainingImage")
-    return runtime.fleet.interpreter_for(image)
+    return runtime.fleet.interpreter_for(request.algorithm.image)

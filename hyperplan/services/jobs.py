@@ -46,11 +46,7 @@ Decisions where SageMaker's documents are silent (see also ``core/jobs.py``):
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -85,8 +81,8 @@ from hyperplan.events.loop import DueEvent, EventHandler, schedule
 from hyperplan.services import capacity_claims, lifecycle, on_demand, status
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
+from hyperplan.services.job_request import TrainingJobSpec
 from hyperplan.services.job_work import JobSettings
-from hyperplan.storage import StorageError, parse_s3_uri
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import (
     ReservedCapacity,
@@ -96,21 +92,10 @@ from hyperplan.store.schema import (
     TrainingJobTransition,
     TrainingPlan,
 )
-from hyperplan.training.contract import (
-    DEFAULT_CHECKPOINT_PATH,
-    Channel,
-    JobSpec,
-    NoCommand,
-    UnsupportedInput,
-    build_contract,
-    channel_name_problem,
-    channel_variable_clashes,
-    host_names,
-)
+from hyperplan.training.contract import JobSpec, host_names
 
 PENDING_LIMIT = "job.pending-limit"
 MAX_RUNTIME = "job.max-runtime"
-DEFAULT_MAX_RUNTIME = 86_400  # SageMaker's default MaxRuntimeInSeconds: one day
 CAPACITY_LIMIT = "capacity"  # the 2-day wait for capacity (a setting) -> Failed, InsufficientCapacityError
 MAX_PENDING = "max-pending"  # StoppingCondition.MaxPendingTimeInSeconds -> Stopped
 EPSILON = timedelta(milliseconds=1)
@@ -128,237 +113,23 @@ def settings_of(runtime: ServiceContext) -> JobSettings:
     return runtime.job_settings
 
 
-# -- checking a request ---------------------------------------------------------------------------
-
-# Members that ask for something this deployment does not do; refused by name when they ask for it.
-UNSERVED: dict[str, str] = {
-    "DebugRuleConfigurations": "Debugger rule evaluations",
-    "ProfilerRuleConfigurations": "profiler rule evaluations",
-    "TensorBoardOutputConfig": "TensorBoard output",
-    "ServerlessJobConfig": "serverless jobs",
-    "MlflowConfig": "MLflow tracking",
-    "ModelPackageConfig": "model packages",
-    "RetryStrategy": "automatic retries",
-}
-
-
-@dataclass(frozen=True)
-class JobRequest:
-    """What the service needs of a checked CreateTrainingJob request."""
-
-    instance_type: str
-    instance_count: int
-    plan_arn: str | None
-
-
-def check_request(request: Mapping[str, Any]) -> JobRequest:
-    """Every rule that needs no store, in the order a person would fix them; each refusal names the member
-    and what this back end needs instead. Nothing is written before it passes."""
-    _refuse_unserved(request)
-    resources = request.get("ResourceConfig")
-    if not resources:
-        raise ValidationError("ResourceConfig is required: give InstanceType and InstanceCount.")
-    for member, what in (
-        ("InstanceGroups", "heterogeneous clusters"),
-        ("InstancePreferences", "instance preferences (flexible training plans)"),
-        ("InstancePlacementConfig", "instance placement"),
-    ):
-        if resources.get(member):
-            raise ValidationError(f"ResourceConfig.{member}: this deployment does not serve {what}.")
-    if resources.get("KeepAlivePeriodInSeconds"):
-        raise ValidationError("ResourceConfig.KeepAlivePeriodInSeconds: this deployment has no warm pools.")
-    for member in ("InstanceType", "InstanceCount"):
-        if member not in resources:
-            raise ValidationError(f"ResourceConfig.{member} is required.")
-    if resources["InstanceCount"] < 1:
-        raise ValidationError("ResourceConfig.InstanceCount must be at least 1.")
-    _check_algorithm(request)
-    _check_output(request)
-    spec = job_spec_from(request, "check", resources["InstanceType"], resources["InstanceCount"], "algo-1")
-    try:
-        build_contract(spec, Path("/nonexistent"))  # pure: the command and the channels, no I/O
-    except NoCommand as exc:
-        raise ValidationError(f"AlgorithmSpecification: {exc}.") from None
-    except UnsupportedInput as exc:
-        raise ValidationError(f"InputDataConfig: {exc}.") from None
-    return JobRequest(resources["InstanceType"], resources["InstanceCount"], resources.get("TrainingPlanArn"))
-
-
-def _refuse_unserved(request: Mapping[str, Any]) -> None:
-    for member, what in UNSERVED.items():
-        if request.get(member):
-            raise ValidationError(f"{member}: this deployment does not serve {what}.")
-    if request.get("EnableManagedSpotTraining"):
-        raise ValidationError("EnableManagedSpotTraining: this deployment has no spot capacity.")
-    if (request.get("StoppingCondition") or {}).get("MaxWaitTimeInSeconds") is not None:
-        raise ValidationError(
-            "StoppingCondition.MaxWaitTimeInSeconds: it is for managed spot training, which this deployment "
-            "does not serve; use MaxPendingTimeInSeconds to bound the wait for a plan's capacity."
-        )
-    if request.get("EnableNetworkIsolation"):
-        raise ValidationError(
-            "EnableNetworkIsolation: instances run as local processes here and cannot be cut off from the "
-            "network."
-        )
-    if (request.get("RemoteDebugConfig") or {}).get("EnableRemoteDebug"):
-        raise ValidationError("RemoteDebugConfig.EnableRemoteDebug: this deployment does not serve it.")
-    if (request.get("InfraCheckConfig") or {}).get("EnableInfraCheck"):
-        raise ValidationError("InfraCheckConfig.EnableInfraCheck: this deployment does not serve it.")
-
-
-def _check_algorithm(request: Mapping[str, Any]) -> None:
-    algorithm = request.get("AlgorithmSpecification")
-    if not algorithm:
-        raise ValidationError(
-            "AlgorithmSpecification is required: give TrainingInputMode and ContainerEntrypoint (or script "
-            "mode hyperparameters)."
-        )
-    if algorithm.get("AlgorithmName"):
-        raise ValidationError(
-            "AlgorithmSpecification.AlgorithmName: this deployment runs commands, not algorithm resources; "
-            "give ContainerEntrypoint."
-        )
-    if algorithm.get("TrainingInputMode") == "Pipe":
-        raise ValidationError(
-            "AlgorithmSpecification.TrainingInputMode: Pipe mode is not served by this back end; use File "
-            "or FastFile."
-        )
-    for index, channel in enumerate(request.get("InputDataConfig") or []):
-        _check_channel(channel, f"InputDataConfig[{index}]")
-    names = [channel["ChannelName"] for channel in request.get("InputDataConfig") or []]
-    repeated = sorted({name for name in names if names.count(name) > 1})
-    if repeated:
-        raise ValidationError(
-            f"InputDataConfig: channel name(s) {', '.join(repeated)} appear more than once."
-        )
-    for variable, clashing in channel_variable_clashes(names).items():
-        raise ValidationError(
-            f"InputDataConfig: channels {' and '.join(map(repr, clashing))} would both set {variable}; "
-            "rename one."
-        )
-
-
-def _check_channel(channel: Mapping[str, Any], where: str) -> None:
-    problem = channel_name_problem(channel["ChannelName"])
-    if problem is not None:  # its objects would land outside input/data/NAME
-        raise ValidationError(f"{where}.ChannelName: {channel['ChannelName']!r} {problem}.")
-    source = channel["DataSource"]
-    s3 = source.get("S3DataSource")
-    if s3 is None:
-        raise ValidationError(
-            f"{where}.DataSource: only S3DataSource is served by this back end (buckets map to storage in "
-            "the fleet file)."
-        )
-    for member, what in (
-        ("InstanceGroupNames", "heterogeneous clusters"),
-        ("ModelAccessConfig", "model access configuration"),
-        ("HubAccessConfig", "hub content"),
-        ("AttributeNames", "augmented manifests"),
-    ):
-        if s3.get(member):
-            raise ValidationError(
-                f"{where}.DataSource.S3DataSource.{member}: this deployment does not serve {what}."
-            )
-    if channel.get("CompressionType") == "Gzip":
-        raise ValidationError(f"{where}.CompressionType: Gzip (a Pipe-mode feature) is not served; use None.")
-    if channel.get("RecordWrapperType") == "RecordIO":
-        raise ValidationError(f"{where}.RecordWrapperType: RecordIO (a Pipe-mode feature) is not served.")
-    if channel.get("ShuffleConfig"):
-        raise ValidationError(f"{where}.ShuffleConfig: a Pipe-mode feature, not served.")
-    if channel.get("InputMode") == "Pipe":
-        raise ValidationError(
-            f"{where}.InputMode: Pipe mode is not served by this back end; use File or FastFile."
-        )
-    _check_uri(s3["S3Uri"], f"{where}.DataSource.S3DataSource.S3Uri")
-
-
-def _check_output(request: Mapping[str, Any]) -> None:
-    output = request["OutputDataConfig"]
-    _check_uri(output["S3OutputPath"], "OutputDataConfig.S3OutputPath")
-    if output.get("CompressionType") == "NONE":
-        raise ValidationError(
-            "OutputDataConfig.CompressionType: NONE is not served; the model is stored as model.tar.gz."
-        )
-    checkpoint = request.get("CheckpointConfig")
-    if checkpoint:
-        _check_uri(checkpoint["S3Uri"], "CheckpointConfig.S3Uri")
-
-
-def _check_uri(uri: str, where: str) -> None:
-    try:
-        parse_s3_uri(uri)
-    except StorageError as exc:
-        raise ValidationError(
-            f"{where}: {exc.reason} ({uri}); this deployment stores objects at s3:// URIs."
-        ) from None
-
-
-def job_spec_from(
-    request: Mapping[str, Any],
-    name: str,
-    instance_type: str,
-    count: int,
-    host: str,
-    segment_end: datetime | None = None,
-    interpreter: str | None = None,
-) -> JobSpec:
-    """The contract's view of one instance of a job, from its (checked) request. `interpreter` runs
-    Python programs: the one the fleet file names for the job's image, else the server's own."""
-    algorithm = request.get("AlgorithmSpecification") or {}
-    checkpoint = request.get("CheckpointConfig") or {}
-    return JobSpec(
-        job_name=name,
-        instance_type=instance_type,
-        hosts=host_names(count),
-        current_host=host,
-        output_path=request["OutputDataConfig"]["S3OutputPath"],
-        hyperparameters=dict(request.get("HyperParameters") or {}),
-        channels=_channels(request),
-        environment=dict(request.get("Environment") or {}),
-        checkpoint_uri=checkpoint.get("S3Uri"),
-        checkpoint_local_path=checkpoint.get("LocalPath") or DEFAULT_CHECKPOINT_PATH,
-        segment_end_epoch=int(segment_end.timestamp()) if segment_end else None,
-        entrypoint=tuple(algorithm.get("ContainerEntrypoint") or ()),
-        arguments=tuple(algorithm.get("ContainerArguments") or ()),
-        image_uri=algorithm.get("TrainingImage"),
-        cpu_count=os.cpu_count() or 1,
-        interpreter=interpreter or sys.executable,
-    )
-
-
 def job_spec(job: TrainingJob, host: str, interpreter: str | None = None) -> JobSpec:
-    request = json.loads(job.request)
-    return job_spec_from(
-        request, job.name, job.instance_type, job.instance_count, host, job.segment_end, interpreter
-    )
+    """The contract's view of one instance of a stored job (its request decoded here, once)."""
+    return request_of(job).instance(host, job.segment_end, interpreter)
 
 
-def _channels(request: Mapping[str, Any]) -> tuple[Channel, ...]:
-    default_mode = (request.get("AlgorithmSpecification") or {}).get("TrainingInputMode") or "File"
-    channels = []
-    for channel in request.get("InputDataConfig") or []:
-        s3 = channel["DataSource"].get("S3DataSource") or {}
-        channels.append(
-            Channel(
-                name=channel["ChannelName"],
-                uri=s3.get("S3Uri", ""),
-                content_type=channel.get("ContentType"),
-                input_mode=channel.get("InputMode") or default_mode,
-                distribution=s3.get("S3DataDistributionType") or "FullyReplicated",
-                data_type=s3.get("S3DataType") or "S3Prefix",
-            )
-        )
-    return tuple(channels)
+def request_of(job: TrainingJob) -> TrainingJobSpec:
+    return TrainingJobSpec.from_json(job.request)
 
 
 # -- create and stop ------------------------------------------------------------------------------
 
 
-def create(runtime: ServiceContext, caller: Caller, request: Mapping[str, Any]) -> TrainingJob:
-    checked = check_request(request)
+def create(runtime: ServiceContext, caller: Caller, checked: TrainingJobSpec) -> TrainingJob:
+    """CreateTrainingJob, for a request checked at the wire edge (TrainingJobSpec.from_wire)."""
     now = runtime.clock.now()
     with runtime.db.write() as session:
-        name = request["TrainingJobName"]
+        name = checked.name
         if session.scalar(
             select(TrainingJob.id).where(
                 TrainingJob.account_id == caller.account_id, TrainingJob.name == name
@@ -376,7 +147,7 @@ def create(runtime: ServiceContext, caller: Caller, request: Mapping[str, Any]) 
             availability_zone=zone,
             status=JobStatus.IN_PROGRESS,
             secondary_status=Secondary.STARTING,
-            request=json.dumps(_jsonable(request)),
+            request=checked.to_json(),
             created_at=now,
             updated_at=now,
         )
@@ -392,7 +163,7 @@ def create(runtime: ServiceContext, caller: Caller, request: Mapping[str, Any]) 
 
 
 def _bound_plan(
-    session: Session, runtime: ServiceContext, caller: Caller, checked: JobRequest
+    session: Session, runtime: ServiceContext, caller: Caller, checked: TrainingJobSpec
 ) -> TrainingPlan:
     arn = checked.plan_arn or ""
     prefix = runtime.arn(caller.account_id, "training-plan/")
@@ -419,7 +190,7 @@ def _bound_plan(
     return plan
 
 
-def _on_demand_zone(session: Session, runtime: ServiceContext, checked: JobRequest) -> str:
+def _on_demand_zone(session: Session, runtime: ServiceContext, checked: TrainingJobSpec) -> str:
     """The pool of the job's type with the most free on-demand instances; refused, naming the pools, when
     none has enough."""
     pools = runtime.fleet.pools_of_type(checked.instance_type)
@@ -645,7 +416,7 @@ def _close_running(session: Session, job: TrainingJob, now: datetime) -> None:
 
 def _limits(runtime: ServiceContext, job: TrainingJob) -> dict[str, timedelta]:
     limits = {CAPACITY_LIMIT: settings_of(runtime).capacity_wait}
-    max_pending = _stopping_condition(job).get("MaxPendingTimeInSeconds")
+    max_pending = request_of(job).stopping.max_pending_seconds
     if max_pending:
         limits[MAX_PENDING] = timedelta(seconds=max_pending)
     return limits
@@ -677,11 +448,7 @@ def _plan_runtime_limit(session: Session, job: TrainingJob, now: datetime) -> No
 
 
 def _max_runtime(job: TrainingJob) -> int:
-    return int(_stopping_condition(job).get("MaxRuntimeInSeconds") or DEFAULT_MAX_RUNTIME)
-
-
-def _stopping_condition(job: TrainingJob) -> dict[str, Any]:
-    return dict(json.loads(job.request).get("StoppingCondition") or {})
+    return int(request_of(job).stopping.max_runtime)
 
 
 def _cancel_events(session: Session, job: TrainingJob, kinds: Sequence[str]) -> None:
@@ -899,7 +666,7 @@ def _place(
         job,
         Secondary.DOWNLOADING,
         f"Preparing {job.instance_count} instance(s) on {where}: fetching input channels"
-        + (", restoring checkpoints" if json.loads(job.request).get("CheckpointConfig") else "")
+        + (", restoring checkpoints" if request_of(job).checkpoints else "")
         + ".",
         now,
     )
@@ -1013,7 +780,7 @@ def _reclaim(
 
 
 def _ended_message(plan: TrainingPlan, job: TrainingJob) -> str:
-    checkpoints = (json.loads(job.request).get("CheckpointConfig") or {}).get("S3Uri")
+    checkpoints = request_of(job).checkpoint_uri
     kept = f" Its checkpoints are at {checkpoints}." if checkpoints and job.attempt else ""
     return (
         f"Interrupted: plan {plan.name} has no capacity left to give ({plan.status}) before the job "
@@ -1057,7 +824,7 @@ def tasks_ended(
             job.stop_reason = StopReason.FAILED
             job.failure_reason = failure_reason(bad[0])
         else:
-            uri = json.loads(job.request)["OutputDataConfig"]["S3OutputPath"]
+            uri = request_of(job).output_path
             move(
                 session,
                 runtime,
@@ -1115,7 +882,7 @@ def _final_message(session: Session, job: TrainingJob, final: Secondary, model_u
     if final == Secondary.INTERRUPTED:
         plan = session.get(TrainingPlan, job.plan_id) if job.plan_id else None
         name = plan.name if plan else "?"
-        checkpoints = (json.loads(job.request).get("CheckpointConfig") or {}).get("S3Uri")
+        checkpoints = request_of(job).checkpoint_uri
         kept = f" Its checkpoints are at {checkpoints}." if checkpoints else ""
         return f"Interrupted: plan {name}'s last segment ended before the job finished.{kept}{saved}"
     return f"Stopped by StopTrainingJob.{saved}"
@@ -1182,13 +949,6 @@ def _plan_name(session: Session, job: TrainingJob) -> str:
     return plan.name if plan else ""
 
 
-def stopping_condition(job: TrainingJob) -> dict[str, Any]:
-    """As echoed by DescribeTrainingJob: the request's, with the default MaxRuntimeInSeconds filled in."""
-    condition = _stopping_condition(job)
-    condition.setdefault("MaxRuntimeInSeconds", DEFAULT_MAX_RUNTIME)
-    return condition
-
-
 # -- helpers ----------------------------------------------------------------------------------------
 
 
@@ -1207,13 +967,3 @@ def _span(delta: timedelta) -> str:
 
 def _sigterm(grace: timedelta) -> str:
     return f"the instances got SIGTERM and get SIGKILL after {_span(grace)}."
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, Mapping):
-        return {k: _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    return value

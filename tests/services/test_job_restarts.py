@@ -17,6 +17,7 @@ from hyperplan.backends.fake import FakeBackend, FakeWorld
 from hyperplan.services import accounts, jobs
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
+from hyperplan.services.job_request import TrainingJobSpec
 from hyperplan.store.schema import TrainingJob
 from tests.harness import SERVER_START
 
@@ -72,7 +73,7 @@ def test_a_launch_cut_short_starts_its_tasks_after_the_restart_and_strays_are_ki
     crashed = _application(tmp_path, world)
     crashed.bootstrap()  # opened, its workers never started: the launch after the commit never runs
     first = crashed.context
-    jobs.create(first, _admin(first), REQUEST)
+    jobs.create(first, _admin(first), TrainingJobSpec.from_wire(REQUEST))
     assert (_job(first).secondary_status, _job(first).attempt_state) == ("Downloading", "launching")
     assert not world.tasks
     FakeBackend(world).run(TaskSpec("stray", ("python", "-c", "pass")))  # nobody's task
@@ -98,7 +99,7 @@ def test_tasks_that_end_while_no_server_watches_settle_the_job_by_their_exit_sta
     first_app = _application(tmp_path, world)
     first_app.start()
     first = first_app.context
-    jobs.create(first, _admin(first), REQUEST)
+    jobs.create(first, _admin(first), TrainingJobSpec.from_wire(REQUEST))
     assert _wait(lambda: _job(first).secondary_status == "Training")
     first_app.stop()
     backend = FakeBackend(world)
@@ -123,7 +124,7 @@ def test_tasks_the_back_end_lost_while_the_server_was_down_fail_the_job(
     first_app = _application(tmp_path, world)
     first_app.start()
     first = first_app.context
-    jobs.create(first, _admin(first), REQUEST)
+    jobs.create(first, _admin(first), TrainingJobSpec.from_wire(REQUEST))
     assert _wait(lambda: _job(first).secondary_status == "Training")
     first_app.stop()
 
@@ -135,7 +136,11 @@ def test_tasks_the_back_end_lost_while_the_server_was_down_fail_the_job(
         assert _job(second).failure_reason.startswith("AlgorithmError: instance algo-1 was lost")
         with second.db.read() as session:  # its on-demand instances are free again
             assert all(i.state == "Lost" for i in jobs.instances_of(session, _job(second).id))
-        jobs.create(second, _admin(second), {**REQUEST, "TrainingJobName": "again"} | _four())
+        jobs.create(
+            second,
+            _admin(second),
+            TrainingJobSpec.from_wire({**REQUEST, "TrainingJobName": "again"} | _four()),
+        )
     finally:
         second_app.stop()
 
@@ -150,7 +155,7 @@ def test_the_runner_forgets_a_job_once_it_has_ended(tmp_path: Path, world: FakeW
     application.start()
     runtime = application.context
     try:
-        jobs.create(runtime, _admin(runtime), REQUEST)
+        jobs.create(runtime, _admin(runtime), TrainingJobSpec.from_wire(REQUEST))
         assert _wait(lambda: _job(runtime).secondary_status == "Training")
         runner = application.workers.job_runner
         assert runner.tracked_jobs() == {_job(runtime).id}  # its start lock, while it runs

@@ -6,14 +6,10 @@ import json
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session
-
 from hyperplan.core.paging import paginate
-from hyperplan.services import jobs
-from hyperplan.services.context import ServiceContext
-from hyperplan.store.schema import TrainingJob, TrainingPlan
-from hyperplan.training.workspace import model_uri
+from hyperplan.services import job_views, jobs
+from hyperplan.services.job_request import TrainingJobSpec
+from hyperplan.services.job_views import JobSummary
 from hyperplan.wire.operations import RequestContext, operation
 
 # What DescribeTrainingJob echoes of the request, as it was given.
@@ -36,7 +32,7 @@ FLAGS = ("EnableNetworkIsolation", "EnableInterContainerTrafficEncryption", "Ena
 
 @operation("CreateTrainingJob")
 def create_training_job(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
-    job = jobs.create(ctx.runtime, ctx.caller, request)
+    job = jobs.create(ctx.runtime, ctx.caller, TrainingJobSpec.from_wire(request))
     return {"TrainingJobArn": jobs.job_arn(ctx.runtime, job)}
 
 
@@ -47,28 +43,24 @@ def stop_training_job(ctx: RequestContext, request: dict[str, Any]) -> None:
 
 @operation("DescribeTrainingJob")
 def describe_training_job(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
-    runtime = ctx.runtime
-    now = runtime.clock.now()
-    with runtime.db.read() as session:
-        job = jobs.get(session, runtime, ctx.caller, request["TrainingJobName"])
-        given = json.loads(job.request)
-        result: dict[str, Any] = {
-            "TrainingJobName": job.name,
-            "TrainingJobArn": jobs.job_arn(runtime, job),
-            # Required by the model at every status; until the model is stored it names where it will be.
-            "ModelArtifacts": {"S3ModelArtifacts": job.model_uri or model_uri(jobs.job_spec(job, "algo-1"))},
-            "TrainingJobStatus": job.status,
-            "SecondaryStatus": job.secondary_status,
-            **{member: given[member] for member in ECHOED if member in given},
-            "StoppingCondition": jobs.stopping_condition(job),
-            "CreationTime": job.created_at,
-            "LastModifiedTime": job.updated_at,
-            "SecondaryStatusTransitions": [
-                _transition(t.status, t.started_at, t.ended_at, t.message)
-                for t in jobs.transitions_of(session, job)
-            ],
-            **{flag: bool(given.get(flag, False)) for flag in FLAGS},
-        }
+    job = job_views.describe(ctx.runtime, ctx.caller, request["TrainingJobName"])
+    given = job.request.as_given
+    result: dict[str, Any] = {
+        "TrainingJobName": job.name,
+        "TrainingJobArn": job.arn,
+        # Required by the model at every status; until the model is stored it names where it will be.
+        "ModelArtifacts": {"S3ModelArtifacts": job.model_uri},
+        "TrainingJobStatus": job.status,
+        "SecondaryStatus": job.secondary_status,
+        **{member: given[member] for member in ECHOED if member in given},
+        "StoppingCondition": job.request.stopping_condition_echo(),
+        "CreationTime": job.created_at,
+        "LastModifiedTime": job.updated_at,
+        "SecondaryStatusTransitions": [
+            _transition(t.status, t.started_at, t.ended_at, t.message) for t in job.transitions
+        ],
+        **{flag: bool(given.get(flag, False)) for flag in FLAGS},
+    }
     if job.failure_reason:
         result["FailureReason"] = job.failure_reason[: jobs.FAILURE_REASON_MAX]
     if job.training_start_at is not None:
@@ -77,10 +69,9 @@ def describe_training_job(ctx: RequestContext, request: dict[str, Any]) -> dict[
         result["TrainingEndTime"] = job.training_end_at
     # Running time only (from instances given to instances given back), across segments; the plan's fee
     # is paid up front, so billable time is the same wall-clock figure SageMaker reports per instance.
-    seconds = int(jobs.running_time(job, now).total_seconds())
-    if seconds >= 1:
-        result["TrainingTimeInSeconds"] = seconds
-        result["BillableTimeInSeconds"] = seconds
+    if job.running_seconds >= 1:
+        result["TrainingTimeInSeconds"] = job.running_seconds
+        result["BillableTimeInSeconds"] = job.running_seconds
     return result
 
 
@@ -93,14 +84,9 @@ def _transition(status: str, start: datetime, end: datetime | None, message: str
 
 @operation("ListTrainingJobs")
 def list_training_jobs(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
-    runtime = ctx.runtime
-    with runtime.db.read() as session:
-        plans = _plan_arns(runtime, session, ctx.caller.account_id)
-        summaries = [
-            _summary(runtime, job, plans)
-            for job in jobs.list_jobs(session, ctx.caller.account_id)
-            if _matches(job, request, plans)
-        ]
+    summaries = [
+        _summary(job) for job in job_views.summaries(ctx.runtime, ctx.caller) if _matches(job, request)
+    ]
     key = {"Name": "TrainingJobName", "Status": "TrainingJobStatus"}.get(
         request.get("SortBy", "CreationTime"), "CreationTime"
     )
@@ -113,19 +99,12 @@ def list_training_jobs(ctx: RequestContext, request: dict[str, Any]) -> dict[str
     return {"TrainingJobSummaries": page, **({"NextToken": token} if token else {})}
 
 
-def _plan_arns(runtime: ServiceContext, session: Session, account_id: str) -> dict[int, str]:
-    return {
-        plan.id: jobs.plan_arn(runtime, plan)
-        for plan in session.scalars(select(TrainingPlan).where(TrainingPlan.account_id == account_id))
-    }
-
-
-def _matches(job: TrainingJob, request: dict[str, Any], plans: dict[int, str]) -> bool:
+def _matches(job: JobSummary, request: dict[str, Any]) -> bool:
     wanted_plan = request.get("TrainingPlanArnEquals")
     return (
         request.get("NameContains", "") in job.name
         and request.get("StatusEquals", job.status) == job.status
-        and (wanted_plan is None or (job.plan_id is not None and plans.get(job.plan_id) == wanted_plan))
+        and (wanted_plan is None or job.plan_arn == wanted_plan)
         # No warm pools here: a job never has a warm pool status to match.
         and "WarmPoolStatusEquals" not in request
         and _between(job.created_at, request.get("CreationTimeAfter"), request.get("CreationTimeBefore"))
@@ -139,10 +118,10 @@ def _between(moment: datetime, after: datetime | None, before: datetime | None) 
     return (after is None or moment > after) and (before is None or moment < before)
 
 
-def _summary(runtime: ServiceContext, job: TrainingJob, plans: dict[int, str]) -> dict[str, Any]:
+def _summary(job: JobSummary) -> dict[str, Any]:
     summary: dict[str, Any] = {
         "TrainingJobName": job.name,
-        "TrainingJobArn": jobs.job_arn(runtime, job),
+        "TrainingJobArn": job.arn,
         "CreationTime": job.created_at,
         "LastModifiedTime": job.updated_at,
         "TrainingJobStatus": job.status,
@@ -150,6 +129,6 @@ def _summary(runtime: ServiceContext, job: TrainingJob, plans: dict[int, str]) -
     }
     if job.training_end_at is not None:
         summary["TrainingEndTime"] = job.training_end_at
-    if job.plan_id is not None:
-        summary["TrainingPlanArn"] = plans[job.plan_id]
+    if job.plan_arn is not None:
+        summary["TrainingPlanArn"] = job.plan_arn
     return summary

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy.orm import Session
-
 from hyperplan.core.paging import paginate
 from hyperplan.core.search import Offering, SearchRequest, Segment
 from hyperplan.errors import ValidationError
-from hyperplan.services import capacity_claims, extensions, lifecycle, plans
+from hyperplan.services import extensions, plan_views, plans
 from hyperplan.services.context import ServiceContext
+from hyperplan.services.plan_views import ExtensionView, PlanView, SegmentView
 from hyperplan.services.plans import ListQuery, SignedOffering
-from hyperplan.store.schema import ReservedCapacity, TrainingPlan
 from hyperplan.wire.operations import RequestContext, operation
 
 
@@ -75,26 +73,23 @@ def _search_extensions(ctx: RequestContext, request: dict[str, Any]) -> dict[str
 @operation("ExtendTrainingPlan")
 def extend_training_plan(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
     plan = extensions.extend(ctx.runtime, ctx.caller, request["TrainingPlanExtensionOfferingId"])
-    with ctx.runtime.db.read() as session:
-        return {"TrainingPlanExtensions": _extension_views(ctx, session, plan)}
+    return {"TrainingPlanExtensions": _extension_views(ctx, plan_views.extensions_of(ctx.runtime, plan))}
 
 
 @operation("DescribeTrainingPlanExtensionHistory")
 def describe_training_plan_extension_history(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
-    with ctx.runtime.db.read() as session:
-        plan = plans.get(session, ctx.runtime, ctx.caller, request["TrainingPlanArn"])
-        views = _extension_views(ctx, session, plan)
-    page, token = paginate(views, request.get("MaxResults", 100), request.get("NextToken"), plan.name)
+    name, found = plan_views.extension_history(ctx.runtime, ctx.caller, request["TrainingPlanArn"])
+    views = _extension_views(ctx, found)
+    page, token = paginate(views, request.get("MaxResults", 100), request.get("NextToken"), name)
     result: dict[str, Any] = {"TrainingPlanExtensions": page}
     if token:
         result["NextToken"] = token
     return result
 
 
-def _extension_views(ctx: RequestContext, session: Session, plan: TrainingPlan) -> list[dict[str, Any]]:
-    now = ctx.runtime.clock.now()
+def _extension_views(ctx: RequestContext, found: list[ExtensionView]) -> list[dict[str, Any]]:
     views = []
-    for extension in extensions.history(session, plan):
+    for extension in found:
         zone = ctx.runtime.fleet.zone(extension.availability_zone)
         views.append(
             {
@@ -102,7 +97,7 @@ def _extension_views(ctx: RequestContext, session: Session, plan: TrainingPlan) 
                 "ExtendedAt": extension.extended_at,
                 "StartDate": extension.start,
                 "EndDate": extension.end,
-                "Status": extensions.status_of(extension, now),
+                "Status": extension.status,
                 "PaymentStatus": extension.payment_status,
                 "AvailabilityZone": extension.availability_zone,
                 "AvailabilityZoneId": zone.zone_id if zone else None,
@@ -153,17 +148,14 @@ def create_training_plan(ctx: RequestContext, request: dict[str, Any]) -> dict[s
     plan = plans.create(
         ctx.runtime, ctx.caller, request["TrainingPlanName"], request["TrainingPlanOfferingId"]
     )
-    return {"TrainingPlanArn": plan_arn(ctx.runtime, plan)}
+    return {"TrainingPlanArn": plan_views.plan_arn(ctx.runtime, plan)}
 
 
 @operation("DescribeTrainingPlan")
 def describe_training_plan(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
-    with ctx.runtime.db.read() as session:
-        plan = plans.get(session, ctx.runtime, ctx.caller, request["TrainingPlanName"])
-        view = plan_view(ctx.runtime, session, plan)
-        view["UnhealthyInstanceCount"] = capacity_claims.counters(
-            session, plan, view["TotalInstanceCount"]
-        ).unhealthy
+    plan = plan_views.describe(ctx.runtime, ctx.caller, request["TrainingPlanName"])
+    view = plan_view(ctx.runtime, plan)
+    view["UnhealthyInstanceCount"] = plan.counters.unhealthy
     return view
 
 
@@ -181,9 +173,8 @@ def list_training_plans(ctx: RequestContext, request: dict[str, Any]) -> dict[st
         max_results=request.get("MaxResults", 100),
         next_token=request.get("NextToken"),
     )
-    with ctx.runtime.db.read() as session:
-        rows, token = plans.list_plans(session, ctx.caller, query)
-        summaries = [plan_view(ctx.runtime, session, plan) for plan in rows]
+    rows, token = plan_views.list_plans(ctx.runtime, ctx.caller, query)
+    summaries = [plan_view(ctx.runtime, plan) for plan in rows]
     result: dict[str, Any] = {"TrainingPlanSummaries": summaries}
     if token:
         result["NextToken"] = token
@@ -192,12 +183,8 @@ def list_training_plans(ctx: RequestContext, request: dict[str, Any]) -> dict[st
 
 @operation("DescribeReservedCapacity")
 def describe_reserved_capacity(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
-    with ctx.runtime.db.read() as session:
-        rc = plans.get_reserved_capacity(session, ctx.runtime, ctx.caller, request["ReservedCapacityArn"])
-        plan = session.get(TrainingPlan, rc.plan_id)
-        assert plan is not None
-        view = rc_view(ctx.runtime, plan, rc)
-        used = capacity_claims.in_use(session, plan.id, rc.id)
+    rc, used = plan_views.reserved_capacity(ctx.runtime, ctx.caller, request["ReservedCapacityArn"])
+    view = rc_view(ctx.runtime, rc)
     view.pop("AvailabilityZoneId", None)  # not a member of DescribeReservedCapacity's output
     view["InUseInstanceCount"] = used
     view["AvailableInstanceCount"] = max(rc.count - used, 0) if rc.holds_capacity else 0
@@ -207,24 +194,16 @@ def describe_reserved_capacity(ctx: RequestContext, request: dict[str, Any]) -> 
 # -- views --------------------------------------------------------------------------------------------
 
 
-def plan_arn(runtime: ServiceContext, plan: TrainingPlan) -> str:
-    return runtime.arn(plan.account_id, f"training-plan/{plan.name}")
-
-
-def rc_arn(runtime: ServiceContext, plan: TrainingPlan, rc: ReservedCapacity) -> str:
-    return runtime.arn(plan.account_id, f"reserved-capacity/{plan.name}-rc{rc.ordinal}")
-
-
 def _hours_minutes(total_seconds: float) -> tuple[int, int]:
     minutes = int(total_seconds // 60)
     return minutes // 60, minutes % 60
 
 
-def rc_view(runtime: ServiceContext, plan: TrainingPlan, rc: ReservedCapacity) -> dict[str, Any]:
+def rc_view(runtime: ServiceContext, rc: SegmentView) -> dict[str, Any]:
     hours, minutes = _hours_minutes((rc.end - rc.start).total_seconds())
     zone = runtime.fleet.zone(rc.availability_zone)
     return {
-        "ReservedCapacityArn": rc_arn(runtime, plan, rc),
+        "ReservedCapacityArn": rc.arn,
         "ReservedCapacityType": "Instance",
         "InstanceType": rc.instance_type,
         "TotalInstanceCount": rc.count,
@@ -238,12 +217,12 @@ def rc_view(runtime: ServiceContext, plan: TrainingPlan, rc: ReservedCapacity) -
     }
 
 
-def plan_view(runtime: ServiceContext, session: Session, plan: TrainingPlan) -> dict[str, Any]:
-    rcs = lifecycle.segments_of(session, plan.id)
+def plan_view(runtime: ServiceContext, plan: PlanView) -> dict[str, Any]:
+    rcs = plan.segments
     hours, minutes = _hours_minutes(sum((rc.end - rc.start).total_seconds() for rc in rcs))
-    counters = capacity_claims.counters(session, plan, max(rc.count for rc in rcs))
+    counters = plan.counters
     return {
-        "TrainingPlanArn": plan_arn(runtime, plan),
+        "TrainingPlanArn": plan.arn,
         "TrainingPlanName": plan.name,
         "Status": plan.status,
         "StatusMessage": plan.status_message,
@@ -257,5 +236,5 @@ def plan_view(runtime: ServiceContext, session: Session, plan: TrainingPlan) -> 
         "AvailableInstanceCount": counters.available,
         "InUseInstanceCount": counters.in_use,
         "TargetResources": [plan.target],
-        "ReservedCapacitySummaries": [rc_view(runtime, plan, rc) for rc in rcs],
+        "ReservedCapacitySummaries": [rc_view(runtime, rc) for rc in rcs],
     }

@@ -1,0 +1,221 @@
+"""What the native API does with accounts, keys, invoices, ledgers and plan events: each function owns
+its transaction and returns frozen views (or a new key), so that no handler touches the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from sqlalchemy.orm import Session
+
+from hyperplan.clock import utcnow
+from hyperplan.services import accounts, payments, plans, quotas
+from hyperplan.services.accounts import Caller, NewKey
+from hyperplan.services.context import ServiceContext
+from hyperplan.services.quotas import Limits
+from hyperplan.store.schema import Account, Invoice, TrainingPlan
+
+
+@dataclass(frozen=True)
+class KeyView:
+    access_key_id: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+@dataclass(frozen=True)
+class AccountView:
+    id: str
+    name: str
+    is_admin: bool
+    limits: Limits
+    payment_mode: str
+    budget: Decimal
+    spend: Decimal
+    created_at: datetime
+    keys: tuple[KeyView, ...]
+
+
+@dataclass(frozen=True)
+class InvoiceView:
+    id: int
+    account_id: str
+    account_name: str
+    plan_name: str
+    amount: Decimal
+    currency: str
+    status: str
+    created_at: datetime
+    due_at: datetime
+    settled_at: datetime | None
+    note: str
+
+
+@dataclass(frozen=True)
+class LedgerLine:
+    at: datetime
+    amount: Decimal
+    budget_after: Decimal
+    invoice_id: int | None
+    description: str
+
+
+@dataclass(frozen=True)
+class PlanEventView:
+    at: datetime
+    kind: str
+    status: str
+    message: str
+
+
+# -- accounts and keys ------------------------------------------------------------------------------
+
+
+def caller_for_key(runtime: ServiceContext, access_key_id: str) -> tuple[str, Caller] | None:
+    """The secret of a live access key and who signs with it (None for an unknown or revoked key)."""
+    with runtime.db.read() as session:
+        return accounts.caller_for_key(session, access_key_id)
+
+
+def list_accounts(runtime: ServiceContext) -> list[AccountView]:
+    with runtime.db.read() as session:
+        return [_account_view(runtime, session, account) for account in accounts.list_accounts(session)]
+
+
+def create_account(runtime: ServiceContext, name: str, *, is_admin: bool, payment_mode: str | None) -> NewKey:
+    with runtime.db.write() as session:
+        return accounts.create_account(
+            session,
+            name,
+            now=utcnow(),
+            is_admin=is_admin,
+            payment_mode=payment_mode or runtime.fleet.default_payment_mode,
+        )
+
+
+def add_key(runtime: ServiceContext, account_ref: str) -> NewKey:
+    with runtime.db.write() as session:
+        account = accounts.get_account(session, account_ref)
+        return accounts.add_key(session, account.id, now=utcnow())
+
+
+def revoke_key(runtime: ServiceContext, access_key_id: str) -> None:
+    with runtime.db.write() as session:
+        accounts.revoke_key(session, access_key_id, now=utcnow())
+    runtime.keys.forget(access_key_id)  # its next request is refused
+
+
+def update_account(
+    runtime: ServiceContext,
+    account_ref: str,
+    *,
+    max_plans: int | None,
+    max_instances: int | None,
+    mode: str | None,
+    budget: Decimal | None,
+    add_budget: Decimal | None,
+) -> AccountView:
+    with runtime.db.write() as session:
+        quotas.set_limits(session, account_ref, max_plans=max_plans, max_instances=max_instances)
+        account = payments.update_account(
+            session, account_ref, mode=mode, budget=budget, add_budget=add_budget, now=runtime.clock.now()
+        )
+        return _account_view(runtime, session, account)
+
+
+def _account_view(runtime: ServiceContext, session: Session, account: Account) -> AccountView:
+    return AccountView(
+        id=account.id,
+        name=account.name,
+        is_admin=account.is_admin,
+        limits=quotas.limits(runtime, account),
+        payment_mode=account.payment_mode,
+        budget=account.budget,
+        spend=payments.spend(session, account.id),
+        created_at=account.created_at,
+        keys=tuple(
+            KeyView(key.access_key_id, key.created_at, key.revoked_at)
+            for key in accounts.list_keys(session, account.id)
+        ),
+    )
+
+
+def ledger(runtime: ServiceContext, account_ref: str) -> tuple[str, list[LedgerLine]]:
+    """The account's id and its ledger, oldest entry first."""
+    with runtime.db.read() as session:
+        account = accounts.get_account(session, account_ref)
+        return account.id, [
+            LedgerLine(e.at, e.amount, e.budget_after, e.invoice_id, e.description)
+            for e in payments.ledger(session, account.id)
+        ]
+
+
+# -- invoices -----------------------------------------------------------------------------------------
+
+
+def invoice_scope(runtime: ServiceContext, caller: Caller, account_ref: str | None) -> str | None:
+    """Whose invoices the caller lists: administrators every account's (None) or the one they name;
+    others their own."""
+    if not caller.is_admin:
+        return caller.account_id
+    if not account_ref:
+        return None
+    with runtime.db.read() as session:
+        return accounts.get_account(session, account_ref).id
+
+
+def list_invoices(runtime: ServiceContext, account_id: str | None, status: str | None) -> list[InvoiceView]:
+    """The invoices of one account (every account's for None), oldest first."""
+    with runtime.db.read() as session:
+        found = payments.list_invoices(session, account_id=account_id, status=status)
+        return [_invoice_view(session, invoice) for invoice in found]
+
+
+def approve_invoice(runtime: ServiceContext, invoice_id: int) -> InvoiceView:
+    with runtime.db.write() as session:
+        invoice = payments.approve(session, runtime.lifecycle, invoice_id, runtime.clock.now())
+        view = _invoice_view(session, invoice)
+    runtime.wakes.lifecycle.notify()
+    return view
+
+
+def reject_invoice(runtime: ServiceContext, invoice_id: int, reason: str) -> InvoiceView:
+    with runtime.db.write() as session:
+        invoice = payments.reject(session, runtime.lifecycle, invoice_id, reason, runtime.clock.now())
+        return _invoice_view(session, invoice)
+
+
+def _invoice_view(session: Session, invoice: Invoice) -> InvoiceView:
+    plan = session.get(TrainingPlan, invoice.plan_id)
+    account = accounts.get_account(session, invoice.account_id)
+    return InvoiceView(
+        id=invoice.id,
+        account_id=invoice.account_id,
+        account_name=account.name,
+        plan_name=plan.name if plan else "",
+        amount=invoice.amount,
+        currency=invoice.currency,
+        status=invoice.status,
+        created_at=invoice.created_at,
+        due_at=invoice.due_at,
+        settled_at=invoice.settled_at,
+        note=invoice.note,
+    )
+
+
+# -- plan events --------------------------------------------------------------------------------------
+
+
+def plan_events(
+    runtime: ServiceContext, caller: Caller, owner: str | None, name: str
+) -> tuple[str, list[PlanEventView]]:
+    """The plan's name and its events; an administrator may name the account that owns it."""
+    with runtime.db.read() as session:
+        if owner and caller.is_admin:
+            account = accounts.get_account(session, owner)
+            caller = Caller(account.id, account.name, False, caller.access_key_id)
+        plan = plans.get(session, runtime, caller, name)
+        return plan.name, [
+            PlanEventView(e.at, e.kind, e.status, e.message) for e in plans.history(session, plan.id)
+        ]

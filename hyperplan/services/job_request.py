@@ -1,0 +1,341 @@
+"""CreateTrainingJob, decoded once: the rules a request must pass and the frozen value the services keep.
+
+The wire edge (``wire/ops/jobs.py``) calls :meth:`TrainingJobSpec.from_wire`, which checks every rule
+that needs no store, in the order a person would fix them (the modes this back end does not serve, the
+command, the channels and URIs), and decodes the request. The services take the value, never a dict.
+The store keeps the request as it was given (``TrainingJob.request``, JSON): :meth:`TrainingJobSpec.to_json`
+writes it and :meth:`TrainingJobSpec.from_json` reads it back, so stores written before this module read
+the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from hyperplan.core.jsonable import jsonable
+from hyperplan.errors import ValidationError
+from hyperplan.storage import StorageError, parse_s3_uri
+from hyperplan.training.contract import (
+    DEFAULT_CHECKPOINT_PATH,
+    Channel,
+    JobSpec,
+    NoCommand,
+    UnsupportedInput,
+    build_contract,
+    channel_name_problem,
+    channel_variable_clashes,
+    host_names,
+)
+
+DEFAULT_MAX_RUNTIME = 86_400  # SageMaker's default MaxRuntimeInSeconds: one day
+
+# Members that ask for something this deployment does not do; refused by name when they ask for it.
+UNSERVED: dict[str, str] = {
+    "DebugRuleConfigurations": "Debugger rule evaluations",
+    "ProfilerRuleConfigurations": "profiler rule evaluations",
+    "TensorBoardOutputConfig": "TensorBoard output",
+    "ServerlessJobConfig": "serverless jobs",
+    "MlflowConfig": "MLflow tracking",
+    "ModelPackageConfig": "model packages",
+    "RetryStrategy": "automatic retries",
+}
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """AlgorithmSpecification: the command to run (entrypoint and arguments) and the image that names the
+    Python to run it with."""
+
+    entrypoint: tuple[str, ...] = ()
+    arguments: tuple[str, ...] = ()
+    image: str | None = None
+
+
+@dataclass(frozen=True)
+class Checkpoints:
+    """CheckpointConfig: where checkpoints are kept, and where the instances see them."""
+
+    uri: str
+    local_path: str = DEFAULT_CHECKPOINT_PATH
+
+
+@dataclass(frozen=True)
+class StoppingCondition:
+    max_runtime_seconds: int | None = None
+    max_pending_seconds: int | None = None
+
+    @property
+    def max_runtime(self) -> int:
+        return self.max_runtime_seconds or DEFAULT_MAX_RUNTIME
+
+
+@dataclass(frozen=True)
+class TrainingJobSpec:
+    """A checked CreateTrainingJob request. `as_given` is the request as it was given (JSON-ready): it is
+    what the store keeps and what DescribeTrainingJob echoes; the other fields are what the services
+    read. Treat `as_given` and the mappings as read-only."""
+
+    name: str
+    instance_type: str
+    instance_count: int
+    plan_arn: str | None
+    algorithm: Algorithm
+    channels: tuple[Channel, ...]
+    output_path: str
+    checkpoints: Checkpoints | None
+    hyperparameters: Mapping[str, str]
+    environment: Mapping[str, str]
+    stopping: StoppingCondition
+    as_given: Mapping[str, Any]
+
+    @classmethod
+    def from_wire(cls, request: Mapping[str, Any]) -> TrainingJobSpec:
+        """Check every rule that needs no store, then decode. Nothing is written before this passes."""
+        check_request(request)
+        spec = cls.decode(request)
+        try:
+            build_contract(spec.instance("algo-1"), Path("/nonexistent"))  # pure: command and channels
+        except NoCommand as exc:
+            raise ValidationError(f"AlgorithmSpecification: {exc}.") from None
+        except UnsupportedInput as exc:
+            raise ValidationError(f"InputDataConfig: {exc}.") from None
+        return spec
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainingJobSpec:
+        """A stored request (checked when it was created), read back."""
+        return cls.decode(json.loads(text))
+
+    def to_json(self) -> str:
+        return json.dumps(self.as_given)
+
+    @classmethod
+    def decode(cls, request: Mapping[str, Any]) -> TrainingJobSpec:
+        """The value of a request that passed :func:`check_request` (no rule is checked here)."""
+        resources = request["ResourceConfig"]
+        algorithm = request.get("AlgorithmSpecification") or {}
+        checkpoint = request.get("CheckpointConfig") or {}
+        stopping = request.get("StoppingCondition") or {}
+        return cls(
+            name=request["TrainingJobName"],
+            instance_type=resources["InstanceType"],
+            instance_count=resources["InstanceCount"],
+            plan_arn=resources.get("TrainingPlanArn"),
+            algorithm=Algorithm(
+                entrypoint=tuple(algorithm.get("ContainerEntrypoint") or ()),
+                arguments=tuple(algorithm.get("ContainerArguments") or ()),
+                image=algorithm.get("TrainingImage"),
+            ),
+            channels=_channels(request),
+            output_path=request["OutputDataConfig"]["S3OutputPath"],
+            checkpoints=(
+                Checkpoints(checkpoint["S3Uri"], checkpoint.get("LocalPath") or DEFAULT_CHECKPOINT_PATH)
+                if checkpoint.get("S3Uri")
+                else None
+            ),
+            hyperparameters=dict(request.get("HyperParameters") or {}),
+            environment=dict(request.get("Environment") or {}),
+            stopping=StoppingCondition(
+                max_runtime_seconds=stopping.get("MaxRuntimeInSeconds"),
+                max_pending_seconds=stopping.get("MaxPendingTimeInSeconds"),
+            ),
+            as_given=jsonable(request),
+        )
+
+    @property
+    def checkpoint_uri(self) -> str | None:
+        return self.checkpoints.uri if self.checkpoints else None
+
+    def stopping_condition_echo(self) -> dict[str, Any]:
+        """As DescribeTrainingJob echoes it: the request's, with the default MaxRuntimeInSeconds filled in."""
+        condition = dict(self.as_given.get("StoppingCondition") or {})
+        condition.setdefault("MaxRuntimeInSeconds", DEFAULT_MAX_RUNTIME)
+        return condition
+
+    def instance(
+        self, host: str, segment_end: datetime | None = None, interpreter: str | None = None
+    ) -> JobSpec:
+        """The contract's view of one instance of the job. `interpreter` runs Python programs: the one
+        the fleet file names for the job's image, else the server's own."""
+        return JobSpec(
+            job_name=self.name,
+            instance_type=self.instance_type,
+            hosts=host_names(self.instance_count),
+            current_host=host,
+            output_path=self.output_path,
+            hyperparameters=dict(self.hyperparameters),
+            channels=self.channels,
+            environment=dict(self.environment),
+            checkpoint_uri=self.checkpoint_uri,
+            checkpoint_local_path=self.checkpoints.local_path
+            if self.checkpoints
+            else DEFAULT_CHECKPOINT_PATH,
+            segment_end_epoch=int(segment_end.timestamp()) if segment_end else None,
+            entrypoint=self.algorithm.entrypoint,
+            arguments=self.algorithm.arguments,
+            image_uri=self.algorithm.image,
+            cpu_count=os.cpu_count() or 1,
+            interpreter=interpreter or sys.executable,
+        )
+
+
+def _channels(request: Mapping[str, Any]) -> tuple[Channel, ...]:
+    default_mode = (request.get("AlgorithmSpecification") or {}).get("TrainingInputMode") or "File"
+    channels = []
+    for channel in request.get("InputDataConfig") or []:
+        s3 = channel["DataSource"].get("S3DataSource") or {}
+        channels.append(
+            Channel(
+                name=channel["ChannelName"],
+                uri=s3.get("S3Uri", ""),
+                content_type=channel.get("ContentType"),
+                input_mode=channel.get("InputMode") or default_mode,
+                distribution=s3.get("S3DataDistributionType") or "FullyReplicated",
+                data_type=s3.get("S3DataType") or "S3Prefix",
+            )
+        )
+    return tuple(channels)
+
+
+# -- the rules --------------------------------------------------------------------------------------
+
+
+def check_request(request: Mapping[str, Any]) -> None:
+    """Every rule on the request's members, in the order a person would fix them; each refusal names the
+    member and what this back end needs instead."""
+    _refuse_unserved(request)
+    resources = request.get("ResourceConfig")
+    if not resources:
+        raise ValidationError("ResourceConfig is required: give InstanceType and InstanceCount.")
+    for member, what in (
+        ("InstanceGroups", "heterogeneous clusters"),
+        ("InstancePreferences", "instance preferences (flexible training plans)"),
+        ("InstancePlacementConfig", "instance placement"),
+    ):
+        if resources.get(member):
+            raise ValidationError(f"ResourceConfig.{member}: this deployment does not serve {what}.")
+    if resources.get("KeepAlivePeriodInSeconds"):
+        raise ValidationError("ResourceConfig.KeepAlivePeriodInSeconds: this deployment has no warm pools.")
+    for member in ("InstanceType", "InstanceCount"):
+        if member not in resources:
+            raise ValidationError(f"ResourceConfig.{member} is required.")
+    if resources["InstanceCount"] < 1:
+        raise ValidationError("ResourceConfig.InstanceCount must be at least 1.")
+    _check_algorithm(request)
+    _check_output(request)
+
+
+def _refuse_unserved(request: Mapping[str, Any]) -> None:
+    for member, what in UNSERVED.items():
+        if request.get(member):
+            raise ValidationError(f"{member}: this deployment does not serve {what}.")
+    if request.get("EnableManagedSpotTraining"):
+        raise ValidationError("EnableManagedSpotTraining: this deployment has no spot capacity.")
+    if (request.get("StoppingCondition") or {}).get("MaxWaitTimeInSeconds") is not None:
+        raise ValidationError(
+            "StoppingCondition.MaxWaitTimeInSeconds: it is for managed spot training, which this deployment "
+            "does not serve; use MaxPendingTimeInSeconds to bound the wait for a plan's capacity."
+        )
+    if request.get("EnableNetworkIsolation"):
+        raise ValidationError(
+            "EnableNetworkIsolation: instances run as local processes here and cannot be cut off from the "
+            "network."
+        )
+    if (request.get("RemoteDebugConfig") or {}).get("EnableRemoteDebug"):
+        raise ValidationError("RemoteDebugConfig.EnableRemoteDebug: this deployment does not serve it.")
+    if (request.get("InfraCheckConfig") or {}).get("EnableInfraCheck"):
+        raise ValidationError("InfraCheckConfig.EnableInfraCheck: this deployment does not serve it.")
+
+
+def _check_algorithm(request: Mapping[str, Any]) -> None:
+    algorithm = request.get("AlgorithmSpecification")
+    if not algorithm:
+        raise ValidationError(
+            "AlgorithmSpecification is required: give TrainingInputMode and ContainerEntrypoint (or script "
+            "mode hyperparameters)."
+        )
+    if algorithm.get("AlgorithmName"):
+        raise ValidationError(
+            "AlgorithmSpecification.AlgorithmName: this deployment runs commands, not algorithm resources; "
+            "give ContainerEntrypoint."
+        )
+    if algorithm.get("TrainingInputMode") == "Pipe":
+        raise ValidationError(
+            "AlgorithmSpecification.TrainingInputMode: Pipe mode is not served by this back end; use File "
+            "or FastFile."
+        )
+    for index, channel in enumerate(request.get("InputDataConfig") or []):
+        _check_channel(channel, f"InputDataConfig[{index}]")
+    names = [channel["ChannelName"] for channel in request.get("InputDataConfig") or []]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise ValidationError(
+            f"InputDataConfig: channel name(s) {', '.join(repeated)} appear more than once."
+        )
+    for variable, clashing in channel_variable_clashes(names).items():
+        raise ValidationError(
+            f"InputDataConfig: channels {' and '.join(map(repr, clashing))} would both set {variable}; "
+            "rename one."
+        )
+
+
+def _check_channel(channel: Mapping[str, Any], where: str) -> None:
+    problem = channel_name_problem(channel["ChannelName"])
+    if problem is not None:  # its objects would land outside input/data/NAME
+        raise ValidationError(f"{where}.ChannelName: {channel['ChannelName']!r} {problem}.")
+    source = channel["DataSource"]
+    s3 = source.get("S3DataSource")
+    if s3 is None:
+        raise ValidationError(
+            f"{where}.DataSource: only S3DataSource is served by this back end (buckets map to storage in "
+            "the fleet file)."
+        )
+    for member, what in (
+        ("InstanceGroupNames", "heterogeneous clusters"),
+        ("ModelAccessConfig", "model access configuration"),
+        ("HubAccessConfig", "hub content"),
+        ("AttributeNames", "augmented manifests"),
+    ):
+        if s3.get(member):
+            raise ValidationError(
+                f"{where}.DataSource.S3DataSource.{member}: this deployment does not serve {what}."
+            )
+    if channel.get("CompressionType") == "Gzip":
+        raise ValidationError(f"{where}.CompressionType: Gzip (a Pipe-mode feature) is not served; use None.")
+    if channel.get("RecordWrapperType") == "RecordIO":
+        raise ValidationError(f"{where}.RecordWrapperType: RecordIO (a Pipe-mode feature) is not served.")
+    if channel.get("ShuffleConfig"):
+        raise ValidationError(f"{where}.ShuffleConfig: a Pipe-mode feature, not served.")
+    if channel.get("InputMode") == "Pipe":
+        raise ValidationError(
+            f"{where}.InputMode: Pipe mode is not served by this back end; use File or FastFile."
+        )
+    _check_uri(s3["S3Uri"], f"{where}.DataSource.S3DataSource.S3Uri")
+
+
+def _check_output(request: Mapping[str, Any]) -> None:
+    output = request["OutputDataConfig"]
+    _check_uri(output["S3OutputPath"], "OutputDataConfig.S3OutputPath")
+    if output.get("CompressionType") == "NONE":
+        raise ValidationError(
+            "OutputDataConfig.CompressionType: NONE is not served; the model is stored as model.tar.gz."
+        )
+    checkpoint = request.get("CheckpointConfig")
+    if checkpoint:
+        _check_uri(checkpoint["S3Uri"], "CheckpointConfig.S3Uri")
+
+
+def _check_uri(uri: str, where: str) -> None:
+    try:
+        parse_s3_uri(uri)
+    except StorageError as exc:
+        raise ValidationError(
+            f"{where}: {exc.reason} ({uri}); this deployment stores objects at s3:// URIs."
+        ) from None

@@ -1,0 +1,103 @@
+"""Training jobs as the handlers show them: each function owns its read transaction and returns frozen
+views, so that no handler touches the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import select
+
+from hyperplan.services import jobs
+from hyperplan.services.accounts import Caller
+from hyperplan.services.context import ServiceContext
+from hyperplan.services.job_request import TrainingJobSpec
+from hyperplan.store.schema import TrainingJob, TrainingPlan
+from hyperplan.training.workspace import model_uri
+
+
+@dataclass(frozen=True)
+class TransitionView:
+    status: str
+    started_at: datetime
+    ended_at: datetime | None
+    message: str
+
+
+@dataclass(frozen=True)
+class JobView:
+    name: str
+    arn: str
+    model_uri: str  # where the model is, or (until it is stored) where it will be
+    status: str
+    secondary_status: str
+    request: TrainingJobSpec
+    created_at: datetime
+    updated_at: datetime
+    transitions: tuple[TransitionView, ...]
+    failure_reason: str
+    training_start_at: datetime | None
+    training_end_at: datetime | None
+    running_seconds: int  # across segments, up to now
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    name: str
+    arn: str
+    created_at: datetime
+    updated_at: datetime
+    status: str
+    secondary_status: str
+    training_end_at: datetime | None
+    plan_arn: str | None
+
+
+def describe(runtime: ServiceContext, caller: Caller, name: str) -> JobView:
+    now = runtime.clock.now()
+    with runtime.db.read() as session:
+        job = jobs.get(session, runtime, caller, name)
+        request = jobs.request_of(job)
+        return JobView(
+            name=job.name,
+            arn=jobs.job_arn(runtime, job),
+            model_uri=job.model_uri or model_uri(request.instance("algo-1", job.segment_end)),
+            status=job.status,
+            secondary_status=job.secondary_status,
+            request=request,
+            created_at=job.created_at,
+            updated_at=job.updated_at,
+            transitions=tuple(
+                TransitionView(t.status, t.started_at, t.ended_at, t.message)
+                for t in jobs.transitions_of(session, job)
+            ),
+            failure_reason=job.failure_reason,
+            training_start_at=job.training_start_at,
+            training_end_at=job.training_end_at,
+            running_seconds=int(jobs.running_time(job, now).total_seconds()),
+        )
+
+
+def summaries(runtime: ServiceContext, caller: Caller) -> list[JobSummary]:
+    """Every job of the caller's account, oldest first."""
+    with runtime.db.read() as session:
+        plans = {
+            plan.id: jobs.plan_arn(runtime, plan)
+            for plan in session.scalars(
+                select(TrainingPlan).where(TrainingPlan.account_id == caller.account_id)
+            )
+        }
+        return [_summary(runtime, job, plans) for job in jobs.list_jobs(session, caller.account_id)]
+
+
+def _summary(runtime: ServiceContext, job: TrainingJob, plans: dict[int, str]) -> JobSummary:
+    return JobSummary(
+        name=job.name,
+        arn=jobs.job_arn(runtime, job),
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        status=job.status,
+        secondary_status=job.secondary_status,
+        training_end_at=job.training_end_at,
+        plan_arn=plans[job.plan_id] if job.plan_id is not None else None,
+    )

@@ -1,0 +1,204 @@
+"""The decoders of the requests services keep (services/job_request.py, services/cluster_request.py):
+what they read, that the stored JSON reads back the same (and stays the form older stores hold), and
+that a request the rules refuse gets the ValidationException message it always got."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from hyperplan.errors import ValidationError
+from hyperplan.services.cluster_request import ClusterSettings, ClusterSpec, ClusterUpdate, InstanceGroupSpec
+from hyperplan.services.job_request import DEFAULT_MAX_RUNTIME, TrainingJobSpec
+from hyperplan.training.contract import DEFAULT_CHECKPOINT_PATH
+
+JOB: dict[str, Any] = {
+    "TrainingJobName": "job",
+    "RoleArn": "arn:aws:iam::123456789012:role/training",
+    "AlgorithmSpecification": {
+        "TrainingInputMode": "FastFile",
+        "ContainerEntrypoint": ["python", "train.py"],
+        "ContainerArguments": ["--epochs", "3"],
+        "TrainingImage": "example/pytorch:2",
+    },
+    "InputDataConfig": [
+        {"ChannelName": "train", "DataSource": {"S3DataSource": {"S3Uri": "s3://bucket/train/"}}},
+        {
+            "ChannelName": "test",
+            "InputMode": "File",
+            "ContentType": "text/csv",
+            "DataSource": {
+                "S3DataSource": {
+                    "S3Uri": "s3://bucket/test/",
+                    "S3DataType": "S3Prefix",
+                    "S3DataDistributionType": "ShardedByS3Key",
+                }
+            },
+        },
+    ],
+    "OutputDataConfig": {"S3OutputPath": "s3://bucket/output"},
+    "CheckpointConfig": {"S3Uri": "s3://bucket/checkpoints"},
+    "ResourceConfig": {
+        "InstanceType": "ml.m5.12xlarge",
+        "InstanceCount": 2,
+        "TrainingPlanArn": "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p",
+    },
+    "StoppingCondition": {"MaxPendingTimeInSeconds": 7200},
+    "HyperParameters": {"lr": "0.1"},
+    "Environment": {"MODE": "fast"},
+}
+
+
+def _with(**members: Any) -> dict[str, Any]:
+    return {**JOB, **members}
+
+
+def test_a_job_request_is_decoded_into_what_the_services_read() -> None:
+    spec = TrainingJobSpec.from_wire(JOB)
+    assert (spec.name, spec.instance_type, spec.instance_count) == ("job", "ml.m5.12xlarge", 2)
+    assert spec.plan_arn == JOB["ResourceConfig"]["TrainingPlanArn"]
+    assert spec.algorithm.entrypoint == ("python", "train.py")
+    assert spec.algorithm.arguments == ("--epochs", "3")
+    assert spec.algorithm.image == "example/pytorch:2"
+    train, test = spec.channels
+    assert (train.name, train.uri, train.input_mode) == ("train", "s3://bucket/train/", "FastFile")
+    assert (test.input_mode, test.content_type, test.distribution) == ("File", "text/csv", "ShardedByS3Key")
+    assert spec.output_path == "s3://bucket/output"
+    assert spec.checkpoint_uri == "s3://bucket/checkpoints"
+    assert spec.checkpoints is not None and spec.checkpoints.local_path == DEFAULT_CHECKPOINT_PATH
+    assert spec.stopping.max_pending_seconds == 7200
+    assert spec.stopping.max_runtime == DEFAULT_MAX_RUNTIME
+    assert spec.stopping_condition_echo() == {"MaxPendingTimeInSeconds": 7200, "MaxRuntimeInSeconds": 86400}
+    assert dict(spec.hyperparameters) == {"lr": "0.1"} and dict(spec.environment) == {"MODE": "fast"}
+    instance = spec.instance("algo-2", datetime(2030, 1, 1, tzinfo=UTC), "/usr/bin/python3")
+    assert instance.hosts == ("algo-1", "algo-2") and instance.current_host == "algo-2"
+    assert instance.segment_end_epoch == int(datetime(2030, 1, 1, tzinfo=UTC).timestamp())
+    assert instance.interpreter == "/usr/bin/python3"
+
+
+def test_a_job_request_round_trips_through_its_stored_json() -> None:
+    spec = TrainingJobSpec.from_wire(JOB)
+    assert TrainingJobSpec.from_json(spec.to_json()) == spec
+    assert json.loads(spec.to_json()) == JOB  # the request as it was given, as the store always kept it
+
+
+def test_a_job_stored_before_the_decoder_existed_reads_the_same() -> None:
+    stored = json.dumps(
+        {
+            "TrainingJobName": "old",
+            "AlgorithmSpecification": {"TrainingInputMode": "File", "ContainerEntrypoint": ["true"]},
+            "OutputDataConfig": {"S3OutputPath": "s3://bucket/out"},
+            "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1},
+        }
+    )
+    spec = TrainingJobSpec.from_json(stored)
+    assert (spec.name, spec.plan_arn, spec.checkpoints, spec.channels) == ("old", None, None, ())
+    assert spec.stopping.max_runtime == DEFAULT_MAX_RUNTIME
+    assert spec.to_json() == stored
+
+
+@pytest.mark.parametrize(
+    ("request_", "message"),
+    [
+        ({k: v for k, v in JOB.items() if k != "ResourceConfig"}, "ResourceConfig is required: give "),
+        (_with(EnableManagedSpotTraining=True), "EnableManagedSpotTraining: this deployment has no spot"),
+        (_with(RetryStrategy={"MaximumRetryAttempts": 2}), "RetryStrategy: this deployment does not serve "),
+        (
+            _with(ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 0}),
+            "ResourceConfig.InstanceCount must be at least 1.",
+        ),
+        (
+            _with(
+                ResourceConfig={
+                    "InstanceType": "ml.m5.large",
+                    "InstanceCount": 1,
+                    "KeepAlivePeriodInSeconds": 60,
+                }
+            ),
+            "ResourceConfig.KeepAlivePeriodInSeconds: this deployment has no warm pools.",
+        ),
+        (
+            _with(AlgorithmSpecification={"TrainingInputMode": "Pipe", "ContainerEntrypoint": ["true"]}),
+            "AlgorithmSpecification.TrainingInputMode: Pipe mode is not served",
+        ),
+        (
+            _with(AlgorithmSpecification={"TrainingInputMode": "File", "AlgorithmName": "xgboost"}),
+            "AlgorithmSpecification.AlgorithmName: this deployment runs commands",
+        ),
+        (
+            _with(InputDataConfig=[JOB["InputDataConfig"][0]] * 2),
+            "InputDataConfig: channel name(s) train appear",
+        ),
+        (_with(OutputDataConfig={"S3OutputPath": "https://bucket/out"}), "OutputDataConfig.S3OutputPath: "),
+        (_with(CheckpointConfig={"S3Uri": "file:///data/checkpoints"}), "CheckpointConfig.S3Uri: "),
+        (
+            _with(StoppingCondition={"MaxWaitTimeInSeconds": 60}),
+            "StoppingCondition.MaxWaitTimeInSeconds: it is for managed spot training",
+        ),
+        (
+            _with(AlgorithmSpecification={"TrainingInputMode": "File"}),
+            "AlgorithmSpecification: ",  # nothing to run: the contract says why
+        ),
+    ],
+)
+def test_a_job_request_the_rules_refuse_gets_its_message(request_: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        TrainingJobSpec.from_wire(request_)
+    assert str(refused.value).startswith(message), str(refused.value)
+
+
+GROUP: dict[str, Any] = {
+    "InstanceGroupName": "workers",
+    "InstanceType": "ml.m5.large",
+    "InstanceCount": 2,
+    "LifeCycleConfig": {"SourceS3Uri": "s3://bucket/lifecycle/", "OnCreate": "on_create.sh"},
+    "ExecutionRole": "arn:aws:iam::123456789012:role/cluster",
+    "TrainingPlanArn": "arn:aws:sagemaker:us-east-1:123456789012:training-plan/p",
+    "OverrideVpcConfig": {"Subnets": ["subnet-a"], "SecurityGroupIds": ["sg-1"]},
+}
+
+
+def test_an_instance_group_is_decoded_into_what_the_services_read() -> None:
+    group = InstanceGroupSpec.from_wire(GROUP)
+    assert (group.name, group.instance_type, group.instance_count) == ("workers", "ml.m5.large", 2)
+    assert group.plan_arn == GROUP["TrainingPlanArn"]
+    assert (group.lifecycle.source_uri, group.lifecycle.on_create) == (
+        "s3://bucket/lifecycle/",
+        "on_create.sh",
+    )
+    assert group.override_subnets == ("subnet-a",)
+    assert not group.capacity_requirements
+    bare = InstanceGroupSpec.from_wire(
+        {"InstanceGroupName": "g", "InstanceCount": 1, "OverrideVpcConfig": {}}
+    )
+    # No instance type: the service refuses it, naming the group; an empty override is no override.
+    assert (bare.instance_type, bare.override_subnets, bare.plan_arn) == (None, None, None)
+    assert bare.lifecycle.source_uri is None and bare.lifecycle.on_create is None
+
+
+def test_an_instance_group_round_trips_through_its_stored_json() -> None:
+    group = InstanceGroupSpec.from_wire(GROUP)
+    assert InstanceGroupSpec.from_json(group.to_json()) == group
+    assert json.loads(group.to_json()) == GROUP
+
+
+def test_cluster_requests_keep_their_settings_and_groups() -> None:
+    request = {
+        "ClusterName": "c",
+        "InstanceGroups": [GROUP],
+        "VpcConfig": {"Subnets": ["subnet-b"], "SecurityGroupIds": ["sg-2"]},
+        "Orchestrator": {"Eks": {"ClusterArn": "arn:aws:eks:us-east-1:123456789012:cluster/e"}},
+        "Tags": [{"Key": "team", "Value": "ml"}],
+    }
+    spec = ClusterSpec.from_wire(request)
+    assert spec.name == "c" and spec.groups == (InstanceGroupSpec.from_wire(GROUP),)
+    assert set(spec.settings.as_given) == {"VpcConfig", "Orchestrator"}  # what the store keeps as given
+    assert spec.settings.subnets == ("subnet-b",)
+    assert ClusterSettings.from_json(spec.settings.to_json()) == spec.settings
+    assert ClusterSettings.from_json("{}").subnets == ()
+    assert ClusterSpec.from_wire({"ClusterName": "empty"}).groups == ()  # refused by the service, by name
+    update = ClusterUpdate.from_wire({"ClusterName": "c", "InstanceGroupsToDelete": ["old"]})
+    assert (update.name, update.groups, update.groups_to_delete) == ("c", (), ("old",))
