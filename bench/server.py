@@ -79,8 +79,11 @@ def prepare_store(data_dir: Path, spec: FillSpec, clients: int) -> Store:
     runtime = application.context
     now = runtime.clock.now()
     with runtime.db.write() as session:
-        filler = accounts.create_account(session, "bench-fill", now=now)
-        keys = [accounts.create_account(session, f"bench-client-{i}", now=now) for i in range(clients)]
+        box = runtime.secret_box
+        filler = accounts.create_account(session, "bench-fill", box=box, now=now)
+        keys = [
+            accounts.create_account(session, f"bench-client-{i}", box=box, now=now) for i in range(clients)
+        ]
     calendar = CapacityCalendar(runtime.fleet.pools)
     began = time.perf_counter()
     bookings = fill(runtime.fleet, calendar, now, spec)

@@ -104,7 +104,7 @@ def write_store(data_dir: Path, groups: tuple[Group, ...], setup_seconds: float 
 
 def _account(runtime: ServiceContext, now: datetime) -> Caller:
     with runtime.db.write() as session:
-        key = accounts.create_account(session, "bench-lifecycle", now=now)
+        key = accounts.create_account(session, "bench-lifecycle", box=runtime.secret_box, now=now)
     return Caller(key.account_id, key.account_name, False, key.access_key_id)
 
 

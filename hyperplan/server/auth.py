@@ -35,7 +35,7 @@ def authenticate(runtime: ServiceContext, request: Request, body: bytes) -> Call
 
     def load(access_key_id: str) -> tuple[str, Caller] | None:
         with runtime.db.read() as session:
-            return accounts.caller_for_key(session, access_key_id)
+            return accounts.caller_for_key(session, runtime.secret_box, access_key_id)
 
     def lookup_secret(access_key_id: str) -> str | None:
         entry = runtime.keys.get(access_key_id, load)

@@ -60,9 +60,16 @@ def create_webhook(request: NativeRequest) -> dict[str, Any]:
     account = fields.required_text(request.body, "Account")
     url = fields.required_text(request.body, "Url", max_length=webhooks.MAX_URL_LENGTH)
     with request.runtime.db.write() as session:
-        view = webhooks.register(session, account, url, utcnow(), targets=request.runtime.fleet.webhooks)
+        view = webhooks.register(
+            session,
+            account,
+            url,
+            utcnow(),
+            targets=request.runtime.fleet.webhooks,
+            box=request.runtime.secret_box,
+        )
         # The only answer that carries the secret: it is not shown again.
-        return {**_webhook_json(view), "Secret": view.webhook.secret}
+        return {**_webhook_json(view), "Secret": view.secret}
 
 
 def list_webhooks(request: NativeRequest) -> dict[str, Any]:
