@@ -23,7 +23,7 @@ from hyperplan.errors import AccessDenied
 from hyperplan.server import fields
 from hyperplan.server.auth import authenticate, require_admin
 from hyperplan.server.errors import native_error_response
-from hyperplan.services import accounts, clusters, payments, plans, quotas
+from hyperplan.services import accounts, clusters, payments, plans, quotas, sealed_secrets
 from hyperplan.services import clock as clock_service
 from hyperplan.services import fleet as fleet_service
 from hyperplan.services.accounts import Caller, NewKey
@@ -138,6 +138,7 @@ def create_account(request: NativeRequest) -> dict[str, Any]:
         key = accounts.create_account(
             session,
             fields.required_text(body, "Name", max_length=63),
+            box=request.runtime.secret_box,
             now=utcnow(),
             is_admin=bool(fields.boolean(body, "Admin")),
             payment_mode=fields.text(body, "PaymentMode", required=False, max_length=16)
@@ -149,7 +150,7 @@ def create_account(request: NativeRequest) -> dict[str, Any]:
 def add_key(request: NativeRequest) -> dict[str, Any]:
     with request.runtime.db.write() as session:
         account = accounts.get_account(session, request.path["account"])
-        key = accounts.add_key(session, account.id, now=utcnow())
+        key = accounts.add_key(session, account.id, box=request.runtime.secret_box, now=utcnow())
     return _key_json(key)
 
 
@@ -161,6 +162,13 @@ def revoke_key(request: NativeRequest) -> dict[str, Any]:
 
 
 # -- the clock ------------------------------------------------------------------------------------
+
+
+def rotate_master_key(request: NativeRequest) -> dict[str, Any]:
+    runtime = request.runtime
+    rotation = sealed_secrets.rotate_master_key(runtime.db, runtime.secret_box)
+    runtime.keys.forget()  # nothing changed for a signer, but no cached entry outlives its sealing
+    return {"AccessKeysResealed": rotation.access_keys, "WebhooksResealed": rotation.webhooks}
 
 
 def _clock_json(state: clock_service.ClockState) -> dict[str, Any]:
@@ -449,6 +457,7 @@ def routes() -> list[Route]:
         ),
         NativeRoute("POST", "/api/v1/accounts/{account}/keys", add_key, admin=True),
         NativeRoute("DELETE", "/api/v1/keys/{key}", revoke_key, admin=True),
+        NativeRoute("POST", "/api/v1/master-key/rotate", rotate_master_key, admin=True),
         NativeRoute("GET", "/api/v1/clock", show_clock),
         NativeRoute("POST", "/api/v1/clock/advance", advance_clock, admin=True, body=("Duration",)),
         NativeRoute("POST", "/api/v1/clock/set", set_clock, admin=True, body=("Time",)),
