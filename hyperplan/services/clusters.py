@@ -48,7 +48,7 @@ from hyperplan.errors import Conflict, ResourceInUse, ResourceLimitExceeded, Res
 from hyperplan.services import lifecycle, on_demand, plan_capacity
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
-from hyperplan.storage import Storage, StorageError
+from hyperplan.storage import Storage, StorageError, parse_s3_uri
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, ReservedCapacity, TrainingPlan
 from hyperplan.worker import Worker
@@ -254,7 +254,18 @@ def _check_in_service(cluster: Cluster) -> None:
 
 def _check_lifecycle_scripts(specs: list[Mapping[str, Any]], where: str) -> None:
     for index, spec in enumerate(specs):
-        check_lifecycle_script(f"{where}[{index}]", (spec.get("LifeCycleConfig") or {}).get("OnCreate"))
+        config = spec.get("LifeCycleConfig") or {}
+        check_lifecycle_script(f"{where}[{index}]", config.get("OnCreate"))
+        if config.get("SourceS3Uri"):
+            _check_source_uri(config["SourceS3Uri"], f"{where}[{index}].LifeCycleConfig.SourceS3Uri")
+
+
+def _check_source_uri(uri: str, where: str) -> None:
+    """Refused now, naming the URI, rather than when the first node would copy it."""
+    try:
+        parse_s3_uri(uri)
+    except StorageError as exc:
+        raise ValidationError(f"{where}: {exc.reason} ({uri}).") from None
 
 
 def _check_unique_names(specs: list[Mapping[str, Any]], where: str) -> None:
