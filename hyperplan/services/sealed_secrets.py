@@ -108,12 +108,22 @@ def rotate_master_key(db: Database, box: SecretBox) -> Rotation:
             box.use_keys(old_keys)  # nothing was committed: the old key seals again
             raise
         box.use_keys(keys[:1])
+    _compact_after_rotation(db)
     log.info(
         "rotated the master key: %d access-key secrets and %d webhook secrets sealed again",
         rotation.access_keys,
         rotation.webhooks,
     )
     return rotation
+
+
+def _compact_after_rotation(db: Database) -> None:
+    """Rewrite the file so that no free page or old log frame keeps a token of the old key (which a
+    rotation is usually there to retire). The rotation has committed: a failure here is only logged."""
+    try:
+        db.compact()
+    except Exception:
+        log.warning("the master key was rotated, but the database file could not be compacted", exc_info=True)
 
 
 def _reseal_all(session: Session, box: SecretBox) -> Rotation:

@@ -8,7 +8,9 @@ start, saying why.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -93,6 +95,9 @@ def test_after_rotating_the_master_key_every_key_still_signs_requests(
     assert not works(server, revoked)
     assert _signing_secret(server, int(hook["WebhookId"])) == hook["Secret"]
     _assert_sealed_under(server.data_dir, new_key, not_under=old_key)
+    raw = database_bytes(server.data_dir)
+    assert len(_tokens_opened_by(new_key, raw)) >= 5  # the scan finds tokens where they are
+    assert not _tokens_opened_by(old_key, raw)  # and none of the old key's, not even in a free page
 
     server.restart()  # a fresh start reads the new key file
     assert all(works(server, key) for key in [ADMIN, *tenants])
@@ -106,6 +111,20 @@ def _signing_secret(server: InProcessServer, webhook_id: int) -> str:
         hook = session.get(Webhook, webhook_id)
         assert hook is not None
         return webhooks.signing_secret(hook, context.secret_box)
+
+
+def _tokens_opened_by(key: bytes, raw: bytes) -> list[bytes]:
+    """Every Fernet token anywhere in `raw` that `key` opens. A record stores its columns side by side, so
+    a token may run on into the next column's text: each candidate is tried at every length a token may
+    have (a multiple of 4), longest first."""
+    opened = []
+    for candidate in re.findall(rb"gAAAAA[A-Za-z0-9_=-]+", raw):
+        for length in range(len(candidate) - len(candidate) % 4, 99, -4):
+            with contextlib.suppress(InvalidToken):
+                Fernet(key).decrypt(candidate[:length])
+                opened.append(candidate[:length])
+                break
+    return opened
 
 
 def _assert_sealed_under(data_dir: Path, key: bytes, *, not_under: bytes) -> None:
