@@ -63,7 +63,7 @@ def _call(
 def _caller_for_key(runtime: ServiceContext, key_id: str) -> tuple[str, accounts.Caller] | None:
     """What the server's authentication does to find a key's secret: a read transaction and a query."""
     with runtime.db.read() as session:
-        return accounts.caller_for_key(session, key_id)
+        return accounts.caller_for_key(session, runtime.secret_box, key_id)
 
 
 def _stages(store: Store, endpoint: Endpoint, operation: str, payload: dict[str, Any], stages: Stages) -> Any:

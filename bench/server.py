@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import shutil
 import signal
 import socket
 import sqlite3
@@ -31,6 +32,7 @@ from hyperplan.core.offering_ids import OfferingClaim, OfferingSegment, encode
 from hyperplan.services import accounts, plans
 from hyperplan.services.accounts import Caller, NewKey
 from hyperplan.services.context import ServiceContext
+from hyperplan.store.master_key import KEY_FILE_NAME
 
 FLEET = Path(__file__).with_name("fleet.toml")
 HOST = "127.0.0.1"
@@ -79,8 +81,11 @@ def prepare_store(data_dir: Path, spec: FillSpec, clients: int) -> Store:
     runtime = application.context
     now = runtime.clock.now()
     with runtime.db.write() as session:
-        filler = accounts.create_account(session, "bench-fill", now=now)
-        keys = [accounts.create_account(session, f"bench-client-{i}", now=now) for i in range(clients)]
+        box = runtime.secret_box
+        filler = accounts.create_account(session, "bench-fill", box=box, now=now)
+        keys = [
+            accounts.create_account(session, f"bench-client-{i}", box=box, now=now) for i in range(clients)
+        ]
     calendar = CapacityCalendar(runtime.fleet.pools)
     began = time.perf_counter()
     bookings = fill(runtime.fleet, calendar, now, spec)
@@ -106,7 +111,8 @@ def offering_for(runtime: ServiceContext, caller: Caller, booking: Booking, numb
 
 def snapshot(store: Store, name: str) -> Path:
     """A new data directory holding a copy of the store's database as it is now (SQLite's online
-    backup: consistent even while the store's runtime has the database open)."""
+    backup: consistent even while the store's runtime has the database open), and of the master key
+    file that opens its secrets."""
     target = store.data_dir.with_name(f"{store.data_dir.name}-{name}")
     target.mkdir()
     source = sqlite3.connect(store.runtime.db.url.removeprefix("sqlite:///"))
@@ -116,6 +122,7 @@ def snapshot(store: Store, name: str) -> Path:
     finally:
         copy.close()
         source.close()
+    shutil.copy2(store.runtime.secret_box.path, target / KEY_FILE_NAME)
     return target
 
 

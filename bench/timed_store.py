@@ -12,6 +12,7 @@ the lifecycle fleet (``bench/lifecycle_fleet.toml``): a search only offers whole
 from __future__ import annotations
 
 import math
+import shutil
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from hyperplan.app import AppConfig, Application
 from hyperplan.services import accounts, plans
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
+from hyperplan.store.master_key import KEY_FILE_NAME
 
 LIFECYCLE_FLEET = Path(__file__).with_name("lifecycle_fleet.toml")
 POOLS = 4  # the lifecycle fleet's pools; plans go round them
@@ -104,7 +106,7 @@ def write_store(data_dir: Path, groups: tuple[Group, ...], setup_seconds: float 
 
 def _account(runtime: ServiceContext, now: datetime) -> Caller:
     with runtime.db.write() as session:
-        key = accounts.create_account(session, "bench-lifecycle", now=now)
+        key = accounts.create_account(session, "bench-lifecycle", box=runtime.secret_box, now=now)
     return Caller(key.account_id, key.account_name, False, key.access_key_id)
 
 
@@ -158,7 +160,8 @@ def _query(db_path: Path, sql: str) -> list[tuple[Any, ...]]:
 
 
 def copy_store(source: Path, target: Path) -> None:
-    """A consistent copy of a data directory's database (SQLite's online backup)."""
+    """A consistent copy of a data directory's database (SQLite's online backup), with the master key
+    file that opens its secrets."""
     target.mkdir(parents=True)
     origin, copy = sqlite3.connect(source / "hyperplan.db"), sqlite3.connect(target / "hyperplan.db")
     try:
@@ -166,3 +169,4 @@ def copy_store(source: Path, target: Path) -> None:
     finally:
         copy.close()
         origin.close()
+    shutil.copy2(source / KEY_FILE_NAME, target / KEY_FILE_NAME)

@@ -7,7 +7,8 @@ context and this object as its `Lifespan`. There is no global state: build as ma
 like, each on its own data directory.
 
 Building one does no I/O. `open()` does the I/O a start needs (the data directory, the fleet file, the
-schema's migration, the service clock, the offering key) and builds the context and the workers;
+schema's migration, the master key that opens the store's secrets, the service clock, the offering key)
+and builds the context and the workers;
 `bootstrap()` creates the administrator and its credentials file on a data directory's first start;
 `start()` does both if not done, then catches up and starts the workers.
 """
@@ -32,7 +33,16 @@ from hyperplan.core.fleet import Fleet
 from hyperplan.core.fleet_file import parse_fleet
 from hyperplan.events.loop import EventHandler, TimedEventLoop
 from hyperplan.notify.dispatcher import Dispatcher, DispatcherConfig
-from hyperplan.services import accounts, adoption, clusters, demo_load, jobs, lifecycle, payments
+from hyperplan.services import (
+    accounts,
+    adoption,
+    clusters,
+    demo_load,
+    jobs,
+    lifecycle,
+    payments,
+    sealed_secrets,
+)
 from hyperplan.services.clusters import NodeWatcher
 from hyperplan.services.context import ServiceContext, Settings, Wakes
 from hyperplan.services.job_runner import JobRunner
@@ -42,6 +52,7 @@ from hyperplan.services.lifecycle import LifecycleContext
 from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.store import settings
 from hyperplan.store.db import Database, sqlite_url
+from hyperplan.store.master_key import KEY_FILE_NAME, SecretBox
 from hyperplan.store.schema import ScheduledEvent, WebhookDelivery
 
 log = logging.getLogger(__name__)
@@ -82,6 +93,13 @@ class AppConfig:
     database_url: str | None = None
     backend: BackendFactory = local_backend
     dispatcher: DispatcherConfig | None = None  # None: the defaults and HYPERPLAN_WEBHOOK_* variables
+    # The master key file (store/master_key.py); None: DATA_DIR/master.key. Servers sharing one database
+    # name one file.
+    key_file: Path | None = None
+
+    @property
+    def key_path(self) -> Path:
+        return self.key_file if self.key_file is not None else self.data_dir / KEY_FILE_NAME
 
 
 @dataclass(frozen=True)
@@ -118,15 +136,21 @@ class Application:
     # -- start and stop ---------------------------------------------------------------------------
 
     def open(self) -> ServiceContext:
-        """The I/O of a start, once: data directory, fleet file, migration, clock, offering key; then the
-        context and the workers are built (none of them runs yet)."""
+        """The I/O of a start, once: data directory, fleet file, migration, master key (sealing any secret
+        a store made before kept in plain text), clock, offering key; then the context and the workers are
+        built (none of them runs yet). MasterKeyUnavailable if the store's secrets cannot be opened."""
         if self._context is not None:
             return self._context
         config = self.config
         config.data_dir.mkdir(parents=True, exist_ok=True)
         fleet = parse_fleet(read_fleet_text(config.fleet_path))
         db = Database(config.database_url or sqlite_url(config.data_dir))
-        db.migrate()
+        try:
+            db.migrate()
+            box = sealed_secrets.unlock(db, config.key_path)
+        except BaseException:
+            db.close()
+            raise
         clock = _load_clock(db, config)
         wakes = Wakes.local()
         # Whoever writes a timed event or queues a delivery, the loop that runs it hears of it at commit.
@@ -144,6 +168,7 @@ class Application:
             backend=config.backend(config.data_dir),
             keys=KeyCache(),
             offering_key=_offering_key(db),
+            secret_box=box,
             wakes=wakes,
             advance_clock=events.advance_to,
             job_settings=JobSettings.from_environment(),
@@ -152,7 +177,7 @@ class Application:
         events.handlers.update(event_handlers(context))
         dispatcher_config = config.dispatcher or DispatcherConfig.from_env()
         dispatcher = Dispatcher(
-            db, context.arn, config=dispatcher_config, targets=fleet.webhooks, wake=wakes.webhooks
+            db, context.arn, config=dispatcher_config, targets=fleet.webhooks, wake=wakes.webhooks, box=box
         )
         self._workers = Workers(events, NodeWatcher(context), JobRunner(context), dispatcher)
         self._context = context
@@ -163,7 +188,9 @@ class Application:
         True if it did (now or at an earlier call)."""
         context = self.open()
         if not self._bootstrap_done:
-            self.bootstrapped = _bootstrap_admin(context.db, context.fleet, self.credentials_path)
+            self.bootstrapped = _bootstrap_admin(
+                context.db, context.secret_box, context.fleet, self.credentials_path
+            )
             self._bootstrap_done = True
         return self.bootstrapped
 
@@ -254,7 +281,7 @@ def _offering_key(db: Database) -> bytes:
     return bytes.fromhex(key)
 
 
-def _bootstrap_admin(db: Database, fleet: Fleet, credentials_path: Path) -> bool:
+def _bootstrap_admin(db: Database, box: SecretBox, fleet: Fleet, credentials_path: Path) -> bool:
     """Create the administrator on the first start of a data directory. True if it did."""
     with db.write() as session:
         if accounts.has_accounts(session):
@@ -262,6 +289,7 @@ def _bootstrap_admin(db: Database, fleet: Fleet, credentials_path: Path) -> bool
         key = accounts.create_account(
             session,
             accounts.ADMIN_NAME,
+            box=box,
             now=utcnow(),
             is_admin=True,
             payment_mode=fleet.default_payment_mode,

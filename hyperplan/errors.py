@@ -24,6 +24,8 @@ responses; anything else that escapes a handler is a bug and becomes a logged 50
     │   ├── InvalidSignature       InvalidSignatureException      403
     │   └── AccessDenied           AccessDeniedException          403  not an administrator
     ├── ServiceUnavailable         ServiceUnavailable             503  the server is stopping; try again
+    ├── MasterKeyUnavailable       MasterKeyUnavailable           500  the key file that opens the store's
+    │                                                                  secrets is missing, unreadable or wrong
     └── InternalFailure            InternalFailure                500  a bug; never raised on purpose
 """
 
@@ -122,6 +124,13 @@ class AccessDenied(AuthError):
 class ServiceUnavailable(HyperplanError):
     code = "ServiceUnavailable"
     status = 503
+
+
+class MasterKeyUnavailable(HyperplanError):
+    """The server cannot open the secrets its store keeps encrypted: it refuses to start."""
+
+    code = "MasterKeyUnavailable"
+    status = 500
 
 
 class InternalFailure(HyperplanError):

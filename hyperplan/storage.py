@@ -10,8 +10,11 @@ SageMaker URIs stay ``s3://`` on the wire. Behind them, each bucket is served by
 
 A key is a path under its bucket: ``/`` separates directories, and "prefixes" are whole directories
 (``s3://b/data/train`` covers ``data/train/...``, never ``data/training.csv``), which is what SageMaker's
-``S3Prefix`` channels and checkpoint locations mean in practice. Keys with ``.`` or ``..`` segments, empty
-segments or NUL bytes are refused, so a URI can never name a file outside its bucket.
+``S3Prefix`` channels and checkpoint locations mean in practice. Bucket names follow S3's rules and keys
+with ``.`` or ``..`` segments, empty segments, NUL bytes or encoded dots and slashes are refused
+(hyperplan/core/buckets.py), so a URI can never name a file outside its bucket; and no symbolic link is
+followed out of a bucket's directory, nor out of a local directory being uploaded or downloaded into
+(paths are checked once resolved).
 
 Every write is atomic per file (a hidden temporary file in the same directory, then a rename; on S3, a PUT
 or a completed multipart upload), so a reader sees either the old object or the new one, never half of
@@ -40,6 +43,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, NoCredentialsError
 from botocore.exceptions import ConnectionError as BotoConnectionError
 
+from hyperplan.core.buckets import bucket_name_problem, key_problem
 from hyperplan.core.fleet import Bucket, DirectoryBucket, S3Bucket
 
 SCHEME = "s3://"
@@ -77,21 +81,24 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     bucket, _, key = uri[len(SCHEME) :].partition("/")
     if not bucket:
         raise StorageError(uri, "the URI names no bucket")
+    check_bucket(uri, bucket)
     check_key(uri, key)
     return bucket, key
 
 
+def check_bucket(uri: str, bucket: str) -> None:
+    """Refuse bucket names S3 would refuse: among them any that could name a directory outside the
+    buckets' root (`..`, `.`, a name with `/`)."""
+    problem = bucket_name_problem(bucket)
+    if problem is not None:
+        raise StorageError(uri, problem)
+
+
 def check_key(uri: str, key: str) -> None:
     """Refuse keys that could leave their bucket's directory or that a directory cannot hold."""
-    if "\0" in key:
-        raise StorageError(uri, "a key may not contain NUL bytes")
-    body = key.removesuffix("/")  # one trailing '/' marks a prefix
-    segments = body.split("/") if key else []
-    for segment in segments:
-        if segment in ("", ".", ".."):
-            raise StorageError(
-                uri, f"the key has a {segment or 'empty'!r} path segment, which is not allowed"
-            )
+    problem = key_problem(key)
+    if problem is not None:
+        raise StorageError(uri, problem)
 
 
 def join_uri(prefix: str, *parts: str) -> str:
@@ -146,7 +153,7 @@ class DirectoryBackend:
     def head(self, key: str) -> StoredObject | None:
         with self._errors(key):
             self._require_bucket(key)
-            path = self.root / key
+            path = self._inside(key)
             if not key or key.endswith("/") or not path.is_file():
                 return None
             return self._describe(key, path.stat())
@@ -154,9 +161,10 @@ class DirectoryBackend:
     def objects_under(self, prefix: str) -> Iterator[StoredObject]:
         with self._errors(prefix):
             self._require_bucket(prefix)
-            top = self.root / prefix.rstrip("/") if prefix.rstrip("/") else self.root
+            top = self._inside(prefix.rstrip("/"))
             if not top.is_dir():
                 return
+            # os.walk does not descend into symbolic links to directories; links to files are checked.
             for directory, subdirs, files in os.walk(top, onerror=_raise):
                 subdirs.sort()  # walk in key order, so listings are stable
                 for name in sorted(files):
@@ -164,13 +172,14 @@ class DirectoryBackend:
                         continue
                     path = Path(directory, name)
                     key = path.relative_to(self.root).as_posix()
+                    self._inside(key)
                     with contextlib.suppress(FileNotFoundError):  # deleted while we walked
                         yield self._describe(key, path.stat())
 
     def get(self, key: str, dest: Path) -> None:
         with self._errors(key):
             self._require_bucket(key)
-            source = self.root / key
+            source = self._inside(key)
             if not source.is_file():
                 raise StorageError(self.uri(key), "no such object")
             _atomic_copy(source, dest)
@@ -182,7 +191,15 @@ class DirectoryBackend:
                     reason = f"bucket {self.bucket!r} is mapped to {self.root}, which is not a directory"
                     raise StorageError(self.uri(key), reason)
                 self.root.mkdir(parents=True, exist_ok=True)
-            _atomic_copy(src, self.root / key)
+            _atomic_copy(src, self._inside(key))
+
+    def _inside(self, key: str) -> Path:
+        """The path of `key` (or of the prefix `key`), refused if a symbolic link on its way leads
+        outside the bucket's directory: the link is not followed."""
+        path = self.root / key if key else self.root
+        if not _resolves_inside(path, self.root):
+            raise StorageError(self.uri(key), "a symbolic link in the bucket leads outside it; not followed")
+        return path
 
     def _require_bucket(self, key: str) -> None:
         if not self.root.is_dir():
@@ -198,6 +215,22 @@ class DirectoryBackend:
             yield
         except OSError as error:
             raise StorageError(self.uri(key), _os_reason(error)) from error
+
+
+def _resolves_inside(path: Path, root: Path) -> bool:
+    """Whether `path`, every symbolic link on its way followed, stays in `root` (itself resolved: an
+    administrator may map a bucket through a link). A path not there yet resolves as far as it exists."""
+    real_root = root.resolve()
+    resolved = path.resolve()
+    return resolved == real_root or resolved.is_relative_to(real_root)
+
+
+def _local_path(base: Path, relative: str, uri: str) -> Path:
+    """`base/relative` for a download, refused if a symbolic link there leads outside `base`."""
+    path = Path(base, relative)
+    if not _resolves_inside(path, Path(base)):
+        raise StorageError(uri, f"a symbolic link in {base} leads outside it; not followed")
+    return path
 
 
 def _os_reason(error: OSError) -> str:
@@ -543,7 +576,7 @@ class Storage:
             index, count = shard
             selected = selected[index::count]
         for item, relative in selected:
-            self.backend(item.bucket).get(item.key, Path(dest_dir, relative))
+            self.backend(item.bucket).get(item.key, _local_path(Path(dest_dir), relative, item.uri))
         return len(selected)
 
     def sync_dir_from(self, uri_prefix: str, dest_dir: Path) -> int:
@@ -556,7 +589,7 @@ class Storage:
             return 0
         copied = 0
         for item, relative in self._objects_for(uri_prefix):
-            local = Path(dest_dir, relative)
+            local = _local_path(Path(dest_dir), relative, item.uri)
             with contextlib.suppress(FileNotFoundError):
                 if local.stat().st_mtime_ns >= item.mtime_ns:
                     continue
@@ -610,6 +643,10 @@ class Storage:
                 continue
             key = "/".join(filter(None, [prefix, path.relative_to(src_dir).as_posix()]))
             check_key(f"{SCHEME}{bucket}/{key}", key)
+            if not _resolves_inside(path, Path(src_dir)):
+                raise StorageError(
+                    f"{SCHEME}{bucket}/{key}", f"{path} is a symbolic link that leads outside {src_dir}"
+                )
             try:
                 stat = path.stat()
                 previous = stored.get(key)
@@ -626,6 +663,8 @@ class Storage:
         return uploaded
 
     def _put(self, bucket: str, path: Path, key: str, uri: str) -> None:
+        if path.is_symlink():
+            raise StorageError(uri, f"cannot upload {path}: a symbolic link, not followed")
         if not path.is_file():
             raise StorageError(uri, f"cannot upload {path}: not a file")
         self.backend(bucket).put(path, key)

@@ -62,6 +62,18 @@ def revoke_key(access_key_id: str) -> None:
     emit(result, lambda _: KeyRevoked(access_key_id))
 
 
+@app.command("rotate-master-key")
+def rotate_master_key() -> None:
+    """Seal every stored secret under a new master key, in one transaction (administrators).
+
+    Every access key and webhook keeps working; the server's key file holds the new key afterwards."""
+    from hyperplan.cli.views.accounts import MasterKeyRotated
+
+    with reporting_errors():
+        result = native_client().post("/api/v1/master-key/rotate")
+    emit(result, MasterKeyRotated)
+
+
 @app.command("update")
 def update(
     account: Annotated[str, typer.Argument(help="Account name or id.")],

@@ -114,6 +114,15 @@ def serve(
             help="Open connections beyond which a new request is answered 503 at once.",
         ),
     ] = ServerLimits.max_connections,
+    key_file: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="HYPERPLAN_KEY_FILE",
+            help="Master key file that seals the store's secrets (default: DATA_DIR/master.key, made at "
+            "the first start). Servers sharing one database name one file. Back it up: without it the "
+            "store's access keys and webhook secrets are lost.",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="Server log level.")] = "info",
 ) -> None:
     """Run the server until SIGTERM or Ctrl-C."""
@@ -137,6 +146,7 @@ def serve(
                 clock=clock_kind,
                 time_scale=time_scale,
                 clock_start=parse_instant(clock_start) if clock_start is not None else None,
+                key_file=key_file.expanduser() if key_file is not None else None,
             )
         )
         context = application.open()  # the data directory, the fleet file, the migration, the clock

@@ -32,6 +32,7 @@ from decimal import Decimal, InvalidOperation
 from types import MappingProxyType
 from typing import Any
 
+from hyperplan.core.buckets import bucket_name_problem
 from hyperplan.core.durations import format_duration, parse_duration
 from hyperplan.core.fleet import (
     PAYMENT_MODES,
@@ -358,8 +359,9 @@ def _fractions(table: _Table, key: str, default: tuple[float, float]) -> tuple[f
 def _buckets(values: Mapping[str, Any]) -> Mapping[str, Bucket]:
     buckets: dict[str, Bucket] = {}
     for name, value in values.items():
-        if not _BUCKET.fullmatch(name):
-            raise ValidationError(f"buckets.{name}: not a valid bucket name (3-63 of a-z 0-9 . -)")
+        problem = bucket_name_problem(name)
+        if problem is not None:
+            raise ValidationError(f"buckets.{name}: not a valid bucket name: {problem}")
         if isinstance(value, dict):
             buckets[name] = _s3_bucket(_Table(value, f"buckets.{name}", _S3_BUCKET_KEYS), name)
         elif isinstance(value, str) and value:

@@ -48,6 +48,7 @@ from hyperplan.errors import ValidationError
 from hyperplan.notify.guard import guarded_client
 from hyperplan.services import webhooks
 from hyperplan.store.db import Database
+from hyperplan.store.master_key import SecretBox
 from hyperplan.store.schema import PlanEvent, TrainingPlan, Webhook, WebhookDelivery
 from hyperplan.worker import Wake, Worker
 
@@ -136,11 +137,14 @@ class Dispatcher:
         config: DispatcherConfig | None = None,
         targets: WebhookTargets | None = None,
         wake: Wake | None = None,
+        *,
+        box: SecretBox,
     ) -> None:
         """`targets`: the fleet's allowed networks, for the default client (a given `http` factory is
         used as it is: tests give one that sends nowhere)."""
         self.db = db
         self.arn = arn
+        self.box = box  # opens the webhooks' signing secrets
         allowed = targets or WebhookTargets()
         self.http = http or (lambda: guarded_client(allowed))
         self.now = now
@@ -302,7 +306,11 @@ class Dispatcher:
                 return None
             arn = self.arn(plan.account_id, f"training-plan/{plan.name}")
             body = webhooks.encode(webhooks.payload(event, plan, arn, delivery.id, delivery.attempts + 1))
-            return Outgoing(hook.url, body, webhooks.headers(hook.secret, body, event.kind, delivery.id))
+            return Outgoing(
+                hook.url,
+                body,
+                webhooks.headers(webhooks.signing_secret(hook, self.box), body, event.kind, delivery.id),
+            )
 
     def _post(self, outgoing: Outgoing) -> str | None:
         """None if the receiver answered 2xx; otherwise what went wrong, for `last_error`."""

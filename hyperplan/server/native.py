@@ -23,7 +23,7 @@ from hyperplan.errors import AccessDenied
 from hyperplan.server import fields
 from hyperplan.server.auth import authenticate, require_admin
 from hyperplan.server.errors import native_error_response
-from hyperplan.services import account_views, clusters, payments, plans, quotas
+from hyperplan.services import account_views, clusters, payments, plans, quotas, sealed_secrets
 from hyperplan.services import clock as clock_service
 from hyperplan.services import fleet as fleet_service
 from hyperplan.services.account_views import AccountView, InvoiceView
@@ -135,6 +135,13 @@ def revoke_key(request: NativeRequest) -> dict[str, Any]:
 
 
 # -- the clock ------------------------------------------------------------------------------------
+
+
+def rotate_master_key(request: NativeRequest) -> dict[str, Any]:
+    runtime = request.runtime
+    rotation = sealed_secrets.rotate_master_key(runtime.db, runtime.secret_box)
+    runtime.keys.forget()  # nothing changed for a signer, but no cached entry outlives its sealing
+    return {"AccessKeysResealed": rotation.access_keys, "WebhooksResealed": rotation.webhooks}
 
 
 def _clock_json(state: clock_service.ClockState) -> dict[str, Any]:
@@ -393,6 +400,7 @@ def routes() -> list[Route]:
         ),
         NativeRoute("POST", "/api/v1/accounts/{account}/keys", add_key, admin=True),
         NativeRoute("DELETE", "/api/v1/keys/{key}", revoke_key, admin=True),
+        NativeRoute("POST", "/api/v1/master-key/rotate", rotate_master_key, admin=True),
         NativeRoute("GET", "/api/v1/clock", show_clock),
         NativeRoute("POST", "/api/v1/clock/advance", advance_clock, admin=True, body=("Duration",)),
         NativeRoute("POST", "/api/v1/clock/set", set_clock, admin=True, body=("Time",)),

@@ -60,7 +60,7 @@ def create_webhook(request: NativeRequest) -> dict[str, Any]:
     url = fields.required_text(request.body, "Url", max_length=webhooks.MAX_URL_LENGTH)
     view = webhook_admin.register(request.runtime, account, url)
     # The only answer that carries the secret: it is not shown again.
-    return {**_webhook_json(view), "Secret": view.webhook.secret}
+    return {**_webhook_json(view), "Secret": view.secret}
 
 
 def list_webhooks(request: NativeRequest) -> dict[str, Any]:

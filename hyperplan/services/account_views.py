@@ -75,7 +75,7 @@ class PlanEventView:
 def caller_for_key(runtime: ServiceContext, access_key_id: str) -> tuple[str, Caller] | None:
     """The secret of a live access key and who signs with it (None for an unknown or revoked key)."""
     with runtime.db.read() as session:
-        return accounts.caller_for_key(session, access_key_id)
+        return accounts.caller_for_key(session, runtime.secret_box, access_key_id)
 
 
 def list_accounts(runtime: ServiceContext) -> list[AccountView]:
@@ -88,6 +88,7 @@ def create_account(runtime: ServiceContext, name: str, *, is_admin: bool, paymen
         return accounts.create_account(
             session,
             name,
+            box=runtime.secret_box,
             now=utcnow(),
             is_admin=is_admin,
             payment_mode=payment_mode or runtime.fleet.default_payment_mode,
@@ -97,7 +98,7 @@ def create_account(runtime: ServiceContext, name: str, *, is_admin: bool, paymen
 def add_key(runtime: ServiceContext, account_ref: str) -> NewKey:
     with runtime.db.write() as session:
         account = accounts.get_account(session, account_ref)
-        return accounts.add_key(session, account.id, now=utcnow())
+        return accounts.add_key(session, account.id, box=runtime.secret_box, now=utcnow())
 
 
 def revoke_key(runtime: ServiceContext, access_key_id: str) -> None:

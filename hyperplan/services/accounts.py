@@ -19,6 +19,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hyperplan.errors import ResourceInUse, ResourceNotFound, ValidationError
+from hyperplan.services.sealed_secrets import open_secret
+from hyperplan.store.master_key import SecretBox
 from hyperplan.store.schema import AccessKey, Account
 
 PAYMENT_MODES = ("auto", "budget", "approval")
@@ -65,6 +67,7 @@ def create_account(
     session: Session,
     name: str,
     *,
+    box: SecretBox,
     now: datetime,
     is_admin: bool = False,
     payment_mode: str = "auto",
@@ -89,7 +92,9 @@ def create_account(
     )
     session.add(account)
     session.flush()
-    return add_key(session, account.id, now=now, access_key_id=access_key_id, secret=secret_access_key)
+    return add_key(
+        session, account.id, box=box, now=now, access_key_id=access_key_id, secret=secret_access_key
+    )
 
 
 def set_payment_mode_check(mode: str) -> None:
@@ -101,22 +106,26 @@ def add_key(
     session: Session,
     account_id: str,
     *,
+    box: SecretBox,
     now: datetime,
     access_key_id: str | None = None,
     secret: str | None = None,
 ) -> NewKey:
+    """A new access key; its secret is stored sealed under the master key and returned here once."""
     account = get_account(session, account_id)
     key_id = access_key_id or new_access_key_id()
     if session.get(AccessKey, key_id) is not None:
         raise ResourceInUse(f"Access key {key_id} already exists.")
+    plain = secret or new_secret_access_key()
     key = AccessKey(
         access_key_id=key_id,
-        secret_access_key=secret or new_secret_access_key(),
+        secret_access_key=box.seal(plain),
+        secret_sealed=True,
         account_id=account.id,
         created_at=now,
     )
     session.add(key)
-    return NewKey(account.id, account.name, key.access_key_id, key.secret_access_key)
+    return NewKey(account.id, account.name, key.access_key_id, plain)
 
 
 def revoke_key(session: Session, access_key_id: str, *, now: datetime) -> None:
@@ -148,7 +157,7 @@ def list_keys(session: Session, account_id: str) -> list[AccessKey]:
     )
 
 
-def caller_for_key(session: Session, access_key_id: str) -> tuple[str, Caller] | None:
+def caller_for_key(session: Session, box: SecretBox, access_key_id: str) -> tuple[str, Caller] | None:
     """The secret and the caller behind an active key, or None for an unknown or revoked key."""
     row = session.execute(
         select(AccessKey, Account)
@@ -158,7 +167,8 @@ def caller_for_key(session: Session, access_key_id: str) -> tuple[str, Caller] |
     if row is None:
         return None
     key, account = row
-    return key.secret_access_key, Caller(account.id, account.name, account.is_admin, key.access_key_id)
+    secret = open_secret(box, key.secret_access_key, key.secret_sealed)
+    return secret, Caller(account.id, account.name, account.is_admin, key.access_key_id)
 
 
 def has_accounts(session: Session) -> bool:

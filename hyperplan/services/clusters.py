@@ -48,7 +48,7 @@ from hyperplan.services import capacity_claims, lifecycle, on_demand, status
 from hyperplan.services.accounts import Caller
 from hyperplan.services.cluster_request import ClusterSettings, ClusterSpec, ClusterUpdate, InstanceGroupSpec
 from hyperplan.services.context import ServiceContext
-from hyperplan.storage import Storage, StorageError
+from hyperplan.storage import Storage, StorageError, parse_s3_uri
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, ReservedCapacity, TrainingPlan
 from hyperplan.worker import Worker
@@ -259,6 +259,16 @@ def _check_in_service(cluster: Cluster) -> None:
 def _check_lifecycle_scripts(specs: Sequence[InstanceGroupSpec], where: str) -> None:
     for index, spec in enumerate(specs):
         check_lifecycle_script(f"{where}[{index}]", spec.lifecycle.on_create)
+        if spec.lifecycle.source_uri:
+            _check_source_uri(spec.lifecycle.source_uri, f"{where}[{index}].LifeCycleConfig.SourceS3Uri")
+
+
+def _check_source_uri(uri: str, where: str) -> None:
+    """Refused now, naming the URI, rather than when the first node would copy it."""
+    try:
+        parse_s3_uri(uri)
+    except StorageError as exc:
+        raise ValidationError(f"{where}: {exc.reason} ({uri}).") from None
 
 
 def _check_unique_names(specs: Sequence[InstanceGroupSpec], where: str) -> None:

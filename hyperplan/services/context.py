@@ -20,6 +20,7 @@ from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.lifecycle import LifecycleContext
 from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.store.db import Database
+from hyperplan.store.master_key import SecretBox
 from hyperplan.worker import LocalWake, Wake
 
 
@@ -58,6 +59,7 @@ class ServiceContext:
     backend: Backend
     keys: KeyCache
     offering_key: bytes  # signs offering ids; kept in the store so that every server shares it
+    secret_box: SecretBox  # seals and opens the secrets the store keeps (access keys, webhooks)
     wakes: Wakes
     advance_clock: ClockMover
     job_settings: JobSettings

@@ -78,7 +78,7 @@ def is_scheduled(session: Session) -> bool:
 def _account(session: Session, runtime: ServiceContext, now: datetime) -> Account:
     account = session.scalar(select(Account).where(Account.name == ACCOUNT_NAME))
     if account is None:
-        accounts.create_account(session, ACCOUNT_NAME, now=now)
+        accounts.create_account(session, ACCOUNT_NAME, box=runtime.secret_box, now=now)
         account = session.scalar(select(Account).where(Account.name == ACCOUNT_NAME))
     assert account is not None
     return account

@@ -32,6 +32,7 @@ from hyperplan.training.contract import (
     channel_name_problem,
     channel_variable_clashes,
     host_names,
+    script_mode,
 )
 
 DEFAULT_MAX_RUNTIME = 86_400  # SageMaker's default MaxRuntimeInSeconds: one day
@@ -330,6 +331,10 @@ def _check_output(request: Mapping[str, Any]) -> None:
     checkpoint = request.get("CheckpointConfig")
     if checkpoint:
         _check_uri(checkpoint["S3Uri"], "CheckpointConfig.S3Uri")
+    script = script_mode(request.get("HyperParameters") or {})
+    if script is not None and script.submit_directory.startswith("s3://"):
+        # The code is fetched from there at launch: a URI that may not be read is refused now, not then.
+        _check_uri(script.submit_directory, "HyperParameters.sagemaker_submit_directory")
 
 
 def _check_uri(uri: str, where: str) -> None:

@@ -12,7 +12,9 @@ from hyperplan.services.webhooks import DeliveryView, WebhookView
 
 def register(runtime: ServiceContext, account_ref: str, url: str) -> WebhookView:
     with runtime.db.write() as session:
-        return webhooks.register(session, account_ref, url, utcnow(), targets=runtime.fleet.webhooks)
+        return webhooks.register(
+            session, account_ref, url, utcnow(), targets=runtime.fleet.webhooks, box=runtime.secret_box
+        )
 
 
 def list_webhooks(runtime: ServiceContext, account_ref: str | None) -> list[WebhookView]:

@@ -30,6 +30,8 @@ from hyperplan.clock import utcnow
 from hyperplan.core.webhook_targets import IPAddress, WebhookTargets
 from hyperplan.errors import ResourceNotFound, ValidationError
 from hyperplan.services.accounts import get_account
+from hyperplan.services.sealed_secrets import open_secret
+from hyperplan.store.master_key import SecretBox
 from hyperplan.store.schema import Account, PlanEvent, TrainingPlan, Webhook, WebhookDelivery
 
 SIGNATURE_HEADER = "X-Hyperplan-Signature"
@@ -185,19 +187,34 @@ class WebhookView:
     webhook: Webhook
     account_name: str
     pending: int
+    secret: str | None = None  # the signing secret in plain text: only in the answer to register()
 
 
 def register(
-    session: Session, account_ref: str, url: str, now: datetime, *, targets: WebhookTargets
+    session: Session,
+    account_ref: str,
+    url: str,
+    now: datetime,
+    *,
+    targets: WebhookTargets,
+    box: SecretBox,
 ) -> WebhookView:
     """A new webhook for an account (by name or id), to a URL `targets` allows (the fleet's). Its secret
-    is readable from the result once."""
+    is stored sealed under the master key, and readable in plain text from the result once."""
     checked = validate_url(url, targets)
     account = get_account(session, account_ref)
-    hook = Webhook(account_id=account.id, url=checked, secret=new_secret(), created_at=now)
+    secret = new_secret()
+    hook = Webhook(
+        account_id=account.id, url=checked, secret=box.seal(secret), secret_sealed=True, created_at=now
+    )
     session.add(hook)
     session.flush()
-    return WebhookView(hook, account.name, 0)
+    return WebhookView(hook, account.name, 0, secret)
+
+
+def signing_secret(hook: Webhook, box: SecretBox) -> str:
+    """The webhook's signing secret in plain text, to sign a delivery."""
+    return open_secret(box, hook.secret, hook.secret_sealed)
 
 
 def list_webhooks(session: Session, account_ref: str | None = None) -> list[WebhookView]:

@@ -59,14 +59,15 @@ class Database:
                     notified.add(id(callback))
                     after_commit(session, callback)
 
-    def migrate(self) -> None:
+    def migrate(self, revision: str = "head") -> None:
+        """Bring the schema to `revision` (tests build a store as an earlier version left it)."""
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS))
         with self.engine.begin() as connection:
             if self.is_sqlite:
                 connection.exec_driver_sql("BEGIN IMMEDIATE")  # DDL and data move together or not at all
             config.attributes["connection"] = connection
-            command.upgrade(config, "head")
+            command.upgrade(config, revision)
 
     @contextmanager
     def read(self) -> Iterator[Session]:
@@ -99,6 +100,15 @@ class Database:
             for callback in session.info.pop(_AFTER_COMMIT, []):
                 callback()
 
+    def compact(self) -> None:
+        """Rewrite the database file and empty its write-ahead log, so that no free page or old log frame
+        keeps content that rows no longer hold (a secret that was stored in plain text, say)."""
+        if not self.is_sqlite:
+            return
+        with self.engine.connect() as connection:
+            connection.exec_driver_sql("VACUUM")
+            connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+
     def close(self) -> None:
         self.engine.dispose()
 
@@ -117,6 +127,9 @@ def _make_engine(url: str) -> Engine:
         cursor.execute("PRAGMA synchronous=FULL")
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute("PRAGMA busy_timeout=30000")
+        # What a row no longer holds is overwritten, not left in a free page: a secret re-sealed under
+        # a new key leaves no old token in the file.
+        cursor.execute("PRAGMA secure_delete=ON")
         cursor.close()
 
     return engine

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
-from sqlalchemy import Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from hyperplan.store.types import DecimalString, UTCDateTime
@@ -39,7 +39,10 @@ class Account(Base):
 class AccessKey(Base):
     __tablename__ = "access_keys"
     access_key_id: Mapped[str] = mapped_column(String(128), primary_key=True)
-    secret_access_key: Mapped[str] = mapped_column(String(128))
+    # A Fernet token under the master key (hyperplan/store/master_key.py); plain text only in a store
+    # made before secrets were sealed, until the server's start step seals it (secret_sealed false).
+    secret_access_key: Mapped[str] = mapped_column(String(512))
+    secret_sealed: Mapped[bool] = mapped_column(server_default=false())
     account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
@@ -190,7 +193,8 @@ class Webhook(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
     url: Mapped[str] = mapped_column(Text)
-    secret: Mapped[str] = mapped_column(String(128))
+    secret: Mapped[str] = mapped_column(String(512))  # sealed, as AccessKey.secret_access_key
+    secret_sealed: Mapped[bool] = mapped_column(server_default=false())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
 

@@ -10,6 +10,9 @@ from hyperplan.store.schema import Setting
 
 CLOCK_NOW = "clock.now"
 OFFERING_KEY = "offering.signing_key"
+# A known text sealed under the master key: a store that has one keeps its secrets sealed, and a key file
+# that does not open it is not this store's.
+MASTER_KEY_CHECK = "secrets.master_key_check"
 
 
 def get(session: Session, key: str) -> str | None:

@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 from rich.console import Console, RenderableType
 
-from hyperplan.cli.views.accounts import AccountSettings, AccountsTable, KeyRevoked, LedgerTable, NewKey
+from hyperplan.cli.views.accounts import (
+    AccountSettings,
+    AccountsTable,
+    KeyRevoked,
+    LedgerTable,
+    MasterKeyRotated,
+    NewKey,
+)
 from hyperplan.cli.views.clock import ClockLine
 from hyperplan.cli.views.clusters import ClusterDetail, ClustersTable, NodesTable
 from hyperplan.cli.views.fleet import FleetTable
@@ -159,6 +166,7 @@ VIEWS: dict[str, RenderableType] = {
         }
     ),
     "accounts_key_revoked": KeyRevoked("AKID2"),
+    "accounts_master_key_rotated": MasterKeyRotated({"AccessKeysResealed": 7, "WebhooksResealed": 2}),
     "accounts_ledger": LedgerTable(
         "vision",
         [

@@ -158,6 +158,7 @@ def examples(invoice: str, webhook: str, spare_key: str, n: int) -> dict[str, Ex
         "POST /api/v1/accounts": Example(body=new_account),
         "POST /api/v1/accounts/{account}/keys": Example(hooks),
         "DELETE /api/v1/keys/{key}": Example({"key": spare_key}),
+        "POST /api/v1/master-key/rotate": Example(),
         "GET /api/v1/clock": Example(),
         "POST /api/v1/clock/advance": Example(body={"Duration": "1h"}),
         # A day past where test servers start (tests/harness.py): a short move, so few events run.

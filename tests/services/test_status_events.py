@@ -13,8 +13,9 @@ from sqlalchemy import func, select
 
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.status import CLUSTER_LIFECYCLE, ClusterStatus, IllegalTransition
-from hyperplan.services import accounts, lifecycle, status
+from hyperplan.services import accounts, lifecycle, sealed_secrets, status
 from hyperplan.store.db import Database, sqlite_url
+from hyperplan.store.master_key import KEY_FILE_NAME
 from hyperplan.store.schema import Cluster, PlanEvent, StatusEvent, TrainingPlan
 
 T0 = datetime(2026, 12, 1, 11, 30, tzinfo=UTC)
@@ -24,8 +25,9 @@ T0 = datetime(2026, 12, 1, 11, 30, tzinfo=UTC)
 def db(tmp_path: Path) -> Iterator[Database]:
     database = Database(sqlite_url(tmp_path))
     database.migrate()
+    box = sealed_secrets.unlock(database, tmp_path / KEY_FILE_NAME)
     with database.write() as session:
-        accounts.create_account(session, "team", now=T0, access_key_id="AKHPTEAM000000000000")
+        accounts.create_account(session, "team", box=box, now=T0, access_key_id="AKHPTEAM000000000000")
     yield database
     database.close()
 

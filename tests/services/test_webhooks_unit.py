@@ -23,8 +23,9 @@ from hyperplan.core.webhook_targets import WebhookTargets, parse_networks
 from hyperplan.errors import ResourceNotFound, ValidationError
 from hyperplan.notify.dispatcher import Dispatcher, DispatcherConfig, backoff
 from hyperplan.notify.guard import GuardedBackend, TargetRefused, guarded_client
-from hyperplan.services import accounts, webhooks
+from hyperplan.services import accounts, sealed_secrets, webhooks
 from hyperplan.store.db import Database, sqlite_url
+from hyperplan.store.master_key import KEY_FILE_NAME, SecretBox
 from hyperplan.store.schema import PlanEvent, TrainingPlan, WebhookDelivery
 
 T0 = datetime(2026, 12, 1, 11, 30, tzinfo=UTC)
@@ -214,11 +215,19 @@ def test_config_from_the_environment() -> None:
 def db(tmp_path: Path) -> Iterator[Database]:
     database = Database(sqlite_url(tmp_path))
     database.migrate()
+    box = sealed_secrets.unlock(database, tmp_path / KEY_FILE_NAME)
     with database.write() as session:
         for name in ("team", "quiet"):
-            accounts.create_account(session, name, now=T0, access_key_id=f"AKHP{name.upper():0<16}")
+            accounts.create_account(session, name, box=box, now=T0, access_key_id=f"AKHP{name.upper():0<16}")
     yield database
     database.close()
+
+
+def _box(db: Database) -> SecretBox:
+    """The master key the `db` fixture made beside its database file."""
+    database = db.engine.url.database
+    assert database is not None
+    return SecretBox.load(Path(database).parent / KEY_FILE_NAME)
 
 
 def _account_id(db: Database, name: str) -> str:
@@ -258,7 +267,7 @@ def _event(db: Database, plan_id: int, kind: str, minutes: int = 0) -> int:
 
 def _register(db: Database, account: str, url: str = "http://receiver.test/hook") -> webhooks.WebhookView:
     with db.write() as session:
-        return webhooks.register(session, account, url, T0, targets=LOOPBACK)
+        return webhooks.register(session, account, url, T0, targets=LOOPBACK, box=_box(db))
 
 
 def test_enqueue_without_webhooks_queues_nothing(db: Database) -> None:
@@ -286,12 +295,14 @@ def test_enqueue_queues_one_delivery_per_live_webhook_of_the_account(db: Databas
 
 def test_register_checks_the_url_and_the_account(db: Database) -> None:
     with pytest.raises(ValidationError, match="Url"), db.write() as session:
-        webhooks.register(session, "team", "gopher://old.test/", T0, targets=LOOPBACK)
+        webhooks.register(session, "team", "gopher://old.test/", T0, targets=LOOPBACK, box=_box(db))
     with pytest.raises(ResourceNotFound, match="No account"), db.write() as session:
-        webhooks.register(session, "nobody", "http://ok.test/", T0, targets=LOOPBACK)
+        webhooks.register(session, "nobody", "http://ok.test/", T0, targets=LOOPBACK, box=_box(db))
     view = _register(db, "team")
-    assert view.webhook.secret.startswith("whsec_") and len(view.webhook.secret) > 40
-    assert _register(db, "team").webhook.secret != view.webhook.secret
+    assert view.secret is not None and view.secret.startswith("whsec_") and len(view.secret) > 40
+    assert _register(db, "team").secret != view.secret
+    assert view.secret not in view.webhook.secret  # the row holds it sealed
+    assert webhooks.signing_secret(view.webhook, _box(db)) == view.secret
 
 
 # -- the dispatcher, in process ------------------------------------------------------------------------
@@ -328,6 +339,7 @@ def _dispatcher(db: Database, fake: FakeReceivers, now: Callable[[], datetime] =
         http=lambda: httpx.Client(transport=httpx.MockTransport(fake)),
         config=config,
         now=now,
+        box=_box(db),
     )
 
 
@@ -380,7 +392,7 @@ def test_the_dispatcher_delivers_in_order_per_plan_through_failures(db: Database
         assert [body["At"] for body in bodies] == [f"2026-12-01T11:{30 + n}:00Z" for n in range(len(kinds))]
     assert [body["Attempt"] for body in fake.delivered("a")][:1] == [4]
     for request, _ in fake.requests:
-        assert webhooks.verify(hook.webhook.secret, request.content, request.headers["X-Hyperplan-Signature"])
+        assert webhooks.verify(hook.secret or "", request.content, request.headers["X-Hyperplan-Signature"])
         assert request.headers["X-Hyperplan-Delivery"] == str(json.loads(request.content)["DeliveryId"])
     with db.read() as session:
         rows = session.scalars(select(WebhookDelivery)).all()
@@ -409,7 +421,11 @@ def test_a_receiver_that_cannot_be_reached_is_retried_not_fatal(db: Database) ->
     _register(db, "team", "http://127.0.0.1:9/nothing-listens-here")
     _event(db, plan, "created")
     dispatcher = Dispatcher(
-        db, lambda a, r: f"arn:{a}:{r}", config=DispatcherConfig(retry_base=30, timeout=2), targets=LOOPBACK
+        db,
+        lambda a, r: f"arn:{a}:{r}",
+        config=DispatcherConfig(retry_base=30, timeout=2),
+        targets=LOOPBACK,
+        box=_box(db),
     )
     (head,) = dispatcher._heads()
     assert dispatcher.attempt(head.delivery_id) is False

@@ -58,11 +58,11 @@ def spec(**changes: object) -> JobSpec:
         "output_path": "s3://out/models/",
         "hyperparameters": {
             "sagemaker_program": '"train.py"',
-            "sagemaker_submit_directory": '"s3://b/code/sourcedir.tar.gz"',
+            "sagemaker_submit_directory": '"s3://bkt/code/sourcedir.tar.gz"',
             "epochs": "3",
         },
-        "channels": (Channel("training", "s3://b/data/train"),),
-        "checkpoint_uri": "s3://b/checkpoints/job-1",
+        "channels": (Channel("training", "s3://bkt/data/train"),),
+        "checkpoint_uri": "s3://bkt/checkpoints/job-1",
     }
     return JobSpec(**(values | changes))  # type: ignore[arg-type]
 
@@ -70,11 +70,12 @@ def spec(**changes: object) -> JobSpec:
 def test_prepare_builds_the_tree_and_fetches_everything(
     storage: Storage, buckets: Path, tmp_path: Path
 ) -> None:
-    write(buckets / "b/data/train/part-1.csv", "1,2\n")
-    write(buckets / "b/data/train/more/part-2.csv", "3,4\n")
-    write(buckets / "b/checkpoints/job-1/checkpoint-0002.npz", "saved")
+    write(buckets / "bkt/data/train/part-1.csv", "1,2\n")
+    write(buckets / "bkt/data/train/more/part-2.csv", "3,4\n")
+    write(buckets / "bkt/checkpoints/job-1/checkpoint-0002.npz", "saved")
     write(
-        buckets / "b/code/sourcedir.tar.gz", tarball({"train.py": "print('hi')\n", "lib/util.py": "X = 1\n"})
+        buckets / "bkt/code/sourcedir.tar.gz",
+        tarball({"train.py": "print('hi')\n", "lib/util.py": "X = 1\n"}),
     )
     root = tmp_path / "job"
 
@@ -98,28 +99,28 @@ def test_prepare_builds_the_tree_and_fetches_everything(
 def test_a_missing_channel_bucket_fails_naming_the_uri(storage: Storage, tmp_path: Path) -> None:
     with pytest.raises(StorageError) as caught:
         prepare(tmp_path / "job", spec(hyperparameters={}, entrypoint=("true",)), storage)
-    assert caught.value.uri == "s3://b/data/train"
-    assert "no such bucket 'b'" in str(caught.value)
+    assert caught.value.uri == "s3://bkt/data/train"
+    assert "no such bucket 'bkt'" in str(caught.value)
 
 
 def test_an_empty_channel_fails_naming_the_uri(storage: Storage, buckets: Path, tmp_path: Path) -> None:
-    (buckets / "b").mkdir(parents=True)
-    with pytest.raises(StorageError, match=r"^s3://b/data/train: no objects found for channel 'training'"):
+    (buckets / "bkt").mkdir(parents=True)
+    with pytest.raises(StorageError, match=r"^s3://bkt/data/train: no objects found for channel 'training'"):
         prepare(tmp_path / "job", spec(hyperparameters={}, entrypoint=("true",)), storage)
 
 
 def test_missing_code_fails_naming_the_uri(storage: Storage, buckets: Path, tmp_path: Path) -> None:
-    write(buckets / "b/data/train/x.csv", "1\n")
-    with pytest.raises(StorageError, match=r"^s3://b/code/sourcedir.tar.gz: no such object"):
+    write(buckets / "bkt/data/train/x.csv", "1\n")
+    with pytest.raises(StorageError, match=r"^s3://bkt/code/sourcedir.tar.gz: no such object"):
         prepare(tmp_path / "job", spec(), storage)
 
 
 def test_a_code_archive_that_escapes_its_directory_is_refused(
     storage: Storage, buckets: Path, tmp_path: Path
 ) -> None:
-    write(buckets / "b/data/train/x.csv", "1\n")
-    write(buckets / "b/code/sourcedir.tar.gz", tarball({"train.py": "", "../../escaped.txt": "gotcha"}))
-    with pytest.raises(StorageError, match=r"^s3://b/code/sourcedir.tar.gz: cannot unpack"):
+    write(buckets / "bkt/data/train/x.csv", "1\n")
+    write(buckets / "bkt/code/sourcedir.tar.gz", tarball({"train.py": "", "../../escaped.txt": "gotcha"}))
+    with pytest.raises(StorageError, match=r"^s3://bkt/code/sourcedir.tar.gz: cannot unpack"):
         prepare(tmp_path / "job", spec(), storage)
     assert not list(tmp_path.rglob("escaped.txt"))
 
@@ -133,7 +134,7 @@ def test_nothing_to_run_is_refused_before_any_io(storage: Storage, tmp_path: Pat
 def test_checkpoints_sync_while_running_and_restore_on_restart(
     storage: Storage, buckets: Path, tmp_path: Path
 ) -> None:
-    write(buckets / "b/data/train/x.csv", "1\n")
+    write(buckets / "bkt/data/train/x.csv", "1\n")
     job = spec(hyperparameters={}, entrypoint=("true",))
     first = tmp_path / "first"
     prepare(first, job, storage)
@@ -145,7 +146,7 @@ def test_checkpoints_sync_while_running_and_restore_on_restart(
     assert sync_checkpoints(first, job, storage) == 0
     write(first / "checkpoints/epoch-2.ckpt", "two")
     assert sync_checkpoints(first, job, storage) == 1
-    stored = {item.key for item in storage.list("s3://b/checkpoints/job-1")}
+    stored = {item.key for item in storage.list("s3://bkt/checkpoints/job-1")}
     assert stored == {
         f"checkpoints/job-1/{n}" for n in ("epoch-1.ckpt", "epoch-2.ckpt", "shard/epoch-1.part")
     }
@@ -159,7 +160,7 @@ def test_checkpoints_sync_while_running_and_restore_on_restart(
 def test_a_job_without_checkpoint_config_syncs_nothing(
     storage: Storage, buckets: Path, tmp_path: Path
 ) -> None:
-    write(buckets / "b/data/train/x.csv", "1\n")
+    write(buckets / "bkt/data/train/x.csv", "1\n")
     job = spec(hyperparameters={}, entrypoint=("true",), checkpoint_uri=None)
     prepare(tmp_path / "job", job, storage)
     write(tmp_path / "job/checkpoints/c", "x")
@@ -167,7 +168,7 @@ def test_a_job_without_checkpoint_config_syncs_nothing(
 
 
 def test_pack_model_stores_the_model_and_output_data(storage: Storage, buckets: Path, tmp_path: Path) -> None:
-    write(buckets / "b/data/train/x.csv", "1\n")
+    write(buckets / "bkt/data/train/x.csv", "1\n")
     job = spec(hyperparameters={}, entrypoint=("true",))
     root = tmp_path / "job"
     prepare(root, job, storage)
@@ -187,7 +188,7 @@ def test_pack_model_stores_the_model_and_output_data(storage: Storage, buckets: 
 def test_an_empty_model_is_still_stored_and_empty_output_data_is_not(
     storage: Storage, buckets: Path, tmp_path: Path
 ) -> None:
-    write(buckets / "b/data/train/x.csv", "1\n")
+    write(buckets / "bkt/data/train/x.csv", "1\n")
     job = spec(hyperparameters={}, entrypoint=("true",))
     prepare(tmp_path / "job", job, storage)
     pack_model(tmp_path / "job", job, storage)
@@ -199,7 +200,7 @@ def test_an_empty_model_is_still_stored_and_empty_output_data_is_not(
 def test_a_restart_on_the_same_root_keeps_checkpoints_newer_than_the_stored_ones(
     storage: Storage, buckets: Path, tmp_path: Path
 ) -> None:
-    write(buckets / "b/data/train/x.csv", "1\n")
+    write(buckets / "bkt/data/train/x.csv", "1\n")
     job = spec(hyperparameters={}, entrypoint=("true",))
     root = tmp_path / "job"
     prepare(root, job, storage)
@@ -216,7 +217,7 @@ def test_a_restart_on_the_same_root_keeps_checkpoints_newer_than_the_stored_ones
 def test_a_first_start_with_checkpoints_in_a_bucket_not_yet_written_restores_nothing(
     storage: Storage, buckets: Path, tmp_path: Path
 ) -> None:
-    write(buckets / "b/data/train/x.csv", "1\n")
+    write(buckets / "bkt/data/train/x.csv", "1\n")
     job = spec(hyperparameters={}, entrypoint=("true",), checkpoint_uri="s3://new-bucket/ckpt")
     assert prepare(tmp_path / "job", job, storage).restored_checkpoints == 0
     write(tmp_path / "job/checkpoints/c", "x")

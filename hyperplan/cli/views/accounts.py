@@ -91,3 +91,15 @@ class KeyRevoked:
 
     def __rich__(self) -> Text:
         return Text(f"Revoked {self.access_key_id}.")
+
+
+@dataclass(frozen=True)
+class MasterKeyRotated:
+    answer: dict[str, int]
+
+    def __rich__(self) -> Text:
+        return Text(
+            f"Rotated the master key: {self.answer['AccessKeysResealed']} access-key secrets and "
+            f"{self.answer['WebhooksResealed']} webhook secrets sealed under the new key. "
+            "Back up the key file again: the old one opens nothing now."
+        )
