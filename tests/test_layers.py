@@ -23,7 +23,7 @@ LAYERS = {
     "hyperplan.clock": "clock",
     "hyperplan.fleet": "fleet-data",
     "hyperplan.store": "store",
-    "hyperplan.storage": "storage",
+    "hyperplan.objects": "objects",
     "hyperplan.backends": "backends",
     "hyperplan.training": "training",
     "hyperplan.events": "events",
@@ -38,7 +38,7 @@ LAYERS = {
 }
 
 _BELOW_SERVICES = {
-    *("core", "store", "storage", "backends", "training", "clock", "events", "worker", "errors")
+    *("core", "store", "objects", "backends", "training", "clock", "events", "worker", "errors")
 }
 
 # What each layer may import besides itself.
@@ -50,9 +50,9 @@ ALLOWED: dict[str, set[str]] = {
     "core": {"errors"},
     "clock": {"errors"},
     "store": {"core", "errors"},
-    "storage": {"core", "errors"},
+    "objects": {"core", "errors"},
     "backends": {"root", "errors"},  # the package's own location, for the node agent it starts
-    "training": {"storage", "core", "errors"},
+    "training": {"objects", "core", "errors"},
     "events": {"store", "clock", "worker", "core", "errors"},
     "services": _BELOW_SERVICES,
     # The edges translate: services own the transactions and hand them views, so no store (see below).

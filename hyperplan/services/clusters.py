@@ -44,11 +44,12 @@ from hyperplan.core.fleet import Pool
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.status import CLUSTER_LIFECYCLE, NODE_LIFECYCLE, ClusterStatus, NodeStatus
 from hyperplan.errors import Conflict, ResourceInUse, ResourceLimitExceeded, ResourceNotFound, ValidationError
+from hyperplan.objects.storage import Storage
+from hyperplan.objects.uris import StorageError, parse_s3_uri
 from hyperplan.services import capacity_claims, lifecycle, on_demand, status
 from hyperplan.services.accounts import Caller
 from hyperplan.services.cluster_request import ClusterSettings, ClusterSpec, ClusterUpdate, InstanceGroupSpec
 from hyperplan.services.context import ServiceContext
-from hyperplan.storage import Storage, StorageError, parse_s3_uri
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, ReservedCapacity, TrainingPlan
 from hyperplan.worker import Worker

@@ -21,7 +21,7 @@ from typing import Any
 
 from hyperplan.core.jsonable import jsonable
 from hyperplan.errors import ValidationError
-from hyperplan.storage import StorageError, parse_s3_uri
+from hyperplan.objects.uris import StorageError, parse_s3_uri
 from hyperplan.training.contract import (
     DEFAULT_CHECKPOINT_PATH,
     Channel,

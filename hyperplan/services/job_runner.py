@@ -47,12 +47,13 @@ from sqlalchemy.orm import Session
 from hyperplan.backends.base import AdoptReport, BackendError, LogStream, TaskRef, TaskSpec, UnknownResource
 from hyperplan.core.jobs import FINAL, RUNNING, Secondary
 from hyperplan.errors import ValidationError
+from hyperplan.objects.storage import Storage
+from hyperplan.objects.uris import StorageError
 from hyperplan.services import jobs
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_request import TrainingJobSpec
 from hyperplan.services.jobs import LIVE_INSTANCE
-from hyperplan.storage import Storage, StorageError
 from hyperplan.store.schema import TrainingJob, TrainingJobInstance
 from hyperplan.training.contract import JobSpec, Layout, NoCommand, UnsupportedInput
 from hyperplan.training.workspace import pack_model, prepare, sync_checkpoints

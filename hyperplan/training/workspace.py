@@ -6,7 +6,7 @@ script mode, unpacks the code. ``sync_checkpoints`` is called by the runner whil
 more when it ends; ``pack_model`` stores the model (and non-empty output data) when it has succeeded.
 
 A root may be reused for a restart: files are overwritten, never deleted. Every storage failure is a
-:class:`~hyperplan.storage.StorageError` naming the URI; a job that cannot run at all is a
+:class:`~hyperplan.objects.uris.StorageError` naming the URI; a job that cannot run at all is a
 :class:`~hyperplan.training.contract.NoCommand` or ``UnsupportedInput``, raised before any I/O.
 """
 
@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hyperplan.storage import Storage, StorageError, join_uri
+from hyperplan.objects.storage import Storage
+from hyperplan.objects.uris import StorageError, join_uri
 from hyperplan.training.contract import Contract, JobSpec, Layout, ScriptMode, build_contract
 
 MODEL_ARCHIVE = "model.tar.gz"

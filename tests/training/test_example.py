@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from hyperplan.backends.layout import inherited_mark
-from hyperplan.storage import Storage
+from hyperplan.objects.storage import Storage
 from hyperplan.training.contract import Channel, JobSpec, host_names
 from hyperplan.training.workspace import pack_model, prepare, sync_checkpoints
 

@@ -26,7 +26,9 @@ from moto.server import ThreadedMotoServer
 
 from hyperplan.core.fleet import S3Bucket
 from hyperplan.core.fleet_file import parse_fleet
-from hyperplan.storage import MTIME_METADATA, S3Backend, Storage, StorageError
+from hyperplan.objects.s3 import MTIME_METADATA, S3Store
+from hyperplan.objects.storage import Storage
+from hyperplan.objects.uris import StorageError
 from hyperplan.training.contract import Channel, JobSpec
 from hyperplan.training.workspace import pack_model, prepare, sync_checkpoints
 
@@ -194,7 +196,7 @@ def test_a_prefix_is_a_whole_directory_and_folder_markers_are_not_objects(
 def test_listing_follows_pages_in_key_order_and_shards_by_key(
     storage: Storage, admin: Any, remote: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(S3Backend, "page_size", 2)
+    monkeypatch.setattr(S3Store, "page_size", 2)
     for index in range(5):
         admin.put_object(Bucket=remote, Key=f"p/{index}.csv", Body=str(index).encode())
     assert [item.key for item in storage.list("s3://team-data/p")] == [f"p/{i}.csv" for i in range(5)]
@@ -450,7 +452,7 @@ def test_credentials_named_by_an_unset_variable_are_an_error_naming_the_uri(
 def test_error_answers_that_moto_does_not_give_map_too(code: str, status: int, reason: str) -> None:
     """Only the mapping of error answers is checked here, on a stubbed client: no request is made."""
     client = boto3.client("s3", endpoint_url="http://127.0.0.1:9", region_name="us-east-1", **ADMIN_KEYS)
-    backend = S3Backend("team-data", S3Bucket("http://127.0.0.1:9", "us-east-1", "remote-name"), client)
+    backend = S3Store("team-data", S3Bucket("http://127.0.0.1:9", "us-east-1", "remote-name"), client)
     with Stubber(client) as stub:
         stub.add_client_error("list_objects_v2", code, f"{code} message", status)
         error = assert_refused(lambda: list(backend.objects_under("data")), "s3://team-data/data", reason)

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hyperplan.storage import TEMP_PREFIX, Storage, StorageError, join_uri, parse_s3_uri
+from hyperplan.objects.storage import Storage
+from hyperplan.objects.uris import TEMP_PREFIX, StorageError, join_uri, parse_s3_uri
 
 
 @pytest.fixture

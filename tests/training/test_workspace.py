@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hyperplan.storage import Storage, StorageError
+from hyperplan.objects.storage import Storage
+from hyperplan.objects.uris import StorageError
 from hyperplan.training.contract import Channel, JobSpec, NoCommand
 from hyperplan.training.workspace import pack_model, prepare, sync_checkpoints
 

@@ -1,0 +1,177 @@
+"""The fleet's buckets, each kept by its store: the one entry point for transfers."""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from hyperplan.core.fleet import Bucket, DirectoryBucket, S3Bucket
+from hyperplan.objects.base import BucketStore
+from hyperplan.objects.directory import DirectoryStore, local_path, resolves_inside
+from hyperplan.objects.s3 import S3Store
+from hyperplan.objects.uris import (
+    SCHEME,
+    TEMP_PREFIX,
+    StorageError,
+    StoredObject,
+    check_key,
+    parse_s3_uri,
+)
+
+# -- the fleet's buckets ----------------------------------------------------------------------------------
+
+
+class Storage:
+    """The fleet's buckets. ``buckets`` maps bucket names to where they are kept (the fleet file's
+    ``[buckets]``: a :class:`DirectoryBucket` or an :class:`S3Bucket`; a plain path means a directory),
+    ``default_root`` holds every other bucket (``DATA_DIR/s3``), and ``backends`` adds buckets served by
+    something else under the same interface."""
+
+    def __init__(
+        self,
+        buckets: Mapping[str, Bucket | str | os.PathLike[str]],
+        default_root: Path,
+        backends: Mapping[str, BucketStore] | None = None,
+    ) -> None:
+        self._mapped = {name: _as_bucket(where) for name, where in buckets.items()}
+        self._default_root = Path(default_root)
+        self._backends = dict(backends or {})
+
+    @classmethod
+    def in_data_dir(cls, data_dir: Path, buckets: Mapping[str, Bucket]) -> Storage:
+        """The service's storage: mapped buckets where the fleet file says, the rest in DATA_DIR/s3."""
+        return cls(buckets, Path(data_dir) / "s3")
+
+    def backend(self, bucket: str) -> BucketStore:
+        if bucket in self._backends:
+            return self._backends[bucket]
+        where = self._mapped.get(bucket)
+        if isinstance(where, S3Bucket):
+            return S3Store(bucket, where)
+        if isinstance(where, DirectoryBucket):
+            return DirectoryStore(bucket, Path(where.path), create_on_write=False)
+        return DirectoryStore(bucket, self._default_root / bucket, create_on_write=True)
+
+    def _created_on_write(self, bucket: str) -> bool:
+        return bucket not in self._backends and bucket not in self._mapped
+
+    def exists(self, uri: str) -> bool:
+        """True if the URI names an object (not a prefix). A missing bucket is an error, not False."""
+        bucket, key = parse_s3_uri(uri)
+        return self.backend(bucket).head(key) is not None
+
+    def list(self, uri_prefix: str) -> builtins.list[StoredObject]:
+        """The objects under a prefix (a directory of keys), in key order."""
+        bucket, key = parse_s3_uri(uri_prefix)
+        return builtins.list(self.backend(bucket).objects_under(key))
+
+    def download_prefix(self, uri: str, dest_dir: Path, shard: tuple[int, int] | None = None) -> int:
+        """Copy every object under ``uri`` into ``dest_dir``, keeping paths relative to the prefix; if
+        ``uri`` names one object, copy just it, as ``dest_dir/<its name>``. ``shard=(i, n)`` keeps every
+        n-th object from the i-th, in key order (SageMaker's ShardedByS3Key). Returns the number copied."""
+        selected = self._objects_for(uri)
+        if shard is not None:
+            index, count = shard
+            selected = selected[index::count]
+        for item, relative in selected:
+            self.backend(item.bucket).get(item.key, local_path(Path(dest_dir), relative, item.uri))
+        return len(selected)
+
+    def sync_dir_from(self, uri_prefix: str, dest_dir: Path) -> int:
+        """Copy the objects under the prefix that ``dest_dir`` lacks or holds an older copy of (by
+        modification time), so that newer local files are never overwritten. Returns the number copied.
+        A default-root bucket that nothing has been written to yet holds nothing (a first start's
+        checkpoints); any other missing bucket is an error."""
+        bucket, _ = parse_s3_uri(uri_prefix)
+        if self._created_on_write(bucket) and not self.backend(bucket).bucket_exists():
+            return 0
+        copied = 0
+        for item, relative in self._objects_for(uri_prefix):
+            local = local_path(Path(dest_dir), relative, item.uri)
+            with contextlib.suppress(FileNotFoundError):
+                if local.stat().st_mtime_ns >= item.mtime_ns:
+                    continue
+            self.backend(item.bucket).get(item.key, local)
+            copied += 1
+        return copied
+
+    def _objects_for(self, uri: str) -> builtins.list[tuple[StoredObject, str]]:
+        """The object the URI names, or else those under it as a prefix, each with its relative path."""
+        bucket, key = parse_s3_uri(uri)
+        backend = self.backend(bucket)
+        single = backend.head(key)
+        if single is not None:
+            return [(single, key.rsplit("/", 1)[-1])]
+        prefix = key.rstrip("/")
+        return [(item, item.key[len(prefix) :].lstrip("/")) for item in backend.objects_under(prefix)]
+
+    def download_file(self, uri: str, dest: Path) -> None:
+        """Copy the object ``uri`` to the file ``dest``."""
+        bucket, key = parse_s3_uri(uri)
+        self.backend(bucket).get(key, Path(dest))
+
+    def upload_file(self, path: Path, uri: str) -> None:
+        """Store one local file as the object ``uri``."""
+        bucket, key = parse_s3_uri(uri)
+        if not key or key.endswith("/"):
+            raise StorageError(uri, "an object needs a key that does not end with '/'")
+        self._put(bucket, Path(path), key, uri)
+
+    def upload_dir(self, src_dir: Path, uri_prefix: str) -> int:
+        """Store every file under ``src_dir`` below the prefix, keeping relative paths. Returns the count."""
+        return self._upload_tree(src_dir, uri_prefix, only_changed=False)
+
+    def sync_dir_to(self, src_dir: Path, uri_prefix: str) -> int:
+        """Store the files under ``src_dir`` that are new or changed since the stored copy: a different
+        size or modification time (uploads keep the file's mtime), rsync's quick check. So a file
+        rewritten with the same size within one tick of the filesystem's clock after a sync is missed
+        until it changes again. Nothing is deleted. Returns the number uploaded."""
+        return self._upload_tree(src_dir, uri_prefix, only_changed=True)
+
+    def _upload_tree(self, src_dir: Path, uri_prefix: str, *, only_changed: bool) -> int:
+        bucket, prefix = parse_s3_uri(uri_prefix)
+        backend = self.backend(bucket)
+        prefix = prefix.rstrip("/")
+        stored: dict[str, StoredObject] = {}
+        if only_changed and backend.bucket_exists():
+            stored = {item.key: item for item in backend.objects_under(prefix)}
+        uploaded = 0
+        for path in sorted(Path(src_dir).rglob("*")):
+            if path.name.startswith(TEMP_PREFIX) or not path.is_file():
+                continue
+            key = "/".join(filter(None, [prefix, path.relative_to(src_dir).as_posix()]))
+            check_key(f"{SCHEME}{bucket}/{key}", key)
+            if not resolves_inside(path, Path(src_dir)):
+                raise StorageError(
+                    f"{SCHEME}{bucket}/{key}", f"{path} is a symbolic link that leads outside {src_dir}"
+                )
+            try:
+                stat = path.stat()
+                previous = stored.get(key)
+                if previous and previous.size == stat.st_size and previous.mtime_ns == stat.st_mtime_ns:
+                    continue
+                backend.put(path, key)
+            except (FileNotFoundError, StorageError):
+                # A file renamed away since the listing (a training script's temporary file) is skipped;
+                # any other failure is real.
+                if path.exists():
+                    raise
+                continue
+            uploaded += 1
+        return uploaded
+
+    def _put(self, bucket: str, path: Path, key: str, uri: str) -> None:
+        if path.is_symlink():
+            raise StorageError(uri, f"cannot upload {path}: a symbolic link, not followed")
+        if not path.is_file():
+            raise StorageError(uri, f"cannot upload {path}: not a file")
+        self.backend(bucket).put(path, key)
+
+
+def _as_bucket(where: Bucket | str | os.PathLike[str]) -> Bucket:
+    if isinstance(where, (DirectoryBucket, S3Bucket)):
+        return where
+    return DirectoryBucket(os.fspath(where))
