@@ -43,13 +43,13 @@ from hyperplan.services import (
     payments,
     sealed_secrets,
 )
-from hyperplan.services.clusters import NodeWatcher
 from hyperplan.services.context import ServiceContext, Settings, Wakes
 from hyperplan.services.job_runner import JobRunner
 from hyperplan.services.job_work import JobLocks, JobSettings
 from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.lifecycle import LifecycleContext
 from hyperplan.services.live_calendar import LiveCalendar
+from hyperplan.services.node_watcher import NodeWatcher
 from hyperplan.store import settings
 from hyperplan.store.db import Database, sqlite_url
 from hyperplan.store.master_key import KEY_FILE_NAME, SecretBox

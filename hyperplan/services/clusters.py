@@ -30,7 +30,6 @@ from hyperplan.backends.base import (
     ExecResult,
     NodeRef,
     NodeSpec,
-    NodeState,
 )
 from hyperplan.core.clusters import (
     GroupFacts,
@@ -52,7 +51,6 @@ from hyperplan.services.cluster_request import ClusterSettings, ClusterSpec, Clu
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, ReservedCapacity, TrainingPlan
-from hyperplan.worker import Worker
 
 LIVE = (NodeStatus.PENDING, NodeStatus.RUNNING, NodeStatus.FAILURE)  # nodes that hold a place in their group
 GONE = NodeStatus.TERMINATED
@@ -120,10 +118,10 @@ def _fail_provisioning(runtime: ServiceContext, node_id: int, message: str) -> N
     with runtime.db.write() as session:
         node = session.get(ClusterNode, node_id)
         if node is not None and NodeStatus(node.status) == NodeStatus.PENDING:
-            _move_node(session, node, NodeStatus.FAILURE, message, runtime.clock.now())
+            move_node(session, node, NodeStatus.FAILURE, message, runtime.clock.now())
 
 
-def _move_node(session: Session, node: ClusterNode, new: NodeStatus, message: str, now: datetime) -> None:
+def move_node(session: Session, node: ClusterNode, new: NodeStatus, message: str, now: datetime) -> None:
     status.change(session, NODE_LIFECYCLE, node, new, now, message)
     node.message = message
 
@@ -561,7 +559,7 @@ def _shut_down(
     session: Session, node: ClusterNode, actions: NodeActions, now: datetime, expiry: str = "0"
 ) -> None:
     message = "Shutting down: SIGTERM sent; SIGKILL follows after the grace period."
-    _move_node(session, node, NodeStatus.SHUTTING_DOWN, message, now)
+    move_node(session, node, NodeStatus.SHUTTING_DOWN, message, now)
     actions.terminate.append((node.backend_id, expiry))
 
 
@@ -587,101 +585,7 @@ def _groups(session: Session, cluster: Cluster) -> list[InstanceGroup]:
     )
 
 
-# -- watching the back end ------------------------------------------------------------------------
-
-
-# Nodes whose back-end state changes by itself soon (an OnCreate running, a shutdown under way).
-_SETTLING = (NodeStatus.PENDING, NodeStatus.SHUTTING_DOWN)
-SETTLING_POLL = 0.5  # seconds between looks while some node is settling
-SAFETY_POLL = 5.0  # seconds between looks otherwise: a running node fails without telling anyone
-
-
-class NodeWatcher:
-    """Brings back-end node states into the store, in real time, off the request and lifecycle paths.
-
-    Woken after a commit that provisions or shuts down nodes. The back end announces nothing, so the
-    watcher also looks on its own: every SETTLING_POLL while a node is settling, every SAFETY_POLL
-    otherwise (a node's process can die at any time)."""
-
-    def __init__(self, runtime: ServiceContext, poll: float = SAFETY_POLL) -> None:
-        self.runtime = runtime
-        self.worker = Worker("node-watcher", self._step, poll=poll, wake=runtime.wakes.nodes)
-
-    def start(self) -> None:
-        self.worker.start()
-
-    def stop(self) -> None:
-        self.worker.stop()
-
-    def wake(self) -> None:
-        self.worker.wake()
-
-    def _step(self) -> float | None:
-        watch_nodes(self.runtime)
-        with self.runtime.db.read() as session:
-            settling = session.scalar(
-                select(ClusterNode.id).where(ClusterNode.status.in_(_SETTLING)).limit(1)
-            )
-        return SETTLING_POLL if settling is not None else None
-
-
-def watch_nodes(runtime: ServiceContext) -> int:
-    """One pass: read the back end's state of every node not yet gone; returns how many changed."""
-    with runtime.db.read() as session:
-        watched = [
-            (n.id, n.backend_id, n.status)
-            for n in session.scalars(select(ClusterNode).where(ClusterNode.status != GONE))
-        ]
-    changes = []
-    for node_id, backend_id, current in watched:
-        try:
-            seen = runtime.backend.node_status(backend_id)
-        except BackendError:
-            continue  # not handed to the back end yet (a provision in flight)
-        if _store_status(seen.state, NodeStatus(current)) is not None:
-            changes.append((node_id, seen.state, seen.message))
-    return _apply(runtime, changes) if changes else 0
-
-
-def _store_status(state: NodeState, current: NodeStatus) -> NodeStatus | None:
-    """The status a node moves to when the back end says `state`, or None: no news, or a move its
-    lifecycle does not make (once we asked it to stop, only its ending is news)."""
-    new = NodeStatus(state.value)
-    return new if NODE_LIFECYCLE.allows(current, new) else None
-
-
-def _apply(runtime: ServiceContext, changes: list[tuple[int, NodeState, str]]) -> int:
-    """Store what the back end said, against each node's status now: it may have moved since the look
-    (shut down by a request, say), and then the news may be stale."""
-    now = runtime.clock.now()
-    applied = 0
-    with runtime.db.write() as session:
-        for node_id, state, message in changes:
-            node = session.get(ClusterNode, node_id)
-            new = _store_status(state, NodeStatus(node.status)) if node is not None else None
-            if node is None or new is None:
-                continue
-            default = {NodeStatus.RUNNING: "", GONE: "Terminated."}.get(new, node.message)
-            _move_node(session, node, new, message or default, now)
-            if new == GONE:
-                node.ended_at = now
-            applied += 1
-        _finish_deletions(session)
-    return applied
-
-
-def _finish_deletions(session: Session) -> None:
-    """A Deleting cluster whose nodes are all gone is removed."""
-    for cluster in session.scalars(select(Cluster).where(Cluster.status == ClusterStatus.DELETING)):
-        remaining = session.scalar(
-            select(func.count(ClusterNode.id)).where(
-                ClusterNode.cluster_id == cluster.id, ClusterNode.status != GONE
-            )
-        )
-        if not remaining:
-            session.query(ClusterNode).filter(ClusterNode.cluster_id == cluster.id).delete()
-            session.query(InstanceGroup).filter(InstanceGroup.cluster_id == cluster.id).delete()
-            session.delete(cluster)
+# -- after a restart -------------------------------------------------------------------------------
 
 
 def node_refs(runtime: ServiceContext) -> list[NodeRef]:
@@ -709,7 +613,7 @@ def _fail_unprovisioned(session: Session, node: ClusterNode, now: datetime) -> N
     if node.status == NodeStatus.FAILURE:
         node.message = message  # failed already: no move, only the reason
     else:
-        _move_node(session, node, NodeStatus.FAILURE, message, now)
+        move_node(session, node, NodeStatus.FAILURE, message, now)
 
 
 def reconcile_all(runtime: ServiceContext) -> None:
