@@ -16,9 +16,10 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/hyperplan serve
 
-## Set up and run every test, on as many worker processes as the machine has cores (TEST_WORKERS=0: one
-## process). worksteal: an idle worker takes queued tests from a busy one, so a slow test ends no queue.
-TEST_WORKERS ?= auto
+## Set up and run every test, on one worker process more than the machine has cores (most tests wait on
+## servers and processes, not on a core); TEST_WORKERS=0 runs them in this process. worksteal: an idle
+## worker takes queued tests from a busy one, so that no slow test ends a long queue.
+TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
