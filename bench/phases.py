@@ -26,7 +26,7 @@ class Sizes:
     def of(scale: Scale) -> Sizes:
         if scale is Scale.SMOKE:
             return Sizes(
-                clients=8, seconds=0.5, single_searches=10, offerings=3, breakdown_samples=5, max_plans=60
+                clients=2, seconds=0.5, single_searches=10, offerings=3, breakdown_samples=5, max_plans=60
             )
         if scale is Scale.QUICK:
             return Sizes(clients=8, seconds=2, single_searches=100, offerings=10, breakdown_samples=30)

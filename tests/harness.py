@@ -247,6 +247,16 @@ class Server:
             raise AssertionError(f"aws {' '.join(args)} failed ({process.returncode}): {process.stderr}")
         return json.loads(process.stdout) if process.stdout.strip() else None
 
+    def set_clock(self, moment: datetime | str) -> None:
+        """Move the manual clock to `moment` through the native API (what `hyperplan clock set` sends,
+        without a process to start: tests move clocks often, and the CLI has tests of its own)."""
+        text = moment.isoformat() if isinstance(moment, datetime) else moment
+        self.native().post("/api/v1/clock/set", {"Time": text})
+
+    def advance_clock(self, duration: str) -> None:
+        """Advance the manual clock by `duration` ("1m", "11h59m") through the native API."""
+        self.native().post("/api/v1/clock/advance", {"Duration": duration})
+
     def cli(
         self, *args: str, credentials: Credentials = ADMIN, check: bool = True
     ) -> subprocess.CompletedProcess[str]:

@@ -162,19 +162,19 @@ def test_seed_hyperpod_walkthrough_with_the_aws_cli(
         "worker-group-2": "Scheduled",
     }
 
-    server.cli("clock", "set", start.isoformat())
+    server.set_clock(start)
     assert wait_until(lambda: counts() == during), counts()
     assert running() == during
     plan = server.sagemaker().describe_training_plan(TrainingPlanName="split")
     assert (plan["InUseInstanceCount"], plan["AvailableInstanceCount"]) == (3, 1)
 
-    server.cli("clock", "set", (start + timedelta(days=1, minutes=-30)).isoformat())  # reclaim time
+    server.set_clock(start + timedelta(days=1, minutes=-30))  # reclaim time
     assert wait_until(lambda: counts() == before), counts()
-    server.cli("clock", "set", (start + timedelta(days=2)).isoformat())
+    server.set_clock(start + timedelta(days=2))
     assert counts() == before
-    server.cli("clock", "set", (start + timedelta(days=3)).isoformat())
+    server.set_clock(start + timedelta(days=3))
     assert wait_until(lambda: counts() == during), counts()
-    server.cli("clock", "set", (start + timedelta(days=4)).isoformat())
+    server.set_clock(start + timedelta(days=4))
     assert wait_until(lambda: counts() == before), counts()
     summaries = server.aws("sagemaker", "list-clusters", "--training-plan-arn", arn)["ClusterSummaries"]
     assert [s["ClusterName"] for s in summaries] == ["ml-cluster"] and summaries[0]["TrainingPlanArns"] == [
@@ -250,7 +250,7 @@ def test_partial_provisioning_serves_groups_in_creation_order(fast_small: Server
         VpcConfig={"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": SUBNETS},
     )
     start = client.describe_training_plan(TrainingPlanName="shared")["StartTime"]
-    small.cli("clock", "set", (start + timedelta(minutes=1)).isoformat())
+    small.set_clock(start + timedelta(minutes=1))
     assert wait_until(lambda: _counts(small, "greedy") == {"first": (3, 3), "second": (1, 3)}), _counts(
         small, "greedy"
     )
@@ -363,7 +363,7 @@ def test_a_server_killed_mid_segment_keeps_clusters_nodes_and_processes_consiste
         VpcConfig={"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": SUBNETS},
     )
     start = client.describe_training_plan(TrainingPlanName="steady")["StartTime"]
-    small.cli("clock", "set", (start + timedelta(hours=1)).isoformat())
+    small.set_clock(start + timedelta(hours=1))
     want = {"controller": (1, 1), "workers": (2, 2)}
     assert wait_until(lambda: _counts(small, "survivor") == want), _counts(small, "survivor")
     before = sorted(
@@ -382,7 +382,7 @@ def test_a_server_killed_mid_segment_keeps_clusters_nodes_and_processes_consiste
     assert after == before  # no node lost, none duplicated
 
     end = client.describe_training_plan(TrainingPlanName="steady")["EndTime"]
-    small.cli("clock", "set", (end - timedelta(minutes=30)).isoformat())  # reclaim
+    small.set_clock(end - timedelta(minutes=30))  # reclaim
     assert wait_until(lambda: _counts(small, "survivor")["workers"] == (0, 2))
     client.delete_cluster(ClusterName="survivor")
     assert wait_until(lambda: client.list_clusters()["ClusterSummaries"] == [], timeout=90)
@@ -400,7 +400,7 @@ def test_at_reclaim_node_processes_get_sigterm_with_the_segment_end(small: Serve
         VpcConfig={"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": SUBNETS},
     )
     plan = client.describe_training_plan(TrainingPlanName="warned")
-    small.cli("clock", "set", (plan["StartTime"] + timedelta(minutes=5)).isoformat())
+    small.set_clock(plan["StartTime"] + timedelta(minutes=5))
     assert wait_until(lambda: _counts(small, "warned") == {"w": (1, 1)})
     node = client.list_cluster_nodes(ClusterName="warned")["ClusterNodeSummaries"][0]["InstanceId"]
     # A training process that checkpoints when told: it reads the warning from the node's env directory.
@@ -415,7 +415,7 @@ def test_at_reclaim_node_processes_get_sigterm_with_the_segment_end(small: Serve
     end = str(int(plan["EndTime"].timestamp()))
     assert wait_until(lambda: (home / "started.txt").exists())
     assert (home / "started.txt").read_text().strip() == end
-    small.cli("clock", "set", (plan["EndTime"] - timedelta(minutes=30)).isoformat())
+    small.set_clock(plan["EndTime"] - timedelta(minutes=30))
     assert wait_until(lambda: (home / "warned.txt").exists()), "the node's processes got no SIGTERM"
     assert (home / "warned.txt").read_text().strip() == end
     assert wait_until(lambda: _counts(small, "warned") == {"w": (0, 1)})

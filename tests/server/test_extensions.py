@@ -105,18 +105,18 @@ def test_a_plan_extended_while_active_stays_active_past_its_old_end(small: Serve
     client = small.sagemaker(team)
     arn = _buy(small, team, "running")
     old_end = client.describe_training_plan(TrainingPlanName="running")["EndTime"]
-    small.cli("clock", "set", (old_end - timedelta(hours=5)).isoformat())
+    small.set_clock(old_end - timedelta(hours=5))
     assert client.describe_training_plan(TrainingPlanName="running")["Status"] == "Active"
     offer = client.search_training_plan_offerings(TrainingPlanArn=arn, DurationHours=24)[
         "TrainingPlanExtensionOfferings"
     ][0]
     client.extend_training_plan(TrainingPlanExtensionOfferingId=offer["TrainingPlanExtensionOfferingId"])
-    small.cli("clock", "set", (old_end + timedelta(hours=2)).isoformat())
+    small.set_clock(old_end + timedelta(hours=2))
     plan = client.describe_training_plan(TrainingPlanName="running")
     assert plan["Status"] == "Active" and plan["ReservedCapacitySummaries"][-1]["Status"] == "Active"
     events = json.loads(small.cli("plans", "events", "running", "--json", credentials=team).stdout)["Events"]
     assert not [e for e in events if e["Kind"] in ("reclaim-begins", "segment-ended")]
-    small.cli("clock", "set", (old_end + timedelta(days=1, minutes=1)).isoformat())
+    small.set_clock(old_end + timedelta(days=1, minutes=1))
     events = json.loads(small.cli("plans", "events", "running", "--json", credentials=team).stdout)["Events"]
     reclaims = [datetime.fromisoformat(e["At"]) for e in events if e["Kind"] == "reclaim-begins"]
     assert reclaims == [old_end + timedelta(days=1) - timedelta(minutes=30)]
@@ -170,12 +170,12 @@ def test_each_extension_precondition_is_refused_with_its_rule(small: Server) -> 
     late_client = small.sagemaker(team2)
     late = _buy(small, team2, "nearly-over", count=1)
     end = late_client.describe_training_plan(TrainingPlanName="nearly-over")["EndTime"]
-    small.cli("clock", "set", (end - timedelta(minutes=30)).isoformat())
+    small.set_clock(end - timedelta(minutes=30))
     code, message = _refusal(
         late_client.search_training_plan_offerings, TrainingPlanArn=late, DurationHours=24
     )
     assert code == "ValidationException" and "at least 1 hour" in message
-    small.cli("clock", "set", (end + timedelta(minutes=1)).isoformat())
+    small.set_clock(end + timedelta(minutes=1))
     code, message = _refusal(
         late_client.search_training_plan_offerings, TrainingPlanArn=late, DurationHours=24
     )

@@ -47,7 +47,7 @@ FINAL = ("Completed", "Failed", "Stopped")
 
 
 def _set_clock(server: Server, moment: datetime) -> None:
-    server.cli("clock", "set", moment.isoformat())
+    server.set_clock(moment)
 
 
 def _buy(

@@ -94,21 +94,21 @@ def test_a_two_segment_plan_walks_through_every_status(
     assert message == "Payment confirmed, training plan scheduled."
     assert counters == {"TotalInstanceCount": 8, "AvailableInstanceCount": 8, "InUseInstanceCount": 0}
 
-    server.cli("clock", "set", start.isoformat())
+    server.set_clock(start)
     status, rcs, counters, message = _state(server, owner, "walk")
     assert (status, rcs) == ("Active", ["Active", "Scheduled"])
     assert "active until" in message and counters["AvailableInstanceCount"] == 8
 
-    server.cli("clock", "set", (start + timedelta(days=1)).isoformat())
+    server.set_clock(start + timedelta(days=1))
     status, rcs, _, message = _state(server, owner, "walk")
     assert (status, rcs) == ("Scheduled", ["Expired", "Scheduled"])
     assert "next one starts" in message
 
-    server.cli("clock", "set", (start + timedelta(days=3, hours=1)).isoformat())
+    server.set_clock(start + timedelta(days=3, hours=1))
     status, rcs, _, _ = _state(server, owner, "walk")
     assert (status, rcs) == ("Active", ["Expired", "Active"])
 
-    server.cli("clock", "advance", "1d")
+    server.advance_clock("1d")
     status, rcs, counters, message = _state(server, owner, "walk")
     assert (status, rcs) == ("Expired", ["Expired", "Expired"])
     assert "ended" in message and counters["AvailableInstanceCount"] == 0
@@ -133,7 +133,7 @@ def test_rc_status_through_describe_reserved_capacity(
         s["ReservedCapacityArn"]
         for s in client.describe_training_plan(TrainingPlanName="walk")["ReservedCapacitySummaries"]
     ]
-    server.cli("clock", "set", (start + timedelta(hours=2)).isoformat())
+    server.set_clock(start + timedelta(hours=2))
     assert [client.describe_reserved_capacity(ReservedCapacityArn=a)["Status"] for a in arns] == [
         "Active",
         "Scheduled",
@@ -194,9 +194,9 @@ def test_approval_times_out_five_minutes_before_the_start(small: Server) -> None
     offering = _buy(small, team, "soon", InstanceCount=8, DurationHours=24, TargetResources=["training-job"])
     start = offering["ReservedCapacityOfferings"][0]["StartTime"]
     assert start - service_now(small) < timedelta(hours=12)  # the soonest offering starts within the day
-    small.cli("clock", "set", (start - timedelta(minutes=6)).isoformat())
+    small.set_clock(start - timedelta(minutes=6))
     assert _state(small, team, "soon")[0] == "Pending"
-    small.cli("clock", "advance", "1m")
+    small.advance_clock("1m")
     status, _, _, message = _state(small, team, "soon")
     assert status == "Failed" and "deadline" in message
     _assert_capacity_can_be_bought_again(small, offering, require_same=False)
@@ -214,9 +214,9 @@ def test_approval_times_out_twelve_hours_after_purchase(small: Server) -> None:
         TargetResources=["training-job"],
         StartTimeAfter=bought_at + timedelta(days=3),
     )
-    small.cli("clock", "advance", "11h59m")
+    small.advance_clock("11h59m")
     assert _state(small, team, "later")[0] == "Pending"
-    small.cli("clock", "advance", "2m")
+    small.advance_clock("2m")
     status, _, _, message = _state(small, team, "later")
     assert status == "Failed" and "12 hours" in message
 

@@ -184,7 +184,7 @@ def test_an_offering_is_bought_once_by_its_searcher_within_thirty_minutes(small:
     with pytest.raises(ClientError) as exc:
         team.create_training_plan(TrainingPlanName="ours-again", TrainingPlanOfferingId=first)
     assert _error(exc)[0] == "ResourceNotFound"
-    small.cli("clock", "advance", "31m")
+    small.advance_clock("31m")
     with pytest.raises(ClientError) as exc:
         team.create_training_plan(TrainingPlanName="too-late", TrainingPlanOfferingId=second)
     code, message = _error(exc)
@@ -482,6 +482,6 @@ def test_the_demo_background_load_is_held_by_its_own_account_and_kept_up(demo: S
     names = [a["Name"] for a in demo.native().get("/api/v1/accounts")["Accounts"]]
     assert "background-load" in names
     assert demo.sagemaker().list_training_plans()["TrainingPlanSummaries"] == []  # not the admin's
-    demo.cli("clock", "advance", "40d")
+    demo.advance_clock("40d")
     later = demo.native().get("/api/v1/fleet")["Pools"]
     assert all(0.5 < p["Utilisation"] < 0.95 for p in later if p["InstanceType"] == P5)

@@ -119,7 +119,7 @@ def test_estimator_fit_on_a_training_plan(sdk_server: Server, s3_endpoint: str, 
         assert job["SecondaryStatus"] == "Pending"  # the plan has not started: fit() waits
         assert json.loads(job["HyperParameters"]["sagemaker_program"]) == "train.py"
         start = client.describe_training_plan(TrainingPlanName="sdk-plan")["StartTime"]
-        sdk_server.cli("clock", "set", (start + timedelta(minutes=1)).isoformat())
+        sdk_server.set_clock(start + timedelta(minutes=1))
         output, _ = fit.communicate(timeout=300)
     finally:
         if fit.poll() is None:

@@ -241,7 +241,7 @@ def test_a_receiver_gets_a_plans_whole_life_in_order_and_signed(
         start + timedelta(days=3, hours=1),
         start + timedelta(days=5),
     ):
-        small.cli("clock", "set", moment.isoformat())
+        small.set_clock(moment)
     history = _history(small, "owner", "walk")
     assert history[-1]["Status"] == "Expired"
     kinds = [e["Kind"] for e in history]
@@ -272,7 +272,7 @@ def test_a_receiver_that_fails_at_first_gets_every_event_later_in_order(
     team = small.new_account("flaky-team")
     hook = _register(small, "flaky-team", receiver)
     offering = _buy(small, team, "flaky", InstanceCount=2, DurationHours=24)
-    small.cli("clock", "set", offering["ReservedCapacityOfferings"][0]["EndTime"].isoformat())
+    small.set_clock(offering["ReservedCapacityOfferings"][0]["EndTime"])
     history = _history(small, "flaky-team", "flaky")
     assert history[-1]["Status"] == "Expired"
 
@@ -334,7 +334,7 @@ def test_pending_deliveries_survive_a_crash_and_are_sent_after_restart(
     team = small.new_account("restart-team")
     hook = _register(small, "restart-team", receiver)
     offering = _buy(small, team, "durable", InstanceCount=2, DurationHours=24)
-    small.cli("clock", "set", offering["ReservedCapacityOfferings"][0]["StartTime"].isoformat())
+    small.set_clock(offering["ReservedCapacityOfferings"][0]["StartTime"])
     history = _history(small, "restart-team", "durable")
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:  # the first delivery has been tried and refused at least once
