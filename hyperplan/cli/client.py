@@ -1,21 +1,18 @@
 """A small signed client for the native API, used by the `hyperplan` commands and by tests.
 
-httpx and botocore's INI reader are imported inside the functions that use them: importing this module
-(as every command does, even for `--help`) stays cheap.
+http.client and botocore's INI reader are imported inside the functions that use them: importing this
+module (as every command does, even for `--help`) stays cheap.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hyperplan.signing import Credentials, sign_request
-
-if TYPE_CHECKING:
-    import httpx
 
 ENDPOINT_ENV = "HYPERPLAN_ENDPOINT_URL"
 AWS_ENDPOINT_ENV = "AWS_ENDPOINT_URL"  # what every AWS tool honours; ours comes first when both are set
@@ -103,30 +100,31 @@ def _ini_credentials(path: Path, section: str) -> Credentials | None:
     return Credentials(key, secret, values.get("aws_session_token") or None)
 
 
+class Unreachable(ConnectionError):
+    """No answer from the server: the connection was refused, timed out, or broke off."""
+
+    def __init__(self, origin: str, reason: str) -> None:
+        super().__init__(f"{origin}: {reason}")
+        self.origin = origin
+        self.reason = reason
+
+
 @dataclass
 class NativeClient:
+    """Signed JSON requests to the native API, over the standard library's http.client: a command
+    makes one or two requests, and importing httpx would take longer than Typer and Rich together.
+    Each request has a connection of its own, so one made after the server restarted never meets a
+    stale connection."""
+
     endpoint: str
     credentials: Credentials
     region: str | None = None
     timeout: float = 600.0
-    _client: httpx.Client | None = field(default=None, init=False, repr=False, compare=False)
-
-    def _http(self) -> httpx.Client:
-        """One client for this object's requests: httpx builds a TLS context per client, which costs far
-        more than a request to a server on loopback. Plain http needs none. Connections are not kept, so
-        a request after the server restarted never meets a stale one."""
-        import httpx
-
-        if self._client is None:
-            self._client = httpx.Client(
-                verify=self.endpoint.startswith("https://"),
-                limits=httpx.Limits(max_keepalive_connections=0),
-            )
-        return self._client
 
     def server_region(self) -> str:
         if self.region is None:
-            self.region = str(self._http().get(f"{self.endpoint}/healthz", timeout=10).json()["region"])
+            status, data = self._exchange("GET", f"{self.endpoint}/healthz", {}, b"", timeout=10)
+            self.region = str(_result(status, data)["region"])
         return self.region
 
     def get(self, path: str, **query: Any) -> Any:
@@ -139,10 +137,11 @@ class NativeClient:
         return self.call("DELETE", path)
 
     def call(self, method: str, path: str, *, body: Any = None, query: dict[str, Any] | None = None) -> Any:
-        import httpx
+        from urllib.parse import quote, urlencode
 
         params = {k: str(v) for k, v in (query or {}).items() if v is not None}
-        url = str(httpx.Request(method, f"{self.endpoint}{path}", params=params).url)
+        # RFC 3986 encoding (a space is %20, a slash %2F): what SigV4 signs is exactly what is sent.
+        url = f"{self.endpoint}{path}" + (f"?{urlencode(params, quote_via=quote)}" if params else "")
         data = b"" if body is None else json.dumps(body).encode()
         headers = sign_request(
             method,
@@ -154,16 +153,35 @@ class NativeClient:
             region=self.server_region(),
             session_token=self.credentials.session_token,
         )
-        response = self._http().request(method, url, headers=headers, content=data, timeout=self.timeout)
-        return _result(response)
+        return _result(*self._exchange(method, url, headers, data, timeout=self.timeout))
+
+    def _exchange(
+        self, method: str, url: str, headers: dict[str, str], body: bytes, timeout: float
+    ) -> tuple[int, bytes]:
+        from http.client import HTTPConnection, HTTPException, HTTPSConnection
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        kind = HTTPSConnection if parts.scheme == "https" else HTTPConnection
+        connection = kind(parts.hostname or "", parts.port, timeout=timeout)
+        try:
+            target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            connection.request(method, target, body=body or None, headers=headers)
+            response = connection.getresponse()
+            return response.status, response.read()
+        except (OSError, HTTPException) as exc:
+            raise Unreachable(origin, str(exc) or type(exc).__name__) from exc
+        finally:
+            connection.close()
 
 
-def _result(response: httpx.Response) -> Any:
+def _result(status: int, data: bytes) -> Any:
     try:
-        payload = response.json()
+        payload = json.loads(data)
     except ValueError:
-        raise ApiError("InvalidResponse", response.text[:500], response.status_code) from None
-    if response.status_code >= 400:
+        raise ApiError("InvalidResponse", data[:500].decode(errors="replace"), status) from None
+    if status >= 400:
         error = payload.get("Error", {}) if isinstance(payload, dict) else {}
-        raise ApiError(error.get("Code", "Unknown"), error.get("Message", ""), response.status_code)
+        raise ApiError(error.get("Code", "Unknown"), error.get("Message", ""), status)
     return payload

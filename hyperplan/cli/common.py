@@ -18,6 +18,7 @@ from hyperplan.cli import options
 from hyperplan.cli.client import (
     ApiError,
     NativeClient,
+    Unreachable,
     default_data_dir,
     resolve_credentials,
     resolve_endpoint,
@@ -54,14 +55,12 @@ def native_client() -> NativeClient:
 @contextmanager
 def reporting_errors() -> Iterator[None]:
     """Server errors print as `Code: message` and exit 1; an unreachable server says where it looked."""
-    import httpx
-
     try:
         yield
     except ApiError as exc:
         _fail(exc.code, exc.message)
-    except httpx.TransportError as exc:
-        _unreachable(_origin(exc), str(exc))
+    except Unreachable as exc:
+        _unreachable(exc.origin, exc.reason)
 
 
 def _fail(code: Any, message: Any) -> NoReturn:
@@ -74,14 +73,6 @@ def _unreachable(where: str, why: str) -> NoReturn:
         f"[red]Cannot reach the server at {escape(where)}[/red]: {escape(why)}. Is `hyperplan serve` running?"
     )
     raise typer.Exit(1)
-
-
-def _origin(exc: Exception) -> str:
-    try:
-        url = exc.request.url  # type: ignore[attr-defined]
-    except (AttributeError, RuntimeError):  # httpx raises RuntimeError for an error without a request
-        return "(unknown address)"
-    return f"{url.scheme}://{url.netloc.decode()}"
 
 
 def print_json(value: Any) -> None:

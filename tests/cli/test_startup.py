@@ -17,7 +17,7 @@ SERVER_STACK = (
     "uvicorn",
     "hyperplan.app",
 )
-CLIENT_STACK = ("botocore", "httpx")
+CLIENT_STACK = ("botocore", "httpx", "http.client")
 
 # Runs the command as the console script does, then reports which modules it imported.
 PROBE = """
@@ -58,13 +58,14 @@ def test_help_and_version_import_neither_the_server_nor_the_client_stack(args: l
 @pytest.mark.parametrize("args", [["clock", "show"], ["plans", "list"]], ids=" ".join)
 def test_a_client_command_never_imports_the_server_stack(args: list[str]) -> None:
     modules = top_level(imported_by(*args, "--endpoint-url", f"http://127.0.0.1:{closed_port()}"))
-    assert "httpx" in modules  # it did try to reach the server
+    assert "http.client" in modules  # it did try to reach the server
     assert not modules & set(SERVER_STACK)
     assert "pydantic" not in modules  # Typer 0.29 builds every parameter through it (pyproject.toml)
 
 
-def test_a_native_command_reads_its_keys_without_botocore_s_session() -> None:
+def test_a_native_command_needs_neither_botocore_s_session_nor_httpx() -> None:
     # The shared credentials file is read with botocore's INI reader: its session costs half a second.
     modules = imported_by("clock", "show", "--endpoint-url", f"http://127.0.0.1:{closed_port()}")
-    assert "httpx" in modules
-    assert not modules & {"botocore.session", "botocore.client", "botocore.credentials"}
+    assert "http.client" in modules
+    # ... and talks to the server with the standard library: importing httpx takes as long as Typer.
+    assert not modules & {"botocore.session", "botocore.client", "botocore.credentials", "httpx"}
