@@ -20,30 +20,28 @@ MAX_DELIVERIES = 500
 
 
 def _webhook_json(view: WebhookView) -> dict[str, Any]:
-    hook = view.webhook
     return {
-        "WebhookId": hook.id,
-        "AccountId": hook.account_id,
+        "WebhookId": view.webhook_id,
+        "AccountId": view.account_id,
         "AccountName": view.account_name,
-        "Url": hook.url,
-        "CreatedAt": hook.created_at,
+        "Url": view.url,
+        "CreatedAt": view.created_at,
         "PendingDeliveries": view.pending,
     }
 
 
 def _delivery_json(view: DeliveryView) -> dict[str, Any]:
-    delivery, event = view.delivery, view.event
     return {
-        "DeliveryId": delivery.id,
-        "EventId": event.id,
-        "Kind": event.kind,
-        "At": event.at,
+        "DeliveryId": view.delivery_id,
+        "EventId": view.event_id,
+        "Kind": view.kind,
+        "At": view.at,
         "TrainingPlanName": view.plan_name,
         "Status": view.status,
-        "Attempts": delivery.attempts,
-        "LastError": delivery.last_error,
-        "NextAttemptAt": None if delivery.delivered_at else delivery.next_attempt_at,
-        "DeliveredAt": delivery.delivered_at,
+        "Attempts": view.attempts,
+        "LastError": view.last_error,
+        "NextAttemptAt": view.next_attempt_at,
+        "DeliveredAt": view.delivered_at,
     }
 
 

@@ -184,10 +184,19 @@ def new_secret() -> str:
 
 @dataclass(frozen=True)
 class WebhookView:
-    webhook: Webhook
+    """A webhook as its readers see it: plain values, read inside the transaction."""
+
+    webhook_id: int
+    account_id: str
     account_name: str
-    pending: int
+    url: str
+    created_at: datetime
+    pending: int  # deliveries not yet made
     secret: str | None = None  # the signing secret in plain text: only in the answer to register()
+
+    @classmethod
+    def of(cls, hook: Webhook, account_name: str, pending: int, secret: str | None = None) -> WebhookView:
+        return cls(hook.id, hook.account_id, account_name, hook.url, hook.created_at, pending, secret)
 
 
 def register(
@@ -209,7 +218,7 @@ def register(
     )
     session.add(hook)
     session.flush()
-    return WebhookView(hook, account.name, 0, secret)
+    return WebhookView.of(hook, account.name, 0, secret)
 
 
 def signing_secret(hook: Webhook, box: SecretBox) -> str:
@@ -229,7 +238,7 @@ def list_webhooks(session: Session, account_ref: str | None = None) -> list[Webh
         query = query.where(Webhook.account_id == get_account(session, account_ref).id)
     rows = session.execute(query).all()
     pending = _pending_counts(session, [hook.id for hook, _ in rows])
-    return [WebhookView(hook, name, pending.get(hook.id, 0)) for hook, name in rows]
+    return [WebhookView.of(hook, name, pending.get(hook.id, 0)) for hook, name in rows]
 
 
 def _pending_counts(session: Session, hook_ids: list[int]) -> dict[int, int]:
@@ -259,18 +268,34 @@ def delete(session: Session, webhook_id: int, now: datetime) -> Webhook:
 
 @dataclass(frozen=True)
 class DeliveryView:
-    delivery: WebhookDelivery
-    event: PlanEvent
-    plan_name: str
-    webhook_deleted: bool
+    """One delivery of a plan event to a webhook, as plain values read inside the transaction."""
 
-    @property
-    def status(self) -> str:
-        if self.delivery.delivered_at is not None:
-            return "Delivered"
-        if self.webhook_deleted:
-            return "Abandoned"
-        return "Pending" if self.delivery.attempts == 0 else "Retrying"
+    delivery_id: int
+    event_id: int
+    kind: str
+    at: datetime
+    plan_name: str
+    status: str  # Delivered, Abandoned (its webhook was deleted first), Pending or Retrying
+    attempts: int
+    last_error: str | None
+    next_attempt_at: datetime | None  # None once delivered
+    delivered_at: datetime | None
+
+    @classmethod
+    def of(
+        cls, delivery: WebhookDelivery, event: PlanEvent, plan_name: str, webhook_deleted: bool
+    ) -> DeliveryView:
+        if delivery.delivered_at is not None:
+            status = "Delivered"
+        elif webhook_deleted:
+            status = "Abandoned"
+        else:
+            status = "Pending" if delivery.attempts == 0 else "Retrying"
+        next_attempt = None if delivery.delivered_at else delivery.next_attempt_at
+        return cls(
+            delivery.id, event.id, event.kind, event.at, plan_name, status, delivery.attempts,
+            delivery.last_error, next_attempt, delivery.delivered_at,
+        )  # fmt: skip
 
 
 def recent_deliveries(session: Session, webhook_id: int, limit: int = 50) -> list[DeliveryView]:
@@ -287,4 +312,4 @@ def recent_deliveries(session: Session, webhook_id: int, limit: int = 50) -> lis
         .limit(limit)
     ).all()
     deleted = hook.deleted_at is not None
-    return [DeliveryView(delivery, event, name, deleted) for delivery, event, name in rows]
+    return [DeliveryView.of(delivery, event, name, deleted) for delivery, event, name in rows]

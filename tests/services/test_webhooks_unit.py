@@ -26,7 +26,7 @@ from hyperplan.notify.guard import GuardedBackend, TargetRefused, guarded_client
 from hyperplan.services import accounts, sealed_secrets, webhooks
 from hyperplan.store.db import Database, sqlite_url
 from hyperplan.store.master_key import KEY_FILE_NAME, SecretBox
-from hyperplan.store.schema import PlanEvent, TrainingPlan, WebhookDelivery
+from hyperplan.store.schema import PlanEvent, TrainingPlan, Webhook, WebhookDelivery
 
 T0 = datetime(2026, 12, 1, 11, 30, tzinfo=UTC)
 PUBLIC_ONLY = WebhookTargets()  # the default: no [webhooks] table in the fleet file
@@ -283,13 +283,13 @@ def test_enqueue_queues_one_delivery_per_live_webhook_of_the_account(db: Databas
     first, second = _register(db, "team"), _register(db, "team", "https://other.test/")
     _register(db, "quiet")
     with db.write() as session:
-        webhooks.delete(session, second.webhook.id, T0)
+        webhooks.delete(session, second.webhook_id, T0)
     assert _event(db, plan, "created") == 1
     with db.read() as session:
         (delivery,) = session.scalars(select(WebhookDelivery)).all()
-        assert (delivery.webhook_id, delivery.plan_id, delivery.attempts) == (first.webhook.id, plan, 0)
+        assert (delivery.webhook_id, delivery.plan_id, delivery.attempts) == (first.webhook_id, plan, 0)
         listed = webhooks.list_webhooks(session, "team")
-        assert [(v.webhook.id, v.pending) for v in listed] == [(first.webhook.id, 1)]
+        assert [(v.webhook_id, v.pending) for v in listed] == [(first.webhook_id, 1)]
         assert len(webhooks.list_webhooks(session)) == 2  # administrators see every account's
 
 
@@ -301,8 +301,11 @@ def test_register_checks_the_url_and_the_account(db: Database) -> None:
     view = _register(db, "team")
     assert view.secret is not None and view.secret.startswith("whsec_") and len(view.secret) > 40
     assert _register(db, "team").secret != view.secret
-    assert view.secret not in view.webhook.secret  # the row holds it sealed
-    assert webhooks.signing_secret(view.webhook, _box(db)) == view.secret
+    with db.read() as session:
+        row = session.get(Webhook, view.webhook_id)
+        assert row is not None
+        assert view.secret not in row.secret  # the row holds it sealed
+        assert webhooks.signing_secret(row, _box(db)) == view.secret
 
 
 # -- the dispatcher, in process ------------------------------------------------------------------------
@@ -361,7 +364,7 @@ def test_only_the_oldest_undelivered_delivery_of_a_pair_is_due(db: Database) -> 
     frozen = datetime.now(UTC)  # real time stands still here, so the 20 ms retry cannot come due
     dispatcher = _dispatcher(db, fake, now=lambda: frozen)
     heads = dispatcher._heads()
-    assert [(h.plan_id, h.webhook_id) for h in heads] == [(a, hook.webhook.id), (b, hook.webhook.id)]
+    assert [(h.plan_id, h.webhook_id) for h in heads] == [(a, hook.webhook_id), (b, hook.webhook_id)]
     assert dispatcher.attempt(heads[0].delivery_id) is False  # 503: recorded, retried later
     assert dispatcher.attempt(heads[1].delivery_id) is True
     with db.read() as session:
@@ -405,15 +408,15 @@ def test_a_deleted_webhook_is_sent_nothing_more(db: Database) -> None:
     hook = _register(db, "team")
     _event(db, plan, "created")
     with db.write() as session:
-        webhooks.delete(session, hook.webhook.id, T0)
+        webhooks.delete(session, hook.webhook_id, T0)
     fake = FakeReceivers()
     dispatcher = _dispatcher(db, fake)
     assert dispatcher._heads() == []
     with db.read() as session:
-        (view,) = webhooks.recent_deliveries(session, hook.webhook.id)
+        (view,) = webhooks.recent_deliveries(session, hook.webhook_id)
         assert view.status == "Abandoned"
     with pytest.raises(ResourceNotFound, match="No webhook"), db.write() as session:
-        webhooks.delete(session, hook.webhook.id, T0)
+        webhooks.delete(session, hook.webhook_id, T0)
 
 
 def test_a_receiver_that_cannot_be_reached_is_retried_not_fatal(db: Database) -> None:
