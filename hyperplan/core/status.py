@@ -88,8 +88,8 @@ CLUSTER_LIFECYCLE = Lifecycle(
 
 class InstanceGroupStatus(StrEnum):
     """The InstanceGroupStatus values hyperplan would set. No group status is stored today: a group
-    is InService on the wire from its creation until its cluster is gone (decisions.md: "The group
-    stays InService"), so nothing moves it yet."""
+    is InService on the wire from its creation until its cluster is gone (docs/DECISIONS.md,
+    "Consumers": the group stays InService), so nothing moves it yet."""
 
     IN_SERVICE = "InService"
     DELETING = "Deleting"
