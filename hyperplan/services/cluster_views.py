@@ -13,7 +13,7 @@ from hyperplan.services import clusters
 from hyperplan.services.accounts import Caller
 from hyperplan.services.cluster_request import ClusterSettings, InstanceGroupSpec
 from hyperplan.services.context import ServiceContext
-from hyperplan.store.schema import ClusterNode, InstanceGroup, TrainingPlan
+from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, TrainingPlan
 
 
 @dataclass(frozen=True)
@@ -55,33 +55,27 @@ class NodeView:
 def describe(runtime: ServiceContext, caller: Caller, name: str) -> ClusterView:
     """The cluster with every group (and the plan that backs it)."""
     with runtime.db.read() as session:
-        cluster = clusters.get(session, runtime, caller, name)
-        return ClusterView(
-            arn=clusters.cluster_arn(runtime, cluster),
-            cluster_id=cluster.cluster_id,
-            name=cluster.name,
-            status=cluster.status,
-            created_at=cluster.created_at,
-            failure_message=cluster.failure_message,
-            settings=ClusterSettings.from_json(cluster.settings),
-            groups=tuple(_group_view(runtime, session, g) for g in clusters.groups_of(session, cluster)),
-        )
+        return _cluster_view(runtime, session, clusters.get(session, runtime, caller, name))
+
+
+def _cluster_view(runtime: ServiceContext, session: Session, cluster: Cluster) -> ClusterView:
+    return ClusterView(
+        arn=clusters.cluster_arn(runtime, cluster),
+        cluster_id=cluster.cluster_id,
+        name=cluster.name,
+        status=cluster.status,
+        created_at=cluster.created_at,
+        failure_message=cluster.failure_message,
+        settings=ClusterSettings.from_json(cluster.settings),
+        groups=tuple(_group_view(runtime, session, g) for g in clusters.groups_of(session, cluster)),
+    )
 
 
 def list_all(runtime: ServiceContext, caller: Caller) -> list[ClusterView]:
     """Every cluster of the caller's account, oldest first."""
     with runtime.db.read() as session:
         return [
-            ClusterView(
-                arn=clusters.cluster_arn(runtime, cluster),
-                cluster_id=cluster.cluster_id,
-                name=cluster.name,
-                status=cluster.status,
-                created_at=cluster.created_at,
-                failure_message=cluster.failure_message,
-                settings=ClusterSettings.from_json(cluster.settings),
-                groups=tuple(_group_view(runtime, session, g) for g in clusters.groups_of(session, cluster)),
-            )
+            _cluster_view(runtime, session, cluster)
             for cluster in clusters.list_clusters(session, caller.account_id)
         ]
 
