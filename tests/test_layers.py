@@ -80,24 +80,30 @@ def modules() -> dict[str, Path]:
     return {module_name(path): path for path in paths}
 
 
-def imports_of(module: str, path: Path, known: set[str]) -> Iterator[tuple[str, int]]:
-    """(imported module of the package, line) for every import anywhere in the module."""
+def import_statements(module: str, path: Path) -> Iterator[tuple[str, str | None, int]]:
+    """(module, name imported from it or None, line) for every import anywhere in the module, relative
+    ones made absolute."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                if alias.name.split(".")[0] == "hyperplan":
-                    yield alias.name, node.lineno
+                yield alias.name, None, node.lineno
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, *([base] if base else [])])
-            if base.split(".")[0] != "hyperplan":
-                continue
             for alias in node.names:
-                child = f"{base}.{alias.name}"
-                yield (child if child in known else base), node.lineno
+                yield base, alias.name, node.lineno
+
+
+def imports_of(module: str, path: Path, known: set[str]) -> Iterator[tuple[str, int]]:
+    """(imported module of the package, line) for every import anywhere in the module."""
+    for base, name, line in import_statements(module, path):
+        if base.split(".")[0] != "hyperplan":
+            continue
+        child = f"{base}.{name}" if name else base
+        yield (child if child in known else base), line
 
 
 def import_graph() -> dict[str, dict[str, int]]:
@@ -138,18 +144,8 @@ def test_the_edges_hold_no_orm_code() -> None:
 
 def absolute_imports(module: str, path: Path) -> Iterator[tuple[str, int]]:
     """(module, line) for every import anywhere in the module, third-party ones included."""
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield alias.name, node.lineno
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join([*anchor, *([base] if base else [])])
-            for alias in node.names:
-                yield f"{base}.{alias.name}", node.lineno
+    for base, name, line in import_statements(module, path):
+        yield (f"{base}.{name}" if name else base), line
 
 
 def test_the_orm_rule_sees_every_form_of_import(tmp_path: Path) -> None:
