@@ -113,6 +113,10 @@ def task_ready(backend: Backend, task_id: str) -> None:
         lambda: backend.read_log(TaskRef(task_id), LogStream.STDOUT), lambda c: READY in c.data
     )
     assert READY in chunk.data, chunk
+    # The process can print before its node agent has recorded it started (the pid comes from the
+    # spawn): until then its status is still Pending, which a test of what follows must not mistake.
+    status = eventually(lambda: backend.task_status(task_id), lambda s: s.state is TaskState.RUNNING)
+    assert status.state is TaskState.RUNNING, status
 
 
 class BackendContract:
