@@ -101,6 +101,17 @@ def check_env(env: Mapping[str, str]) -> None:
 
 
 @dataclass(frozen=True)
+class RunAs:
+    """The OS user an account's work runs as: its processes get this uid and gid and no supplementary
+    groups, and their homes and sandboxes belong to it. A spec without one runs as the server's own user
+    (isolation mode ``none``)."""
+
+    user: str
+    uid: int
+    gid: int
+
+
+@dataclass(frozen=True)
 class NodeRef:
     node_id: str
 
@@ -129,6 +140,7 @@ class NodeSpec:
     lifecycle_source: Path | None = None
     on_create: str | None = None
     on_create_args: tuple[str, ...] = ()
+    run_as: RunAs | None = None
 
     def __post_init__(self) -> None:
         check_id("node id", self.node_id)
@@ -157,6 +169,8 @@ class TaskSpec:
     node_id: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: Path | None = None
+    run_as: RunAs | None = None
+    """For a sandboxed task (``node_id=None``); a task on a node runs as the node's user."""
 
     def __post_init__(self) -> None:
         check_id("task id", self.task_id)
