@@ -34,6 +34,7 @@ LABELS = {
         "CLI start, hyperplan plans list --help",
         "CLI start, hyperplan clock show (native API)",
         "CLI start, hyperplan plans list (SageMaker API)",
+        "CLI start, hyperplan jobs list (SageMaker API)",
     ),
 }
 
