@@ -34,6 +34,7 @@ class Account(Base):
     # Per-account quotas; None means the fleet file's default.
     max_active_plans: Mapped[int | None] = mapped_column(Integer, nullable=True)
     max_reserved_instances_per_type: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_reserved_instance_hours_per_30_days: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # An administrator's overrides of the fleet's request rate limits, as JSON: {"search": {"rate": 2.0,
     # "burst": 10}, ...}; None: the fleet's for every class (services/accounts.rate_limit_overrides).
     rate_limits: Mapped[str | None] = mapped_column(Text, nullable=True)
