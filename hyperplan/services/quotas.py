@@ -66,8 +66,9 @@ def instances_allowed(runtime: ServiceContext, account: Account, instance_type: 
     """The instances of this type the account may hold at any instant."""
     quota = limits(runtime, account)
     allowed = quota.max_reserved_instances_per_type
-    if quota.max_reserved_share_per_type is not None:
-        reservable = sum(p.reservable for p in runtime.fleet.pools_of_type(instance_type))
+    reservable = sum(p.reservable for p in runtime.fleet.pools_of_type(instance_type))
+    # A type with nothing to reserve has no share to cap: the search says what is wrong with it.
+    if quota.max_reserved_share_per_type is not None and reservable > 0:
         allowed = min(allowed, share_cap(reservable, quota.max_reserved_share_per_type))
     return allowed
 
