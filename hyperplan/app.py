@@ -38,6 +38,7 @@ from hyperplan.services import (
     adoption,
     clusters,
     demo_load,
+    job_deadlines,
     jobs,
     lifecycle,
     payments,
@@ -247,7 +248,7 @@ def event_handlers(context: ServiceContext) -> dict[str, EventHandler]:
         lifecycle.event_handlers(context.lifecycle),
         payments.event_handlers(context.lifecycle),
         demo_load.event_handlers(context),
-        jobs.event_handlers(context),
+        job_deadlines.event_handlers(context),
     ):
         clash = merged.keys() & handlers.keys()
         if clash:

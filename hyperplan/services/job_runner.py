@@ -10,7 +10,7 @@ Work for a job runs on a small thread pool, one piece per phase, never inside a 
   at ``CheckpointConfig.S3Uri``.
 - **finish** (once every task of an attempt has ended): store the last checkpoints and, for a job that
   succeeded (or was stopped with a model saved), pack ``model/`` of the first host to
-  ``OUTPUT_PATH/JOB/output/model.tar.gz``; then :func:`jobs.attempt_ended` gives the job its status.
+  ``OUTPUT_PATH/JOB/output/model.tar.gz``; then :func:`job_callbacks.attempt_ended` gives the job its status.
 
 Two locks per job order its pieces. The start lock: a launch checks, under it, that the job still wants
 its instances before it starts any task, and a termination takes the same lock, so a task is either
@@ -21,7 +21,8 @@ overlap, and a sync that waited for the final store does nothing.
 The watcher (a worker, hyperplan/worker.py) reads the state of every live task and brings it into the
 store: woken when work is handed over, and every WATCH_POLL seconds while a task runs, since a process
 ends without telling anyone. When an instance fails it has the others stopped; when every task of an
-attempt has ended it calls :func:`jobs.tasks_ended`. Once a job has ended for good, its locks are dropped.
+attempt has ended it calls :func:`job_callbacks.tasks_ended`. Once a job has ended for good, its locks
+are dropped.
 
 After a restart, :func:`settle_adoption` and the runner's first step pick up where the last server
 stopped: tasks that kept running are watched again, tasks that ended meanwhile are settled from their
@@ -49,11 +50,11 @@ from hyperplan.core.jobs import FINAL, RUNNING, Secondary
 from hyperplan.errors import ValidationError
 from hyperplan.objects.storage import Storage
 from hyperplan.objects.uris import StorageError
-from hyperplan.services import jobs
+from hyperplan.services import job_callbacks, job_records, job_status
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
+from hyperplan.services.job_records import LIVE_INSTANCE
 from hyperplan.services.job_request import TrainingJobSpec
-from hyperplan.services.jobs import LIVE_INSTANCE
 from hyperplan.store.schema import TrainingJob, TrainingJobInstance
 from hyperplan.training.contract import JobSpec, Layout, NoCommand, UnsupportedInput
 from hyperplan.training.workspace import pack_model, prepare, sync_checkpoints
@@ -215,7 +216,7 @@ class JobRunner:
             ).all()
             unknown = [job_id for job_id, _ in rows if job_id not in self._checkpointed]
             decoded = {
-                job.id: jobs.request_of(job).checkpoints is not None
+                job.id: job_records.request_of(job).checkpoints is not None
                 for job in (
                     session.scalars(select(TrainingJob).where(TrainingJob.id.in_(unknown))) if unknown else ()
                 )
@@ -246,7 +247,7 @@ def _read_attempt(runtime: ServiceContext, job_id: int, attempt: int, state: str
         job = session.get(TrainingJob, job_id)
         if job is None or job.attempt != attempt or job.attempt_state != state:
             return None
-        return _Attempt(job, jobs.instances_of(session, job_id, attempt), jobs.request_of(job))
+        return _Attempt(job, job_records.instances_of(session, job_id, attempt), job_records.request_of(job))
 
 
 def _wants_instances(runtime: ServiceContext, job_id: int, attempt: int) -> bool:
@@ -322,11 +323,11 @@ def _launched(runtime: ServiceContext, job_id: int, attempt: int) -> None:
             return
         started = _mark_unstarted(session, job_id, attempt, known)
         if not started:
-            jobs.attempt_ended(session, runtime, job, None, None)
+            job_callbacks.attempt_ended(session, runtime, job, None, None)
             return
         job.attempt_state = "running"
         if job.secondary_status == Secondary.DOWNLOADING and not job.stop_reason:
-            jobs.move(
+            job_status.move(
                 session,
                 runtime,
                 job,
@@ -341,14 +342,14 @@ def _launched(runtime: ServiceContext, job_id: int, attempt: int) -> None:
 def _known_tasks(runtime: ServiceContext, job_id: int, attempt: int) -> set[str]:
     """The tasks of an attempt the back end has (asked before a transaction opens, not inside one)."""
     with runtime.db.read() as session:
-        task_ids = [i.task_id for i in jobs.instances_of(session, job_id, attempt)]
+        task_ids = [i.task_id for i in job_records.instances_of(session, job_id, attempt)]
     return {task_id for task_id in task_ids if _known(runtime, task_id)}
 
 
 def _mark_unstarted(session: Session, job_id: int, attempt: int, known: set[str]) -> int:
     """Record instances the back end never got as NotStarted; returns how many it has."""
     started = 0
-    for instance in jobs.instances_of(session, job_id, attempt):
+    for instance in job_records.instances_of(session, job_id, attempt):
         if instance.state not in LIVE_INSTANCE:
             continue
         if instance.task_id in known:
@@ -366,13 +367,13 @@ def _launch_failed(runtime: ServiceContext, job_id: int, attempt: int, reason: s
         if job is None or job.attempt != attempt or job.attempt_state != "launching":
             return
         if not job.stop_reason and Secondary(job.secondary_status) in RUNNING:
-            job.stop_reason, job.failure_reason = "failed", reason[: jobs.FAILURE_REASON_MAX]
+            job.stop_reason, job.failure_reason = "failed", reason[: job_records.FAILURE_REASON_MAX]
         started = _mark_unstarted(session, job_id, attempt, known)
         if not started:
-            jobs.attempt_ended(session, runtime, job, None, reason)
+            job_callbacks.attempt_ended(session, runtime, job, None, reason)
             return
         job.attempt_state = "running"
-        jobs.terminate_instances(session, runtime, job, runtime.job_settings.reclaim_grace)
+        job_status.terminate_instances(session, runtime, job, runtime.job_settings.reclaim_grace)
 
 
 # -- sync and finish ------------------------------------------------------------------------------
@@ -420,7 +421,7 @@ def finish(runtime: ServiceContext, job_id: int, attempt: int) -> None:
         job = session.get(TrainingJob, job_id)
         if job is None or job.attempt != attempt or job.attempt_state != "ending":
             return
-        jobs.attempt_ended(session, runtime, job, model_uri, error)
+        job_callbacks.attempt_ended(session, runtime, job, model_uri, error)
 
 
 def _wants_model(job: TrainingJob, root: Path, checkpoint_path: str) -> bool:
@@ -453,7 +454,7 @@ def watch(runtime: ServiceContext) -> int:
     many changed."""
     with runtime.db.read() as session:
         running = list(session.scalars(select(TrainingJob).where(TrainingJob.attempt_state == "running")))
-        attempts = {job.id: jobs.instances_of(session, job.id, job.attempt) for job in running}
+        attempts = {job.id: job_records.instances_of(session, job.id, job.attempt) for job in running}
     seen: list[_Seen] = []
     settle: list[int] = []
     for job in running:
@@ -511,10 +512,10 @@ def _apply(runtime: ServiceContext, seen: list[_Seen]) -> None:
 
 
 def _settle(runtime: ServiceContext, session: Session, job: TrainingJob) -> None:
-    instances = jobs.instances_of(session, job.id, job.attempt)
+    instances = job_records.instances_of(session, job.id, job.attempt)
     live = [i for i in instances if i.state in LIVE_INSTANCE]
     if not live:
-        jobs.tasks_ended(
+        job_callbacks.tasks_ended(
             session, runtime, job, [i for i in instances if i.state != "NotStarted"] or instances
         )
         return
@@ -524,7 +525,7 @@ def _settle(runtime: ServiceContext, session: Session, job: TrainingJob) -> None
         if i.state not in LIVE_INSTANCE and not (i.state == "Exited" and i.exit_code == 0)
     ]
     if failed:
-        jobs.instance_failed(session, runtime, job, failed[0])
+        job_callbacks.instance_failed(session, runtime, job, failed[0])
 
 
 # -- after a restart --------------------------------------------------------------------------------
@@ -578,8 +579,8 @@ def read_logs(
         raise ValidationError("stream must be stdout or stderr.") from None
     position = parse_cursor(cursor)
     with runtime.db.read() as session:
-        job = jobs.get(session, runtime, caller, name)
-        tasks = {i.attempt: i.task_id for i in jobs.instances_of(session, job.id) if i.host == host}
+        job = job_records.get(session, runtime, caller, name)
+        tasks = {i.attempt: i.task_id for i in job_records.instances_of(session, job.id) if i.host == host}
         final = Secondary(job.secondary_status) in FINAL and job.attempt_state in ("", "ended")
     if host not in {f"algo-{n}" for n in range(1, job.instance_count + 1)}:
         raise ValidationError(f"host must be one of algo-1..algo-{job.instance_count}.")
