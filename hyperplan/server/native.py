@@ -373,12 +373,12 @@ def exec_on_node(request: NativeRequest) -> dict[str, Any]:
 
 def job_logs(request: NativeRequest) -> dict[str, Any]:
     """One instance's output across the job's attempts; call again with the answer's cursor to follow."""
-    from hyperplan.services import job_runner
+    from hyperplan.services import job_logs
 
     host = fields.query_text(request.query, "host", max_length=64) or "algo-1"
     stream = fields.query_text(request.query, "stream", max_length=16) or "stdout"
     cursor = fields.query_text(request.query, "cursor")
-    page = job_runner.read_logs(request.runtime, request.caller, request.path["name"], host, stream, cursor)
+    page = job_logs.read_logs(request.runtime, request.caller, request.path["name"], host, stream, cursor)
     return {
         "TrainingJobName": request.path["name"],
         "Host": host,
