@@ -36,7 +36,7 @@ from hyperplan.notify.dispatcher import Dispatcher, DispatcherConfig
 from hyperplan.services import (
     accounts,
     adoption,
-    clusters,
+    cluster_reconcile,
     demo_load,
     job_deadlines,
     jobs,
@@ -212,7 +212,7 @@ class Application:
             log.info("ran %d lifecycle events missed while the server was down", missed)
         workers.events.start()
         workers.dispatcher.start()
-        clusters.reconcile_all(context)
+        cluster_reconcile.reconcile_all(context)
         workers.node_watcher.start()
         workers.job_runner.start()  # its first step hands over launches and finishes cut short
 
@@ -235,7 +235,7 @@ class Application:
     # -- wiring -----------------------------------------------------------------------------------
 
     def _clusters_follow(self, session: Session, plan_id: int, now: datetime) -> None:
-        clusters.reconcile_plan(session, self.context, plan_id, now)
+        cluster_reconcile.reconcile_plan(session, self.context, plan_id, now)
 
     def _jobs_follow(self, session: Session, plan_id: int, now: datetime) -> None:
         jobs.reconcile_plan(session, self.context, plan_id, now)

@@ -23,7 +23,7 @@ from hyperplan.errors import AccessDenied
 from hyperplan.server import fields
 from hyperplan.server.auth import authenticate, require_admin
 from hyperplan.server.errors import native_error_response
-from hyperplan.services import account_views, clusters, payments, plans, quotas, sealed_secrets
+from hyperplan.services import account_views, cluster_exec, payments, plans, quotas, sealed_secrets
 from hyperplan.services import clock as clock_service
 from hyperplan.services import fleet as fleet_service
 from hyperplan.services.account_views import AccountView, InvoiceView
@@ -350,7 +350,7 @@ def exec_on_node(request: NativeRequest) -> dict[str, Any]:
         request.body, "Command", max_items=MAX_COMMAND_ARGUMENTS, max_length=MAX_COMMAND_ARGUMENT_LENGTH
     )
     timeout = fields.whole(request.body, "TimeoutSeconds", 1, MAX_EXEC_SECONDS) or DEFAULT_EXEC_SECONDS
-    result = clusters.exec_on_node(
+    result = cluster_exec.exec_on_node(
         request.runtime,
         request.caller,
         request.path["cluster"],
