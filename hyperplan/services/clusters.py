@@ -32,14 +32,15 @@ from hyperplan.services.accounts import Caller
 from hyperplan.services.cluster_groups import add_group, change_group, remove_group
 from hyperplan.services.cluster_nodes import NodeActions, run_actions, shut_down
 from hyperplan.services.cluster_reconcile import reconcile
-from hyperplan.services.cluster_records import GONE, get, groups_of
+from hyperplan.services.cluster_records import GONE, cluster_arn, get, groups_of
 from hyperplan.services.cluster_request import ClusterSpec, ClusterUpdate, InstanceGroupSpec
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup
 
 
-def create(runtime: ServiceContext, caller: Caller, request: ClusterSpec) -> Cluster:
+def create(runtime: ServiceContext, caller: Caller, request: ClusterSpec) -> str:
+    """CreateCluster; returns the new cluster's ARN."""
     now = runtime.clock.now()
     actions = NodeActions()
     with runtime.db.write() as session:
@@ -68,11 +69,12 @@ def create(runtime: ServiceContext, caller: Caller, request: ClusterSpec) -> Clu
         session.flush()
         reconcile(session, runtime, groups_of(session, cluster), now, actions)
         after_commit(session, lambda: run_actions(runtime, actions))
-    return cluster
+    return cluster_arn(runtime, cluster)
 
 
-def update(runtime: ServiceContext, caller: Caller, request: ClusterUpdate) -> Cluster:
-    """Change the groups it lists, delete InstanceGroupsToDelete, leave the others as they are."""
+def update(runtime: ServiceContext, caller: Caller, request: ClusterUpdate) -> str:
+    """Change the groups it lists, delete InstanceGroupsToDelete, leave the others as they are; returns the
+    cluster's ARN."""
     now = runtime.clock.now()
     actions = NodeActions()
     with runtime.db.write() as session:
@@ -104,10 +106,11 @@ def update(runtime: ServiceContext, caller: Caller, request: ClusterUpdate) -> C
         session.flush()
         reconcile(session, runtime, groups_of(session, cluster), now, actions)
         after_commit(session, lambda: run_actions(runtime, actions))
-    return cluster
+    return cluster_arn(runtime, cluster)
 
 
-def delete(runtime: ServiceContext, caller: Caller, name: str) -> Cluster:
+def delete(runtime: ServiceContext, caller: Caller, name: str) -> str:
+    """DeleteCluster: every node shuts down, the cluster goes once the last is gone; returns its ARN."""
     now = runtime.clock.now()
     actions = NodeActions()
     with runtime.db.write() as session:
@@ -119,7 +122,7 @@ def delete(runtime: ServiceContext, caller: Caller, name: str) -> Cluster:
             remove_group(session, group, actions, now)
         after_commit(session, lambda: run_actions(runtime, actions))
     runtime.wakes.nodes.notify()
-    return cluster
+    return cluster_arn(runtime, cluster)
 
 
 def delete_nodes(

@@ -77,14 +77,24 @@ from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_clocks import windows_of
 from hyperplan.services.job_queue import place, schedule_plan, usable_segment, waiting_message
-from hyperplan.services.job_records import consumer, get, plan_arn, request_of, settings_of, sigterm, when
+from hyperplan.services.job_records import (
+    consumer,
+    get,
+    job_arn,
+    plan_arn,
+    request_of,
+    settings_of,
+    sigterm,
+    when,
+)
 from hyperplan.services.job_request import TrainingJobSpec
 from hyperplan.services.job_status import begin_stop, move, note, open_transition, terminate_instances
 from hyperplan.store.schema import ReservedCapacity, TrainingJob, TrainingPlan
 
 
-def create(runtime: ServiceContext, caller: Caller, checked: TrainingJobSpec) -> TrainingJob:
-    """CreateTrainingJob, for a request checked at the wire edge (TrainingJobSpec.from_wire)."""
+def create(runtime: ServiceContext, caller: Caller, checked: TrainingJobSpec) -> str:
+    """CreateTrainingJob, for a request checked at the wire edge (TrainingJobSpec.from_wire); returns the
+    job's ARN."""
     now = runtime.clock.now()
     with runtime.db.write() as session:
         name = checked.name
@@ -117,7 +127,7 @@ def create(runtime: ServiceContext, caller: Caller, checked: TrainingJobSpec) ->
             schedule_plan(session, runtime, plan, now)
         else:
             place(session, runtime, job, None, now)
-    return job
+    return job_arn(runtime, job)
 
 
 def _bound_plan(
@@ -169,7 +179,7 @@ def _on_demand_zone(session: Session, runtime: ServiceContext, checked: Training
     return best.availability_zone
 
 
-def stop(runtime: ServiceContext, caller: Caller, name: str) -> TrainingJob:
+def stop(runtime: ServiceContext, caller: Caller, name: str) -> None:
     """StopTrainingJob: a waiting job is Stopped at once; a running one gets SIGTERM and is Stopping until
     its processes are gone (SIGKILL after the stop grace, 120 s by default). Stopping again does nothing;
     a job that is uploading its model completes."""
@@ -201,7 +211,6 @@ def stop(runtime: ServiceContext, caller: Caller, name: str) -> TrainingJob:
                 grace,
                 now,
             )
-    return job
 
 
 def reconcile_plan(session: Session, runtime: ServiceContext, plan_id: int, now: datetime) -> None:

@@ -32,8 +32,7 @@ FLAGS = ("EnableNetworkIsolation", "EnableInterContainerTrafficEncryption", "Ena
 
 @operation("CreateTrainingJob")
 def create_training_job(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
-    job = jobs.create(ctx.runtime, ctx.caller, TrainingJobSpec.from_wire(request))
-    return {"TrainingJobArn": job_records.job_arn(ctx.runtime, job)}
+    return {"TrainingJobArn": jobs.create(ctx.runtime, ctx.caller, TrainingJobSpec.from_wire(request))}
 
 
 @operation("StopTrainingJob")
