@@ -36,8 +36,9 @@ from hyperplan.notify.dispatcher import Dispatcher, DispatcherConfig
 from hyperplan.services import (
     accounts,
     adoption,
-    clusters,
+    cluster_reconcile,
     demo_load,
+    job_deadlines,
     jobs,
     lifecycle,
     payments,
@@ -211,7 +212,7 @@ class Application:
             log.info("ran %d lifecycle events missed while the server was down", missed)
         workers.events.start()
         workers.dispatcher.start()
-        clusters.reconcile_all(context)
+        cluster_reconcile.reconcile_all(context)
         workers.node_watcher.start()
         workers.job_runner.start()  # its first step hands over launches and finishes cut short
 
@@ -234,7 +235,7 @@ class Application:
     # -- wiring -----------------------------------------------------------------------------------
 
     def _clusters_follow(self, session: Session, plan_id: int, now: datetime) -> None:
-        clusters.reconcile_plan(session, self.context, plan_id, now)
+        cluster_reconcile.reconcile_plan(session, self.context, plan_id, now)
 
     def _jobs_follow(self, session: Session, plan_id: int, now: datetime) -> None:
         jobs.reconcile_plan(session, self.context, plan_id, now)
@@ -247,7 +248,7 @@ def event_handlers(context: ServiceContext) -> dict[str, EventHandler]:
         lifecycle.event_handlers(context.lifecycle),
         payments.event_handlers(context.lifecycle),
         demo_load.event_handlers(context),
-        jobs.event_handlers(context),
+        job_deadlines.event_handlers(context),
     ):
         clash = merged.keys() & handlers.keys()
         if clash:

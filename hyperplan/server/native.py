@@ -24,7 +24,7 @@ from hyperplan.errors import AccessDenied, ValidationError
 from hyperplan.server import fields
 from hyperplan.server.auth import authenticate, require_admin
 from hyperplan.server.errors import native_error_response
-from hyperplan.services import account_views, clusters, payments, plans, quotas, sealed_secrets
+from hyperplan.services import account_views, cluster_exec, payments, plans, quotas, sealed_secrets
 from hyperplan.services import clock as clock_service
 from hyperplan.services import fleet as fleet_service
 from hyperplan.services.account_views import AccountView, InvoiceView
@@ -388,7 +388,7 @@ def exec_on_node(request: NativeRequest) -> dict[str, Any]:
         request.body, "Command", max_items=MAX_COMMAND_ARGUMENTS, max_length=MAX_COMMAND_ARGUMENT_LENGTH
     )
     timeout = fields.whole(request.body, "TimeoutSeconds", 1, MAX_EXEC_SECONDS) or DEFAULT_EXEC_SECONDS
-    result = clusters.exec_on_node(
+    result = cluster_exec.exec_on_node(
         request.runtime,
         request.caller,
         request.path["cluster"],
@@ -411,12 +411,12 @@ def exec_on_node(request: NativeRequest) -> dict[str, Any]:
 
 def job_logs(request: NativeRequest) -> dict[str, Any]:
     """One instance's output across the job's attempts; call again with the answer's cursor to follow."""
-    from hyperplan.services import job_runner
+    from hyperplan.services import job_logs
 
     host = fields.query_text(request.query, "host", max_length=64) or "algo-1"
     stream = fields.query_text(request.query, "stream", max_length=16) or "stdout"
     cursor = fields.query_text(request.query, "cursor")
-    page = job_runner.read_logs(request.runtime, request.caller, request.path["name"], host, stream, cursor)
+    page = job_logs.read_logs(request.runtime, request.caller, request.path["name"], host, stream, cursor)
     return {
         "TrainingJobName": request.path["name"],
         "Host": host,

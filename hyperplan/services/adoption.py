@@ -9,13 +9,13 @@ report says about them.
 from __future__ import annotations
 
 from hyperplan.backends.base import AdoptReport, Ref
-from hyperplan.services import clusters, job_runner
+from hyperplan.services import cluster_nodes, job_watch
 from hyperplan.services.context import ServiceContext
 
 
 def adopt_all(runtime: ServiceContext) -> AdoptReport:
-    known: list[Ref] = [*clusters.node_refs(runtime), *job_runner.task_refs(runtime)]
+    known: list[Ref] = [*cluster_nodes.node_refs(runtime), *job_watch.task_refs(runtime)]
     report = runtime.backend.adopt(known)
-    clusters.settle_adoption(runtime, report)
-    job_runner.settle_adoption(runtime, report)
+    cluster_nodes.settle_adoption(runtime, report)
+    job_watch.settle_adoption(runtime, report)
     return report

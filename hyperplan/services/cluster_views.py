@@ -9,7 +9,7 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from hyperplan.errors import ResourceNotFound
-from hyperplan.services import clusters
+from hyperplan.services import cluster_records
 from hyperplan.services.accounts import Caller
 from hyperplan.services.cluster_request import ClusterSettings, InstanceGroupSpec
 from hyperplan.services.context import ServiceContext
@@ -55,19 +55,19 @@ class NodeView:
 def describe(runtime: ServiceContext, caller: Caller, name: str) -> ClusterView:
     """The cluster with every group (and the plan that backs it)."""
     with runtime.db.read() as session:
-        return _cluster_view(runtime, session, clusters.get(session, runtime, caller, name))
+        return _cluster_view(runtime, session, cluster_records.get(session, runtime, caller, name))
 
 
 def _cluster_view(runtime: ServiceContext, session: Session, cluster: Cluster) -> ClusterView:
     return ClusterView(
-        arn=clusters.cluster_arn(runtime, cluster),
+        arn=cluster_records.cluster_arn(runtime, cluster),
         cluster_id=cluster.cluster_id,
         name=cluster.name,
         status=cluster.status,
         created_at=cluster.created_at,
         failure_message=cluster.failure_message,
         settings=ClusterSettings.from_json(cluster.settings),
-        groups=tuple(_group_view(runtime, session, g) for g in clusters.groups_of(session, cluster)),
+        groups=tuple(_group_view(runtime, session, g) for g in cluster_records.groups_of(session, cluster)),
     )
 
 
@@ -76,7 +76,7 @@ def list_all(runtime: ServiceContext, caller: Caller) -> list[ClusterView]:
     with runtime.db.read() as session:
         return [
             _cluster_view(runtime, session, cluster)
-            for cluster in clusters.list_clusters(session, caller.account_id)
+            for cluster in cluster_records.list_clusters(session, caller.account_id)
         ]
 
 
@@ -86,7 +86,7 @@ def _group_view(runtime: ServiceContext, session: Session, group: InstanceGroup)
         name=group.name,
         instance_type=group.instance_type,
         target_count=group.target_count,
-        running_count=clusters.running_count(session, group),
+        running_count=cluster_records.running_count(session, group),
         spec=InstanceGroupSpec.from_json(group.spec),
         plan_arn=runtime.arn(plan.account_id, f"training-plan/{plan.name}") if plan else None,
         plan_status=plan.status if plan else None,
@@ -96,18 +96,21 @@ def _group_view(runtime: ServiceContext, session: Session, group: InstanceGroup)
 def nodes(runtime: ServiceContext, caller: Caller, name: str) -> tuple[str, list[NodeView]]:
     """The cluster's id (it scopes paging tokens) and its nodes that are not gone, oldest first."""
     with runtime.db.read() as session:
-        cluster = clusters.get(session, runtime, caller, name)
-        groups = {g.id: g for g in clusters.groups_of(session, cluster)}
+        cluster = cluster_records.get(session, runtime, caller, name)
+        groups = {g.id: g for g in cluster_records.groups_of(session, cluster)}
         specs = {g.id: InstanceGroupSpec.from_json(g.spec) for g in groups.values()}
         return cluster.cluster_id, [
-            _node_view(n, groups[n.group_id], specs[n.group_id]) for n in clusters.nodes_of(session, cluster)
+            _node_view(n, groups[n.group_id], specs[n.group_id])
+            for n in cluster_records.nodes_of(session, cluster)
         ]
 
 
 def node(runtime: ServiceContext, caller: Caller, name: str, node_id: str) -> NodeView:
     with runtime.db.read() as session:
-        cluster = clusters.get(session, runtime, caller, name)
-        found = next((n for n in clusters.nodes_of(session, cluster) if n.instance_id == node_id), None)
+        cluster = cluster_records.get(session, runtime, caller, name)
+        found = next(
+            (n for n in cluster_records.nodes_of(session, cluster) if n.instance_id == node_id), None
+        )
         if found is None:
             raise ResourceNotFound(f"Cluster {cluster.name} has no node {node_id}.")
         group = session.get(InstanceGroup, found.group_id)

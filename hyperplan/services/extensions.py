@@ -81,7 +81,8 @@ def _check(session: Session, plan: TrainingPlan, now: datetime) -> ReservedCapac
     return last
 
 
-def extend(runtime: ServiceContext, caller: Caller, offering_id: str) -> TrainingPlan:
+def extend(runtime: ServiceContext, caller: Caller, offering_id: str) -> str:
+    """ExtendTrainingPlan: buys the extension offering; returns the plan's ARN."""
     now = runtime.clock.now()
     claim = _claim_for(runtime, caller, offering_id, now)
     try:
@@ -125,7 +126,7 @@ def extend(runtime: ServiceContext, caller: Caller, offering_id: str) -> Trainin
     except IntegrityError:
         raise ResourceInUse(f"Training plan extension offering {offering_id} was just bought.") from None
     runtime.wakes.lifecycle.notify()
-    return plan
+    return plans.plan_arn(runtime, plan)
 
 
 def _claim_for(runtime: ServiceContext, caller: Caller, offering_id: str, now: datetime) -> ExtensionClaim:

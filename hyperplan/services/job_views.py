@@ -8,7 +8,7 @@ from datetime import datetime
 
 from sqlalchemy import select
 
-from hyperplan.services import jobs
+from hyperplan.services import job_clocks, job_records, job_status
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_request import TrainingJobSpec
@@ -56,11 +56,11 @@ class JobSummary:
 def describe(runtime: ServiceContext, caller: Caller, name: str) -> JobView:
     now = runtime.clock.now()
     with runtime.db.read() as session:
-        job = jobs.get(session, runtime, caller, name)
-        request = jobs.request_of(job)
+        job = job_records.get(session, runtime, caller, name)
+        request = job_records.request_of(job)
         return JobView(
             name=job.name,
-            arn=jobs.job_arn(runtime, job),
+            arn=job_records.job_arn(runtime, job),
             model_uri=job.model_uri or model_uri(request.instance("algo-1", job.segment_end)),
             status=job.status,
             secondary_status=job.secondary_status,
@@ -69,12 +69,12 @@ def describe(runtime: ServiceContext, caller: Caller, name: str) -> JobView:
             updated_at=job.updated_at,
             transitions=tuple(
                 TransitionView(t.status, t.started_at, t.ended_at, t.message)
-                for t in jobs.transitions_of(session, job)
+                for t in job_status.transitions_of(session, job)
             ),
             failure_reason=job.failure_reason,
             training_start_at=job.training_start_at,
             training_end_at=job.training_end_at,
-            running_seconds=int(jobs.running_time(job, now).total_seconds()),
+            running_seconds=int(job_clocks.running_time(job, now).total_seconds()),
         )
 
 
@@ -82,18 +82,18 @@ def summaries(runtime: ServiceContext, caller: Caller) -> list[JobSummary]:
     """Every job of the caller's account, oldest first."""
     with runtime.db.read() as session:
         plans = {
-            plan.id: jobs.plan_arn(runtime, plan)
+            plan.id: job_records.plan_arn(runtime, plan)
             for plan in session.scalars(
                 select(TrainingPlan).where(TrainingPlan.account_id == caller.account_id)
             )
         }
-        return [_summary(runtime, job, plans) for job in jobs.list_jobs(session, caller.account_id)]
+        return [_summary(runtime, job, plans) for job in job_records.list_jobs(session, caller.account_id)]
 
 
 def _summary(runtime: ServiceContext, job: TrainingJob, plans: dict[int, str]) -> JobSummary:
     return JobSummary(
         name=job.name,
-        arn=jobs.job_arn(runtime, job),
+        arn=job_records.job_arn(runtime, job),
         created_at=job.created_at,
         updated_at=job.updated_at,
         status=job.status,

@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session
 
 from hyperplan.backends.base import BackendError, NodeState
 from hyperplan.core.status import NODE_LIFECYCLE, ClusterStatus, NodeStatus
-from hyperplan.services import clusters
-from hyperplan.services.clusters import GONE
+from hyperplan.services import cluster_nodes
+from hyperplan.services.cluster_records import GONE
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup
 from hyperplan.worker import Worker
@@ -90,7 +90,7 @@ def _apply(runtime: ServiceContext, changes: list[tuple[int, NodeState, str]]) -
             if node is None or new is None:
                 continue
             default = {NodeStatus.RUNNING: "", GONE: "Terminated."}.get(new, node.message)
-            clusters.move_node(session, node, new, message or default, now)
+            cluster_nodes.move_node(session, node, new, message or default, now)
             if new == GONE:
                 node.ended_at = now
             applied += 1

@@ -13,7 +13,7 @@ from hyperplan.services import capacity_claims, extensions, lifecycle, plans
 from hyperplan.services.accounts import Caller
 from hyperplan.services.capacity_claims import Counters
 from hyperplan.services.context import ServiceContext
-from hyperplan.services.plans import ListQuery
+from hyperplan.services.plans import ListQuery, plan_arn
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
 
 
@@ -57,10 +57,6 @@ class ExtensionView:
     currency: str
 
 
-def plan_arn(runtime: ServiceContext, plan: TrainingPlan) -> str:
-    return runtime.arn(plan.account_id, f"training-plan/{plan.name}")
-
-
 def describe(runtime: ServiceContext, caller: Caller, name_or_arn: str) -> PlanView:
     with runtime.db.read() as session:
         return _plan_view(runtime, session, plans.get(session, runtime, caller, name_or_arn))
@@ -91,12 +87,6 @@ def extension_history(
     with runtime.db.read() as session:
         plan = plans.get(session, runtime, caller, name_or_arn)
         return plan.name, _extension_views(runtime, session, plan)
-
-
-def extensions_of(runtime: ServiceContext, plan: TrainingPlan) -> list[ExtensionView]:
-    """The extensions of a plan a service has just returned (ExtendTrainingPlan)."""
-    with runtime.db.read() as session:
-        return _extension_views(runtime, session, plan)
 
 
 def _extension_views(runtime: ServiceContext, session: Session, plan: TrainingPlan) -> list[ExtensionView]:

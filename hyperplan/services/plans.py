@@ -70,7 +70,8 @@ def _sign(runtime: ServiceContext, caller: Caller, offering: Offering, expires: 
 # -- buy ---------------------------------------------------------------------------------------------
 
 
-def create(runtime: ServiceContext, caller: Caller, name: str, offering_id: str) -> TrainingPlan:
+def create(runtime: ServiceContext, caller: Caller, name: str, offering_id: str) -> str:
+    """CreateTrainingPlan: buys the offering; returns the new plan's ARN."""
     now = runtime.clock.now()
     claim = _claim_for(runtime, caller, offering_id, now)
     segments = _segments_of(runtime, claim)
@@ -81,7 +82,11 @@ def create(runtime: ServiceContext, caller: Caller, name: str, offering_id: str)
         # A racing buyer committed the same name or offering between our checks and our insert.
         raise ResourceInUse(f"Training plan {name!r} or its offering was just taken; search again.") from None
     runtime.wakes.lifecycle.notify()
-    return plan
+    return plan_arn(runtime, plan)
+
+
+def plan_arn(runtime: ServiceContext, plan: TrainingPlan) -> str:
+    return runtime.arn(plan.account_id, f"training-plan/{plan.name}")
 
 
 def _claim_for(runtime: ServiceContext, caller: Caller, offering_id: str, now: datetime) -> OfferingClaim:
@@ -283,7 +288,16 @@ def _minutes(delta: timedelta) -> int:
 # -- administrators ------------------------------------------------------------------------------------
 
 
-def cancel(runtime: ServiceContext, account_ref: str, name: str, reason: str) -> TrainingPlan:
+@dataclass(frozen=True)
+class PlanStatusView:
+    """A plan's status after an administrator changed it."""
+
+    name: str
+    status: str
+    status_message: str
+
+
+def cancel(runtime: ServiceContext, account_ref: str, name: str, reason: str) -> PlanStatusView:
     """An administrator fails a plan, with a recorded reason, and gives its remaining capacity back."""
     if not reason.strip():
         raise ValidationError("Reason is required to cancel a plan; it is shown to the plan's owner.")
@@ -307,7 +321,7 @@ def cancel(runtime: ServiceContext, account_ref: str, name: str, reason: str) ->
             "cancelled",
             now,
         )
-    return plan
+        return PlanStatusView(plan.name, plan.status, plan.status_message)
 
 
 def history(session: Session, plan_id: int) -> list[PlanEvent]:

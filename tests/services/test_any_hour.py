@@ -82,8 +82,10 @@ def test_the_soonest_offering_and_its_plans_life(runtime: ServiceContext, start_
     price = runtime.fleet.pool(segment.pool_key).price_per_instance_hour
     assert soonest.offering.upfront_fee == (2 * minutes * price / 60).quantize(Decimal("0.01"))
 
-    plan = plans.create(runtime, caller, "soonest", soonest.offering_id)
-    assert plan.status == "Scheduled"  # paid at once (auto), not started yet
+    plans.create(runtime, caller, "soonest", soonest.offering_id)
+    with runtime.db.read() as session:
+        bought = session.scalar(select(TrainingPlan.status).where(TrainingPlan.name == "soonest"))
+    assert bought == "Scheduled"  # paid at once (auto), not started yet
     assert status_at(runtime, "soonest", start - timedelta(minutes=1)) == "Scheduled"
     assert status_at(runtime, "soonest", start) == "Active"
     assert status_at(runtime, "soonest", end - timedelta(minutes=1)) == "Active"
@@ -123,11 +125,12 @@ def test_plans_start_at_most_56_days_ahead(runtime: ServiceContext, start_instan
 def test_an_extension_continues_from_the_plans_end(runtime: ServiceContext, start_instant: datetime) -> None:
     caller = admin(runtime)
     first = plans.search(runtime, caller, SearchRequest(P5, 1, 24, "training-job", None, None))[0]
-    plan = plans.create(runtime, caller, "extended", first.offering_id)
+    plans.create(runtime, caller, "extended", first.offering_id)
     end = first.offering.end
     (offer,) = extensions.search(runtime, caller, "extended", 48)
     assert (offer.start, offer.end) == (end, end + timedelta(days=2))
     extensions.extend(runtime, caller, offer.offering_id)
     with runtime.db.read() as session:
-        ends = session.scalars(select(ReservedCapacity.end).where(ReservedCapacity.plan_id == plan.id)).all()
+        plan_id = session.scalar(select(TrainingPlan.id).where(TrainingPlan.name == "extended"))
+        ends = session.scalars(select(ReservedCapacity.end).where(ReservedCapacity.plan_id == plan_id)).all()
     assert max(ends) == end + timedelta(days=2) and max(ends).time() == BOUNDARY

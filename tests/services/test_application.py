@@ -8,7 +8,7 @@ import pytest
 
 from hyperplan.app import AppConfig, Application, BackendFactory, event_handlers, local_backend
 from hyperplan.backends.fake import FakeBackend, FakeWorld
-from hyperplan.services import demo_load, jobs, lifecycle
+from hyperplan.services import demo_load, job_clocks, lifecycle
 from tests.harness import SERVER_START
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
@@ -69,8 +69,8 @@ def test_every_service_timed_event_has_exactly_one_handler(tmp_path: Path) -> No
         lifecycle.RECLAIM_REMINDER,
         lifecycle.PAYMENT_DEADLINE,
         demo_load.TOP_UP,
-        jobs.PENDING_LIMIT,
-        jobs.MAX_RUNTIME,
+        job_clocks.PENDING_LIMIT,
+        job_clocks.MAX_RUNTIME,
     }
     assert set(handlers) == kinds
     assert application.workers.events.handlers.keys() == kinds

@@ -14,7 +14,7 @@ import pytest
 from hyperplan.app import AppConfig, Application
 from hyperplan.backends.base import TaskSpec
 from hyperplan.backends.fake import FakeBackend, FakeWorld
-from hyperplan.services import accounts, jobs
+from hyperplan.services import accounts, job_records, jobs
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_request import TrainingJobSpec
@@ -52,7 +52,7 @@ def _admin(runtime: ServiceContext) -> Caller:
 
 def _job(runtime: ServiceContext) -> TrainingJob:
     with runtime.db.read() as session:
-        return jobs.get(session, runtime, _admin(runtime), "job")
+        return job_records.get(session, runtime, _admin(runtime), "job")
 
 
 def _wait(check: Callable[[], Any], timeout: float = 20) -> Any:
@@ -135,7 +135,7 @@ def test_tasks_the_back_end_lost_while_the_server_was_down_fail_the_job(
         assert _wait(lambda: _job(second).secondary_status == "Failed")
         assert _job(second).failure_reason.startswith("AlgorithmError: instance algo-1 was lost")
         with second.db.read() as session:  # its on-demand instances are free again
-            assert all(i.state == "Lost" for i in jobs.instances_of(session, _job(second).id))
+            assert all(i.state == "Lost" for i in job_records.instances_of(session, _job(second).id))
         jobs.create(
             second,
             _admin(second),

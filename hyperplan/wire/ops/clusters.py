@@ -35,21 +35,18 @@ def _refuse_unserved(request: dict[str, Any]) -> None:
 @operation("CreateCluster")
 def create_cluster(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
     _refuse_unserved(request)
-    cluster = clusters.create(ctx.runtime, ctx.caller, ClusterSpec.from_wire(request))
-    return {"ClusterArn": clusters.cluster_arn(ctx.runtime, cluster)}
+    return {"ClusterArn": clusters.create(ctx.runtime, ctx.caller, ClusterSpec.from_wire(request))}
 
 
 @operation("UpdateCluster")
 def update_cluster(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
     _refuse_unserved(request)
-    cluster = clusters.update(ctx.runtime, ctx.caller, ClusterUpdate.from_wire(request))
-    return {"ClusterArn": clusters.cluster_arn(ctx.runtime, cluster)}
+    return {"ClusterArn": clusters.update(ctx.runtime, ctx.caller, ClusterUpdate.from_wire(request))}
 
 
 @operation("DeleteCluster")
 def delete_cluster(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
-    cluster = clusters.delete(ctx.runtime, ctx.caller, request["ClusterName"])
-    return {"ClusterArn": clusters.cluster_arn(ctx.runtime, cluster)}
+    return {"ClusterArn": clusters.delete(ctx.runtime, ctx.caller, request["ClusterName"])}
 
 
 @operation("BatchDeleteClusterNodes")

@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from hyperplan.core.paging import paginate
-from hyperplan.services import job_views, jobs
+from hyperplan.services import job_records, job_views, jobs
 from hyperplan.services.job_request import TrainingJobSpec
 from hyperplan.services.job_views import JobSummary
 from hyperplan.wire.operations import RequestContext, operation
@@ -32,8 +32,7 @@ FLAGS = ("EnableNetworkIsolation", "EnableInterContainerTrafficEncryption", "Ena
 
 @operation("CreateTrainingJob")
 def create_training_job(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
-    job = jobs.create(ctx.runtime, ctx.caller, TrainingJobSpec.from_wire(request))
-    return {"TrainingJobArn": jobs.job_arn(ctx.runtime, job)}
+    return {"TrainingJobArn": jobs.create(ctx.runtime, ctx.caller, TrainingJobSpec.from_wire(request))}
 
 
 @operation("StopTrainingJob")
@@ -62,7 +61,7 @@ def describe_training_job(ctx: RequestContext, request: dict[str, Any]) -> dict[
         **{flag: bool(given.get(flag, False)) for flag in FLAGS},
     }
     if job.failure_reason:
-        result["FailureReason"] = job.failure_reason[: jobs.FAILURE_REASON_MAX]
+        result["FailureReason"] = job.failure_reason[: job_records.FAILURE_REASON_MAX]
     if job.training_start_at is not None:
         result["TrainingStartTime"] = job.training_start_at
     if job.training_end_at is not None:

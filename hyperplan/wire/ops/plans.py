@@ -72,8 +72,9 @@ def _search_extensions(ctx: RequestContext, request: dict[str, Any]) -> dict[str
 
 @operation("ExtendTrainingPlan")
 def extend_training_plan(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
-    plan = extensions.extend(ctx.runtime, ctx.caller, request["TrainingPlanExtensionOfferingId"])
-    return {"TrainingPlanExtensions": _extension_views(ctx, plan_views.extensions_of(ctx.runtime, plan))}
+    arn = extensions.extend(ctx.runtime, ctx.caller, request["TrainingPlanExtensionOfferingId"])
+    _, found = plan_views.extension_history(ctx.runtime, ctx.caller, arn)
+    return {"TrainingPlanExtensions": _extension_views(ctx, found)}
 
 
 @operation("DescribeTrainingPlanExtensionHistory")
@@ -145,10 +146,10 @@ def _segment(segment: Segment) -> dict[str, Any]:
 
 @operation("CreateTrainingPlan")
 def create_training_plan(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
-    plan = plans.create(
+    arn = plans.create(
         ctx.runtime, ctx.caller, request["TrainingPlanName"], request["TrainingPlanOfferingId"]
     )
-    return {"TrainingPlanArn": plan_views.plan_arn(ctx.runtime, plan)}
+    return {"TrainingPlanArn": arn}
 
 
 @operation("DescribeTrainingPlan")

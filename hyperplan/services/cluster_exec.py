@@ -1,0 +1,53 @@
+"""A command run on a Running node of a cluster, with a cap on the output the answer carries."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import timedelta
+
+from hyperplan.backends.base import EXEC_OUTPUT_LIMIT, ExecResult
+from hyperplan.core.status import NodeStatus
+from hyperplan.errors import Conflict, ResourceNotFound, ValidationError
+from hyperplan.services.accounts import Caller
+from hyperplan.services.cluster_records import get, nodes_of
+from hyperplan.services.context import ServiceContext
+
+EXEC_OUTPUT_LIMIT_ENV = "HYPERPLAN_EXEC_OUTPUT_LIMIT"
+
+
+MAX_EXEC_OUTPUT_LIMIT = 64 << 20  # the answer carries both streams as JSON text, in one response
+
+
+def exec_output_limit(env: Mapping[str, str] | None = None) -> int:
+    """Bytes of each of stdout and stderr an exec returns: HYPERPLAN_EXEC_OUTPUT_LIMIT in the server's
+    environment, 1 MiB by default. Output beyond it is dropped (the answer says so), so that a chatty
+    command cannot make the server hold it all."""
+    text = (os.environ if env is None else env).get(EXEC_OUTPUT_LIMIT_ENV)
+    if not text:
+        return EXEC_OUTPUT_LIMIT
+    if not text.strip().isdigit() or not 1 <= int(text) <= MAX_EXEC_OUTPUT_LIMIT:
+        raise ValidationError(
+            f"The server's {EXEC_OUTPUT_LIMIT_ENV}={text!r} is not a number of bytes from 1 to "
+            f"{MAX_EXEC_OUTPUT_LIMIT}; its administrator must fix it."
+        )
+    return int(text)
+
+
+def exec_on_node(
+    runtime: ServiceContext,
+    caller: Caller,
+    cluster_name: str,
+    node_ref: str,
+    argv: list[str],
+    timeout: timedelta,
+) -> ExecResult:
+    with runtime.db.read() as session:
+        cluster = get(session, runtime, caller, cluster_name)
+        node = next((n for n in nodes_of(session, cluster) if node_ref in (n.instance_id, n.hostname)), None)
+        if node is None:
+            raise ResourceNotFound(f"Cluster {cluster.name} has no node {node_ref}.")
+        if node.status != NodeStatus.RUNNING:
+            raise Conflict(f"Node {node.instance_id} is {node.status}; commands run on Running nodes only.")
+        backend_id = node.backend_id
+    return runtime.backend.exec(backend_id, argv, timeout, output_limit=exec_output_limit())

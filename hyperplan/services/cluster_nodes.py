@@ -1,0 +1,150 @@
+"""Nodes and the back end: a node's status moves, a node recorded or shut down inside a transaction, and
+what the back end must do about them (`NodeActions`), run after the commit: lifecycle scripts fetched
+and nodes provisioned, or terminated (SIGTERM, SIGKILL after SHUTDOWN_GRACE). After a restart, the
+nodes the back end did not have are settled here."""
+
+from __future__ import annotations
+
+import contextlib
+import secrets
+import shutil
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hyperplan.backends.base import EXPIRATION_VARIABLE, AdoptReport, BackendError, NodeRef, NodeSpec
+from hyperplan.core.status import NODE_LIFECYCLE, NodeStatus
+from hyperplan.objects.storage import Storage
+from hyperplan.objects.uris import StorageError
+from hyperplan.services import status
+from hyperplan.services.cluster_records import GONE
+from hyperplan.services.cluster_request import InstanceGroupSpec
+from hyperplan.services.context import ServiceContext
+from hyperplan.store.schema import ClusterNode, InstanceGroup
+
+SHUTDOWN_GRACE = timedelta(seconds=30)  # real time between SIGTERM and SIGKILL at reclaim or deletion
+
+
+@dataclass
+class NodeActions:
+    provision: list[tuple[ClusterNode, InstanceGroupSpec, str]] = field(
+        default_factory=list
+    )  # node, its group's specification, expiry
+    terminate: list[tuple[str, str]] = field(default_factory=list)  # backend id, expiry epoch
+
+
+def run_actions(runtime: ServiceContext, actions: NodeActions) -> None:
+    for backend_id, expiry in actions.terminate:
+        with contextlib.suppress(BackendError):  # already gone: the watcher settles it
+            runtime.backend.terminate(NodeRef(backend_id), SHUTDOWN_GRACE, env={EXPIRATION_VARIABLE: expiry})
+    for node, spec, expiry in actions.provision:
+        _provision(runtime, node, spec, expiry)
+    if actions.provision or actions.terminate:
+        runtime.wakes.nodes.notify()
+
+
+def _provision(runtime: ServiceContext, node: ClusterNode, spec: InstanceGroupSpec, expiry: str) -> None:
+    """Fetch the group's lifecycle scripts and hand the node to the back end; a fetch failure fails it."""
+    source_uri, on_create = spec.lifecycle.source_uri, spec.lifecycle.on_create
+    source = None
+    try:
+        if source_uri:
+            source = runtime.data_dir / "lifecycle" / node.backend_id
+            if source.exists():
+                shutil.rmtree(source)
+            _storage(runtime).download_prefix(source_uri, source)
+            if on_create and not (source / on_create).is_file():
+                raise StorageError(f"{source_uri.rstrip('/')}/{on_create}", "no such lifecycle script")
+        runtime.backend.provision(
+            NodeSpec(
+                node_id=node.backend_id,
+                name=node.hostname,
+                instance_type=spec.instance_type or "",  # a stored group always has one
+                env={
+                    EXPIRATION_VARIABLE: expiry,
+                    "HYPERPLAN_INSTANCE_ID": node.instance_id,
+                    "HYPERPLAN_INSTANCE_GROUP": spec.name,
+                },
+                lifecycle_source=source,
+                on_create=on_create if source is not None else None,
+            )
+        )
+    except (StorageError, BackendError, ValueError) as exc:
+        _fail_provisioning(runtime, node.id, f"Provisioning failed: {exc}")
+
+
+def _storage(runtime: ServiceContext) -> Storage:
+    return Storage.in_data_dir(runtime.data_dir, runtime.fleet.buckets)
+
+
+def _fail_provisioning(runtime: ServiceContext, node_id: int, message: str) -> None:
+    """A node the back end could not be handed fails, unless it was told to shut down meanwhile: then
+    only its ending is news (NODE_LIFECYCLE), as for the watcher."""
+    with runtime.db.write() as session:
+        node = session.get(ClusterNode, node_id)
+        if node is not None and NodeStatus(node.status) == NodeStatus.PENDING:
+            move_node(session, node, NodeStatus.FAILURE, message, runtime.clock.now())
+
+
+def move_node(session: Session, node: ClusterNode, new: NodeStatus, message: str, now: datetime) -> None:
+    status.change(session, NODE_LIFECYCLE, node, new, now, message)
+    node.message = message
+
+
+def new_node(session: Session, group: InstanceGroup, region: str, now: datetime) -> ClusterNode:
+    instance_id = "i-" + secrets.token_hex(9)[:17]
+    # The model's pattern for PrivateDnsHostname is ip-A-B-C-D.<domain>, as EC2 names its hosts.
+    octets = "-".join(str(1 + secrets.randbelow(250)) for _ in range(2))
+    node = ClusterNode(
+        cluster_id=group.cluster_id,
+        group_id=group.id,
+        instance_id=instance_id,
+        backend_id=f"node-{instance_id}",
+        hostname=f"ip-10-1-{octets}.{region}.compute.internal",
+        availability_zone=group.availability_zone,
+        on_plan=group.plan_id is not None,
+        status=NODE_LIFECYCLE.initial,
+        message="Provisioning: running the lifecycle scripts.",
+        launched_at=now,
+    )
+    session.add(node)
+    session.flush()
+    return node
+
+
+def shut_down(
+    session: Session, node: ClusterNode, actions: NodeActions, now: datetime, expiry: str = "0"
+) -> None:
+    message = "Shutting down: SIGTERM sent; SIGKILL follows after the grace period."
+    move_node(session, node, NodeStatus.SHUTTING_DOWN, message, now)
+    actions.terminate.append((node.backend_id, expiry))
+
+
+def node_refs(runtime: ServiceContext) -> list[NodeRef]:
+    """Every node the store knows, for the one `adopt` call of a start (see services/adoption.py)."""
+    with runtime.db.read() as session:
+        return [NodeRef(b) for b in session.scalars(select(ClusterNode.backend_id))]
+
+
+def settle_adoption(runtime: ServiceContext, report: AdoptReport) -> None:
+    """After the back end took over the known nodes: those it never had are settled in the store."""
+    missing = {ref.node_id for ref in report.missing if isinstance(ref, NodeRef)}
+    if missing:
+        now = runtime.clock.now()
+        with runtime.db.write() as session:
+            for node in session.scalars(select(ClusterNode).where(ClusterNode.backend_id.in_(missing))):
+                if node.status == NodeStatus.SHUTTING_DOWN:
+                    status.change(session, NODE_LIFECYCLE, node, GONE, now, "Gone when the server started.")
+                    node.ended_at = now
+                elif node.status != GONE:  # recorded, never handed over: the server died in between
+                    _fail_unprovisioned(session, node, now)
+
+
+def _fail_unprovisioned(session: Session, node: ClusterNode, now: datetime) -> None:
+    message = "The server stopped before the node was provisioned."
+    if node.status == NodeStatus.FAILURE:
+        node.message = message  # failed already: no move, only the reason
+    else:
+        move_node(session, node, NodeStatus.FAILURE, message, now)

@@ -1,0 +1,127 @@
+"""Each group's live nodes brought to what it should have now: its target on on-demand capacity, or its
+creation-order share of its plan's open segment (none from the reclaim time on), claimed through
+``capacity_claims``; nodes to add or remove are recorded in the caller's transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hyperplan.core.clusters import allocate
+from hyperplan.core.lifecycle import PlanStatus
+from hyperplan.core.status import ClusterStatus, NodeStatus
+from hyperplan.services import capacity_claims
+from hyperplan.services.cluster_nodes import NodeActions, new_node, run_actions, shut_down
+from hyperplan.services.cluster_records import consumer, live_nodes
+from hyperplan.services.cluster_request import InstanceGroupSpec
+from hyperplan.services.context import ServiceContext
+from hyperplan.store.db import after_commit
+from hyperplan.store.schema import Cluster, InstanceGroup, ReservedCapacity, TrainingPlan
+
+
+def reconcile(
+    session: Session,
+    runtime: ServiceContext,
+    groups: Iterable[InstanceGroup],
+    now: datetime,
+    actions: NodeActions,
+) -> None:
+    """Bring each group's live nodes to what it should have now; plan groups claim their share."""
+    shares: dict[int, int] = {}
+    for group in groups:
+        if group.plan_id is None:
+            _converge(session, runtime, group, group.target_count, "0", now, actions)
+            continue
+        if group.id not in shares:
+            shares.update(_plan_shares(session, runtime, group.plan_id, now))
+        expiry = _segment_expiry(session, group.plan_id, now)
+        _converge(session, runtime, group, shares.get(group.id, 0), expiry, now, actions)
+
+
+def reconcile_plan(session: Session, runtime: ServiceContext, plan_id: int, now: datetime) -> None:
+    """A plan changed (segment start, reclaim, end, failure): its groups follow, at once."""
+    groups = list(
+        session.scalars(
+            select(InstanceGroup).where(InstanceGroup.plan_id == plan_id).order_by(InstanceGroup.id)
+        )
+    )
+    if not groups:
+        return
+    actions = NodeActions()
+    reconcile(session, runtime, groups, now, actions)
+    after_commit(session, lambda: run_actions(runtime, actions))
+
+
+def reconcile_all(runtime: ServiceContext) -> None:
+    now = runtime.clock.now()
+    actions = NodeActions()
+    with runtime.db.write() as session:
+        groups = list(
+            session.scalars(
+                select(InstanceGroup)
+                .join(Cluster, Cluster.id == InstanceGroup.cluster_id)
+                .where(Cluster.status == ClusterStatus.IN_SERVICE)
+                .order_by(InstanceGroup.id)
+            )
+        )
+        reconcile(session, runtime, groups, now, actions)
+        after_commit(session, lambda: run_actions(runtime, actions))
+
+
+def _plan_shares(session: Session, runtime: ServiceContext, plan_id: int, now: datetime) -> dict[int, int]:
+    """Each group's share of the plan's open segment, in creation order; none outside one or from reclaim."""
+    plan = session.get(TrainingPlan, plan_id)
+    groups = list(
+        session.scalars(
+            select(InstanceGroup)
+            .join(Cluster, Cluster.id == InstanceGroup.cluster_id)
+            .where(InstanceGroup.plan_id == plan_id, Cluster.status == ClusterStatus.IN_SERVICE)
+            .order_by(InstanceGroup.id)
+        )
+    )
+    segment = capacity_claims.open_segment(session, plan, now) if plan else None
+    lead = runtime.fleet.policy.reclaim_lead_for("hyperpod-cluster")
+    usable = (
+        plan is not None
+        and plan.status == PlanStatus.ACTIVE
+        and segment is not None
+        and now < segment.end - lead
+    )
+    shares = allocate([(g.id, g.target_count) for g in groups], segment.count if usable and segment else 0)
+    for group in groups:  # the plan's counters follow what the groups hold
+        capacity_claims.give_back(session, consumer(group), now, plan_id=plan_id)
+        if plan is not None and shares[group.id]:
+            capacity_claims.take(session, plan, consumer(group), shares[group.id], now)
+    return shares
+
+
+def _segment_expiry(session: Session, plan_id: int, now: datetime) -> str:
+    segment = session.scalar(
+        select(ReservedCapacity).where(
+            ReservedCapacity.plan_id == plan_id, ReservedCapacity.start <= now, ReservedCapacity.end > now
+        )
+    )
+    return str(int(segment.end.timestamp())) if segment else "0"
+
+
+def _converge(
+    session: Session,
+    runtime: ServiceContext,
+    group: InstanceGroup,
+    wanted: int,
+    expiry: str,
+    now: datetime,
+    actions: NodeActions,
+) -> None:
+    nodes = live_nodes(session, group)
+    # Failed and still-pending nodes go first, then the newest.
+    nodes.sort(key=lambda n: (n.status == NodeStatus.RUNNING, -n.id))
+    for node in nodes[: max(len(nodes) - wanted, 0)]:
+        shut_down(session, node, actions, now, expiry)
+    spec = InstanceGroupSpec.from_json(group.spec)
+    for _ in range(wanted - len(nodes)):
+        node = new_node(session, group, runtime.region, now)
+        actions.provision.append((node, spec, expiry))

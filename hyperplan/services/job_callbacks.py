@@ -1,0 +1,142 @@
+"""What the runner (``services/job_runner.py``) reports back, inside its transactions: an instance that
+failed, every task of an attempt ended, the attempt's I/O done; the job takes its final status or waits,
+and the plan's queue is served again."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy.orm import Session
+
+from hyperplan.core.jobs import FINAL_FOR_STOP, RUNNING, Secondary, StopReason
+from hyperplan.services import capacity_claims
+from hyperplan.services.context import ServiceContext
+from hyperplan.services.job_clocks import max_runtime
+from hyperplan.services.job_queue import schedule_plan
+from hyperplan.services.job_records import FAILURE_REASON_MAX, consumer, request_of, settings_of
+from hyperplan.services.job_status import move, note, terminate_instances
+from hyperplan.store.db import after_commit
+from hyperplan.store.schema import TrainingJob, TrainingJobInstance, TrainingPlan
+
+
+def instance_failed(
+    session: Session, runtime: ServiceContext, job: TrainingJob, instance: TrainingJobInstance
+) -> None:
+    """One instance of a running job failed while others still run: the job will fail; stop the rest."""
+    if job.stop_reason or Secondary(job.secondary_status) not in RUNNING:
+        return
+    job.stop_reason = StopReason.FAILED
+    job.failure_reason = failure_reason(instance)
+    note(
+        session,
+        job,
+        f"Instance {instance.host} failed; the other instances got SIGTERM. {job.failure_reason}",
+        runtime.clock.now(),
+    )
+    terminate_instances(session, runtime, job, settings_of(runtime).reclaim_grace)
+
+
+def tasks_ended(
+    session: Session, runtime: ServiceContext, job: TrainingJob, instances: Sequence[TrainingJobInstance]
+) -> None:
+    """Every task of the current attempt has ended: its instances are free for other jobs now; how the
+    tasks ended decides whether the job uploads its model or fails. The runner then stores the last
+    checkpoints (and the model) and calls :func:`attempt_ended`."""
+    now = runtime.clock.now()
+    job.attempt_state = "ending"
+    capacity_claims.give_back(session, consumer(job), now)
+    current = Secondary(job.secondary_status)
+    if current in RUNNING and not job.stop_reason:
+        bad = [i for i in instances if i.state != "Exited" or i.exit_code != 0]
+        if bad:
+            job.stop_reason = StopReason.FAILED
+            job.failure_reason = failure_reason(bad[0])
+        else:
+            uri = request_of(job).output_path
+            move(
+                session,
+                runtime,
+                job,
+                Secondary.UPLOADING,
+                f"All {len(instances)} instance(s) exited 0; storing the model under {uri}.",
+                now,
+            )
+    # The runner finds the attempt in the store (ending) and does its I/O.
+    after_commit(session, runtime.wakes.jobs.notify)
+    _serve_plan_of(session, runtime, job, now)
+
+
+def attempt_ended(
+    session: Session, runtime: ServiceContext, job: TrainingJob, model_uri: str | None, error: str | None
+) -> None:
+    """The runner is done with an attempt (its checkpoints and model are stored, or it never ran): the job
+    takes its final status, or waits for the next segment."""
+    now = runtime.clock.now()
+    job.attempt_state = "ended"
+    capacity_claims.give_back(session, consumer(job), now)
+    current = Secondary(job.secondary_status)
+    if current == Secondary.STOPPING:
+        reason = StopReason(job.stop_reason or StopReason.USER)
+        if model_uri:
+            job.model_uri = model_uri
+        final = FINAL_FOR_STOP[reason]
+        move(session, runtime, job, final, _final_message(session, job, final, model_uri), now)
+    elif current == Secondary.UPLOADING:
+        if error:
+            job.failure_reason = error
+            move(session, runtime, job, Secondary.FAILED, error, now)
+        else:
+            job.model_uri = model_uri
+            move(
+                session,
+                runtime,
+                job,
+                Secondary.COMPLETED,
+                f"Training completed; the model is at {model_uri}.",
+                now,
+            )
+    elif current in RUNNING:
+        job.failure_reason = job.failure_reason or error or "InternalServerError: the job's instances ended."
+        move(session, runtime, job, Secondary.FAILED, job.failure_reason, now)
+    _serve_plan_of(session, runtime, job, now)
+
+
+def _final_message(session: Session, job: TrainingJob, final: Secondary, model_uri: str | None) -> str:
+    saved = f" The model it had saved is at {model_uri}." if model_uri else ""
+    if final == Secondary.FAILED:
+        return job.failure_reason
+    if final == Secondary.MAX_RUNTIME_EXCEEDED:
+        return f"Stopped: MaxRuntimeInSeconds ({max_runtime(job)}) reached.{saved}"
+    if final == Secondary.INTERRUPTED:
+        plan = session.get(TrainingPlan, job.plan_id) if job.plan_id else None
+        name = plan.name if plan else "?"
+        checkpoints = request_of(job).checkpoint_uri
+        kept = f" Its checkpoints are at {checkpoints}." if checkpoints else ""
+        return f"Interrupted: plan {name}'s last segment ended before the job finished.{kept}{saved}"
+    return f"Stopped by StopTrainingJob.{saved}"
+
+
+def failure_reason(instance: TrainingJobInstance) -> str:
+    if instance.state == "Exited":
+        what = f"exited with code {instance.exit_code}"
+    elif instance.state == "Killed":
+        what = "was killed by a signal"
+    elif instance.state == "NotStarted":
+        what = "was not started"
+    else:
+        what = "was lost"
+    head = f"AlgorithmError: instance {instance.host} {what}"
+    detail = (instance.message or "").strip()
+    if not detail:
+        return head + "."
+    room = FAILURE_REASON_MAX - len(head) - 2
+    return f"{head}: {detail[-room:]}"
+
+
+def _serve_plan_of(session: Session, runtime: ServiceContext, job: TrainingJob, now: datetime) -> None:
+    if job.plan_id is None:
+        return
+    plan = session.get(TrainingPlan, job.plan_id)
+    if plan is not None:
+        schedule_plan(session, runtime, plan, now)

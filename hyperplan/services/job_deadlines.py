@@ -1,0 +1,114 @@
+"""A job's limits come due: the timed events ``job.pending-limit`` and ``job.max-runtime`` (planned by
+``job_clocks``) are run by the lifecycle loop; each acts when the limit is reached, or plans itself again
+when it fires early (pending time only counts while the plan can give capacity)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from hyperplan.core.jobs import RUNNING, Secondary, StopReason, reached_at
+from hyperplan.events.loop import DueEvent, EventHandler, schedule
+from hyperplan.services.context import ServiceContext
+from hyperplan.services.job_clocks import (
+    CAPACITY_LIMIT,
+    MAX_RUNTIME,
+    PENDING_LIMIT,
+    event_subject,
+    max_runtime,
+    pending_limits,
+    pending_time,
+    plan_runtime_limit,
+    running_time,
+    windows_of,
+)
+from hyperplan.services.job_records import plan_name_of, settings_of, sigterm, span
+from hyperplan.services.job_status import begin_stop, move
+from hyperplan.store.schema import TrainingJob, TrainingPlan
+
+EPSILON = timedelta(milliseconds=1)
+
+
+def event_handlers(runtime: ServiceContext) -> dict[str, EventHandler]:
+    """The timed events of jobs, for the lifecycle loop."""
+
+    def deadline(session: Session, event: DueEvent) -> None:
+        on_limit(session, runtime, event.kind, event.subject, event.payload, event.due_at)
+
+    return {PENDING_LIMIT: deadline, MAX_RUNTIME: deadline}
+
+
+def on_limit(
+    session: Session,
+    runtime: ServiceContext,
+    kind: str,
+    subject: str,
+    payload: Mapping[str, Any],
+    now: datetime,
+) -> None:
+    """A deadline's timed event: act if the limit is reached, plan again if it is not yet."""
+    job = session.get(TrainingJob, int(subject.removeprefix("training-job:")))
+    if job is None:
+        return
+    if kind == MAX_RUNTIME:
+        _on_max_runtime(session, runtime, job, now)
+    elif kind == PENDING_LIMIT:
+        _on_pending_limit(session, runtime, job, str(payload.get("limit", "")), now)
+
+
+def _on_max_runtime(session: Session, runtime: ServiceContext, job: TrainingJob, now: datetime) -> None:
+    if Secondary(job.secondary_status) not in RUNNING:
+        return
+    limit = max_runtime(job)
+    if running_time(job, now) + EPSILON < timedelta(seconds=limit):
+        plan_runtime_limit(session, job, now)
+        return
+    grace = settings_of(runtime).stop_grace
+    begin_stop(
+        session,
+        runtime,
+        job,
+        StopReason.MAX_RUNTIME,
+        f"MaxRuntimeInSeconds ({limit}) reached: {sigterm(grace)}",
+        grace,
+        now,
+    )
+
+
+def _on_pending_limit(
+    session: Session, runtime: ServiceContext, job: TrainingJob, kind: str, now: datetime
+) -> None:
+    if job.secondary_status != Secondary.PENDING or kind not in pending_limits(runtime, job):
+        return
+    limit = pending_limits(runtime, job)[kind]
+    waited = pending_time(session, runtime, job, now)
+    if waited + EPSILON < limit:
+        plan = session.get(TrainingPlan, job.plan_id) if job.plan_id else None
+        windows = windows_of(session, runtime, plan) if plan else []
+        due = reached_at(now, waited, limit, windows)
+        if due is None and windows and windows[-1].end > now:
+            due = windows[-1].end
+        if due is not None:
+            schedule(session, PENDING_LIMIT, due, subject=event_subject(job), limit=kind)
+        return
+    plan_name = plan_name_of(session, job)
+    if kind == CAPACITY_LIMIT:
+        job.failure_reason = (
+            f"InsufficientCapacityError: the job waited {span(limit)} while plan {plan_name} was Active "
+            f"for {job.instance_count} of its instances; other jobs held them. Ask for fewer instances, or "
+            "run it on a plan with room."
+        )
+        move(session, runtime, job, Secondary.FAILED, job.failure_reason, now)
+    else:
+        move(
+            session,
+            runtime,
+            job,
+            Secondary.STOPPED,
+            f"Stopped: StoppingCondition.MaxPendingTimeInSeconds ({int(limit.total_seconds())}) reached: the "
+            f"job waited that long for {job.instance_count} instances while plan {plan_name} was Active.",
+            now,
+        )

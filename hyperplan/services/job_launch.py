@@ -1,0 +1,154 @@
+"""Launch (after a job is placed): prepare each instance's directory tree (``training/workspace``: config
+files, channels fetched through the bucket map, checkpoints restored, script-mode code), then start one
+back-end task per instance, each in a sandbox of its own (``node_id=None``) with the contract's argv,
+environment and working directory. The job moves to ``Training``. Under the job's start lock, a launch
+checks that the job still wants its instances before it starts any task (see ``job_runner``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sqlalchemy.orm import Session
+
+from hyperplan.backends.base import BackendError, TaskSpec, UnknownResource
+from hyperplan.core.jobs import RUNNING, Secondary
+from hyperplan.objects.uris import StorageError
+from hyperplan.services import job_callbacks, job_records, job_status
+from hyperplan.services.context import ServiceContext
+from hyperplan.services.job_attempt import read_attempt, storage_of
+from hyperplan.services.job_records import LIVE_INSTANCE
+from hyperplan.services.job_request import TrainingJobSpec
+from hyperplan.store.schema import TrainingJob
+from hyperplan.training.contract import NoCommand, UnsupportedInput
+from hyperplan.training.workspace import prepare
+
+
+def _wants_instances(runtime: ServiceContext, job_id: int, attempt: int) -> bool:
+    with runtime.db.read() as session:
+        job = session.get(TrainingJob, job_id)
+        return (
+            job is not None
+            and job.attempt == attempt
+            and job.attempt_state == "launching"
+            and job.secondary_status == Secondary.DOWNLOADING
+            and not job.stop_reason
+        )
+
+
+def _known(runtime: ServiceContext, task_id: str) -> bool:
+    try:
+        runtime.backend.task_status(task_id)
+    except UnknownResource:
+        return False
+    return True
+
+
+def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
+    current = read_attempt(runtime, job_id, attempt, "launching")
+    if current is None:
+        return
+    storage = storage_of(runtime)
+    specs: list[TaskSpec] = []
+    try:
+        for instance in current.instances:
+            if _known(runtime, instance.task_id):
+                continue  # started before a restart: it runs, or has run, already
+            if not _wants_instances(runtime, job_id, attempt):
+                break  # stopped or reclaimed meanwhile: fetch no more
+            spec = current.instance_spec(instance.host, _interpreter(runtime, current.request))
+            contract = prepare(Path(instance.root), spec, storage).contract
+            specs.append(
+                TaskSpec(
+                    instance.task_id,
+                    contract.command.argv,
+                    None,
+                    contract.process_environment({}),
+                    contract.command.cwd,
+                )
+            )
+    except (StorageError, NoCommand, UnsupportedInput, OSError, ValueError) as exc:
+        _launch_failed(runtime, job_id, attempt, f"ClientError: the instances could not be prepared: {exc}")
+        return
+    error = None
+    with runtime.job_locks.start_lock(job_id):
+        if not _wants_instances(runtime, job_id, attempt):
+            specs = []
+        for task in specs:
+            try:
+                runtime.backend.run(task)
+            except (BackendError, ValueError) as exc:
+                error = f"InternalServerError: instance {task.task_id} could not be started: {exc}"
+                break
+    if error is not None:
+        _launch_failed(runtime, job_id, attempt, error)
+        return
+    _launched(runtime, job_id, attempt)
+
+
+def _launched(runtime: ServiceContext, job_id: int, attempt: int) -> None:
+    """Every task that should run does: the watcher takes over. A job stopped or reclaimed meanwhile has
+    had them terminated; instances never started are recorded as such."""
+    known = _known_tasks(runtime, job_id, attempt)
+    now = runtime.clock.now()
+    with runtime.db.write() as session:
+        job = session.get(TrainingJob, job_id)
+        if job is None or job.attempt != attempt or job.attempt_state != "launching":
+            return
+        started = _mark_unstarted(session, job_id, attempt, known)
+        if not started:
+            job_callbacks.attempt_ended(session, runtime, job, None, None)
+            return
+        job.attempt_state = "running"
+        if job.secondary_status == Secondary.DOWNLOADING and not job.stop_reason:
+            job_status.move(
+                session,
+                runtime,
+                job,
+                Secondary.TRAINING,
+                f"Training: {started} instance(s) running"
+                + (f", hosts algo-1..algo-{started} on loopback." if started > 1 else "."),
+                now,
+            )
+    runtime.wakes.jobs.notify()
+
+
+def _known_tasks(runtime: ServiceContext, job_id: int, attempt: int) -> set[str]:
+    """The tasks of an attempt the back end has (asked before a transaction opens, not inside one)."""
+    with runtime.db.read() as session:
+        task_ids = [i.task_id for i in job_records.instances_of(session, job_id, attempt)]
+    return {task_id for task_id in task_ids if _known(runtime, task_id)}
+
+
+def _mark_unstarted(session: Session, job_id: int, attempt: int, known: set[str]) -> int:
+    """Record instances the back end never got as NotStarted; returns how many it has."""
+    started = 0
+    for instance in job_records.instances_of(session, job_id, attempt):
+        if instance.state not in LIVE_INSTANCE:
+            continue
+        if instance.task_id in known:
+            started += 1
+        else:
+            instance.state, instance.message = "NotStarted", "the attempt ended before it was started"
+    return started
+
+
+def _launch_failed(runtime: ServiceContext, job_id: int, attempt: int, reason: str) -> None:
+    """The job fails; whatever was started is stopped, and the watcher settles it."""
+    known = _known_tasks(runtime, job_id, attempt)
+    with runtime.db.write() as session:
+        job = session.get(TrainingJob, job_id)
+        if job is None or job.attempt != attempt or job.attempt_state != "launching":
+            return
+        if not job.stop_reason and Secondary(job.secondary_status) in RUNNING:
+            job.stop_reason, job.failure_reason = "failed", reason[: job_records.FAILURE_REASON_MAX]
+        started = _mark_unstarted(session, job_id, attempt, known)
+        if not started:
+            job_callbacks.attempt_ended(session, runtime, job, None, reason)
+            return
+        job.attempt_state = "running"
+        job_status.terminate_instances(session, runtime, job, runtime.job_settings.reclaim_grace)
+
+
+def _interpreter(runtime: ServiceContext, request: TrainingJobSpec) -> str | None:
+    """The Python the fleet file names for the job's training image (script mode and `python` commands)."""
+    return runtime.fleet.interpreter_for(request.algorithm.image)

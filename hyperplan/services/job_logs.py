@@ -1,0 +1,82 @@
+"""A training job's logs for one host, read from the back end page by page, across its attempts."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass
+
+from hyperplan.backends.base import LogStream, TaskRef, UnknownResource
+from hyperplan.core.jobs import FINAL, Secondary
+from hyperplan.errors import ValidationError
+from hyperplan.services import job_records
+from hyperplan.services.accounts import Caller
+from hyperplan.services.context import ServiceContext
+
+LOG_PAGE = 1 << 16
+
+
+@dataclass(frozen=True)
+class LogPage:
+    data: bytes
+    cursor: str
+    attempt: int
+    done: bool
+
+
+def read_logs(
+    runtime: ServiceContext, caller: Caller, name: str, host: str, stream: str, cursor: str | None
+) -> LogPage:
+    """A job's log for one host, across its attempts in order. The cursor is ``ATTEMPT:OFFSET`` (bytes);
+    ``done`` once the job has ended and everything has been read."""
+    try:
+        kind = LogStream(stream)
+    except ValueError:
+        raise ValidationError("stream must be stdout or stderr.") from None
+    position = parse_cursor(cursor)
+    with runtime.db.read() as session:
+        job = job_records.get(session, runtime, caller, name)
+        tasks = {i.attempt: i.task_id for i in job_records.instances_of(session, job.id) if i.host == host}
+        final = Secondary(job.secondary_status) in FINAL and job.attempt_state in ("", "ended")
+    if host not in {f"algo-{n}" for n in range(1, job.instance_count + 1)}:
+        raise ValidationError(f"host must be one of algo-1..algo-{job.instance_count}.")
+    attempts = sorted(tasks)
+    attempt, offset = position or (attempts[0] if attempts else 1, 0)
+    while attempts:
+        data = b""
+        if attempt in tasks:
+            with contextlib.suppress(UnknownResource):
+                data = runtime.backend.read_log(TaskRef(tasks[attempt]), kind, offset, LOG_PAGE).data
+            if len(data) == LOG_PAGE and b"\n" in data:
+                data = data[: data.rindex(b"\n") + 1]  # whole lines, so no character is cut in two
+        if data:
+            return LogPage(data, f"{attempt}:{offset + len(data)}", attempt, False)
+        later = [a for a in attempts if a > attempt]
+        if not later:
+            break
+        attempt, offset = later[0], 0
+    return LogPage(b"", f"{attempt}:{offset}", attempt, final)
+
+
+MAX_LOG_ATTEMPT = 2**31 - 1
+
+
+MAX_LOG_OFFSET = 2**40
+"""1 TiB: far past any log, and an offset every file system seeks to (ext4 refuses past 16 TiB)."""
+
+
+_CURSOR = re.compile(r"([0-9]{1,13}):([0-9]{1,13})")
+
+
+def parse_cursor(cursor: str | None) -> tuple[int, int] | None:
+    """``ATTEMPT:OFFSET`` as read_logs gives it (None: from the start), checked before anything is read:
+    the attempt from 1 to MAX_LOG_ATTEMPT, the offset from 0 to MAX_LOG_OFFSET."""
+    if not cursor:
+        return None
+    match = _CURSOR.fullmatch(cursor)
+    if match is None or not 1 <= int(match[1]) <= MAX_LOG_ATTEMPT or int(match[2]) > MAX_LOG_OFFSET:
+        raise ValidationError(
+            f"cursor must be ATTEMPT:OFFSET as a previous answer gave it (attempt 1 to {MAX_LOG_ATTEMPT}, "
+            f"offset 0 to {MAX_LOG_OFFSET}), not {cursor[:64]!r}."
+        )
+    return int(match[1]), int(match[2])

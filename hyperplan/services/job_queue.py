@@ -1,0 +1,139 @@
+"""The queue on a plan: its free capacity offered to its waiting jobs, oldest first with backfill, and a
+job placed (its instances claimed, its tasks recorded, the runner woken after the commit)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hyperplan.core.jobs import TARGET, WAITING, Secondary, select_to_start
+from hyperplan.core.lifecycle import PlanStatus
+from hyperplan.services import capacity_claims
+from hyperplan.services.context import ServiceContext
+from hyperplan.services.job_clocks import windows_of
+from hyperplan.services.job_records import consumer, instance_root, plan_name_of, request_of, when
+from hyperplan.services.job_status import move, note
+from hyperplan.store.db import after_commit
+from hyperplan.store.schema import ReservedCapacity, TrainingJob, TrainingJobInstance, TrainingPlan
+from hyperplan.training.contract import host_names
+
+
+def usable_segment(
+    session: Session, runtime: ServiceContext, plan: TrainingPlan, now: datetime
+) -> ReservedCapacity | None:
+    """The plan's open segment, if it can give capacity now (Active, before its reclaim time)."""
+    if plan.status != PlanStatus.ACTIVE:
+        return None
+    segment = capacity_claims.open_segment(session, plan, now)
+    lead = runtime.fleet.policy.reclaim_lead_for(TARGET)
+    if segment is None or now >= segment.end - lead or (segment.released_at and now >= segment.released_at):
+        return None
+    return segment
+
+
+def schedule_plan(session: Session, runtime: ServiceContext, plan: TrainingPlan, now: datetime) -> None:
+    """Offer the plan's free capacity to its waiting jobs, oldest first, with backfill; the others are
+    Pending with a message that says what they wait for.
+
+    A job sent back by a reclaim keeps its place while its last processes end and its checkpoints are
+    stored ("draining"): the capacity it would get is kept for it, so a later job cannot take it just
+    because the next segment began a moment before the job was ready; it starts when it is."""
+    waiting = list(
+        session.scalars(
+            select(TrainingJob)
+            .where(TrainingJob.plan_id == plan.id, TrainingJob.secondary_status.in_(list(WAITING)))
+            .order_by(TrainingJob.id)
+        )
+    )
+    if not waiting:
+        return
+    segment = usable_segment(session, runtime, plan, now)
+    free = segment.count - capacity_claims.in_use(session, plan.id, segment.id) if segment else 0
+    started = set(select_to_start([(j.id, j.instance_count) for j in waiting], free)) if segment else set()
+    for job in waiting:
+        if job.attempt_state not in ("", "ended"):
+            continue  # draining: placed once its last attempt has ended
+        if job.id in started:
+            place(session, runtime, job, segment, now)
+            continue
+        message = waiting_message(session, runtime, plan, segment, free, job, now)
+        if job.secondary_status == Secondary.STARTING:
+            move(session, runtime, job, Secondary.PENDING, message, now)
+        elif segment is not None or job.attempt == 0:
+            # A job sent back by a reclaim keeps the message that says why, until capacity is there.
+            note(session, job, message, now)
+
+
+def waiting_message(
+    session: Session,
+    runtime: ServiceContext,
+    plan: TrainingPlan,
+    segment: ReservedCapacity | None,
+    free: int,
+    job: TrainingJob,
+    now: datetime,
+) -> str:
+    if segment is not None:
+        return (
+            f"Waiting for capacity: the job needs {job.instance_count} instances and plan {plan.name} has "
+            f"{free} of {segment.count} free now; jobs on a plan start first in, first out, and a smaller "
+            "later job may start first when an earlier one does not fit."
+        )
+    upcoming = [w for w in windows_of(session, runtime, plan) if w.start > now]
+    if upcoming:
+        return (
+            f"Waiting for plan {plan.name} to become Active: its next segment starts at "
+            f"{when(upcoming[0].start)}."
+        )
+    return f"Waiting: plan {plan.name} has no capacity to give now."
+
+
+def place(
+    session: Session,
+    runtime: ServiceContext,
+    job: TrainingJob,
+    segment: ReservedCapacity | None,
+    now: datetime,
+) -> None:
+    """Give the job its instances: claim them, record its tasks, and have the runner start them."""
+    if segment is not None:
+        plan = session.get(TrainingPlan, job.plan_id)
+        assert plan is not None
+        granted = capacity_claims.take(session, plan, consumer(job), job.instance_count, now)
+        assert granted == job.instance_count, "placement is decided from the free count in this transaction"
+        job.availability_zone = segment.availability_zone
+        job.segment_end = segment.end
+    job.attempt += 1
+    job.attempt_state = "launching"
+    job.stop_reason = ""
+    for host in host_names(job.instance_count):
+        session.add(
+            TrainingJobInstance(
+                job_id=job.id,
+                attempt=job.attempt,
+                host=host,
+                task_id=f"job-{job.id}-a{job.attempt}-{host}",
+                root=str(instance_root(runtime, job, job.attempt, host)),
+                state="Recorded",
+            )
+        )
+    where = (
+        f"plan {plan_name_of(session, job)}'s segment until {when(segment.end)} in "
+        f"{segment.availability_zone}"
+        if segment
+        else f"on-demand capacity in {job.availability_zone}"
+    )
+    move(
+        session,
+        runtime,
+        job,
+        Secondary.DOWNLOADING,
+        f"Preparing {job.instance_count} instance(s) on {where}: fetching input channels"
+        + (", restoring checkpoints" if request_of(job).checkpoints else "")
+        + ".",
+        now,
+    )
+    # The runner finds the attempt in the store (launching) and does its I/O.
+    after_commit(session, runtime.wakes.jobs.notify)

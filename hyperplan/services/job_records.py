@@ -1,0 +1,105 @@
+"""A training job's rows: finding and naming them, its stored request decoded, its instances and where
+their directories are; and the wording the jobs' status messages share."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hyperplan.errors import ResourceNotFound
+from hyperplan.services.accounts import Caller
+from hyperplan.services.context import ServiceContext
+from hyperplan.services.job_request import TrainingJobSpec
+from hyperplan.services.job_work import JobSettings
+from hyperplan.store.schema import TrainingJob, TrainingJobInstance, TrainingPlan
+from hyperplan.training.contract import JobSpec
+
+FAILURE_REASON_MAX = 1024
+
+
+# Instance states: Recorded (the task id is known, the task may not be started yet), Running, and the
+# back end's final ones (Exited, Killed, Lost), or NotStarted when the attempt ended before it ran.
+LIVE_INSTANCE = ("Recorded", "Running")
+
+
+def settings_of(runtime: ServiceContext) -> JobSettings:
+    return runtime.job_settings
+
+
+def job_spec(job: TrainingJob, host: str, interpreter: str | None = None) -> JobSpec:
+    """The contract's view of one instance of a stored job (its request decoded here, once)."""
+    return request_of(job).instance(host, job.segment_end, interpreter)
+
+
+def request_of(job: TrainingJob) -> TrainingJobSpec:
+    return TrainingJobSpec.from_json(job.request)
+
+
+def get(session: Session, runtime: ServiceContext, caller: Caller, name: str) -> TrainingJob:
+    prefix = runtime.arn(caller.account_id, "training-job/")
+    job = session.scalar(
+        select(TrainingJob).where(
+            TrainingJob.account_id == caller.account_id, TrainingJob.name == name.removeprefix(prefix)
+        )
+    )
+    if job is None:
+        raise ResourceNotFound(f"Training job {name} does not exist.")
+    return job
+
+
+def list_jobs(session: Session, account_id: str) -> list[TrainingJob]:
+    return list(
+        session.scalars(
+            select(TrainingJob).where(TrainingJob.account_id == account_id).order_by(TrainingJob.id)
+        )
+    )
+
+
+def job_arn(runtime: ServiceContext, job: TrainingJob) -> str:
+    return runtime.arn(job.account_id, f"training-job/{job.name}")
+
+
+def plan_arn(runtime: ServiceContext, plan: TrainingPlan) -> str:
+    return runtime.arn(plan.account_id, f"training-plan/{plan.name}")
+
+
+def plan_name_of(session: Session, job: TrainingJob) -> str:
+    plan = session.get(TrainingPlan, job.plan_id) if job.plan_id else None
+    return plan.name if plan else ""
+
+
+def consumer(job: TrainingJob) -> str:
+    return f"training-job:{job.id}"
+
+
+def instance_root(runtime: ServiceContext, job: TrainingJob, attempt: int, host: str) -> Path:
+    """Each attempt gets fresh directories, as a restarted SageMaker job gets fresh instances: what it
+    had before comes back only through its checkpoints."""
+    return runtime.data_dir / "jobs" / str(job.id) / f"attempt-{attempt}" / host
+
+
+def instances_of(session: Session, job_id: int, attempt: int | None = None) -> list[TrainingJobInstance]:
+    query = select(TrainingJobInstance).where(TrainingJobInstance.job_id == job_id)
+    if attempt is not None:
+        query = query.where(TrainingJobInstance.attempt == attempt)
+    return list(session.scalars(query.order_by(TrainingJobInstance.attempt, TrainingJobInstance.id)))
+
+
+def when(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def span(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    if seconds % 86400 == 0 and seconds:
+        return f"{seconds // 86400} day(s)"
+    if seconds % 3600 == 0 and seconds:
+        return f"{seconds // 3600} hour(s)"
+    return f"{seconds} s"
+
+
+def sigterm(grace: timedelta) -> str:
+    return f"the instances got SIGTERM and get SIGKILL after {span(grace)}."
