@@ -118,8 +118,9 @@ def _buy(
         for booking in group.bookings(base):
             number = len(group_of)
             offering = offering_for(runtime, caller, booking, number)
-            plan = plans.create(runtime, caller, f"{group.name}-{number}", offering)
-            group_of[str(plan.id)] = group.name
+            arn = plans.create(runtime, caller, f"{group.name}-{number}", offering)
+            with runtime.db.read() as session:
+                group_of[str(plans.get(session, runtime, caller, arn).id)] = group.name
     return group_of
 
 
