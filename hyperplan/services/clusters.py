@@ -43,9 +43,8 @@ from hyperplan.core.fleet import Pool
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.status import CLUSTER_LIFECYCLE, NODE_LIFECYCLE, ClusterStatus, NodeStatus
 from hyperplan.errors import Conflict, ResourceInUse, ResourceLimitExceeded, ResourceNotFound, ValidationError
-from hyperplan.objects.storage import Storage
 from hyperplan.objects.uris import StorageError, parse_s3_uri
-from hyperplan.services import capacity_claims, lifecycle, on_demand, status
+from hyperplan.services import bucket_rights, capacity_claims, lifecycle, on_demand, status
 from hyperplan.services.accounts import Caller
 from hyperplan.services.cluster_request import ClusterSettings, ClusterSpec, ClusterUpdate, InstanceGroupSpec
 from hyperplan.services.context import ServiceContext
@@ -87,7 +86,7 @@ def _provision(runtime: ServiceContext, node: ClusterNode, spec: InstanceGroupSp
             source = runtime.data_dir / "lifecycle" / node.backend_id
             if source.exists():
                 shutil.rmtree(source)
-            _storage(runtime).download_prefix(source_uri, source)
+            bucket_rights.storage_for_cluster(runtime, node.cluster_id).download_prefix(source_uri, source)
             if on_create and not (source / on_create).is_file():
                 raise StorageError(f"{source_uri.rstrip('/')}/{on_create}", "no such lifecycle script")
         runtime.backend.provision(
@@ -106,10 +105,6 @@ def _provision(runtime: ServiceContext, node: ClusterNode, spec: InstanceGroupSp
         )
     except (StorageError, BackendError, ValueError) as exc:
         _fail_provisioning(runtime, node.id, f"Provisioning failed: {exc}")
-
-
-def _storage(runtime: ServiceContext) -> Storage:
-    return Storage.in_data_dir(runtime.data_dir, runtime.fleet.buckets)
 
 
 def _fail_provisioning(runtime: ServiceContext, node_id: int, message: str) -> None:
@@ -155,6 +150,7 @@ def create(runtime: ServiceContext, caller: Caller, request: ClusterSpec) -> Clu
         _check_lifecycle_scripts(groups, "InstanceGroups")
         for index, spec in enumerate(groups):
             _add_group(session, runtime, caller, cluster, spec, f"InstanceGroups[{index}]", now)
+        bucket_rights.require(session, runtime, caller, bucket_rights.cluster_uses(groups))
         session.flush()
         reconcile(session, runtime, _groups(session, cluster), now, actions)
         after_commit(session, lambda: _run_actions(runtime, actions))
@@ -189,6 +185,7 @@ def update(runtime: ServiceContext, caller: Caller, request: ClusterUpdate) -> C
             else:
                 _change_group(session, runtime, caller, cluster, group, spec, where)
                 touched.append(group)
+        bucket_rights.require(session, runtime, caller, bucket_rights.cluster_uses(specs))
         for name in doomed:
             _remove_group(session, existing[name], actions, now)
         session.flush()

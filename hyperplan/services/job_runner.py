@@ -49,7 +49,7 @@ from hyperplan.core.jobs import FINAL, RUNNING, Secondary
 from hyperplan.errors import ValidationError
 from hyperplan.objects.storage import Storage
 from hyperplan.objects.uris import StorageError
-from hyperplan.services import jobs
+from hyperplan.services import bucket_rights, jobs
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_request import TrainingJobSpec
@@ -273,7 +273,7 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
     current = _read_attempt(runtime, job_id, attempt, "launching")
     if current is None:
         return
-    storage = _storage(runtime)
+    storage = _storage(runtime, current.job.account_id)
     specs: list[TaskSpec] = []
     try:
         for instance in current.instances:
@@ -382,7 +382,7 @@ def sync(runtime: ServiceContext, job_id: int, attempt: int) -> None:
     current = _read_attempt(runtime, job_id, attempt, "running")
     if current is None:
         return
-    storage = _storage(runtime)
+    storage = _storage(runtime, current.job.account_id)
     with runtime.job_locks.store_lock(job_id):
         if _read_attempt(runtime, job_id, attempt, "running") is None:
             return  # the attempt ended while this waited: its final store has been made
@@ -399,7 +399,7 @@ def finish(runtime: ServiceContext, job_id: int, attempt: int) -> None:
     current = _read_attempt(runtime, job_id, attempt, "ending")
     if current is None:
         return
-    storage = _storage(runtime)
+    storage = _storage(runtime, current.job.account_id)
     model_uri = error = None
     with runtime.job_locks.store_lock(job_id):
         for instance in current.instances:
@@ -433,8 +433,9 @@ def _wants_model(job: TrainingJob, root: Path, checkpoint_path: str) -> bool:
     return model_dir.is_dir() and any(model_dir.iterdir())
 
 
-def _storage(runtime: ServiceContext) -> Storage:
-    return Storage.in_data_dir(runtime.data_dir, runtime.fleet.buckets)
+def _storage(runtime: ServiceContext, account_id: str) -> Storage:
+    """Transfers made for the job's account: each bucket checked against its rights (bucket_rights)."""
+    return bucket_rights.storage_for(runtime, account_id)
 
 
 # -- watching ---------------------------------------------------------------------------------------
