@@ -48,8 +48,8 @@ from hyperplan.backends.base import AdoptReport, BackendError, LogStream, TaskRe
 from hyperplan.core.jobs import FINAL, RUNNING, Secondary
 from hyperplan.errors import ValidationError
 from hyperplan.objects.storage import Storage
-from hyperplan.objects.uris import StorageError
-from hyperplan.services import bucket_rights, jobs
+from hyperplan.objects.uris import BucketAccessError, StorageError
+from hyperplan.services import bucket_rights, jobs, refused_transfers
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_request import TrainingJobSpec
@@ -390,6 +390,9 @@ def sync(runtime: ServiceContext, job_id: int, attempt: int) -> None:
             if instance.state in LIVE_INSTANCE:
                 try:
                     sync_checkpoints(Path(instance.root), current.instance_spec(instance.host), storage)
+                except BucketAccessError as exc:  # rights revoked: they will not come back by themselves
+                    reason = f"ClientError: the checkpoints could not be stored: {exc}"
+                    return refused_transfers.fail_job(runtime, job_id, attempt, reason)
                 except (StorageError, OSError) as exc:
                     log.warning("checkpoint sync of %s failed: %s", instance.task_id, exc)
 

@@ -18,7 +18,7 @@ from hyperplan.signing import Credentials
 from tests.harness import wait_until
 from tests.inprocess import InProcessServer
 from tests.server.test_clusters import _group
-from tests.server.test_jobs import M5, _buy, _sleeper
+from tests.server.test_jobs import JOB_PERIODS, M5, _buy, _sleeper
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 
@@ -33,7 +33,7 @@ def shared(fast_server_factory: type[InProcessServer], tmp_path: Path) -> InProc
     fleet.write_text(
         SMALL_FLEET.read_text() + f'\n[buckets]\n"beta-share" = {{ path = "{share}", accounts = ["beta"] }}\n'
     )
-    server = fast_server_factory(data_dir=tmp_path / "data", fleet=fleet).start()
+    server = fast_server_factory(data_dir=tmp_path / "data", fleet=fleet, env=JOB_PERIODS).start()
     dataset = server.data_dir / "s3" / "datasets" / "mnist"  # made by hand: the administrators'
     dataset.mkdir(parents=True)
     (dataset / "train.csv").write_text("3,4\n")
@@ -135,7 +135,15 @@ def test_owners_grants_and_revokes_hold_at_create_and_at_transfer(shared: InProc
     b.stop_training_job(TrainingJobName="b1")
     assert _buckets(server, beta)["alpha-out"]["Access"] == "read"
 
-    # A job created while beta could read, launched after the grant was revoked, fails at launch.
+    # Revoked: a job created while beta could read fails at launch, and a running job whose checkpoints
+    # went there fails at its next sync, each with the refusal.
+    server.native().post("/api/v1/buckets/alpha-out/grants", {"Account": "beta"})  # now read and write
+    b.create_training_job(
+        **_job(
+            "b2", "s3://alpha-out/data", "s3://beta-share/m", CheckpointConfig={"S3Uri": "s3://alpha-out/b2"}
+        )
+    )
+    wait_until(lambda: _job_status(server, beta, "b2")["SecondaryStatus"] == "Training")
     arn = _buy(server, beta, "later", 1, 1)
     start = b.describe_training_plan(TrainingPlanName="later")["StartTime"]
     late = _sleeper("late", plan=arn)
@@ -144,13 +152,16 @@ def test_owners_grants_and_revokes_hold_at_create_and_at_transfer(shared: InProc
     b.create_training_job(**late)
     server.cli("buckets", "revoke", "alpha-out", "beta")
     server.set_clock(start)
-    failed = wait_until(
-        lambda: (job := _job_status(server, beta, "late"))["TrainingJobStatus"] == "Failed" and job
-    )
-    assert (
-        "s3://alpha-out/data: Access Denied: account 'beta' may not read bucket 'alpha-out'"
-        in (failed["FailureReason"])
-    ), failed["FailureReason"]
+    for name, words in (
+        ("late", "s3://alpha-out/data: Access Denied: account 'beta' may not read bucket 'alpha-out'"),
+        ("b2", "s3://alpha-out/b2: Access Denied: account 'beta' may not write to bucket 'alpha-out'"),
+    ):
+        ended = wait_until(
+            lambda name=name: (
+                (job := _job_status(server, beta, name))["TrainingJobStatus"] == "Failed" and job
+            )
+        )
+        assert words in ended["FailureReason"], ended["FailureReason"]
     assert "alpha-out" not in _buckets(server, beta)
     a.stop_training_job(TrainingJobName="a1")
 
