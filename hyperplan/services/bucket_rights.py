@@ -161,16 +161,12 @@ class _Guard:
     def _claim(self, bucket: str, need: Right) -> Decision:
         """The first write to a free bucket makes it the account's, unless another claimed it first."""
         with self.runtime.db.write() as session:
-            owner = session.get(BucketOwner, bucket)
-            if owner is None and not storage(self.runtime).holds(bucket):
-                session.add(
-                    BucketOwner(
-                        bucket=bucket, account_id=self.rights.account_id, created_at=self.runtime.clock.now()
-                    )
-                )
+            claimed = session.get(BucketOwner, bucket) is None and not storage(self.runtime).holds(bucket)
+            if claimed:
+                now = self.runtime.clock.now()
+                session.add(BucketOwner(bucket=bucket, account_id=self.rights.account_id, created_at=now))
+                session.flush()
             rights = load_rights(session, self.runtime, self.rights.account_id)
-            if owner is None:
-                rights = _with_owner(rights, bucket)
         self.rights = rights
         decision = rights.decide(bucket, need, held=True)
         return Decision.DENIED if decision is Decision.CLAIM else decision
