@@ -2,7 +2,8 @@
 names it and again when the server transfers for a job; administrators grant and revoke rights.
 
 In process, over the fake back end (tests/inprocess.py): the server, boto3 and the store are real, and a
-job's launch really fetches its channels through the account's rights before the fake task starts.
+job's launch really fetches its channels through the account's rights before the fake task starts. One
+test runs `hyperplan serve` itself.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from botocore.exceptions import ClientError
 
 from hyperplan.cli.client import ApiError
 from hyperplan.signing import Credentials
-from tests.harness import wait_until
+from tests.harness import Server, wait_until
 from tests.inprocess import InProcessServer
 from tests.server.test_clusters import _group
 from tests.server.test_jobs import JOB_PERIODS, M5, _buy, _sleeper
@@ -189,3 +190,24 @@ def test_buckets_create_takes_a_free_name_only(fast_shared_server: InProcessServ
     assert "creator-bucket" in listed and "creator" in listed and "every account: read" in listed
     server.cli("buckets", "revoke", "creator-bucket", "*")
     assert "creator-bucket" not in server.cli("buckets", "list", credentials=other).stdout
+
+
+def test_a_real_server_refuses_another_accounts_bucket_through_boto3(
+    server_factory: type[Server], tmp_path: Path
+) -> None:
+    """The same refusal from `hyperplan serve` itself, its bucket made by the `hyperplan` command."""
+    server = server_factory(data_dir=tmp_path / "data", fleet=SMALL_FLEET).start()
+    alpha, beta = server.new_account("alpha"), server.new_account("beta")
+    server.cli("buckets", "create", "alpha-data", credentials=alpha)
+    taken = server.cli("buckets", "create", "alpha-data", credentials=beta, check=False)
+    assert taken.returncode != 0 and "BucketAlreadyExists" in taken.stderr + taken.stdout
+    _denied(
+        lambda: server.sagemaker(beta).create_training_job(
+            **_job("b1", "s3://alpha-data/train", "s3://beta-out/models")
+        ),
+        "InputDataConfig[0].DataSource.S3DataSource.S3Uri",
+        "s3://alpha-data/train: Access Denied: account 'beta' may not read bucket 'alpha-data'",
+    )
+    buckets = {b["Name"]: b for b in server.native().get("/api/v1/buckets")["Buckets"]}
+    assert list(buckets) == ["alpha-data"]  # the refused request claimed nothing
+    assert [o["AccountName"] for o in buckets["alpha-data"]["Owners"]] == ["alpha"]
