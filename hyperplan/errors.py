@@ -11,6 +11,7 @@ responses; anything else that escapes a handler is a bug and becomes a logged 50
     ├── ResourceInUse              ResourceInUse                  400  name already taken
     ├── ResourceLimitExceeded      ResourceLimitExceeded          400  capacity or quota exhausted
     ├── Conflict                   ConflictException              400  state does not allow the change
+    ├── BucketAlreadyExists        BucketAlreadyExists            409  a bucket of that name exists (S3's)
     ├── ProtocolError              (request could not be understood)
     │   ├── UnknownOperation       UnknownOperationException      400
     │   ├── UnknownRoute           UnknownOperationException      404  no such path
@@ -23,6 +24,8 @@ responses; anything else that escapes a handler is a bug and becomes a logged 50
     │   ├── UnrecognizedClient     UnrecognizedClientException    403
     │   ├── InvalidSignature       InvalidSignatureException      403
     │   └── AccessDenied           AccessDeniedException          403  not an administrator
+    │       └── BucketAccessDenied AccessDeniedException          403  S3's AccessDenied: the account may
+    │                                                                  not use the bucket the URI names
     ├── ServiceUnavailable         ServiceUnavailable             503  the server is stopping; try again
     ├── MasterKeyUnavailable       MasterKeyUnavailable           500  the key file that opens the store's
     │                                                                  secrets is missing, unreadable or wrong
@@ -67,6 +70,13 @@ class ResourceLimitExceeded(HyperplanError):
 class Conflict(HyperplanError):
     code = "ConflictException"
     status = 400
+
+
+class BucketAlreadyExists(HyperplanError):
+    """S3's answer to creating a bucket whose name is taken, by any account or by the fleet file."""
+
+    code = "BucketAlreadyExists"
+    status = 409
 
 
 class ProtocolError(HyperplanError):
@@ -126,6 +136,10 @@ class Throttling(HyperplanError):
 
     code = "ThrottlingException"
     status = 400
+
+
+class BucketAccessDenied(AccessDenied):
+    """S3's AccessDenied for a bucket the account may not read (or write); the message names the URI."""
 
 
 class ServiceUnavailable(HyperplanError):

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from hyperplan.cli import accounts, clock, clusters, fleet, invoices, jobs, plans, webhooks
+from hyperplan.cli import accounts, buckets, clock, clusters, fleet, invoices, jobs, plans, webhooks
 from hyperplan.cli.common import console
 from hyperplan.cli.options import PLAIN_HELP, ClientOptions, DataDirOpt, EndpointOpt, JsonOpt, ProfileOpt
 from hyperplan.server.limits import ServerLimits
@@ -32,6 +32,7 @@ app.add_typer(invoices.app, name="invoices")
 app.add_typer(clusters.app, name="clusters")
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(webhooks.app, name="webhooks")
+app.add_typer(buckets.app, name="buckets")
 
 
 def _print_version(asked: bool) -> None:

@@ -118,9 +118,11 @@ class Notifications:
 
 @dataclass(frozen=True)
 class DirectoryBucket:
-    """A bucket kept as a directory (which must exist) on storage the nodes share."""
+    """A bucket kept as a directory (which must exist) on storage the nodes share. ``accounts`` (names or
+    ids) own it; with none, it is the administrators'."""
 
     path: str
+    accounts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,7 @@ class S3Bucket:
     secret_access_key: str | None = field(default=None, repr=False)  # never into logs
     access_key_id_env: str | None = None
     secret_access_key_env: str | None = None
+    accounts: tuple[str, ...] = ()  # who owns it (names or ids); none: the administrators
 
 
 Bucket = DirectoryBucket | S3Bucket

@@ -17,8 +17,10 @@ In brief::
     [quotas]     max_active_plans, max_reserved_instances_per_type, max_reserved_share_per_type,
                  max_reserved_instance_hours_per_30_days
     [rate_limits]  search, purchase, read, write: each { rate = per second, burst = requests }
-    [buckets]    <bucket name> = <directory>, or [buckets.<bucket name>] endpoint_url, region, bucket,
-                 access_key_id_env, secret_access_key_env (or access_key_id, secret_access_key)
+    [buckets]    <bucket name> = <directory>, or { path = <directory>, accounts = [...] }, or
+                 [buckets.<bucket name>] endpoint_url, region, bucket, access_key_id_env,
+                 secret_access_key_env (or access_key_id, secret_access_key), accounts
+                 (accounts: the names or ids of the accounts that own it; none: administrators)
     [accounts]   default_payment_mode = "auto" | "budget" | "approval"
     [webhooks]   allowed_networks = ["10.20.0.0/16", ...]   non-public networks webhooks may reach
 """
@@ -61,6 +63,7 @@ _INSTANCE_TYPE = re.compile(r"ml\.[a-z0-9-]+\.[a-z0-9-]+")
 _CURRENCY = re.compile(r"[A-Z]{3}")
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _S3_REGION = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+_ACCOUNT = re.compile(r"[a-z0-9](-?[a-z0-9]){0,62}")  # an account's name, or its twelve-digit id
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CURRENCY_HINT = " (three capital letters, such as USD)"
 
@@ -366,20 +369,53 @@ def _buckets(values: Mapping[str, Any]) -> Mapping[str, Bucket]:
         problem = bucket_name_problem(name)
         if problem is not None:
             raise ValidationError(f"buckets.{name}: not a valid bucket name: {problem}")
-        if isinstance(value, dict):
+        if isinstance(value, dict) and "path" in value:
+            if "endpoint_url" in value:
+                raise ValidationError(
+                    f"buckets.{name}: give path (a directory) or endpoint_url (an S3-compatible endpoint), "
+                    "not both"
+                )
+            table = _Table(value, f"buckets.{name}", ("path", "accounts"))
+            path = table.text("path")
+            if not path:
+                raise table.fail("path", "is empty; give the bucket's directory")
+            buckets[name] = DirectoryBucket(path, _bucket_accounts(table))
+        elif isinstance(value, dict):  # a directory's table has a path; any other is an endpoint's
             buckets[name] = _s3_bucket(_Table(value, f"buckets.{name}", _S3_BUCKET_KEYS), name)
         elif isinstance(value, str) and value:
             buckets[name] = DirectoryBucket(value)
         else:
             raise ValidationError(
-                f"buckets.{name}: {value!r} is not a directory or a table with an endpoint_url"
+                f"buckets.{name}: {value!r} is not a directory or a table with a path or an endpoint_url"
             )
     return MappingProxyType(buckets)
 
 
+def _bucket_accounts(table: _Table) -> tuple[str, ...]:
+    """The accounts (names or twelve-digit ids) that own a bucket; none listed: the administrators."""
+    listed = table.get("accounts", list, [], "a list of account names or ids")
+    if "accounts" in table.values and not listed:
+        raise table.fail("accounts", "is empty; leave it out for a bucket only administrators use")
+    seen: set[str] = set()
+    for index, account in enumerate(listed):
+        where = f"accounts[{index}]"
+        if account == "*":
+            raise table.fail(
+                where,
+                "'*' cannot own a bucket; share it read-only with every account through "
+                '`hyperplan buckets grant BUCKET "*"`',
+            )
+        if not isinstance(account, str) or not _ACCOUNT.fullmatch(account):
+            raise table.fail(where, f"{account!r} is not an account name or a twelve-digit account id")
+        if account in seen:
+            raise table.fail(where, f"{account!r} is listed twice")
+        seen.add(account)
+    return tuple(listed)
+
+
 _S3_BUCKET_KEYS = (
     "endpoint_url", "region", "bucket", "access_key_id", "secret_access_key", "access_key_id_env",
-    "secret_access_key_env",
+    "secret_access_key_env", "accounts",
 )  # fmt: skip
 
 
@@ -401,6 +437,7 @@ def _s3_bucket(table: _Table, name: str) -> S3Bucket:
         secret_access_key=secret_access_key,
         access_key_id_env=access_key_id_env,
         secret_access_key_env=secret_access_key_env,
+        accounts=_bucket_accounts(table),
     )
 
 

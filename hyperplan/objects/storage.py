@@ -7,7 +7,10 @@ import contextlib
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Protocol
 
+from hyperplan.core.bucket_rights import Right
+from hyperplan.core.buckets import bucket_name_problem
 from hyperplan.core.fleet import Bucket, DirectoryBucket, S3Bucket
 from hyperplan.objects.base import BucketStore
 from hyperplan.objects.directory import DirectoryStore, local_path, resolves_inside
@@ -21,24 +24,80 @@ from hyperplan.objects.uris import (
     parse_s3_uri,
 )
 
+
+def check_bucket_name(name: str) -> bool:
+    return bucket_name_problem(name) is None
+
+
 # -- the fleet's buckets ----------------------------------------------------------------------------------
+
+
+class BucketGuard(Protocol):
+    """Whose transfers a Storage makes: asked before every bucket is touched."""
+
+    def check(self, uri: str, bucket: str, need: Right, *, held: bool) -> None:
+        """Return if the account may `need` the bucket (claiming a free one it writes to first); raise
+        :class:`~hyperplan.objects.uris.BucketAccessError` naming `uri` if not. `held`: whether the
+        bucket is there (mapped, or a directory under the default root)."""
+        ...
 
 
 class Storage:
     """The fleet's buckets. ``buckets`` maps bucket names to where they are kept (the fleet file's
     ``[buckets]``: a :class:`DirectoryBucket` or an :class:`S3Bucket`; a plain path means a directory),
     ``default_root`` holds every other bucket (``DATA_DIR/s3``), and ``backends`` adds buckets served by
-    something else under the same interface."""
+    something else under the same interface.
+
+    A Storage made for an account (:meth:`for_account`) asks its guard before every read (listing,
+    download) and every write (upload) of each bucket, so that no transfer made for the account uses a
+    bucket it may not."""
 
     def __init__(
         self,
         buckets: Mapping[str, Bucket | str | os.PathLike[str]],
         default_root: Path,
         backends: Mapping[str, BucketStore] | None = None,
+        guard: BucketGuard | None = None,
     ) -> None:
         self._mapped = {name: _as_bucket(where) for name, where in buckets.items()}
         self._default_root = Path(default_root)
         self._backends = dict(backends or {})
+        self._guard = guard
+
+    def for_account(self, guard: BucketGuard) -> Storage:
+        """The same buckets, each transfer checked by `guard` (the account's rights)."""
+        return Storage(self._mapped, self._default_root, self._backends, guard)
+
+    def holds(self, bucket: str) -> bool:
+        """Whether the bucket is there: mapped by the fleet file, or a directory under the default root.
+        A default-root bucket that is not is free, and the first write creates it."""
+        if not self._created_on_write(bucket):
+            return True
+        return self.default_directory(bucket).is_dir()
+
+    def default_directory(self, bucket: str) -> Path:
+        """Where a bucket the fleet file does not map is kept."""
+        return self._default_root / bucket
+
+    def mapped(self) -> Mapping[str, Bucket]:
+        return dict(self._mapped)
+
+    def default_buckets(self) -> builtins.list[str]:
+        """The directories under the default root, by name (those that make valid bucket names)."""
+        if not self._default_root.is_dir():
+            return []
+        return sorted(
+            entry.name
+            for entry in self._default_root.iterdir()
+            if entry.is_dir() and not entry.is_symlink() and check_bucket_name(entry.name)
+        )
+
+    def _open(self, uri: str, need: Right) -> tuple[BucketStore, str, str]:
+        """The store of the bucket `uri` names, once the guard (if any) allowed `need`; and bucket, key."""
+        bucket, key = parse_s3_uri(uri)
+        if self._guard is not None:
+            self._guard.check(uri, bucket, need, held=self.holds(bucket))
+        return self.backend(bucket), bucket, key
 
     @classmethod
     def in_data_dir(cls, data_dir: Path, buckets: Mapping[str, Bucket]) -> Storage:
@@ -60,13 +119,13 @@ class Storage:
 
     def exists(self, uri: str) -> bool:
         """True if the URI names an object (not a prefix). A missing bucket is an error, not False."""
-        bucket, key = parse_s3_uri(uri)
-        return self.backend(bucket).head(key) is not None
+        backend, _, key = self._open(uri, Right.READ)
+        return backend.head(key) is not None
 
     def list(self, uri_prefix: str) -> builtins.list[StoredObject]:
         """The objects under a prefix (a directory of keys), in key order."""
-        bucket, key = parse_s3_uri(uri_prefix)
-        return builtins.list(self.backend(bucket).objects_under(key))
+        backend, _, key = self._open(uri_prefix, Right.READ)
+        return builtins.list(backend.objects_under(key))
 
     def download_prefix(self, uri: str, dest_dir: Path, shard: tuple[int, int] | None = None) -> int:
         """Copy every object under ``uri`` into ``dest_dir``, keeping paths relative to the prefix; if
@@ -85,8 +144,8 @@ class Storage:
         modification time), so that newer local files are never overwritten. Returns the number copied.
         A default-root bucket that nothing has been written to yet holds nothing (a first start's
         checkpoints); any other missing bucket is an error."""
-        bucket, _ = parse_s3_uri(uri_prefix)
-        if self._created_on_write(bucket) and not self.backend(bucket).bucket_exists():
+        backend, bucket, _ = self._open(uri_prefix, Right.READ)
+        if self._created_on_write(bucket) and not backend.bucket_exists():
             return 0
         copied = 0
         for item, relative in self._objects_for(uri_prefix):
@@ -100,8 +159,7 @@ class Storage:
 
     def _objects_for(self, uri: str) -> builtins.list[tuple[StoredObject, str]]:
         """The object the URI names, or else those under it as a prefix, each with its relative path."""
-        bucket, key = parse_s3_uri(uri)
-        backend = self.backend(bucket)
+        backend, _, key = self._open(uri, Right.READ)
         single = backend.head(key)
         if single is not None:
             return [(single, key.rsplit("/", 1)[-1])]
@@ -110,15 +168,15 @@ class Storage:
 
     def download_file(self, uri: str, dest: Path) -> None:
         """Copy the object ``uri`` to the file ``dest``."""
-        bucket, key = parse_s3_uri(uri)
-        self.backend(bucket).get(key, Path(dest))
+        backend, _, key = self._open(uri, Right.READ)
+        backend.get(key, Path(dest))
 
     def upload_file(self, path: Path, uri: str) -> None:
         """Store one local file as the object ``uri``."""
-        bucket, key = parse_s3_uri(uri)
+        backend, _, key = self._open(uri, Right.WRITE)
         if not key or key.endswith("/"):
             raise StorageError(uri, "an object needs a key that does not end with '/'")
-        self._put(bucket, Path(path), key, uri)
+        self._put(backend, Path(path), key, uri)
 
     def upload_dir(self, src_dir: Path, uri_prefix: str) -> int:
         """Store every file under ``src_dir`` below the prefix, keeping relative paths. Returns the count."""
@@ -132,8 +190,7 @@ class Storage:
         return self._upload_tree(src_dir, uri_prefix, only_changed=True)
 
     def _upload_tree(self, src_dir: Path, uri_prefix: str, *, only_changed: bool) -> int:
-        bucket, prefix = parse_s3_uri(uri_prefix)
-        backend = self.backend(bucket)
+        backend, bucket, prefix = self._open(uri_prefix, Right.WRITE)
         prefix = prefix.rstrip("/")
         stored: dict[str, StoredObject] = {}
         if only_changed and backend.bucket_exists():
@@ -163,12 +220,12 @@ class Storage:
             uploaded += 1
         return uploaded
 
-    def _put(self, bucket: str, path: Path, key: str, uri: str) -> None:
+    def _put(self, backend: BucketStore, path: Path, key: str, uri: str) -> None:
         if path.is_symlink():
             raise StorageError(uri, f"cannot upload {path}: a symbolic link, not followed")
         if not path.is_file():
             raise StorageError(uri, f"cannot upload {path}: not a file")
-        self.backend(bucket).put(path, key)
+        backend.put(path, key)
 
 
 def _as_bucket(where: Bucket | str | os.PathLike[str]) -> Bucket:

@@ -20,6 +20,16 @@ class StorageError(Exception):
         self.reason = reason
 
 
+class BucketAccessError(StorageError):
+    """The account a transfer is made for may not use the bucket (hyperplan/core/bucket_rights.py);
+    ``message`` is the whole refusal, starting with the URI, as CreateTrainingJob would have said it."""
+
+    def __init__(self, uri: str, message: str) -> None:
+        Exception.__init__(self, message)
+        self.uri = uri
+        self.reason = message.removeprefix(f"{uri}: ")
+
+
 @dataclass(frozen=True)
 class StoredObject:
     """One object: its key in its bucket, its size in bytes and its modification time (ns since epoch)."""

@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from hyperplan.errors import HyperplanError, MethodNotAllowed, UnknownRoute
-from hyperplan.server import native, native_webhooks
+from hyperplan.server import native, native_buckets, native_webhooks
 from hyperplan.server.body_limit import BodyLimit
 from hyperplan.server.errors import error_response_for_path
 from hyperplan.server.limits import ServerLimits
@@ -68,6 +68,7 @@ def create_app(
         Route("/healthz", healthz, methods=["GET"]),
         *native.routes(),
         *native_webhooks.routes(),
+        *native_buckets.routes(),
     ]
     # Every route's body is capped and read here, once, before any handler or authentication runs.
     middleware = [Middleware(BodyLimit, limits=limits or ServerLimits())]

@@ -16,9 +16,8 @@ from sqlalchemy.orm import Session
 
 from hyperplan.backends.base import EXPIRATION_VARIABLE, AdoptReport, BackendError, NodeRef, NodeSpec
 from hyperplan.core.status import NODE_LIFECYCLE, NodeStatus
-from hyperplan.objects.storage import Storage
 from hyperplan.objects.uris import StorageError
-from hyperplan.services import status
+from hyperplan.services import bucket_rights, status
 from hyperplan.services.cluster_records import GONE
 from hyperplan.services.cluster_request import InstanceGroupSpec
 from hyperplan.services.context import ServiceContext
@@ -54,7 +53,7 @@ def _provision(runtime: ServiceContext, node: ClusterNode, spec: InstanceGroupSp
             source = runtime.data_dir / "lifecycle" / node.backend_id
             if source.exists():
                 shutil.rmtree(source)
-            _storage(runtime).download_prefix(source_uri, source)
+            bucket_rights.storage_for_cluster(runtime, node.cluster_id).download_prefix(source_uri, source)
             if on_create and not (source / on_create).is_file():
                 raise StorageError(f"{source_uri.rstrip('/')}/{on_create}", "no such lifecycle script")
         runtime.backend.provision(
@@ -73,10 +72,6 @@ def _provision(runtime: ServiceContext, node: ClusterNode, spec: InstanceGroupSp
         )
     except (StorageError, BackendError, ValueError) as exc:
         _fail_provisioning(runtime, node.id, f"Provisioning failed: {exc}")
-
-
-def _storage(runtime: ServiceContext) -> Storage:
-    return Storage.in_data_dir(runtime.data_dir, runtime.fleet.buckets)
 
 
 def _fail_provisioning(runtime: ServiceContext, node_id: int, message: str) -> None:

@@ -27,7 +27,7 @@ from hyperplan.core.clusters import check_lifecycle_script
 from hyperplan.core.status import CLUSTER_LIFECYCLE, ClusterStatus, NodeStatus
 from hyperplan.errors import Conflict, ResourceInUse, ValidationError
 from hyperplan.objects.uris import StorageError, parse_s3_uri
-from hyperplan.services import status
+from hyperplan.services import bucket_rights, status
 from hyperplan.services.accounts import Caller
 from hyperplan.services.cluster_groups import add_group, change_group, remove_group
 from hyperplan.services.cluster_nodes import NodeActions, run_actions, shut_down
@@ -66,6 +66,7 @@ def create(runtime: ServiceContext, caller: Caller, request: ClusterSpec) -> str
         _check_lifecycle_scripts(groups, "InstanceGroups")
         for index, spec in enumerate(groups):
             add_group(session, runtime, caller, cluster, spec, f"InstanceGroups[{index}]", now)
+        bucket_rights.require(session, runtime, caller, bucket_rights.cluster_uses(groups))
         session.flush()
         reconcile(session, runtime, groups_of(session, cluster), now, actions)
         after_commit(session, lambda: run_actions(runtime, actions))
@@ -101,6 +102,7 @@ def update(runtime: ServiceContext, caller: Caller, request: ClusterUpdate) -> s
             else:
                 change_group(session, runtime, caller, cluster, group, spec, where)
                 touched.append(group)
+        bucket_rights.require(session, runtime, caller, bucket_rights.cluster_uses(specs))
         for name in doomed:
             remove_group(session, existing[name], actions, now)
         session.flush()

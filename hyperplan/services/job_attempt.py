@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hyperplan.objects.storage import Storage
-from hyperplan.services import job_records
+from hyperplan.services import bucket_rights, job_records
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_request import TrainingJobSpec
 from hyperplan.store.schema import TrainingJob, TrainingJobInstance
@@ -33,5 +33,6 @@ def read_attempt(runtime: ServiceContext, job_id: int, attempt: int, state: str)
         return Attempt(job, job_records.instances_of(session, job_id, attempt), job_records.request_of(job))
 
 
-def storage_of(runtime: ServiceContext) -> Storage:
-    return Storage.in_data_dir(runtime.data_dir, runtime.fleet.buckets)
+def storage_of(runtime: ServiceContext, account_id: str) -> Storage:
+    """Transfers made for the job's account: each bucket checked against its rights (bucket_rights)."""
+    return bucket_rights.storage_for(runtime, account_id)

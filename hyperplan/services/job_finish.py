@@ -10,8 +10,8 @@ import logging
 from pathlib import Path
 
 from hyperplan.core.jobs import Secondary
-from hyperplan.objects.uris import StorageError
-from hyperplan.services import job_callbacks
+from hyperplan.objects.uris import BucketAccessError, StorageError
+from hyperplan.services import job_callbacks, refused_transfers
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_attempt import read_attempt, storage_of
 from hyperplan.services.job_records import LIVE_INSTANCE
@@ -26,7 +26,7 @@ def sync(runtime: ServiceContext, job_id: int, attempt: int) -> None:
     current = read_attempt(runtime, job_id, attempt, "running")
     if current is None:
         return
-    storage = storage_of(runtime)
+    storage = storage_of(runtime, current.job.account_id)
     with runtime.job_locks.store_lock(job_id):
         if read_attempt(runtime, job_id, attempt, "running") is None:
             return  # the attempt ended while this waited: its final store has been made
@@ -34,6 +34,9 @@ def sync(runtime: ServiceContext, job_id: int, attempt: int) -> None:
             if instance.state in LIVE_INSTANCE:
                 try:
                     sync_checkpoints(Path(instance.root), current.instance_spec(instance.host), storage)
+                except BucketAccessError as exc:  # rights revoked: they will not come back by themselves
+                    reason = f"ClientError: the checkpoints could not be stored: {exc}"
+                    return refused_transfers.fail_job(runtime, job_id, attempt, reason)
                 except (StorageError, OSError) as exc:
                     log.warning("checkpoint sync of %s failed: %s", instance.task_id, exc)
 
@@ -43,7 +46,7 @@ def finish(runtime: ServiceContext, job_id: int, attempt: int) -> None:
     current = read_attempt(runtime, job_id, attempt, "ending")
     if current is None:
         return
-    storage = storage_of(runtime)
+    storage = storage_of(runtime, current.job.account_id)
     model_uri = error = None
     with runtime.job_locks.store_lock(job_id):
         for instance in current.instances:

@@ -47,7 +47,7 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
     current = read_attempt(runtime, job_id, attempt, "launching")
     if current is None:
         return
-    storage = storage_of(runtime)
+    storage = storage_of(runtime, current.job.account_id)
     specs: list[TaskSpec] = []
     try:
         for instance in current.instances:

@@ -72,7 +72,7 @@ from hyperplan.core.jobs import (
     has_capacity_left,
 )
 from hyperplan.errors import ResourceInUse, ResourceLimitExceeded, ValidationError
-from hyperplan.services import capacity_claims, lifecycle, on_demand
+from hyperplan.services import bucket_rights, capacity_claims, lifecycle, on_demand
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_clocks import windows_of
@@ -106,6 +106,7 @@ def create(runtime: ServiceContext, caller: Caller, checked: TrainingJobSpec) ->
             raise ResourceInUse(f"A training job named {name!r} already exists in this account.")
         plan = _bound_plan(session, runtime, caller, checked) if checked.plan_arn else None
         zone = None if plan else _on_demand_zone(session, runtime, checked)
+        bucket_rights.require(session, runtime, caller, bucket_rights.job_uses(checked))
         job = TrainingJob(
             account_id=caller.account_id,
             name=name,

@@ -351,3 +351,26 @@ class StatusEvent(Base):
     to_status: Mapped[str] = mapped_column(String(24))
     at: Mapped[datetime] = mapped_column(UTCDateTime)  # service time
     message: Mapped[str] = mapped_column(Text, default="")
+
+
+class BucketOwner(Base):
+    """The account whose request created a directory bucket under the default root (hyperplan/core/
+    bucket_rights.py). A bucket with no row here is the administrators', or the fleet file's accounts'."""
+
+    __tablename__ = "bucket_owners"
+    bucket: Mapped[str] = mapped_column(String(63), primary_key=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)  # service time
+
+
+class BucketGrant(Base):
+    """A right an administrator gave on a bucket: `read` or `write`, to one account (its id) or, read,
+    to every account (`grantee` "*")."""
+
+    __tablename__ = "bucket_grants"
+    __table_args__ = (UniqueConstraint("bucket", "grantee"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    bucket: Mapped[str] = mapped_column(String(63))
+    grantee: Mapped[str] = mapped_column(String(12), index=True)
+    access: Mapped[str] = mapped_column(String(8))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)  # service time

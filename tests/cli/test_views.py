@@ -22,6 +22,7 @@ from hyperplan.cli.views.accounts import (
     MasterKeyRotated,
     NewKey,
 )
+from hyperplan.cli.views.buckets import BucketChanged, BucketsTable
 from hyperplan.cli.views.clock import ClockLine
 from hyperplan.cli.views.clusters import ClusterDetail, ClustersTable, NodesTable
 from hyperplan.cli.views.fleet import FleetTable
@@ -39,6 +40,19 @@ from hyperplan.cli.views.plans import (
 from hyperplan.cli.views.webhooks import DeliveriesTable, NewWebhook, WebhookDeleted, WebhooksTable
 
 GOLDEN = Path(__file__).parent / "golden"
+
+BUCKET = {
+    "Name": "vision-data",
+    "Kind": "directory",
+    "Owners": [{"AccountId": "123456789012", "AccountName": "vision"}],
+    "OwnedByAdministrators": False,
+    "Grants": [
+        {"Account": "*", "AccountName": "*", "Access": "read"},
+        {"Account": "210987654321", "AccountName": "speech", "Access": "write"},
+    ],
+    "Access": "write",
+    "Location": "/srv/hyperplan/s3/vision-data",
+}
 T0 = datetime(2026, 12, 1, 11, 30, tzinfo=UTC)
 T1 = datetime(2026, 12, 3, 11, 30, tzinfo=UTC)
 PLAN_ARN = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/llm-pretrain"
@@ -367,6 +381,21 @@ VIEWS: dict[str, RenderableType] = {
     ),
     "webhooks_deliveries": DeliveriesTable({"WebhookId": 3, "Deliveries": [DELIVERY]}),
     "webhooks_deleted": WebhookDeleted({"WebhookId": 3}),
+    "buckets_table": BucketsTable(
+        [
+            BUCKET,
+            {
+                "Name": "datasets",
+                "Kind": "s3",
+                "Owners": [],
+                "OwnedByAdministrators": True,
+                "Grants": [],
+                "Access": "write",
+                "Location": "http://127.0.0.1:9000/datasets-prod",
+            },
+        ]
+    ),
+    "buckets_granted": BucketChanged(BUCKET, "granted"),
 }
 
 

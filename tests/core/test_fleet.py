@@ -436,6 +436,40 @@ def test_s3_bucket_refusals_name_the_key(text: str, message: str) -> None:
     assert refused(text).startswith(message)
 
 
+def test_a_bucket_names_the_accounts_that_own_it_in_either_form() -> None:
+    fleet = parse_fleet(
+        MINIMAL
+        + '[buckets]\n"vision-data" = { path = "/srv/vision", accounts = ["vision", "123456789012"] }\n'
+        + '"shared" = { path = "/srv/shared" }\n'
+        + "[buckets.team-data]\nendpoint_url = 'http://h:9000'\naccounts = ['team-a']\n"
+    )
+    assert fleet.buckets["vision-data"] == DirectoryBucket("/srv/vision", ("vision", "123456789012"))
+    assert fleet.buckets["shared"] == DirectoryBucket("/srv/shared")  # the administrators'
+    team = fleet.buckets["team-data"]
+    assert isinstance(team, S3Bucket) and team.accounts == ("team-a",)
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ('{ path = "/d", accounts = [] }', "buckets.b-1.accounts: is empty; leave it out"),
+        ('{ path = "/d", accounts = ["*"] }', "buckets.b-1.accounts[0]: '*' cannot own a bucket"),
+        ('{ path = "/d", accounts = ["Team A"] }', "buckets.b-1.accounts[0]: 'Team A' is not an account"),
+        ('{ path = "/d", accounts = [7] }', "buckets.b-1.accounts[0]: 7 is not an account"),
+        ('{ path = "/d", accounts = ["a", "a"] }', "buckets.b-1.accounts[1]: 'a' is listed twice"),
+        ('{ path = "/d", accounts = "a" }', "buckets.b-1.accounts: 'a' is not a list"),
+        ('{ path = "" }', "buckets.b-1.path: is empty"),
+        ('{ path = "/d", owner = "a" }', "buckets.b-1.owner: unknown key (expected one of: path, accounts)"),
+        (
+            '{ path = "/d", endpoint_url = "http://h" }',
+            "buckets.b-1: give path (a directory) or endpoint_url",
+        ),
+    ],
+)
+def test_bucket_owners_are_refused_naming_the_key(entry: str, message: str) -> None:
+    assert refused(MINIMAL + f'[buckets]\n"b-1" = {entry}\n').startswith(message)
+
+
 def test_images_name_their_interpreter_exactly_or_by_the_longest_prefix() -> None:
     from hyperplan.core.fleet_file import parse_fleet
 

@@ -680,6 +680,7 @@ def test_a_failing_instance_fails_the_job_with_its_error(small: Server) -> None:
 def test_every_rule_is_refused_with_its_own_message_and_nothing_is_written(fast_small: Server) -> None:
     small = fast_small
     team = small.new_account("rules", PaymentMode="approval")
+    small.native().post("/api/v1/buckets/bucket/grants", {"Account": "rules"})  # the dataset's bucket
     client = small.sagemaker(team)
     theirs = _buy(small, small.new_account("stranger"), "theirs", 1, 1)
     pending = _buy(small, team, "unpaid", 1, 1)

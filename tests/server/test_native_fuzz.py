@@ -185,6 +185,12 @@ def examples(invoice: str, webhook: str, spare_key: str, n: int) -> dict[str, Ex
         "GET /api/v1/webhooks": Example(query=hooks),
         "DELETE /api/v1/webhooks/{webhook}": Example({"webhook": webhook}),
         "GET /api/v1/webhooks/{webhook}/deliveries": Example({"webhook": webhook}, query={"limit": "10"}),
+        "GET /api/v1/buckets": Example(),
+        "POST /api/v1/buckets": Example(body={"Name": f"fuzz-bucket-{n}"}),
+        "POST /api/v1/buckets/{bucket}/grants": Example(
+            {"bucket": "fuzz-bucket"}, body={"Account": "fuzz-user", "ReadOnly": n % 2 == 0}
+        ),
+        "DELETE /api/v1/buckets/{bucket}/grants/{account}": Example({"bucket": "fuzz-bucket", **user}),
     }
 
 
@@ -210,12 +216,13 @@ def fuzzed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzzed]:
             "/api/v1/webhooks", {"Account": "fuzz-hooks", "Url": "https://hooks.example.invalid/fuzz"}
         )
         invoice = native.get("/api/v1/invoices")["Invoices"][0]["InvoiceId"]
+        native.post("/api/v1/buckets", {"Name": "fuzz-bucket"})
         user_id = next(
             a["AccountId"] for a in native.get("/api/v1/accounts")["Accounts"] if a["Name"] == "fuzz-user"
         )
         known = [
             "admin", "fuzz-user", user_id, "fuzz-hooks", spare["AccountId"], "fuzz-plan", spare_key,
-            str(invoice), str(hook["WebhookId"]), "algo-1", "stdout", "1:0", "Pending",
+            str(invoice), str(hook["WebhookId"]), "algo-1", "stdout", "1:0", "Pending", "fuzz-bucket", "*",
         ]  # fmt: skip
         store = Store(server.data_dir / "hyperplan.db")
         try:
