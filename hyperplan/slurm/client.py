@@ -92,7 +92,9 @@ class SlurmClient:
 
     def nodes(self, names: Iterable[str] | None = None) -> tuple[Node, ...]:
         """``scontrol show node -o`` (all nodes, or those named)."""
-        chosen = list(names) if names is not None else []
+        chosen = None if names is None else list(names)
+        if chosen == []:
+            return ()
         command = ["scontrol", "show", "node", "-o", *([compress(chosen)] if chosen else [])]
         return self._parsed(parse_nodes, *command)
 

@@ -137,13 +137,19 @@ def recorded(layout: Layout) -> dict[str, int]:
 
 
 def is_ours(pid: int, layout: Layout) -> bool:
-    """The process lives and was started for this directory (a pid may have been reused)."""
+    """The process lives and was started for this directory (a pid may have been reused): it carries
+    the directory's mark, or, where its environment cannot be read (`status` as another user), names
+    the directory on its command line, as every daemon `up` starts does."""
+    proc = Path(f"/proc/{pid}")
     try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
+        if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+        try:
+            return f"{MARK_VARIABLE}={layout.root}".encode() in (proc / "environ").read_bytes().split(b"\0")
+        except PermissionError:
+            return str(layout.root).encode() in (proc / "cmdline").read_bytes()
+    except (OSError, IndexError):
         return False
-    return state != "Z" and f"{MARK_VARIABLE}={layout.root}".encode() in environ
 
 
 def is_up(directory: Path) -> bool:
@@ -175,11 +181,11 @@ def up(directory: Path) -> str:
         return layout.export_line()
     down(directory)  # a partial cluster is stopped and brought up anew
     install()
-    for path in (layout.root, layout.run, layout.log, layout.state, layout.spool, layout.dev):
-        path.mkdir(parents=True, exist_ok=True)
-    for node in NODES:
-        (layout.spool / node).mkdir(exist_ok=True)
-    os.chmod(layout.root, 0o755 if directory.stat().st_mode & stat.S_IXOTH else 0o711)
+    spools = [layout.spool / node for node in NODES]  # slurmd wants its spool directory to exist
+    for path in (layout.root, layout.run, layout.log, layout.state, layout.spool, layout.dev, *spools):
+        if not path.exists():
+            path.mkdir(parents=True)
+            path.chmod(0o755)  # whatever the umask: the accounts' users read slurm.conf here
     daemons: dict[str, int] = {}
     try:
         munge_socket = None if _system_munge_answers() else _start_munged(layout, daemons)
@@ -304,7 +310,7 @@ def _start(layout: Layout, command: list[str], name: str) -> int:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    process.returncode = 0  # never waited on here: the daemon outlives this command
+    process.returncode = 0  # never waited for here (the daemon outlives this command): no warning
     return process.pid
 
 

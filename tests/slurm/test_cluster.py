@@ -188,3 +188,15 @@ def test_errors_name_the_command_and_what_slurm_said(cluster: Cluster) -> None:
         cluster.client.drain(["hp-n99"], "no such node")
     assert str(raised.value).startswith("scontrol update NodeName=hp-n99 State=DRAIN")
     assert raised.value.returncode == 1 and raised.value.detail
+
+
+def test_another_user_reaches_the_cluster(cluster: Cluster) -> None:
+    """The accounts' users read slurm.conf and talk to munge under the cluster's directory."""
+    conf = f"SLURM_CONF={cluster.directory / 'slurm.conf'}"
+    result = subprocess.run(
+        ["runuser", "-u", "nobody", "--", "env", conf, "sinfo", "-h", "-o", "%D %t"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert (result.returncode, result.stdout) == (0, "8 idle\n"), result.stderr
