@@ -25,6 +25,7 @@ LAYERS = {
     "hyperplan.store": "store",
     "hyperplan.objects": "objects",
     "hyperplan.backends": "backends",
+    "hyperplan.slurm": "slurm",
     "hyperplan.training": "training",
     "hyperplan.events": "events",
     "hyperplan.services": "services",
@@ -51,6 +52,7 @@ ALLOWED: dict[str, set[str]] = {
     "clock": {"errors"},
     "store": {"core", "errors"},
     "objects": {"core", "errors"},
+    "slurm": {"core", "errors"},  # Slurm's command-line tools and pure parsers of their output
     "backends": {"root", "errors"},  # the package's own location, for the node agent it starts
     "training": {"objects", "core", "errors"},
     "events": {"store", "clock", "worker", "core", "errors"},

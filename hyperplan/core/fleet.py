@@ -45,6 +45,11 @@ class Pool:
     reservable: int
     price_per_instance_hour: Decimal
     currency: str
+    # On a Slurm back end: the pool's Slurm nodes (expanded from the fleet file's hostlist), and the
+    # node feature they carry (the instance type unless the fleet file says otherwise). Empty, None
+    # on the local back end.
+    nodes: tuple[str, ...] = ()
+    feature: str | None = None
 
     @property
     def key(self) -> PoolKey:
@@ -54,6 +59,19 @@ class Pool:
     def on_demand(self) -> int:
         """Instances that plans can never hold."""
         return self.instance_count - self.reservable
+
+
+BACKEND_KINDS = ("local", "slurm")
+
+
+@dataclass(frozen=True)
+class BackendSettings:
+    """Where work runs: ``local`` processes on the server's machine (the default), or a Slurm cluster."""
+
+    kind: str = "local"
+    slurm_conf: str | None = None  # the cluster's slurm.conf (an absolute path); Slurm only
+    partition: str | None = None  # the partition the pools' nodes are in (None: the cluster's default)
+    kill_grace: timedelta = timedelta(minutes=2)  # a signalled Slurm job's time before it is killed
 
 
 def _default_reclaim_lead() -> Mapping[str, timedelta]:
@@ -164,6 +182,7 @@ class Fleet:
     images: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     # Request rate limits per account and class (core/rate_limits.py); administrators are exempt.
     rate_limits: RateLimits = field(default_factory=lambda: DEFAULT_RATE_LIMITS, hash=False)
+    backend: BackendSettings = BackendSettings()
 
     def interpreter_for(self, image: str | None) -> str | None:
         """The interpreter the fleet names for `image`: an exact entry first, then the longest prefix."""

@@ -23,6 +23,10 @@ In brief::
                  (accounts: the names or ids of the accounts that own it; none: administrators)
     [accounts]   default_payment_mode = "auto" | "budget" | "approval"
     [webhooks]   allowed_networks = ["10.20.0.0/16", ...]   non-public networks webhooks may reach
+    [backend]    kind = "local" | "slurm"; for Slurm: slurm_conf (absolute path), partition, kill_grace
+                 (default "2m"); each pool then names its nodes, nodes = "gpu[01-16]" (a Slurm
+                 hostlist; count, if given, must equal their number), and may name their feature
+                 (default: its instance type)
 """
 
 from __future__ import annotations
@@ -39,9 +43,11 @@ from typing import Any
 from hyperplan.core.buckets import bucket_name_problem
 from hyperplan.core.durations import format_duration, parse_duration
 from hyperplan.core.fleet import (
+    BACKEND_KINDS,
     PAYMENT_MODES,
     SERVED_TARGETS,
     AvailabilityZone,
+    BackendSettings,
     BackgroundLoad,
     BookingPolicy,
     Bucket,
@@ -52,6 +58,7 @@ from hyperplan.core.fleet import (
     Quotas,
     S3Bucket,
 )
+from hyperplan.core.hostlist import expand
 from hyperplan.core.rate_limits import DEFAULT_RATE_LIMITS, RateLimit, RateLimits, RequestClass
 from hyperplan.core.webhook_targets import WebhookTargets, parse_networks
 from hyperplan.errors import ValidationError
@@ -66,6 +73,8 @@ _S3_REGION = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 _ACCOUNT = re.compile(r"[a-z0-9](-?[a-z0-9]){0,62}")  # an account's name, or its twelve-digit id
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _CURRENCY_HINT = " (three capital letters, such as USD)"
+_FEATURE = re.compile(r"[A-Za-z0-9._-]+")
+_PARTITION = re.compile(r"[A-Za-z0-9_-]+")
 
 
 # -- reading TOML ------------------------------------------------------------------------------------
@@ -165,7 +174,7 @@ def _is(value: Any, read: type) -> bool:
 
 _TOP_KEYS = (
     "region", "currency", "zones", "pools", "policy", "background_load", "quotas", "buckets", "accounts",
-    "notifications", "images", "webhooks", "rate_limits",
+    "notifications", "images", "webhooks", "rate_limits", "backend",
 )  # fmt: skip
 
 
@@ -179,7 +188,8 @@ def parse_fleet(text: str) -> Fleet:
     region = top.text("region", pattern=_REGION, hint=" (such as us-west-2)")
     currency = top.text("currency", "USD", pattern=_CURRENCY, hint=_CURRENCY_HINT)
     zones = _zones(top, region)
-    pools = _pools(top, zones, currency)
+    backend = _backend(top.table("backend") or {})
+    pools = _pools(top, zones, currency, backend)
     return Fleet(
         region=region,
         zones=zones,
@@ -193,6 +203,7 @@ def parse_fleet(text: str) -> Fleet:
         images=_images(top.table("images") or {}),
         webhooks=_webhooks(top.table("webhooks") or {}),
         rate_limits=_rate_limits(top.table("rate_limits") or {}),
+        backend=backend,
     )
 
 
@@ -225,13 +236,18 @@ def _zone(table: _Table, region: str) -> AvailabilityZone:
     return AvailabilityZone(name=name, zone_id=zone_id, subnets=tuple(subnets))
 
 
-_POOL_KEYS = ("instance_type", "zone", "count", "reservable", "price_per_instance_hour", "currency")
+_POOL_KEYS = (
+    "instance_type", "zone", "count", "reservable", "price_per_instance_hour", "currency", "nodes",
+    "feature",
+)  # fmt: skip
 
 
-def _pools(top: _Table, zones: tuple[AvailabilityZone, ...], currency: str) -> tuple[Pool, ...]:
+def _pools(
+    top: _Table, zones: tuple[AvailabilityZone, ...], currency: str, backend: BackendSettings
+) -> tuple[Pool, ...]:
     zone_names = [zone.name for zone in zones]
     pools = tuple(
-        _pool(_Table(values, f"pools[{i}]", _POOL_KEYS), zone_names, currency)
+        _pool(_Table(values, f"pools[{i}]", _POOL_KEYS), zone_names, currency, backend)
         for i, values in enumerate(top.tables("pools"))
     )
     if not pools:
@@ -243,15 +259,27 @@ def _pools(top: _Table, zones: tuple[AvailabilityZone, ...], currency: str) -> t
                 f"pools[{index}].currency: {pool.currency} differs from {pools[0].currency} of pools[0]; "
                 "a fleet charges in one currency"
             )
+    first_pool: dict[str, int] = {}
+    for index, pool in enumerate(pools):
+        for node in pool.nodes:
+            if node in first_pool:
+                raise ValidationError(f"pools[{index}].nodes: {node} is already in pools[{first_pool[node]}]")
+            first_pool[node] = index
     return pools
 
 
-def _pool(table: _Table, zone_names: list[str], currency: str) -> Pool:
+def _pool(table: _Table, zone_names: list[str], currency: str, backend: BackendSettings) -> Pool:
     instance_type = table.text("instance_type", pattern=_INSTANCE_TYPE, hint=" (such as ml.p5.48xlarge)")
     zone = table.text("zone")
     if zone not in zone_names:
         raise table.fail("zone", f"{zone!r} is not declared in [[zones]] ({', '.join(zone_names)})")
-    count = table.integer("count", minimum=1)
+    nodes, feature = _pool_nodes(table, backend, instance_type)
+    if nodes and "count" in table.values:
+        count = table.integer("count", minimum=1)
+        if count != len(nodes):
+            raise table.fail("count", f"{count} differs from the {len(nodes)} nodes the pool names")
+    else:
+        count = len(nodes) if nodes else table.integer("count", minimum=1)
     reservable = table.integer("reservable", count)
     if reservable > count:
         raise table.fail("reservable", f"{reservable} is more than the pool's count, {count}")
@@ -262,6 +290,59 @@ def _pool(table: _Table, zone_names: list[str], currency: str) -> Pool:
         reservable=reservable,
         price_per_instance_hour=table.money("price_per_instance_hour"),
         currency=table.text("currency", currency, pattern=_CURRENCY, hint=_CURRENCY_HINT),
+        nodes=nodes,
+        feature=feature,
+    )
+
+
+def _pool_nodes(
+    table: _Table, backend: BackendSettings, instance_type: str
+) -> tuple[tuple[str, ...], str | None]:
+    """A Slurm pool's nodes (its hostlist, expanded) and feature; none on the local back end."""
+    if backend.kind != "slurm":
+        for key in ("nodes", "feature"):
+            if key in table.values:
+                raise table.fail(key, 'only for a Slurm back end ([backend] kind = "slurm")')
+        return (), None
+    hostlist = table.text("nodes")
+    try:
+        nodes = expand(hostlist)
+    except ValidationError as error:
+        raise table.fail("nodes", error.message) from None
+    repeated = sorted({node for node in nodes if nodes.count(node) > 1})
+    if repeated:
+        raise table.fail("nodes", f"{', '.join(repeated)} named more than once")
+    feature = table.text("feature", instance_type, pattern=_FEATURE, hint=" (letters, digits, . _ -)")
+    return nodes, feature
+
+
+_BACKEND_KEYS = ("kind", "slurm_conf", "partition", "kill_grace")
+_SLURM_KEYS = ("slurm_conf", "partition", "kill_grace")
+
+
+def _backend(values: Mapping[str, Any]) -> BackendSettings:
+    """``[backend]``: where work runs. The Slurm keys are refused on the local back end."""
+    table = _Table(values, "backend", _BACKEND_KEYS)
+    default = BackendSettings()
+    kind = table.text("kind", default.kind)
+    if kind not in BACKEND_KINDS:
+        raise table.fail("kind", f"{kind!r} is not one of {', '.join(BACKEND_KINDS)}")
+    if kind != "slurm":
+        for key in _SLURM_KEYS:
+            if key in table.values:
+                raise table.fail(key, 'only for a Slurm back end (kind = "slurm")')
+        return BackendSettings(kind=kind)
+    slurm_conf = table.text("slurm_conf")
+    if not slurm_conf.startswith("/"):
+        raise table.fail("slurm_conf", f"{slurm_conf!r} is not an absolute path")
+    kill_grace = table.duration("kill_grace", default.kill_grace)
+    if kill_grace <= timedelta(0):
+        raise table.fail("kill_grace", "must be longer than zero")
+    return BackendSettings(
+        kind=kind,
+        slurm_conf=slurm_conf,
+        partition=table.text("partition", None, pattern=_PARTITION, hint=" (letters, digits, _ -)"),
+        kill_grace=kill_grace,
     )
 
 
