@@ -153,6 +153,8 @@ class Fleet:
     webhooks: WebhookTargets = field(default_factory=WebhookTargets)
     # Training image (exact, or a prefix ending in "*") -> the Python that runs its programs.
     images: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    # [backend] work_dir: where nodes' homes, sandboxes and job trees live (serve --work-dir wins).
+    work_dir: str | None = None
 
     def interpreter_for(self, image: str | None) -> str | None:
         """The interpreter the fleet names for `image`: an exact entry first, then the longest prefix."""

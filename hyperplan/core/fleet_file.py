@@ -19,6 +19,8 @@ In brief::
                  access_key_id_env, secret_access_key_env (or access_key_id, secret_access_key)
     [accounts]   default_payment_mode = "auto" | "budget" | "approval"
     [webhooks]   allowed_networks = ["10.20.0.0/16", ...]   non-public networks webhooks may reach
+    [images]     <training image or prefix*> = <absolute path of a Python>
+    [backend]    work_dir = "/srv/hyperplan-work"   nodes' homes, sandboxes, job trees (--work-dir wins)
 """
 
 from __future__ import annotations
@@ -159,7 +161,7 @@ def _is(value: Any, read: type) -> bool:
 
 _TOP_KEYS = (
     "region", "currency", "zones", "pools", "policy", "background_load", "quotas", "buckets", "accounts",
-    "notifications", "images", "webhooks",
+    "notifications", "images", "webhooks", "backend",
 )  # fmt: skip
 
 
@@ -186,6 +188,7 @@ def parse_fleet(text: str) -> Fleet:
         notifications=_notifications(top.table("notifications") or {}),
         images=_images(top.table("images") or {}),
         webhooks=_webhooks(top.table("webhooks") or {}),
+        work_dir=_work_dir(top.table("backend") or {}),
     )
 
 
@@ -447,6 +450,14 @@ def _images(values: Mapping[str, Any]) -> Mapping[str, str]:
             raise ValidationError(f"images.{image!r}: give the absolute path of a Python interpreter.")
         images[str(image)] = interpreter
     return MappingProxyType(images)
+
+
+def _work_dir(values: Mapping[str, Any]) -> str | None:
+    table = _Table(values, "backend", ("work_dir",))
+    work_dir: str | None = table.get("work_dir", str, None, "an absolute directory path")
+    if work_dir is not None and (not work_dir.startswith("/") or "\0" in work_dir):
+        raise table.fail("work_dir", f"{work_dir!r} is not an absolute directory path")
+    return work_dir
 
 
 def _webhooks(values: Mapping[str, Any]) -> WebhookTargets:

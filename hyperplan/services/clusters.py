@@ -45,7 +45,7 @@ from hyperplan.core.status import CLUSTER_LIFECYCLE, NODE_LIFECYCLE, ClusterStat
 from hyperplan.errors import Conflict, ResourceInUse, ResourceLimitExceeded, ResourceNotFound, ValidationError
 from hyperplan.objects.storage import Storage
 from hyperplan.objects.uris import StorageError, parse_s3_uri
-from hyperplan.services import capacity_claims, lifecycle, on_demand, status
+from hyperplan.services import capacity_claims, lifecycle, on_demand, status, tenancy
 from hyperplan.services.accounts import Caller
 from hyperplan.services.cluster_request import ClusterSettings, ClusterSpec, ClusterUpdate, InstanceGroupSpec
 from hyperplan.services.context import ServiceContext
@@ -83,8 +83,9 @@ def _provision(runtime: ServiceContext, node: ClusterNode, spec: InstanceGroupSp
     source_uri, on_create = spec.lifecycle.source_uri, spec.lifecycle.on_create
     source = None
     try:
+        owner = tenancy.cluster_run_as(runtime, node.cluster_id)  # None: the server's own user
         if source_uri:
-            source = runtime.data_dir / "lifecycle" / node.backend_id
+            source = runtime.work_dir / "lifecycle" / node.backend_id  # the server's: the back end copies it
             if source.exists():
                 shutil.rmtree(source)
             _storage(runtime).download_prefix(source_uri, source)
@@ -102,6 +103,7 @@ def _provision(runtime: ServiceContext, node: ClusterNode, spec: InstanceGroupSp
                 },
                 lifecycle_source=source,
                 on_create=on_create if source is not None else None,
+                run_as=owner,
             )
         )
     except (StorageError, BackendError, ValueError) as exc:

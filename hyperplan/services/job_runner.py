@@ -49,7 +49,7 @@ from hyperplan.core.jobs import FINAL, RUNNING, Secondary
 from hyperplan.errors import ValidationError
 from hyperplan.objects.storage import Storage
 from hyperplan.objects.uris import StorageError
-from hyperplan.services import jobs
+from hyperplan.services import jobs, tenancy
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_request import TrainingJobSpec
@@ -276,13 +276,21 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
     storage = _storage(runtime)
     specs: list[TaskSpec] = []
     try:
+        owner = tenancy.run_as(runtime, current.job.account_id)  # None: the server's own user
+        interpreter = _interpreter(runtime, current.request)
         for instance in current.instances:
             if _known(runtime, instance.task_id):
                 continue  # started before a restart: it runs, or has run, already
             if not _wants_instances(runtime, job_id, attempt):
                 break  # stopped or reclaimed meanwhile: fetch no more
-            spec = current.instance_spec(instance.host, _interpreter(runtime, current.request))
-            contract = prepare(Path(instance.root), spec, storage).contract
+            spec = current.instance_spec(instance.host, interpreter)
+            root = Path(instance.root)
+            if root.is_relative_to(runtime.work_dir):  # a tree of a version before the work directory: not
+                tenancy.open_passage(runtime.work_dir, root.parent)
+            contract = prepare(root, spec, storage, owner).contract
+            unreadable = tenancy.unreadable_program(contract.command.argv, spec.interpreter, owner)
+            if unreadable is not None:
+                raise NoCommand(f"the program cannot be run: {unreadable}")
             specs.append(
                 TaskSpec(
                     instance.task_id,
@@ -290,6 +298,7 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
                     None,
                     contract.process_environment({}),
                     contract.command.cwd,
+                    owner,
                 )
             )
     except (StorageError, NoCommand, UnsupportedInput, OSError, ValueError) as exc:
@@ -622,5 +631,6 @@ def parse_cursor(cursor: str | None) -> tuple[int, int] | None:
 
 
 def _interpreter(runtime: ServiceContext, request: TrainingJobSpec) -> str | None:
-    """The Python the fleet file names for the job's training image (script mode and `python` commands)."""
-    return runtime.fleet.interpreter_for(request.algorithm.image)
+    """The Python the fleet file names for the job's training image (script mode and `python` commands),
+    else the one isolation needs (services/os_users.default_interpreter), else the server's own (None)."""
+    return runtime.fleet.interpreter_for(request.algorithm.image) or runtime.settings.default_interpreter
