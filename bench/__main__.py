@@ -1,4 +1,7 @@
-"""``python -m bench [--quick | --smoke] [--profile] [--keep] [search] [http] [memory] [lifecycle] [cli]``."""
+"""``python -m bench [--quick | --smoke] [--profile] [--keep] [SECTION ...]``.
+
+Sections: search, http, memory, lifecycle, cli, fairness (default: all of them).
+"""
 
 from __future__ import annotations
 
@@ -10,11 +13,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import cli, http_bench, lifecycle, memory, search
+from bench import cli, fairness, http_bench, lifecycle, memory, search
 from bench.report import Report, line, load_average, machine_banner
 from bench.scale import Scale
 
-SECTIONS = ("search", "http", "memory", "lifecycle", "cli")
+SECTIONS = ("search", "http", "memory", "lifecycle", "cli", "fairness")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -62,6 +65,8 @@ def main(argv: list[str]) -> int:
             lifecycle.run(report, workdir, scale=args.scale, profile=args.profile)
         if "cli" in sections:
             cli.run(report, scale=args.scale)
+        if "fairness" in sections:
+            fairness.run(report, workdir, scale=args.scale)
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)

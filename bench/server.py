@@ -177,6 +177,7 @@ def running_server(
         "--log-level",
         "warning",
     ]
+    data_dir.mkdir(parents=True, exist_ok=True)
     with (data_dir / "server.log").open("ab") as log:
         process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     server = ServerProcess(data_dir, port, process)

@@ -121,6 +121,13 @@ class AccessDenied(AuthError):
     code = "AccessDeniedException"
 
 
+class Throttling(HyperplanError):
+    """An account's request rate limit: AWS answers 400 with this code, and its tools retry it."""
+
+    code = "ThrottlingException"
+    status = 400
+
+
 class ServiceUnavailable(HyperplanError):
     code = "ServiceUnavailable"
     status = 503

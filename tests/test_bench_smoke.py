@@ -34,6 +34,16 @@ LABELS = {
         "CLI start, hyperplan plans list --help",
         "CLI start, hyperplan clock show (native API)",
         "CLI start, hyperplan plans list (SageMaker API)",
+        "CLI start, hyperplan jobs list (SageMaker API)",
+    ),
+    "fairness": tuple(
+        label
+        for limits in ("no rate limits", "default rate limits")
+        for label in (
+            f"search latency of A alone, {limits}",
+            f"search latency of A beside the flood, {limits}",
+            f"B's flood served, {limits}",
+        )
     ),
 }
 

@@ -106,8 +106,15 @@ def update(
     max_instances: Annotated[
         int | None, typer.Option(help="Quota: reserved instances of one type at any instant.")
     ] = None,
+    rate_limit: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="CLASS=RATE/BURST (search, purchase, read, write; requests per second / at once), "
+            "or CLASS=default for the fleet's. Repeat for several classes."
+        ),
+    ] = None,
 ) -> None:
-    """Set an account's payment mode, budget and quotas (administrators)."""
+    """Set an account's payment mode, budget, quotas and rate limits (administrators)."""
     from hyperplan.cli.views.accounts import AccountSettings
 
     body: dict[str, Any] = {
@@ -119,9 +126,29 @@ def update(
     limits = {k: v for k, v in quota_options if v is not None}  # 0 goes to the server, which names the range
     if limits:
         body["Quotas"] = limits
+    if rate_limit:
+        body["RateLimits"] = dict(_rate_limit(given) for given in rate_limit)
     with reporting_errors():
         result = native_client().call("PATCH", f"/api/v1/accounts/{account}", body=body)
     emit(result, AccountSettings)
+
+
+def _rate_limit(given: str) -> tuple[str, dict[str, Any] | None]:
+    """``search=2/10`` -> ("search", {"Rate": 2, "Burst": 10}); ``search=default`` -> ("search", None).
+    Only the form is checked here; the server checks the class and the numbers, and names what is wrong."""
+    name, _, value = given.partition("=")
+    if value == "default":
+        return name, None
+    rate, slash, burst = value.partition("/")
+    try:
+        if not slash:
+            raise ValueError
+        number = float(rate)
+        return name, {"Rate": int(number) if number.is_integer() else number, "Burst": int(burst)}
+    except ValueError:
+        raise typer.BadParameter(
+            f"{given!r}: give CLASS=RATE/BURST, e.g. search=2/10, or CLASS=default", param_hint="--rate-limit"
+        ) from None
 
 
 @app.command("ledger")

@@ -123,7 +123,7 @@ class NativeClient:
 
     def server_region(self) -> str:
         if self.region is None:
-            status, data = self._exchange("GET", f"{self.endpoint}/healthz", {}, b"", timeout=10)
+            status, data = self.exchange("GET", f"{self.endpoint}/healthz", {}, b"", timeout=10)
             self.region = str(_result(status, data)["region"])
         return self.region
 
@@ -153,18 +153,21 @@ class NativeClient:
             region=self.server_region(),
             session_token=self.credentials.session_token,
         )
-        return _result(*self._exchange(method, url, headers, data, timeout=self.timeout))
+        return _result(*self.exchange(method, url, headers, data))
 
-    def _exchange(
-        self, method: str, url: str, headers: dict[str, str], body: bytes, timeout: float
+    def exchange(
+        self, method: str, url: str, headers: dict[str, str], body: bytes, timeout: float | None = None
     ) -> tuple[int, bytes]:
+        """One request on a connection of its own: the answer's status and body (signed by the caller)."""
         from http.client import HTTPConnection, HTTPException, HTTPSConnection
         from urllib.parse import urlsplit
 
         parts = urlsplit(url)
         origin = f"{parts.scheme}://{parts.netloc}"
         kind = HTTPSConnection if parts.scheme == "https" else HTTPConnection
-        connection = kind(parts.hostname or "", parts.port, timeout=timeout)
+        connection = kind(
+            parts.hostname or "", parts.port, timeout=self.timeout if timeout is None else timeout
+        )
         try:
             target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
             connection.request(method, target, body=body or None, headers=headers)

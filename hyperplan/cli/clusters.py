@@ -14,7 +14,6 @@ from hyperplan.cli.common import (
     plain,
     print_json,
     reporting_errors,
-    reporting_sagemaker_errors,
     sagemaker_client,
 )
 from hyperplan.cli.options import ClientTyper
@@ -27,11 +26,8 @@ def list_clusters() -> None:
     """This account's clusters."""
     from hyperplan.cli.views.clusters import ClustersTable
 
-    with reporting_sagemaker_errors():
-        client = sagemaker_client()
-        found = [
-            c for page in client.get_paginator("list_clusters").paginate() for c in page["ClusterSummaries"]
-        ]
+    with reporting_errors():
+        found = sagemaker_client().items("ListClusters")
     emit(plain(found) if json_output() else found, ClustersTable)
 
 
@@ -40,8 +36,8 @@ def describe(name: str) -> None:
     """A cluster and its instance groups: target and current counts, plan and its status."""
     from hyperplan.cli.views.clusters import ClusterDetail
 
-    with reporting_sagemaker_errors():
-        cluster = sagemaker_client().describe_cluster(ClusterName=name)
+    with reporting_errors():
+        cluster = sagemaker_client().call("DescribeCluster", ClusterName=name)
     emit(plain(cluster), ClusterDetail)
 
 
@@ -50,10 +46,8 @@ def nodes(name: str) -> None:
     """A cluster's nodes and their status."""
     from hyperplan.cli.views.clusters import NodesTable
 
-    with reporting_sagemaker_errors():
-        client = sagemaker_client()
-        pages = client.get_paginator("list_cluster_nodes").paginate(ClusterName=name)
-        found = [n for page in pages for n in page["ClusterNodeSummaries"]]
+    with reporting_errors():
+        found = sagemaker_client().items("ListClusterNodes", ClusterName=name)
     emit(plain(found) if json_output() else found, lambda n: NodesTable(name, n))
 
 

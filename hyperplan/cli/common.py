@@ -8,7 +8,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Console, RenderableType
@@ -23,6 +23,9 @@ from hyperplan.cli.client import (
     resolve_credentials,
     resolve_endpoint,
 )
+
+if TYPE_CHECKING:
+    from hyperplan.cli.sagemaker import SageMakerClient
 
 # Piped output keeps its columns: a table squeezed to 80 characters is unreadable in a log or a file.
 _PIPED_WIDTH = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200"))
@@ -87,40 +90,15 @@ def emit(value: Any, view: Callable[[Any], RenderableType]) -> None:
         console.print(view(value))
 
 
-def sagemaker_client() -> Any:
-    """A botocore SageMaker client for our server: the CLI uses the same API as everyone else."""
-    import botocore.session
-    from botocore.config import Config
+def sagemaker_client() -> SageMakerClient:
+    """A SageMaker API client for our server: the CLI uses the same API as everyone else."""
+    from hyperplan.cli.sagemaker import SageMakerClient
 
-    native = native_client()
-    return botocore.session.Session().create_client(
-        "sagemaker",
-        endpoint_url=native.endpoint,
-        region_name=native.server_region(),
-        aws_access_key_id=native.credentials.access_key,
-        aws_secret_access_key=native.credentials.secret_key,
-        aws_session_token=native.credentials.session_token,
-        config=Config(retries={"max_attempts": 1}),
-    )
-
-
-@contextmanager
-def reporting_sagemaker_errors() -> Iterator[None]:
-    """As `reporting_errors`, for commands that go through botocore (which asks the server's region first)."""
-    from botocore.exceptions import ClientError, EndpointConnectionError
-
-    with reporting_errors():
-        try:
-            yield
-        except ClientError as exc:
-            error = exc.response.get("Error", {})
-            _fail(error.get("Code"), error.get("Message"))
-        except EndpointConnectionError as exc:
-            _unreachable(str(exc.kwargs.get("endpoint_url", "")), str(exc))
+    return SageMakerClient(native_client())
 
 
 def plain(value: Any) -> Any:
-    """A botocore answer as JSON can hold it: ISO 8601 UTC times, no ResponseMetadata."""
+    """A SageMaker answer as JSON can hold it: ISO 8601 UTC times, no ResponseMetadata."""
     if isinstance(value, datetime):
         return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
     if isinstance(value, dict):

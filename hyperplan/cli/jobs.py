@@ -15,7 +15,6 @@ from hyperplan.cli.common import (
     native_client,
     plain,
     reporting_errors,
-    reporting_sagemaker_errors,
     sagemaker_client,
 )
 from hyperplan.cli.options import ClientTyper, TextCommand
@@ -40,10 +39,8 @@ def list_jobs(
         query["TrainingPlanArnEquals"] = plan
     if status:
         query["StatusEquals"] = status
-    with reporting_sagemaker_errors():
-        client = sagemaker_client()
-        pages = client.get_paginator("list_training_jobs").paginate(**query)
-        found = [job for page in pages for job in page["TrainingJobSummaries"]]
+    with reporting_errors():
+        found = sagemaker_client().items("ListTrainingJobs", **query)
     emit(plain(found) if json_output() else found, JobsTable)
 
 
@@ -52,8 +49,8 @@ def describe(name: str) -> None:
     """A job's status, where it runs, and every status it has had, with its messages."""
     from hyperplan.cli.views.jobs import JobDetail
 
-    with reporting_sagemaker_errors():
-        job = sagemaker_client().describe_training_job(TrainingJobName=name)
+    with reporting_errors():
+        job = sagemaker_client().call("DescribeTrainingJob", TrainingJobName=name)
     emit(plain(job), JobDetail)
 
 
@@ -62,10 +59,10 @@ def stop(name: str) -> None:
     """Stop a job: a waiting one at once; a running one gets SIGTERM and 120 s before SIGKILL."""
     from hyperplan.cli.views.jobs import JobStatus
 
-    with reporting_sagemaker_errors():
+    with reporting_errors():
         client = sagemaker_client()
-        client.stop_training_job(TrainingJobName=name)
-        job = client.describe_training_job(TrainingJobName=name)
+        client.call("StopTrainingJob", TrainingJobName=name)
+        job = client.call("DescribeTrainingJob", TrainingJobName=name)
     console.print(JobStatus(job))
 
 

@@ -12,7 +12,6 @@ from hyperplan.cli.common import (
     native_client,
     plain,
     reporting_errors,
-    reporting_sagemaker_errors,
     sagemaker_client,
 )
 from hyperplan.cli.options import ClientTyper
@@ -53,8 +52,8 @@ def search(
         request["StartTimeAfter"] = _instant(start_after)
     if end_before:
         request["EndTimeBefore"] = _instant(end_before)
-    with reporting_sagemaker_errors():
-        result = sagemaker_client().search_training_plan_offerings(**request)
+    with reporting_errors():
+        result = sagemaker_client().call("SearchTrainingPlanOfferings", **request)
     emit(
         plain(result["TrainingPlanOfferings"]) if json_output() else result["TrainingPlanOfferings"],
         Offerings,
@@ -69,10 +68,10 @@ def buy(
     """Buy an offering as a plan named NAME. Purchases are final."""
     from hyperplan.cli.views.plans import PlanDetail
 
-    with reporting_sagemaker_errors():
+    with reporting_errors():
         client = sagemaker_client()
-        arn = client.create_training_plan(TrainingPlanName=name, TrainingPlanOfferingId=offering_id)
-        plan = client.describe_training_plan(TrainingPlanName=name)
+        arn = client.call("CreateTrainingPlan", TrainingPlanName=name, TrainingPlanOfferingId=offering_id)
+        plan = client.call("DescribeTrainingPlan", TrainingPlanName=name)
     emit({"TrainingPlanArn": arn["TrainingPlanArn"]} if json_output() else plan, PlanDetail)
 
 
@@ -81,9 +80,8 @@ def show(name: str) -> None:
     """Show one plan and its reserved capacities."""
     from hyperplan.cli.views.plans import PlanDetail
 
-    with reporting_sagemaker_errors():
-        plan = sagemaker_client().describe_training_plan(TrainingPlanName=name)
-    plan.pop("ResponseMetadata", None)
+    with reporting_errors():
+        plan = sagemaker_client().call("DescribeTrainingPlan", TrainingPlanName=name)
     emit(plain(plan) if json_output() else plan, PlanDetail)
 
 
@@ -95,13 +93,8 @@ def list_plans(
     from hyperplan.cli.views.plans import PlansTable
 
     request: dict[str, Any] = {"Filters": [{"Name": "Status", "Value": status}]} if status else {}
-    with reporting_sagemaker_errors():
-        client = sagemaker_client()
-        plans = [
-            p
-            for page in client.get_paginator("list_training_plans").paginate(**request)
-            for p in page["TrainingPlanSummaries"]
-        ]
+    with reporting_errors():
+        plans = sagemaker_client().items("ListTrainingPlans", **request)
     emit(plain(plans) if json_output() else plans, PlansTable)
 
 
@@ -140,10 +133,10 @@ def extend_search(
     """Search for an extension of a plan: same zone and count, from its current end."""
     from hyperplan.cli.views.plans import ExtensionOffers
 
-    with reporting_sagemaker_errors():
+    with reporting_errors():
         client = sagemaker_client()
-        arn = client.describe_training_plan(TrainingPlanName=name)["TrainingPlanArn"]
-        found = client.search_training_plan_offerings(TrainingPlanArn=arn, DurationHours=24 * days)
+        arn = client.call("DescribeTrainingPlan", TrainingPlanName=name)["TrainingPlanArn"]
+        found = client.call("SearchTrainingPlanOfferings", TrainingPlanArn=arn, DurationHours=24 * days)
     offers = found["TrainingPlanExtensionOfferings"]
     emit(plain(offers) if json_output() else offers, lambda o: ExtensionOffers(name, o))
 
@@ -156,8 +149,8 @@ def extend(
     """Buy an extension. Purchases are final."""
     from hyperplan.cli.views.plans import ExtensionsTable
 
-    with reporting_sagemaker_errors():
-        result = sagemaker_client().extend_training_plan(TrainingPlanExtensionOfferingId=offering_id)
+    with reporting_errors():
+        result = sagemaker_client().call("ExtendTrainingPlan", TrainingPlanExtensionOfferingId=offering_id)
     emit(plain(result["TrainingPlanExtensions"]), ExtensionsTable)
 
 
@@ -166,9 +159,8 @@ def extensions(name: str) -> None:
     """A plan's extensions, oldest first."""
     from hyperplan.cli.views.plans import ExtensionsTable
 
-    with reporting_sagemaker_errors():
+    with reporting_errors():
         client = sagemaker_client()
-        arn = client.describe_training_plan(TrainingPlanName=name)["TrainingPlanArn"]
-        pages = client.get_paginator("describe_training_plan_extension_history").paginate(TrainingPlanArn=arn)
-        found = [e for page in pages for e in page["TrainingPlanExtensions"]]
+        arn = client.call("DescribeTrainingPlan", TrainingPlanName=name)["TrainingPlanArn"]
+        found = client.items("DescribeTrainingPlanExtensionHistory", TrainingPlanArn=arn)
     emit(plain(found), ExtensionsTable)

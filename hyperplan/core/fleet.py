@@ -14,6 +14,7 @@ from decimal import Decimal
 from types import MappingProxyType
 
 from hyperplan.core.durations import format_duration
+from hyperplan.core.rate_limits import DEFAULT_RATE_LIMITS, RateLimits
 from hyperplan.core.webhook_targets import WebhookTargets
 
 PoolKey = tuple[str, str]
@@ -155,6 +156,8 @@ class Fleet:
     images: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     # [backend] work_dir: where nodes' homes, sandboxes and job trees live (serve --work-dir wins).
     work_dir: str | None = None
+    # Request rate limits per account and class (core/rate_limits.py); administrators are exempt.
+    rate_limits: RateLimits = field(default_factory=lambda: DEFAULT_RATE_LIMITS, hash=False)
 
     def interpreter_for(self, image: str | None) -> str | None:
         """The interpreter the fleet names for `image`: an exact entry first, then the longest prefix."""

@@ -15,6 +15,7 @@ In brief::
                  max_offerings, offering_validity, [policy.reclaim_lead] <target> = duration
     [background_load]  cycle_days, quiet_days, quiet_booked, busy_booked, seed     (optional)
     [quotas]     max_active_plans, max_reserved_instances_per_type
+    [rate_limits]  search, purchase, read, write: each { rate = per second, burst = requests }
     [buckets]    <bucket name> = <directory>, or [buckets.<bucket name>] endpoint_url, region, bucket,
                  access_key_id_env, secret_access_key_env (or access_key_id, secret_access_key)
     [accounts]   default_payment_mode = "auto" | "budget" | "approval"
@@ -50,6 +51,7 @@ from hyperplan.core.fleet import (
     Quotas,
     S3Bucket,
 )
+from hyperplan.core.rate_limits import DEFAULT_RATE_LIMITS, RateLimit, RateLimits, RequestClass
 from hyperplan.core.webhook_targets import WebhookTargets, parse_networks
 from hyperplan.errors import ValidationError
 
@@ -161,7 +163,7 @@ def _is(value: Any, read: type) -> bool:
 
 _TOP_KEYS = (
     "region", "currency", "zones", "pools", "policy", "background_load", "quotas", "buckets", "accounts",
-    "notifications", "images", "webhooks", "backend",
+    "notifications", "images", "webhooks", "rate_limits", "backend",
 )  # fmt: skip
 
 
@@ -189,6 +191,7 @@ def parse_fleet(text: str) -> Fleet:
         images=_images(top.table("images") or {}),
         webhooks=_webhooks(top.table("webhooks") or {}),
         work_dir=_work_dir(top.table("backend") or {}),
+        rate_limits=_rate_limits(top.table("rate_limits") or {}),
     )
 
 
@@ -441,6 +444,24 @@ def _quotas(values: Mapping[str, Any]) -> Quotas:
             "max_reserved_instances_per_type", default.max_reserved_instances_per_type, minimum=1
         ),
     )
+
+
+def _rate_limits(values: Mapping[str, Any]) -> RateLimits:
+    table = _Table(values, "rate_limits", [c.value for c in RequestClass])
+    limits = dict(DEFAULT_RATE_LIMITS)
+    for request_class in RequestClass:
+        entry = table.table(request_class.value)
+        if entry is None:
+            continue
+        path = table.at(request_class.value)
+        limit_table = _Table(entry, path, ("rate", "burst"))
+        rate = limit_table.get("rate", (int, float), _REQUIRED, "a number of requests per second")
+        burst = limit_table.integer("burst", minimum=1)
+        try:
+            limits[request_class] = RateLimit(float(rate), burst)
+        except ValidationError as error:
+            raise ValidationError(f"{path}: {error.message}") from None
+    return MappingProxyType(limits)
 
 
 def _images(values: Mapping[str, Any]) -> Mapping[str, str]:

@@ -19,7 +19,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from hyperplan.core.jsonable import jsonable, zulu_time
-from hyperplan.errors import AccessDenied
+from hyperplan.core.rate_limits import MAX_BURST, MAX_RATE, RateLimit, RequestClass, native_class
+from hyperplan.errors import AccessDenied, ValidationError
 from hyperplan.server import fields
 from hyperplan.server.auth import authenticate, require_admin
 from hyperplan.server.errors import native_error_response
@@ -73,6 +74,7 @@ def _endpoint(
         try:
             raw = await request.body()
             caller = await run_in_threadpool(authenticate, runtime, request, raw)
+            runtime.rate_limiter.admit(caller, native_class(request.method), runtime.fleet.rate_limits)
             if admin:  # before the body is parsed: others learn nothing of what an admin route takes
                 require_admin(caller)
             parsed = fields.json_object(raw)
@@ -255,6 +257,7 @@ def update_account(request: NativeRequest) -> dict[str, Any]:
     )
     budget, add_budget = (_budget(request, body, name) for name in ("Budget", "AddBudget"))
     mode = fields.text(body, "PaymentMode", required=False, max_length=16)
+    rate_limits = _rate_limit_changes(body)
     account = account_views.update_account(
         request.runtime,
         request.path["account"],
@@ -263,8 +266,31 @@ def update_account(request: NativeRequest) -> dict[str, Any]:
         mode=mode,
         budget=budget,
         add_budget=add_budget,
+        rate_limits=rate_limits,
     )
     return _account_json(account)
+
+
+def _rate_limit_changes(body: Mapping[str, Any]) -> dict[RequestClass, RateLimit | None]:
+    """``RateLimits``: a class's ``{"Rate": per second, "Burst": requests}``, or null for the fleet's."""
+    given = fields.members(body, "RateLimits", [c.value for c in RequestClass])
+    changes: dict[RequestClass, RateLimit | None] = {}
+    for name, value in given.items():
+        where = f"RateLimits.{name}"
+        if value is None:
+            changes[RequestClass(name)] = None
+            continue
+        limit = fields.members(given, name, ("Rate", "Burst"))
+        rate = limit.get("Rate")
+        if isinstance(rate, bool) or not isinstance(rate, int | Decimal) or not 0 < rate <= MAX_RATE:
+            raise ValidationError(
+                f"{where}.Rate must be a number of requests per second, more than 0 and at most {MAX_RATE:g}."
+            )
+        burst = fields.whole(limit, "Burst", 1, MAX_BURST, within=where)
+        if burst is None:
+            raise ValidationError(f"{where}.Burst is required: the requests an account may make at once.")
+        changes[RequestClass(name)] = RateLimit(float(rate), burst)
+    return changes
 
 
 def _budget(request: NativeRequest, body: Mapping[str, Any], name: str) -> Decimal | None:
@@ -292,6 +318,14 @@ def _account_json(account: AccountView) -> dict[str, Any]:
         "Spend": account.spend,
         "CreatedAt": account.created_at,
         "OsUser": account.os_user,
+        "RateLimits": {
+            request_class.value: {
+                "Rate": limit.rate,
+                "Burst": limit.burst,
+                "Set": "account" if request_class in account.own_rate_limits else "fleet",
+            }
+            for request_class, limit in account.rate_limits.items()
+        },
         "AccessKeys": [
             {"AccessKeyId": key.access_key_id, "CreatedAt": key.created_at, "RevokedAt": key.revoked_at}
             for key in account.keys
@@ -398,7 +432,7 @@ def job_logs(request: NativeRequest) -> dict[str, Any]:
 
 
 def routes() -> list[Route]:
-    account_update = ("PaymentMode", "Budget", "AddBudget", "Quotas")
+    account_update = ("PaymentMode", "Budget", "AddBudget", "Quotas", "RateLimits")
     return [
         NativeRoute("GET", "/api/v1/whoami", whoami),
         NativeRoute("GET", "/api/v1/accounts", list_accounts, admin=True),

@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from hyperplan.core.rate_limits import sagemaker_class
 from hyperplan.errors import UnknownOperation
 from hyperplan.server.auth import authenticate
 from hyperplan.server.errors import AMZ_JSON, sagemaker_error_response
@@ -29,6 +30,7 @@ async def sagemaker_endpoint(request: Request) -> Response:
         body = await request.body()
         caller = await run_in_threadpool(authenticate, runtime, request, body)
         operation = model.operation_model(_operation_name(request))
+        runtime.rate_limiter.admit(caller, sagemaker_class(operation.name), runtime.fleet.rate_limits)
         handler = registry.handler_for(operation.name)
         params = validate.parse_request(operation, validate.decode_body(body))
         context = RequestContext(runtime=runtime, caller=caller, request_id=request_id)

@@ -4,13 +4,16 @@ its transaction and returns frozen views (or a new key), so that no handler touc
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from types import MappingProxyType
 
 from sqlalchemy.orm import Session
 
 from hyperplan.clock import utcnow
+from hyperplan.core.rate_limits import RateLimit, RequestClass
 from hyperplan.errors import HyperplanError
 from hyperplan.services import accounts, os_users, payments, plans, quotas
 from hyperplan.services.accounts import Caller, NewKey
@@ -39,7 +42,10 @@ class AccountView:
     spend: Decimal
     created_at: datetime
     keys: tuple[KeyView, ...]
-    os_user: str | None
+    os_user: str | None = None
+    # Every class's limit in force (the fleet's, or the account's own), and which classes are its own.
+    rate_limits: Mapping[RequestClass, RateLimit] = field(default_factory=lambda: MappingProxyType({}))
+    own_rate_limits: frozenset[RequestClass] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -187,16 +193,23 @@ def update_account(
     mode: str | None,
     budget: Decimal | None,
     add_budget: Decimal | None,
+    rate_limits: Mapping[RequestClass, RateLimit | None] | None = None,
 ) -> AccountView:
     with runtime.db.write() as session:
         quotas.set_limits(session, account_ref, max_plans=max_plans, max_instances=max_instances)
+        if rate_limits:
+            accounts.set_rate_limits(session, account_ref, rate_limits)
         account = payments.update_account(
             session, account_ref, mode=mode, budget=budget, add_budget=add_budget, now=runtime.clock.now()
         )
-        return _account_view(runtime, session, account)
+        view = _account_view(runtime, session, account)
+    if rate_limits:
+        runtime.keys.forget()  # cached callers carry the old limits: their next request reads the new
+    return view
 
 
 def _account_view(runtime: ServiceContext, session: Session, account: Account) -> AccountView:
+    own = accounts.rate_limit_overrides(account)
     return AccountView(
         id=account.id,
         name=account.name,
@@ -211,6 +224,8 @@ def _account_view(runtime: ServiceContext, session: Session, account: Account) -
             for key in accounts.list_keys(session, account.id)
         ),
         os_user=account.os_user,
+        rate_limits=MappingProxyType({**runtime.fleet.rate_limits, **own}),
+        own_rate_limits=frozenset(own),
     )
 
 

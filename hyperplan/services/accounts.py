@@ -7,20 +7,23 @@ first start of a data directory creates the administrator account and writes its
 
 from __future__ import annotations
 
+import json
 import re
 import secrets
 import string
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
+from types import MappingProxyType
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import FINAL as JOB_FINAL
 from hyperplan.core.lifecycle import FINAL as PLAN_FINAL
+from hyperplan.core.rate_limits import RateLimit, RequestClass
 from hyperplan.errors import ResourceInUse, ResourceNotFound, ValidationError
 from hyperplan.services.sealed_secrets import open_secret
 from hyperplan.store.master_key import SecretBox
@@ -41,6 +44,8 @@ class Caller:
     account_name: str
     is_admin: bool
     access_key_id: str
+    # An administrator's overrides of the fleet's request rate limits for this account (core/rate_limits).
+    rate_limits: Mapping[RequestClass, RateLimit] = field(default_factory=lambda: MappingProxyType({}))
 
 
 # (the new account's id) -> (its OS user, whether the server made it); may run useradd, inside the
@@ -239,7 +244,36 @@ def caller_for_key(session: Session, box: SecretBox, access_key_id: str) -> tupl
         return None
     key, account = row
     secret = open_secret(box, key.secret_access_key, key.secret_sealed)
-    return secret, Caller(account.id, account.name, account.is_admin, key.access_key_id)
+    caller = Caller(
+        account.id, account.name, account.is_admin, key.access_key_id, rate_limit_overrides(account)
+    )
+    return secret, caller
+
+
+def rate_limit_overrides(account: Account) -> Mapping[RequestClass, RateLimit]:
+    """The request rate limits an administrator set for this account, over the fleet's."""
+    if not account.rate_limits:
+        return MappingProxyType({})
+    stored = json.loads(account.rate_limits)
+    return MappingProxyType(
+        {RequestClass(name): RateLimit(float(v["rate"]), int(v["burst"])) for name, v in stored.items()}
+    )
+
+
+def set_rate_limits(
+    session: Session, account_ref: str, changes: Mapping[RequestClass, RateLimit | None]
+) -> Account:
+    """Override the fleet's limits for some classes (a None goes back to the fleet's)."""
+    account = get_account(session, account_ref)
+    current = dict(rate_limit_overrides(account))
+    for request_class, limit in changes.items():
+        if limit is None:
+            current.pop(request_class, None)
+        else:
+            current[request_class] = limit
+    stored = {c.value: {"rate": limit.rate, "burst": limit.burst} for c, limit in sorted(current.items())}
+    account.rate_limits = json.dumps(stored) if stored else None
+    return account
 
 
 def has_accounts(session: Session) -> bool:

@@ -8,7 +8,7 @@ this, builds the workers from it, and owns start and stop.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
@@ -19,6 +19,7 @@ from hyperplan.services.job_work import JobLocks, JobSettings
 from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.lifecycle import LifecycleContext
 from hyperplan.services.live_calendar import LiveCalendar
+from hyperplan.services.rate_limiter import RateLimiter
 from hyperplan.store.db import Database
 from hyperplan.store.master_key import SecretBox
 from hyperplan.worker import LocalWake, Wake
@@ -82,6 +83,7 @@ class ServiceContext:
     advance_clock: ClockMover
     job_settings: JobSettings
     job_locks: JobLocks
+    rate_limiter: RateLimiter = field(default_factory=RateLimiter)  # this server's request rate buckets
 
     @property
     def data_dir(self) -> Path:

@@ -41,6 +41,9 @@ class Account(Base):
     os_user_made: Mapped[bool] = mapped_column(server_default=false())
     # Deleted accounts stay, keys revoked, for the invoices, ledger entries and plans that name them.
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    # An administrator's overrides of the fleet's request rate limits, as JSON: {"search": {"rate": 2.0,
+    # "burst": 10}, ...}; None: the fleet's for every class (services/accounts.rate_limit_overrides).
+    rate_limits: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class AccessKey(Base):

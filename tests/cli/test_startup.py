@@ -63,9 +63,11 @@ def test_a_client_command_never_imports_the_server_stack(args: list[str]) -> Non
     assert "pydantic" not in modules  # Typer 0.29 builds every parameter through it (pyproject.toml)
 
 
-def test_a_native_command_needs_neither_botocore_s_session_nor_httpx() -> None:
-    # The shared credentials file is read with botocore's INI reader: its session costs half a second.
-    modules = imported_by("clock", "show", "--endpoint-url", f"http://127.0.0.1:{closed_port()}")
+@pytest.mark.parametrize("args", [["clock", "show"], ["plans", "list"]], ids=["native", "SageMaker API"])
+def test_a_client_command_needs_neither_botocore_s_session_nor_httpx(args: list[str]) -> None:
+    # The shared credentials file is read with botocore's INI reader: its session costs half a second,
+    # and its client loads SageMaker's whole model (hyperplan.cli.sagemaker).
+    modules = imported_by(*args, "--endpoint-url", f"http://127.0.0.1:{closed_port()}")
     assert "http.client" in modules
     # ... and talks to the server with the standard library: importing httpx takes as long as Typer.
     assert not modules & {"botocore.session", "botocore.client", "botocore.credentials", "httpx"}

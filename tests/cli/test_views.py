@@ -164,6 +164,11 @@ VIEWS: dict[str, RenderableType] = {
             "Budget": "250000.00",
             "Spend": "15744.00",
             "Quotas": {"MaxActivePlans": 5, "MaxReservedInstancesPerType": 16},
+            "RateLimits": {
+                "search": {"Rate": 0.5, "Burst": 4, "Set": "account"},
+                "purchase": {"Rate": 5, "Burst": 50, "Set": "fleet"},
+                "read": {"Rate": 100, "Burst": 1000, "Set": "account"},
+            },
         }
     ),
     "accounts_key_revoked": KeyRevoked("AKID2"),

@@ -68,17 +68,22 @@ def _keys(keys: list[dict[str, Any]]) -> str:
 
 @dataclass(frozen=True)
 class AccountSettings:
-    """One line: an account's payment mode, money and quotas."""
+    """An account's payment mode, money and quotas on one line; its own rate limits on a second."""
 
     account: dict[str, Any]
 
     def __rich__(self) -> Text:
         a = self.account
-        return Text(
+        text = Text(
             f"{a['Name']}: payment mode {a['PaymentMode']}, budget {a['Budget']}, spend {a['Spend']}; "
             f"quotas: {a['Quotas']['MaxActivePlans']} plans, "
             f"{a['Quotas']['MaxReservedInstancesPerType']} instances per type"
         )
+        own = {k: v for k, v in (a.get("RateLimits") or {}).items() if v.get("Set") == "account"}
+        if own:
+            limits = ", ".join(f"{k} {v['Rate']:g}/s burst {v['Burst']}" for k, v in sorted(own.items()))
+            text.append(f"\nrate limits of its own: {limits}; the fleet's for the rest")
+        return text
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,127 @@
+"""Fair share: one account's search latency, alone and beside another account's search flood.
+
+Two real servers on the bench fleet, one after the other: one whose rate limits are out of reach (what
+a flood does unchecked) and one with the built-in defaults (search: 10 a second, a burst of 50). On each,
+account A makes searches one after another, first alone, then while account B floods searches from
+several threads; B's throttled requests are counted. The figures: A's median and p95 latency in each
+case, and how much of B's flood was served.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import threading
+import time
+from pathlib import Path
+
+from bench.loadgen import Client, Endpoint
+from bench.report import Figure, Report, heading, line, percentile
+from bench.scale import Scale
+from bench.server import FLEET, HOST, running_server
+from hyperplan.cli.client import NativeClient, credentials_from_file
+from hyperplan.signing import Credentials
+
+SEARCH = {
+    "InstanceType": "ml.p5.48xlarge",
+    "InstanceCount": 2,
+    "DurationHours": 48,
+    "TargetResources": ["training-job"],
+}
+FLOOD_THREADS = 4
+
+
+def run(report: Report, workdir: Path, *, scale: Scale) -> None:
+    heading(f"Fair share: account A's searches, alone and beside account B's {FLOOD_THREADS}-thread flood")
+    searches = scale.pick(200, 60, 8)
+    unlimited = FLEET.read_text()
+    limited = re.sub(r"\n\[rate_limits\]\n(.+\n)*", "\n", unlimited)  # the built-in defaults
+    for label, fleet_text in (("no rate limits", unlimited), ("default rate limits", limited)):
+        directory = workdir / f"fairness-{label.replace(' ', '-')}"
+        directory.mkdir(parents=True)
+        fleet = directory / "fleet.toml"
+        fleet.write_text(fleet_text)
+        with running_server(directory / "data", fleet=fleet) as server:
+            admin = NativeClient(server_url(server.port), _admin_credentials(directory / "data"))
+            region = admin.server_region()
+            a, b = (_endpoint(admin, name, server.port, region) for name in ("fair-a", "fair-b"))
+            alone = _latencies(a, searches)
+            flood = _Flood(b)
+            flood.start()
+            try:
+                beside = _latencies(a, searches)
+            finally:
+                served, throttled = flood.stop()
+        for case, seconds in (("alone", alone), ("beside the flood", beside)):
+            median, p95 = statistics.median(seconds) * 1000, percentile(seconds, 0.95) * 1000
+            line(f"{label}, A {case}: median {median:.1f} ms, p95 {p95:.1f} ms ({len(seconds)} searches)")
+            report.add(Figure(f"search latency of A {case}, {label}", f"{median:.1f} ms median"))
+        share = served / max(1, served + throttled)
+        line(f"{label}: B's flood: {served} searches served, {throttled} throttled ({share:.0%} served)")
+        report.add(Figure(f"B's flood served, {label}", f"{served} of {served + throttled}"))
+
+
+def server_url(port: int) -> str:
+    return f"http://{HOST}:{port}"
+
+
+def _admin_credentials(data_dir: Path) -> Credentials:
+    found = credentials_from_file(data_dir / "credentials")
+    assert found is not None, "the server wrote no credentials file"
+    return found
+
+
+def _endpoint(admin: NativeClient, name: str, port: int, region: str) -> Endpoint:
+    key = admin.post("/api/v1/accounts", {"Name": name})
+    return Endpoint(HOST, port, region, key["AccessKeyId"], key["SecretAccessKey"])
+
+
+def _latencies(endpoint: Endpoint, count: int) -> list[float]:
+    client = Client(endpoint)
+    try:
+        seconds = []
+        for _ in range(count):
+            began = time.perf_counter()
+            outcome, body = client.call("SearchTrainingPlanOfferings", SEARCH)
+            seconds.append(time.perf_counter() - began)
+            if outcome != "ok":
+                raise RuntimeError(f"account A's search failed: {outcome} {body}")
+        return seconds
+    finally:
+        client.close()
+
+
+class _Flood:
+    """Threads searching as fast as they can until stopped, counting what was served and throttled."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self.served = 0
+        self.throttled = 0
+        self._threads = [threading.Thread(target=self._search, daemon=True) for _ in range(FLOOD_THREADS)]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+        time.sleep(0.5)  # under way before A starts measuring
+
+    def stop(self) -> tuple[int, int]:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=120)
+        return self.served, self.throttled
+
+    def _search(self) -> None:
+        client = Client(self.endpoint)
+        try:
+            while not self._stop.is_set():
+                outcome, _ = client.call("SearchTrainingPlanOfferings", SEARCH)
+                with self._lock:
+                    if outcome == "ok":
+                        self.served += 1
+                    elif outcome.endswith("ThrottlingException"):
+                        self.throttled += 1
+        finally:
+            client.close()

@@ -1,0 +1,23 @@
+"""account rate limits: an administrator's overrides of the fleet's request rate limits
+
+Revision ID: 0008
+Revises: 0007
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0008"
+down_revision = "0007"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table("accounts") as batch:
+        batch.add_column(sa.Column("rate_limits", sa.Text(), nullable=True))
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("accounts") as batch:
+        batch.drop_column("rate_limits")

@@ -1,0 +1,138 @@
+"""Per-account request rate limits: a flood from one account is throttled while another is served."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+
+from hyperplan.cli.client import ApiError
+from tests.harness import REGION
+from tests.inprocess import InProcessServer
+
+FLEETS = Path(__file__).parent.parent / "fleets"
+P5 = "ml.p5.48xlarge"
+SEARCH = {"InstanceType": P5, "InstanceCount": 1, "DurationHours": 24, "TargetResources": ["training-job"]}
+# Slow refill, so that what a test sees does not depend on how fast this machine runs it.
+TIGHT = """
+[rate_limits]
+search = { rate = 0.01, burst = 3 }
+read = { rate = 0.01, burst = 4 }
+"""
+
+
+@pytest.fixture
+def tight(fast_server_factory: type[InProcessServer], tmp_path: Path) -> InProcessServer:
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text((FLEETS / "small.toml").read_text() + TIGHT)
+    return fast_server_factory(data_dir=tmp_path / "data", fleet=fleet).start()
+
+
+def _searches(client: Any, count: int) -> list[str]:
+    """What each of ``count`` searches got: "ok" or the error's code."""
+    outcomes = []
+    for _ in range(count):
+        try:
+            client.search_training_plan_offerings(**SEARCH)
+            outcomes.append("ok")
+        except ClientError as error:
+            outcomes.append(error.response["Error"]["Code"])
+    return outcomes
+
+
+def test_a_flood_from_one_account_is_throttled_while_another_is_served(tight: InProcessServer) -> None:
+    flooder = tight.sagemaker(tight.new_account("flooder"))
+    patient = tight.sagemaker(tight.new_account("patient"))
+    assert _searches(flooder, 6) == ["ok"] * 3 + ["ThrottlingException"] * 3
+    # the other account's bucket is its own
+    assert _searches(patient, 3) == ["ok"] * 3
+    # a search and a read are different classes: the flooder may still look at its plans
+    assert flooder.list_training_plans()["TrainingPlanSummaries"] == []
+    with pytest.raises(ClientError) as refused:
+        flooder.search_training_plan_offerings(**SEARCH)
+    error = refused.value.response
+    assert error["ResponseMetadata"]["HTTPStatusCode"] == 400
+    assert "'flooder'" in error["Error"]["Message"] and "search" in error["Error"]["Message"]
+    assert "0.01/s, burst 3" in error["Error"]["Message"]
+
+
+def test_administrators_are_never_throttled(tight: InProcessServer) -> None:
+    assert _searches(tight.sagemaker(), 10) == ["ok"] * 10
+
+
+def test_the_aws_tools_retry_a_throttled_request_by_themselves(
+    fast_server_factory: type[InProcessServer], tmp_path: Path
+) -> None:
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(
+        (FLEETS / "small.toml").read_text() + "[rate_limits]\nsearch = { rate = 4, burst = 1 }\n"
+    )
+    server = fast_server_factory(data_dir=tmp_path / "data", fleet=fleet).start()
+    key = server.new_account("retrier")
+    import boto3
+
+    client = boto3.client(
+        "sagemaker",
+        endpoint_url=server.url,
+        region_name=REGION,
+        aws_access_key_id=key.access_key,
+        aws_secret_access_key=key.secret_key,
+        config=Config(retries={"mode": "standard", "max_attempts": 10}),
+    )
+    for _ in range(3):  # the second and third wait for a token; botocore retries ThrottlingException
+        assert client.search_training_plan_offerings(**SEARCH)["TrainingPlanOfferings"]
+
+
+def test_the_native_api_is_limited_as_reads_and_writes(tight: InProcessServer) -> None:
+    native = tight.native(tight.new_account("reader"))
+    for _ in range(4):
+        native.get("/api/v1/whoami")
+    with pytest.raises(ApiError) as refused:
+        native.get("/api/v1/whoami")
+    assert refused.value.code == "ThrottlingException" and refused.value.status == 400
+
+
+def test_an_administrator_gives_one_account_its_own_limits_and_takes_them_back(
+    tight: InProcessServer,
+) -> None:
+    flooder = tight.sagemaker(tight.new_account("busy"))
+    assert _searches(flooder, 4)[-1] == "ThrottlingException"
+    shown = json.loads(
+        tight.cli("accounts", "update", "busy", "--rate-limit", "search=1000/1000", "--json").stdout
+    )
+    assert shown["RateLimits"]["search"] == {"Rate": 1000.0, "Burst": 1000, "Set": "account"}
+    assert shown["RateLimits"]["read"] == {"Rate": 0.01, "Burst": 4, "Set": "fleet"}
+    assert _searches(flooder, 10) == ["ok"] * 10  # at once: the cached signer forgot its old limits
+    tight.cli("accounts", "update", "busy", "--rate-limit", "search=default")
+    assert "ThrottlingException" in _searches(flooder, 4)
+    listed = {a["Name"]: a for a in tight.native().get("/api/v1/accounts")["Accounts"]}
+    assert listed["busy"]["RateLimits"]["search"]["Set"] == "fleet"
+
+
+@pytest.mark.parametrize(
+    ("limits", "named"),
+    [
+        ({"search": {"Rate": 0, "Burst": 1}}, "RateLimits.search.Rate"),
+        ({"search": {"Rate": 1}}, "RateLimits.search.Burst"),
+        ({"search": {"Rate": 1, "Burst": 1, "Per": 2}}, "Per"),
+        ({"searches": {"Rate": 1, "Burst": 1}}, "searches"),
+        ({"search": "fast"}, "search"),
+    ],
+)
+def test_a_wrong_rate_limit_is_refused_naming_it(
+    fast_shared_server: InProcessServer, limits: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(ApiError) as refused:
+        fast_shared_server.native().call("PATCH", "/api/v1/accounts/admin", body={"RateLimits": limits})
+    assert refused.value.code == "ValidationException" and named in refused.value.message
+
+
+def test_the_cli_names_a_malformed_rate_limit(fast_shared_server: InProcessServer) -> None:
+    refused = fast_shared_server.cli(
+        "accounts", "update", "admin", "--rate-limit", "search=fast", check=False
+    )
+    assert refused.returncode == 2 and "CLASS=RATE/BURST" in refused.stderr
