@@ -56,7 +56,7 @@ from hyperplan.services.job_request import TrainingJobSpec
 from hyperplan.services.jobs import LIVE_INSTANCE
 from hyperplan.store.schema import TrainingJob, TrainingJobInstance
 from hyperplan.training.contract import JobSpec, Layout, NoCommand, UnsupportedInput
-from hyperplan.training.workspace import pack_model, prepare, sync_checkpoints
+from hyperplan.training.workspace import pack_model, prepare, read_failure, sync_checkpoints
 from hyperplan.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -498,7 +498,7 @@ def _look(runtime: ServiceContext, instance: TrainingJobInstance) -> _Seen | Non
 def _failure_file(root: Path) -> str:
     """What the algorithm wrote to /opt/ml/output/failure, which SageMaker shows as the FailureReason."""
     try:
-        return (Layout(root).failure_file.read_text(errors="replace")[:FAILURE_FILE_LIMIT]).strip()
+        return read_failure(root, FAILURE_FILE_LIMIT)  # the tenant's tree: no link followed
     except OSError:
         return ""
 
