@@ -169,10 +169,9 @@ class Application:
         config = self.config
         isolation = os_users.choose_isolation(config.isolation, os.geteuid())
         config.data_dir.mkdir(parents=True, exist_ok=True)
-        close_data_dir(config.data_dir)
+        os.chmod(config.data_dir, 0o700)  # before anything is written in it
         fleet = parse_fleet(read_fleet_text(config.fleet_path))
         work_dir = os_users.check_work_dir_place(_work_dir(config, fleet), config.data_dir)
-        os_users.make_work_dir(work_dir, isolation)
         interpreter = os_users.default_interpreter(isolation)
         if isolation is os_users.Isolation.USERS:
             os_users.check_interpreters(dict(fleet.images), interpreter)
@@ -182,10 +181,16 @@ class Application:
         try:
             db.migrate()
             box = sealed_secrets.unlock(db, config.key_path)
+            close_data_dir(config.data_dir)  # the store and key just made, and a store from before
         except BaseException:
             db.close()
             raise
-        clock = _load_clock(db, config)
+        try:
+            clock = _load_clock(db, config)
+            os_users.make_work_dir(work_dir, isolation)  # once everything else said yes
+        except BaseException:
+            db.close()
+            raise
         wakes = Wakes.local()
         # Whoever writes a timed event or queues a delivery, the loop that runs it hears of it at commit.
         db.on_insert(ScheduledEvent, wakes.lifecycle.notify)

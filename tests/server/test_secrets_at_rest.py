@@ -218,7 +218,10 @@ def sealed_store(data_dir: Path, key_file: Path | None = None) -> None:
 def serve_output(data_dir: Path, env: dict[str, str] | None = None) -> tuple[int, str]:
     """`hyperplan serve` on the data directory: its exit status and what it printed (it must not start)."""
     process = subprocess.run(
-        [str(BIN / "hyperplan"), "serve", "--port", str(free_port()), "--data-dir", str(data_dir)],
+        [
+            *(str(BIN / "hyperplan"), "serve", "--port", str(free_port()), "--data-dir", str(data_dir)),
+            *("--isolation", "none", "--work-dir", str(data_dir.with_name(data_dir.name + "-work"))),
+        ],
         env={**os.environ, "COLUMNS": "400", **(env or {})},
         capture_output=True,
         text=True,
