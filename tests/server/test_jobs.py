@@ -423,7 +423,7 @@ def test_running_time_counts_across_segments_and_the_plans_end_interrupts_jobs(
     assert _status(server, "waiting") == ("InProgress", "Pending")  # 2 needed, 1 free
 
     assert wait_until(
-        lambda: (server.data_dir / "jobs/1/attempt-2/algo-1/model/at-start").exists()
+        lambda: (server.work_dir / "jobs/1/attempt-2/algo-1/model/at-start").exists()
     )  # trap set
     _set_clock(server, start + timedelta(days=4, minutes=-30))  # the last segment's reclaim time
     waiting = _describe(server, "waiting")

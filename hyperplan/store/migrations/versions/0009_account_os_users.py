@@ -19,12 +19,16 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("accounts", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("os_user", sa.String(length=32), nullable=True))
-        batch_op.add_column(
-            sa.Column("os_user_made", sa.Boolean(), nullable=False, server_default=sa.false())
-        )
-        batch_op.add_column(sa.Column("deleted_at", hyperplan.store.types.UTCDateTime(), nullable=True))
+    # Plain ADD COLUMNs: a batch would copy the table, and SQLite refuses to drop `accounts` while other
+    # tables' foreign keys name it (the Boolean takes no CHECK constraint, which ADD COLUMN cannot add).
+    op.add_column("accounts", sa.Column("os_user", sa.String(length=32), nullable=True))
+    op.add_column(
+        "accounts",
+        sa.Column(
+            "os_user_made", sa.Boolean(create_constraint=False), nullable=False, server_default=sa.false()
+        ),
+    )
+    op.add_column("accounts", sa.Column("deleted_at", hyperplan.store.types.UTCDateTime(), nullable=True))
 
 
 def downgrade() -> None:
