@@ -285,7 +285,7 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
                 break  # stopped or reclaimed meanwhile: fetch no more
             spec = current.instance_spec(instance.host, interpreter)
             root = Path(instance.root)
-            if root.is_relative_to(runtime.work_dir):  # a tree of a version before the work directory: not
+            if root.is_relative_to(runtime.work_dir):  # (a tree stored by an older version is left as it is)
                 tenancy.open_passage(runtime.work_dir, root.parent)
             contract = prepare(root, spec, storage, owner).contract
             unreadable = tenancy.unreadable_program(contract.command.argv, spec.interpreter, owner)
