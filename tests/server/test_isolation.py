@@ -6,8 +6,9 @@ account A's job, a Python program run by the interpreter other users can run (th
 /usr/bin/python3 when the server's own lies where they cannot read it), tries to read DATA_DIR's
 credentials, database and master key, to list the work directory, and to read B's tree: the kernel says
 Permission denied to each, and A's FailureReason carries the answers. A job whose program A's user cannot
-read fails with a FailureReason naming the path, before anything runs. `accounts delete` removes the user
-the server made. Every user a test makes is removed in its teardown, even on failure.
+read fails with a FailureReason naming the path, before anything runs. A cluster node's lifecycle script
+and an `exec` on it run as the account's user and are refused the same files. `accounts delete` removes
+the user the server made. Every user a test makes is removed in its teardown, even on failure.
 """
 
 from __future__ import annotations
@@ -209,3 +210,59 @@ def test_deleting_an_account_removes_the_os_user_the_server_made(isolated: Serve
     deleted = server.native().delete("/api/v1/accounts/brief")
     assert deleted["OsUser"] == user
     assert not _exists(user)
+
+
+def test_a_lifecycle_script_and_an_exec_of_an_account_are_refused_the_servers_secrets(
+    isolated: Server, open_dir: Path
+) -> None:
+    server = isolated
+    alpha = server.new_account("alpha")
+    user = {a["Name"]: a for a in server.native().get("/api/v1/accounts")["Accounts"]}["alpha"]["OsUser"]
+    data = server.data_dir
+    targets = [
+        data / "credentials",
+        data / "hyperplan.db",
+        data / "master.key",
+        open_dir / "work" / "backend",
+    ]
+    script = data / "s3" / "lifecycle" / "src" / "on_create.sh"
+    script.parent.mkdir(parents=True)
+    script.write_text(
+        "#!/bin/sh\n"
+        f"for t in {' '.join(map(str, targets))}; do\n"
+        '  if [ -d "$t" ]; then ls "$t"; else head -c1 "$t"; fi > /dev/null 2>> probe.txt\n'
+        "done\n"
+        "id -u >> probe.txt\n"
+    )
+    server.sagemaker(alpha).create_cluster(
+        ClusterName="probe",
+        InstanceGroups=[
+            {
+                "InstanceGroupName": "workers",
+                "InstanceType": M5,
+                "InstanceCount": 1,
+                "LifeCycleConfig": {"SourceS3Uri": "s3://lifecycle/src", "OnCreate": "on_create.sh"},
+                "ExecutionRole": ROLE,
+                "ThreadsPerCore": 1,
+            }
+        ],
+    )
+    client = server.sagemaker(alpha)
+
+    def running() -> list[dict[str, Any]]:
+        nodes = client.list_cluster_nodes(ClusterName="probe")["ClusterNodeSummaries"]
+        return [n for n in nodes if n["InstanceStatus"]["Status"] == "Running"]
+
+    nodes = wait_until(running, timeout=120)
+    assert nodes, client.list_cluster_nodes(ClusterName="probe")
+    native = server.native(alpha)
+    path = f"/api/v1/clusters/probe/nodes/{nodes[0]['InstanceId']}/exec"
+    probe = native.post(path, {"Command": ["cat", "lifecycle/probe.txt"]})["Stdout"]
+    uid = pwd.getpwnam(user).pw_uid
+    for target in targets:
+        assert any(str(target) in line and "Permission denied" in line for line in probe.splitlines()), probe
+    assert probe.splitlines()[-1] == str(uid)  # the lifecycle script ran as the account's user
+    for target in targets[:3]:
+        answer = native.post(path, {"Command": ["cat", str(target)]})
+        assert answer["ExitCode"] != 0 and "Permission denied" in answer["Stderr"], answer
+    assert native.post(path, {"Command": ["id", "-u"]})["Stdout"].strip() == str(uid)
