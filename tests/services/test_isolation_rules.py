@@ -174,3 +174,28 @@ def test_a_start_closes_the_data_directory_to_everyone_else(tmp_path: Path) -> N
     assert stat.S_IMODE(outside.stat().st_mode) == 0o644  # a link is not followed
     assert stat.S_IMODE((tmp_path / "work").stat().st_mode) == 0o711
     close_data_dir(data)  # again: nothing to change, nothing fails
+
+
+def test_serve_s_work_dir_wins_over_the_fleet_file_s(tmp_path: Path) -> None:
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(SMALL_FLEET.read_text() + f'\n[backend]\nwork_dir = "{tmp_path / "from-fleet"}"\n')
+
+    def work_dir(given: Path | None) -> Path:
+        application = Application(
+            AppConfig(
+                data_dir=tmp_path / "data",
+                fleet_path=fleet,
+                clock="manual",
+                clock_start=SERVER_START,
+                backend=lambda _work_dir: FakeBackend(FakeWorld()),
+                isolation="none",
+                work_dir=given,
+            )
+        )
+        try:
+            return application.open().work_dir
+        finally:
+            application.stop()
+
+    assert work_dir(None) == tmp_path / "from-fleet"
+    assert work_dir(tmp_path / "from-flag") == tmp_path / "from-flag"
