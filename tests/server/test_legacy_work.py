@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hyperplan.app import AppConfig, Application
-from hyperplan.backends.base import Backend
+from hyperplan.backends.base import Backend, TaskState
 from hyperplan.backends.composite import RoutingBackend, holds_work
 from hyperplan.backends.local import LocalBackend
 from hyperplan.services import accounts, jobs
@@ -96,6 +96,11 @@ def test_a_task_a_previous_version_started_in_the_data_directory_is_adopted_and_
             TrainingJobSpec.from_wire(_request("old", f"until [ -e {go} ]; do sleep 0.1; done")),
         )
         _wait(previous.context, "old", "InProgress/Training")
+        backend = previous.context.backend
+        deadline = time.monotonic() + 90  # its agent has started it (a loaded machine takes a while)
+        while backend.task_status("job-1-a1-algo-1").state is not TaskState.RUNNING:
+            assert time.monotonic() < deadline, backend.task_status("job-1-a1-algo-1")
+            time.sleep(0.1)
     finally:
         previous.stop()  # its task runs on
     assert holds_work(data / "backend")
