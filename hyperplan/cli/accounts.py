@@ -106,6 +106,9 @@ def update(
     max_instances: Annotated[
         int | None, typer.Option(help="Quota: reserved instances of one type at any instant.")
     ] = None,
+    max_instance_hours: Annotated[
+        int | None, typer.Option(help="Quota: reserved instance-hours, all types, in any 30 days.")
+    ] = None,
     rate_limit: Annotated[
         list[str] | None,
         typer.Option(
@@ -122,7 +125,11 @@ def update(
         for k, v in (("PaymentMode", payment_mode), ("Budget", budget), ("AddBudget", add_budget))
         if v is not None
     }
-    quota_options = (("MaxActivePlans", max_plans), ("MaxReservedInstancesPerType", max_instances))
+    quota_options = (
+        ("MaxActivePlans", max_plans),
+        ("MaxReservedInstancesPerType", max_instances),
+        ("MaxReservedInstanceHoursPer30Days", max_instance_hours),
+    )
     limits = {k: v for k, v in quota_options if v is not None}  # 0 goes to the server, which names the range
     if limits:
         body["Quotas"] = limits

@@ -101,6 +101,11 @@ class Quotas:
 
     max_active_plans: int = 1000
     max_reserved_instances_per_type: int = 4096
+    # At most this share of a type's reservable instances per account at any instant (None: no share
+    # cap). An account given its own max_reserved_instances_per_type is held to that instead.
+    max_reserved_share_per_type: float | None = None
+    # At most this many reserved instance-hours (all types) in any 30 days (None: no such quota).
+    max_reserved_instance_hours_per_30_days: int | None = None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ In brief::
     [policy]     lead_time, horizon, segment_end, min_days, max_days, allowed_counts, max_segments,
                  max_offerings, offering_validity, [policy.reclaim_lead] <target> = duration
     [background_load]  cycle_days, quiet_days, quiet_booked, busy_booked, seed     (optional)
-    [quotas]     max_active_plans, max_reserved_instances_per_type
+    [quotas]     max_active_plans, max_reserved_instances_per_type, max_reserved_share_per_type,
+                 max_reserved_instance_hours_per_30_days
     [rate_limits]  search, purchase, read, write: each { rate = per second, burst = requests }
     [buckets]    <bucket name> = <directory>, or [buckets.<bucket name>] endpoint_url, region, bucket,
                  access_key_id_env, secret_access_key_env (or access_key_id, secret_access_key)
@@ -435,14 +436,29 @@ def _credential(table: _Table, key: str) -> tuple[str | None, str | None]:
     return inline, variable
 
 
+_QUOTA_KEYS = (
+    "max_active_plans",
+    "max_reserved_instances_per_type",
+    "max_reserved_share_per_type",
+    "max_reserved_instance_hours_per_30_days",
+)
+
+
 def _quotas(values: Mapping[str, Any]) -> Quotas:
-    table = _Table(values, "quotas", ("max_active_plans", "max_reserved_instances_per_type"))
+    table = _Table(values, "quotas", _QUOTA_KEYS)
     default = Quotas()
+    share = table.get("max_reserved_share_per_type", (int, float), None, "a share such as 0.5")
+    if share is not None and not 0 < share <= 1:
+        raise table.fail("max_reserved_share_per_type", f"{share} is not a share: more than 0, at most 1")
+    hours_key = "max_reserved_instance_hours_per_30_days"
+    hours = table.integer(hours_key, minimum=1) if hours_key in values else None
     return Quotas(
         max_active_plans=table.integer("max_active_plans", default.max_active_plans, minimum=1),
         max_reserved_instances_per_type=table.integer(
             "max_reserved_instances_per_type", default.max_reserved_instances_per_type, minimum=1
         ),
+        max_reserved_share_per_type=None if share is None else float(share),
+        max_reserved_instance_hours_per_30_days=hours,
     )
 
 

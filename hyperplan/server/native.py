@@ -246,15 +246,16 @@ def reject_invoice(request: NativeRequest) -> dict[str, Any]:
     return _invoice_json(account_views.reject_invoice(request.runtime, _invoice_id(request), reason))
 
 
-QUOTA_MEMBERS = ("MaxActivePlans", "MaxReservedInstancesPerType")
+QUOTA_MEMBERS = ("MaxActivePlans", "MaxReservedInstancesPerType", "MaxReservedInstanceHoursPer30Days")
 
 
 def update_account(request: NativeRequest) -> dict[str, Any]:
     body = request.body
     limits = fields.members(body, "Quotas", QUOTA_MEMBERS)
     max_plans, max_instances = (
-        fields.whole(limits, name, 1, quotas.MAX_QUOTA, within="Quotas") for name in QUOTA_MEMBERS
+        fields.whole(limits, name, 1, quotas.MAX_QUOTA, within="Quotas") for name in QUOTA_MEMBERS[:2]
     )
+    max_hours = fields.whole(limits, QUOTA_MEMBERS[2], 1, quotas.MAX_HOURS_QUOTA, within="Quotas")
     budget, add_budget = (_budget(request, body, name) for name in ("Budget", "AddBudget"))
     mode = fields.text(body, "PaymentMode", required=False, max_length=16)
     rate_limits = _rate_limit_changes(body)
@@ -263,6 +264,7 @@ def update_account(request: NativeRequest) -> dict[str, Any]:
         request.path["account"],
         max_plans=max_plans,
         max_instances=max_instances,
+        max_instance_hours=max_hours,
         mode=mode,
         budget=budget,
         add_budget=add_budget,
@@ -312,6 +314,8 @@ def _account_json(account: AccountView) -> dict[str, Any]:
         "Quotas": {
             "MaxActivePlans": account.limits.max_active_plans,
             "MaxReservedInstancesPerType": account.limits.max_reserved_instances_per_type,
+            "MaxReservedSharePerType": account.limits.max_reserved_share_per_type,
+            "MaxReservedInstanceHoursPer30Days": account.limits.max_reserved_instance_hours_per_30_days,
         },
         "PaymentMode": account.payment_mode,
         "Budget": account.budget,

@@ -191,12 +191,19 @@ def update_account(
     max_plans: int | None,
     max_instances: int | None,
     mode: str | None,
+    max_instance_hours: int | None = None,
     budget: Decimal | None,
     add_budget: Decimal | None,
     rate_limits: Mapping[RequestClass, RateLimit | None] | None = None,
 ) -> AccountView:
     with runtime.db.write() as session:
-        quotas.set_limits(session, account_ref, max_plans=max_plans, max_instances=max_instances)
+        quotas.set_limits(
+            session,
+            account_ref,
+            max_plans=max_plans,
+            max_instances=max_instances,
+            max_instance_hours=max_instance_hours,
+        )
         if rate_limits:
             accounts.set_rate_limits(session, account_ref, rate_limits)
         account = payments.update_account(

@@ -57,6 +57,7 @@ def search(
         quotas.check_instances(
             session, runtime, caller.account_id, last.instance_type, start, end, last.count
         )
+        quotas.check_instance_hours(session, runtime, caller.account_id, [(start, end, last.count)])
     pool = runtime.fleet.pool((last.instance_type, last.availability_zone))
     if not runtime.calendar.can_book(pool.key, start, end, last.count):
         return []
@@ -98,6 +99,9 @@ def extend(runtime: ServiceContext, caller: Caller, offering_id: str) -> Trainin
             require_room(session, pool, claim.start, claim.end, last.count)
             quotas.check_instances(
                 session, runtime, caller.account_id, last.instance_type, claim.start, claim.end, last.count
+            )
+            quotas.check_instance_hours(
+                session, runtime, caller.account_id, [(claim.start, claim.end, last.count)]
             )
             extension = PlanExtension(
                 plan_id=plan.id,

@@ -122,6 +122,9 @@ def _write_plan(
         quotas.check_instances(
             session, runtime, caller.account_id, pool.instance_type, segment.start, segment.end, claim.count
         )
+    quotas.check_instance_hours(
+        session, runtime, caller.account_id, [(seg.start, seg.end, claim.count) for _, seg in segments]
+    )
     fee = price_of(segments, claim.count)
     plan = TrainingPlan(
         account_id=caller.account_id,

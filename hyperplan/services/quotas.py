@@ -1,21 +1,28 @@
 """Per-account quotas (AWS: training-plan-total_count, reserved-capacity-ml-<type>).
 
 - Plans not yet Expired or Failed.
-- Reserved instances of one type held at any instant, across the account's plans and unpaid extensions.
-Defaults come from the fleet file's [quotas]; an administrator sets them per account. Over quota,
-search and purchase answer ResourceLimitExceeded naming the quota and its value.
+- Reserved instances of one type held at any instant, across the account's plans and unpaid extensions:
+  the account's own number if an administrator set one, else the fleet's number, or a share of the
+  type's reservable instances if the fleet's [quotas] give one and it is less.
+- Reserved instance-hours (all types) in any 30 days, if the fleet or an administrator sets it: an
+  account cannot hoard over time either.
+Defaults come from the fleet file's [quotas]; an administrator sets them per account. Administrators'
+own accounts are held to them too. Over quota, search and purchase answer ResourceLimitExceeded naming
+the quota and its value.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, true
 from sqlalchemy.orm import Session
 
 from hyperplan.core.calendar import peak_booked
 from hyperplan.core.lifecycle import PlanStatus
+from hyperplan.core.quotas import Interval, busiest_window, share_cap
 from hyperplan.errors import ResourceLimitExceeded
 from hyperplan.services.accounts import get_account
 from hyperplan.services.context import ServiceContext
@@ -24,24 +31,46 @@ from hyperplan.store.schema import Account, PlanExtension, ReservedCapacity, Tra
 MAX_QUOTA = 1_000_000
 """The largest quota an administrator may set: more than any fleet holds, well inside the column's
 integer."""
+MAX_HOURS_QUOTA = 1_000_000_000
+"""The largest instance-hours quota: a million instances for 30 days is 720 million."""
 
 _RAISE = (
-    "An administrator can raise it with `hyperplan accounts update ACCOUNT --max-plans N --max-instances N`."
+    "An administrator can raise it with `hyperplan accounts update ACCOUNT --max-plans N --max-instances N "
+    "--max-instance-hours N`."
 )
+WINDOW = timedelta(days=30)
 
 
 @dataclass(frozen=True)
 class Limits:
     max_active_plans: int
     max_reserved_instances_per_type: int
+    # The fleet's share of a type's reservable instances, when it binds this account (it has no
+    # max_reserved_instances_per_type of its own); None otherwise.
+    max_reserved_share_per_type: float | None = None
+    max_reserved_instance_hours_per_30_days: int | None = None
 
 
 def limits(runtime: ServiceContext, account: Account) -> Limits:
     defaults = runtime.fleet.quotas
+    own_instances = account.max_reserved_instances_per_type
     return Limits(
         account.max_active_plans or defaults.max_active_plans,
-        account.max_reserved_instances_per_type or defaults.max_reserved_instances_per_type,
+        own_instances or defaults.max_reserved_instances_per_type,
+        None if own_instances else defaults.max_reserved_share_per_type,
+        account.max_reserved_instance_hours_per_30_days or defaults.max_reserved_instance_hours_per_30_days,
     )
+
+
+def instances_allowed(runtime: ServiceContext, account: Account, instance_type: str) -> int:
+    """The instances of this type the account may hold at any instant."""
+    quota = limits(runtime, account)
+    allowed = quota.max_reserved_instances_per_type
+    reservable = sum(p.reservable for p in runtime.fleet.pools_of_type(instance_type))
+    # A type with nothing to reserve has no share to cap: the search says what is wrong with it.
+    if quota.max_reserved_share_per_type is not None and reservable > 0:
+        allowed = min(allowed, share_cap(reservable, quota.max_reserved_share_per_type))
+    return allowed
 
 
 def check_search(
@@ -50,7 +79,7 @@ def check_search(
     """What a search can know: the plan count now, and a count no instance quota could ever allow."""
     account = get_account(session, account_id)
     _check_plans(session, runtime, account)
-    allowed = limits(runtime, account).max_reserved_instances_per_type
+    allowed = instances_allowed(runtime, account, instance_type)
     if count > allowed:
         raise ResourceLimitExceeded(_instances_message(account, instance_type, allowed, 0, count))
 
@@ -85,7 +114,7 @@ def check_instances(
     count: int,
 ) -> None:
     account = get_account(session, account_id)
-    allowed = limits(runtime, account).max_reserved_instances_per_type
+    allowed = instances_allowed(runtime, account, instance_type)
     held = peak_booked(_account_intervals(session, account_id, instance_type, start, end), start, end)
     if held + count > allowed:
         raise ResourceLimitExceeded(_instances_message(account, instance_type, allowed, held, count))
@@ -98,16 +127,38 @@ def _instances_message(account: Account, instance_type: str, allowed: int, held:
     )
 
 
+def check_instance_hours(
+    session: Session, runtime: ServiceContext, account_id: str, adding: Sequence[Interval]
+) -> None:
+    """The reserved instance-hours in any 30 days, with ``adding`` held too, stay within the quota."""
+    account = get_account(session, account_id)
+    allowed = limits(runtime, account).max_reserved_instance_hours_per_30_days
+    if allowed is None or not adding:
+        return
+    low = min(s for s, _, _ in adding) - WINDOW
+    high = max(e for _, e, _ in adding) + WINDOW
+    held = _account_intervals(session, account_id, None, low, high)
+    busiest = busiest_window([*held, *adding], WINDOW, adding)
+    if busiest > allowed + 1e-6:
+        before = busiest_window(held, WINDOW, adding)
+        raise ResourceLimitExceeded(
+            f"Quota reserved-instance-hours-per-30-days is {allowed} for account {account.name}: with this "
+            f"purchase it would hold {busiest:,.0f} instance-hours in its busiest 30 days ({before:,.0f} "
+            f"without it). {_RAISE}"
+        )
+
+
 def _account_intervals(
-    session: Session, account_id: str, instance_type: str, start: datetime, end: datetime
+    session: Session, account_id: str, instance_type: str | None, start: datetime, end: datetime
 ) -> list[tuple[datetime, datetime, int]]:
+    """What the account holds between start and end: of one type, or of every type (None)."""
     rc_end = func.coalesce(ReservedCapacity.released_at, ReservedCapacity.end)
     segments = (
         select(ReservedCapacity.start, rc_end, ReservedCapacity.count)
         .join(TrainingPlan, TrainingPlan.id == ReservedCapacity.plan_id)
         .where(
             TrainingPlan.account_id == account_id,
-            ReservedCapacity.instance_type == instance_type,
+            ReservedCapacity.instance_type == instance_type if instance_type else true(),
             ReservedCapacity.holds_capacity.is_(True),
             ReservedCapacity.start < end,
             rc_end > start,
@@ -118,7 +169,7 @@ def _account_intervals(
         .join(TrainingPlan, TrainingPlan.id == PlanExtension.plan_id)
         .where(
             TrainingPlan.account_id == account_id,
-            PlanExtension.instance_type == instance_type,
+            PlanExtension.instance_type == instance_type if instance_type else true(),
             PlanExtension.holds_capacity.is_(True),
             PlanExtension.start < end,
             PlanExtension.end > start,
@@ -128,12 +179,20 @@ def _account_intervals(
 
 
 def set_limits(
-    session: Session, account_ref: str, *, max_plans: int | None, max_instances: int | None
+    session: Session,
+    account_ref: str,
+    *,
+    max_plans: int | None,
+    max_instances: int | None,
+    max_instance_hours: int | None = None,
 ) -> Account:
-    """New quotas, each from 1 to MAX_QUOTA (checked where they entered), or None to keep the current."""
+    """New quotas, each from 1 to MAX_HOURS_QUOTA or MAX_QUOTA (checked where they entered), or None to
+    keep the current."""
     account = get_account(session, account_ref)
     if max_plans is not None:
         account.max_active_plans = max_plans
     if max_instances is not None:
         account.max_reserved_instances_per_type = max_instances
+    if max_instance_hours is not None:
+        account.max_reserved_instance_hours_per_30_days = max_instance_hours
     return account

@@ -34,6 +34,7 @@ class Account(Base):
     # Per-account quotas; None means the fleet file's default.
     max_active_plans: Mapped[int | None] = mapped_column(Integer, nullable=True)
     max_reserved_instances_per_type: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_reserved_instance_hours_per_30_days: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # The OS user the account's work runs as in isolation mode `users` (services/os_users.py): `hp-` and
     # the id when the server made it (os_user_made: removed with the account), or one an administrator
     # named. None: not known yet (an account made in mode `none` gets its user at the next `users` start).

@@ -163,7 +163,12 @@ VIEWS: dict[str, RenderableType] = {
             "PaymentMode": "budget",
             "Budget": "250000.00",
             "Spend": "15744.00",
-            "Quotas": {"MaxActivePlans": 5, "MaxReservedInstancesPerType": 16},
+            "Quotas": {
+                "MaxActivePlans": 5,
+                "MaxReservedInstancesPerType": 16,
+                "MaxReservedSharePerType": 0.5,
+                "MaxReservedInstanceHoursPer30Days": 20000,
+            },
             "RateLimits": {
                 "search": {"Rate": 0.5, "Burst": 4, "Set": "account"},
                 "purchase": {"Rate": 5, "Burst": 50, "Set": "fleet"},

@@ -244,7 +244,12 @@ def test_quotas_refuse_with_their_name_and_value_until_raised(small: Server) -> 
         TrainingPlanName="second", TrainingPlanOfferingId=overlapping[0]["TrainingPlanOfferingId"]
     )
     accounts = {a["Name"]: a for a in small.native().get("/api/v1/accounts")["Accounts"]}
-    assert accounts["quota-team"]["Quotas"] == {"MaxActivePlans": 5, "MaxReservedInstancesPerType": 8}
+    assert accounts["quota-team"]["Quotas"] == {
+        "MaxActivePlans": 5,
+        "MaxReservedInstancesPerType": 8,
+        "MaxReservedSharePerType": None,  # small.toml sets no share, and the account has its own number
+        "MaxReservedInstanceHoursPer30Days": None,
+    }
     assert accounts["admin"]["Quotas"]["MaxActivePlans"] == 1000  # the fleet's default
 
 

@@ -79,6 +79,14 @@ class AccountSettings:
             f"quotas: {a['Quotas']['MaxActivePlans']} plans, "
             f"{a['Quotas']['MaxReservedInstancesPerType']} instances per type"
         )
+        share, hours = (
+            a["Quotas"].get("MaxReservedSharePerType"),
+            a["Quotas"].get("MaxReservedInstanceHoursPer30Days"),
+        )
+        if share is not None:
+            text.append(f" (at most {share:.0%} of a type's reservable instances)")
+        if hours is not None:
+            text.append(f", {hours:,} instance-hours in any 30 days")
         own = {k: v for k, v in (a.get("RateLimits") or {}).items() if v.get("Set") == "account"}
         if own:
             limits = ", ".join(f"{k} {v['Rate']:g}/s burst {v['Burst']}" for k, v in sorted(own.items()))

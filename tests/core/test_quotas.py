@@ -1,0 +1,65 @@
+"""Quota arithmetic: share caps, and the busiest 30 days of instance-hours against a brute-force count."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hyperplan.core.quotas import Interval, busiest_window, instance_hours, share_cap
+
+T0 = datetime(2027, 3, 1, tzinfo=UTC)
+DAY = timedelta(days=1)
+WINDOW = timedelta(days=30)
+
+
+def test_a_share_rounds_down_but_never_closes_a_pool() -> None:
+    assert share_cap(176, 0.5) == 88
+    assert share_cap(5, 0.5) == 2
+    assert share_cap(1, 0.5) == 1
+    assert share_cap(10, 1.0) == 10
+    assert share_cap(3, 1 / 3) == 1  # no float shortfall below a whole instance
+
+
+def test_instance_hours_count_only_the_overlap() -> None:
+    held: Interval = (T0, T0 + 2 * DAY, 4)
+    assert instance_hours(held, T0 + DAY, T0 + 10 * DAY) == 96
+    assert instance_hours(held, T0 + 3 * DAY, T0 + 10 * DAY) == 0
+
+
+def test_the_busiest_window_finds_two_plans_a_month_apart_only_when_they_fit_in_30_days() -> None:
+    first: Interval = (T0, T0 + 10 * DAY, 2)  # 480 instance-hours
+    near: Interval = (T0 + 25 * DAY, T0 + 27 * DAY, 1)  # 48, within 30 days of the first's start
+    far: Interval = (T0 + 45 * DAY, T0 + 47 * DAY, 1)  # 48, more than 30 days after the first's end
+    assert busiest_window([first, near], WINDOW, [near]) == 528
+    assert busiest_window([first, far], WINDOW, [far]) == 48
+    assert busiest_window([first], WINDOW, []) == 0
+
+
+intervals = st.lists(
+    st.tuples(st.integers(0, 120), st.integers(1, 40), st.integers(1, 8)).map(
+        lambda t: (T0 + t[0] * DAY / 2, T0 + (t[0] + t[1]) * DAY / 2, t[2])
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(held=intervals, added=intervals)
+def test_the_busiest_window_is_the_most_any_30_days_touching_the_new_intervals_hold(
+    held: list[Interval], added: list[Interval]
+) -> None:
+    everything = [*held, *added]
+    found = busiest_window(everything, WINDOW, added)
+    # Brute force: every span start on a 12-hour grid (every edge above lies on it) that meets an added one.
+    brute = 0.0
+    for step in range(-80, 260):
+        start = T0 + step * DAY / 2
+        end = start + WINDOW
+        if any(s < end and e > start for s, e, _ in added) or any(
+            e == start or s == end for s, e, _ in added
+        ):
+            brute = max(brute, sum(instance_hours(i, start, end) for i in everything))
+    assert abs(found - brute) < 1e-6
