@@ -443,7 +443,7 @@ def _record_exit(files: TaskFiles, record: ExitRecord) -> None:
 
 def _lock(files: NodeFiles) -> int | None:
     """Hold the node's lock for life; give up if another agent holds it (a duplicate start)."""
-    fd = os.open(files.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(files.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, RECORD_MODE)
     until = time.monotonic() + LOCK_WAIT_SECONDS
     while True:
         try:

@@ -18,6 +18,20 @@ back. So:
   terminated) and its unfinished tasks as Lost.
 
 One root belongs to one server at a time: ``adopt`` kills whatever under the root it was not told about.
+
+**Privileges.** A node or sandbox whose spec has ``run_as`` (isolation mode ``users``) runs its work as
+that OS user; without one, as the server's own user, as before. The agent itself stays the server's user
+(root): it writes the records the back end trusts. Each child it forks (OnCreate, a task, an ``exec``
+command, which is a task too) closes every descriptor above 2, drops every supplementary group, sets its
+gid, then its uid (real, effective and saved), checks that it cannot become root again, and only then
+changes to its directory and execs, with HOME the node's home and USER/LOGNAME the user's. The home is
+filled as root (the lifecycle scripts copied with their links as links, the OnCreate script opened
+without following one) and handed to the user afterwards, entry by entry with lchown, the top last and
+0700; every other file under the root stays root's and 0600 in directories of 0711 (see ``layout.py``),
+so a tenant reaches its own home and nothing else. ``run_as`` with a server that is not root, or naming
+uid or gid 0, is refused with :class:`BackendError`, never quietly run as the server. The variables a
+tenant's processes carry name the back end's root and their node's directory; the root should lie
+outside the server's data directory, which this module does not decide.
 """
 
 from __future__ import annotations

@@ -181,7 +181,8 @@ def _staging(root: Path) -> Iterator[Path]:
     the staging directory away and put a link in its place."""
     parent = root.parent
     info = os.lstat(parent)
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+    others_write = info.st_mode & 0o002 or (info.st_mode & 0o020 and info.st_gid != os.getegid())
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or others_write:
         raise OSError(f"{parent}: an instance tree's parent must be a directory only the server can write")
     staging = Path(tempfile.mkdtemp(prefix=f".{root.name}.taken-", dir=parent))
     try:
