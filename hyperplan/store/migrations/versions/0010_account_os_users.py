@@ -1,7 +1,7 @@
 """accounts' OS users: the user an account's work runs as, whether the server made it, and deletion
 
-Revision ID: 0009
-Revises: 0008
+Revision ID: 0010
+Revises: 0009
 
 Existing accounts get no user here (a migration runs no useradd): the next start in isolation mode
 `users` gives each one its `hp-<id>` user (hyperplan/services/os_users.py).
@@ -12,8 +12,8 @@ from alembic import op
 
 import hyperplan.store.types
 
-revision = "0009"
-down_revision = "0008"
+revision = "0010"
+down_revision = "0009"
 branch_labels = None
 depends_on = None
 
