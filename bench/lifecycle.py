@@ -36,7 +36,7 @@ from pathlib import Path
 from bench import profiling
 from bench.report import Figure, Report, heading, line, percentile
 from bench.scale import Scale
-from bench.server import running_server
+from bench.server import running_server, unisolated
 from bench.timed_store import (
     EVENTS_PER_PLAN,
     LIFECYCLE_FLEET,
@@ -272,7 +272,9 @@ def _catch_up(report: Report, missed: TimedStore, start_seconds: float) -> None:
 
 def _profile_catch_up(data_dir: Path) -> None:
     """The same catch-up in-process under cProfile, on a copy of the missed store taken before it ran."""
-    application = Application(AppConfig(data_dir=data_dir, fleet_path=LIFECYCLE_FLEET, clock="wall"))
+    application = Application(
+        AppConfig(data_dir=data_dir, fleet_path=LIFECYCLE_FLEET, clock="wall", **unisolated(data_dir))
+    )
     try:
         application.bootstrap()
         runtime = application.context

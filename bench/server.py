@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from bench.fill import Booking, FillSpec, booked_fraction, fill, window_start
 from bench.loadgen import Endpoint
@@ -75,7 +76,9 @@ BENCH_START = datetime(2026, 12, 31, 23, 50, tzinfo=UTC)
 
 def prepare_store(data_dir: Path, spec: FillSpec, clients: int) -> Store:
     """A data directory with the bench fleet, ``clients`` accounts, and plans booked per ``spec``."""
-    config = AppConfig(data_dir=data_dir, fleet_path=FLEET, clock="manual", clock_start=BENCH_START)
+    config = AppConfig(
+        data_dir=data_dir, fleet_path=FLEET, clock="manual", clock_start=BENCH_START, **unisolated(data_dir)
+    )
     application = Application(config)
     application.bootstrap()
     runtime = application.context
@@ -153,6 +156,11 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def unisolated(data_dir: Path) -> dict[str, Any]:
+    """A bench's application: mode none, the work directory beside the data directory."""
+    return {"isolation": "none", "work_dir": data_dir.with_name(data_dir.name + "-work")}
+
+
 @contextmanager
 def running_server(
     data_dir: Path, timeout: float = 120, *, fleet: Path = FLEET, clock: str = "manual"
@@ -176,6 +184,11 @@ def running_server(
         clock,
         "--log-level",
         "warning",
+        # A measurement, not a deployment: no OS users made, the work directory beside the data.
+        "--isolation",
+        "none",
+        "--work-dir",
+        str(data_dir.with_name(data_dir.name + "-work")),
     ]
     data_dir.mkdir(parents=True, exist_ok=True)
     with (data_dir / "server.log").open("ab") as log:

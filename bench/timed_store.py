@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.fill import Booking
-from bench.server import offering_for
+from bench.server import offering_for, unisolated
 from hyperplan.app import AppConfig, Application
 from hyperplan.services import accounts, plans
 from hyperplan.services.accounts import Caller
@@ -90,7 +90,9 @@ class TimedStore:
 def write_store(data_dir: Path, groups: tuple[Group, ...], setup_seconds: float = 0.0) -> TimedStore:
     """Buy the groups' plans; their times count from the first whole second ``setup_seconds`` (time to
     write them and start a server) after now."""
-    application = Application(AppConfig(data_dir=data_dir, fleet_path=LIFECYCLE_FLEET, clock="manual"))
+    application = Application(
+        AppConfig(data_dir=data_dir, fleet_path=LIFECYCLE_FLEET, clock="manual", **unisolated(data_dir))
+    )
     try:
         application.bootstrap()
         runtime = application.context

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,6 +28,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from hyperplan.backends.base import Backend
+from hyperplan.backends.composite import RoutingBackend, holds_work
 from hyperplan.backends.local import LocalBackend
 from hyperplan.clock import Clock, make_clock, utcnow
 from hyperplan.core.fleet import Fleet
@@ -34,6 +36,7 @@ from hyperplan.core.fleet_file import parse_fleet
 from hyperplan.events.loop import EventHandler, TimedEventLoop
 from hyperplan.notify.dispatcher import Dispatcher, DispatcherConfig
 from hyperplan.services import (
+    account_views,
     accounts,
     adoption,
     cluster_reconcile,
@@ -41,6 +44,7 @@ from hyperplan.services import (
     job_deadlines,
     jobs,
     lifecycle,
+    os_users,
     payments,
     sealed_secrets,
 )
@@ -62,8 +66,9 @@ DATA_DIR_ENV = "HYPERPLAN_DATA_DIR"
 BOOTSTRAP_KEY_ENV = "HYPERPLAN_BOOTSTRAP_ACCESS_KEY_ID"
 BOOTSTRAP_SECRET_ENV = "HYPERPLAN_BOOTSTRAP_SECRET_ACCESS_KEY"
 
-# (data directory) -> the execution back end; tests give one that builds a FakeBackend.
+# (work directory) -> the execution back end; tests give one that builds a FakeBackend.
 BackendFactory = Callable[[Path], Backend]
+LEGACY_BACKEND = "backend"  # DATA_DIR/backend: where versions before the work directory ran their work
 
 
 def default_data_dir() -> Path:
@@ -79,9 +84,24 @@ def read_fleet_text(path: Path | None) -> str:
     return path.read_text()
 
 
-def local_backend(data_dir: Path) -> Backend:
-    """Real processes, each node and task in a sandbox under the data directory."""
-    return LocalBackend(data_dir / "backend")
+def local_backend(work_dir: Path) -> Backend:
+    """Real processes, each node and task in a sandbox under the work directory."""
+    return LocalBackend(work_dir / "backend")
+
+
+def with_legacy_work(backend: Backend, data_dir: Path) -> Backend:
+    """A server upgraded from a version that kept its nodes and tasks in DATA_DIR/backend: while any
+    are left there, a second local back end over that root adopts them and serves them until they end
+    (backends/composite.py); new work goes to ``backend``."""
+    legacy_root = data_dir / LEGACY_BACKEND
+    if not holds_work(legacy_root):
+        return backend
+    log.warning(
+        "adopting the nodes and tasks a previous version started under %s: they run as the server's own "
+        "user, not isolated, until they end; new work goes to the work directory",
+        legacy_root,
+    )
+    return RoutingBackend(backend, LocalBackend(legacy_root), legacy_root)
 
 
 @dataclass(frozen=True)
@@ -97,6 +117,11 @@ class AppConfig:
     # The master key file (store/master_key.py); None: DATA_DIR/master.key. Servers sharing one database
     # name one file.
     key_file: Path | None = None
+    # "users" or "none" (services/os_users.py); None: "users" when run as root, else "none".
+    isolation: str | None = None
+    # Nodes' homes, sandboxes, job trees; None: the fleet file's [backend] work_dir, else the default
+    # (/var/lib/hyperplan/work as root, DATA_DIR-work otherwise).
+    work_dir: Path | None = None
 
     @property
     def key_path(self) -> Path:
@@ -143,30 +168,47 @@ class Application:
         if self._context is not None:
             return self._context
         config = self.config
+        isolation = os_users.choose_isolation(config.isolation, os.geteuid())
         config.data_dir.mkdir(parents=True, exist_ok=True)
+        os.chmod(config.data_dir, 0o700)  # before anything is written in it
         fleet = parse_fleet(read_fleet_text(config.fleet_path))
+        work_dir = os_users.check_work_dir_place(_work_dir(config, fleet), config.data_dir)
+        interpreter = os_users.default_interpreter(isolation)
+        if isolation is os_users.Isolation.USERS:
+            os_users.check_interpreters(dict(fleet.images), interpreter)
+        else:
+            log.warning("%s", os_users.NOT_ISOLATED)
         db = Database(config.database_url or sqlite_url(config.data_dir))
         try:
             db.migrate()
             box = sealed_secrets.unlock(db, config.key_path)
+            close_data_dir(config.data_dir)  # the store and key just made, and a store from before
         except BaseException:
             db.close()
             raise
-        clock = _load_clock(db, config)
+        try:
+            clock = _load_clock(db, config)
+            os_users.make_work_dir(work_dir, isolation)  # once everything else said yes
+        except BaseException:
+            db.close()
+            raise
         wakes = Wakes.local()
         # Whoever writes a timed event or queues a delivery, the loop that runs it hears of it at commit.
         db.on_insert(ScheduledEvent, wakes.lifecycle.notify)
         db.on_insert(WebhookDelivery, wakes.webhooks.notify)
         calendar = LiveCalendar(fleet)
         events = TimedEventLoop(db, clock, {}, wake=wakes.lifecycle)
+        backend = config.backend(work_dir)
+        if config.backend is local_backend:
+            backend = with_legacy_work(backend, config.data_dir)
         context = ServiceContext(
-            settings=Settings(config.data_dir, config.time_scale),
+            settings=Settings(config.data_dir, config.time_scale, work_dir, isolation.value, interpreter),
             fleet=fleet,
             db=db,
             clock=clock,
             calendar=calendar,
             lifecycle=LifecycleContext(calendar, fleet, consumers=(self._clusters_follow, self._jobs_follow)),
-            backend=config.backend(config.data_dir),
+            backend=backend,
             keys=KeyCache(),
             offering_key=_offering_key(db),
             secret_box=box,
@@ -192,6 +234,10 @@ class Application:
             self.bootstrapped = _bootstrap_admin(
                 context.db, context.secret_box, context.fleet, self.credentials_path
             )
+            if context.settings.isolated:
+                made = account_views.ensure_os_users(context)
+                if made:
+                    log.info("made the OS users of %d account(s)", made)
             self._bootstrap_done = True
         return self.bootstrapped
 
@@ -255,6 +301,27 @@ def event_handlers(context: ServiceContext) -> dict[str, EventHandler]:
             raise RuntimeError(f"two services handle the timed events {sorted(clash)}")
         merged.update(handlers)
     return merged
+
+
+def _work_dir(config: AppConfig, fleet: Fleet) -> Path:
+    if config.work_dir is not None:
+        return config.work_dir.expanduser()
+    if fleet.work_dir is not None:
+        return Path(fleet.work_dir)
+    return os_users.default_work_dir(config.data_dir, os.geteuid())
+
+
+def close_data_dir(data_dir: Path) -> None:
+    """The data directory and everything in it readable by the server's user only: no group or other
+    bit on any directory or file (0700, 0600 for the database, credentials, keys...); a store made
+    before this rule gets it here. Links are not followed (nor changed)."""
+    os.chmod(data_dir, os.stat(data_dir).st_mode & 0o700)
+    for parent, directories, files in os.walk(data_dir):
+        for name in (*directories, *files):
+            path = os.path.join(parent, name)
+            info = os.lstat(path)
+            if not stat.S_ISLNK(info.st_mode) and info.st_mode & 0o077:
+                os.chmod(path, stat.S_IMODE(info.st_mode) & 0o700)
 
 
 def _load_clock(db: Database, config: AppConfig) -> Clock:

@@ -154,6 +154,14 @@ class MasterKeyUnavailable(HyperplanError):
     status = 500
 
 
+class StartRefused(HyperplanError):
+    """The server cannot start as configured (an isolation mode, a work directory, an interpreter); the
+    message says what to change."""
+
+    code = "StartRefused"
+    status = 500
+
+
 class InternalFailure(HyperplanError):
     code = "InternalFailure"
     status = 500

@@ -57,6 +57,12 @@ def check_response_shape(operation_model: Any, response_dict: dict[str, Any], **
     check_output(operation_model, json.loads(body or b"{}"))
 
 
+def unisolated(data_dir: Path) -> dict[str, Any]:
+    """AppConfig's isolation settings for a test's application: mode none (CI runs as root, where the
+    default is mode users) and a work directory beside the data directory, in the test's directory."""
+    return {"isolation": "none", "work_dir": data_dir.with_name(data_dir.name + "-work")}
+
+
 def service_now(server: Server) -> datetime:
     """The server's service clock (the manual clock in most tests)."""
     return datetime.fromisoformat(server.native().get("/api/v1/clock")["Now"])
@@ -126,6 +132,11 @@ class Server:
     def log_path(self) -> Path:
         return self.data_dir / "server.log"
 
+    @property
+    def work_dir(self) -> Path:
+        """Nodes' homes, sandboxes and job trees: beside the data directory, in the test's directory."""
+        return self.data_dir.with_name(self.data_dir.name + "-work")
+
     def start(self, timeout: float = 60) -> Server:
         args = [
             str(BIN / "hyperplan"),
@@ -138,6 +149,7 @@ class Server:
             self.clock,
             "--log-level",
             "warning",
+            *self.isolation_args(),
             *self.extra_args,
         ]
         if self.fleet is not None:
@@ -156,6 +168,13 @@ class Server:
         )
         self._wait_ready(timeout)
         return self
+
+    def isolation_args(self) -> list[str]:
+        """Mode none in a work directory of the test's own, unless the test chose (the isolation tests):
+        CI runs as root, where the default would be mode users in /var/lib/hyperplan/work."""
+        given = " ".join(self.extra_args)
+        args = [] if "--isolation" in given else ["--isolation", "none"]
+        return args if "--work-dir" in given else [*args, "--work-dir", str(self.work_dir)]
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

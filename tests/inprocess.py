@@ -47,7 +47,7 @@ def build_application(
 ) -> tuple[Application, Starlette]:
     """The application as `hyperplan serve` composes it, over the given back end (the one place tests
     compose it)."""
-    application = Application(replace(config, backend=lambda _data_dir: backend))
+    application = Application(replace(config, backend=lambda _work_dir: backend))
     return application, create_app(application.open(), application, limits)
 
 
@@ -165,6 +165,8 @@ class InProcessServer(Server):
             clock=self.clock,
             time_scale=self.time_scale,
             clock_start=self.clock_start if self.clock != "wall" else None,
+            isolation="none",  # CI runs as root, where the default would be mode users
+            work_dir=self.work_dir,
         )
         self.runtime, app = build_application(config, FakeBackend(self.world), self.limits)
         listener = socket.socket()

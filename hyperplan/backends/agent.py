@@ -28,6 +28,7 @@ import os
 import select
 import shutil
 import signal
+import stat
 import sys
 import time
 import traceback
@@ -36,9 +37,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from hyperplan.backends import procfs
-from hyperplan.backends.base import ENV_DIR_VARIABLE, LogStream, NodeState, TaskState
+from hyperplan.backends.base import ENV_DIR_VARIABLE, LogStream, NodeState, RunAs, TaskState
 from hyperplan.backends.layout import (
     NODE_DIR_VARIABLE,
+    RECORD_MODE,
     ROOT_VARIABLE,
     ExitRecord,
     Layout,
@@ -49,8 +51,10 @@ from hyperplan.backends.layout import (
     TaskFiles,
     TaskRecord,
     TerminateOrder,
+    hand_over,
     inherited_mark,
     read_record,
+    run_as_of,
     tail,
     write_record,
 )
@@ -77,6 +81,7 @@ class Agent:
         self.layout = layout
         self.files = files
         self.spec = spec
+        self.run_as = run_as_of(spec)
         self.state = NodeState.PENDING
         self.children: dict[int, Child] = {}
         self.seen: set[str] = set()
@@ -150,25 +155,38 @@ class Agent:
     # --- provisioning ----------------------------------------------------------------------------
 
     def _provision(self) -> None:
+        """Fill the home while it is still ours (no process of the node's user can reach it yet), then
+        hand it over and start OnCreate."""
         spec = self.spec
         self.files.home.mkdir(parents=True, exist_ok=True)
+        if self.run_as is not None and os.geteuid() != 0:
+            why = f"cannot run as {self.run_as.user}: the node agent is not root"
+            self._set_state(NodeState.FAILURE, why)
+            return
         if spec.lifecycle_source is not None:
             try:
-                shutil.copytree(spec.lifecycle_source, self.files.lifecycle_dir, dirs_exist_ok=True)
-            except OSError as error:
+                # Links are copied as links, never followed: the scripts are the tenant's.
+                shutil.copytree(
+                    spec.lifecycle_source, self.files.lifecycle_dir, symlinks=True, dirs_exist_ok=True
+                )
+            except (OSError, shutil.Error) as error:
                 self._set_state(NodeState.FAILURE, f"cannot copy the lifecycle scripts: {error}")
                 return
-        if spec.on_create is None:
+        argv = None
+        if spec.on_create is not None:
+            script = self.files.lifecycle_dir / spec.on_create
+            try:
+                argv = _script_argv(script, spec.on_create_args)
+            except (OSError, ValueError) as error:
+                self._set_state(NodeState.FAILURE, f"OnCreate script {spec.on_create}: {error}")
+                return
+        if self.run_as is not None:
+            hand_over(self.files.home, self.run_as)
+        if argv is None:
             self._set_state(NodeState.RUNNING)
             return
-        script = self.files.lifecycle_dir / spec.on_create
-        if not script.is_file():
-            self._set_state(
-                NodeState.FAILURE, f"OnCreate script {spec.on_create} not found in the lifecycle source"
-            )
-            return
         pid = self._spawn(
-            _script_argv(script, spec.on_create_args),
+            argv,
             self._env(),
             script.parent,
             self.files.log(LogStream.STDOUT),
@@ -316,11 +334,12 @@ class Agent:
 
     def _spawn(self, argv: list[str], env: dict[str, str], cwd: Path, stdout: Path, stderr: Path) -> int:
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-        out, err = os.open(stdout, flags, 0o644), os.open(stderr, flags, 0o644)
+        # The server's files (0600): the child writes them through the descriptors it is given.
+        out, err = os.open(stdout, flags, RECORD_MODE), os.open(stderr, flags, RECORD_MODE)
         try:
             pid = os.fork()
             if pid == 0:
-                _become(argv, env, cwd, out, err)
+                _become(argv, env, cwd, out, err, self.run_as)
         finally:
             os.close(out)
             os.close(err)
@@ -332,6 +351,8 @@ class Agent:
     def _env(self) -> dict[str, str]:
         base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": os.environ.get("LANG", "C.UTF-8")}
         base["HOME"] = str(self.files.home)
+        if self.run_as is not None:
+            base["USER"] = base["LOGNAME"] = self.run_as.user
         return {**base, **self.spec.env, **self._own_variables(), **self.files.published_env()}
 
     def _own_variables(self) -> dict[str, str]:
@@ -354,16 +375,30 @@ class Agent:
 
 def _script_argv(script: Path, args: list[str]) -> list[str]:
     """Lifecycle scripts lose their mode bits in object storage: one with a #! line is made executable
-    and run as it asks; any other runs under sh."""
-    with script.open("rb") as source:
+    and run as it asks; any other runs under sh. The script must be a file of the copy itself: a path
+    through a symbolic link is refused, and the file is opened without following one (we are root)."""
+    if script.resolve() != script:
+        raise ValueError("is a symbolic link or lies under one; it must be a file of the lifecycle source")
+    try:
+        fd = os.open(script, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise ValueError("not found in the lifecycle source") from None
+    with os.fdopen(fd, "rb") as source:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ValueError("not a regular file")
         if source.read(2) == b"#!":
-            script.chmod(script.stat().st_mode | 0o100)
+            os.fchmod(fd, stat.S_IMODE(mode) | 0o100)
             return [str(script), *args]
     return ["/bin/sh", str(script), *args]
 
 
-def _become(argv: list[str], env: dict[str, str], cwd: Path, out: int, err: int) -> NoReturn:
-    """In the forked child: a process group of its own, default signals, files on 0/1/2, then exec."""
+def _become(
+    argv: list[str], env: dict[str, str], cwd: Path, out: int, err: int, run_as: RunAs | None
+) -> NoReturn:
+    """In the forked child: a process group of its own, default signals, files on 0/1/2 and no other
+    descriptor, the node's user (if it has one), then exec. The directory is changed only as that user,
+    so that a cwd it may not enter is refused rather than handed to it open."""
     try:
         os.setpgid(0, 0)
         signal.set_wakeup_fd(-1)
@@ -372,12 +407,32 @@ def _become(argv: list[str], env: dict[str, str], cwd: Path, out: int, err: int)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
         os.dup2(out, 1)
         os.dup2(err, 2)
+        # Nothing of the agent's (lock, wakeup pipe, logs) reaches the program, CLOEXEC or not.
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        if run_as is not None:
+            _drop_privileges(run_as)
         os.chdir(cwd)
         os.execvpe(argv[0], argv, env)
     except BaseException as error:
         with contextlib.suppress(OSError):
             os.write(2, f"hyperplan: cannot start {argv[0]!r}: {error}\n".encode())
     os._exit(127)
+
+
+def _drop_privileges(run_as: RunAs) -> None:
+    """Become ``run_as`` for good: no supplementary groups, then the group, then the user (real,
+    effective and saved ids alike), and check that there is no way back."""
+    os.setgroups([])
+    os.setresgid(run_as.gid, run_as.gid, run_as.gid)
+    os.setresuid(run_as.uid, run_as.uid, run_as.uid)
+    same = (run_as.uid,) * 3 == os.getresuid() and (run_as.gid,) * 3 == os.getresgid()
+    if not same or os.getgroups() not in ([], [run_as.gid]):
+        raise PermissionError(f"the switch to {run_as.user} did not take")
+    try:
+        os.setuid(0)
+    except PermissionError:
+        return
+    raise PermissionError(f"still able to become root after switching to {run_as.user}")
 
 
 def _record_exit(files: TaskFiles, record: ExitRecord) -> None:
@@ -388,7 +443,7 @@ def _record_exit(files: TaskFiles, record: ExitRecord) -> None:
 
 def _lock(files: NodeFiles) -> int | None:
     """Hold the node's lock for life; give up if another agent holds it (a duplicate start)."""
-    fd = os.open(files.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = os.open(files.lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, RECORD_MODE)
     until = time.monotonic() + LOCK_WAIT_SECONDS
     while True:
         try:

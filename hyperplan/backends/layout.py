@@ -24,6 +24,13 @@ one), so a reader sees the old or the new content, never half of it.
         terminate.json server       a task's own terminate order (tasks on a shared node)
         stdout.log, stderr.log
         sandbox/                    the instance sandbox of a task run with node_id=None: a node dir
+
+Who may read what, when work runs as an account's OS user (``run_as``): everything belongs to the
+server's user (root) except a node's ``home/``, which the agent hands to the node's user (0700) once the
+lifecycle scripts are in it. The root, ``nodes/``, ``tasks/``, every node and task directory are 0711:
+a tenant can pass through them to its own home but list nothing. Records and logs are 0600 (a process
+gets its log as an open descriptor, never by name); ``env/`` and its files are 0755/0644, for the node's
+processes read them. No file here is writable by a tenant.
 """
 
 from __future__ import annotations
@@ -36,9 +43,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hyperplan.backends.base import LogStream
+from hyperplan.backends.base import LogStream, RunAs
 
 T = TypeVar("T")
+
+PASSAGE_MODE = 0o711
+"""The root and every node and task directory: traversable, not listable, by other users."""
+PRIVATE_MODE = 0o700
+READABLE_DIR_MODE = 0o755
+READABLE_FILE_MODE = 0o644
+RECORD_MODE = 0o600
 
 # Every process of the back end carries these, so that a restarted server can find strays.
 ROOT_VARIABLE = "HYPERPLAN_BACKEND_ROOT"
@@ -70,6 +84,8 @@ class NodeRecord:
     on_create_args: list[str]
     sandbox_task: str | None
     """The task a sandbox exists for; None for a node of a cluster."""
+    run_as: dict[str, Any] | None = None
+    """The node's OS user (a :class:`RunAs` as a dict); None: the server's own."""
     created_at: float = field(default_factory=time.time, compare=False)
 
 
@@ -80,6 +96,8 @@ class TaskRecord:
     argv: list[str]
     env: dict[str, str]
     cwd: str | None
+    run_as: dict[str, Any] | None = None
+    """A sandboxed task's OS user, as in :class:`NodeRecord`."""
     created_at: float = field(default_factory=time.time, compare=False)
 
 
@@ -118,6 +136,31 @@ class TerminateOrder:
     requested_at: float = field(default_factory=time.time)
 
 
+def run_as_record(run_as: RunAs | None) -> dict[str, Any] | None:
+    return asdict(run_as) if run_as is not None else None
+
+
+def run_as_of(record: NodeRecord | TaskRecord) -> RunAs | None:
+    return RunAs(**record.run_as) if record.run_as is not None else None
+
+
+def make_dir(path: Path, mode: int) -> None:
+    """A directory with exactly ``mode``, whatever the umask (also when it existed)."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, mode)
+
+
+def hand_over(top: Path, run_as: RunAs) -> None:
+    """Give the tree under ``top`` to ``run_as``, ``top`` itself last and 0700. No symbolic link is
+    followed: each entry is changed itself (lchown), so a link in the tree cannot make root change a file
+    outside it. Call it while nothing of that user can reach the tree yet (``top`` still the server's)."""
+    for parent, directories, files in os.walk(top, topdown=False):  # never descends into a link
+        for name in (*directories, *files):
+            os.chown(os.path.join(parent, name), run_as.uid, run_as.gid, follow_symlinks=False)
+    os.chown(top, run_as.uid, run_as.gid, follow_symlinks=False)
+    os.chmod(top, PRIVATE_MODE)
+
+
 def write_record(path: Path, record: Any) -> None:
     write_atomically(path, json.dumps(asdict(record), indent=1).encode())
 
@@ -129,9 +172,11 @@ def read_record(path: Path, kind: type[T]) -> T | None:
         return None
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+def write_atomically(path: Path, data: bytes, mode: int = RECORD_MODE) -> None:
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # 0600
     try:
+        if mode != RECORD_MODE:
+            os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as out:
             out.write(data)
         os.replace(temporary, path)

@@ -18,6 +18,20 @@ back. So:
   terminated) and its unfinished tasks as Lost.
 
 One root belongs to one server at a time: ``adopt`` kills whatever under the root it was not told about.
+
+**Privileges.** A node or sandbox whose spec has ``run_as`` (isolation mode ``users``) runs its work as
+that OS user; without one, as the server's own user, as before. The agent itself stays the server's user
+(root): it writes the records the back end trusts. Each child it forks (OnCreate, a task, an ``exec``
+command, which is a task too) closes every descriptor above 2, drops every supplementary group, sets its
+gid, then its uid (real, effective and saved), checks that it cannot become root again, and only then
+changes to its directory and execs, with HOME the node's home and USER/LOGNAME the user's. The home is
+filled as root (the lifecycle scripts copied with their links as links, the OnCreate script opened
+without following one) and handed to the user afterwards, entry by entry with lchown, the top last and
+0700; every other file under the root stays root's and 0600 in directories of 0711 (see ``layout.py``),
+so a tenant reaches its own home and nothing else. ``run_as`` with a server that is not root, or naming
+uid or gid 0, is refused with :class:`BackendError`, never quietly run as the server. The variables a
+tenant's processes carry name the back end's root and their node's directory; the root should lie
+outside the server's data directory, which this module does not decide.
 """
 
 from __future__ import annotations
@@ -40,6 +54,7 @@ from hyperplan.backends import procfs
 from hyperplan.backends.base import (
     EXEC_OUTPUT_LIMIT,
     AdoptReport,
+    BackendError,
     ExecResult,
     LogChunk,
     LogStream,
@@ -49,6 +64,7 @@ from hyperplan.backends.base import (
     NodeStatus,
     NodeUnavailable,
     Ref,
+    RunAs,
     SpecConflict,
     TaskRef,
     TaskSpec,
@@ -60,6 +76,11 @@ from hyperplan.backends.base import (
 )
 from hyperplan.backends.layout import (
     NODE_DIR_VARIABLE,
+    PASSAGE_MODE,
+    PRIVATE_MODE,
+    READABLE_DIR_MODE,
+    READABLE_FILE_MODE,
+    RECORD_MODE,
     ROOT_VARIABLE,
     ExitRecord,
     Layout,
@@ -71,7 +92,10 @@ from hyperplan.backends.layout import (
     TaskRecord,
     TerminateOrder,
     inherited_mark,
+    make_dir,
     read_record,
+    run_as_of,
+    run_as_record,
     tail,
     write_atomically,
     write_record,
@@ -89,8 +113,8 @@ class LocalBackend:
 
     def __init__(self, root: Path, python: str = sys.executable) -> None:
         self.layout = Layout(root.resolve())
-        self.layout.nodes.mkdir(parents=True, exist_ok=True)
-        self.layout.tasks.mkdir(parents=True, exist_ok=True)
+        for directory in (self.layout.root, self.layout.nodes, self.layout.tasks):
+            make_dir(directory, PASSAGE_MODE)
         self.python = python
         self._timers: set[threading.Timer] = set()
         self._timers_lock = threading.Lock()
@@ -98,6 +122,7 @@ class LocalBackend:
     # --- nodes -----------------------------------------------------------------------------------
 
     def provision(self, spec: NodeSpec) -> None:
+        _check_run_as(spec.run_as)
         source = str(spec.lifecycle_source.resolve()) if spec.lifecycle_source else None
         record = NodeRecord(
             spec.node_id,
@@ -108,6 +133,7 @@ class LocalBackend:
             spec.on_create,
             list(spec.on_create_args),
             sandbox_task=None,
+            run_as=run_as_record(spec.run_as),
         )
         self._make_node(self.layout.node(spec.node_id), record)
 
@@ -156,16 +182,22 @@ class LocalBackend:
     def run(self, spec: TaskSpec) -> None:
         files = self.layout.task(spec.task_id)
         cwd = str(spec.cwd) if spec.cwd else None
-        record = TaskRecord(spec.task_id, spec.node_id, list(spec.argv), dict(spec.env), cwd)
+        _check_run_as(spec.run_as)
+        run_as = run_as_record(spec.run_as)
+        record = TaskRecord(spec.task_id, spec.node_id, list(spec.argv), dict(spec.env), cwd, run_as)
         existing = read_record(files.spec, TaskRecord)
         if existing is not None and existing != record:
             raise SpecConflict(f"task {spec.task_id} exists with another spec")
         if spec.node_id is None:
             self._write_task(files, record)
-            sandbox = NodeRecord(spec.task_id, spec.task_id, "", {}, None, None, [], spec.task_id)
+            sandbox = NodeRecord(spec.task_id, spec.task_id, "", {}, None, None, [], spec.task_id, run_as)
             self._make_node(NodeFiles(files.sandbox), sandbox, queue=spec.task_id)
             return
         node = self._node(spec.node_id)
+        if spec.run_as is not None:
+            node_record = read_record(node.spec, NodeRecord)
+            if node_record is None or run_as_of(node_record) != spec.run_as:
+                raise BackendError(f"task {spec.task_id}: a task on a node runs as the node's user")
         if existing is None:
             state = self.node_status(spec.node_id).state
             if state not in (NodeState.PENDING, NodeState.RUNNING):
@@ -303,8 +335,11 @@ class LocalBackend:
     def _make_node(self, files: NodeFiles, record: NodeRecord, queue: str | None = None) -> None:
         existing = read_record(files.spec, NodeRecord)
         if existing is None:
-            for directory in (files.path, files.env_dir, files.queue, files.home):
-                directory.mkdir(parents=True, exist_ok=True)
+            # home stays the server's until the agent has filled it and hands it to the node's user.
+            make_dir(files.path, PASSAGE_MODE)
+            make_dir(files.env_dir, READABLE_DIR_MODE)
+            make_dir(files.queue, PRIVATE_MODE)
+            make_dir(files.home, PRIVATE_MODE)
             if queue is not None:
                 (files.queue / queue).touch()
             # Written last: a node exists once its spec does.
@@ -327,7 +362,8 @@ class LocalBackend:
             **inherited_mark(),
         }
         argv = [self.python, "-m", "hyperplan.backends.agent", str(self.layout.root), str(files.path)]
-        with files.agent_log.open("ab") as log:
+        log_fd = os.open(files.agent_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, RECORD_MODE)
+        with os.fdopen(log_fd, "ab") as log:
             launcher = subprocess.Popen(
                 ["/bin/sh", "-c", '"$@" &', "sh", *argv],
                 stdin=subprocess.DEVNULL,
@@ -497,16 +533,17 @@ class LocalBackend:
         return self.task_status(ref.task_id).state.is_final()
 
     def _write_task(self, files: TaskFiles, record: TaskRecord) -> None:
-        files.path.mkdir(parents=True, exist_ok=True)
+        make_dir(files.path, PASSAGE_MODE)
         write_record(files.spec, record)
 
     def _publish(self, files: NodeFiles, env: Mapping[str, str] | None) -> None:
         if not env or not files.spec.exists():
             return
         check_env(env)
-        files.env_dir.mkdir(parents=True, exist_ok=True)
+        make_dir(files.env_dir, READABLE_DIR_MODE)
         for name, value in env.items():
-            write_atomically(files.env_dir / name, value.encode())
+            # The node's processes read them (as the node's user); only the server writes them.
+            write_atomically(files.env_dir / name, value.encode(), READABLE_FILE_MODE)
 
     def _wait_final(self, task_id: str, seconds: float) -> TaskStatus:
         until = time.monotonic() + seconds
@@ -549,6 +586,20 @@ class LocalBackend:
                     procfs.killpg(proc.pid, SIGKILL)
         with self._timers_lock:
             self._timers = {timer for timer in self._timers if timer.is_alive()}
+
+
+def _check_run_as(run_as: RunAs | None) -> None:
+    """Work runs as another user only when the server can make it so: refused rather than run as the
+    server's own user."""
+    if run_as is None:
+        return
+    if run_as.uid == 0 or run_as.gid == 0:
+        raise BackendError(f"cannot run work as {run_as.user}: uid and gid must not be 0 (root)")
+    if os.geteuid() != 0:
+        raise BackendError(
+            f"cannot run work as {run_as.user}: the server is not root, so it cannot change user "
+            "(run it as root, or without isolation)"
+        )
 
 
 def _still_running(pids: set[int]) -> set[int]:

@@ -17,6 +17,13 @@ def create(
     name: str,
     admin: Annotated[bool, typer.Option("--admin", help="Make it an administrator.")] = False,
     payment_mode: Annotated[str | None, typer.Option(help="auto, budget or approval.")] = None,
+    os_user: Annotated[
+        str | None,
+        typer.Option(
+            help="An existing OS user the account's work runs as (not root, not the server's user); "
+            "default: hp-ACCOUNT_ID, made by the server in isolation mode users."
+        ),
+    ] = None,
 ) -> None:
     """Create an account and print its id and first access key."""
     from hyperplan.cli.views.accounts import NewKey
@@ -24,6 +31,8 @@ def create(
     body: dict[str, Any] = {"Name": name, "Admin": admin}
     if payment_mode:
         body["PaymentMode"] = payment_mode
+    if os_user:
+        body["OsUser"] = os_user
     with reporting_errors():
         key = native_client().post("/api/v1/accounts", body)
     emit(
@@ -40,6 +49,19 @@ def list_accounts() -> None:
     with reporting_errors():
         result = native_client().get("/api/v1/accounts")
     emit(result["Accounts"], AccountsTable)
+
+
+@app.command("delete")
+def delete(account: Annotated[str, typer.Argument(help="Account name or id.")]) -> None:
+    """Delete an account that has no plan, cluster or training job still open (administrators).
+
+    Its keys are revoked and the OS user the server made for it is removed; its invoices and ledger
+    stay."""
+    from hyperplan.cli.views.accounts import AccountDeleted
+
+    with reporting_errors():
+        result = native_client().delete(f"/api/v1/accounts/{account}")
+    emit(result, AccountDeleted)
 
 
 @app.command("add-key")

@@ -124,6 +124,23 @@ def serve(
             "store's access keys and webhook secrets are lost.",
         ),
     ] = None,
+    isolation: Annotated[
+        str | None,
+        typer.Option(
+            envvar="HYPERPLAN_ISOLATION",
+            help="users: each account's work runs as its own OS user (needs root); none: everything runs "
+            "as the server's user, accounts not isolated. Default: users when run as root, else none.",
+        ),
+    ] = None,
+    work_dir: Annotated[
+        Path | None,
+        typer.Option(
+            envvar="HYPERPLAN_WORK_DIR",
+            help="Where nodes' homes, sandboxes and job trees live, outside the data directory (default: "
+            "the fleet file's [backend] work_dir, else /var/lib/hyperplan/work as root, DATA_DIR-work "
+            "otherwise).",
+        ),
+    ] = None,
     log_level: Annotated[str, typer.Option(help="Server log level.")] = "info",
 ) -> None:
     """Run the server until SIGTERM or Ctrl-C."""
@@ -134,8 +151,10 @@ def serve(
     from hyperplan.server.app import create_app
     from hyperplan.server.serving import serve as serve_app
     from hyperplan.services.clock import parse_instant
+    from hyperplan.services.os_users import NOT_ISOLATED
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    os.umask(0o077)  # the server's own files (store, keys, records) are its user's alone
     directory = (data_dir or default_data_dir()).expanduser()
     # Every process this server starts inherits the mark (see hyperplan.backends.layout.MARK_VARIABLE).
     os.environ.setdefault(MARK_VARIABLE, f"hp-{secrets.token_hex(8)}")
@@ -148,6 +167,8 @@ def serve(
                 time_scale=time_scale,
                 clock_start=parse_instant(clock_start) if clock_start is not None else None,
                 key_file=key_file.expanduser() if key_file is not None else None,
+                isolation=isolation,
+                work_dir=work_dir,
             )
         )
         context = application.open()  # the data directory, the fleet file, the migration, the clock
@@ -156,11 +177,13 @@ def serve(
         console.print(f"[red]{exc.code}[/red]: {exc.message}")
         raise typer.Exit(2) from None
     credentials = application.credentials_path
+    if not context.settings.isolated:
+        print(f"WARNING: {NOT_ISOLATED}", file=sys.stderr, flush=True)
     if bootstrapped:
         console.print(f"Created the administrator account; its keys are in {credentials}")
     console.print(
         f"hyperplan on http://{host}:{port} (region {context.region}, {context.clock.kind} clock, "
-        f"data in {directory})\n"
+        f"data in {directory}, work in {context.work_dir}, isolation {context.settings.isolation})\n"
         f"  aws sagemaker list-training-plans --endpoint-url http://{host}:{port} "
         f"(credentials: AWS_SHARED_CREDENTIALS_FILE={credentials} AWS_PROFILE=hyperplan)"
     )

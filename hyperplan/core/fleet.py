@@ -180,6 +180,8 @@ class Fleet:
     webhooks: WebhookTargets = field(default_factory=WebhookTargets)
     # Training image (exact, or a prefix ending in "*") -> the Python that runs its programs.
     images: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    # [backend] work_dir: where nodes' homes, sandboxes and job trees live (serve --work-dir wins).
+    work_dir: str | None = None
     # Request rate limits per account and class (core/rate_limits.py); administrators are exempt.
     rate_limits: RateLimits = field(default_factory=lambda: DEFAULT_RATE_LIMITS, hash=False)
     backend: BackendSettings = BackendSettings()

@@ -23,7 +23,9 @@ In brief::
                  (accounts: the names or ids of the accounts that own it; none: administrators)
     [accounts]   default_payment_mode = "auto" | "budget" | "approval"
     [webhooks]   allowed_networks = ["10.20.0.0/16", ...]   non-public networks webhooks may reach
-    [backend]    kind = "local" | "slurm"; for Slurm: slurm_conf (absolute path), partition, kill_grace
+    [images]     <training image or prefix*> = <absolute path of a Python>
+    [backend]    kind = "local" | "slurm"; work_dir = "/srv/hyperplan-work" (nodes' homes, sandboxes, job
+                 trees; --work-dir wins); for Slurm: slurm_conf (absolute path), partition, kill_grace
                  (default "2m"); each pool then names its nodes, nodes = "gpu[01-16]" (a Slurm
                  hostlist; count, if given, must equal their number), and may name their feature
                  (default: its instance type)
@@ -202,6 +204,7 @@ def parse_fleet(text: str) -> Fleet:
         notifications=_notifications(top.table("notifications") or {}),
         images=_images(top.table("images") or {}),
         webhooks=_webhooks(top.table("webhooks") or {}),
+        work_dir=_work_dir(top.table("backend") or {}),
         rate_limits=_rate_limits(top.table("rate_limits") or {}),
         backend=backend,
     )
@@ -316,7 +319,7 @@ def _pool_nodes(
     return nodes, feature
 
 
-_BACKEND_KEYS = ("kind", "slurm_conf", "partition", "kill_grace")
+_BACKEND_KEYS = ("kind", "work_dir", "slurm_conf", "partition", "kill_grace")
 _SLURM_KEYS = ("slurm_conf", "partition", "kill_grace")
 
 
@@ -602,6 +605,14 @@ def _images(values: Mapping[str, Any]) -> Mapping[str, str]:
             raise ValidationError(f"images.{image!r}: give the absolute path of a Python interpreter.")
         images[str(image)] = interpreter
     return MappingProxyType(images)
+
+
+def _work_dir(values: Mapping[str, Any]) -> str | None:
+    table = _Table(values, "backend", _BACKEND_KEYS)
+    work_dir: str | None = table.get("work_dir", str, None, "an absolute directory path")
+    if work_dir is not None and (not work_dir.startswith("/") or "\0" in work_dir):
+        raise table.fail("work_dir", f"{work_dir!r} is not an absolute directory path")
+    return work_dir
 
 
 def _webhooks(values: Mapping[str, Any]) -> WebhookTargets:

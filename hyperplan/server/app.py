@@ -44,7 +44,14 @@ async def no_route(request: Request, exc: Exception) -> Response:
 
 async def healthz(request: Request) -> Response:
     runtime: ServiceContext = request.app.state.runtime
-    return JSONResponse({"status": "ok", "clock": runtime.clock.kind, "region": runtime.region})
+    return JSONResponse(
+        {
+            "status": "ok",
+            "clock": runtime.clock.kind,
+            "region": runtime.region,
+            "isolation": runtime.settings.isolation,
+        }
+    )
 
 
 def create_app(

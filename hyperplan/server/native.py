@@ -123,8 +123,14 @@ def create_account(request: NativeRequest) -> dict[str, Any]:
         fields.required_text(body, "Name", max_length=63),
         is_admin=bool(fields.boolean(body, "Admin")),
         payment_mode=fields.text(body, "PaymentMode", required=False, max_length=16),
+        os_user=fields.text(body, "OsUser", required=False, max_length=32),
     )
     return _key_json(key)
+
+
+def delete_account(request: NativeRequest) -> dict[str, Any]:
+    account = account_views.delete_account(request.runtime, request.caller, request.path["account"])
+    return {"AccountId": account.id, "Name": account.name, "Deleted": True, "OsUser": account.os_user}
 
 
 def add_key(request: NativeRequest) -> dict[str, Any]:
@@ -315,6 +321,7 @@ def _account_json(account: AccountView) -> dict[str, Any]:
         "Budget": account.budget,
         "Spend": account.spend,
         "CreatedAt": account.created_at,
+        "OsUser": account.os_user,
         "RateLimits": {
             request_class.value: {
                 "Rate": limit.rate,
@@ -434,8 +441,13 @@ def routes() -> list[Route]:
         NativeRoute("GET", "/api/v1/whoami", whoami),
         NativeRoute("GET", "/api/v1/accounts", list_accounts, admin=True),
         NativeRoute(
-            "POST", "/api/v1/accounts", create_account, admin=True, body=("Name", "Admin", "PaymentMode")
+            "POST",
+            "/api/v1/accounts",
+            create_account,
+            admin=True,
+            body=("Name", "Admin", "PaymentMode", "OsUser"),
         ),
+        NativeRoute("DELETE", "/api/v1/accounts/{account}", delete_account, admin=True),
         NativeRoute("POST", "/api/v1/accounts/{account}/keys", add_key, admin=True),
         NativeRoute("DELETE", "/api/v1/keys/{key}", revoke_key, admin=True),
         NativeRoute("POST", "/api/v1/master-key/rotate", rotate_master_key, admin=True),

@@ -3,6 +3,7 @@ its transaction and returns frozen views (or a new key), so that no handler touc
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -13,11 +14,14 @@ from sqlalchemy.orm import Session
 
 from hyperplan.clock import utcnow
 from hyperplan.core.rate_limits import RateLimit, RequestClass
-from hyperplan.services import accounts, payments, plans, quotas
+from hyperplan.errors import HyperplanError
+from hyperplan.services import accounts, os_users, payments, plans, quotas
 from hyperplan.services.accounts import Caller, NewKey
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.quotas import Limits
 from hyperplan.store.schema import Account, Invoice, TrainingPlan
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,7 @@ class AccountView:
     spend: Decimal
     created_at: datetime
     keys: tuple[KeyView, ...]
+    os_user: str | None = None
     # Every class's limit in force (the fleet's, or the account's own), and which classes are its own.
     rate_limits: Mapping[RequestClass, RateLimit] = field(default_factory=lambda: MappingProxyType({}))
     own_rate_limits: frozenset[RequestClass] = frozenset()
@@ -89,7 +94,18 @@ def list_accounts(runtime: ServiceContext) -> list[AccountView]:
         return [_account_view(runtime, session, account) for account in accounts.list_accounts(session)]
 
 
-def create_account(runtime: ServiceContext, name: str, *, is_admin: bool, payment_mode: str | None) -> NewKey:
+def create_account(
+    runtime: ServiceContext,
+    name: str,
+    *,
+    is_admin: bool,
+    payment_mode: str | None,
+    os_user: str | None = None,
+) -> NewKey:
+    """A new account. Its OS user: the one named (an existing user, not root nor the server's), or in
+    isolation mode `users` a new `hp-<id>`; in mode `none` it gets one at the next `users` start."""
+    if os_user is not None:
+        os_users.check_named_user(os_user)
     with runtime.db.write() as session:
         return accounts.create_account(
             session,
@@ -98,7 +114,62 @@ def create_account(runtime: ServiceContext, name: str, *, is_admin: bool, paymen
             now=utcnow(),
             is_admin=is_admin,
             payment_mode=payment_mode or runtime.fleet.default_payment_mode,
+            os_user=_os_user_choice(runtime, os_user),
         )
+
+
+def _os_user_choice(runtime: ServiceContext, named: str | None) -> accounts.OsUserChoice | None:
+    if named is not None:
+        return lambda _account_id: (named, False)
+    if not runtime.settings.isolated:
+        return None
+
+    def make(account_id: str) -> tuple[str, bool]:
+        user = os_users.user_name_for(account_id)
+        os_users.create_user(user)
+        return user, True
+
+    return make
+
+
+def delete_account(runtime: ServiceContext, caller: Caller, account_ref: str) -> AccountView:
+    """Delete an account with nothing open (accounts.delete_account), then remove the OS user the
+    server made for it (a user an administrator named stays)."""
+    with runtime.db.write() as session:
+        account = accounts.delete_account(session, caller, account_ref, now=utcnow())
+        view = _account_view(runtime, session, account)
+        made = account.os_user if account.os_user_made else None
+        revoked = [key.access_key_id for key in view.keys]
+    for key_id in revoked:
+        runtime.keys.forget(key_id)
+    if made is not None and runtime.settings.isolated:
+        try:
+            os_users.remove_user(made)
+        except HyperplanError as error:  # the account is deleted; the user is left for an operator
+            log.warning("account %s deleted, but its OS user stays: %s", view.name, error.message)
+    return view
+
+
+def ensure_os_users(runtime: ServiceContext) -> int:
+    """At a start in isolation mode `users`: every account has its OS user, made now if needed (an
+    account created in mode `none`, a user removed by hand). Returns how many were made."""
+    made = 0
+    with runtime.db.write() as session:
+        for account in accounts.list_accounts(session):
+            if account.os_user is None:
+                account.os_user, account.os_user_made = os_users.user_name_for(account.id), True
+            if os_users.exists(account.os_user):
+                continue
+            if not account.os_user_made:
+                log.warning(
+                    "account %s: its OS user %s does not exist; its work will fail until it does",
+                    account.name,
+                    account.os_user,
+                )
+                continue
+            os_users.create_user(account.os_user)
+            made += 1
+    return made
 
 
 def add_key(runtime: ServiceContext, account_ref: str) -> NewKey:
@@ -159,6 +230,7 @@ def _account_view(runtime: ServiceContext, session: Session, account: Account) -
             KeyView(key.access_key_id, key.created_at, key.revoked_at)
             for key in accounts.list_keys(session, account.id)
         ),
+        os_user=account.os_user,
         rate_limits=MappingProxyType({**runtime.fleet.rate_limits, **own}),
         own_rate_limits=frozenset(own),
     )

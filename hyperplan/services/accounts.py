@@ -11,7 +11,7 @@ import json
 import re
 import secrets
 import string
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -21,11 +21,13 @@ from types import MappingProxyType
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from hyperplan.core.jobs import FINAL as JOB_FINAL
+from hyperplan.core.lifecycle import FINAL as PLAN_FINAL
 from hyperplan.core.rate_limits import RateLimit, RequestClass
 from hyperplan.errors import ResourceInUse, ResourceNotFound, ValidationError
 from hyperplan.services.sealed_secrets import open_secret
 from hyperplan.store.master_key import SecretBox
-from hyperplan.store.schema import AccessKey, Account
+from hyperplan.store.schema import AccessKey, Account, Cluster, TrainingJob, TrainingPlan
 
 PAYMENT_MODES = ("auto", "budget", "approval")
 ADMIN_NAME = "admin"
@@ -44,6 +46,11 @@ class Caller:
     access_key_id: str
     # An administrator's overrides of the fleet's request rate limits for this account (core/rate_limits).
     rate_limits: Mapping[RequestClass, RateLimit] = field(default_factory=lambda: MappingProxyType({}))
+
+
+# (the new account's id) -> (its OS user, whether the server made it); may run useradd, inside the
+# transaction that creates the account, so that a failure leaves no account behind.
+OsUserChoice = Callable[[str], tuple[str, bool]]
 
 
 @dataclass(frozen=True)
@@ -79,7 +86,10 @@ def create_account(
     payment_mode: str = "auto",
     access_key_id: str | None = None,
     secret_access_key: str | None = None,
+    os_user: OsUserChoice | None = None,
 ) -> NewKey:
+    """A new account and its first key. ``os_user`` says which OS user its work runs as (None: none
+    yet; a start in isolation mode `users` gives it one)."""
     if not _NAME.fullmatch(name):
         raise ValidationError(
             f"Account name {name!r} must be 1-63 lowercase letters, digits or single hyphens, "
@@ -98,6 +108,8 @@ def create_account(
     )
     session.add(account)
     session.flush()
+    if os_user is not None:
+        account.os_user, account.os_user_made = os_user(account.id)
     return add_key(
         session, account.id, box=box, now=now, access_key_id=access_key_id, secret=secret_access_key
     )
@@ -119,6 +131,8 @@ def add_key(
 ) -> NewKey:
     """A new access key; its secret is stored sealed under the master key and returned here once."""
     account = get_account(session, account_id)
+    if account.deleted_at is not None:
+        raise ResourceNotFound(f"Account {account.name!r} has been deleted.")
     key_id = access_key_id or new_access_key_id()
     if session.get(AccessKey, key_id) is not None:
         raise ResourceInUse(f"Access key {key_id} already exists.")
@@ -152,7 +166,63 @@ def get_account(session: Session, account_ref: str) -> Account:
 
 
 def list_accounts(session: Session) -> list[Account]:
-    return list(session.scalars(select(Account).order_by(Account.created_at, Account.name)))
+    """Every account not deleted, oldest first."""
+    query = select(Account).where(Account.deleted_at.is_(None))
+    return list(session.scalars(query.order_by(Account.created_at, Account.name)))
+
+
+def still_open(session: Session, account_id: str) -> list[str]:
+    """What the account has that has not ended: plans not Expired or Failed, clusters (a cluster's row
+    goes when its last node has), training jobs not in a final status. Empty: it may be deleted."""
+    plans = session.scalars(
+        select(TrainingPlan.name).where(
+            TrainingPlan.account_id == account_id, TrainingPlan.status.not_in(list(PLAN_FINAL))
+        )
+    )
+    clusters = session.scalars(select(Cluster.name).where(Cluster.account_id == account_id))
+    jobs = session.scalars(
+        select(TrainingJob.name).where(
+            TrainingJob.account_id == account_id, TrainingJob.secondary_status.not_in(list(JOB_FINAL))
+        )
+    )
+    found = []
+    for noun, names in (("plan", plans), ("cluster", clusters), ("training job", jobs)):
+        for name in sorted(names):
+            found.append(f"{noun} {name}")
+    return found
+
+
+def delete_account(session: Session, caller: Caller, account_ref: str, *, now: datetime) -> Account:
+    """Mark the account deleted and revoke its keys; refused while it has work that has not ended, for
+    the caller's own account and for the last administrator. The row stays: invoices, ledger entries,
+    plans and jobs name it."""
+    account = get_account(session, account_ref)
+    if account.deleted_at is not None:
+        raise ResourceNotFound(f"No account {account_ref!r}.")
+    if account.id == caller.account_id:
+        raise ValidationError(
+            f"Account {account.name!r} signs this request: an account cannot delete itself."
+        )
+    if account.is_admin:
+        admins = session.scalars(
+            select(Account.id).where(Account.is_admin.is_(True), Account.deleted_at.is_(None))
+        ).all()
+        if len(admins) <= 1:
+            raise ValidationError(f"Account {account.name!r} is the last administrator.")
+    open_work = still_open(session, account.id)
+    if open_work:
+        shown = ", ".join(open_work[:10]) + (
+            f" and {len(open_work) - 10} more" if len(open_work) > 10 else ""
+        )
+        raise ResourceInUse(
+            f"Account {account.name!r} still has work that has not ended: {shown}. Cancel, stop or delete "
+            "it first."
+        )
+    for key in list_keys(session, account.id):
+        if key.revoked_at is None:
+            key.revoked_at = now
+    account.deleted_at = now
+    return account
 
 
 def list_keys(session: Session, account_id: str) -> list[AccessKey]:

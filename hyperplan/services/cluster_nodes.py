@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from hyperplan.backends.base import EXPIRATION_VARIABLE, AdoptReport, BackendError, NodeRef, NodeSpec
 from hyperplan.core.status import NODE_LIFECYCLE, NodeStatus
 from hyperplan.objects.uris import StorageError
-from hyperplan.services import bucket_rights, status
+from hyperplan.services import bucket_rights, status, tenancy
 from hyperplan.services.cluster_records import GONE
 from hyperplan.services.cluster_request import InstanceGroupSpec
 from hyperplan.services.context import ServiceContext
@@ -49,8 +49,9 @@ def _provision(runtime: ServiceContext, node: ClusterNode, spec: InstanceGroupSp
     source_uri, on_create = spec.lifecycle.source_uri, spec.lifecycle.on_create
     source = None
     try:
+        owner = tenancy.cluster_run_as(runtime, node.cluster_id)  # None: the server's own user
         if source_uri:
-            source = runtime.data_dir / "lifecycle" / node.backend_id
+            source = runtime.work_dir / "lifecycle" / node.backend_id  # the server's: the back end copies it
             if source.exists():
                 shutil.rmtree(source)
             bucket_rights.storage_for_cluster(runtime, node.cluster_id).download_prefix(source_uri, source)
@@ -68,6 +69,7 @@ def _provision(runtime: ServiceContext, node: ClusterNode, spec: InstanceGroupSp
                 },
                 lifecycle_source=source,
                 on_create=on_create if source is not None else None,
+                run_as=owner,
             )
         )
     except (StorageError, BackendError, ValueError) as exc:

@@ -43,6 +43,24 @@ class Wakes:
 class Settings:
     data_dir: Path
     time_scale: float = 1.0  # of the accelerated clock
+    # Where nodes' homes, sandboxes and job instance trees live, outside the data directory; None: beside
+    # it (DATA_DIR-work), for contexts built without the composition root.
+    work_dir: Path | None = None
+    isolation: str = "none"  # "users": each account's work runs as its OS user (services/os_users.py)
+    # The Python tenant processes get when the fleet's [images] names none; None: the server's own.
+    default_interpreter: str | None = None
+
+    @property
+    def work_root(self) -> Path:
+        return (
+            self.work_dir
+            if self.work_dir is not None
+            else self.data_dir.with_name(self.data_dir.name + "-work")
+        )
+
+    @property
+    def isolated(self) -> bool:
+        return self.isolation == "users"
 
 
 # (target) -> how many timed events ran on the way; moves a manual clock (TimedEventLoop.advance_to).
@@ -70,6 +88,10 @@ class ServiceContext:
     @property
     def data_dir(self) -> Path:
         return self.settings.data_dir
+
+    @property
+    def work_dir(self) -> Path:
+        return self.settings.work_root
 
     @property
     def region(self) -> str:

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from hyperplan.backends.base import BackendError, TaskSpec, UnknownResource
 from hyperplan.core.jobs import RUNNING, Secondary
 from hyperplan.objects.uris import StorageError
-from hyperplan.services import job_callbacks, job_records, job_status
+from hyperplan.services import job_callbacks, job_records, job_status, tenancy
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_attempt import read_attempt, storage_of
 from hyperplan.services.job_records import LIVE_INSTANCE
@@ -50,13 +50,21 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
     storage = storage_of(runtime, current.job.account_id)
     specs: list[TaskSpec] = []
     try:
+        owner = tenancy.run_as(runtime, current.job.account_id)  # None: the server's own user
+        interpreter = _interpreter(runtime, current.request)
         for instance in current.instances:
             if _known(runtime, instance.task_id):
                 continue  # started before a restart: it runs, or has run, already
             if not _wants_instances(runtime, job_id, attempt):
                 break  # stopped or reclaimed meanwhile: fetch no more
-            spec = current.instance_spec(instance.host, _interpreter(runtime, current.request))
-            contract = prepare(Path(instance.root), spec, storage).contract
+            spec = current.instance_spec(instance.host, interpreter)
+            root = Path(instance.root)
+            if root.is_relative_to(runtime.work_dir):  # (a tree stored by an older version is left as it is)
+                tenancy.open_passage(runtime.work_dir, root.parent)
+            contract = prepare(root, spec, storage, owner).contract
+            unreadable = tenancy.unreadable_program(contract.command.argv, spec.interpreter, owner)
+            if unreadable is not None:
+                raise NoCommand(f"the program cannot be run: {unreadable}")
             specs.append(
                 TaskSpec(
                     instance.task_id,
@@ -64,6 +72,7 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
                     None,
                     contract.process_environment({}),
                     contract.command.cwd,
+                    owner,
                 )
             )
     except (StorageError, NoCommand, UnsupportedInput, OSError, ValueError) as exc:
@@ -150,5 +159,6 @@ def _launch_failed(runtime: ServiceContext, job_id: int, attempt: int, reason: s
 
 
 def _interpreter(runtime: ServiceContext, request: TrainingJobSpec) -> str | None:
-    """The Python the fleet file names for the job's training image (script mode and `python` commands)."""
-    return runtime.fleet.interpreter_for(request.algorithm.image)
+    """The Python the fleet file names for the job's training image (script mode and `python` commands),
+    else the one isolation needs (services/os_users.default_interpreter), else the server's own (None)."""
+    return runtime.fleet.interpreter_for(request.algorithm.image) or runtime.settings.default_interpreter

@@ -78,7 +78,7 @@ def consumer(job: TrainingJob) -> str:
 def instance_root(runtime: ServiceContext, job: TrainingJob, attempt: int, host: str) -> Path:
     """Each attempt gets fresh directories, as a restarted SageMaker job gets fresh instances: what it
     had before comes back only through its checkpoints."""
-    return runtime.data_dir / "jobs" / str(job.id) / f"attempt-{attempt}" / host
+    return runtime.work_dir / "jobs" / str(job.id) / f"attempt-{attempt}" / host
 
 
 def instances_of(session: Session, job_id: int, attempt: int | None = None) -> list[TrainingJobInstance]:

@@ -16,7 +16,7 @@ from hyperplan.services import job_callbacks, job_records
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_records import LIVE_INSTANCE
 from hyperplan.store.schema import TrainingJob, TrainingJobInstance
-from hyperplan.training.contract import Layout
+from hyperplan.training.workspace import read_failure
 
 FAILURE_FILE_LIMIT = 4096
 
@@ -70,7 +70,7 @@ def _look(runtime: ServiceContext, instance: TrainingJobInstance) -> _Seen | Non
 def _failure_file(root: Path) -> str:
     """What the algorithm wrote to /opt/ml/output/failure, which SageMaker shows as the FailureReason."""
     try:
-        return (Layout(root).failure_file.read_text(errors="replace")[:FAILURE_FILE_LIMIT]).strip()
+        return read_failure(root, FAILURE_FILE_LIMIT)  # the tenant's tree: no link followed
     except OSError:
         return ""
 

@@ -35,6 +35,13 @@ class Account(Base):
     max_active_plans: Mapped[int | None] = mapped_column(Integer, nullable=True)
     max_reserved_instances_per_type: Mapped[int | None] = mapped_column(Integer, nullable=True)
     max_reserved_instance_hours_per_30_days: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # The OS user the account's work runs as in isolation mode `users` (services/os_users.py): `hp-` and
+    # the id when the server made it (os_user_made: removed with the account), or one an administrator
+    # named. None: not known yet (an account made in mode `none` gets its user at the next `users` start).
+    os_user: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    os_user_made: Mapped[bool] = mapped_column(server_default=false())
+    # Deleted accounts stay, keys revoked, for the invoices, ledger entries and plans that name them.
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     # An administrator's overrides of the fleet's request rate limits, as JSON: {"search": {"rate": 2.0,
     # "burst": 10}, ...}; None: the fleet's for every class (services/accounts.rate_limit_overrides).
     rate_limits: Mapped[str | None] = mapped_column(Text, nullable=True)

@@ -172,6 +172,24 @@ def test_on_create_runs_a_copy_of_the_lifecycle_scripts_with_the_node_environmen
     ]
 
 
+def test_an_on_create_script_that_is_a_link_is_refused_and_links_are_copied_as_links(
+    harness: LocalHarness,
+) -> None:
+    """The agent reads and chmods the script as the server's user: a link in the tenant's scripts must
+    not make it touch a file elsewhere."""
+    outside = harness.tmp_path / "server-file"
+    outside.write_text("#!/bin/sh\n")
+    outside.chmod(0o600)
+    source = harness.tmp_path / "scripts"
+    source.mkdir()
+    (source / "on_create.sh").symlink_to(outside)
+    harness.backend.provision(NodeSpec(NODE, "ip-10-1-0-1", INSTANCE_TYPE, {}, source, "on_create.sh"))
+    status = node_settled(harness.backend)
+    assert status.state is NodeState.FAILURE and "symbolic link" in status.message, status
+    assert (outside.stat().st_mode & 0o777) == 0o600  # not made executable
+    assert (layout(harness).node(NODE).lifecycle_dir / "on_create.sh").is_symlink()
+
+
 def test_exec_runs_in_the_node_home_with_the_node_environment(harness: LocalHarness) -> None:
     harness.backend.provision(NodeSpec(NODE, "ip-10-1-0-1", INSTANCE_TYPE, {"TEAM": "vision"}))
     assert node_settled(harness.backend).state is NodeState.RUNNING

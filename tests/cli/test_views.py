@@ -155,6 +155,7 @@ VIEWS: dict[str, RenderableType] = {
                 "Admin": False,
                 "PaymentMode": "budget",
                 "Budget": "250000.00",
+                "OsUser": "hp-123456789012",
                 "AccessKeys": [
                     {"AccessKeyId": "AKID1", "RevokedAt": None},
                     {"AccessKeyId": "AKID2", "RevokedAt": "2026-11-30T10:00:00Z"},

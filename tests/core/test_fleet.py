@@ -519,3 +519,16 @@ def test_webhooks_reach_public_addresses_only_unless_the_fleet_allows_networks()
 )
 def test_webhook_settings_refusals_name_the_key(table: str, message: str) -> None:
     assert refused(MINIMAL + f"[webhooks]\n{table}\n").startswith(message)
+
+
+def test_the_backend_table_names_the_work_directory() -> None:
+    assert parse_fleet(MINIMAL).work_dir is None
+    assert parse_fleet(MINIMAL + '[backend]\nwork_dir = "/srv/hp-work"\n').work_dir == "/srv/hp-work"
+    for bad, why in (
+        ('"work"', "not an absolute directory path"),
+        ("3", "is not an absolute directory path"),
+    ):
+        with pytest.raises(ValidationError, match=f"backend.work_dir: .*{why}"):
+            parse_fleet(MINIMAL + f"[backend]\nwork_dir = {bad}\n")
+    with pytest.raises(ValidationError, match="backend"):
+        parse_fleet(MINIMAL + '[backend]\nroot = "/x"\n')

@@ -37,7 +37,8 @@ def test_clock_start_sets_a_new_stores_first_instant_and_later_starts_keep_their
 
 def test_clock_start_is_refused_with_the_wall_clock(tmp_path: Path) -> None:
     refused = subprocess.run(
-        [str(BIN / "hyperplan"), "serve", "--data-dir", str(tmp_path), "--clock", "wall",
+        [str(BIN / "hyperplan"), "serve", "--data-dir", str(tmp_path / "data"), "--isolation", "none",
+         "--work-dir", str(tmp_path / "work"), "--clock", "wall",
          "--clock-start", "2031-01-01T00:00:00Z"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
@@ -47,7 +48,8 @@ def test_clock_start_is_refused_with_the_wall_clock(tmp_path: Path) -> None:
 
 def test_clock_start_must_be_an_instant_with_a_zone(tmp_path: Path) -> None:
     refused = subprocess.run(
-        [str(BIN / "hyperplan"), "serve", "--data-dir", str(tmp_path), "--clock", "manual",
+        [str(BIN / "hyperplan"), "serve", "--data-dir", str(tmp_path / "data"), "--isolation", "none",
+         "--work-dir", str(tmp_path / "work"), "--clock", "manual",
          "--clock-start", "2031-01-01T00:00:00"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip

@@ -339,9 +339,9 @@ def test_batch_delete_lowers_the_target_and_delete_cluster_releases_everything(f
     )
 
 
-def _node_processes(data_dir: Path) -> list[int]:
+def _node_processes(work_dir: Path) -> list[int]:
     """Processes running from the back end's node directories (an orphan would show up here)."""
-    root = str((data_dir / "backend").resolve())
+    root = str((work_dir / "backend").resolve())
     found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -386,7 +386,7 @@ def test_a_server_killed_mid_segment_keeps_clusters_nodes_and_processes_consiste
     assert wait_until(lambda: _counts(small, "survivor")["workers"] == (0, 2))
     client.delete_cluster(ClusterName="survivor")
     assert wait_until(lambda: client.list_clusters()["ClusterSummaries"] == [], timeout=90)
-    assert wait_until(lambda: not _node_processes(small.data_dir), timeout=60), _node_processes(
+    assert wait_until(lambda: not _node_processes(small.work_dir), timeout=60), _node_processes(
         small.data_dir
     )
 
@@ -404,7 +404,7 @@ def test_at_reclaim_node_processes_get_sigterm_with_the_segment_end(small: Serve
     assert wait_until(lambda: _counts(small, "warned") == {"w": (1, 1)})
     node = client.list_cluster_nodes(ClusterName="warned")["ClusterNodeSummaries"][0]["InstanceId"]
     # A training process that checkpoints when told: it reads the warning from the node's env directory.
-    home = next((small.data_dir / "backend" / "nodes").glob("*/home"))
+    home = next((small.work_dir / "backend" / "nodes").glob("*/home"))
     (home / "trainer.sh").write_text(
         'trap \'cat "$HYPERPLAN_ENV_DIR/SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP" > warned.txt; '
         "exit 0' TERM\n"

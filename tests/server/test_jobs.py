@@ -173,10 +173,10 @@ def _cwd(pid: int) -> Path:
     return Path(os.readlink(f"/proc/{pid}/cwd"))
 
 
-def _job_processes(data_dir: Path) -> list[int]:
+def _job_processes(work_dir: Path) -> list[int]:
     """Processes whose working directory is under the back end or a job's instance tree: an orphan shows
     up here."""
-    roots = [str((data_dir / "backend").resolve()), str((data_dir / "jobs").resolve())]
+    roots = [str((work_dir / "backend").resolve()), str((work_dir / "jobs").resolve())]
     found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -216,7 +216,7 @@ def small(server_factory: type[Server], tmp_path: Path, monkeypatch: pytest.Monk
     _make_dataset(server)
     yield server.start()
     # Whatever a test left running goes with it: a back end told of nothing kills everything it has.
-    LocalBackend(server.data_dir / "backend").adopt([])
+    LocalBackend(server.work_dir / "backend").adopt([])
     assert "Traceback" not in server.log(), server.log()[-5000:]
 
 
@@ -308,7 +308,7 @@ def test_seed_training_job_walkthrough_with_the_aws_cli(small: Server) -> None:
     assert (summary["epochs"], summary["lr"], summary["seed"]) == (3, 0.2, 3)  # hyperparameters arrived
     logs = server.cli("jobs", "logs", "job-name").stdout
     # The instance's tree stands for /opt/ml, as the contract lays it out.
-    tree = server.data_dir / "jobs" / "1" / "attempt-1" / "algo-1"
+    tree = server.work_dir / "jobs" / "1" / "attempt-1" / "algo-1"
     assert json.loads((tree / "input/config/hyperparameters.json").read_text()) == {"lr": "0.2", "seed": "3"}
     assert json.loads((tree / "input/config/resourceconfig.json").read_text())["hosts"] == ["algo-1"]
     assert (tree / "input/data/training/data.csv").is_file()
@@ -359,7 +359,7 @@ def test_a_checkpointed_job_is_interrupted_at_reclaim_and_resumes_in_the_next_se
     plan = client.describe_training_plan(TrainingPlanName="split")
     assert plan["InUseInstanceCount"] == 0
     # The processes save a checkpoint and exit on SIGTERM; then the last checkpoints are stored.
-    assert wait_until(lambda: not _job_processes(server.data_dir)), _job_processes(server.data_dir)
+    assert wait_until(lambda: not _job_processes(server.work_dir)), _job_processes(server.work_dir)
     interrupted_at = len(_checkpoints(server, "resumed"))
     assert 2 <= interrupted_at < 16
 
@@ -423,7 +423,7 @@ def test_running_time_counts_across_segments_and_the_plans_end_interrupts_jobs(
     assert _status(server, "waiting") == ("InProgress", "Pending")  # 2 needed, 1 free
 
     assert wait_until(
-        lambda: (server.data_dir / "jobs/1/attempt-2/algo-1/model/at-start").exists()
+        lambda: (server.work_dir / "jobs/1/attempt-2/algo-1/model/at-start").exists()
     )  # trap set
     _set_clock(server, start + timedelta(days=4, minutes=-30))  # the last segment's reclaim time
     waiting = _describe(server, "waiting")
@@ -761,7 +761,7 @@ def test_a_server_killed_mid_run_reconciles_its_jobs_and_leaves_no_orphan(small:
     _wait_status(small, "survivor", "Training")
     _wait_status(small, "brief", "Training")
     assert wait_until(lambda: "epoch 2:" in small.cli("jobs", "logs", "survivor").stdout)
-    before = set(_job_processes(small.data_dir))
+    before = set(_job_processes(small.work_dir))
 
     small.kill()
     # "brief" ends while no server watches: told to, and waited for, rather than given time.
@@ -773,13 +773,13 @@ def test_a_server_killed_mid_run_reconciles_its_jobs_and_leaves_no_orphan(small:
     brief = _wait_status(small, "brief", "Failed")
     assert brief["FailureReason"] == "AlgorithmError: instance algo-1 exited with code 3: disk full"
     assert _status(small, "survivor") == ("InProgress", "Training")
-    assert set(_job_processes(small.data_dir)) & before  # the same processes, not new ones
+    assert set(_job_processes(small.work_dir)) & before  # the same processes, not new ones
 
     survivor = _wait_status(small, "survivor", "Completed")
     assert _statuses(survivor) == ["Starting", "Downloading", "Training", "Uploading", "Completed"]
     logs = small.cli("jobs", "logs", "survivor").stdout
     assert "resuming" not in logs and logs.count("epoch 1:") == 1 and "done: accuracy" in logs
-    assert wait_until(lambda: not _job_processes(small.data_dir), timeout=30), _job_processes(small.data_dir)
+    assert wait_until(lambda: not _job_processes(small.work_dir), timeout=30), _job_processes(small.work_dir)
     assert set(_model_files(small, survivor["ModelArtifacts"]["S3ModelArtifacts"])) == {
         "weights.npy",
         "summary.json",

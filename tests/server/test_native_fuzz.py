@@ -157,6 +157,7 @@ def examples(invoice: str, webhook: str, spare_key: str, n: int) -> dict[str, Ex
         "GET /api/v1/accounts": Example(),
         "POST /api/v1/accounts": Example(body=new_account),
         "POST /api/v1/accounts/{account}/keys": Example(hooks),
+        "DELETE /api/v1/accounts/{account}": Example(user),  # its plan is open: refused
         "DELETE /api/v1/keys/{key}": Example({"key": spare_key}),
         "POST /api/v1/master-key/rotate": Example(),
         "GET /api/v1/clock": Example(),

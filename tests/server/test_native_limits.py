@@ -104,7 +104,7 @@ def test_what_strict_json_does_not_hold_is_a_serialization_error(
 def test_unknown_members_and_query_parameters_are_named(fast_shared_server: Server) -> None:
     error = refused(fast_shared_server, "POST", "/api/v1/accounts", b'{"Name": "typo", "Admn": true}')
     assert error["Code"] == "ValidationException"
-    assert "'Admn'" in error["Message"] and "Admin, Name, PaymentMode" in error["Message"]
+    assert "'Admn'" in error["Message"] and "Admin, Name, OsUser, PaymentMode" in error["Message"]
     error = refused(fast_shared_server, "GET", "/api/v1/fleet?dayz=3")
     assert error["Code"] == "ValidationException" and "'dayz'" in error["Message"]
     names = [a["Name"] for a in fast_shared_server.native().get("/api/v1/accounts")["Accounts"]]

@@ -27,7 +27,7 @@ from hyperplan.signing import Credentials
 from hyperplan.store.db import Database, sqlite_url
 from hyperplan.store.master_key import KEY_FILE_NAME
 from hyperplan.store.schema import Webhook
-from tests.harness import ADMIN, BIN, free_port
+from tests.harness import ADMIN, BIN, free_port, unisolated
 from tests.inprocess import InProcessServer
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
@@ -206,7 +206,9 @@ def test_a_plain_text_store_of_the_previous_version_is_sealed_and_its_keys_keep_
 
 
 def sealed_store(data_dir: Path, key_file: Path | None = None) -> None:
-    application = Application(AppConfig(data_dir=data_dir, fleet_path=SMALL_FLEET, key_file=key_file))
+    application = Application(
+        AppConfig(data_dir=data_dir, fleet_path=SMALL_FLEET, key_file=key_file, **unisolated(data_dir))
+    )
     try:
         application.bootstrap()
     finally:
@@ -216,7 +218,10 @@ def sealed_store(data_dir: Path, key_file: Path | None = None) -> None:
 def serve_output(data_dir: Path, env: dict[str, str] | None = None) -> tuple[int, str]:
     """`hyperplan serve` on the data directory: its exit status and what it printed (it must not start)."""
     process = subprocess.run(
-        [str(BIN / "hyperplan"), "serve", "--port", str(free_port()), "--data-dir", str(data_dir)],
+        [
+            *(str(BIN / "hyperplan"), "serve", "--port", str(free_port()), "--data-dir", str(data_dir)),
+            *("--isolation", "none", "--work-dir", str(data_dir.with_name(data_dir.name + "-work"))),
+        ],
         env={**os.environ, "COLUMNS": "400", **(env or {})},
         capture_output=True,
         text=True,
@@ -246,11 +251,11 @@ def test_a_sealed_store_without_its_key_file_refuses_to_start_saying_why(tmp_pat
 
     key_file.mkdir()  # unreadable as a file, even by root
     with pytest.raises(MasterKeyUnavailable, match=r"Cannot read the master key file .*directory"):
-        Application(AppConfig(data_dir=data_dir, fleet_path=SMALL_FLEET)).open()
+        Application(AppConfig(data_dir=data_dir, fleet_path=SMALL_FLEET, **unisolated(data_dir))).open()
     key_file.rmdir()
 
     kept.rename(key_file)  # restored from its backup: the store opens again
-    application = Application(AppConfig(data_dir=data_dir, fleet_path=SMALL_FLEET))
+    application = Application(AppConfig(data_dir=data_dir, fleet_path=SMALL_FLEET, **unisolated(data_dir)))
     try:
         assert application.open().secret_box.path == key_file
     finally:
@@ -264,8 +269,10 @@ def test_servers_sharing_a_database_name_one_key_file(tmp_path: Path) -> None:
     assert shared_key.stat().st_mode & 0o777 == 0o600
     assert not (data_dir / KEY_FILE_NAME).exists()
     with pytest.raises(MasterKeyUnavailable, match="does not exist"):
-        Application(AppConfig(data_dir=data_dir, fleet_path=SMALL_FLEET)).open()
-    second = Application(AppConfig(data_dir=data_dir, fleet_path=SMALL_FLEET, key_file=shared_key))
+        Application(AppConfig(data_dir=data_dir, fleet_path=SMALL_FLEET, **unisolated(data_dir))).open()
+    second = Application(
+        AppConfig(data_dir=data_dir, fleet_path=SMALL_FLEET, key_file=shared_key, **unisolated(data_dir))
+    )
     try:
         assert second.open().secret_box.keys == [shared_key.read_bytes().strip()]
     finally:

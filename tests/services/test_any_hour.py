@@ -20,6 +20,7 @@ from hyperplan.services import accounts, extensions, plans
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
+from tests.harness import unisolated
 from tests.instants import at_awkward_instants
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
@@ -30,7 +31,13 @@ BOUNDARY = time(11, 30)
 @pytest.fixture
 def runtime(tmp_path: Path, start_instant: datetime) -> Iterator[ServiceContext]:
     application = Application(
-        AppConfig(data_dir=tmp_path, fleet_path=SMALL_FLEET, clock="manual", clock_start=start_instant)
+        AppConfig(
+            data_dir=tmp_path / "data",
+            fleet_path=SMALL_FLEET,
+            clock="manual",
+            clock_start=start_instant,
+            **unisolated(tmp_path / "data"),
+        )
     )
     application.start()
     try:

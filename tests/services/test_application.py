@@ -9,14 +9,19 @@ import pytest
 from hyperplan.app import AppConfig, Application, BackendFactory, event_handlers, local_backend
 from hyperplan.backends.fake import FakeBackend, FakeWorld
 from hyperplan.services import demo_load, job_clocks, lifecycle
-from tests.harness import SERVER_START
+from tests.harness import SERVER_START, unisolated
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 
 
 def _config(data_dir: Path, backend: BackendFactory = local_backend) -> AppConfig:
     return AppConfig(
-        data_dir=data_dir, fleet_path=SMALL_FLEET, clock="manual", clock_start=SERVER_START, backend=backend
+        data_dir=data_dir,
+        fleet_path=SMALL_FLEET,
+        clock="manual",
+        clock_start=SERVER_START,
+        backend=backend,
+        **unisolated(data_dir),
     )
 
 
@@ -47,14 +52,15 @@ def test_the_back_end_is_the_one_the_configuration_builds(tmp_path: Path) -> Non
     world = FakeWorld()
     built: list[Path] = []
 
-    def fake(data_dir: Path) -> FakeBackend:
-        built.append(data_dir)
+    def fake(work_dir: Path) -> FakeBackend:
+        built.append(work_dir)
         return FakeBackend(world)
 
     application = Application(_config(tmp_path, backend=fake))
     assert built == []  # built when the application opens, not before
     context = application.open()
-    assert isinstance(context.backend, FakeBackend) and built == [tmp_path]
+    assert isinstance(context.backend, FakeBackend) and built == [context.work_dir]  # not the data directory
+    assert context.work_dir != tmp_path
     application.stop()
 
 

@@ -20,7 +20,7 @@ from hyperplan.services import accounts, plans
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import ReservedCapacity
-from tests.harness import SERVER_START
+from tests.harness import SERVER_START, unisolated
 from tests.instants import at_awkward_instants
 
 TYPES = ("ml.p5.48xlarge", "ml.p4d.24xlarge")
@@ -91,7 +91,11 @@ def test_offerings_can_be_bought_and_pools_are_never_overbooked(
         fleet_path = Path(tmp) / "fleet.toml"
         fleet_path.write_text(fleet_text)
         config = AppConfig(
-            data_dir=Path(tmp), fleet_path=fleet_path, clock="manual", clock_start=start_instant
+            data_dir=Path(tmp) / "data",
+            fleet_path=fleet_path,
+            clock="manual",
+            clock_start=start_instant,
+            **unisolated(Path(tmp) / "data"),
         )
         application = Application(config)
         application.start()
@@ -135,7 +139,13 @@ def test_a_stale_offering_is_refused_when_its_capacity_is_gone(tmp_path: Path) -
         'price_per_instance_hour = "10"\n'
     )
     application = Application(
-        AppConfig(data_dir=tmp_path, fleet_path=fleet_path, clock="manual", clock_start=SERVER_START)
+        AppConfig(
+            data_dir=tmp_path / "data",
+            fleet_path=fleet_path,
+            clock="manual",
+            clock_start=SERVER_START,
+            **unisolated(tmp_path / "data"),
+        )
     )
     application.start()
     runtime = application.context

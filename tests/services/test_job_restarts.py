@@ -19,7 +19,7 @@ from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_request import TrainingJobSpec
 from hyperplan.store.schema import TrainingJob
-from tests.harness import SERVER_START
+from tests.harness import SERVER_START, unisolated
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 REQUEST: dict[str, Any] = {
@@ -39,7 +39,8 @@ def _application(data_dir: Path, world: FakeWorld) -> Application:
         fleet_path=SMALL_FLEET,
         clock="manual",
         clock_start=SERVER_START,
-        backend=lambda _data_dir: FakeBackend(world),
+        backend=lambda _work_dir: FakeBackend(world),
+        **unisolated(data_dir),
     )
     return Application(config)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import shutil
 import tarfile
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 from hyperplan.objects.storage import Storage
 from hyperplan.objects.uris import StorageError
 from hyperplan.training.contract import Channel, JobSpec, NoCommand
-from hyperplan.training.workspace import pack_model, prepare, sync_checkpoints
+from hyperplan.training.workspace import pack_model, prepare, read_failure, sync_checkpoints
 
 
 def write(path: Path, data: str | bytes) -> Path:
@@ -183,7 +184,7 @@ def test_pack_model_stores_the_model_and_output_data(storage: Storage, buckets: 
     output = buckets / "out/models/job-1/output"
     assert archive_contents(output / "model.tar.gz") == {"weights.npy": "w", "sub/config.json": "{}"}
     assert archive_contents(output / "output.tar.gz") == {"metrics.txt": "m"}
-    assert os.listdir(root / ".hyperplan") == []
+    assert sorted(os.listdir(tmp_path)) == ["job", "s3"]  # the staging directory is gone
 
 
 def test_an_empty_model_is_still_stored_and_empty_output_data_is_not(
@@ -224,3 +225,42 @@ def test_a_first_start_with_checkpoints_in_a_bucket_not_yet_written_restores_not
     write(tmp_path / "job/checkpoints/c", "x")
     assert sync_checkpoints(tmp_path / "job", job, storage) == 1
     assert (buckets / "new-bucket/ckpt/c").read_text() == "x"
+
+
+def test_reading_the_tree_back_follows_no_link(storage: Storage, buckets: Path, tmp_path: Path) -> None:
+    """The tree is the job's: what it plants there must not make the server store, or write over, a
+    file outside it (here the "server's" files stand beside the tree)."""
+    write(buckets / "bkt/data/train/x.csv", "1\n")
+    job = spec(hyperparameters={}, entrypoint=("true",))
+    root = tmp_path / "job"
+    prepare(root, job, storage)
+    secret = write(tmp_path / "server/master.key", "the key")
+    victim = write(tmp_path / "server/credentials", "untouched")
+    write(root / "model/weights.npy", "w")
+    (root / "model/key").symlink_to(secret)
+    (root / "model/everything").symlink_to(secret.parent, target_is_directory=True)
+    os.mkfifo(root / "model/pipe")
+    write(root / "checkpoints/epoch-1.ckpt", "one")
+    (root / "checkpoints/key.ckpt").symlink_to(secret)
+    (root / "output/failure").symlink_to(secret)
+    (root / ".hyperplan").mkdir()
+    (root / ".hyperplan/model.tar.gz").symlink_to(victim)  # where the archive used to be written
+
+    assert sync_checkpoints(root, job, storage) == 1
+    assert {item.key for item in storage.list("s3://bkt/checkpoints/job-1")} == {
+        "checkpoints/job-1/epoch-1.ckpt"
+    }
+    pack_model(root, job, storage)
+    with tarfile.open(buckets / "out/models/job-1/output/model.tar.gz") as tar:
+        assert tar.getnames() == ["weights.npy"]
+    assert read_failure(root, 100) == ""
+    assert victim.read_text() == "untouched"
+
+    (root / "output/failure").unlink()
+    write(root / "output/failure", "bad input\n")
+    assert read_failure(root, 100) == "bad input"
+    shutil.rmtree(root / "model")
+    (root / "model").symlink_to(secret.parent, target_is_directory=True)  # the whole directory a link
+    pack_model(root, job, storage)
+    assert archive_contents(buckets / "out/models/job-1/output/model.tar.gz") == {}
+    assert sorted(os.listdir(tmp_path)) == ["job", "s3", "server"]  # no staging directory left

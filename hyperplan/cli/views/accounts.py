@@ -39,13 +39,24 @@ class AccountsTable:
                 "yes" if account["Admin"] else "",
                 account["PaymentMode"],
                 account["Budget"],
+                account.get("OsUser") or "",
                 _keys(account["AccessKeys"]),
             ]
             for account in self.accounts
         ]
         return TableView(
-            "Accounts", ["Name", "Account id", "Admin", "Payment", "Budget", "Access keys"], rows
+            "Accounts", ["Name", "Account id", "Admin", "Payment", "Budget", "OS user", "Access keys"], rows
         )
+
+
+@dataclass(frozen=True)
+class AccountDeleted:
+    result: dict[str, Any]
+
+    def __rich__(self) -> Text:
+        r = self.result
+        user = f"; its OS user was {r['OsUser']}" if r.get("OsUser") else ""
+        return Text(f"Deleted account {r['Name']} ({r['AccountId']}): its keys are revoked{user}.")
 
 
 def _keys(keys: list[dict[str, Any]]) -> str:

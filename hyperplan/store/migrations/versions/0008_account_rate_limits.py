@@ -14,8 +14,8 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("accounts") as batch:
-        batch.add_column(sa.Column("rate_limits", sa.Text(), nullable=True))
+    # A plain ADD COLUMN: a batch copy of `accounts` would trip over the tables that refer to it.
+    op.add_column("accounts", sa.Column("rate_limits", sa.Text(), nullable=True))
 
 
 def downgrade() -> None:

@@ -14,8 +14,10 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("accounts") as batch:
-        batch.add_column(sa.Column("max_reserved_instance_hours_per_30_days", sa.Integer(), nullable=True))
+    # A plain ADD COLUMN: a batch copy of `accounts` would trip over the tables that refer to it.
+    op.add_column(
+        "accounts", sa.Column("max_reserved_instance_hours_per_30_days", sa.Integer(), nullable=True)
+    )
 
 
 def downgrade() -> None:

@@ -1,0 +1,254 @@
+"""Isolation between accounts on this machine: the modes, accounts' OS users, and the start checks.
+
+In mode ``users`` (the default when the server runs as root) every account's work runs as an OS user of
+its own: ``hp-`` and the account's twelve-digit id, made with the account (``useradd --system``: no home,
+no login shell, a group of its own and no other) and removed with it, or an existing user an
+administrator named (never root, never the server's own user; left in place when the account goes).
+In mode ``none`` everything runs as the server's user: accounts are not isolated from each other or from
+the server, and the server says so at start.
+
+The checks here look at permission bits, as the kernel will: "can others run this interpreter" at start,
+"can this account's user read its program" at a job's launch, so that what would fail with a bare
+"Permission denied" inside a tenant process fails earlier with a message naming the path.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from enum import StrEnum
+from pathlib import Path
+
+from hyperplan.backends.base import RunAs
+from hyperplan.errors import InternalFailure, StartRefused, ValidationError
+
+log = logging.getLogger(__name__)
+
+ISOLATION_ENV = "HYPERPLAN_ISOLATION"
+USER_PREFIX = "hp-"
+ROOT_WORK_DIR = Path("/var/lib/hyperplan/work")
+SYSTEM_PYTHON = "/usr/bin/python3"
+WORK_DIR_MODE = 0o711  # every account's user passes through to its own trees; nobody lists them
+NOT_ISOLATED = (
+    "isolation mode 'none': accounts are NOT isolated from each other or from the server (their work "
+    "runs as the server's own user and can read its data directory); run the server as root for mode "
+    "'users'"
+)
+_USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
+_USERADD_TRIES = 20  # useradd fails while another process holds /etc/passwd's lock; it says so, exit 10
+
+
+class Isolation(StrEnum):
+    USERS = "users"
+    """Each account's work runs as its own OS user (needs root)."""
+    NONE = "none"
+    """Everything runs as the server's user: no isolation between accounts."""
+
+
+def choose_isolation(requested: str | None, euid: int) -> Isolation:
+    """The mode asked for (``serve --isolation`` or HYPERPLAN_ISOLATION), or by default ``users`` for a
+    server run as root and ``none`` otherwise. ``users`` without root is refused."""
+    if requested is None or requested == "":
+        return Isolation.USERS if euid == 0 else Isolation.NONE
+    try:
+        mode = Isolation(requested)
+    except ValueError:
+        raise StartRefused(f"isolation mode {requested!r}: give 'users' or 'none'") from None
+    if mode is Isolation.USERS and euid != 0:
+        raise StartRefused(
+            "isolation mode 'users' needs a server run as root (it starts each account's work as that "
+            "account's OS user); run it as root, or give --isolation none to run without isolation"
+        )
+    return mode
+
+
+# -- the work directory -------------------------------------------------------------------------------
+
+
+def default_work_dir(data_dir: Path, euid: int) -> Path:
+    """Where nodes' homes, sandboxes and job trees live unless told: /var/lib/hyperplan/work for a
+    server run as root, DATA_DIR-work beside the data directory otherwise."""
+    if euid == 0:
+        return ROOT_WORK_DIR
+    absolute = Path(os.path.abspath(data_dir))
+    return absolute.with_name(absolute.name + "-work")
+
+
+def check_work_dir_place(work_dir: Path, data_dir: Path) -> Path:
+    """The work directory, absolute; refused inside the data directory (or as the data directory)."""
+    work = Path(os.path.realpath(work_dir))
+    data = Path(os.path.realpath(data_dir))
+    if work == data or data in work.parents:
+        raise StartRefused(
+            f"work directory {work_dir}: it lies inside the data directory {data_dir}, which no tenant "
+            "process may reach; give --work-dir (or [backend] work_dir) a place outside it"
+        )
+    return work
+
+
+def make_work_dir(work_dir: Path, isolation: Isolation) -> None:
+    """Create the work directory 0711 (its missing parents 0711 too). In mode ``users`` every ancestor
+    must let others pass (o+x): else no account's user reaches its own trees."""
+    missing = [p for p in (work_dir, *work_dir.parents) if not p.exists()]
+    for directory in reversed(missing):
+        directory.mkdir(exist_ok=True)
+        os.chmod(directory, WORK_DIR_MODE)
+    os.chmod(work_dir, WORK_DIR_MODE)
+    if isolation is Isolation.USERS:
+        closed = [p for p in work_dir.parents if not os.stat(p).st_mode & stat.S_IXOTH]
+        if closed:
+            raise StartRefused(
+                f"work directory {work_dir}: accounts' users cannot reach it, for {closed[0]} does not let "
+                "others pass (no o+x); choose a work directory outside it (say /var/lib/hyperplan/work)"
+            )
+
+
+# -- interpreters -------------------------------------------------------------------------------------
+
+
+def closed_to_others(path: str | Path) -> str | None:
+    """Why other users cannot run the program at ``path`` (o+x on every directory on its way, o+rx on
+    the file, links followed), or None when they can."""
+    target = Path(os.path.realpath(path))
+    try:
+        mode = os.stat(target).st_mode
+    except OSError as error:
+        return f"{path}: {error.strerror}"
+    for directory in reversed(target.parents):
+        if not os.stat(directory).st_mode & stat.S_IXOTH:
+            return f"{path}: the directory {directory} does not let other users pass (no o+x)"
+    if not stat.S_ISREG(mode) or mode & (stat.S_IROTH | stat.S_IXOTH) != stat.S_IROTH | stat.S_IXOTH:
+        return f"{path}: other users may not read and run it (needs o+rx)"
+    return None
+
+
+def default_interpreter(isolation: Isolation) -> str | None:
+    """The Python tenant processes get when the fleet's [images] names none. None: the server's own
+    (sys.executable), which is the rule in mode ``none`` and when other users can run it; otherwise the
+    system's /usr/bin/python3 (a server run from a virtual environment under /root, say)."""
+    if isolation is Isolation.NONE or closed_to_others(sys.executable) is None:
+        return None
+    return SYSTEM_PYTHON
+
+
+def check_interpreters(images: dict[str, str], default: str | None) -> None:
+    """At a start in mode ``users``: every interpreter of the fleet's [images], and the default one,
+    must be runnable by the accounts' users. StartRefused names the first that is not."""
+    for image, interpreter in sorted(images.items()):
+        why = closed_to_others(interpreter)
+        if why is not None:
+            raise StartRefused(f"[images] {image!r}: {why}; accounts' users could not run their programs")
+    if default is not None:
+        why = closed_to_others(default)
+        if why is not None:
+            raise StartRefused(
+                f"the default interpreter {why}; name one others can run in the fleet file's [images]"
+            )
+
+
+def unreadable_by(path: str | Path, run_as: RunAs) -> str | None:
+    """Why ``run_as`` cannot read the file at ``path`` (by its uid and gid against the permission bits
+    of every directory on the way and of the file), or None when it can."""
+    target = Path(path)
+    if not target.is_absolute():
+        return None
+    for directory in reversed(target.parents):
+        if not _allows(directory, run_as, stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH):
+            return f"{path}: the account's user {run_as.user} may not enter {directory}"
+    try:
+        os.stat(target)
+    except OSError as error:
+        return f"{path}: {error.strerror}"
+    if not _allows(target, run_as, stat.S_IRUSR, stat.S_IRGRP, stat.S_IROTH):
+        return f"{path}: the account's user {run_as.user} may not read it (Permission denied)"
+    return None
+
+
+def _allows(path: Path, run_as: RunAs, owner: int, group: int, other: int) -> bool:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return False
+    if run_as.uid == 0:
+        return True
+    if info.st_uid == run_as.uid:
+        return bool(info.st_mode & owner)
+    if info.st_gid == run_as.gid:
+        return bool(info.st_mode & group)
+    return bool(info.st_mode & other)
+
+
+# -- OS users -----------------------------------------------------------------------------------------
+
+
+def user_name_for(account_id: str) -> str:
+    return USER_PREFIX + account_id
+
+
+def run_as(user: str) -> RunAs:
+    """The RunAs of ``user`` as the system knows it now. ValidationError when it does not exist."""
+    try:
+        entry = pwd.getpwnam(user)
+    except KeyError:
+        raise ValidationError(f"OS user {user!r} does not exist on this machine.") from None
+    return RunAs(user, entry.pw_uid, entry.pw_gid)
+
+
+def check_named_user(user: str) -> RunAs:
+    """A user an administrator names for an account: it exists, is not root, not the server's user."""
+    if not _USER_NAME.fullmatch(user):
+        raise ValidationError(
+            f"OsUser {user!r}: an OS user name is 1-32 of letters, digits, '_', '.', '-', not starting "
+            "with a digit, '.' or '-'."
+        )
+    found = run_as(user)
+    if found.uid == 0:
+        raise ValidationError(f"OS user {user!r} has uid 0: an account's work never runs as root.")
+    if found.uid == os.geteuid():
+        raise ValidationError(
+            f"OS user {user!r} is the server's own user: an account's work never runs as it."
+        )
+    return found
+
+
+def exists(user: str) -> bool:
+    try:
+        pwd.getpwnam(user)
+    except KeyError:
+        return False
+    return True
+
+
+def create_user(user: str) -> RunAs:
+    """``useradd --system``: no home directory, no login shell, a group of its own, no other group."""
+    if not exists(user):
+        shell = shutil.which("nologin", path="/usr/sbin:/sbin:/usr/bin:/bin") or "/bin/false"
+        argv = ["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent", "--shell", shell]
+        _run_user_tool([*argv, "--user-group", user], f"could not create the OS user {user!r}")
+        log.info("created the OS user %s", user)
+    return run_as(user)
+
+
+def remove_user(user: str) -> None:
+    """``userdel`` (its own group goes with it); a user already gone is fine."""
+    if exists(user):
+        _run_user_tool(["userdel", user], f"could not remove the OS user {user!r}")
+        log.info("removed the OS user %s", user)
+
+
+def _run_user_tool(argv: list[str], what: str) -> None:
+    for _ in range(_USERADD_TRIES):
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        if done.returncode != 10:  # 10: the password file is locked by someone else; try again
+            break
+        time.sleep(0.1)
+    if done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip() or f"exit status {done.returncode}"
+        raise InternalFailure(f"{what}: {argv[0]} said {detail}")
