@@ -174,6 +174,7 @@ def test_an_accounts_job_runs_as_its_user_and_the_os_refuses_it_the_servers_secr
     assert _ended(server, beta, "beta-job")["TrainingJobStatus"] == "Completed"
     beta_tree = open_dir / "work" / "jobs" / "1" / "attempt-1" / "algo-1"
     assert beta_tree.stat().st_uid == pwd.getpwnam(accounts["beta"]["OsUser"]).pw_uid
+    assert (server.data_dir / "s3" / "out-beta-job" / "output" / "beta-job").is_dir()
     data = server.data_dir
     targets = [
         data / "credentials",
@@ -181,6 +182,7 @@ def test_an_accounts_job_runs_as_its_user_and_the_os_refuses_it_the_servers_secr
         data / "master.key",
         open_dir / "work" / "jobs",
         beta_tree,
+        data / "s3" / "out-beta-job" / "output",  # beta's bucket, where its model went
     ]
     job = _job("alpha-probe", ["python3", str(probe), *map(str, targets)])
     server.sagemaker(alpha).create_training_job(**job)
