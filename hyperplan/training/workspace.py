@@ -195,19 +195,13 @@ def _open_directory(root: Path, relative: Path) -> int | None:
     """A descriptor of ``root/relative``, no link followed from ``root`` on (``root``'s own path is the
     server's); None if that is not a directory."""
     try:
-        fd = os.open(root, _DIRECTORY_FLAGS)
+        top = os.open(root, _DIRECTORY_FLAGS)
     except OSError:
         return None
-    for name in relative.parts:
-        try:
-            inner = os.open(name, _DIRECTORY_FLAGS, dir_fd=fd)
-        except OSError:
-            inner = None
-        os.close(fd)
-        if inner is None:
-            return None
-        fd = inner
-    return fd
+    try:
+        return _open_directory_at(top, relative.parts)
+    finally:
+        os.close(top)
 
 
 def _open_file(directory: int, name: str) -> int | None:
