@@ -157,7 +157,7 @@ def examples(invoice: str, webhook: str, spare_key: str, n: int) -> dict[str, Ex
         "GET /api/v1/accounts": Example(),
         "POST /api/v1/accounts": Example(body=new_account),
         "POST /api/v1/accounts/{account}/keys": Example(hooks),
-        "DELETE /api/v1/accounts/{account}": Example(user),  # its plan is open: refused
+        "DELETE /api/v1/accounts/{account}": Example({"account": "admin"}),  # the caller itself: refused
         "DELETE /api/v1/keys/{key}": Example({"key": spare_key}),
         "POST /api/v1/master-key/rotate": Example(),
         "GET /api/v1/clock": Example(),
@@ -345,12 +345,18 @@ def path_values(fuzz: Fuzzed) -> st.SearchStrategy[str]:
     return st.one_of(st.sampled_from(fuzz.known), strings.filter(lambda text: text and "/" not in text))
 
 
+# A fuzzed DELETE of an account could succeed (the module's accounts may have nothing open once another
+# route's fuzz rejected an invoice), and would lock the ordinary caller out of every later route: it gets
+# the caller itself (refused), the example, and names that exist nowhere. Its success is tested elsewhere.
+NEVER_DELETED = ("DELETE", "/api/v1/accounts/{account}")
+
+
 def paths(route: NativeRoute, example: Example, fuzz: Fuzzed) -> st.SearchStrategy[str]:
+    safe = (next(iter(route.methods or ())), route.path) == NEVER_DELETED
+    names = strings.filter(lambda text: text and "/" not in text and not text.startswith("fuzz"))
+    anything = st.one_of(st.just("admin"), names) if safe else path_values(fuzz)
     values = st.fixed_dictionaries(
-        {
-            name: st.one_of(st.just(example.path.get(name, "x")), path_values(fuzz))
-            for name in route.param_convertors
-        }
+        {name: st.one_of(st.just(example.path.get(name, "x")), anything) for name in route.param_convertors}
     )
     # Dots too are encoded: a client would otherwise resolve "." and ".." segments away.
     return values.map(

@@ -631,17 +631,17 @@ def _client_signed(
     url: str, *, method: str = "GET", body: bytes = b"", token: str | None = None
 ) -> SignedRequest:
     credentials = Credentials(KEY, SECRET, token)
-    with _botocore_clock(SIGNED_AT):
-        headers = sign_request(
-            method,
-            url,
-            headers={"Content-Type": "application/json", "X-Hyperplan-Trace": "  spaced   out  "},
-            body=body,
-            access_key=credentials.access_key,
-            secret_key=credentials.secret_key,
-            region=REGION,
-            session_token=credentials.session_token,
-        )
+    headers = sign_request(
+        method,
+        url,
+        headers={"Content-Type": "application/json", "X-Hyperplan-Trace": "  spaced   out  "},
+        body=body,
+        access_key=credentials.access_key,
+        secret_key=credentials.secret_key,
+        region=REGION,
+        session_token=credentials.session_token,
+        now=SIGNED_AT,
+    )
     parts = urlsplit(url)
     return SignedRequest(method=method, path=parts.path, query=parts.query, headers=headers, body=body)
 
@@ -654,19 +654,19 @@ def test_client_signer_output_verifies() -> None:
 
 
 def test_client_signer_signs_every_header_it_is_given_and_keeps_the_time_in_x_amz_date() -> None:
-    with _botocore_clock(SIGNED_AT):
-        headers = sign_request(
-            "POST",
-            ENDPOINT + "/",
-            headers={
-                "X-Amz-Target": "SageMaker.ListTrainingPlans",
-                "Date": "Mon, 30 Nov 2026 01:02:03 GMT",  # would move botocore's time out of X-Amz-Date
-            },
-            body=b"{}",
-            access_key=KEY,
-            secret_key=SECRET,
-            region=REGION,
-        )
+    headers = sign_request(
+        "POST",
+        ENDPOINT + "/",
+        headers={
+            "X-Amz-Target": "SageMaker.ListTrainingPlans",
+            "Date": "Mon, 30 Nov 2026 01:02:03 GMT",  # botocore would have moved its time out of X-Amz-Date
+        },
+        body=b"{}",
+        access_key=KEY,
+        secret_key=SECRET,
+        region=REGION,
+        now=SIGNED_AT,
+    )
     request = SignedRequest("POST", "/", "", headers, b"{}")
     assert "Date" not in headers
     assert {"host", "x-amz-date", "x-amz-target"} <= signed_header_names(request)
