@@ -1,6 +1,6 @@
 """The load generator: client *processes*, each with one pre-opened keep-alive HTTP/1.1 connection, each
-signing its own requests with SigV4 computed directly from ``hyperplan.wire.sigv4`` (not botocore, whose
-own cost per call would dominate what is measured).
+signing its own requests with the CLI's SigV4 signer (``hyperplan.signing``, not botocore's, whose own
+cost per call would dominate what is measured).
 
 A phase starts every client process, lets each prepare (connect, warm up, maybe search for offerings to
 buy later), releases them together through a barrier, and collects per-request latencies and outcomes.
@@ -8,8 +8,6 @@ buy later), releases them together through a barrier, and collects per-request l
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import http.client
 import json
 import multiprocessing as mp
@@ -23,11 +21,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from bench import mix
-from hyperplan.wire import sigv4
+from hyperplan.signing import sign_request
 
 SERVICE = "sagemaker"
 CONTENT_TYPE = "application/x-amz-json-1.1"
-_SIGNED_HEADERS = ("content-type", "host", "x-amz-date", "x-amz-target")
 
 
 @dataclass(frozen=True)
@@ -40,31 +37,18 @@ class Endpoint:
 
 
 def signed_headers(endpoint: Endpoint, target: str, body: bytes, when: datetime) -> dict[str, str]:
-    """The headers of one signed awsJson1.1 POST /: SigV4 from the canonical request up."""
-    timestamp = when.strftime(sigv4.TIMESTAMP_FORMAT)
-    date = timestamp[:8]
-    headers = {
-        "content-type": CONTENT_TYPE,
-        "host": f"{endpoint.host}:{endpoint.port}",
-        "x-amz-date": timestamp,
-        "x-amz-target": target,
-    }
-    canonical = sigv4.canonical_request(
-        method="POST",
-        path="/",
-        canonical_query="",
-        headers=headers,
-        signed_headers=_SIGNED_HEADERS,
-        payload_hash=hashlib.sha256(body).hexdigest(),
+    """The headers of one signed awsJson1.1 POST /, signed as the CLI signs (hyperplan.signing)."""
+    return sign_request(
+        "POST",
+        f"http://{endpoint.host}:{endpoint.port}/",
+        headers={"Content-Type": CONTENT_TYPE, "X-Amz-Target": target},
+        body=body,
+        access_key=endpoint.access_key,
+        secret_key=endpoint.secret_key,
+        region=endpoint.region,
+        service=SERVICE,
+        now=when,
     )
-    scope = sigv4.credential_scope(date, endpoint.region, SERVICE)
-    key = sigv4.signing_key(endpoint.secret_key, date, endpoint.region, SERVICE)
-    signature = hmac.new(key, sigv4.string_to_sign(timestamp, scope, canonical).encode(), hashlib.sha256)
-    headers["authorization"] = (
-        f"{sigv4.ALGORITHM} Credential={endpoint.access_key}/{scope}, "
-        f"SignedHeaders={';'.join(_SIGNED_HEADERS)}, Signature={signature.hexdigest()}"
-    )
-    return headers
 
 
 class Client:

@@ -61,7 +61,7 @@ def sign_request(
     request time (the real clock by default: the server checks it against its own).
     """
     parts = urlsplit(url)
-    signed_request = {name: value for name, value in headers.items() if name.lower() not in ("date",)}
+    signed_request = {name: value for name, value in headers.items() if name.lower() != "date"}
     if not any(name.lower() == "host" for name in signed_request):
         signed_request["Host"] = _host_header(parts)
     timestamp = (now or datetime.now(UTC)).astimezone(UTC).strftime(TIMESTAMP_FORMAT)

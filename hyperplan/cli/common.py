@@ -98,11 +98,11 @@ def sagemaker_client() -> SageMakerClient:
 
 
 def plain(value: Any) -> Any:
-    """A SageMaker answer as JSON can hold it: ISO 8601 UTC times, no ResponseMetadata."""
+    """A SageMaker answer as JSON can hold it: ISO 8601 UTC times."""
     if isinstance(value, datetime):
         return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
     if isinstance(value, dict):
-        return {k: plain(v) for k, v in value.items() if k != "ResponseMetadata"}
+        return {k: plain(v) for k, v in value.items()}
     if isinstance(value, list):
         return [plain(v) for v in value]
     return value

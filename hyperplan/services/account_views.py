@@ -13,7 +13,7 @@ from types import MappingProxyType
 from sqlalchemy.orm import Session
 
 from hyperplan.clock import utcnow
-from hyperplan.core.rate_limits import RateLimit, RequestClass
+from hyperplan.core.rate_limits import RateLimit, RequestClass, effective
 from hyperplan.errors import HyperplanError
 from hyperplan.services import accounts, os_users, payments, plans, quotas
 from hyperplan.services.accounts import Caller, NewKey
@@ -231,7 +231,7 @@ def _account_view(runtime: ServiceContext, session: Session, account: Account) -
             for key in accounts.list_keys(session, account.id)
         ),
         os_user=account.os_user,
-        rate_limits=MappingProxyType({**runtime.fleet.rate_limits, **own}),
+        rate_limits=effective(runtime.fleet.rate_limits, own),
         own_rate_limits=frozenset(own),
     )
 

@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from hyperplan.core.rate_limits import Bucket, RateLimits, RequestClass, effective, take
+from hyperplan.core.rate_limits import Bucket, RateLimits, RequestClass, take
 from hyperplan.errors import Throttling
 from hyperplan.services.accounts import Caller
 
@@ -31,7 +31,7 @@ class RateLimiter:
         """Take a token for this request, or raise Throttling naming the class, limit and wait."""
         if caller.is_admin:
             return
-        limit = effective(defaults, caller.rate_limits).get(request_class)
+        limit = caller.rate_limits.get(request_class) or defaults.get(request_class)
         if limit is None:
             return
         key = (caller.account_id, request_class)

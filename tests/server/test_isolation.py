@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from hyperplan.services.os_users import exists
 from hyperplan.signing import Credentials
 from tests.harness import Server, wait_until
 
@@ -71,14 +72,6 @@ def _made_users(data_dir: Path) -> list[str]:
         return [str(user) for (user,) in rows]
 
 
-def _exists(user: str) -> bool:
-    try:
-        pwd.getpwnam(user)
-    except KeyError:
-        return False
-    return True
-
-
 @pytest.fixture
 def open_dir() -> Iterator[Path]:
     """A directory every user may pass through: pytest's own directories are 0700."""
@@ -116,7 +109,7 @@ def isolated(server_factory: type[Server], tmp_path: Path, open_dir: Path) -> It
         server.close()  # the server and everything it started end before their users go
         for user in users:
             subprocess.run(["userdel", user], capture_output=True, check=False, timeout=60)
-        leftover = [user for user in users if _exists(user)]
+        leftover = [user for user in users if exists(user)]
         assert not leftover, f"users left behind: {leftover}"
 
 
@@ -212,11 +205,11 @@ def test_deleting_an_account_removes_the_os_user_the_server_made(isolated: Serve
     server.new_account("brief")
     listed = {a["Name"]: a for a in server.native().get("/api/v1/accounts")["Accounts"]}
     user = listed["brief"]["OsUser"]
-    assert user == f"hp-{listed['brief']['AccountId']}" and _exists(user)
-    assert all(_exists(a["OsUser"]) for a in listed.values())  # the administrator's too, made at start
+    assert user == f"hp-{listed['brief']['AccountId']}" and exists(user)
+    assert all(exists(a["OsUser"]) for a in listed.values())  # the administrator's too, made at start
     deleted = server.native().delete("/api/v1/accounts/brief")
     assert deleted["OsUser"] == user
-    assert not _exists(user)
+    assert not exists(user)
 
 
 def test_a_lifecycle_script_and_an_exec_of_an_account_are_refused_the_servers_secrets(
