@@ -1,7 +1,7 @@
 """A small signed client for the native API, used by the `hyperplan` commands and by tests.
 
-http.client and botocore's INI reader are imported inside the functions that use them: importing this
-module (as every command does, even for `--help`) stays cheap.
+http.client and the INI reader are imported inside the functions that use them: importing this module
+(as every command does, even for `--help`) stays cheap.
 """
 
 from __future__ import annotations
@@ -55,10 +55,10 @@ def resolve_credentials(data_dir: Path | str, profile: str | None = None) -> Cre
     In the AWS tools' order: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (unless a profile is named on
     the command line), then the profile (the flag, AWS_PROFILE, or `default`) of the shared credentials
     file and of the config file (AWS_SHARED_CREDENTIALS_FILE, AWS_CONFIG_FILE, or their places under
-    ~/.aws), read with botocore's own parser. hyperplan issues its own keys, so AWS's other sources (SSO,
-    credential processes, instance metadata) have none to give and are not asked: asking the instance
-    metadata service would reach the network, and loading botocore's session costs a command half a
-    second.
+    ~/.aws), read as botocore reads them (the standard library's raw INI parser). hyperplan issues its
+    own keys, so AWS's other sources (SSO, credential processes, instance metadata) have none to give
+    and are not asked: asking the instance metadata service would reach the network, and loading
+    botocore's session costs a command half a second.
     """
     if profile is None and (from_environment := _environment_credentials()) is not None:
         return from_environment
@@ -85,15 +85,18 @@ def _environment_credentials() -> Credentials | None:
 
 
 def _ini_credentials(path: Path, section: str) -> Credentials | None:
-    from botocore.configloader import raw_config_parse  # the AWS tools' reader, without their session
-    from botocore.exceptions import ConfigParseError
+    # botocore's reader is this parser plus nested-value handling, which credentials never use; importing
+    # botocore's would cost every command its exceptions module (and a vendored requests).
+    from configparser import Error, RawConfigParser
 
     if not path.is_file():
         return None
+    parser = RawConfigParser()
     try:
-        values = raw_config_parse(str(path)).get(section, {})
-    except ConfigParseError:
+        parser.read(path, encoding="utf-8")
+    except (Error, UnicodeDecodeError):
         return None
+    values = dict(parser.items(section)) if parser.has_section(section) else {}
     key, secret = values.get("aws_access_key_id"), values.get("aws_secret_access_key")
     if not key or not secret:
         return None

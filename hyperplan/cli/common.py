@@ -29,8 +29,9 @@ if TYPE_CHECKING:
 
 # Piped output keeps its columns: a table squeezed to 80 characters is unreadable in a log or a file.
 _PIPED_WIDTH = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "200"))
-console = Console(width=_PIPED_WIDTH)
-errors = Console(stderr=True, width=_PIPED_WIDTH)
+# No emoji codes: a name such as "run:fire:1" is printed as given (and Rich's emoji table is not loaded).
+console = Console(width=_PIPED_WIDTH, emoji=False)
+errors = Console(stderr=True, width=_PIPED_WIDTH, emoji=False)
 
 
 def json_output() -> bool:

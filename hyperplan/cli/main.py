@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import logging
 import os
-import secrets
-import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -144,6 +141,10 @@ def serve(
     log_level: Annotated[str, typer.Option(help="Server log level.")] = "info",
 ) -> None:
     """Run the server until SIGTERM or Ctrl-C."""
+    # Imported here, with the runtime: every other command starts without them.
+    import logging
+    import secrets
+    import signal
 
     from hyperplan.app import AppConfig, Application, default_data_dir
     from hyperplan.backends.layout import MARK_VARIABLE
