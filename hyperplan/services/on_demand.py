@@ -57,7 +57,7 @@ def held_by_account(
     clusters counts the larger of its target and its nodes not yet Terminated (a group added in the same
     request has no node yet; a shrinking one still has nodes shutting down), and each job without a plan
     its instances while it holds them. A group named by ``exclude_group`` is left out."""
-    nodes = dict(
+    nodes: dict[int, int] = dict(
         session.execute(
             select(ClusterNode.group_id, func.count(ClusterNode.id))
             .join(InstanceGroup, InstanceGroup.id == ClusterNode.group_id)
@@ -69,9 +69,9 @@ def held_by_account(
                 InstanceGroup.instance_type == instance_type,
             )
             .group_by(ClusterNode.group_id)
-        ).tuples()
+        ).all()
     )
-    targets = dict(
+    targets: dict[int, int] = dict(
         session.execute(
             select(InstanceGroup.id, InstanceGroup.target_count)
             .join(Cluster, Cluster.id == InstanceGroup.cluster_id)
@@ -81,7 +81,7 @@ def held_by_account(
                 InstanceGroup.plan_id.is_(None),
                 InstanceGroup.instance_type == instance_type,
             )
-        ).tuples()
+        ).all()
     )
     groups = sum(
         max(targets.get(group, 0), nodes.get(group, 0))
