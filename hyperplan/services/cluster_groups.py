@@ -153,7 +153,8 @@ def _on_demand_zone(
     group: InstanceGroup | None,
 ) -> str:
     """The pool with the most free on-demand instances among the group's zones; refused when short, and
-    when the account's on-demand quota, or its budget for the nodes it adds, does not allow it."""
+    when the account's on-demand quota, or its budget for the nodes it adds, does not allow it (a group
+    that does not grow is never refused for either)."""
     pools = [
         p
         for p in runtime.fleet.pools_of_type(facts.instance_type)
@@ -164,8 +165,12 @@ def _on_demand_zone(
             f"{facts.where}.InstanceType: this fleet has no {facts.instance_type} in "
             f"{', '.join(sorted(facts.subnet_zones)) or 'any zone'}."
         )
-    group_id = group.id if group is not None else None
-    quotas.check_on_demand(session, runtime, cluster.account_id, facts.instance_type, count, group_id)
+    on_demand_group = group if group is not None and group.plan_id is None else None
+    kept = len(live_nodes(session, on_demand_group)) if on_demand_group is not None else 0
+    holds = max(on_demand_group.target_count, kept) if on_demand_group is not None else 0
+    if count > holds:  # a group that does not grow passes, even if its quota was lowered since
+        group_id = group.id if group is not None else None
+        quotas.check_on_demand(session, runtime, cluster.account_id, facts.instance_type, count, group_id)
     free = {p.availability_zone: _on_demand_free(session, p, group) for p in pools}
     best = max(pools, key=lambda p: (free[p.availability_zone], p.availability_zone))
     if count > free[best.availability_zone]:
@@ -175,7 +180,6 @@ def _on_demand_zone(
             f"pools it may use have {described} (on-demand: the instances the fleet keeps out of plans). "
             "Buy a training plan, or ask for fewer."
         )
-    kept = len(live_nodes(session, group)) if group is not None and group.plan_id is None else 0
     metering.check_budget(session, cluster.account_id, best, count - kept, facts.where)
     return best.availability_zone
 

@@ -94,6 +94,11 @@ def test_one_account_holds_at_most_half_the_on_demand_instances_and_administrato
     assert quotas["MaxOnDemandInstancesPerType"] == 3 and quotas["MaxOnDemandSharePerType"] is None
     assert _account(fair, "modest")["Quotas"]["MaxOnDemandSharePerType"] == 0.5
     assert "0 free" in _refused(g.create_training_job, **_job("more", 1))
+    # A quota lowered below what a group holds never stops the group from being updated as it is.
+    fair.native().call(
+        "PATCH", "/api/v1/accounts/greedy", body={"Quotas": {"MaxOnDemandInstancesPerType": 1}}
+    )
+    g.update_cluster(ClusterName="g", InstanceGroups=[_group("c", 2, instance_type=M5)])
 
 
 def test_on_demand_use_is_charged_per_started_instance_hour_once_across_a_restart(
