@@ -6,6 +6,11 @@ account A makes searches one after another, first alone, then while account B fl
 several processes; B's throttled requests are counted. A keeps to half its search limit (a team's steady
 use), B does not. The figures: A's median and p95 latency in each case, how many of A's searches were
 served, and how much of B's flood was.
+
+Then on-demand capacity: on two more servers, without an on-demand quota and with the demo's (each
+account at most half of a type's on-demand instances), account B creates one-node on-demand clusters
+until it is refused, then account A asks for one node. The figures: how many of the pool's on-demand
+instances B took, and whether A's request was served (and how long it took).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from bench.loadgen import Client, Endpoint
 from bench.report import Figure, Report, heading, line, percentile
 from bench.scale import Scale
 from bench.server import FLEET, HOST, running_server
+from hyperplan.backends.local import LocalBackend
 from hyperplan.cli.client import NativeClient, credentials_from_file
 from hyperplan.signing import Credentials
 
@@ -65,6 +71,79 @@ def run(report: Report, workdir: Path, *, scale: Scale) -> None:
         share = served / max(1, served + throttled)
         line(f"{label}: B's flood: {served} searches served, {throttled} throttled ({share:.0%} served)")
         report.add(Figure(f"B's flood served, {label}", f"{served} of {served + throttled}"))
+    _on_demand(report, workdir, scale)
+
+
+ON_DEMAND_TYPE = "ml.m5.12xlarge"  # on-demand only in the bench fleet
+ON_CREATE = "#!/bin/sh\ntrue\n"
+
+
+def _on_demand(report: Report, workdir: Path, scale: Scale) -> None:
+    pool = scale.pick(16, 8, 4)
+    heading(
+        f"Fair share on demand: B takes one-node clusters until refused, then A asks for one ({pool} in "
+        "the pool)"
+    )
+    base = re.sub(
+        r"(instance_type = \"ml\.m5\.12xlarge\"\nzone = \"[^\"]+\"\ncount = )\d+",
+        rf"\g<1>{pool}",
+        FLEET.read_text(),
+    )
+    half = base.replace("\n[quotas]\n", "\n[quotas]\nmax_on_demand_share_per_type = 0.5\n")
+    assert half != base, "the bench fleet has a [quotas] table"
+    for label, fleet_text in (("no on-demand quota", base), ("half of a type each", half)):
+        directory = workdir / f"fairness-on-demand-{label.replace(' ', '-')}"
+        directory.mkdir(parents=True)
+        fleet = directory / "fleet.toml"
+        fleet.write_text(fleet_text)
+        data_dir = directory / "data"
+        script = data_dir / "s3" / "lifecycle" / "src" / "on_create.sh"
+        script.parent.mkdir(parents=True)
+        script.write_text(ON_CREATE)
+        try:
+            with running_server(data_dir, fleet=fleet) as server:
+                admin = NativeClient(server_url(server.port), _admin_credentials(data_dir))
+                admin.post("/api/v1/buckets/lifecycle/grants", {"Account": "*", "ReadOnly": True})
+                region = admin.server_region()
+                a, b = (_endpoint(admin, name, server.port, region) for name in ("od-a", "od-b"))
+                taken = _take_until_refused(b, pool)
+                outcome, seconds = _one_cluster(a, "a-0")
+        finally:  # nodes outlive their server by design: end every process this one started
+            LocalBackend(data_dir.with_name(data_dir.name + "-work") / "backend").adopt([])
+        served = f"served in {seconds * 1000:.0f} ms" if outcome == "ok" else "refused"
+        line(
+            f"{label}: B took {taken} of {pool} on-demand {ON_DEMAND_TYPE}; "
+            f"A's one node: {served} ({outcome})"
+        )
+        report.add(Figure(f"on-demand instances B took, {label}", f"{taken} of {pool}"))
+        report.add(Figure(f"A's on-demand node after B's flood, {label}", served))
+
+
+def _take_until_refused(endpoint: Endpoint, pool: int) -> int:
+    taken = 0
+    while taken <= pool:  # one past the pool: the last is always refused
+        outcome, _ = _one_cluster(endpoint, f"b-{taken}")
+        if outcome != "ok":
+            break
+        taken += 1
+    return taken
+
+
+def _one_cluster(endpoint: Endpoint, name: str) -> tuple[str, float]:
+    group = {
+        "InstanceGroupName": "g",
+        "InstanceType": ON_DEMAND_TYPE,
+        "InstanceCount": 1,
+        "LifeCycleConfig": {"SourceS3Uri": "s3://lifecycle/src", "OnCreate": "on_create.sh"},
+        "ExecutionRole": "arn:aws:iam::123456789012:role/bench",
+    }
+    client = Client(endpoint)
+    try:
+        began = time.perf_counter()
+        outcome, _ = client.call("CreateCluster", {"ClusterName": name, "InstanceGroups": [group]})
+        return outcome, time.perf_counter() - began
+    finally:
+        client.close()
 
 
 def server_url(port: int) -> str:

@@ -44,6 +44,7 @@ from hyperplan.services import (
     job_deadlines,
     jobs,
     lifecycle,
+    metering,
     os_users,
     payments,
     sealed_secrets,
@@ -295,6 +296,7 @@ def event_handlers(context: ServiceContext) -> dict[str, EventHandler]:
         payments.event_handlers(context.lifecycle),
         demo_load.event_handlers(context),
         job_deadlines.event_handlers(context),
+        metering.event_handlers(context),
     ):
         clash = merged.keys() & handlers.keys()
         if clash:

@@ -44,6 +44,11 @@ LABELS = {
             f"search latency of A beside the flood, {limits}",
             f"B's flood served, {limits}",
         )
+    )
+    + tuple(
+        label
+        for quota in ("no on-demand quota", "half of a type each")
+        for label in (f"on-demand instances B took, {quota}", f"A's on-demand node after B's flood, {quota}")
     ),
 }
 

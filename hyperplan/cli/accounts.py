@@ -109,6 +109,9 @@ def update(
     max_instance_hours: Annotated[
         int | None, typer.Option(help="Quota: reserved instance-hours, all types, in any 30 days.")
     ] = None,
+    max_on_demand_instances: Annotated[
+        int | None, typer.Option(help="Quota: on-demand instances of one type at any instant.")
+    ] = None,
     rate_limit: Annotated[
         list[str] | None,
         typer.Option(
@@ -129,6 +132,7 @@ def update(
         ("MaxActivePlans", max_plans),
         ("MaxReservedInstancesPerType", max_instances),
         ("MaxReservedInstanceHoursPer30Days", max_instance_hours),
+        ("MaxOnDemandInstancesPerType", max_on_demand_instances),
     )
     limits = {k: v for k, v in quota_options if v is not None}  # 0 goes to the server, which names the range
     if limits:

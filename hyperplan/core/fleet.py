@@ -50,10 +50,17 @@ class Pool:
     # on the local back end.
     nodes: tuple[str, ...] = ()
     feature: str | None = None
+    # What on-demand use pays per instance-hour, metered (services/metering.py); None: the same as
+    # ``price_per_instance_hour`` (docs/DECISIONS.md, "On-demand use").
+    on_demand_price: Decimal | None = None
 
     @property
     def key(self) -> PoolKey:
         return (self.instance_type, self.availability_zone)
+
+    @property
+    def on_demand_price_per_instance_hour(self) -> Decimal:
+        return self.price_per_instance_hour if self.on_demand_price is None else self.on_demand_price
 
     @property
     def on_demand(self) -> int:
@@ -124,6 +131,11 @@ class Quotas:
     max_reserved_share_per_type: float | None = None
     # At most this many reserved instance-hours (all types) in any 30 days (None: no such quota).
     max_reserved_instance_hours_per_30_days: int | None = None
+    # On-demand instances of one type one account may hold at any instant (None: no such quota), and at
+    # most this share of the type's on-demand instances (None: no share cap). An account given its own
+    # max_on_demand_instances_per_type is held to that instead of both.
+    max_on_demand_instances_per_type: int | None = None
+    max_on_demand_share_per_type: float | None = None
 
 
 @dataclass(frozen=True)

@@ -10,12 +10,14 @@ In brief::
     region = "us-west-2"
     currency = "USD"                     # default for every pool
     [[zones]]    name, zone_id, subnets
-    [[pools]]    instance_type, zone, count, reservable (default: count), price_per_instance_hour, currency
+    [[pools]]    instance_type, zone, count, reservable (default: count), price_per_instance_hour, currency,
+                 on_demand_price_per_instance_hour (default: price_per_instance_hour)
     [policy]     lead_time, horizon, segment_end, min_days, max_days, allowed_counts, max_segments,
                  max_offerings, offering_validity, [policy.reclaim_lead] <target> = duration
     [background_load]  cycle_days, quiet_days, quiet_booked, busy_booked, seed     (optional)
     [quotas]     max_active_plans, max_reserved_instances_per_type, max_reserved_share_per_type,
-                 max_reserved_instance_hours_per_30_days
+                 max_reserved_instance_hours_per_30_days, max_on_demand_instances_per_type,
+                 max_on_demand_share_per_type
     [rate_limits]  search, purchase, read, write: each { rate = per second, burst = requests }
     [buckets]    <bucket name> = <directory>, or { path = <directory>, accounts = [...] }, or
                  [buckets.<bucket name>] endpoint_url, region, bucket, access_key_id_env,
@@ -241,7 +243,7 @@ def _zone(table: _Table, region: str) -> AvailabilityZone:
 
 _POOL_KEYS = (
     "instance_type", "zone", "count", "reservable", "price_per_instance_hour", "currency", "nodes",
-    "feature",
+    "feature", "on_demand_price_per_instance_hour",
 )  # fmt: skip
 
 
@@ -295,6 +297,11 @@ def _pool(table: _Table, zone_names: list[str], currency: str, backend: BackendS
         currency=table.text("currency", currency, pattern=_CURRENCY, hint=_CURRENCY_HINT),
         nodes=nodes,
         feature=feature,
+        on_demand_price=(
+            table.money("on_demand_price_per_instance_hour")
+            if "on_demand_price_per_instance_hour" in table.values
+            else None
+        ),
     )
 
 
@@ -559,25 +566,37 @@ _QUOTA_KEYS = (
     "max_reserved_instances_per_type",
     "max_reserved_share_per_type",
     "max_reserved_instance_hours_per_30_days",
+    "max_on_demand_instances_per_type",
+    "max_on_demand_share_per_type",
 )
 
 
 def _quotas(values: Mapping[str, Any]) -> Quotas:
     table = _Table(values, "quotas", _QUOTA_KEYS)
     default = Quotas()
-    share = table.get("max_reserved_share_per_type", (int, float), None, "a share such as 0.5")
-    if share is not None and not 0 < share <= 1:
-        raise table.fail("max_reserved_share_per_type", f"{share} is not a share: more than 0, at most 1")
-    hours_key = "max_reserved_instance_hours_per_30_days"
-    hours = table.integer(hours_key, minimum=1) if hours_key in values else None
+    share = _share(table, "max_reserved_share_per_type")
+    on_demand_share = _share(table, "max_on_demand_share_per_type")
+    hours, on_demand = (
+        table.integer(key, minimum=1) if key in values else None
+        for key in ("max_reserved_instance_hours_per_30_days", "max_on_demand_instances_per_type")
+    )
     return Quotas(
         max_active_plans=table.integer("max_active_plans", default.max_active_plans, minimum=1),
         max_reserved_instances_per_type=table.integer(
             "max_reserved_instances_per_type", default.max_reserved_instances_per_type, minimum=1
         ),
-        max_reserved_share_per_type=None if share is None else float(share),
+        max_reserved_share_per_type=share,
         max_reserved_instance_hours_per_30_days=hours,
+        max_on_demand_instances_per_type=on_demand,
+        max_on_demand_share_per_type=on_demand_share,
     )
+
+
+def _share(table: _Table, key: str) -> float | None:
+    share = table.get(key, (int, float), None, "a share such as 0.5")
+    if share is not None and not 0 < share <= 1:
+        raise table.fail(key, f"{share} is not a share: more than 0, at most 1")
+    return None if share is None else float(share)
 
 
 def _rate_limits(values: Mapping[str, Any]) -> RateLimits:

@@ -50,3 +50,18 @@ def busiest_window(intervals: Sequence[Interval], window: timedelta, around: Ite
         if low <= start <= high:
             best = max(best, sum(instance_hours(i, start, start + window) for i in relevant))
     return best
+
+
+def on_demand_cap(
+    on_demand: int, own: int | None, fleet_count: int | None, fleet_share: float | None
+) -> int | None:
+    """The on-demand instances of a type one account may hold at once (None: no quota): its own number if
+    an administrator set one; else the fleet's number, capped by the fleet's share of the type's
+    ``on_demand`` instances when that is less (a type with none has no share to cap)."""
+    if own is not None:
+        return own
+    allowed = fleet_count
+    if fleet_share is not None and on_demand > 0:
+        capped = share_cap(on_demand, fleet_share)
+        allowed = capped if allowed is None else min(allowed, capped)
+    return allowed

@@ -246,7 +246,12 @@ def reject_invoice(request: NativeRequest) -> dict[str, Any]:
     return _invoice_json(account_views.reject_invoice(request.runtime, _invoice_id(request), reason))
 
 
-QUOTA_MEMBERS = ("MaxActivePlans", "MaxReservedInstancesPerType", "MaxReservedInstanceHoursPer30Days")
+QUOTA_MEMBERS = (
+    "MaxActivePlans",
+    "MaxReservedInstancesPerType",
+    "MaxReservedInstanceHoursPer30Days",
+    "MaxOnDemandInstancesPerType",
+)
 
 
 def update_account(request: NativeRequest) -> dict[str, Any]:
@@ -256,6 +261,7 @@ def update_account(request: NativeRequest) -> dict[str, Any]:
         fields.whole(limits, name, 1, quotas.MAX_QUOTA, within="Quotas") for name in QUOTA_MEMBERS[:2]
     )
     max_hours = fields.whole(limits, QUOTA_MEMBERS[2], 1, quotas.MAX_HOURS_QUOTA, within="Quotas")
+    max_on_demand = fields.whole(limits, QUOTA_MEMBERS[3], 1, quotas.MAX_QUOTA, within="Quotas")
     budget, add_budget = (_budget(request, body, name) for name in ("Budget", "AddBudget"))
     mode = fields.text(body, "PaymentMode", required=False, max_length=16)
     rate_limits = _rate_limit_changes(body)
@@ -265,6 +271,7 @@ def update_account(request: NativeRequest) -> dict[str, Any]:
         max_plans=max_plans,
         max_instances=max_instances,
         max_instance_hours=max_hours,
+        max_on_demand_instances=max_on_demand,
         mode=mode,
         budget=budget,
         add_budget=add_budget,
@@ -316,6 +323,8 @@ def _account_json(account: AccountView) -> dict[str, Any]:
             "MaxReservedInstancesPerType": account.limits.max_reserved_instances_per_type,
             "MaxReservedSharePerType": account.limits.max_reserved_share_per_type,
             "MaxReservedInstanceHoursPer30Days": account.limits.max_reserved_instance_hours_per_30_days,
+            "MaxOnDemandInstancesPerType": account.limits.max_on_demand_instances_per_type,
+            "MaxOnDemandSharePerType": account.limits.max_on_demand_share_per_type,
         },
         "PaymentMode": account.payment_mode,
         "Budget": account.budget,

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from hyperplan.clock import utcnow
 from hyperplan.core.rate_limits import RateLimit, RequestClass, effective
 from hyperplan.errors import HyperplanError
-from hyperplan.services import accounts, os_users, payments, plans, quotas
+from hyperplan.services import accounts, metering, os_users, payments, plans, quotas
 from hyperplan.services.accounts import Caller, NewKey
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.quotas import Limits
@@ -192,6 +192,7 @@ def update_account(
     max_instances: int | None,
     mode: str | None,
     max_instance_hours: int | None = None,
+    max_on_demand_instances: int | None = None,
     budget: Decimal | None,
     add_budget: Decimal | None,
     rate_limits: Mapping[RequestClass, RateLimit | None] | None = None,
@@ -203,6 +204,7 @@ def update_account(
             max_plans=max_plans,
             max_instances=max_instances,
             max_instance_hours=max_instance_hours,
+            max_on_demand_instances=max_on_demand_instances,
         )
         if rate_limits:
             accounts.set_rate_limits(session, account_ref, rate_limits)
@@ -224,7 +226,7 @@ def _account_view(runtime: ServiceContext, session: Session, account: Account) -
         limits=quotas.limits(runtime, account),
         payment_mode=account.payment_mode,
         budget=account.budget,
-        spend=payments.spend(session, account.id),
+        spend=payments.spend(session, account.id) + metering.charged(session, account.id),
         created_at=account.created_at,
         keys=tuple(
             KeyView(key.access_key_id, key.created_at, key.revoked_at)

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from hyperplan.core.clusters import GroupFacts, PlanFacts, check_binding, check_subnets
 from hyperplan.core.fleet import Pool
 from hyperplan.errors import ResourceLimitExceeded, ValidationError
-from hyperplan.services import capacity_claims, lifecycle, on_demand
+from hyperplan.services import capacity_claims, lifecycle, metering, on_demand, quotas
 from hyperplan.services.accounts import Caller
 from hyperplan.services.cluster_nodes import NodeActions, shut_down
 from hyperplan.services.cluster_records import consumer, live_nodes
@@ -98,7 +98,7 @@ def _placement(
         check_binding(facts, _plan_facts(session, runtime, plan) if plan else None, arn)
         assert plan is not None
         return plan, _plan_zone(session, plan)
-    return None, _on_demand_zone(session, runtime, facts, spec.instance_count, group)
+    return None, _on_demand_zone(session, runtime, cluster, facts, spec.instance_count, group)
 
 
 def _group_facts(
@@ -145,9 +145,16 @@ def _plan_zone(session: Session, plan: TrainingPlan) -> str:
 
 
 def _on_demand_zone(
-    session: Session, runtime: ServiceContext, facts: GroupFacts, count: int, group: InstanceGroup | None
+    session: Session,
+    runtime: ServiceContext,
+    cluster: Cluster,
+    facts: GroupFacts,
+    count: int,
+    group: InstanceGroup | None,
 ) -> str:
-    """The pool with the most free on-demand instances among the group's zones; refused when short."""
+    """The pool with the most free on-demand instances among the group's zones; refused when short, and
+    when the account's on-demand quota, or its budget for the nodes it adds, does not allow it (a group
+    that does not grow is never refused for either)."""
     pools = [
         p
         for p in runtime.fleet.pools_of_type(facts.instance_type)
@@ -158,6 +165,12 @@ def _on_demand_zone(
             f"{facts.where}.InstanceType: this fleet has no {facts.instance_type} in "
             f"{', '.join(sorted(facts.subnet_zones)) or 'any zone'}."
         )
+    on_demand_group = group if group is not None and group.plan_id is None else None
+    kept = len(live_nodes(session, on_demand_group)) if on_demand_group is not None else 0
+    holds = max(on_demand_group.target_count, kept) if on_demand_group is not None else 0
+    if count > holds:  # a group that does not grow passes, even if its quota was lowered since
+        group_id = group.id if group is not None else None
+        quotas.check_on_demand(session, runtime, cluster.account_id, facts.instance_type, count, group_id)
     free = {p.availability_zone: _on_demand_free(session, p, group) for p in pools}
     best = max(pools, key=lambda p: (free[p.availability_zone], p.availability_zone))
     if count > free[best.availability_zone]:
@@ -167,6 +180,7 @@ def _on_demand_zone(
             f"pools it may use have {described} (on-demand: the instances the fleet keeps out of plans). "
             "Buy a training plan, or ask for fewer."
         )
+    metering.check_budget(session, cluster.account_id, best, count - kept, facts.where)
     return best.availability_zone
 
 

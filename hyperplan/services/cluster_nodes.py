@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from hyperplan.backends.base import EXPIRATION_VARIABLE, AdoptReport, BackendError, NodeRef, NodeSpec
 from hyperplan.core.status import NODE_LIFECYCLE, NodeStatus
 from hyperplan.objects.uris import StorageError
-from hyperplan.services import bucket_rights, status, tenancy
+from hyperplan.services import bucket_rights, metering, status, tenancy
 from hyperplan.services.cluster_records import GONE
 from hyperplan.services.cluster_request import InstanceGroupSpec
 from hyperplan.services.context import ServiceContext
@@ -135,6 +135,7 @@ def settle_adoption(runtime: ServiceContext, report: AdoptReport) -> None:
                 if node.status == NodeStatus.SHUTTING_DOWN:
                     status.change(session, NODE_LIFECYCLE, node, GONE, now, "Gone when the server started.")
                     node.ended_at = now
+                    metering.stop(session, metering.node_holder(node), now)
                 elif node.status != GONE:  # recorded, never handed over: the server died in between
                     _fail_unprovisioned(session, node, now)
 

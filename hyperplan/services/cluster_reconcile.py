@@ -13,13 +13,13 @@ from sqlalchemy.orm import Session
 from hyperplan.core.clusters import allocate
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.status import ClusterStatus, NodeStatus
-from hyperplan.services import capacity_claims
+from hyperplan.services import capacity_claims, metering
 from hyperplan.services.cluster_nodes import NodeActions, new_node, run_actions, shut_down
 from hyperplan.services.cluster_records import consumer, live_nodes
 from hyperplan.services.cluster_request import InstanceGroupSpec
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.db import after_commit
-from hyperplan.store.schema import Cluster, InstanceGroup, ReservedCapacity, TrainingPlan
+from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, ReservedCapacity, TrainingPlan
 
 
 def reconcile(
@@ -124,4 +124,17 @@ def _converge(
     spec = InstanceGroupSpec.from_json(group.spec)
     for _ in range(wanted - len(nodes)):
         node = new_node(session, group, runtime.region, now)
+        if group.plan_id is None:
+            _meter(session, runtime, group, node, now)
         actions.provision.append((node, spec, expiry))
+
+
+def _meter(
+    session: Session, runtime: ServiceContext, group: InstanceGroup, node: ClusterNode, now: datetime
+) -> None:
+    """An on-demand node is metered from its launch until it is Terminated (services/metering.py)."""
+    cluster = session.get(Cluster, group.cluster_id)
+    assert cluster is not None
+    pool = metering.pool_of(runtime, group.instance_type, node.availability_zone)
+    name = f"node {node.instance_id} (cluster {cluster.name}, group {group.name})"
+    metering.start(session, cluster.account_id, metering.node_holder(node), name, pool, 1, now)

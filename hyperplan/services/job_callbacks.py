@@ -10,7 +10,7 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import FINAL_FOR_STOP, RUNNING, Secondary, StopReason
-from hyperplan.services import capacity_claims
+from hyperplan.services import capacity_claims, metering
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_clocks import max_runtime
 from hyperplan.services.job_queue import schedule_plan
@@ -46,6 +46,8 @@ def tasks_ended(
     now = runtime.clock.now()
     job.attempt_state = "ending"
     capacity_claims.give_back(session, consumer(job), now)
+    if job.plan_id is None:  # on-demand instances given back: no later hour is metered
+        metering.stop(session, metering.job_holder(job), now)
     current = Secondary(job.secondary_status)
     if current in RUNNING and not job.stop_reason:
         bad = [i for i in instances if i.state != "Exited" or i.exit_code != 0]
@@ -75,6 +77,8 @@ def attempt_ended(
     now = runtime.clock.now()
     job.attempt_state = "ended"
     capacity_claims.give_back(session, consumer(job), now)
+    if job.plan_id is None:
+        metering.stop(session, metering.job_holder(job), now)
     current = Secondary(job.secondary_status)
     if current == Secondary.STOPPING:
         reason = StopReason(job.stop_reason or StopReason.USER)

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import TARGET, WAITING, Secondary, select_to_start
 from hyperplan.core.lifecycle import PlanStatus
-from hyperplan.services import capacity_claims
+from hyperplan.services import capacity_claims, metering
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_clocks import windows_of
 from hyperplan.services.job_records import consumer, instance_root, plan_name_of, request_of, when
@@ -107,6 +107,13 @@ def place(
         job.segment_end = segment.end
     job.attempt += 1
     job.attempt_state = "launching"
+    if segment is None:  # on-demand: metered while it holds its instances (services/metering.py)
+        assert job.availability_zone is not None
+        pool = metering.pool_of(runtime, job.instance_type, job.availability_zone)
+        holder = metering.job_holder(job)
+        metering.start(
+            session, job.account_id, holder, f"training job {job.name}", pool, job.instance_count, now
+        )
     job.stop_reason = ""
     for host in host_names(job.instance_count):
         session.add(

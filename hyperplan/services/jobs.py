@@ -72,7 +72,7 @@ from hyperplan.core.jobs import (
     has_capacity_left,
 )
 from hyperplan.errors import ResourceInUse, ResourceLimitExceeded, ValidationError
-from hyperplan.services import bucket_rights, capacity_claims, lifecycle, on_demand
+from hyperplan.services import bucket_rights, capacity_claims, lifecycle, metering, on_demand, quotas
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_clocks import windows_of
@@ -105,7 +105,7 @@ def create(runtime: ServiceContext, caller: Caller, checked: TrainingJobSpec) ->
         ):
             raise ResourceInUse(f"A training job named {name!r} already exists in this account.")
         plan = _bound_plan(session, runtime, caller, checked) if checked.plan_arn else None
-        zone = None if plan else _on_demand_zone(session, runtime, checked)
+        zone = None if plan else _on_demand_zone(session, runtime, caller, checked)
         bucket_rights.require(session, runtime, caller, bucket_rights.job_uses(checked))
         job = TrainingJob(
             account_id=caller.account_id,
@@ -159,12 +159,15 @@ def _bound_plan(
     return plan
 
 
-def _on_demand_zone(session: Session, runtime: ServiceContext, checked: TrainingJobSpec) -> str:
+def _on_demand_zone(
+    session: Session, runtime: ServiceContext, caller: Caller, checked: TrainingJobSpec
+) -> str:
     """The pool of the job's type with the most free on-demand instances; refused, naming the pools, when
-    none has enough."""
+    none has enough, and refused when the account's on-demand quota or its budget does not allow it."""
     pools = runtime.fleet.pools_of_type(checked.instance_type)
     if not pools:
         raise ValidationError(f"ResourceConfig.InstanceType: this fleet has no {checked.instance_type}.")
+    quotas.check_on_demand(session, runtime, caller.account_id, checked.instance_type, checked.instance_count)
     free = {p.availability_zone: on_demand.free(session, p) for p in pools}
     best = max(pools, key=lambda p: (free[p.availability_zone], p.availability_zone))
     if checked.instance_count > free[best.availability_zone]:
@@ -177,6 +180,7 @@ def _on_demand_zone(session: Session, runtime: ServiceContext, checked: Training
             "instances the fleet keeps out of plans, shared with clusters and other jobs). Name a training "
             "plan, or ask for fewer."
         )
+    metering.check_budget(session, caller.account_id, best, checked.instance_count, "CreateTrainingJob")
     return best.availability_zone
 
 

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.backends.base import BackendError, NodeState
 from hyperplan.core.status import NODE_LIFECYCLE, ClusterStatus, NodeStatus
-from hyperplan.services import cluster_nodes
+from hyperplan.services import cluster_nodes, metering
 from hyperplan.services.cluster_records import GONE
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup
@@ -93,6 +93,7 @@ def _apply(runtime: ServiceContext, changes: list[tuple[int, NodeState, str]]) -
             cluster_nodes.move_node(session, node, new, message or default, now)
             if new == GONE:
                 node.ended_at = now
+                metering.stop(session, metering.node_holder(node), now)
             applied += 1
         _finish_deletions(session)
     return applied

@@ -2,7 +2,8 @@
 
 Cluster nodes of on-demand groups and instances of training jobs without a plan both use them, so both
 count here, in the caller's transaction: a node holds its place until it is Terminated, a job from the
-moment it is given its instances until its processes have ended.
+moment it is given its instances until its processes have ended. ``held_by_account`` counts one
+account's use of a type for its quota (services/quotas.py).
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from hyperplan.core.fleet import Pool
-from hyperplan.core.status import NodeStatus
-from hyperplan.store.schema import ClusterNode, InstanceGroup, TrainingJob
+from hyperplan.core.status import ClusterStatus, NodeStatus
+from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, TrainingJob
 
 NODE_GONE = NodeStatus.TERMINATED
 JOB_HOLDING = ("launching", "running")  # attempt states in which a job's instances are in use
@@ -47,3 +48,52 @@ def used_by_jobs(session: Session, pool: Pool) -> int:
 def free(session: Session, pool: Pool, exclude_group: int | None = None) -> int:
     """On-demand instances of `pool` nobody uses now (a group's own nodes excluded, when named)."""
     return pool.on_demand - used_by_nodes(session, pool, exclude_group) - used_by_jobs(session, pool)
+
+
+def held_by_account(
+    session: Session, account_id: str, instance_type: str, exclude_group: int | None = None
+) -> int:
+    """On-demand instances of a type the account holds now, in every zone: each on-demand group of its
+    clusters counts the larger of its target and its nodes not yet Terminated (a group added in the same
+    request has no node yet; a shrinking one still has nodes shutting down), and each job without a plan
+    its instances while it holds them. A group named by ``exclude_group`` is left out."""
+    nodes: dict[int, int] = dict(
+        session.execute(
+            select(ClusterNode.group_id, func.count(ClusterNode.id))
+            .join(InstanceGroup, InstanceGroup.id == ClusterNode.group_id)
+            .join(Cluster, Cluster.id == InstanceGroup.cluster_id)
+            .where(
+                Cluster.account_id == account_id,
+                ClusterNode.on_plan.is_(False),
+                ClusterNode.status != NODE_GONE,
+                InstanceGroup.instance_type == instance_type,
+            )
+            .group_by(ClusterNode.group_id)
+        ).all()
+    )
+    targets: dict[int, int] = dict(
+        session.execute(
+            select(InstanceGroup.id, InstanceGroup.target_count)
+            .join(Cluster, Cluster.id == InstanceGroup.cluster_id)
+            .where(
+                Cluster.account_id == account_id,
+                Cluster.status == ClusterStatus.IN_SERVICE,
+                InstanceGroup.plan_id.is_(None),
+                InstanceGroup.instance_type == instance_type,
+            )
+        ).all()
+    )
+    groups = sum(
+        max(targets.get(group, 0), nodes.get(group, 0))
+        for group in nodes.keys() | targets.keys()
+        if group != exclude_group
+    )
+    jobs = session.scalar(
+        select(func.coalesce(func.sum(TrainingJob.instance_count), 0)).where(
+            TrainingJob.account_id == account_id,
+            TrainingJob.plan_id.is_(None),
+            TrainingJob.attempt_state.in_(JOB_HOLDING),
+            TrainingJob.instance_type == instance_type,
+        )
+    )
+    return groups + int(jobs or 0)

@@ -6,9 +6,12 @@
   type's reservable instances if the fleet's [quotas] give one and it is less.
 - Reserved instance-hours (all types) in any 30 days, if the fleet or an administrator sets it: an
   account cannot hoard over time either.
+- On-demand instances of one type held at any instant (cluster nodes of on-demand groups, instances of
+  training jobs without a plan): the account's own number, else the fleet's number and share of the
+  type's on-demand instances, if it gives them.
 Defaults come from the fleet file's [quotas]; an administrator sets them per account. Administrators'
-own accounts are held to them too. Over quota, search and purchase answer ResourceLimitExceeded naming
-the quota and its value.
+own accounts are held to them too. Over quota, search and purchase (and, for on-demand, CreateCluster,
+UpdateCluster and CreateTrainingJob) answer ResourceLimitExceeded naming the quota and its value.
 """
 
 from __future__ import annotations
@@ -22,8 +25,9 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.calendar import peak_booked
 from hyperplan.core.lifecycle import PlanStatus
-from hyperplan.core.quotas import Interval, busiest_window, share_cap
+from hyperplan.core.quotas import Interval, busiest_window, on_demand_cap, share_cap
 from hyperplan.errors import ResourceLimitExceeded
+from hyperplan.services import on_demand
 from hyperplan.services.accounts import get_account
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import Account, PlanExtension, ReservedCapacity, TrainingPlan
@@ -49,6 +53,10 @@ class Limits:
     # max_reserved_instances_per_type of its own); None otherwise.
     max_reserved_share_per_type: float | None = None
     max_reserved_instance_hours_per_30_days: int | None = None
+    # The account's own on-demand number, else the fleet's (None: no such quota), and the fleet's share
+    # of a type's on-demand instances when it binds this account.
+    max_on_demand_instances_per_type: int | None = None
+    max_on_demand_share_per_type: float | None = None
 
 
 def limits(runtime: ServiceContext, account: Account) -> Limits:
@@ -59,6 +67,8 @@ def limits(runtime: ServiceContext, account: Account) -> Limits:
         own_instances or defaults.max_reserved_instances_per_type,
         None if own_instances else defaults.max_reserved_share_per_type,
         account.max_reserved_instance_hours_per_30_days or defaults.max_reserved_instance_hours_per_30_days,
+        account.max_on_demand_instances_per_type or defaults.max_on_demand_instances_per_type,
+        None if account.max_on_demand_instances_per_type else defaults.max_on_demand_share_per_type,
     )
 
 
@@ -185,6 +195,7 @@ def set_limits(
     max_plans: int | None,
     max_instances: int | None,
     max_instance_hours: int | None = None,
+    max_on_demand_instances: int | None = None,
 ) -> Account:
     """New quotas, each from 1 to MAX_HOURS_QUOTA or MAX_QUOTA (checked where they entered), or None to
     keep the current."""
@@ -195,4 +206,41 @@ def set_limits(
         account.max_reserved_instances_per_type = max_instances
     if max_instance_hours is not None:
         account.max_reserved_instance_hours_per_30_days = max_instance_hours
+    if max_on_demand_instances is not None:
+        account.max_on_demand_instances_per_type = max_on_demand_instances
     return account
+
+
+def on_demand_allowed(runtime: ServiceContext, account: Account, instance_type: str) -> int | None:
+    """The on-demand instances of this type the account may hold at any instant (None: no quota)."""
+    defaults = runtime.fleet.quotas
+    total = sum(p.on_demand for p in runtime.fleet.pools_of_type(instance_type))
+    return on_demand_cap(
+        total,
+        account.max_on_demand_instances_per_type,
+        defaults.max_on_demand_instances_per_type,
+        defaults.max_on_demand_share_per_type,
+    )
+
+
+def check_on_demand(
+    session: Session,
+    runtime: ServiceContext,
+    account_id: str,
+    instance_type: str,
+    count: int,
+    exclude_group: int | None = None,
+) -> None:
+    """``count`` more on-demand instances of the type (for a group, its whole target: its own nodes are
+    left out of what the account holds) stay within the account's on-demand quota."""
+    account = get_account(session, account_id)
+    allowed = on_demand_allowed(runtime, account, instance_type)
+    if allowed is None:
+        return
+    held = on_demand.held_by_account(session, account_id, instance_type, exclude_group)
+    if held + count > allowed:
+        raise ResourceLimitExceeded(
+            f"Quota on-demand-capacity-{instance_type} is {allowed} instances for account {account.name}: "
+            f"it holds {held} on-demand now and asks for {count} more. An administrator can raise it with "
+            "`hyperplan accounts update ACCOUNT --max-on-demand-instances N`."
+        )

@@ -45,6 +45,8 @@ class Account(Base):
     # An administrator's overrides of the fleet's request rate limits, as JSON: {"search": {"rate": 2.0,
     # "burst": 10}, ...}; None: the fleet's for every class (services/accounts.rate_limit_overrides).
     rate_limits: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # On-demand instances of one type at any instant (services/quotas.py); None: the fleet's quota.
+    max_on_demand_instances_per_type: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class AccessKey(Base):
@@ -381,3 +383,27 @@ class BucketGrant(Base):
     grantee: Mapped[str] = mapped_column(String(12), index=True)
     access: Mapped[str] = mapped_column(String(8))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)  # service time
+
+
+class OnDemandMeter(Base):
+    """One holder of on-demand instances (a cluster node, or one attempt of a training job without a
+    plan), metered per started instance-hour of service time (services/metering.py): `hours_charged`
+    counts the hours already in the ledger, so a restart or a repeated event never charges one twice.
+    `ended_at` is set when the holder gives its instances back; `closed` once every hour it started is
+    charged."""
+
+    __tablename__ = "on_demand_meters"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    holder: Mapped[str] = mapped_column(String(64), unique=True)  # node:<instance id>, job:<id>:<attempt>
+    name: Mapped[str] = mapped_column(Text)  # what the ledger names: the node or the job
+    instance_type: Mapped[str] = mapped_column(String(64))
+    availability_zone: Mapped[str] = mapped_column(String(64))
+    count: Mapped[int] = mapped_column(Integer)
+    price_per_instance_hour: Mapped[Decimal] = mapped_column(DecimalString)  # the pool's, at the start
+    currency: Mapped[str] = mapped_column(String(3))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)  # service time
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    hours_charged: Mapped[int] = mapped_column(Integer, default=0)
+    charged: Mapped[Decimal] = mapped_column(DecimalString, default=Decimal("0"))
+    closed: Mapped[bool] = mapped_column(default=False, index=True)

@@ -182,6 +182,8 @@ VIEWS: dict[str, RenderableType] = {
                 "MaxReservedInstancesPerType": 16,
                 "MaxReservedSharePerType": 0.5,
                 "MaxReservedInstanceHoursPer30Days": 20000,
+                "MaxOnDemandInstancesPerType": 8,
+                "MaxOnDemandSharePerType": 0.5,
             },
             "RateLimits": {
                 "search": {"Rate": 0.5, "Burst": 4, "Set": "account"},
@@ -208,6 +210,14 @@ VIEWS: dict[str, RenderableType] = {
                 "BudgetAfter": "234256.00",
                 "InvoiceId": 7,
                 "Description": "Plan llm-pretrain",
+            },
+            {
+                "At": "2026-12-01T12:00:00Z",
+                "Amount": "-5.53",
+                "BudgetAfter": "234250.47",
+                "InvoiceId": None,
+                "Description": "On-demand training job eval: 2 x ml.m5.12xlarge in us-west-2a, hour 1, at "
+                "2.765 USD per instance-hour",
             },
         ],
     ),

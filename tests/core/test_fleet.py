@@ -88,6 +88,15 @@ def test_a_number_price_is_read_through_its_text() -> None:
     assert str(parse_fleet(text).pools[1].price_per_instance_hour) == "98.32"
 
 
+def test_the_on_demand_price_is_the_pools_price_unless_given() -> None:
+    assert parse_fleet(MINIMAL).pools[1].on_demand_price_per_instance_hour == Decimal("55.04")
+    text = MINIMAL.replace(
+        "price_per_instance_hour = 55.04",
+        'price_per_instance_hour = 55.04\non_demand_price_per_instance_hour = "70.5"',
+    )
+    assert parse_fleet(text).pools[1].on_demand_price_per_instance_hour == Decimal("70.5")
+
+
 def test_lookups() -> None:
     fleet = parse_fleet(MINIMAL)
     assert [p.availability_zone for p in fleet.pools_of_type("ml.p5.48xlarge")] == [
@@ -147,6 +156,8 @@ busy_booked = [0.9, 1]
 seed = 7
 [quotas]
 max_active_plans = 5
+max_on_demand_instances_per_type = 3
+max_on_demand_share_per_type = 0.5
 [buckets]
 "team-data" = "/srv/data"
 [accounts]
@@ -162,7 +173,9 @@ default_payment_mode = "approval"
     assert fleet.policy.reclaim_lead_for("hyperpod-cluster") == timedelta(hours=1)
     assert fleet.policy.reclaim_lead_for("training-job") == timedelta(minutes=30)
     assert fleet.background_load == BackgroundLoad(10, (3, 4), (0.25, 0.5), (0.9, 1.0), 7)
-    assert fleet.quotas == Quotas(max_active_plans=5)
+    assert fleet.quotas == Quotas(
+        max_active_plans=5, max_on_demand_instances_per_type=3, max_on_demand_share_per_type=0.5
+    )
     assert dict(fleet.buckets) == {"team-data": DirectoryBucket("/srv/data")}
     assert fleet.default_payment_mode == "approval"
     assert parse_fleet(MINIMAL + "[policy]\nsegment_end = 11:30:00\n").policy.segment_end == time(11, 30)
@@ -291,6 +304,10 @@ def pool_line(index: int, old: str, new: str) -> str:
         ),
         (MINIMAL + "[background_load]\nspeed = 1\n", "background_load.speed: unknown key"),
         (MINIMAL + "[quotas]\nmax_active_plans = 0\n", "quotas.max_active_plans: 0 is less than 1"),
+        (
+            MINIMAL + "[quotas]\nmax_on_demand_share_per_type = 2\n",
+            "quotas.max_on_demand_share_per_type: 2 is not",
+        ),
         (MINIMAL + '[buckets]\n"B" = "/srv"\n', "buckets.B: not a valid bucket name"),
         (MINIMAL + '[buckets]\n"data-1" = ""\n', "buckets.data-1: '' is not a directory"),
         (

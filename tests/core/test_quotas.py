@@ -1,4 +1,5 @@
-"""Quota arithmetic: share caps, and the busiest 30 days of instance-hours against a brute-force count."""
+"""Quota arithmetic: share caps, the busiest 30 days of instance-hours against a brute-force count, the
+on-demand cap, and the instance-hours an on-demand holder has started."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hyperplan.core.quotas import Interval, busiest_window, instance_hours, share_cap
+from hyperplan.core.metering import hour_start, hours_started
+from hyperplan.core.quotas import Interval, busiest_window, instance_hours, on_demand_cap, share_cap
 
 T0 = datetime(2027, 3, 1, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -63,3 +65,27 @@ def test_the_busiest_window_is_the_most_any_30_days_touching_the_new_intervals_h
         ):
             brute = max(brute, sum(instance_hours(i, start, end) for i in everything))
     assert abs(found - brute) < 1e-6
+
+
+def test_the_on_demand_cap_is_the_accounts_own_else_the_fleets_count_and_share() -> None:
+    assert on_demand_cap(8, None, None, None) is None  # the built-in default: no quota
+    assert on_demand_cap(8, None, None, 0.5) == 4
+    assert on_demand_cap(8, None, 3, 0.5) == 3  # the smaller of the fleet's two
+    assert on_demand_cap(8, None, 6, 0.5) == 4
+    assert on_demand_cap(8, 7, 3, 0.5) == 7  # an administrator's number replaces both
+    assert on_demand_cap(1, None, None, 0.5) == 1  # never closes a pool
+    assert on_demand_cap(0, None, None, 0.5) is None  # a type with no on-demand instances: nothing to share
+
+
+HOUR = timedelta(hours=1)
+
+
+def test_hours_are_charged_whole_from_the_start_and_none_from_the_end() -> None:
+    assert hours_started(T0, T0) == 1  # the first hour starts with the holder
+    assert hours_started(T0, T0 + 59 * timedelta(minutes=1)) == 1
+    assert hours_started(T0, T0 + HOUR) == 2
+    assert hours_started(T0, T0 + 90 * timedelta(minutes=1), T0 + 90 * timedelta(minutes=1)) == 2
+    assert hours_started(T0, T0 + 5 * HOUR, T0 + 2 * HOUR) == 2  # hour 3 would start at its end
+    assert hours_started(T0, T0 + 5 * HOUR, T0) == 1  # ended at once: its first hour is still charged
+    assert hours_started(T0, T0 + HOUR / 2, T0 + 3 * HOUR) == 1  # by now, not by its end
+    assert hour_start(T0, 3) == T0 + 2 * HOUR

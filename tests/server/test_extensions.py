@@ -249,6 +249,8 @@ def test_quotas_refuse_with_their_name_and_value_until_raised(small: Server) -> 
         "MaxReservedInstancesPerType": 8,
         "MaxReservedSharePerType": None,  # small.toml sets no share, and the account has its own number
         "MaxReservedInstanceHoursPer30Days": None,
+        "MaxOnDemandInstancesPerType": None,  # small.toml sets no on-demand quota
+        "MaxOnDemandSharePerType": None,
     }
     assert accounts["admin"]["Quotas"]["MaxActivePlans"] == 1000  # the fleet's default
 

@@ -87,3 +87,4 @@ def test_the_demo_fleet_keeps_each_account_to_half_of_a_type() -> None:
     demo = parse_fleet(importlib.resources.files("hyperplan.fleet").joinpath("demo.toml").read_text())
     assert demo.quotas.max_reserved_share_per_type == 0.5
     assert demo.quotas.max_reserved_instance_hours_per_30_days is not None
+    assert demo.quotas.max_on_demand_share_per_type == 0.5

@@ -8,7 +8,7 @@ import pytest
 
 from hyperplan.app import AppConfig, Application, BackendFactory, event_handlers, local_backend
 from hyperplan.backends.fake import FakeBackend, FakeWorld
-from hyperplan.services import demo_load, job_clocks, lifecycle
+from hyperplan.services import demo_load, job_clocks, lifecycle, metering
 from tests.harness import SERVER_START, unisolated
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
@@ -77,6 +77,7 @@ def test_every_service_timed_event_has_exactly_one_handler(tmp_path: Path) -> No
         demo_load.TOP_UP,
         job_clocks.PENDING_LIMIT,
         job_clocks.MAX_RUNTIME,
+        metering.METER_EVENT,
     }
     assert set(handlers) == kinds
     assert application.workers.events.handlers.keys() == kinds

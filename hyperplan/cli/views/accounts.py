@@ -87,6 +87,15 @@ class AccountSettings:
             text.append(f" (at most {share:.0%} of a type's reservable instances)")
         if hours is not None:
             text.append(f", {hours:,} instance-hours in any 30 days")
+        on_demand, on_demand_share = (
+            a["Quotas"].get("MaxOnDemandInstancesPerType"),
+            a["Quotas"].get("MaxOnDemandSharePerType"),
+        )
+        parts = [f"{on_demand} instances per type"] if on_demand is not None else []
+        if on_demand_share is not None:
+            parts.append(f"at most {on_demand_share:.0%} of a type's on-demand instances")
+        if parts:
+            text.append(f"; on-demand: {', '.join(parts)}")
         own = {k: v for k, v in (a.get("RateLimits") or {}).items() if v.get("Set") == "account"}
         if own:
             limits = ", ".join(f"{k} {v['Rate']:g}/s burst {v['Burst']}" for k, v in sorted(own.items()))
