@@ -330,7 +330,13 @@ def _account_json(account: AccountView) -> dict[str, Any]:
             for request_class, limit in account.rate_limits.items()
         },
         "AccessKeys": [
-            {"AccessKeyId": key.access_key_id, "CreatedAt": key.created_at, "RevokedAt": key.revoked_at}
+            {
+                "AccessKeyId": key.access_key_id,
+                "CreatedAt": key.created_at,
+                "RevokedAt": key.revoked_at,
+                "Status": key.status,
+                "UserName": key.user_name,
+            }
             for key in account.keys
         ],
     }

@@ -30,6 +30,8 @@ class KeyView:
     access_key_id: str
     created_at: datetime
     revoked_at: datetime | None
+    status: str = "Active"  # or Inactive (services/users.py)
+    user_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -224,13 +226,19 @@ def _account_view(runtime: ServiceContext, session: Session, account: Account) -
         budget=account.budget,
         spend=payments.spend(session, account.id),
         created_at=account.created_at,
-        keys=tuple(
-            KeyView(key.access_key_id, key.created_at, key.revoked_at)
-            for key in accounts.list_keys(session, account.id)
-        ),
+        keys=_key_views(session, account),
         os_user=account.os_user,
         rate_limits=effective(runtime.fleet.rate_limits, own),
         own_rate_limits=frozenset(own),
+    )
+
+
+def _key_views(session: Session, account: Account) -> tuple[KeyView, ...]:
+    rows = session.execute(select(User.id, User.name).where(User.account_id == account.id))
+    holders: dict[int | None, str] = {user_id: name for user_id, name in rows}
+    return tuple(
+        KeyView(key.access_key_id, key.created_at, key.revoked_at, key.status, holders.get(key.user_id, ""))
+        for key in accounts.list_keys(session, account.id)
     )
 
 

@@ -142,6 +142,7 @@ def delete_user(
     runtime: ServiceContext, caller: Caller, name: str, account_ref: str | None = None
 ) -> UserView:
     """Delete a user and their keys (refused for the last owner, or the holder of the last active key)."""
+    users.check_user_name(name)
     with runtime.db.write() as session:
         account = _account_for(session, caller, account_ref)
         _require_owner(caller, account, "delete users")
@@ -180,6 +181,8 @@ def list_keys(
     runtime: ServiceContext, caller: Caller, user_name: str | None = None, account_ref: str | None = None
 ) -> list[AccessKeyView]:
     """The caller's keys (or the named user's), never their secrets."""
+    if user_name:
+        users.check_user_name(user_name)
     with runtime.db.read() as session:
         account = _account_for(session, caller, account_ref, lock=False)
         if account.id != caller.account_id and not user_name:

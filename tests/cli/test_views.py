@@ -177,6 +177,7 @@ VIEWS: dict[str, RenderableType] = {
                 "AccessKeys": [
                     {"AccessKeyId": "AKID1", "RevokedAt": None},
                     {"AccessKeyId": "AKID2", "RevokedAt": "2026-11-30T10:00:00Z"},
+                    {"AccessKeyId": "AKID3", "RevokedAt": None, "Status": "Inactive"},
                 ],
             },
             {

@@ -77,6 +77,13 @@ def test_two_keys_a_user_and_never_the_accounts_last_active_key(fast_shared_serv
     # The second key deactivated: the first is the last active one, and neither goes.
     team.post(f"/api/v1/keys/{second.access_key}/deactivate")
     assert refused(server, second) == "UnrecognizedClientException"
+    account = next(
+        a for a in server.native().get("/api/v1/accounts")["Accounts"] if a["Name"] == "two-at-most"
+    )
+    assert {k["AccessKeyId"]: k["Status"] for k in account["AccessKeys"]} == {
+        first.access_key: "Active",
+        second.access_key: "Inactive",
+    }
     for method, path in (
         ("POST", f"/api/v1/keys/{first.access_key}/deactivate"),
         ("DELETE", f"/api/v1/keys/{first.access_key}"),
