@@ -9,7 +9,19 @@ from typing import Annotated
 
 import typer
 
-from hyperplan.cli import accounts, buckets, clock, clusters, fleet, invoices, jobs, plans, webhooks
+from hyperplan.cli import (
+    accounts,
+    buckets,
+    clock,
+    clusters,
+    fleet,
+    invoices,
+    jobs,
+    keys,
+    plans,
+    users,
+    webhooks,
+)
 from hyperplan.cli.common import console
 from hyperplan.cli.options import PLAIN_HELP, ClientOptions, DataDirOpt, EndpointOpt, JsonOpt, ProfileOpt
 from hyperplan.server.limits import ServerLimits
@@ -30,6 +42,8 @@ app.add_typer(clusters.app, name="clusters")
 app.add_typer(jobs.app, name="jobs")
 app.add_typer(webhooks.app, name="webhooks")
 app.add_typer(buckets.app, name="buckets")
+app.add_typer(users.app, name="users")
+app.add_typer(keys.app, name="keys")
 
 
 def _print_version(asked: bool) -> None:

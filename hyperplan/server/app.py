@@ -15,7 +15,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from hyperplan.errors import HyperplanError, MethodNotAllowed, UnknownRoute
-from hyperplan.server import native, native_buckets, native_webhooks
+from hyperplan.server import native, native_buckets, native_users, native_webhooks
 from hyperplan.server.body_limit import BodyLimit
 from hyperplan.server.errors import error_response_for_path
 from hyperplan.server.limits import ServerLimits
@@ -76,6 +76,7 @@ def create_app(
         *native.routes(),
         *native_webhooks.routes(),
         *native_buckets.routes(),
+        *native_users.routes(),
     ]
     # Every route's body is capped and read here, once, before any handler or authentication runs.
     middleware = [Middleware(BodyLimit, limits=limits or ServerLimits())]

@@ -100,6 +100,8 @@ def whoami(request: NativeRequest) -> dict[str, Any]:
         "AccountName": caller.account_name,
         "Admin": caller.is_admin,
         "AccessKeyId": caller.access_key_id,
+        "UserName": caller.user_name,
+        "Owner": caller.is_owner,
     }
 
 
@@ -107,6 +109,7 @@ def _key_json(key: NewKey) -> dict[str, Any]:
     return {
         "AccountId": key.account_id,
         "AccountName": key.account_name,
+        "UserName": key.user_name,
         "AccessKeyId": key.access_key_id,
         "SecretAccessKey": key.secret_access_key,
     }
@@ -135,11 +138,6 @@ def delete_account(request: NativeRequest) -> dict[str, Any]:
 
 def add_key(request: NativeRequest) -> dict[str, Any]:
     return _key_json(account_views.add_key(request.runtime, request.path["account"]))
-
-
-def revoke_key(request: NativeRequest) -> dict[str, Any]:
-    account_views.revoke_key(request.runtime, request.path["key"])
-    return {"AccessKeyId": request.path["key"], "Revoked": True}
 
 
 # -- the clock ------------------------------------------------------------------------------------
@@ -238,12 +236,13 @@ def _invoice_id(request: NativeRequest) -> int:
 
 
 def approve_invoice(request: NativeRequest) -> dict[str, Any]:
-    return _invoice_json(account_views.approve_invoice(request.runtime, _invoice_id(request)))
+    return _invoice_json(account_views.approve_invoice(request.runtime, _invoice_id(request), request.caller))
 
 
 def reject_invoice(request: NativeRequest) -> dict[str, Any]:
     reason = fields.text(request.body, "Reason", required=False) or "rejected"
-    return _invoice_json(account_views.reject_invoice(request.runtime, _invoice_id(request), reason))
+    view = account_views.reject_invoice(request.runtime, _invoice_id(request), reason, request.caller)
+    return _invoice_json(view)
 
 
 QUOTA_MEMBERS = (
@@ -340,7 +339,13 @@ def _account_json(account: AccountView) -> dict[str, Any]:
             for request_class, limit in account.rate_limits.items()
         },
         "AccessKeys": [
-            {"AccessKeyId": key.access_key_id, "CreatedAt": key.created_at, "RevokedAt": key.revoked_at}
+            {
+                "AccessKeyId": key.access_key_id,
+                "CreatedAt": key.created_at,
+                "RevokedAt": key.revoked_at,
+                "Status": key.status,
+                "UserName": key.user_name,
+            }
             for key in account.keys
         ],
     }
@@ -376,7 +381,9 @@ def _own_account_or_admin(caller: Caller, account_ref: str, what: str) -> None:
 
 def cancel_plan(request: NativeRequest) -> dict[str, Any]:
     reason = fields.required_text(request.body, "Reason")
-    plan = plans.cancel(request.runtime, request.path["account"], request.path["name"], reason)
+    plan = plans.cancel(
+        request.runtime, request.path["account"], request.path["name"], reason, request.caller
+    )
     return {"TrainingPlanName": plan.name, "Status": plan.status, "StatusMessage": plan.status_message}
 
 
@@ -387,7 +394,16 @@ def plan_events(request: NativeRequest) -> dict[str, Any]:
     name, events = account_views.plan_events(request.runtime, request.caller, owner, request.path["name"])
     return {
         "TrainingPlanName": name,
-        "Events": [{"At": e.at, "Kind": e.kind, "Status": e.status, "Message": e.message} for e in events],
+        "Events": [
+            {
+                "At": e.at,
+                "Kind": e.kind,
+                "Status": e.status,
+                "Message": e.message,
+                "User": {"UserName": e.user_name, "AccountName": e.user_account} if e.user_name else None,
+            }
+            for e in events
+        ],
     }
 
 
@@ -458,7 +474,6 @@ def routes() -> list[Route]:
         ),
         NativeRoute("DELETE", "/api/v1/accounts/{account}", delete_account, admin=True),
         NativeRoute("POST", "/api/v1/accounts/{account}/keys", add_key, admin=True),
-        NativeRoute("DELETE", "/api/v1/keys/{key}", revoke_key, admin=True),
         NativeRoute("POST", "/api/v1/master-key/rotate", rotate_master_key, admin=True),
         NativeRoute("GET", "/api/v1/clock", show_clock),
         NativeRoute("POST", "/api/v1/clock/advance", advance_clock, admin=True, body=("Duration",)),

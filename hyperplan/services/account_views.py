@@ -10,16 +10,17 @@ from datetime import datetime
 from decimal import Decimal
 from types import MappingProxyType
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hyperplan.clock import utcnow
 from hyperplan.core.rate_limits import RateLimit, RequestClass, effective
 from hyperplan.errors import HyperplanError
-from hyperplan.services import accounts, metering, os_users, payments, plans, quotas
+from hyperplan.services import accounts, acting, metering, os_users, payments, plans, quotas
 from hyperplan.services.accounts import Caller, NewKey
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.quotas import Limits
-from hyperplan.store.schema import Account, Invoice, TrainingPlan
+from hyperplan.store.schema import Account, Invoice, TrainingPlan, User
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,8 @@ class KeyView:
     access_key_id: str
     created_at: datetime
     revoked_at: datetime | None
+    status: str = "Active"  # or Inactive (services/users.py)
+    user_name: str = ""
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,9 @@ class PlanEventView:
     kind: str
     status: str
     message: str
+    # Who acted (services/acting.py): the user's name and their account's; None for the service itself.
+    user_name: str | None = None
+    user_account: str | None = None
 
 
 # -- accounts and keys ------------------------------------------------------------------------------
@@ -178,12 +184,6 @@ def add_key(runtime: ServiceContext, account_ref: str) -> NewKey:
         return accounts.add_key(session, account.id, box=runtime.secret_box, now=utcnow())
 
 
-def revoke_key(runtime: ServiceContext, access_key_id: str) -> None:
-    with runtime.db.write() as session:
-        accounts.revoke_key(session, access_key_id, now=utcnow())
-    runtime.keys.forget(access_key_id)  # its next request is refused
-
-
 def update_account(
     runtime: ServiceContext,
     account_ref: str,
@@ -228,13 +228,19 @@ def _account_view(runtime: ServiceContext, session: Session, account: Account) -
         budget=account.budget,
         spend=payments.spend(session, account.id) + metering.charged(session, account.id),
         created_at=account.created_at,
-        keys=tuple(
-            KeyView(key.access_key_id, key.created_at, key.revoked_at)
-            for key in accounts.list_keys(session, account.id)
-        ),
+        keys=_key_views(session, account),
         os_user=account.os_user,
         rate_limits=effective(runtime.fleet.rate_limits, own),
         own_rate_limits=frozenset(own),
+    )
+
+
+def _key_views(session: Session, account: Account) -> tuple[KeyView, ...]:
+    rows = session.execute(select(User.id, User.name).where(User.account_id == account.id))
+    holders: dict[int | None, str] = {user_id: name for user_id, name in rows}
+    return tuple(
+        KeyView(key.access_key_id, key.created_at, key.revoked_at, key.status, holders.get(key.user_id, ""))
+        for key in accounts.list_keys(session, account.id)
     )
 
 
@@ -269,16 +275,20 @@ def list_invoices(runtime: ServiceContext, account_id: str | None, status: str |
         return [_invoice_view(session, invoice) for invoice in found]
 
 
-def approve_invoice(runtime: ServiceContext, invoice_id: int) -> InvoiceView:
+def approve_invoice(runtime: ServiceContext, invoice_id: int, caller: Caller | None = None) -> InvoiceView:
     with runtime.db.write() as session:
+        acting.act(session, caller.user_id if caller else None)
         invoice = payments.approve(session, runtime.lifecycle, invoice_id, runtime.clock.now())
         view = _invoice_view(session, invoice)
     runtime.wakes.lifecycle.notify()
     return view
 
 
-def reject_invoice(runtime: ServiceContext, invoice_id: int, reason: str) -> InvoiceView:
+def reject_invoice(
+    runtime: ServiceContext, invoice_id: int, reason: str, caller: Caller | None = None
+) -> InvoiceView:
     with runtime.db.write() as session:
+        acting.act(session, caller.user_id if caller else None)
         invoice = payments.reject(session, runtime.lifecycle, invoice_id, reason, runtime.clock.now())
         return _invoice_view(session, invoice)
 
@@ -313,6 +323,21 @@ def plan_events(
             account = accounts.get_account(session, owner)
             caller = Caller(account.id, account.name, False, caller.access_key_id)
         plan = plans.get(session, runtime, caller, name)
+        events = plans.history(session, plan.id)
+        actors = _actors(session, {e.actor_user_id for e in events if e.actor_user_id is not None})
         return plan.name, [
-            PlanEventView(e.at, e.kind, e.status, e.message) for e in plans.history(session, plan.id)
+            PlanEventView(e.at, e.kind, e.status, e.message, *actors.get(e.actor_user_id, (None, None)))
+            for e in events
         ]
+
+
+def _actors(session: Session, user_ids: set[int]) -> dict[int | None, tuple[str, str]]:
+    """Each user's name and their account's name."""
+    if not user_ids:
+        return {}
+    rows = session.execute(
+        select(User.id, User.name, Account.name)
+        .join(Account, Account.id == User.account_id)
+        .where(User.id.in_(user_ids))
+    )
+    return {user_id: (user, account) for user_id, user, account in rows}

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import secrets
-import string
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,15 +24,18 @@ from hyperplan.core.jobs import FINAL as JOB_FINAL
 from hyperplan.core.lifecycle import FINAL as PLAN_FINAL
 from hyperplan.core.rate_limits import RateLimit, RequestClass
 from hyperplan.errors import ResourceInUse, ResourceNotFound, ValidationError
+from hyperplan.services import users
 from hyperplan.services.sealed_secrets import open_secret
+from hyperplan.services.users import NewKey, new_access_key_id, new_secret_access_key
 from hyperplan.store.master_key import SecretBox
-from hyperplan.store.schema import AccessKey, Account, Cluster, TrainingJob, TrainingPlan
+from hyperplan.store.schema import AccessKey, Account, Cluster, TrainingJob, TrainingPlan, User
+
+__all__ = ["NewKey", "new_access_key_id", "new_secret_access_key"]  # kept here for their callers
 
 PAYMENT_MODES = ("auto", "budget", "approval")
 ADMIN_NAME = "admin"
 CREDENTIALS_PROFILE = "hyperplan"
 _NAME = re.compile(r"[a-z0-9](-?[a-z0-9]){0,62}")
-_KEY_ALPHABET = string.ascii_uppercase + "234567"
 
 
 @dataclass(frozen=True)
@@ -46,27 +48,15 @@ class Caller:
     access_key_id: str
     # An administrator's overrides of the fleet's request rate limits for this account (core/rate_limits).
     rate_limits: Mapping[RequestClass, RateLimit] = field(default_factory=lambda: MappingProxyType({}))
+    # The user who holds the key (services/users.py): who acted, for plan events and the audit trail.
+    user_id: int | None = None
+    user_name: str = ""
+    is_owner: bool = False
 
 
 # (the new account's id) -> (its OS user, whether the server made it); may run useradd, inside the
 # transaction that creates the account, so that a failure leaves no account behind.
 OsUserChoice = Callable[[str], tuple[str, bool]]
-
-
-@dataclass(frozen=True)
-class NewKey:
-    account_id: str
-    account_name: str
-    access_key_id: str
-    secret_access_key: str
-
-
-def new_access_key_id() -> str:
-    return "AKHP" + "".join(secrets.choice(_KEY_ALPHABET) for _ in range(16))
-
-
-def new_secret_access_key() -> str:
-    return secrets.token_urlsafe(30)[:40]
 
 
 def _new_account_id(session: Session) -> str:
@@ -88,8 +78,9 @@ def create_account(
     secret_access_key: str | None = None,
     os_user: OsUserChoice | None = None,
 ) -> NewKey:
-    """A new account and its first key. ``os_user`` says which OS user its work runs as (None: none
-    yet; a start in isolation mode `users` gives it one)."""
+    """A new account, its first user (an owner named after the account) and that user's first key.
+    ``os_user`` says which OS user its work runs as (None: none yet; a start in isolation mode `users`
+    gives it one)."""
     if not _NAME.fullmatch(name):
         raise ValidationError(
             f"Account name {name!r} must be 1-63 lowercase letters, digits or single hyphens, "
@@ -110,8 +101,9 @@ def create_account(
     session.flush()
     if os_user is not None:
         account.os_user, account.os_user_made = os_user(account.id)
-    return add_key(
-        session, account.id, box=box, now=now, access_key_id=access_key_id, secret=secret_access_key
+    owner = users.add_user(session, account, name, owner=True, now=now)
+    return users.add_key(
+        session, account, owner, box=box, now=now, access_key_id=access_key_id, secret=secret_access_key
     )
 
 
@@ -129,30 +121,16 @@ def add_key(
     access_key_id: str | None = None,
     secret: str | None = None,
 ) -> NewKey:
-    """A new access key; its secret is stored sealed under the master key and returned here once."""
+    """A new access key for the account's first owner (an administrator's `accounts add-key`); its
+    secret is stored sealed under the master key and returned here once."""
     account = get_account(session, account_id)
     if account.deleted_at is not None:
         raise ResourceNotFound(f"Account {account.name!r} has been deleted.")
-    key_id = access_key_id or new_access_key_id()
-    if session.get(AccessKey, key_id) is not None:
-        raise ResourceInUse(f"Access key {key_id} already exists.")
-    plain = secret or new_secret_access_key()
-    key = AccessKey(
-        access_key_id=key_id,
-        secret_access_key=box.seal(plain),
-        secret_sealed=True,
-        account_id=account.id,
-        created_at=now,
+    users.lock_account(session, account.id)
+    owner = users.first_owner(session, account)
+    return users.add_key(
+        session, account, owner, box=box, now=now, access_key_id=access_key_id, secret=secret
     )
-    session.add(key)
-    return NewKey(account.id, account.name, key.access_key_id, plain)
-
-
-def revoke_key(session: Session, access_key_id: str, *, now: datetime) -> None:
-    key = session.get(AccessKey, access_key_id)
-    if key is None or key.revoked_at is not None:
-        raise ResourceNotFound(f"No active access key {access_key_id}.")
-    key.revoked_at = now
 
 
 def get_account(session: Session, account_ref: str) -> Account:
@@ -221,6 +199,8 @@ def delete_account(session: Session, caller: Caller, account_ref: str, *, now: d
     for key in list_keys(session, account.id):
         if key.revoked_at is None:
             key.revoked_at = now
+    for user in users.list_users(session, account.id):
+        user.deleted_at = now
     account.deleted_at = now
     return account
 
@@ -234,18 +214,33 @@ def list_keys(session: Session, account_id: str) -> list[AccessKey]:
 
 
 def caller_for_key(session: Session, box: SecretBox, access_key_id: str) -> tuple[str, Caller] | None:
-    """The secret and the caller behind an active key, or None for an unknown or revoked key."""
+    """The secret and the caller behind an active key, or None for an unknown, inactive or deleted key
+    (or one of a deleted user or account)."""
     row = session.execute(
-        select(AccessKey, Account)
+        select(AccessKey, Account, User)
         .join(Account, Account.id == AccessKey.account_id)
-        .where(AccessKey.access_key_id == access_key_id, AccessKey.revoked_at.is_(None))
+        .join(User, User.id == AccessKey.user_id)
+        .where(
+            AccessKey.access_key_id == access_key_id,
+            AccessKey.revoked_at.is_(None),
+            AccessKey.status == users.ACTIVE,
+            User.deleted_at.is_(None),
+            Account.deleted_at.is_(None),
+        )
     ).first()
     if row is None:
         return None
-    key, account = row
+    key, account, user = row
     secret = open_secret(box, key.secret_access_key, key.secret_sealed)
     caller = Caller(
-        account.id, account.name, account.is_admin, key.access_key_id, rate_limit_overrides(account)
+        account.id,
+        account.name,
+        account.is_admin,
+        key.access_key_id,
+        rate_limit_overrides(account),
+        user_id=user.id,
+        user_name=user.name,
+        is_owner=user.is_owner,
     )
     return secret, caller
 

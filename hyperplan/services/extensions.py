@@ -21,7 +21,7 @@ from hyperplan.core.offering_ids import ExtensionClaim, OfferingIdError
 from hyperplan.core.search import segment_price
 from hyperplan.core.status import ExtensionPaymentStatus
 from hyperplan.errors import ResourceInUse, ResourceNotFound
-from hyperplan.services import lifecycle, payments, plans, quotas
+from hyperplan.services import acting, lifecycle, payments, plans, quotas
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.live_calendar import require_room
@@ -87,6 +87,7 @@ def extend(runtime: ServiceContext, caller: Caller, offering_id: str) -> str:
     claim = _claim_for(runtime, caller, offering_id, now)
     try:
         with runtime.db.write() as session:
+            acting.act(session, caller.user_id)
             plan = session.get(TrainingPlan, claim.plan_id)
             if plan is None or plan.account_id != caller.account_id:
                 raise _not_found(offering_id)

@@ -29,7 +29,7 @@ from hyperplan.core.lifecycle import (
 )
 from hyperplan.core.status import EXTENSION_LIFECYCLE, ExtensionPaymentStatus
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
-from hyperplan.services import capacity_claims, status, webhooks
+from hyperplan.services import acting, capacity_claims, status, webhooks
 from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import PlanEvent, PlanExtension, ReservedCapacity, ScheduledEvent, TrainingPlan
@@ -83,7 +83,14 @@ def segments_of(session: Session, plan_id: int) -> list[ReservedCapacity]:
 
 def record(session: Session, plan: TrainingPlan, kind: str, message: str, now: datetime) -> None:
     """Append to the plan's history without changing its status; its account's webhooks will hear of it."""
-    event = PlanEvent(plan_id=plan.id, at=now, kind=kind, status=plan.status, message=message)
+    event = PlanEvent(
+        plan_id=plan.id,
+        at=now,
+        kind=kind,
+        status=plan.status,
+        message=message,
+        actor_user_id=acting.actor(session),
+    )
     session.add(event)
     webhooks.enqueue(session, event, plan)
 

@@ -25,7 +25,7 @@ from hyperplan.core.offering_ids import OfferingClaim, OfferingIdError, Offering
 from hyperplan.core.paging import decode_token, encode_token
 from hyperplan.core.search import Offering, SearchRequest, segment_price
 from hyperplan.errors import Conflict, ResourceInUse, ResourceNotFound, ValidationError
-from hyperplan.services import capacity_claims, lifecycle, payments, quotas
+from hyperplan.services import acting, capacity_claims, lifecycle, payments, quotas
 from hyperplan.services.accounts import Caller, get_account
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.live_calendar import require_room
@@ -77,6 +77,7 @@ def create(runtime: ServiceContext, caller: Caller, name: str, offering_id: str)
     segments = _segments_of(runtime, claim)
     try:
         with runtime.db.write() as session:
+            acting.act(session, caller.user_id)
             plan = _write_plan(runtime, session, caller, name, offering_id, claim, segments, now)
     except IntegrityError:
         # A racing buyer committed the same name or offering between our checks and our insert.
@@ -297,12 +298,16 @@ class PlanStatusView:
     status_message: str
 
 
-def cancel(runtime: ServiceContext, account_ref: str, name: str, reason: str) -> PlanStatusView:
-    """An administrator fails a plan, with a recorded reason, and gives its remaining capacity back."""
+def cancel(
+    runtime: ServiceContext, account_ref: str, name: str, reason: str, caller: Caller | None = None
+) -> PlanStatusView:
+    """An administrator (`caller`) fails a plan, with a recorded reason, and gives its remaining capacity
+    back."""
     if not reason.strip():
         raise ValidationError("Reason is required to cancel a plan; it is shown to the plan's owner.")
     now = runtime.clock.now()
     with runtime.db.write() as session:
+        acting.act(session, caller.user_id if caller else None)
         account = get_account(session, account_ref)
         plan = session.scalar(
             select(TrainingPlan).where(TrainingPlan.account_id == account.id, TrainingPlan.name == name)

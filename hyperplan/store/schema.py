@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
-from sqlalchemy import Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false
+from sqlalchemy import Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from hyperplan.store.types import DecimalString, UTCDateTime
@@ -58,7 +58,13 @@ class AccessKey(Base):
     secret_sealed: Mapped[bool] = mapped_column(server_default=false())
     account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # Deleted (`keys delete`, a user's or an account's deletion): the row stays, so that an id is never
+    # given twice and the audit trail can name it.
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    # The user who holds the key (services/users.py); None only in a store not yet migrated to 0013.
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True, index=True)
+    # Active or Inactive, as IAM's: an inactive key signs nothing until it is activated again.
+    status: Mapped[str] = mapped_column(String(8), server_default="Active")
 
 
 class TrainingPlan(Base):
@@ -156,6 +162,9 @@ class PlanEvent(Base):
     kind: Mapped[str] = mapped_column(String(64))
     status: Mapped[str] = mapped_column(String(16))
     message: Mapped[str] = mapped_column(Text)
+    # The user whose request made the event (a purchase, a cancellation, an approval); None for what the
+    # service did by itself (a segment's start, a payment deadline). services/acting.py.
+    actor_user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True)
 
 
 class CapacityClaim(Base):
@@ -407,3 +416,28 @@ class OnDemandMeter(Base):
     hours_charged: Mapped[int] = mapped_column(Integer, default=0)
     charged: Mapped[Decimal] = mapped_column(DecimalString, default=Decimal("0"))
     closed: Mapped[bool] = mapped_column(default=False, index=True)
+
+
+class User(Base):
+    """A person of an account's team: signs with at most two access keys of their own (as IAM allows a
+    user). Owners manage the account's users; the account's first user is one. A deleted user's row
+    stays (deleted_at), for the plan events and audit records that name them; a live user's name is
+    unique in its account."""
+
+    __tablename__ = "users"
+    __table_args__ = (
+        Index(
+            "ux_users_live_name",
+            "account_id",
+            "name",
+            unique=True,
+            sqlite_where=text("deleted_at IS NULL"),
+            postgresql_where=text("deleted_at IS NULL"),
+        ),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    is_owner: Mapped[bool] = mapped_column(server_default=false())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)

@@ -37,6 +37,7 @@ from hyperplan.cli.views.plans import (
     PlansTable,
     PlanStatus,
 )
+from hyperplan.cli.views.users import KeyChanged, KeysTable, NewAccessKey, NewUser, UsersTable
 from hyperplan.cli.views.webhooks import DeliveriesTable, NewWebhook, WebhookDeleted, WebhooksTable
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -54,6 +55,23 @@ BUCKET = {
     "Location": "/srv/hyperplan/s3/vision-data",
 }
 T0 = datetime(2026, 12, 1, 11, 30, tzinfo=UTC)
+ACCESS_KEY = {
+    "AccessKeyId": "AKHPNEWKEY0000000000",
+    "AccountId": "123456789012",
+    "AccountName": "vision",
+    "UserName": "alice",
+    "Status": "Active",
+    "CreatedAt": "2026-12-01T11:30:00Z",
+}
+USER = {
+    "AccountId": "123456789012",
+    "AccountName": "vision",
+    "UserName": "alice",
+    "Owner": True,
+    "CreatedAt": "2026-12-01T11:30:00Z",
+    "ActiveKeys": 1,
+    "InactiveKeys": 1,
+}
 T1 = datetime(2026, 12, 3, 11, 30, tzinfo=UTC)
 PLAN_ARN = "arn:aws:sagemaker:us-east-1:123456789012:training-plan/llm-pretrain"
 
@@ -159,6 +177,7 @@ VIEWS: dict[str, RenderableType] = {
                 "AccessKeys": [
                     {"AccessKeyId": "AKID1", "RevokedAt": None},
                     {"AccessKeyId": "AKID2", "RevokedAt": "2026-11-30T10:00:00Z"},
+                    {"AccessKeyId": "AKID3", "RevokedAt": None, "Status": "Inactive"},
                 ],
             },
             {
@@ -285,7 +304,13 @@ VIEWS: dict[str, RenderableType] = {
         {
             "TrainingPlanName": "llm-pretrain",
             "Events": [
-                {"At": "2026-12-01T11:00:00Z", "Kind": "Created", "Status": "Pending", "Message": "Bought"},
+                {
+                    "At": "2026-12-01T11:00:00Z",
+                    "Kind": "Created",
+                    "Status": "Pending",
+                    "Message": "Bought",
+                    "User": {"UserName": "alice", "AccountName": "vision"},
+                },
                 {"At": "2026-12-01T11:30:00Z", "Kind": "Activated", "Status": "Active", "Message": ""},
             ],
         }
@@ -407,6 +432,18 @@ VIEWS: dict[str, RenderableType] = {
         ]
     ),
     "buckets_granted": BucketChanged(BUCKET, "granted"),
+    "keys_new": NewAccessKey(ACCESS_KEY | {"SecretAccessKey": "s3cr3t-shown-once"}),
+    "keys_table": KeysTable(
+        [ACCESS_KEY, ACCESS_KEY | {"AccessKeyId": "AKHPOLDKEY0000000000", "Status": "Inactive"}]
+    ),
+    "keys_deactivated": KeyChanged(ACCESS_KEY | {"Status": "Inactive"}, "deactivated"),
+    "users_new": NewUser(
+        {
+            "User": USER | {"UserName": "bob", "Owner": False},
+            "AccessKey": ACCESS_KEY | {"UserName": "bob", "SecretAccessKey": "s3cr3t-shown-once"},
+        }
+    ),
+    "users_table": UsersTable([USER, USER | {"UserName": "bob", "Owner": False, "InactiveKeys": 0}]),
 }
 
 

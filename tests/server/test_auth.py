@@ -61,6 +61,7 @@ def test_revoked_key_is_refused_on_its_next_request(fast_shared_server: Server) 
     team = fast_shared_server.new_account("revoked-team")
     client = fast_shared_server.sagemaker(team)
     assert client.list_training_plans()["TrainingPlanSummaries"] == []
+    fast_shared_server.native(team).post("/api/v1/keys")  # not the account's last active key
     fast_shared_server.cli("accounts", "revoke-key", team.access_key)
     with pytest.raises(ClientError) as exc:
         client.list_training_plans()

@@ -60,10 +60,14 @@ class AccountDeleted:
 
 
 def _keys(keys: list[dict[str, Any]]) -> str:
-    """The active key ids, and how many were revoked."""
-    active = [k["AccessKeyId"] for k in keys if not k["RevokedAt"]]
+    """The key ids not deleted (an inactive one marked), and how many were deleted."""
+    live = [
+        k["AccessKeyId"] + (" (inactive)" if k.get("Status", "Active") != "Active" else "")
+        for k in keys
+        if not k["RevokedAt"]
+    ]
     revoked = sum(1 for k in keys if k["RevokedAt"])
-    return ", ".join(active) + (f" (+{revoked} revoked)" if revoked else "")
+    return ", ".join(live) + (f" (+{revoked} revoked)" if revoked else "")
 
 
 @dataclass(frozen=True)

@@ -146,12 +146,20 @@ class PlanHistory:
     history: dict[str, Any]
 
     def __rich__(self) -> TableView:
-        rows = [[e["At"], e["Kind"], e["Status"], e["Message"]] for e in self.history["Events"]]
+        rows = [
+            [e["At"], e["Kind"], e["Status"], _by(e.get("User")), e["Message"]]
+            for e in self.history["Events"]
+        ]
         return TableView(
             f"History of {self.history['TrainingPlanName']}",
-            ["At (service time)", "Event", "Status", "Message"],
+            ["At (service time)", "Event", "Status", "By", "Message"],
             rows,
         )
+
+
+def _by(user: dict[str, Any] | None) -> str:
+    """Who acted: a user and their account; empty for what the service did by itself."""
+    return f"{user['UserName']} ({user['AccountName']})" if user else ""
 
 
 @dataclass(frozen=True)
