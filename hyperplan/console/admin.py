@@ -9,6 +9,7 @@ from typing import Any
 
 from hyperplan.console.forms import FieldErrors, Fields
 from hyperplan.console.web import ConsoleRequest, Page, Redirect
+from hyperplan.core.status import InvoiceStatus
 from hyperplan.errors import HyperplanError
 from hyperplan.services import account_views, fleet, payments
 from hyperplan.services.accounts import PAYMENT_MODES
@@ -23,8 +24,8 @@ NOTICES = {
 def admin_page(request: ConsoleRequest, **extra: Any) -> Page:
     runtime = request.runtime
     invoices = account_views.list_invoices(runtime, None, None)
-    pending = [i for i in invoices if i.status == "pending"]
-    settled = [i for i in invoices if i.status != "pending"][-50:]
+    pending = [i for i in invoices if i.status == InvoiceStatus.PENDING]
+    settled = [i for i in invoices if i.status != InvoiceStatus.PENDING][-50:]
     now = request.now
     context: dict[str, Any] = {
         "pending": pending,

@@ -7,7 +7,8 @@ account_views, console_views); a refusal is shown next to the field it names, an
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from hyperplan.console.forms import FieldErrors, Fields, place
@@ -17,6 +18,7 @@ from hyperplan.core.search import SearchRequest
 from hyperplan.errors import HyperplanError, ValidationError
 from hyperplan.services import account_views, console_views, extensions, plan_views, plans
 from hyperplan.services.console_views import OfferingView, PoolTimeline
+from hyperplan.services.plan_views import PlanView
 from hyperplan.wire import model, validate
 
 TARGETS = ("hyperpod-cluster", "training-job")
@@ -98,12 +100,36 @@ def search(request: ConsoleRequest) -> Page:
     )
 
 
-def _marks(offerings: list[OfferingView]) -> dict[tuple[str, str], list[tuple[int, Any]]]:
+@dataclass(frozen=True)
+class Mark:
+    """A box drawn over a pool's timeline: an offering's segment, or one of the caller's plans."""
+
+    label: str
+    start: datetime
+    end: datetime
+    title: str
+
+
+def _marks(offerings: list[OfferingView]) -> dict[tuple[str, str], list[Mark]]:
     """Per pool, the segments of each offering (numbered from 1) that land in it."""
-    marks: dict[tuple[str, str], list[tuple[int, Any]]] = {}
+    marks: dict[tuple[str, str], list[Mark]] = {}
     for number, offering in enumerate(offerings, 1):
         for priced in offering.segments:
-            marks.setdefault(priced.segment.pool_key, []).append((number, priced.segment))
+            s = priced.segment
+            title = f"Offering {number}: {s.count} instances"
+            marks.setdefault(s.pool_key, []).append(Mark(str(number), s.start, s.end, title))
+    return marks
+
+
+def _plan_marks(plans_shown: list[PlanView]) -> dict[tuple[str, str], list[Mark]]:
+    """Per pool, the reserved capacities of the caller's plans that still hold it."""
+    marks: dict[tuple[str, str], list[Mark]] = {}
+    for plan in plans_shown:
+        for rc in plan.segments:
+            if rc.holds_capacity:
+                title = f"Your plan {plan.name}: {rc.count} instances, {rc.status}"
+                key = (rc.instance_type, rc.availability_zone)
+                marks.setdefault(key, []).append(Mark(plan.name, rc.start, rc.end, title))
     return marks
 
 
@@ -221,6 +247,7 @@ def capacity(request: ConsoleRequest) -> Page:
     if count_text and count is None:
         errors["instance_count"] = "Instance count must be a whole number from 1 to 100000."
     shown = [t for t in timelines if not wanted or t.pool.instance_type == wanted]
+    own = _plan_marks(console_views.all_plans(request.runtime, request.caller))
     return Page(
         "capacity.html",
         {
@@ -229,6 +256,7 @@ def capacity(request: ConsoleRequest) -> Page:
             "instance_types": request.runtime.fleet.reservable_types(),
             "values": {"instance_type": wanted, "instance_count": count_text},
             "count": count,
+            "marks": own,
             "errors": errors,
             "now": request.now,
         },
