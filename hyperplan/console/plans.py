@@ -108,6 +108,11 @@ class Mark:
     start: datetime
     end: datetime
     title: str
+    lane: int = 0  # marks of different offerings or plans are drawn one under another
+
+    @property
+    def top(self) -> int:
+        return 2 + 13 * (self.lane % 3)
 
 
 def _marks(offerings: list[OfferingView]) -> dict[tuple[str, str], list[Mark]]:
@@ -117,19 +122,19 @@ def _marks(offerings: list[OfferingView]) -> dict[tuple[str, str], list[Mark]]:
         for priced in offering.segments:
             s = priced.segment
             title = f"Offering {number}: {s.count} instances"
-            marks.setdefault(s.pool_key, []).append(Mark(str(number), s.start, s.end, title))
+            marks.setdefault(s.pool_key, []).append(Mark(str(number), s.start, s.end, title, number - 1))
     return marks
 
 
 def _plan_marks(plans_shown: list[PlanView]) -> dict[tuple[str, str], list[Mark]]:
     """Per pool, the reserved capacities of the caller's plans that still hold it."""
     marks: dict[tuple[str, str], list[Mark]] = {}
-    for plan in plans_shown:
+    for lane, plan in enumerate(plans_shown):
         for rc in plan.segments:
             if rc.holds_capacity:
                 title = f"Your plan {plan.name}: {rc.count} instances, {rc.status}"
                 key = (rc.instance_type, rc.availability_zone)
-                marks.setdefault(key, []).append(Mark(plan.name, rc.start, rc.end, title))
+                marks.setdefault(key, []).append(Mark(plan.name, rc.start, rc.end, title, lane))
     return marks
 
 

@@ -66,9 +66,12 @@ def sign_in(
     session = codec.decode(request.cookies.get(COOKIE))
     values = {"next": form.get("next"), "access_key_id": form.get("access_key_id").strip()}
     if not codec.csrf_ok(session, form.get(CSRF_FIELD)):
-        fresh = codec.new(None)
+        # A session that exists is kept (a forged post must not sign anyone out); none: a new one.
         errors = {"": "The sign-in form was stale or came from another page; nothing was done. Try again."}
         page = Page("sign_in.html", {"values": values, "errors": errors}, status=403)
+        if session is not None:
+            return render(console, codec, session, None, page)
+        fresh = codec.new(None)
         return _with_cookie(render(console, codec, fresh, None, page), request, codec, fresh)
     assert session is not None
     key_id, secret = values["access_key_id"], form.get("secret_access_key")

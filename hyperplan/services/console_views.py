@@ -278,8 +278,9 @@ def job_artefacts(runtime: ServiceContext, caller: Caller, name: str) -> Artefac
     note = ""
     try:
         if checkpoint_uri:
-            checkpoints = storage.list(checkpoint_uri.rstrip("/") + "/")
-        model = next((o for o in storage.list(job.model_uri) if job.model_uri.endswith(o.key)), None)
+            checkpoints = storage.list(checkpoint_uri.rstrip("/"))
+        folder, _, _ = job.model_uri.rpartition("/")
+        model = next((o for o in storage.list(folder) if o.uri == job.model_uri), None)
     except (StorageError, HyperplanError) as exc:
         note = str(exc)
     return Artefacts(checkpoint_uri, tuple(checkpoints), job.model_uri, model, note)

@@ -157,6 +157,7 @@ def test_an_engineer_and_an_administrator_through_the_console(
         page.get_by_text("The job has ended").wait_for(timeout=60_000)
         page.reload()
         assert page.locator("#job-status").inner_text() == "Completed"
+        page.get_by_text("The job has ended").wait_for()
         _shoot(page, "training-job")
         _sign_out(page)
     assert "Traceback" not in server.log(), server.log()[-5000:]
