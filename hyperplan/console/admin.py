@@ -11,7 +11,7 @@ from hyperplan.console.forms import FieldErrors, Fields
 from hyperplan.console.web import ConsoleRequest, Page, Redirect
 from hyperplan.core.status import InvoiceStatus
 from hyperplan.errors import HyperplanError
-from hyperplan.services import account_views, fleet, payments
+from hyperplan.services import account_views, console_views, fleet, payments
 from hyperplan.services.accounts import PAYMENT_MODES
 
 NOTICES = {
@@ -33,6 +33,7 @@ def admin_page(request: ConsoleRequest, **extra: Any) -> Page:
         "accounts": account_views.list_accounts(runtime),
         "payment_modes": PAYMENT_MODES,
         "reports": fleet.report(runtime, 56),
+        "nodes": console_views.pool_nodes(runtime),
         "now": now,
         "notice": NOTICES.get(request.query.get("notice", ""), ""),
         "errors": {},

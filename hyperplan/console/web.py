@@ -85,7 +85,7 @@ class Console:
             trim_blocks=True,
             lstrip_blocks=True,
         )
-        self.templates.filters.update(when=when, money=money, day=day)
+        self.templates.filters.update(when=when, money=money, price=price, day=day)
         self.templates.globals.update(url=url)
         self._codec: SessionCodec | None = None
         self._lock = threading.Lock()
@@ -288,6 +288,12 @@ def when(moment: datetime | None) -> Markup:
 
 def day(moment: datetime) -> str:
     return moment.astimezone(UTC).strftime("%a %d %b")
+
+
+def price(amount: Decimal, currency: str = "") -> str:
+    """A price as the fleet file gives it (55.04, 2.765): never rounded, at least two places."""
+    places = max(-amount.normalize().as_tuple().exponent, 2)  # type: ignore[operator]
+    return f"{amount:,.{places}f} {currency}".strip()
 
 
 def money(amount: Decimal | None, currency: str = "") -> str:

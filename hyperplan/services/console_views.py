@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from hyperplan.core.clusters import TARGET, GroupFacts, check_binding
 from hyperplan.core.fleet import Pool
 from hyperplan.core.search import Offering, SearchRequest, Segment, segment_price
+from hyperplan.core.status import NodeStatus
 from hyperplan.errors import HyperplanError, ValidationError
 from hyperplan.objects.uris import StorageError, StoredObject
 from hyperplan.services import bucket_rights, cluster_groups, fleet, job_views, lifecycle, plan_views, plans
@@ -30,7 +31,7 @@ from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.plan_views import PlanView
 from hyperplan.store import settings
-from hyperplan.store.schema import TrainingPlan
+from hyperplan.store.schema import ClusterNode, InstanceGroup, TrainingPlan
 
 SESSION_KEY = "console.session_key"
 
@@ -203,6 +204,24 @@ def _peak(profile: Sequence[tuple[datetime, int]], start: datetime) -> int:
             break
         peak = max(peak, count)
     return max(peak, current)
+
+
+def pool_nodes(runtime: ServiceContext) -> Mapping[tuple[str, str], Mapping[str, int]]:
+    """Per pool, how many cluster nodes (of every account) are in each state, the terminated left out:
+    the pools' health as the administrators see it."""
+    found: dict[tuple[str, str], dict[str, int]] = {}
+    with runtime.db.read() as session:
+        rows = session.execute(
+            select(
+                InstanceGroup.instance_type, ClusterNode.availability_zone, ClusterNode.status, func.count()
+            )
+            .join(InstanceGroup, InstanceGroup.id == ClusterNode.group_id)
+            .where(ClusterNode.status != NodeStatus.TERMINATED)
+            .group_by(InstanceGroup.instance_type, ClusterNode.availability_zone, ClusterNode.status)
+        )
+        for instance_type, zone, status, count in rows:
+            found.setdefault((instance_type, zone), {})[status] = count
+    return found
 
 
 # -- clusters ---------------------------------------------------------------------------------------------

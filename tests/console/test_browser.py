@@ -98,6 +98,7 @@ def test_an_engineer_and_an_administrator_through_the_console(
         page.get_by_label("Plan name").fill("seed-plan")
         page.get_by_role("button", name="Purchase").click()
         page.get_by_role("heading", name="Training plan seed-plan").wait_for()
+        _shoot(page, "plan")
         assert page.locator(".plan-line .segment").count() == 2
         assert "Pending" in page.locator("table", has_text="Invoice").first.inner_text()
 
@@ -158,6 +159,7 @@ def test_an_engineer_and_an_administrator_through_the_console(
         page.reload()
         assert page.locator("#job-status").inner_text() == "Completed"
         page.get_by_text("The job has ended").wait_for()
+        assert "not stored yet" not in page.locator("dl.facts").inner_text()  # the model is there
         _shoot(page, "training-job")
         _sign_out(page)
     assert "Traceback" not in server.log(), server.log()[-5000:]

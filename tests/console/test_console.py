@@ -291,3 +291,53 @@ def test_a_throttled_console_action_says_so(fast_shared_server: InProcessServer,
     assert (
         refused.status_code == 429 and "Too many requests" in refused.text and "try again in" in refused.text
     )
+
+
+SUBNETS = {
+    "us-west-2a": "subnet-0a1b2c3d4e5f60001",
+    "us-west-2b": "subnet-0a1b2c3d4e5f60003",
+    "us-west-2c": "subnet-0a1b2c3d4e5f60005",
+}
+
+
+def test_the_instance_capacity_choice_lists_only_plans_the_binding_rules_accept(
+    fast_shared_server: InProcessServer, alpha: Alpha
+) -> None:
+    server = fast_shared_server
+    credentials = server.new_account("delta")
+    client = server.sagemaker(credentials)
+    pod = client.create_training_plan(TrainingPlanName="delta-pod", TrainingPlanOfferingId=_search(client))
+    offering = client.search_training_plan_offerings(
+        InstanceType=P5, InstanceCount=1, DurationHours=24, TargetResources=["training-job"]
+    )["TrainingPlanOfferings"][0]["TrainingPlanOfferingId"]
+    client.create_training_plan(TrainingPlanName="delta-jobs", TrainingPlanOfferingId=offering)
+    console = Console(server)
+    console.sign_in(credentials)
+    page = console.get("/console/clusters/new").text
+    options = re.findall(r'<option value="(arn:[^"]+)" data-instance-type="([^"]+)"', page)
+    assert options == [(pod["TrainingPlanArn"], P5)] * 2  # each group row offers it, for its own type only
+    other = Console(server)
+    other.sign_in(alpha.credentials)
+    assert "Plan alpha-plan" not in other.get("/console/clusters/new").text  # Pending: not yet usable
+    zone = client.describe_training_plan(TrainingPlanName="delta-pod")["ReservedCapacitySummaries"][0][
+        "AvailabilityZone"
+    ]
+    elsewhere = next(subnet for name, subnet in SUBNETS.items() if name != zone)
+    form = {
+        "cluster_name": "delta-cluster",
+        "subnets": elsewhere,
+        "group_1_name": "worker",
+        "group_1_type": P5,
+        "group_1_count": "1",
+        "group_1_capacity": pod["TrainingPlanArn"],
+    }
+    refused = console.post("/console/clusters/new", form)
+    assert refused.status_code == 400 and 'id="group_1_capacity-error"' in refused.text
+    assert pod["TrainingPlanArn"] not in re.findall(r'<option value="(arn:[^"]+)"', refused.text)
+    assert client.list_clusters()["ClusterSummaries"] == []
+    created = console.post("/console/clusters/new", {**form, "subnets": SUBNETS[zone]})
+    assert created.headers["location"] == "/console/clusters/delta-cluster?notice=created"
+    groups = client.describe_cluster(ClusterName="delta-cluster")["InstanceGroups"]
+    assert [(g["InstanceGroupName"], g["TrainingPlanArn"]) for g in groups] == [
+        ("worker", pod["TrainingPlanArn"])
+    ]
