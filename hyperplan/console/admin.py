@@ -10,7 +10,7 @@ from typing import Any
 from hyperplan.console.forms import FieldErrors, Fields
 from hyperplan.console.web import ConsoleRequest, Page, Redirect
 from hyperplan.core.status import InvoiceStatus
-from hyperplan.errors import HyperplanError
+from hyperplan.errors import HyperplanError, ResourceNotFound
 from hyperplan.services import account_views, console_views, fleet, payments
 from hyperplan.services.accounts import PAYMENT_MODES
 
@@ -46,8 +46,6 @@ def admin_page(request: ConsoleRequest, **extra: Any) -> Page:
 def _invoice_id(request: ConsoleRequest) -> int:
     text = request.path["invoice"]
     if not text.isdigit() or len(text) > 18:
-        from hyperplan.errors import ResourceNotFound
-
         raise ResourceNotFound(f"There is no invoice {text!r}.")
     return int(text)
 

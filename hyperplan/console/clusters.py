@@ -154,6 +154,9 @@ def add_group(request: ConsoleRequest) -> Page | Redirect:
     try:
         if not groups and "group_1_name" not in fields.errors:
             fields.errors["group_1_name"] = "Group name is required."
+        taken = {g.name for g in cluster.groups} & {g["InstanceGroupName"] for g in groups}
+        if taken:  # UpdateCluster would change that group: this form only adds
+            fields.errors["group_1_name"] = f"Cluster {cluster.name} already has a group {taken.pop()}."
         fields.check()
         validate.parse_request(model.operation_model("UpdateCluster"), wire)
         _lifecycle(groups, form)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import quote
 
 from hyperplan.console.forms import FieldErrors, Fields, place
 from hyperplan.console.timeline import Window
@@ -175,8 +176,6 @@ def purchase(request: ConsoleRequest) -> Page | Redirect:
 
 
 def _quoted(name: str) -> str:
-    from urllib.parse import quote
-
     return quote(name, safe="")
 
 

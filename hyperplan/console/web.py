@@ -12,6 +12,7 @@ that says so (logged with its traceback), never its text.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import threading
 import uuid
@@ -120,8 +121,6 @@ def caller_of(runtime: ServiceContext, identity: Identity) -> Caller | None:
 
 def secret_matches(runtime: ServiceContext, access_key_id: str, secret: str) -> Caller | None:
     """The caller of a key pair whose secret is `secret` (compared in constant time), else None."""
-    import hmac
-
     entry = runtime.keys.get(access_key_id, lambda key: account_views.caller_for_key(runtime, key))
     if entry is None or not hmac.compare_digest(entry[0].encode(), secret.encode()):
         return None

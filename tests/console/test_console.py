@@ -341,3 +341,13 @@ def test_the_instance_capacity_choice_lists_only_plans_the_binding_rules_accept(
     assert [(g["InstanceGroupName"], g["TrainingPlanArn"]) for g in groups] == [
         ("worker", pod["TrainingPlanArn"])
     ]
+    group = {"group_1_name": "tools", "group_1_type": M5, "group_1_count": "1", "group_1_capacity": ""}
+    added = console.post("/console/clusters/delta-cluster/groups", group)
+    assert added.headers["location"] == "/console/clusters/delta-cluster?notice=group-added"
+    again = console.post("/console/clusters/delta-cluster/groups", {**group, "group_1_name": "worker"})
+    assert again.status_code == 400 and 'id="group_1_name-error"' in again.text
+    groups = client.describe_cluster(ClusterName="delta-cluster")["InstanceGroups"]
+    assert [(g["InstanceGroupName"], g.get("TrainingPlanArn")) for g in groups] == [
+        ("worker", pod["TrainingPlanArn"]),
+        ("tools", None),
+    ]
