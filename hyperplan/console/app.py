@@ -30,6 +30,8 @@ def not_found(request: ConsoleRequest) -> Page:
     raise UnknownRoute("There is no such console page.")
 
 
+# Pages that are not one resource's live outside /plans/ and /clusters/, so that no plan or cluster
+# name (letters, digits, hyphens) can be shadowed by them.
 def routes() -> list[BaseRoute]:
     console = Console()
     search, purchase, write = RequestClass.SEARCH, RequestClass.PURCHASE, RequestClass.WRITE
@@ -59,17 +61,17 @@ def routes() -> list[BaseRoute]:
         get("", home),
         get("/", home),
         get("/plans", plans.plans_list),
-        get("/plans/search", plans.search_form),
-        post("/plans/search", plans.search, search),
-        post("/plans/review", plans.review, RequestClass.READ),
-        post("/plans/purchase", plans.purchase, purchase),
+        get("/offerings", plans.search_form),
+        post("/offerings", plans.search, search),
+        post("/offerings/review", plans.review, RequestClass.READ),
+        post("/offerings/purchase", plans.purchase, purchase),
         get("/plans/{name}", plans.plan_detail),
         post("/plans/{name}/extensions", plans.extension_search, search),
         post("/plans/{name}/extend", plans.extend, purchase),
         get("/capacity", plans.capacity),
         get("/clusters", clusters.clusters_list),
-        get("/clusters/new", clusters.new_cluster),
-        post("/clusters/new", clusters.create_cluster),
+        get("/new-cluster", clusters.new_cluster),
+        post("/new-cluster", clusters.create_cluster),
         get("/clusters/{name}", clusters.cluster_detail),
         post("/clusters/{name}/groups", clusters.add_group),
         get("/training-jobs", jobs.jobs_list),

@@ -182,9 +182,9 @@ def test_every_console_route_refuses_another_accounts_resources(
         has_ids = "{" in route.path
         if has_ids or route.admin:
             assert response.status_code in (403, 404), (method, path, response.status_code)
-        elif method == "POST" and path == "/console/clusters/new":  # alpha's plan as a group's capacity
+        elif method == "POST" and path == "/console/new-cluster":  # alpha's plan as a group's capacity
             assert response.status_code == 400 and "has no training plan" in response.text, response.text
-        elif path in ("/console/plans/review", "/console/plans/purchase"):  # alpha's offering id
+        elif path in ("/console/offerings/review", "/console/offerings/purchase"):  # alpha's offering id
             assert response.status_code == 404 and "does not exist or has expired" in response.text
         else:  # the caller's own lists and searches (a search without its fields is refused)
             assert response.status_code in (200, 303, 400), (method, path, response.status_code)
@@ -247,31 +247,31 @@ def test_a_session_ends_with_its_key_and_at_sign_out(fast_shared_server: InProce
     assert console.get("/console/plans").status_code == 200
     server.native().delete(f"/api/v1/keys/{credentials.access_key}")
     assert console.get("/console/plans").headers["location"].startswith("/console/sign-in")
-    assert console.post("/console/plans/search", {"target": "training-job"}).status_code == 401
+    assert console.post("/console/offerings", {"target": "training-job"}).status_code == 401
 
 
 def test_bad_input_is_shown_next_to_its_field_and_changes_nothing(
     fast_shared_server: InProcessServer, beta: Console
 ) -> None:
-    beta.get("/console/plans/search")
+    beta.get("/console/offerings")
     search = {
         "target": "hyperpod-cluster",
         "instance_type": P5,
         "instance_count": "many",
         "duration_days": "10",
     }
-    response = beta.post("/console/plans/search", search)
+    response = beta.post("/console/offerings", search)
     assert response.status_code == 400 and 'id="instance_count-error"' in response.text
-    response = beta.post("/console/plans/search", {**search, "instance_count": "3"})
+    response = beta.post("/console/offerings", {**search, "instance_count": "3"})
     assert (
         response.status_code == 400 and 'id="instance_count-error"' in response.text
     )  # not an allowed count
-    response = beta.post("/console/plans/search", {**search, "instance_count": "1"})
+    response = beta.post("/console/offerings", {**search, "instance_count": "1"})
     offering = re.findall(r'name="offering_id" value="([^"]+)"', response.text)[0]
-    response = beta.post("/console/plans/purchase", {"offering_id": offering, "plan_name": "no spaces"})
+    response = beta.post("/console/offerings/purchase", {"offering_id": offering, "plan_name": "no spaces"})
     assert response.status_code == 400 and 'id="plan_name-error"' in response.text
     response = beta.post(
-        "/console/clusters/new",
+        "/console/new-cluster",
         {"cluster_name": "c", "group_1_name": "w", "group_1_type": M5, "group_1_count": "x"},
     )
     assert response.status_code == 400 and 'id="group_1_count-error"' in response.text
@@ -286,8 +286,8 @@ def test_a_throttled_console_action_says_so(fast_shared_server: InProcessServer,
         "PATCH", f"/api/v1/accounts/{name}", body={"RateLimits": {"search": {"Rate": 0.001, "Burst": 1}}}
     )
     search = {"target": "hyperpod-cluster", "instance_type": P5, "instance_count": "1", "duration_days": "1"}
-    assert beta.post("/console/plans/search", search).status_code == 200
-    refused = beta.post("/console/plans/search", search)
+    assert beta.post("/console/offerings", search).status_code == 200
+    refused = beta.post("/console/offerings", search)
     assert (
         refused.status_code == 429 and "Too many requests" in refused.text and "try again in" in refused.text
     )
@@ -313,12 +313,12 @@ def test_the_instance_capacity_choice_lists_only_plans_the_binding_rules_accept(
     client.create_training_plan(TrainingPlanName="delta-jobs", TrainingPlanOfferingId=offering)
     console = Console(server)
     console.sign_in(credentials)
-    page = console.get("/console/clusters/new").text
+    page = console.get("/console/new-cluster").text
     options = re.findall(r'<option value="(arn:[^"]+)" data-instance-type="([^"]+)"', page)
     assert options == [(pod["TrainingPlanArn"], P5)] * 2  # each group row offers it, for its own type only
     other = Console(server)
     other.sign_in(alpha.credentials)
-    assert "Plan alpha-plan" not in other.get("/console/clusters/new").text  # Pending: not yet usable
+    assert "Plan alpha-plan" not in other.get("/console/new-cluster").text  # Pending: not yet usable
     zone = client.describe_training_plan(TrainingPlanName="delta-pod")["ReservedCapacitySummaries"][0][
         "AvailabilityZone"
     ]
@@ -331,11 +331,11 @@ def test_the_instance_capacity_choice_lists_only_plans_the_binding_rules_accept(
         "group_1_count": "1",
         "group_1_capacity": pod["TrainingPlanArn"],
     }
-    refused = console.post("/console/clusters/new", form)
+    refused = console.post("/console/new-cluster", form)
     assert refused.status_code == 400 and 'id="group_1_capacity-error"' in refused.text
     assert pod["TrainingPlanArn"] not in re.findall(r'<option value="(arn:[^"]+)"', refused.text)
     assert client.list_clusters()["ClusterSummaries"] == []
-    created = console.post("/console/clusters/new", {**form, "subnets": SUBNETS[zone]})
+    created = console.post("/console/new-cluster", {**form, "subnets": SUBNETS[zone]})
     assert created.headers["location"] == "/console/clusters/delta-cluster?notice=created"
     groups = client.describe_cluster(ClusterName="delta-cluster")["InstanceGroups"]
     assert [(g["InstanceGroupName"], g["TrainingPlanArn"]) for g in groups] == [
