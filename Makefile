@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test bench lint typecheck check clean
+.PHONY: run test bench lint typecheck check clean screenshots
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,10 @@ run: $(STAMP)
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal
+
+## Screenshots of the console's main pages in docs/screenshots/ (the browser walkthrough, saving each page).
+screenshots: $(STAMP)
+	HYPERPLAN_SCREENSHOTS=docs/screenshots $(BIN)/python -m pytest -q -p no:cacheprovider -m browser tests/console/test_browser.py
 
 ## Print speed and memory figures (no pass/fail).
 bench: $(STAMP)

@@ -32,6 +32,7 @@ LAYERS = {
     "hyperplan.notify": "services",  # the webhook dispatcher: a worker of the services' layer
     "hyperplan.wire": "wire",
     "hyperplan.server": "server",
+    "hyperplan.console": "console",  # the web console, an edge beside the server that mounts it
     "hyperplan.signing": "signing",
     "hyperplan.app": "app",
     "hyperplan.cli": "cli",
@@ -59,7 +60,8 @@ ALLOWED: dict[str, set[str]] = {
     "services": _BELOW_SERVICES,
     # The edges translate: services own the transactions and hand them views, so no store (see below).
     "wire": {"services"} | _BELOW_SERVICES - {"store"},
-    "server": {"wire", "services"} | _BELOW_SERVICES - {"store"},
+    "server": {"console", "wire", "services"} | _BELOW_SERVICES - {"store"},
+    "console": {"wire", "services"} | _BELOW_SERVICES - {"store"},
     "signing": {"wire", "errors"},  # the SigV4 canonical forms, shared with the server's verification
     "app": {"server", "wire", "services", "fleet-data"} | _BELOW_SERVICES,
     "cli": {"signing", "app", "server", "wire", "services", "root"} | _BELOW_SERVICES,
@@ -129,7 +131,7 @@ def test_every_import_follows_the_layer_rules() -> None:
 
 # Modules the edges (the SageMaker protocol and the HTTP server) must not import: ORM code belongs to the
 # services, which own their transactions and return views.
-EDGE_LAYERS = ("wire", "server")
+EDGE_LAYERS = ("wire", "server", "console")
 ORM_MODULES = ("sqlalchemy", "hyperplan.store.schema")
 
 

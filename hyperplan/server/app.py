@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from hyperplan.console.app import routes as console_routes
 from hyperplan.errors import HyperplanError, MethodNotAllowed, UnknownRoute
 from hyperplan.server import native, native_buckets, native_users, native_webhooks
 from hyperplan.server.body_limit import BodyLimit
@@ -77,6 +78,7 @@ def create_app(
         *native_webhooks.routes(),
         *native_buckets.routes(),
         *native_users.routes(),
+        *console_routes(),  # the web console under /console (hyperplan/console)
     ]
     # Every route's body is capped and read here, once, before any handler or authentication runs.
     middleware = [Middleware(BodyLimit, limits=limits or ServerLimits())]

@@ -1,0 +1,268 @@
+"""Training plans: the list, the search, review and purchase, a plan's page and its extensions; and the
+capacity at a glance.
+
+Handlers translate between forms and the services the API uses (plans, extensions, plan_views,
+account_views, console_views); a refusal is shown next to the field it names, and changes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import quote
+
+from hyperplan.console.forms import FieldErrors, Fields, place
+from hyperplan.console.timeline import Window
+from hyperplan.console.web import ConsoleRequest, Page, Redirect
+from hyperplan.core.search import SearchRequest
+from hyperplan.errors import HyperplanError, ValidationError
+from hyperplan.services import account_views, console_views, extensions, plan_views, plans
+from hyperplan.services.console_views import OfferingView, PoolTimeline
+from hyperplan.services.plan_views import PlanView
+from hyperplan.wire import model, validate
+
+TARGETS = ("hyperpod-cluster", "training-job")
+SEARCH_FIELDS = {
+    "TargetResources": "target",
+    "InstanceType": "instance_type",
+    "InstanceCount": "instance_count",
+    "DurationHours": "duration_days",
+    "StartTimeAfter": "start_after",
+    "EndTimeBefore": "end_before",
+}
+NOTICES = {
+    "purchased": "Training plan purchased.",
+    "extended": "Training plan extended.",
+}
+
+
+def plans_list(request: ConsoleRequest) -> Page:
+    now = request.now
+    rows = [
+        (plan, console_views.next_transition(plan, now))
+        for plan in console_views.all_plans(request.runtime, request.caller)
+    ]
+    return Page("plans.html", {"rows": rows, "now": now})
+
+
+# -- search, review, purchase ------------------------------------------------------------------------
+
+
+def _search_page(request: ConsoleRequest, values: dict[str, str], **extra: Any) -> Page:
+    fleet = request.runtime.fleet
+    context: dict[str, Any] = {
+        "values": values,
+        "errors": {},
+        "offerings": None,
+        "targets": TARGETS,
+        "instance_types": fleet.reservable_types(),
+        "max_days": fleet.policy.max_days,
+        "validity_minutes": int(fleet.policy.offering_validity / timedelta(minutes=1)),
+        "timelines": [],
+        "window": None,
+    }
+    context.update(extra)
+    return Page("search.html", context, status=400 if context["errors"] else 200)
+
+
+def search_form(request: ConsoleRequest) -> Page:
+    values = {"target": "hyperpod-cluster", "instance_type": "", "instance_count": "", "duration_days": ""}
+    values.update({k: v for k, v in request.query.items() if k in SEARCH_FIELDS.values()})
+    return _search_page(request, values)
+
+
+def search(request: ConsoleRequest) -> Page:
+    values = request.form.values()
+    fields = Fields(request.form)
+    target = fields.text("target", "Target", max_length=32)
+    instance_type = fields.text("instance_type", "Instance type", max_length=64)
+    count = fields.whole("instance_count", "Instance count", 1, 100_000)
+    days = fields.whole("duration_days", "Duration (days)", 1, request.runtime.fleet.policy.max_days)
+    start_after = fields.moment("start_after", "Start after")
+    end_before = fields.moment("end_before", "End before")
+    try:
+        fields.check()
+        assert count is not None and days is not None
+        query = SearchRequest(instance_type, count, days * 24, target, start_after, end_before)
+        offerings = console_views.search(request.runtime, request.caller, query)
+    except FieldErrors as exc:
+        return _search_page(request, values, errors=exc.errors)
+    except HyperplanError as exc:
+        return _search_page(request, values, errors=place(exc, SEARCH_FIELDS).errors)
+    timelines = [t for t in console_views.capacity(request.runtime) if t.pool.instance_type == instance_type]
+    return _search_page(
+        request,
+        values,
+        offerings=offerings,
+        timelines=timelines,
+        window=_window(timelines),
+        marks=_marks(offerings),
+    )
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A box drawn over a pool's timeline: an offering's segment, or one of the caller's plans."""
+
+    label: str
+    start: datetime
+    end: datetime
+    title: str
+    lane: int = 0  # marks of different offerings or plans are drawn one under another
+
+    @property
+    def top(self) -> int:
+        return 2 + 13 * (self.lane % 3)
+
+
+def _marks(offerings: list[OfferingView]) -> dict[tuple[str, str], list[Mark]]:
+    """Per pool, the segments of each offering (numbered from 1) that land in it."""
+    marks: dict[tuple[str, str], list[Mark]] = {}
+    for number, offering in enumerate(offerings, 1):
+        for priced in offering.segments:
+            s = priced.segment
+            title = f"Offering {number}: {s.count} instances"
+            marks.setdefault(s.pool_key, []).append(Mark(str(number), s.start, s.end, title, number - 1))
+    return marks
+
+
+def _plan_marks(plans_shown: list[PlanView]) -> dict[tuple[str, str], list[Mark]]:
+    """Per pool, the reserved capacities of the caller's plans that still hold it."""
+    marks: dict[tuple[str, str], list[Mark]] = {}
+    for lane, plan in enumerate(plans_shown):
+        for rc in plan.segments:
+            if rc.holds_capacity:
+                title = f"Your plan {plan.name}: {rc.count} instances, {rc.status}"
+                key = (rc.instance_type, rc.availability_zone)
+                marks.setdefault(key, []).append(Mark(plan.name, rc.start, rc.end, title, lane))
+    return marks
+
+
+def _window(timelines: list[PoolTimeline]) -> Window | None:
+    return Window(timelines[0].start, timelines[0].end) if timelines else None
+
+
+def _offering_window(offering: OfferingView) -> Window:
+    return Window.around([(s.segment.start, s.segment.end) for s in offering.segments])
+
+
+def review(request: ConsoleRequest) -> Page:
+    offering = console_views.read_offering(request.runtime, request.caller, request.form.get("offering_id"))
+    return Page(
+        "review.html",
+        {"offering": offering, "window": _offering_window(offering), "values": {}, "errors": {}},
+    )
+
+
+def purchase(request: ConsoleRequest) -> Page | Redirect:
+    offering_id = request.form.get("offering_id")
+    name = request.form.get("plan_name").strip()
+    offering = console_views.read_offering(request.runtime, request.caller, offering_id)
+    try:
+        if not name:
+            raise FieldErrors({"plan_name": "Plan name is required."})
+        operation = model.operation_model("CreateTrainingPlan")
+        validate.parse_request(operation, {"TrainingPlanName": name, "TrainingPlanOfferingId": offering_id})
+        plans.create(request.runtime, request.caller, name, offering_id)
+    except FieldErrors as exc:
+        errors = exc.errors
+    except HyperplanError as exc:
+        errors = place(exc, {"TrainingPlanName": "plan_name", "Training plan": "plan_name"}).errors
+    else:
+        return Redirect(f"/plans/{_quoted(name)}?notice=purchased")
+    context = {"offering": offering, "window": _offering_window(offering), "values": {"plan_name": name}}
+    return Page("review.html", {**context, "errors": errors}, status=400)
+
+
+def _quoted(name: str) -> str:
+    return quote(name, safe="")
+
+
+# -- a plan --------------------------------------------------------------------------------------------
+
+
+def _plan_page(request: ConsoleRequest, **extra: Any) -> Page:
+    runtime, caller, name = request.runtime, request.caller, request.path["name"]
+    plan = plan_views.describe(runtime, caller, name)
+    _, events = account_views.plan_events(runtime, caller, None, plan.name)
+    _, extended = plan_views.extension_history(runtime, caller, plan.name)
+    invoices = [
+        invoice
+        for invoice in account_views.list_invoices(runtime, caller.account_id, None)
+        if invoice.plan_name == plan.name
+    ]
+    window = Window.around([(s.start, s.end) for s in plan.segments])
+    context: dict[str, Any] = {
+        "plan": plan,
+        "events": events,
+        "extensions": extended,
+        "invoices": invoices,
+        "window": window,
+        "now_mark": window.place(request.now, request.now + timedelta(minutes=1)),
+        "transition": console_views.next_transition(plan, request.now),
+        "notice": NOTICES.get(request.query.get("notice", ""), ""),
+        "extension_offers": None,
+        "values": {},
+        "errors": {},
+    }
+    context.update(extra)
+    return Page("plan.html", context, status=400 if context["errors"] else 200)
+
+
+def plan_detail(request: ConsoleRequest) -> Page:
+    return _plan_page(request)
+
+
+def extension_search(request: ConsoleRequest) -> Page:
+    fields = Fields(request.form)
+    days = fields.whole("extension_days", "Extension (days)", 1, request.runtime.fleet.policy.max_days)
+    values = request.form.values()
+    try:
+        fields.check()
+        assert days is not None
+        plan = plan_views.describe(request.runtime, request.caller, request.path["name"])
+        offers = extensions.search(request.runtime, request.caller, plan.arn, days * 24)
+    except FieldErrors as exc:
+        return _plan_page(request, values=values, errors=exc.errors)
+    except ValidationError as exc:
+        return _plan_page(request, values=values, errors={"extension_days": exc.message})
+    return _plan_page(request, values=values, extension_offers=offers)
+
+
+def extend(request: ConsoleRequest) -> Page | Redirect:
+    plan = plan_views.describe(request.runtime, request.caller, request.path["name"])
+    try:
+        extensions.extend(request.runtime, request.caller, request.form.get("offering_id"))
+    except HyperplanError as exc:
+        return _plan_page(request, errors={"extension_days": exc.message})
+    return Redirect(f"/plans/{_quoted(plan.name)}?notice=extended")
+
+
+# -- capacity --------------------------------------------------------------------------------------------
+
+
+def capacity(request: ConsoleRequest) -> Page:
+    timelines = console_views.capacity(request.runtime)
+    wanted = request.query.get("instance_type", "")
+    count_text = request.query.get("instance_count", "")
+    count = int(count_text) if count_text.isdigit() and 0 < int(count_text) <= 100_000 else None
+    errors = {}
+    if count_text and count is None:
+        errors["instance_count"] = "Instance count must be a whole number from 1 to 100000."
+    shown = [t for t in timelines if not wanted or t.pool.instance_type == wanted]
+    own = _plan_marks(console_views.all_plans(request.runtime, request.caller))
+    return Page(
+        "capacity.html",
+        {
+            "timelines": [t for t in shown if t.pool.reservable > 0],
+            "window": _window(timelines),
+            "instance_types": request.runtime.fleet.reservable_types(),
+            "values": {"instance_type": wanted, "instance_count": count_text},
+            "count": count,
+            "marks": own,
+            "errors": errors,
+            "now": request.now,
+        },
+        status=400 if errors else 200,
+    )

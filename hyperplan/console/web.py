@@ -1,0 +1,301 @@
+"""The console's one way in: session, CSRF, authentication, rate limit, then the page's handler.
+
+Every console route is a :class:`ConsoleRoute`. Before its handler runs, the request's session cookie is
+read and its access key looked up through the same key cache the SigV4 path uses (a revoked key signs
+nobody in); a POST must carry the form's CSRF token; the caller takes a token from the same rate limiter
+as the APIs (``services/rate_limiter.py``: a read for a page, the route's class for an action); an
+administrators' route refuses others. The handler runs off the event loop with the caller and calls
+the same services as the API; what it returns (a page, a redirect, a JSON answer) is written here, and so
+is every error: a refusal from the error tree as a page that says it, with its status; a bug as a 500
+that says so (logged with its traceback), never its text.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import jinja2
+from markupsafe import Markup
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from hyperplan.console.forms import FieldErrors, Form
+from hyperplan.console.session import COOKIE, Identity, Session, SessionCodec
+from hyperplan.core.rate_limits import RequestClass
+from hyperplan.errors import AccessDenied, AuthError, HyperplanError, ResourceNotFound, Throttling
+from hyperplan.services import account_views, console_views
+from hyperplan.services.accounts import Caller
+from hyperplan.services.context import ServiceContext
+
+log = logging.getLogger(__name__)
+
+HERE = Path(__file__).parent
+PREFIX = "/console"
+CSRF_FIELD = "csrf_token"
+
+
+@dataclass(frozen=True)
+class Page:
+    template: str
+    context: Mapping[str, Any] = field(default_factory=dict)
+    status: int = 200
+
+
+@dataclass(frozen=True)
+class Redirect:
+    to: str  # a path under the console
+
+
+@dataclass(frozen=True)
+class ConsoleRequest:
+    runtime: ServiceContext
+    caller: Caller
+    form: Form
+    query: Mapping[str, str]
+    path: Mapping[str, str]
+
+    @property
+    def now(self) -> datetime:
+        return self.runtime.clock.now()
+
+
+Handler = Callable[[ConsoleRequest], Page | Redirect | Response]
+
+
+class Console:
+    """What every console route shares: the templates and the session codec (its key read from the
+    store on first use)."""
+
+    def __init__(self) -> None:
+        self.templates = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(HERE / "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        self.templates.filters.update(when=when, money=money, price=price, day=day)
+        self.templates.globals.update(url=url)
+        self._codec: SessionCodec | None = None
+        self._lock = threading.Lock()
+
+    def codec(self, runtime: ServiceContext) -> SessionCodec:
+        with self._lock:
+            if self._codec is None:
+                self._codec = SessionCodec(console_views.session_key(runtime))
+            return self._codec
+
+    def render(self, page: Page, **common: Any) -> HTMLResponse:
+        text = self.templates.get_template(page.template).render(**common, **page.context)
+        return HTMLResponse(text, status_code=page.status, headers=SECURITY_HEADERS)
+
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+        "form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+def caller_of(runtime: ServiceContext, identity: Identity) -> Caller | None:
+    """Who the session's key signs in now; None once the key is revoked (or its account deleted)."""
+    entry = runtime.keys.get(identity.access_key_id, lambda key: account_views.caller_for_key(runtime, key))
+    return None if entry is None else entry[1]
+
+
+def secret_matches(runtime: ServiceContext, access_key_id: str, secret: str) -> Caller | None:
+    """The caller of a key pair whose secret is `secret` (compared in constant time), else None."""
+    entry = runtime.keys.get(access_key_id, lambda key: account_views.caller_for_key(runtime, key))
+    if entry is None or not hmac.compare_digest(entry[0].encode(), secret.encode()):
+        return None
+    return entry[1]
+
+
+class ConsoleRoute(Route):
+    """A console page or action. `request_class`: the rate limit class of a POST (a page is a read);
+    `admin`: administrators only; `public`: served without a session (sign-in)."""
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        handler: Callable[..., Any],
+        console: Console,
+        *,
+        request_class: RequestClass | None = None,
+        admin: bool = False,
+        public: bool = False,
+    ) -> None:
+        self.handler = handler
+        self.admin = admin
+        self.public = public
+        if method == "GET":
+            request_class = RequestClass.READ
+        self.request_class = request_class or RequestClass.WRITE
+        endpoint = _public_endpoint(handler, console) if public else _endpoint(self, console)
+        super().__init__(PREFIX + path, endpoint, methods=[method])
+
+
+def _endpoint(route: ConsoleRoute, console: Console) -> Callable[[Request], Any]:
+    async def serve(request: Request) -> Response:
+        runtime: ServiceContext = request.app.state.runtime
+        codec = await run_in_threadpool(console.codec, runtime)
+        session = codec.decode(request.cookies.get(COOKIE))
+        caller = None
+        if session is not None and session.identity is not None:
+            caller = await run_in_threadpool(caller_of, runtime, session.identity)
+        if session is None or caller is None:
+            if request.method == "GET":
+                return RedirectResponse(f"{PREFIX}/sign-in?next={quote(request.url.path)}", status_code=303)
+            return _refusal(console, codec, session, None, 401, "Your session has ended: sign in again.")
+        form = Form.parse(await request.body()) if request.method == "POST" else Form([])
+        if request.method == "POST" and not codec.csrf_ok(session, form.get(CSRF_FIELD)):
+            return _refusal(
+                console, codec, session, caller, 403,
+                "This form's security token is missing or stale (the form came from another page or an "
+                "earlier session). Nothing was changed; reload the page and try again.",
+            )  # fmt: skip
+        console_request = ConsoleRequest(
+            runtime, caller, form, dict(request.query_params), dict(request.path_params)
+        )
+        try:
+            runtime.rate_limiter.admit(caller, route.request_class, runtime.fleet.rate_limits)
+            if route.admin and not caller.is_admin:
+                raise AccessDenied(
+                    f"Only administrators see this page; account {caller.account_name!r} is not one."
+                )
+            result = await run_in_threadpool(route.handler, console_request)
+        except Exception as exc:
+            return _error_page(console, codec, session, caller, exc)
+        return _respond(console, codec, session, caller, result)
+
+    return serve
+
+
+def _public_endpoint(handler: Callable[..., Any], console: Console) -> Callable[[Request], Any]:
+    """Sign-in and sign-out: they make or end the session themselves."""
+
+    async def serve(request: Request) -> Response:
+        runtime: ServiceContext = request.app.state.runtime
+        codec = await run_in_threadpool(console.codec, runtime)
+        try:
+            result: Response = await run_in_threadpool(
+                handler, console, codec, runtime, request, await request.body()
+            )
+        except Exception as exc:
+            return _error_page(console, codec, None, None, exc)
+        return result
+
+    return serve
+
+
+def _respond(
+    console: Console,
+    codec: SessionCodec,
+    session: Session,
+    caller: Caller,
+    result: Page | Redirect | Response,
+) -> Response:
+    if isinstance(result, Redirect):
+        return RedirectResponse(PREFIX + result.to, status_code=303)
+    if isinstance(result, Page):
+        return render(console, codec, session, caller, result)
+    return result
+
+
+def render(
+    console: Console, codec: SessionCodec, session: Session | None, caller: Caller | None, page: Page
+) -> HTMLResponse:
+    return console.render(
+        page,
+        caller=caller,
+        csrf_field=CSRF_FIELD,
+        csrf=codec.csrf_token(session) if session else "",
+    )
+
+
+STATUS = (
+    (ResourceNotFound, 404),
+    (AuthError, 403),
+    (Throttling, 429),
+)
+
+
+def _error_page(
+    console: Console, codec: SessionCodec, session: Session | None, caller: Caller | None, exc: Exception
+) -> Response:
+    if isinstance(exc, FieldErrors):  # a handler that did not show its own form's errors
+        return _refusal(console, codec, session, caller, 400, "; ".join(exc.errors.values()))
+    if not isinstance(exc, HyperplanError):
+        request_id = str(uuid.uuid4())
+        log.exception("console request %s failed with a bug", request_id, exc_info=exc)
+        message = f"Internal error (request {request_id}); the server log has the details."
+        return _refusal(console, codec, session, caller, 500, message)
+    status = next((code for kind, code in STATUS if isinstance(exc, kind)), exc.status)
+    if isinstance(exc, Throttling):
+        message = f"Too many requests: {exc.message} Nothing was changed."
+    else:
+        message = exc.message
+    return _refusal(console, codec, session, caller, status, message)
+
+
+def _refusal(
+    console: Console,
+    codec: SessionCodec,
+    session: Session | None,
+    caller: Caller | None,
+    status: int,
+    message: str,
+) -> Response:
+    page = Page("error.html", {"message": message, "status": status}, status=status)
+    return render(console, codec, session, caller, page)
+
+
+# -- what templates use ------------------------------------------------------------------------------
+
+
+def url(path: str, *parts: str) -> str:
+    """A console URL: a path under /console with each part quoted as one path segment."""
+    return PREFIX + path + "".join("/" + quote(str(part), safe="") for part in parts)
+
+
+def when(moment: datetime | None) -> Markup:
+    """A moment in UTC, which the page's script also shows in the browser's zone."""
+    if moment is None:
+        return Markup("&mdash;")
+    utc = moment.astimezone(UTC)
+    return Markup('<time datetime="{}">{} UTC</time>').format(
+        utc.isoformat().replace("+00:00", "Z"), utc.strftime("%Y-%m-%d %H:%M")
+    )
+
+
+def day(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%a %d %b")
+
+
+def price(amount: Decimal, currency: str = "") -> str:
+    """A price as the fleet file gives it (55.04, 2.765): never rounded, at least two places."""
+    places = max(-amount.normalize().as_tuple().exponent, 2)  # type: ignore[operator]
+    return f"{amount:,.{places}f} {currency}".strip()
+
+
+def money(amount: Decimal | None, currency: str = "") -> str:
+    if amount is None:
+        return "—"
+    return f"{amount:,.2f} {currency}".strip()
