@@ -245,6 +245,7 @@ def test_a_session_ends_with_its_key_and_at_sign_out(fast_shared_server: InProce
     # signed in again, then the key is revoked: the session ends at once
     console.sign_in(credentials)
     assert console.get("/console/plans").status_code == 200
+    server.native(credentials).post("/api/v1/keys")  # a second key: the last active one is never deleted
     server.native().delete(f"/api/v1/keys/{credentials.access_key}")
     assert console.get("/console/plans").headers["location"].startswith("/console/sign-in")
     assert console.post("/console/offerings", {"target": "training-job"}).status_code == 401
