@@ -1,9 +1,9 @@
 """On-demand capacity: the instances of a pool that plans may not reserve, shared by every consumer.
 
-Cluster nodes of on-demand groups and instances of training jobs without a plan both use them, so both
-count here, in the caller's transaction: a node holds its place until it is Terminated, a job from the
-moment it is given its instances until its processes have ended. ``held_by_account`` counts one
-account's use of a type for its quota (services/quotas.py).
+Cluster groups without a plan and training jobs without a plan both use them, so both count here, in
+the caller's transaction: a group holds its target from the request on and each of its nodes until it
+is Terminated, a job from the moment it is given its instances until its processes have ended.
+``held_by_account`` counts one account's use of a type for its quota (services/quotas.py).
 """
 
 from __future__ import annotations
@@ -19,20 +19,41 @@ NODE_GONE = NodeStatus.TERMINATED
 JOB_HOLDING = ("launching", "running")  # attempt states in which a job's instances are in use
 
 
-def used_by_nodes(session: Session, pool: Pool, exclude_group: int | None = None) -> int:
-    query = (
-        select(func.count(ClusterNode.id))
-        .join(InstanceGroup, InstanceGroup.id == ClusterNode.group_id)
-        .where(
-            ClusterNode.on_plan.is_(False),
-            ClusterNode.status != NODE_GONE,
-            ClusterNode.availability_zone == pool.availability_zone,
-            InstanceGroup.instance_type == pool.instance_type,
-        )
+def used_by_groups(session: Session, pool: Pool, exclude_group: int | None = None) -> int:
+    """On-demand instances of `pool` held by cluster groups: each counts the larger of its target and
+    its nodes not yet Terminated, as for the quota (``held_by_account``). A group's target holds its
+    place from the request on: its nodes are launched afterwards, and two requests (or two groups of
+    one request) that each saw only nodes could together take more than the pool has."""
+    nodes: dict[int, int] = dict(
+        session.execute(
+            select(ClusterNode.group_id, func.count(ClusterNode.id))
+            .join(InstanceGroup, InstanceGroup.id == ClusterNode.group_id)
+            .where(
+                ClusterNode.on_plan.is_(False),
+                ClusterNode.status != NODE_GONE,
+                ClusterNode.availability_zone == pool.availability_zone,
+                InstanceGroup.instance_type == pool.instance_type,
+            )
+            .group_by(ClusterNode.group_id)
+        ).all()
     )
-    if exclude_group is not None:
-        query = query.where(ClusterNode.group_id != exclude_group)  # a group's own nodes count as its own
-    return int(session.scalar(query) or 0)
+    targets: dict[int, int] = dict(
+        session.execute(
+            select(InstanceGroup.id, InstanceGroup.target_count)
+            .join(Cluster, Cluster.id == InstanceGroup.cluster_id)
+            .where(
+                Cluster.status == ClusterStatus.IN_SERVICE,
+                InstanceGroup.plan_id.is_(None),
+                InstanceGroup.availability_zone == pool.availability_zone,
+                InstanceGroup.instance_type == pool.instance_type,
+            )
+        ).all()
+    )
+    return sum(
+        max(targets.get(group, 0), nodes.get(group, 0))
+        for group in nodes.keys() | targets.keys()
+        if group != exclude_group  # a group's own count is what it asks for anew
+    )
 
 
 def used_by_jobs(session: Session, pool: Pool) -> int:
@@ -46,8 +67,8 @@ def used_by_jobs(session: Session, pool: Pool) -> int:
 
 
 def free(session: Session, pool: Pool, exclude_group: int | None = None) -> int:
-    """On-demand instances of `pool` nobody uses now (a group's own nodes excluded, when named)."""
-    return pool.on_demand - used_by_nodes(session, pool, exclude_group) - used_by_jobs(session, pool)
+    """On-demand instances of `pool` nobody holds now (a group's own excluded, when named)."""
+    return pool.on_demand - used_by_groups(session, pool, exclude_group) - used_by_jobs(session, pool)
 
 
 def held_by_account(

@@ -157,3 +157,25 @@ def test_a_budget_with_no_hour_left_starts_nothing_new_but_running_work_carries_
     )
     assert "budget, which holds -6.00 USD" in refused and "2.50 USD" in refused
     client.stop_training_job(TrainingJobName="small")
+
+
+def test_groups_hold_their_on_demand_instances_from_the_request_on(
+    fast_server_factory: type[InProcessServer], tmp_path: Path
+) -> None:
+    # No quota here: the pool's 4 on-demand instances are the only limit. Two groups of one request, or
+    # two requests before any node is up, must not together take more than the pool has.
+    server = fast_server_factory(data_dir=tmp_path / "data", fleet=SMALL_FLEET)
+    script = server.data_dir / "s3" / "lifecycle" / "src" / "on_create.sh"
+    script.parent.mkdir(parents=True)
+    script.write_text(ON_CREATE)
+    server.start()
+    server.native().post("/api/v1/buckets/lifecycle/grants", {"Account": "*", "ReadOnly": True})
+    client = server.sagemaker(server.new_account("team"))
+    two_groups = [_group("a", 3, instance_type=M5), _group("b", 2, instance_type=M5)]
+    assert "1 free" in _refused(client.create_cluster, ClusterName="both", InstanceGroups=two_groups)
+    assert client.list_clusters()["ClusterSummaries"] == []  # refused whole: nothing half-written
+    client.create_cluster(ClusterName="first", InstanceGroups=[_group("a", 3, instance_type=M5)])
+    assert "1 free" in _refused(
+        client.create_cluster, ClusterName="second", InstanceGroups=[_group("b", 2, instance_type=M5)]
+    )
+    client.create_cluster(ClusterName="second", InstanceGroups=[_group("b", 1, instance_type=M5)])
