@@ -103,12 +103,11 @@ def check_can_book(runtime: ServiceContext, account_id: str) -> None:
         account = session.get(Account, account_id)
         user = account.os_user if account is not None else None
     if user is None or not os_users.exists(user):
-        named = f"OS user {user}" if user else "no OS user"
+        who = f"'s OS user {user} does not exist on this machine" if user else " has no OS user"
         raise ValidationError(
-            f"Account {account_id} has {named} on this machine{' but it does not exist' if user else ''}: "
-            "on the Slurm back end every plan is a Slurm reservation for the account's OS user, who must "
-            "exist on the cluster. Ask an administrator to create the user (or restart the server as "
-            "root, which makes it), then buy again."
+            f"Account {account_id}{who}: on the Slurm back end every plan is a Slurm reservation for "
+            "the account's OS user, who must exist on the cluster. Ask an administrator to create the "
+            "user (a server run as root makes it at start), then buy again."
         )
 
 

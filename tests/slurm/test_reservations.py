@@ -17,8 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
+from hyperplan.core.fleet_file import parse_fleet
+from hyperplan.errors import StartRefused
 from hyperplan.services.os_users import exists
+from hyperplan.services.slurm_reservations import check_cluster
 from hyperplan.signing import Credentials
 from hyperplan.slurm.devcluster import NODES
 from hyperplan.slurm.parse import Reservation
@@ -81,11 +85,18 @@ def _user_of(server: Server, name: str) -> tuple[str, str]:
 
 
 def _buy(
-    server: Server, who: Credentials, name: str, count: int, hours: int, after: datetime, before: datetime
+    server: Server,
+    who: Credentials,
+    name: str,
+    count: int,
+    hours: int,
+    after: datetime,
+    before: datetime,
+    instance_type: str = P5,
 ) -> dict[str, Any]:
     client = server.sagemaker(who)
     offerings = client.search_training_plan_offerings(
-        InstanceType=P5,
+        InstanceType=instance_type,
         InstanceCount=count,
         DurationHours=hours,
         TargetResources=["hyperpod-cluster"],
@@ -185,6 +196,14 @@ def test_a_plan_is_reservations_from_scheduled_to_cancelled_under_the_wall_clock
     moved = _until(cluster, lambda h: rc2 in h and h[rc2].end == first_day + 4 * DAY)
     assert moved[rc2].nodes == held[rc2].nodes and moved[rc2].start == first_day + 2 * DAY
 
+    # An account whose OS user is missing cannot book: its reservations could not be made for it.
+    ghost = server.new_account("ghost")
+    _, ghost_user = _user_of(server, "ghost")
+    subprocess.run(["userdel", ghost_user], check=True, capture_output=True, timeout=60)
+    with pytest.raises(ClientError) as refused_booking:
+        _buy(server, ghost, "phantom", 1, 24, first_day, first_day + 2 * DAY)
+    assert f"OS user {ghost_user} does not exist on this machine" in str(refused_booking.value)
+
     # Cancelled: its reservations go; the other account's stays.
     server.native().post(f"/api/v1/accounts/{team_id}/plans/split/cancel", {"Reason": "not needed"})
     after = _until(cluster, lambda h: rc1 not in h and rc2 not in h)
@@ -239,6 +258,13 @@ def test_under_the_manual_clock_reservations_follow_segments_and_nodes(
     assert restarted.returncode == 0, restarted.stderr
     assert _held(cluster)[rc1] == held[rc1]
 
+    # A stray `hp-` reservation (no plan holds it) is removed.
+    stray = "hp-999999999999-stray-rc1"
+    cluster.client.create_reservation(
+        stray, users=["root"], nodes=["hp-n08"], start="now", end=first_day + 9 * DAY
+    )
+    _until(cluster, lambda h: stray not in h)
+
     # The segment ends: its reservation goes; the next segment's (the other account's) comes.
     server.set_clock(first_day + DAY)
     held = _until(cluster, lambda h: rc1 not in h and blocker in h)
@@ -248,3 +274,26 @@ def test_under_the_manual_clock_reservations_follow_segments_and_nodes(
     assert held.keys() == {rc2}
     server.set_clock(first_day + 3 * DAY)
     _until(cluster, lambda h: h == {})
+
+
+def test_the_pools_are_checked_against_sinfo(cluster: Cluster) -> None:
+    """At start: a node Slurm does not know, one without the pool's feature, or in another partition is
+    refused, naming the node."""
+    text = cluster.fleet.read_text()
+    cases = {
+        'nodes = "hp-n[01-04,09]"': "node hp-n09 is not a node of the Slurm cluster",
+        'nodes = "hp-n[01-03,05]"': "node hp-n05 lacks the feature ml.p5.48xlarge",
+        'partition = "gpu"': "node hp-n01 is not in partition gpu (it is in hp)",
+    }
+    check_cluster(cluster.client, parse_fleet(text))  # the cluster's own fleet is fine
+    for change, said in cases.items():
+        key = change.split(" = ")[0]
+        changed = "\n".join(
+            change if line.startswith(key + " = ") and ("hp-n[01-04]" in line or key == "partition") else line
+            for line in text.splitlines()
+        )
+        if key == "nodes":  # the other pool gives up hp-n05 when the p5 pool takes it
+            changed = changed.replace('nodes = "hp-n[05-08]"', 'nodes = "hp-n[06-08]"')
+        with pytest.raises(StartRefused) as refused:
+            check_cluster(cluster.client, parse_fleet(changed))
+        assert said in refused.value.message
