@@ -142,11 +142,12 @@ def desired(session: Session, runtime: ServiceContext, real_now: datetime) -> li
         )
         .order_by(ReservedCapacity.start, ReservedCapacity.id)
     ).all()
+    slurm_pools = {pool.key for pool in runtime.fleet.pools if pool.nodes}
     found = []
     for rc, plan, user in rows:
         end = rc.end if rc.released_at is None else min(rc.end, rc.released_at)
-        if end <= now or user is None:
-            continue
+        if end <= now or user is None or (rc.instance_type, rc.availability_zone) not in slurm_pools:
+            continue  # (a pool the fleet file no longer has: no nodes to reserve)
         if clock.kind == "wall":
             start: datetime | None = rc.start
             real_end = end
@@ -389,17 +390,20 @@ def _create(
 
 
 def _check_read_back(want: Desired, got: Reservation, nodes: tuple[str, ...]) -> None:
-    """Slurm said yes: make sure it holds what was asked (its NodeCnt shrinks silently; we never use it,
-    but say so loudly if nodes or users ever differ)."""
-    if tuple(got.nodes) != nodes or tuple(got.users) != (want.user,):
-        log.error(
-            "Slurm reservation %s holds %s for %s, not %s for %s as asked",
-            want.name,
-            compress(got.nodes) if got.nodes else "no node",
-            ",".join(got.users),
-            compress(nodes),
-            want.user,
-        )
+    """Slurm said yes: make sure it holds what was asked (nodes, user, times; its NodeCnt shrinks
+    silently, so we never use it, but say so loudly if anything ever differs). The next pass corrects
+    what it can."""
+    wrong = []
+    if tuple(got.nodes) != nodes:
+        wrong.append(f"nodes {compress(got.nodes) if got.nodes else 'none'}, not {compress(nodes)}")
+    if tuple(got.users) != (want.user,):
+        wrong.append(f"users {','.join(got.users) or 'none'}, not {want.user}")
+    if want.start is not None and want.start > utcnow() and got.start != want.start:
+        wrong.append(f"start {_at(got.start)}, not {_at(want.start)}")
+    if _end_differs(want, got):
+        wrong.append(f"end {_at(got.end)}, not {_at(want.end)}")
+    if wrong:
+        log.error("Slurm reservation %s differs from what was asked: %s", want.name, "; ".join(wrong))
 
 
 def _removed_note(runtime: ServiceContext, name: str) -> Note:

@@ -111,7 +111,7 @@ def cases(draw: st.DrawFn) -> tuple[set[str], list[Wanted]]:
     return healthy, fixed
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(cases())
 def test_property_no_node_twice_only_healthy_started_keep_theirs(case: tuple[set[str], list[Wanted]]) -> None:
     healthy, wanted = case
