@@ -261,7 +261,7 @@ def _follow_health(runtime: ServiceContext, state: SlurmState, nodes: dict[str, 
             node = nodes.get(name)
             if node is None:
                 bad.append(UnhealthyNode(name, "MISSING", "not in Slurm's list of nodes"))
-            elif node.usable:
+            elif not failed(node):
                 healthy.add(name)
             else:
                 flags = "+".join(sorted(node.flags))
@@ -272,6 +272,19 @@ def _follow_health(runtime: ServiceContext, state: SlurmState, nodes: dict[str, 
                 pool.key, max(0, min(pool.reservable, len(pool.nodes) - len(bad)))
             )
     return healthy
+
+
+# DOWN, DRAINED (or draining), FAIL and the like take a node out. Not responding alone, or a state Slurm
+# does not know yet, does not: both are passing (a controller restarting, a node registering, a node
+# just resumed), and Slurm marks a node that stays silent DOWN after SlurmdTimeout. Counting them would
+# replace the nodes of running reservations at every controller restart.
+_FAILED_STATES = frozenset({"DOWN", "FAIL", "FUTURE"})
+_FAILED_FLAGS = frozenset({"DRAIN", "FAIL", "MAINTENANCE", "POWERED_DOWN"})
+
+
+def failed(node: Node) -> bool:
+    """Slurm reports the node out of service (see above)."""
+    return node.state in _FAILED_STATES or bool(node.flags & _FAILED_FLAGS)
 
 
 def _started(reservation: Reservation, real_now: datetime) -> bool:
