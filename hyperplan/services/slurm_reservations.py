@@ -277,7 +277,8 @@ def _follow_health(runtime: ServiceContext, state: SlurmState, nodes: dict[str, 
 # DOWN, DRAINED (or draining), FAIL and the like take a node out. Not responding alone, or a state Slurm
 # does not know yet, does not: both are passing (a controller restarting, a node registering, a node
 # just resumed), and Slurm marks a node that stays silent DOWN after SlurmdTimeout. Counting them would
-# replace the nodes of running reservations at every controller restart.
+# replace the nodes of running reservations at every controller restart (every node reads UNKNOWN for
+# a few seconds after slurmctld restarts on its saved state).
 _FAILED_STATES = frozenset({"DOWN", "FAIL", "FUTURE"})
 _FAILED_FLAGS = frozenset({"DRAIN", "FAIL", "MAINTENANCE", "POWERED_DOWN"})
 
