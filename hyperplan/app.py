@@ -33,6 +33,7 @@ from hyperplan.backends.local import LocalBackend
 from hyperplan.clock import Clock, make_clock, utcnow
 from hyperplan.core.fleet import Fleet
 from hyperplan.core.fleet_file import parse_fleet
+from hyperplan.errors import StartRefused
 from hyperplan.events.loop import EventHandler, TimedEventLoop
 from hyperplan.notify.dispatcher import Dispatcher, DispatcherConfig
 from hyperplan.services import (
@@ -48,6 +49,7 @@ from hyperplan.services import (
     os_users,
     payments,
     sealed_secrets,
+    slurm_reservations,
 )
 from hyperplan.services.context import ServiceContext, Settings, Wakes
 from hyperplan.services.job_runner import JobRunner
@@ -56,10 +58,13 @@ from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.lifecycle import LifecycleContext
 from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.services.node_watcher import NodeWatcher
+from hyperplan.services.slurm_reservations import ReservationWorker
+from hyperplan.services.slurm_state import SlurmState
+from hyperplan.slurm.client import SlurmClient
 from hyperplan.store import settings
 from hyperplan.store.db import Database, sqlite_url
 from hyperplan.store.master_key import KEY_FILE_NAME, SecretBox
-from hyperplan.store.schema import ScheduledEvent, WebhookDelivery
+from hyperplan.store.schema import PlanEvent, ScheduledEvent, WebhookDelivery
 
 log = logging.getLogger(__name__)
 
@@ -135,6 +140,7 @@ class Workers:
     node_watcher: NodeWatcher
     job_runner: JobRunner
     dispatcher: Dispatcher
+    reservations: ReservationWorker | None = None  # a Slurm back end's plans <-> reservations
 
 
 class Application:
@@ -173,6 +179,7 @@ class Application:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(config.data_dir, 0o700)  # before anything is written in it
         fleet = parse_fleet(read_fleet_text(config.fleet_path))
+        slurm = slurm_state(fleet, isolation)
         work_dir = os_users.check_work_dir_place(_work_dir(config, fleet), config.data_dir)
         interpreter = os_users.default_interpreter(isolation)
         if isolation is os_users.Isolation.USERS:
@@ -197,6 +204,8 @@ class Application:
         # Whoever writes a timed event or queues a delivery, the loop that runs it hears of it at commit.
         db.on_insert(ScheduledEvent, wakes.lifecycle.notify)
         db.on_insert(WebhookDelivery, wakes.webhooks.notify)
+        if slurm is not None:  # a plan's history grew (paid, started, ended, cancelled...): its reservations
+            db.on_insert(PlanEvent, slurm.wake.notify)
         calendar = LiveCalendar(fleet)
         events = TimedEventLoop(db, clock, {}, wake=wakes.lifecycle)
         backend = config.backend(work_dir)
@@ -217,13 +226,15 @@ class Application:
             advance_clock=events.advance_to,
             job_settings=JobSettings.from_environment(),
             job_locks=JobLocks(),
+            slurm=slurm,
         )
         events.handlers.update(event_handlers(context))
         dispatcher_config = config.dispatcher or DispatcherConfig.from_env()
         dispatcher = Dispatcher(
             db, context.arn, config=dispatcher_config, targets=fleet.webhooks, wake=wakes.webhooks, box=box
         )
-        self._workers = Workers(events, NodeWatcher(context), JobRunner(context), dispatcher)
+        reservations = slurm_reservations.ReservationWorker(context) if slurm is not None else None
+        self._workers = Workers(events, NodeWatcher(context), JobRunner(context), dispatcher, reservations)
         self._context = context
         return context
 
@@ -250,6 +261,8 @@ class Application:
         stored = demo_load.store_initial_load(context)
         if stored:
             log.info("stored %d background bookings held by %r", stored, demo_load.ACCOUNT_NAME)
+        if context.slurm is not None:
+            slurm_reservations.check_cluster(context.slurm.client, context.fleet)
         context.calendar.load(context.db)
         # Before anything else touches the back end, one call with every node and job task the store
         # knows: no orphans, no lost work.
@@ -262,6 +275,8 @@ class Application:
         cluster_reconcile.reconcile_all(context)
         workers.node_watcher.start()
         workers.job_runner.start()  # its first step hands over launches and finishes cut short
+        if workers.reservations is not None:
+            workers.reservations.start()  # its first pass reconciles Slurm's reservations with the store
 
     def request_stop(self) -> None:
         """Ask the lifecycle loop (and a catch-up or clock move in progress) to end after the event it is
@@ -276,6 +291,8 @@ class Application:
         self._workers.events.stop()
         self._workers.node_watcher.stop()
         self._workers.job_runner.stop()
+        if self._workers.reservations is not None:
+            self._workers.reservations.stop()
         self._context.backend.close()
         self._context.db.close()
 
@@ -303,6 +320,20 @@ def event_handlers(context: ServiceContext) -> dict[str, EventHandler]:
             raise RuntimeError(f"two services handle the timed events {sorted(clash)}")
         merged.update(handlers)
     return merged
+
+
+def slurm_state(fleet: Fleet, isolation: os_users.Isolation) -> SlurmState | None:
+    """A Slurm back end's client (None for the local one). It runs every account's work as the
+    account's OS user, so isolation mode `none` is refused with it."""
+    if fleet.backend.kind != "slurm":
+        return None
+    if isolation is not os_users.Isolation.USERS:
+        raise StartRefused(
+            "the Slurm back end ([backend] kind = \"slurm\") runs every account's work as the account's "
+            "OS user: isolation mode 'none' is refused with it; run the server as root in mode users"
+        )
+    assert fleet.backend.slurm_conf is not None  # the fleet file requires it for kind "slurm"
+    return SlurmState(SlurmClient(fleet.backend.slurm_conf))
 
 
 def _work_dir(config: AppConfig, fleet: Fleet) -> Path:

@@ -40,7 +40,7 @@ LAYERS = {
 }
 
 _BELOW_SERVICES = {
-    *("core", "store", "objects", "backends", "training", "clock", "events", "worker", "errors")
+    *("core", "store", "objects", "backends", "slurm", "training", "clock", "events", "worker", "errors")
 }
 
 # What each layer may import besides itself.
@@ -54,7 +54,8 @@ ALLOWED: dict[str, set[str]] = {
     "store": {"core", "errors"},
     "objects": {"core", "errors"},
     "slurm": {"core", "errors"},  # Slurm's command-line tools and pure parsers of their output
-    "backends": {"root", "errors"},  # the package's own location, for the node agent it starts
+    # The package's own location, for the node agent it starts; Slurm's adapter, for the Slurm back end.
+    "backends": {"root", "slurm", "errors"},
     "training": {"objects", "core", "errors"},
     "events": {"store", "clock", "worker", "core", "errors"},
     "services": _BELOW_SERVICES,

@@ -123,6 +123,13 @@ class CapacityCalendar:
     def reservable(self, pool_key: PoolKey) -> int:
         return self._reservable.get(pool_key, 0)
 
+    def set_reservable(self, pool_key: PoolKey, count: int) -> None:
+        """What the pool can hold from now on (fewer while some of its nodes are unhealthy). Bookings
+        already held stay; free capacity reads as 0 where they exceed it."""
+        if count < 0:
+            raise ValueError(f"a pool holds at least 0 instances, not {count}")
+        self._reservable[pool_key] = count
+
     @property
     def nbytes(self) -> int:
         """Memory held by the booked counts of all pools."""

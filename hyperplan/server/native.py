@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from hyperplan.core.hostlist import compress
 from hyperplan.core.jsonable import jsonable, zulu_time
 from hyperplan.core.rate_limits import MAX_BURST, MAX_RATE, RateLimit, RequestClass, native_class
 from hyperplan.errors import AccessDenied, ValidationError
@@ -195,8 +196,21 @@ def show_fleet(request: NativeRequest) -> dict[str, Any]:
                 "PeakBooked": r.peak,
                 "Utilisation": round(r.utilisation(), 4),
                 "BookedProfile": [{"Start": start, "Booked": count} for start, count in r.booked_profile],
+                **(_slurm_pool_json(r) if r.pool.nodes else {}),
             }
             for r in reports
+        ],
+    }
+
+
+def _slurm_pool_json(report: fleet_service.PoolReport) -> dict[str, Any]:
+    """A Slurm pool's nodes, how many of its instances can be booked now, and which nodes are unhealthy."""
+    return {
+        "Nodes": compress(report.pool.nodes),
+        "BookableCount": report.bookable,
+        "UnhealthyNodes": [
+            {"Node": n.name, "State": n.state, **({"Reason": n.reason} if n.reason else {})}
+            for n in report.unhealthy
         ],
     }
 

@@ -20,6 +20,7 @@ from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.lifecycle import LifecycleContext
 from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.services.rate_limiter import RateLimiter
+from hyperplan.services.slurm_state import SlurmState
 from hyperplan.store.db import Database
 from hyperplan.store.master_key import SecretBox
 from hyperplan.worker import LocalWake, Wake
@@ -84,6 +85,7 @@ class ServiceContext:
     job_settings: JobSettings
     job_locks: JobLocks
     rate_limiter: RateLimiter = field(default_factory=RateLimiter)  # this server's request rate buckets
+    slurm: SlurmState | None = None  # the Slurm back end's client and what it last read; None: local
 
     @property
     def data_dir(self) -> Path:

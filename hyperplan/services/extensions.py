@@ -98,7 +98,7 @@ def extend(runtime: ServiceContext, caller: Caller, offering_id: str) -> str:
                     "search again."
                 )
             pool = runtime.fleet.pool((last.instance_type, last.availability_zone))
-            require_room(session, pool, claim.start, claim.end, last.count)
+            require_room(session, runtime.calendar.bookable(pool), claim.start, claim.end, last.count)
             quotas.check_instances(
                 session, runtime, caller.account_id, last.instance_type, claim.start, claim.end, last.count
             )

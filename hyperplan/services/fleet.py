@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 
 from hyperplan.core.fleet import Pool
 from hyperplan.services.context import ServiceContext
+from hyperplan.services.slurm_state import UnhealthyNode
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,8 @@ class PoolReport:
     booked_profile: list[tuple[datetime, int]]  # runs: from each time on, this many booked
     window_start: datetime
     window_end: datetime
+    bookable: int = 0  # reservable now: less the nodes a Slurm back end reports unhealthy
+    unhealthy: tuple[UnhealthyNode, ...] = ()  # a Slurm pool's nodes Slurm would not run work on
 
     def booked_at(self, when: datetime) -> int:
         booked = 0
@@ -46,7 +49,15 @@ class PoolReport:
 def report(runtime: ServiceContext, days: int | None = None) -> list[PoolReport]:
     now = runtime.clock.now()
     end = now + (timedelta(days=days) if days else runtime.fleet.policy.horizon)
+    unhealthy = runtime.slurm.unhealthy if runtime.slurm is not None else {}
     return [
-        PoolReport(pool, runtime.calendar.profile(pool.key, now, end), now, end)
+        PoolReport(
+            pool,
+            runtime.calendar.profile(pool.key, now, end),
+            now,
+            end,
+            runtime.calendar.bookable(pool).reservable,
+            unhealthy.get(pool.key, ()),
+        )
         for pool in runtime.fleet.pools
     ]

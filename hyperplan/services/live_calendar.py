@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy import func, select
@@ -43,6 +44,18 @@ class LiveCalendar:
     def search(self, request: SearchRequest, now: datetime) -> list[Offering]:
         with self._lock:
             return search(self.fleet, self._calendar, request, now)
+
+    def set_reservable(self, pool_key: PoolKey, count: int) -> None:
+        """A pool's bookable count from now on: its fleet file's reservable count, less its nodes a
+        Slurm back end reports unhealthy (services/slurm_reservations.py)."""
+        with self._lock:
+            self._calendar.set_reservable(pool_key, count)
+
+    def bookable(self, pool: Pool) -> Pool:
+        """The pool as bookings see it now: its reservable count may be lower than the fleet file's."""
+        with self._lock:
+            reservable = self._calendar.reservable(pool.key)
+        return pool if reservable == pool.reservable else replace(pool, reservable=reservable)
 
     def can_book(self, pool_key: PoolKey, start: datetime, end: datetime, count: int) -> bool:
         with self._lock:

@@ -25,7 +25,7 @@ from hyperplan.core.offering_ids import OfferingClaim, OfferingIdError, Offering
 from hyperplan.core.paging import decode_token, encode_token
 from hyperplan.core.search import Offering, SearchRequest, segment_price
 from hyperplan.errors import Conflict, ResourceInUse, ResourceNotFound, ValidationError
-from hyperplan.services import acting, capacity_claims, lifecycle, payments, quotas
+from hyperplan.services import acting, capacity_claims, lifecycle, payments, quotas, slurm_reservations
 from hyperplan.services.accounts import Caller, get_account
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.live_calendar import require_room
@@ -75,6 +75,7 @@ def create(runtime: ServiceContext, caller: Caller, name: str, offering_id: str)
     now = runtime.clock.now()
     claim = _claim_for(runtime, caller, offering_id, now)
     segments = _segments_of(runtime, claim)
+    slurm_reservations.check_can_book(runtime, caller.account_id)
     try:
         with runtime.db.write() as session:
             acting.act(session, caller.user_id)
@@ -124,7 +125,7 @@ def _write_plan(
         raise ResourceNotFound(f"Training plan offering {offering_id} has already been bought; search again.")
     quotas.check_plans(session, runtime, caller.account_id)
     for pool, segment in segments:
-        require_room(session, pool, segment.start, segment.end, claim.count)
+        require_room(session, runtime.calendar.bookable(pool), segment.start, segment.end, claim.count)
         quotas.check_instances(
             session, runtime, caller.account_id, pool.instance_type, segment.start, segment.end, claim.count
         )

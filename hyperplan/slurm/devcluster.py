@@ -68,8 +68,8 @@ class Refused(Exception):
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] not in ("up", "down", "status"):
-        print("usage: slurm-dev-cluster up|down|status DIR", file=sys.stderr)
+    if len(argv) != 2 or argv[0] not in ("up", "down", "status", "restart-controller"):
+        print("usage: slurm-dev-cluster up|down|status|restart-controller DIR", file=sys.stderr)
         return 2
     command, directory = argv[0], Path(argv[1]).absolute()
     try:
@@ -79,6 +79,9 @@ def main(argv: list[str]) -> int:
             raise Refused(f"slurm-dev-cluster {command} must run as root (it starts Slurm's daemons)")
         if command == "down":
             down(directory)
+            return 0
+        if command == "restart-controller":
+            restart_controller(directory)
             return 0
         print(up(directory))
         return 0
@@ -428,6 +431,31 @@ def fleet_toml(layout: Layout) -> str:
             f'price_per_instance_hour = "{kind.price}"',
         ]
     return "\n".join(lines) + "\n"
+
+
+# -- restart-controller ------------------------------------------------------------------------------
+
+
+def restart_controller(directory: Path) -> None:
+    """Stop slurmctld and start it again on its saved state (without ``-c``), as after a controller's
+    restart or crash: reservations and jobs come back from StateSaveLocation."""
+    layout = Layout(directory)
+    daemons = recorded(layout)
+    pid = daemons.get("slurmctld")
+    if pid is None or not is_ours(pid, layout):
+        raise Refused(f"slurmctld of {directory} is not running: bring the cluster up first")
+    _stop([pid], layout)
+    _stop([p for p in _marked(layout) if _program(p) == b": slurmscriptd"], layout)
+    daemons["slurmctld"] = _start(layout, ["slurmctld", "-D", "-f", str(layout.conf)], "slurmctld")
+    _save(layout, daemons)
+    _wait(lambda: _ping(layout), layout, "slurmctld to answer")
+
+
+def _program(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return b""
 
 
 # -- down --------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import pytest
 
 from hyperplan.app import AppConfig, Application, BackendFactory, event_handlers, local_backend
 from hyperplan.backends.fake import FakeBackend, FakeWorld
+from hyperplan.errors import StartRefused
 from hyperplan.services import demo_load, job_clocks, lifecycle, metering
 from tests.harness import SERVER_START, unisolated
 
@@ -82,3 +83,22 @@ def test_every_service_timed_event_has_exactly_one_handler(tmp_path: Path) -> No
     assert set(handlers) == kinds
     assert application.workers.events.handlers.keys() == kinds
     application.stop()
+
+
+def test_the_slurm_back_end_refuses_isolation_none(tmp_path: Path) -> None:
+    """The Slurm back end runs every account's work as the account's OS user (its reservations are made
+    for that user alone): mode none is refused at open, before anything is written."""
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(
+        'region = "us-west-2"\n[backend]\nkind = "slurm"\nslurm_conf = "/etc/slurm/slurm.conf"\n'
+        '[[zones]]\nname = "us-west-2a"\nzone_id = "usw2-az1"\n'
+        '[[pools]]\ninstance_type = "ml.p5.48xlarge"\nzone = "us-west-2a"\nnodes = "gpu[1-2]"\n'
+        'price_per_instance_hour = "55.04"\n'
+    )
+    data_dir = tmp_path / "data"
+    config = AppConfig(
+        data_dir=data_dir, fleet_path=fleet, clock="manual", clock_start=SERVER_START, **unisolated(data_dir)
+    )
+    with pytest.raises(StartRefused, match="isolation mode 'none' is refused"):
+        Application(config).open()
+    assert not (data_dir / "hyperplan.db").exists()

@@ -13,42 +13,23 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from hyperplan.core.fleet_file import parse_fleet
-from hyperplan.slurm.client import SlurmClient, SlurmError
+from hyperplan.slurm.client import SlurmError
 from hyperplan.slurm.devcluster import MARK_VARIABLE, NODES
+from tests.slurm.cluster import Cluster, dev_cluster, reachable_directory
 
 pytestmark = [
     pytest.mark.slurm,
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root: installs Slurm and runs its daemons as root"),
 ]
 
-SCRIPT = Path(__file__).parents[2] / "scripts" / "slurm-dev-cluster"
 P5, G5 = ("ml.p5.48xlarge",), ("ml.g5.12xlarge",)
-
-
-def dev_cluster(command: str, directory: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(SCRIPT), command, str(directory)],
-        capture_output=True,
-        text=True,
-        timeout=900,  # a first `up` on a fresh machine installs Slurm
-    )
-
-
-def reachable_directory() -> Path:
-    root = Path(tempfile.mkdtemp(prefix="hp-slurm-", dir="/tmp"))
-    root.chmod(0o711)
-    return root
 
 
 def processes_marked_with(directory: Path) -> list[int]:
@@ -61,25 +42,6 @@ def processes_marked_with(directory: Path) -> list[int]:
         except OSError:
             continue
     return found
-
-
-@dataclass(frozen=True)
-class Cluster:
-    directory: Path
-    client: SlurmClient
-
-
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
-    root = reachable_directory()
-    directory = root / "cluster"
-    try:
-        result = dev_cluster("up", directory)
-        assert result.returncode == 0, f"slurm-dev-cluster up failed:\n{result.stderr}"
-        yield Cluster(directory, SlurmClient(directory / "slurm.conf"))
-    finally:
-        dev_cluster("down", directory)
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_up_status_down(tmp_path: Path) -> None:

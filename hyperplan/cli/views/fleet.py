@@ -6,6 +6,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from rich.console import Group
+from rich.text import Text
+
 from hyperplan.cli.views.base import TableView
 
 BARS = " ▁▂▃▄▅▆▇█"
@@ -34,7 +37,7 @@ class FleetTable:
     fleet: dict[str, Any]
     days: int
 
-    def __rich__(self) -> TableView:
+    def __rich__(self) -> TableView | Group:
         start = datetime.fromisoformat(self.fleet["Now"])
         rows = [
             [
@@ -49,9 +52,29 @@ class FleetTable:
             ]
             for p in self.fleet["Pools"]
         ]
-        return TableView(
+        table = TableView(
             f"Fleet in {self.fleet['Region']} at {self.fleet['Now']} "
             f"(bars: peak booked share per day, next {self.days} days)",
             ["Type", "Zone", "Count", "Reservable", "Price/inst-h", "Booked now", "Booked", "Next days"],
             rows,
         )
+        unhealthy = unhealthy_lines(self.fleet["Pools"])
+        return Group(table, Text("\n".join(unhealthy))) if unhealthy else table
+
+
+def unhealthy_lines(pools: list[dict[str, Any]]) -> list[str]:
+    """On a Slurm back end: each pool's nodes Slurm would not run work on, with its state and reason."""
+    lines = []
+    for pool in pools:
+        bad = pool.get("UnhealthyNodes") or []
+        if not bad:
+            continue
+        lines.append(
+            f"{pool['InstanceType']} in {pool['AvailabilityZone']}: {pool['BookableCount']} of "
+            f"{pool['ReservableCount']} reservable instances bookable; unhealthy nodes:"
+        )
+        lines += [
+            f"  {node['Node']}: {node['State']}" + (f" ({node['Reason']})" if node.get("Reason") else "")
+            for node in bad
+        ]
+    return lines

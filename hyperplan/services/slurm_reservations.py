@@ -1,0 +1,519 @@
+"""Plans' reserved capacities as Slurm reservations, and pools' capacity following their nodes' health.
+
+Each reserved capacity of a paid plan is one Slurm reservation, ``hp-<account id>-<plan name>-rc<N>``,
+for the account's OS user alone, on whole nodes this module chooses from the pool
+(hyperplan/core/node_assignment.py; never ``NodeCnt=``, which Slurm silently shrinks). One pass
+(:func:`reconcile`) reads the nodes and the ``hp-`` reservations Slurm holds, works out from the store
+and the service clock the reservations there should be, and creates, corrects and deletes until Slurm
+agrees, recording each change in the plan's history. It runs at start, whenever a plan changes (its
+history grows: paid, started, ended, extended, cancelled, failed) and periodically
+(:class:`ReservationWorker`), so a reservation deleted or changed by hand, or a node that fails, is
+seen within a poll.
+
+Times. Under the wall clock a reservation exists from the moment its plan is Scheduled, with the
+segment's real start and end, so no other Slurm work can take the nodes meanwhile. Under a manual or
+accelerated clock service time has no real instant: a reservation is made when its segment starts
+(``StartTime=now``, ending after the segment's remaining service time, at the clock's rate) and
+deleted when the segment ends.
+
+Health. Each pass also reads which of a pool's nodes Slurm reports DOWN, DRAINED, FAILED or not
+responding (or does not know): the pool's bookable count becomes its reservable count less those
+(never below what is held: bookings stay), so searches and purchases see it, and the fleet's report
+names them with Slurm's reason. A node of a started reservation that fails is replaced by a free one of
+the same pool when there is one; otherwise the plan's history says its capacity is short.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hyperplan.clock import utcnow
+from hyperplan.core.fleet import Fleet, Pool, PoolKey
+from hyperplan.core.hostlist import compress
+from hyperplan.core.lifecycle import PlanStatus
+from hyperplan.core.node_assignment import Assignment, Placement, Wanted, assign
+from hyperplan.errors import StartRefused, ValidationError
+from hyperplan.services import lifecycle, os_users
+from hyperplan.services.context import ServiceContext
+from hyperplan.services.slurm_state import SlurmState, UnhealthyNode
+from hyperplan.slurm.client import SlurmClient, SlurmError
+from hyperplan.slurm.parse import Node, Reservation
+from hyperplan.store.schema import Account, PlanEvent, ReservedCapacity, TrainingPlan
+from hyperplan.worker import Worker
+
+log = logging.getLogger(__name__)
+
+PREFIX = "hp-"
+_NAME = re.compile(r"hp-(\d{12})-(.+)-rc(\d+)")
+POLL_SECONDS = 2.0
+# Under a manual or accelerated clock a reservation's real end follows the service time left; it is
+# moved only when it is this far from where it should be (real time passes while a manual clock stands).
+_DRIFT = timedelta(minutes=15)
+_PAID = (PlanStatus.SCHEDULED, PlanStatus.ACTIVE)
+
+
+def reservation_name(account_id: str, plan_name: str, ordinal: int) -> str:
+    return f"{PREFIX}{account_id}-{plan_name}-rc{ordinal}"
+
+
+# -- the start: the fleet's pools against Slurm's nodes -------------------------------------------------
+
+
+def check_cluster(client: SlurmClient, fleet: Fleet) -> None:
+    """Refuse to start when a pool names a node Slurm does not know, one without the pool's feature, or
+    one outside the fleet's partition; the message names the node."""
+    try:
+        known = {node.name: node for node in client.sinfo_nodes()}
+    except SlurmError as error:
+        raise StartRefused(
+            f"the Slurm cluster of {fleet.backend.slurm_conf} does not answer: {error}"
+        ) from None
+    partition = fleet.backend.partition
+    problems = []
+    for pool in fleet.pools:
+        where = f"pool {pool.instance_type} in {pool.availability_zone}"
+        for name in pool.nodes:
+            node = known.get(name)
+            if node is None:
+                problems.append(f"{where}: node {name} is not a node of the Slurm cluster (sinfo)")
+            elif pool.feature is not None and pool.feature not in node.features:
+                has = ", ".join(node.features) or "none"
+                problems.append(f"{where}: node {name} lacks the feature {pool.feature} (it has {has})")
+            elif partition is not None and partition not in node.partitions:
+                parts = ", ".join(node.partitions) or "none"
+                problems.append(f"{where}: node {name} is not in partition {partition} (it is in {parts})")
+    if problems:
+        raise StartRefused("the fleet file does not match the Slurm cluster: " + "; ".join(problems))
+
+
+def check_can_book(runtime: ServiceContext, account_id: str) -> None:
+    """On a Slurm back end an account's work runs as its OS user, who must exist: refuse to book
+    otherwise, saying so."""
+    if runtime.slurm is None:
+        return
+    with runtime.db.read() as session:
+        account = session.get(Account, account_id)
+        user = account.os_user if account is not None else None
+    if user is None or not os_users.exists(user):
+        who = f"'s OS user {user} does not exist on this machine" if user else " has no OS user"
+        raise ValidationError(
+            f"Account {account_id}{who}: on the Slurm back end every plan is a Slurm reservation for "
+            "the account's OS user, who must exist on the cluster. Ask an administrator to create the "
+            "user (a server run as root makes it at start), then buy again."
+        )
+
+
+# -- what there should be --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Desired:
+    name: str
+    plan_id: int
+    plan_name: str
+    ordinal: int
+    pool: PoolKey
+    user: str
+    count: int
+    start: datetime | None  # real; None: "now" (a manual or accelerated clock's reservation)
+    end: datetime  # real
+
+
+def desired(session: Session, runtime: ServiceContext, real_now: datetime) -> list[Desired]:
+    """The reservations the store and the service clock call for now."""
+    clock = runtime.clock
+    now = clock.now()
+    rate = getattr(clock, "scale", 1.0)
+    rows = session.execute(
+        select(ReservedCapacity, TrainingPlan, Account.os_user)
+        .join(TrainingPlan, TrainingPlan.id == ReservedCapacity.plan_id)
+        .join(Account, Account.id == TrainingPlan.account_id)
+        .where(
+            ReservedCapacity.holds_capacity.is_(True),
+            TrainingPlan.status.in_([str(s) for s in _PAID]),
+        )
+        .order_by(ReservedCapacity.start, ReservedCapacity.id)
+    ).all()
+    slurm_pools = {pool.key for pool in runtime.fleet.pools if pool.nodes}
+    found = []
+    for rc, plan, user in rows:
+        end = rc.end if rc.released_at is None else min(rc.end, rc.released_at)
+        if end <= now or user is None or (rc.instance_type, rc.availability_zone) not in slurm_pools:
+            continue  # (a pool the fleet file no longer has: no nodes to reserve)
+        if clock.kind == "wall":
+            start: datetime | None = rc.start
+            real_end = end
+        else:
+            if rc.start > now:
+                continue  # made when the segment starts
+            start, real_end = None, real_now + (end - now) / rate
+        found.append(
+            Desired(
+                reservation_name(plan.account_id, plan.name, rc.ordinal),
+                plan.id,
+                plan.name,
+                rc.ordinal,
+                (rc.instance_type, rc.availability_zone),
+                user,
+                rc.count,
+                start,
+                real_end,
+            )
+        )
+    return found
+
+
+# -- one pass ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Note:
+    """A line for a plan's history, written after the pass's Slurm calls."""
+
+    plan_id: int | None
+    kind: str
+    message: str
+
+
+def reconcile(runtime: ServiceContext) -> list[Note]:
+    """One pass: node health into the calendar, then Slurm's reservations brought to what the store
+    says. Returns what it recorded."""
+    state = runtime.slurm
+    if state is None:
+        return []
+    with state.lock:
+        notes = _reconcile(runtime, state)
+        state.passes += 1
+    return notes
+
+
+def _reconcile(runtime: ServiceContext, state: SlurmState) -> list[Note]:
+    client = state.client
+    nodes = {node.name: node for node in client.nodes()}
+    healthy = _follow_health(runtime, state, nodes)
+    actual = {r.name: r for r in client.reservations() if r.name.startswith(PREFIX)}
+    real_now = utcnow()
+    with runtime.db.read() as session:
+        wanted = desired(session, runtime, real_now)
+    notes: list[Note] = []
+    by_name = {d.name: d for d in wanted}
+    # Reservations no plan holds now (its segment ended, the plan was cancelled or failed, or it is a
+    # stray): deleted first, so that their nodes are free for the rest.
+    for name in sorted(actual.keys() - by_name.keys()):
+        try:
+            client.delete_reservation(name)
+        except SlurmError as error:
+            log.warning("could not delete Slurm reservation %s: %s", name, error.detail)
+            continue
+        del actual[name]
+        notes.append(_removed_note(runtime, name))
+    placements: dict[str, Placement] = {}
+    for pool in runtime.fleet.pools:
+        mine = [d for d in wanted if d.pool == pool.key]
+        if mine:
+            result = _place(pool, healthy, mine, actual, real_now)
+            placements.update(result.placements)
+            notes += _short_notes(state, result, by_name, nodes)
+    # Not started and on other nodes: deleted, made again below (a moved start or end rides along).
+    remake = []
+    for want in wanted:
+        have = actual.get(want.name)
+        chosen = placements[want.name].nodes
+        if have is None or not chosen:
+            continue
+        if tuple(have.nodes) != chosen and not _started(have, real_now):
+            try:
+                client.delete_reservation(want.name)
+            except SlurmError as error:
+                log.warning("could not move Slurm reservation %s: %s", want.name, error.detail)
+                continue
+            del actual[want.name]
+            remake.append(want.name)
+    for want in wanted:
+        have = actual.get(want.name)
+        placement = placements[want.name]
+        if have is None or not placement.nodes:
+            continue
+        notes += _correct(client, want, have, placement.nodes, placement.replaced, nodes, real_now)
+    with runtime.db.read() as session:
+        made_before = _made_before(session, [w for w in wanted if w.name not in actual])
+    for want in wanted:
+        if want.name in actual or not placements[want.name].nodes:
+            continue
+        notes += _create(client, want, placements[want.name].nodes, want.name in made_before, remake)
+    _record(runtime, notes)
+    return notes
+
+
+def _follow_health(runtime: ServiceContext, state: SlurmState, nodes: dict[str, Node]) -> set[str]:
+    healthy = set()
+    for pool in runtime.fleet.pools:
+        bad = []
+        for name in pool.nodes:
+            node = nodes.get(name)
+            if node is None:
+                bad.append(UnhealthyNode(name, "MISSING", "not in Slurm's list of nodes"))
+            elif not failed(node):
+                healthy.add(name)
+            else:
+                flags = "+".join(sorted(node.flags))
+                bad.append(UnhealthyNode(name, node.state + (f"+{flags}" if flags else ""), node.reason))
+        if pool.nodes:
+            state.unhealthy[pool.key] = tuple(bad)
+            runtime.calendar.set_reservable(
+                pool.key, max(0, min(pool.reservable, len(pool.nodes) - len(bad)))
+            )
+    return healthy
+
+
+# DOWN, DRAINED (or draining), FAIL and the like take a node out. Not responding alone, or a state Slurm
+# does not know yet, does not: both are passing (a controller restarting, a node registering, a node
+# just resumed), and Slurm marks a node that stays silent DOWN after SlurmdTimeout. Counting them would
+# replace the nodes of running reservations at every controller restart (every node reads UNKNOWN for
+# a few seconds after slurmctld restarts on its saved state).
+_FAILED_STATES = frozenset({"DOWN", "FAIL", "FUTURE"})
+_FAILED_FLAGS = frozenset({"DRAIN", "FAIL", "MAINTENANCE", "POWERED_DOWN"})
+
+
+def failed(node: Node) -> bool:
+    """Slurm reports the node out of service (see above)."""
+    return node.state in _FAILED_STATES or bool(node.flags & _FAILED_FLAGS)
+
+
+def _started(reservation: Reservation, real_now: datetime) -> bool:
+    return reservation.state == "ACTIVE" or reservation.start <= real_now
+
+
+def _place(
+    pool: Pool, healthy: set[str], mine: Sequence[Desired], actual: dict[str, Reservation], real_now: datetime
+) -> Assignment:
+    wanted = []
+    for want in mine:
+        have = actual.get(want.name)
+        start = want.start if want.start is not None and want.start > real_now else real_now
+        if have is not None and _started(have, real_now):
+            start = min(start, have.start)
+        wanted.append(
+            Wanted(
+                want.name,
+                start,
+                max(want.end, start + timedelta(seconds=1)),
+                want.count,
+                started=have is not None and _started(have, real_now),
+                current=tuple(have.nodes) if have is not None else (),
+            )
+        )
+    return assign(pool.nodes, healthy, wanted)
+
+
+def _correct(
+    client: SlurmClient,
+    want: Desired,
+    have: Reservation,
+    nodes: tuple[str, ...],
+    replaced: tuple[tuple[str, str], ...],
+    health: dict[str, Node],
+    real_now: datetime,
+) -> list[Note]:
+    changes: dict[str, object] = {}
+    said = []
+    if tuple(have.nodes) != nodes:
+        changes["nodes"] = nodes
+        said.append(f"nodes {compress(have.nodes)} -> {compress(nodes)}")
+    if tuple(have.users) != (want.user,):
+        changes["users"] = [want.user]
+        said.append(f"users {','.join(have.users) or 'none'} -> {want.user}")
+    started = _started(have, real_now)
+    if want.start is not None and not started and have.start != want.start:
+        changes["start"] = want.start
+        said.append(f"start {_at(have.start)} -> {_at(want.start)}")
+    if _end_differs(want, have):
+        changes["end"] = want.end
+        said.append(f"end {_at(have.end)} -> {_at(want.end)}")
+    if not changes:
+        return []
+    try:
+        got = client.update_reservation(want.name, **changes)  # type: ignore[arg-type]
+    except SlurmError as error:
+        log.warning("could not correct Slurm reservation %s: %s", want.name, error.detail)
+        return []
+    _check_read_back(want, got, nodes)
+    notes = []
+    for failed, new in replaced:
+        node = health.get(failed)
+        why = f"{node.state} ({node.reason})" if node is not None and node.reason else "unhealthy"
+        notes.append(
+            Note(
+                want.plan_id,
+                "slurm-node-replaced",
+                f"Node {failed} of {want.plan_name}-rc{want.ordinal} is {why}: replaced by {new} "
+                f"in Slurm reservation {want.name}.",
+            )
+        )
+    if len(changes) > 1 or not replaced:  # more than the replacements said
+        notes.append(
+            Note(
+                want.plan_id,
+                "slurm-reservation-corrected",
+                f"Slurm reservation {want.name} corrected: {'; '.join(said)}.",
+            )
+        )
+    return notes
+
+
+def _end_differs(want: Desired, have: Reservation) -> bool:
+    if want.start is not None:  # the wall clock: the real end
+        return have.end != want.end.replace(microsecond=0)
+    return abs(have.end - want.end) > _DRIFT
+
+
+def _create(
+    client: SlurmClient,
+    want: Desired,
+    nodes: tuple[str, ...],
+    made_before: bool,
+    moved: Iterable[str],
+) -> list[Note]:
+    real_now = utcnow()
+    start: datetime | Literal["now"] = "now" if want.start is None or want.start <= real_now else want.start
+    try:
+        got = client.create_reservation(
+            want.name, users=[want.user], nodes=nodes, start=start, end=want.end.replace(microsecond=0)
+        )
+    except SlurmError as error:
+        log.warning("could not make Slurm reservation %s: %s", want.name, error.detail)
+        return []
+    _check_read_back(want, got, nodes)
+    where = f"on {compress(got.nodes)} for {want.user} from {_at(got.start)} to {_at(got.end)} UTC"
+    if want.name in moved:
+        kind, message = "slurm-reservation-moved", f"Slurm reservation {want.name} moved: now {where}."
+    elif made_before:
+        kind = "slurm-reservation-recreated"
+        message = f"Slurm reservation {want.name} was missing; made again {where}."
+    else:
+        kind, message = "slurm-reservation-made", f"Slurm reservation {want.name} made {where}."
+    return [Note(want.plan_id, kind, message)]
+
+
+def _check_read_back(want: Desired, got: Reservation, nodes: tuple[str, ...]) -> None:
+    """Slurm said yes: make sure it holds what was asked (nodes, user, times; its NodeCnt shrinks
+    silently, so we never use it, but say so loudly if anything ever differs). The next pass corrects
+    what it can."""
+    wrong = []
+    if tuple(got.nodes) != nodes:
+        wrong.append(f"nodes {compress(got.nodes) if got.nodes else 'none'}, not {compress(nodes)}")
+    if tuple(got.users) != (want.user,):
+        wrong.append(f"users {','.join(got.users) or 'none'}, not {want.user}")
+    if want.start is not None and want.start > utcnow() and got.start != want.start:
+        wrong.append(f"start {_at(got.start)}, not {_at(want.start)}")
+    if _end_differs(want, got):
+        wrong.append(f"end {_at(got.end)}, not {_at(want.end)}")
+    if wrong:
+        log.error("Slurm reservation %s differs from what was asked: %s", want.name, "; ".join(wrong))
+
+
+def _removed_note(runtime: ServiceContext, name: str) -> Note:
+    match = _NAME.fullmatch(name)
+    plan_id = None
+    if match is not None:
+        with runtime.db.read() as session:
+            plan_id = session.scalar(
+                select(TrainingPlan.id).where(
+                    TrainingPlan.account_id == match.group(1), TrainingPlan.name == match.group(2)
+                )
+            )
+    if plan_id is None:
+        log.warning("deleted Slurm reservation %s: no plan of this server holds it", name)
+    message = f"Slurm reservation {name} deleted: no capacity of the plan needs it now."
+    return Note(plan_id, "slurm-reservation-deleted", message)
+
+
+def _short_notes(
+    state: SlurmState, result: Assignment, by_name: dict[str, Desired], nodes: dict[str, Node]
+) -> list[Note]:
+    notes = []
+    for name, placement in result.placements.items():
+        lacking = result.short.get(name, 0)
+        if state.short.get(name, 0) == lacking:
+            continue
+        want = by_name[name]
+        if lacking:
+            state.short[name] = lacking
+            failed = ", ".join(
+                f"{n} ({nodes[n].reason or nodes[n].state})" if n in nodes else f"{n} (missing)"
+                for n in placement.lost
+            )
+            notes.append(
+                Note(
+                    want.plan_id,
+                    "capacity-short",
+                    f"Reserved capacity {want.plan_name}-rc{want.ordinal} is short of {lacking} of its "
+                    f"{want.count} instance(s): {'unhealthy nodes ' + failed + ' and ' if failed else ''}"
+                    "no free healthy node of the pool to take their place.",
+                )
+            )
+        else:
+            state.short.pop(name, None)
+            notes.append(
+                Note(
+                    want.plan_id,
+                    "capacity-restored",
+                    f"Reserved capacity {want.plan_name}-rc{want.ordinal} holds all its {want.count} "
+                    "instance(s) again.",
+                )
+            )
+    return notes
+
+
+def _made_before(session: Session, missing: Sequence[Desired]) -> set[str]:
+    """Those of `missing` the plan's history says were made once (so they vanished)."""
+    found = set()
+    for want in missing:
+        kinds = ("slurm-reservation-made", "slurm-reservation-recreated", "slurm-reservation-moved")
+        messages = session.scalars(
+            select(PlanEvent.message).where(PlanEvent.plan_id == want.plan_id, PlanEvent.kind.in_(kinds))
+        )
+        if any(f" {want.name} " in message for message in messages):
+            found.add(want.name)
+    return found
+
+
+def _record(runtime: ServiceContext, notes: Sequence[Note]) -> None:
+    if not any(note.plan_id is not None for note in notes):
+        return
+    now = runtime.clock.now()
+    with runtime.db.write() as session:
+        for note in notes:
+            if note.plan_id is None:
+                continue
+            plan = session.get(TrainingPlan, note.plan_id)
+            if plan is not None:
+                lifecycle.record(session, plan, note.kind, note.message, now)
+
+
+def _at(moment: datetime) -> str:
+    return f"{moment:%Y-%m-%d %H:%M:%S}"
+
+
+# -- the worker --------------------------------------------------------------------------------------------
+
+
+class ReservationWorker(Worker):
+    """The periodic pass (thread `slurm-reservations`), woken whenever a plan's history grows."""
+
+    def __init__(self, runtime: ServiceContext, poll: float = POLL_SECONDS) -> None:
+        assert runtime.slurm is not None
+        self.runtime = runtime
+        super().__init__("slurm-reservations", self._step, poll=poll, wake=runtime.slurm.wake)
+
+    def _step(self) -> float | None:
+        reconcile(self.runtime)
+        return None
