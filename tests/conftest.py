@@ -8,7 +8,8 @@ import pytest
 from tests.harness import Server
 from tests.inprocess import InProcessServer, Templates
 
-pytest_plugins = ["tests.leaks", "tests.parts"]  # nothing outlives the run; each part's time
+# nothing outlives the run; each part's time; both stores (the `stores` fixture)
+pytest_plugins = ["tests.leaks", "tests.parts", "tests.postgres"]
 
 
 @pytest.fixture

@@ -116,6 +116,7 @@ class Server:
     fleet: Path | None = None
     extra_args: Sequence[str] = ()
     bootstrap: bool = True  # False: the first start makes the administrator's keys itself
+    database_url: str | None = None  # the store (serve --database-url); None: SQLite in the data directory
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     # The run mark (tests/leaks.py) this server and everything it starts carry: the test's own, and one
@@ -154,6 +155,8 @@ class Server:
         ]
         if self.fleet is not None:
             args += ["--fleet", str(self.fleet)]
+        if self.database_url is not None:
+            args += ["--database-url", self.database_url]
         if self.clock != "wall" and self.clock_start is not None:
             args += ["--clock-start", self.clock_start.isoformat()]
         env = {k: v for k, v in os.environ.items() if not k.startswith("HYPERPLAN_BOOTSTRAP_")}

@@ -156,7 +156,8 @@ class InProcessServer(Server):
 
     def _copies_a_template(self) -> bool:
         new = not self.data_dir.exists() or not any(self.data_dir.iterdir())
-        return new and self.templates is not None and self.clock == "manual" and self.bootstrap
+        fresh = self.clock == "manual" and self.bootstrap and self.database_url is None
+        return new and self.templates is not None and fresh
 
     def _start(self, timeout: float) -> None:
         config = AppConfig(
@@ -167,6 +168,7 @@ class InProcessServer(Server):
             clock_start=self.clock_start if self.clock != "wall" else None,
             isolation="none",  # CI runs as root, where the default would be mode users
             work_dir=self.work_dir,
+            database_url=self.database_url,
         )
         self.runtime, app = build_application(config, FakeBackend(self.world), self.limits)
         listener = socket.socket()
