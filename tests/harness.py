@@ -33,6 +33,7 @@ from hyperplan.backends.layout import MARK_VARIABLE
 from hyperplan.cli.client import NativeClient
 from hyperplan.signing import Credentials
 from hyperplan.wire.validate import check_output
+from tests.postgres import default_database_url
 from tests.processes import end_marked
 
 ADMIN = Credentials("AKHPTESTADMIN0000001", "test-admin-secret-key-000000000000000000")
@@ -139,6 +140,8 @@ class Server:
         return self.data_dir.with_name(self.data_dir.name + "-work")
 
     def start(self, timeout: float = 60) -> Server:
+        if self.database_url is None:
+            self.database_url = default_database_url()  # None unless HYPERPLAN_TEST_STORE=postgres
         args = [
             str(BIN / "hyperplan"),
             "serve",

@@ -37,6 +37,7 @@ from hyperplan.server.app import create_app
 from hyperplan.server.header_deadline import header_deadline_protocol
 from hyperplan.server.limits import ServerLimits
 from tests.harness import ADMIN, SERVER_START, Server
+from tests.postgres import default_database_url
 
 LOGGERS = ("hyperplan", "uvicorn.error")  # what `hyperplan serve --log-level warning` writes to its log
 STOP_TIMEOUT = 30.0  # seconds a stopping server may take before the test fails for it
@@ -134,6 +135,8 @@ class InProcessServer(Server):
 
     def start(self, timeout: float = 60) -> InProcessServer:
         assert self._thread is None, "already running"
+        if self.database_url is None:
+            self.database_url = default_database_url()  # None unless HYPERPLAN_TEST_STORE=postgres
         if self._copies_a_template():
             assert self.templates is not None
             self.templates.fill(self)

@@ -153,6 +153,25 @@ def postgres_server() -> Iterator[PostgresServer]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+EVERYWHERE_VARIABLE = "HYPERPLAN_TEST_STORE"
+_everywhere: list[PostgresServer] = []
+
+
+def default_database_url() -> str | None:
+    """With HYPERPLAN_TEST_STORE=postgres, a new database for each server a test starts without naming a
+    store (tests/harness.py); otherwise None, SQLite in the data directory. A look for what only the
+    PostgreSQL store does: `HYPERPLAN_TEST_STORE=postgres pytest tests/server` (a test that starts a
+    second server object on one data directory gets a second store there, and fails for it)."""
+    return _everywhere[0].new_database() if _everywhere else None
+
+
+@pytest.fixture(scope="session", autouse=os.environ.get(EVERYWHERE_VARIABLE) == "postgres")
+def _every_server_on_postgres(request: pytest.FixtureRequest) -> Iterator[None]:
+    _everywhere.append(request.getfixturevalue("postgres_server"))
+    yield
+    _everywhere.clear()
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def stores(request: pytest.FixtureRequest) -> Iterator[Stores]:
     """Run the test on each store: SQLite, then PostgreSQL."""
