@@ -20,7 +20,7 @@ from hyperplan.store.postgres_dev import bin_dir
 from hyperplan.store.schema import Setting
 from hyperplan.store.types import DecimalString, UTCDateTime
 from tests.harness import BIN, Server, healthy
-from tests.postgres import SCRIPT, Stores
+from tests.postgres import SCRIPT, PostgresServer, Stores
 
 
 def postgres_dev(command: str, directory: Path) -> subprocess.CompletedProcess[str]:
@@ -107,13 +107,14 @@ def test_exact_values_round_trip_on_both_stores(stores: Stores, tmp_path: Path) 
         database.close()
 
 
-def test_serve_takes_its_store_from_the_flag_or_the_environment(
-    server_factory: type[Server], tmp_path: Path, stores: Stores
+@pytest.mark.postgres
+def test_serve_takes_its_store_from_the_flag_over_the_environment(
+    server_factory: type[Server], tmp_path: Path, postgres_server: PostgresServer
 ) -> None:
-    """HYPERPLAN_DATABASE_URL names the store; --database-url wins over it; DATA_DIR keeps the key file
-    and the credentials, and on PostgreSQL no database file."""
+    """--database-url wins over HYPERPLAN_DATABASE_URL (each is `serve`'s, as typer reads it); DATA_DIR
+    keeps the key file and the credentials, and no database file."""
     data_dir = tmp_path / "data"
-    url = stores.url() or f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    url = postgres_server.new_database()
     os.environ["HYPERPLAN_DATABASE_URL"] = "mysql://nobody@127.0.0.1/none"  # the flag must win
     try:
         server = server_factory(data_dir=data_dir, database_url=url).start()
