@@ -62,7 +62,7 @@ from hyperplan.services.slurm_reservations import ReservationWorker
 from hyperplan.services.slurm_state import SlurmState
 from hyperplan.slurm.client import SlurmClient
 from hyperplan.store import settings
-from hyperplan.store.db import Database, sqlite_url
+from hyperplan.store.db import Database, check_url, sqlite_url
 from hyperplan.store.master_key import KEY_FILE_NAME, SecretBox
 from hyperplan.store.schema import PlanEvent, ScheduledEvent, WebhookDelivery
 
@@ -117,7 +117,7 @@ class AppConfig:
     clock: str = "wall"
     time_scale: float = 1.0
     clock_start: datetime | None = None  # a new store's first service instant (manual, accelerated)
-    database_url: str | None = None
+    database_url: str | None = None  # None: SQLite in DATA_DIR/hyperplan.db (store/db.py check_url)
     backend: BackendFactory = local_backend
     dispatcher: DispatcherConfig | None = None  # None: the defaults and HYPERPLAN_WEBHOOK_* variables
     # The master key file (store/master_key.py); None: DATA_DIR/master.key. Servers sharing one database
@@ -186,7 +186,9 @@ class Application:
             os_users.check_interpreters(dict(fleet.images), interpreter)
         else:
             log.warning("%s", os_users.NOT_ISOLATED)
-        db = Database(config.database_url or sqlite_url(config.data_dir))
+        # The store: DATA_DIR/hyperplan.db, or the database at --database-url (DATA_DIR keeps the key file
+        # and the server's local state either way).
+        db = Database(check_url(config.database_url) if config.database_url else sqlite_url(config.data_dir))
         try:
             db.migrate()
             box = sealed_secrets.unlock(db, config.key_path)

@@ -5,10 +5,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import Server
-from tests.inprocess import InProcessServer, Templates
+pytest.register_assert_rewrite("tests.postgres")  # a plugin below, which tests.harness imports first
 
-pytest_plugins = ["tests.leaks", "tests.parts"]  # nothing outlives the run; each part's time
+from tests.harness import Server  # noqa: E402
+from tests.inprocess import InProcessServer, Templates  # noqa: E402
+
+# nothing outlives the run; each part's time; both stores (the `stores` fixture)
+pytest_plugins = ["tests.leaks", "tests.parts", "tests.postgres"]
 
 
 @pytest.fixture

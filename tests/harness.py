@@ -33,6 +33,7 @@ from hyperplan.backends.layout import MARK_VARIABLE
 from hyperplan.cli.client import NativeClient
 from hyperplan.signing import Credentials
 from hyperplan.wire.validate import check_output
+from tests.postgres import default_database_url
 from tests.processes import end_marked
 
 ADMIN = Credentials("AKHPTESTADMIN0000001", "test-admin-secret-key-000000000000000000")
@@ -116,6 +117,7 @@ class Server:
     fleet: Path | None = None
     extra_args: Sequence[str] = ()
     bootstrap: bool = True  # False: the first start makes the administrator's keys itself
+    database_url: str | None = None  # the store (serve --database-url); None: SQLite in the data directory
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | None = None
     # The run mark (tests/leaks.py) this server and everything it starts carry: the test's own, and one
@@ -138,6 +140,8 @@ class Server:
         return self.data_dir.with_name(self.data_dir.name + "-work")
 
     def start(self, timeout: float = 60) -> Server:
+        if self.database_url is None:
+            self.database_url = default_database_url()  # None unless HYPERPLAN_TEST_STORE=postgres
         args = [
             str(BIN / "hyperplan"),
             "serve",
@@ -154,6 +158,8 @@ class Server:
         ]
         if self.fleet is not None:
             args += ["--fleet", str(self.fleet)]
+        if self.database_url is not None:
+            args += ["--database-url", self.database_url]
         if self.clock != "wall" and self.clock_start is not None:
             args += ["--clock-start", self.clock_start.isoformat()]
         env = {k: v for k, v in os.environ.items() if not k.startswith("HYPERPLAN_BOOTSTRAP_")}

@@ -37,6 +37,7 @@ from hyperplan.server.app import create_app
 from hyperplan.server.header_deadline import header_deadline_protocol
 from hyperplan.server.limits import ServerLimits
 from tests.harness import ADMIN, SERVER_START, Server
+from tests.postgres import default_database_url
 
 LOGGERS = ("hyperplan", "uvicorn.error")  # what `hyperplan serve --log-level warning` writes to its log
 STOP_TIMEOUT = 30.0  # seconds a stopping server may take before the test fails for it
@@ -134,6 +135,8 @@ class InProcessServer(Server):
 
     def start(self, timeout: float = 60) -> InProcessServer:
         assert self._thread is None, "already running"
+        if self.database_url is None:
+            self.database_url = default_database_url()  # None unless HYPERPLAN_TEST_STORE=postgres
         if self._copies_a_template():
             assert self.templates is not None
             self.templates.fill(self)
@@ -156,7 +159,8 @@ class InProcessServer(Server):
 
     def _copies_a_template(self) -> bool:
         new = not self.data_dir.exists() or not any(self.data_dir.iterdir())
-        return new and self.templates is not None and self.clock == "manual" and self.bootstrap
+        fresh = self.clock == "manual" and self.bootstrap and self.database_url is None
+        return new and self.templates is not None and fresh
 
     def _start(self, timeout: float) -> None:
         config = AppConfig(
@@ -167,6 +171,7 @@ class InProcessServer(Server):
             clock_start=self.clock_start if self.clock != "wall" else None,
             isolation="none",  # CI runs as root, where the default would be mode users
             work_dir=self.work_dir,
+            database_url=self.database_url,
         )
         self.runtime, app = build_application(config, FakeBackend(self.world), self.limits)
         listener = socket.socket()

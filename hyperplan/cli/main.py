@@ -11,6 +11,7 @@ import typer
 
 from hyperplan.cli import (
     accounts,
+    backup,
     buckets,
     clock,
     clusters,
@@ -44,6 +45,8 @@ app.add_typer(webhooks.app, name="webhooks")
 app.add_typer(buckets.app, name="buckets")
 app.add_typer(users.app, name="users")
 app.add_typer(keys.app, name="keys")
+app.command("backup")(backup.backup)
+app.command("restore")(backup.restore)
 
 
 def _print_version(asked: bool) -> None:
@@ -67,9 +70,11 @@ def root(
 ) -> None:
     """The client options, before the command (`hyperplan --json plans list`); after it works too."""
     ctx.obj = ClientOptions(endpoint_url, profile, data_dir, as_json)
-    if ctx.invoked_subcommand == "serve" and ctx.obj != ClientOptions():
-        # serve has options of its own (--data-dir among them); the client's would be silently ignored.
-        raise typer.BadParameter("client options go with client commands; give serve its own after it")
+    if ctx.invoked_subcommand in ("serve", "backup", "restore") and ctx.obj != ClientOptions():
+        # These have options of their own (--data-dir among them); the client's would be silently ignored.
+        raise typer.BadParameter(
+            f"client options go with client commands; give {ctx.invoked_subcommand} its own after it"
+        )
 
 
 @app.command()
@@ -126,6 +131,14 @@ def serve(
             help="Open connections beyond which a new request is answered 503 at once.",
         ),
     ] = ServerLimits.max_connections,
+    database_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="HYPERPLAN_DATABASE_URL",
+            help="The store: postgresql://USER@HOST:PORT/DBNAME (psycopg 3), or sqlite:///PATH; default: "
+            "SQLite in DATA_DIR/hyperplan.db. DATA_DIR keeps the key file and local state either way.",
+        ),
+    ] = None,
     key_file: Annotated[
         Path | None,
         typer.Option(
@@ -182,6 +195,7 @@ def serve(
                 time_scale=time_scale,
                 clock_start=parse_instant(clock_start) if clock_start is not None else None,
                 key_file=key_file.expanduser() if key_file is not None else None,
+                database_url=database_url,
                 isolation=isolation,
                 work_dir=work_dir,
             )

@@ -24,8 +24,9 @@ MAX_NUMBER_LENGTH = 100
 """Characters of one JSON number: enough for any real value, too few to make int() or Decimal() slow."""
 MAX_TEXT_LENGTH = 1024
 """The default for free-text fields (reasons, names that are looked up)."""
-MAX_ROW_ID = 2**63 - 1
-"""Ids are SQLite INTEGER primary keys: signed 64 bits."""
+MAX_ROW_ID = 2**31 - 1
+"""Ids are INTEGER primary keys: 64 bits on SQLite, 32 on PostgreSQL; the narrower range on both (a
+larger id cannot even be compared with PostgreSQL's column)."""
 _SHOWN = 64  # characters of a refused value echoed back in a message
 
 # A JSON string (also an unterminated one, to the end of the text) or a bracket. The string alternative

@@ -26,6 +26,7 @@ from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.live_calendar import require_room
 from hyperplan.store.db import after_commit
+from hyperplan.store.locks import lock_account, lock_pools
 from hyperplan.store.schema import PlanExtension, ReservedCapacity, TrainingPlan
 
 
@@ -86,8 +87,11 @@ def extend(runtime: ServiceContext, caller: Caller, offering_id: str) -> str:
     now = runtime.clock.now()
     claim = _claim_for(runtime, caller, offering_id, now)
     try:
-        with runtime.db.write() as session:
+        # Concurrent on PostgreSQL, as a purchase is (services/plans.py): relies on the account's row lock
+        # (one extension at a time per plan, quotas, budget), the pool's lock and the unique constraints.
+        with runtime.db.write(concurrent=True) as session:
             acting.act(session, caller.user_id)
+            lock_account(session, caller.account_id)
             plan = session.get(TrainingPlan, claim.plan_id)
             if plan is None or plan.account_id != caller.account_id:
                 raise _not_found(offering_id)
@@ -98,6 +102,7 @@ def extend(runtime: ServiceContext, caller: Caller, offering_id: str) -> str:
                     "search again."
                 )
             pool = runtime.fleet.pool((last.instance_type, last.availability_zone))
+            lock_pools(session, [pool.key])
             require_room(session, runtime.calendar.bookable(pool), claim.start, claim.end, last.count)
             quotas.check_instances(
                 session, runtime, caller.account_id, last.instance_type, claim.start, claim.end, last.count

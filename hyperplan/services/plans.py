@@ -1,8 +1,9 @@
 """Training plans: search, buy, read. The rules are in hyperplan.core; this module adds the store.
 
 Buying is one transaction: verify the offering id, check the name, re-check every segment's pool
-against the store's rows under the write lock, write the plan, its segments and their timed events,
-settle payment. Nothing is written when any step refuses. The live calendar is booked after commit.
+against the store's rows under the account's and the pools' locks (store/locks.py), write the plan, its
+segments and their timed events, settle payment. Nothing is written when any step refuses. The live
+calendar is booked after commit.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from hyperplan.services.accounts import Caller, get_account
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.live_calendar import require_room
 from hyperplan.store.db import after_commit
+from hyperplan.store.locks import lock_account, lock_pools
 from hyperplan.store.schema import PlanEvent, ReservedCapacity, TrainingPlan
 
 # -- search -----------------------------------------------------------------------------------------
@@ -77,7 +79,9 @@ def create(runtime: ServiceContext, caller: Caller, name: str, offering_id: str)
     segments = _segments_of(runtime, claim)
     slurm_reservations.check_can_book(runtime, caller.account_id)
     try:
-        with runtime.db.write() as session:
+        # Concurrent on PostgreSQL: relies on the account's row lock (its name, quotas and budget), the
+        # pools' locks (capacity) and the unique constraints, all taken in _write_plan (store/locks.py).
+        with runtime.db.write(concurrent=True) as session:
             acting.act(session, caller.user_id)
             plan = _write_plan(runtime, session, caller, name, offering_id, claim, segments, now)
     except IntegrityError:
@@ -120,6 +124,9 @@ def _write_plan(
     segments: list[tuple[Pool, OfferingSegment]],
     now: datetime,
 ) -> TrainingPlan:
+    # Before any read this purchase checks: what it reads can change only once it commits or rolls back.
+    lock_account(session, caller.account_id)
+    lock_pools(session, [pool.key for pool, _ in segments])
     _check_name_free(session, caller, name)
     if session.scalar(select(TrainingPlan.id).where(TrainingPlan.offering_id == offering_id)) is not None:
         raise ResourceNotFound(f"Training plan offering {offering_id} has already been bought; search again.")

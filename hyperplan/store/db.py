@@ -9,11 +9,19 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+
+from hyperplan.errors import StartRefused, ValidationError
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
+
+# PostgreSQL advisory locks (class, object): held by a transaction until it ends. store/locks.py has the
+# finer ones (pools); the classes differ, so no pool's lock is ever one of these.
+WRITERS_LOCK = {"c": 72_080, "o": 0}
+MIGRATION_LOCK = {"c": 72_080, "o": 1}
 
 _AFTER_COMMIT = "after_commit"
 _NOTIFIED = "notified_on_insert"
@@ -28,18 +36,64 @@ def sqlite_url(data_dir: Path) -> str:
     return f"sqlite:///{data_dir / 'hyperplan.db'}"
 
 
-class Database:
-    """Sessions for readers and writers.
+def check_url(url: str) -> str:
+    """A store's URL as SQLAlchemy takes it: sqlite:///PATH, or postgresql+psycopg://USER@HOST:PORT/DB
+    (postgresql:// and postgres:// mean the same: psycopg 3 is the one driver). ValidationError names
+    what is wrong, without the URL's password."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise ValidationError(
+            f"database URL {redact(url)!r} has no scheme: give sqlite:///PATH or postgresql://..."
+        )
+    if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            raise ValidationError(
+                "a PostgreSQL store needs psycopg 3: pip install 'hyperplan[postgres]'"
+            ) from None
+        if not rest.partition("?")[0].rpartition("/")[2]:
+            raise ValidationError(f"database URL {redact(url)!r} names no database (…/DBNAME)")
+        return f"postgresql+psycopg://{rest}"
+    if scheme == "sqlite":
+        return url
+    raise ValidationError(
+        f"database URL {redact(url)!r}: {scheme!r} is not a store hyperplan knows; give sqlite:///PATH or "
+        "postgresql://USER@HOST:PORT/DBNAME"
+    )
 
-    On SQLite, writers open with BEGIN IMMEDIATE so that a transaction that reads capacity and then
-    books it holds the write lock from its first read: two buyers can never both see the same free
-    instances. WAL lets readers go on while one writer works; synchronous=FULL makes every
-    acknowledged commit survive a crash of the process or of the machine.
+
+def redact(url: str) -> str:
+    """The URL with any password replaced by ***."""
+    scheme, sep, rest = url.partition("://")
+    credentials, at, host = rest.rpartition("@")
+    if not sep or not at or ":" not in credentials:
+        return url
+    return f"{scheme}://{credentials.split(':', 1)[0]}:***@{host}"
+
+
+class Database:
+    """Sessions for readers and writers, on SQLite or PostgreSQL (docs/POSTGRES.md).
+
+    Every write names the guarantee it relies on. By default (`write()`) a writer runs alone:
+    - SQLite: BEGIN IMMEDIATE, so a transaction that reads capacity and then books it holds the write
+      lock from its first read; two buyers can never both see the same free instances. WAL lets readers
+      go on while one writer works; synchronous=FULL makes every acknowledged commit survive a crash of
+      the process or of the machine.
+    - PostgreSQL: the transaction first takes the writers' advisory lock exclusively
+      (`pg_advisory_xact_lock`, held to commit or rollback) and runs at READ COMMITTED, so each of its
+      statements sees everything committed before it started and nobody else writes meanwhile: the same
+      serial order as SQLite's, across every server on the database.
+    `write(concurrent=True)` (buying a plan, an extension) takes the writers' lock shared instead: such
+    writers run beside one another, never beside a serial one, and rely only on what they lock
+    themselves (store/locks.py: an account's row, a pool's lock) and on the unique constraints.
+    Readers see one snapshot (REPEATABLE READ on PostgreSQL; WAL's snapshot on SQLite).
     """
 
     def __init__(self, url: str) -> None:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
+        self.is_postgres = url.startswith("postgresql")
         self.engine = _make_engine(url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._on_insert: dict[type, list[Callable[[], None]]] = {}
@@ -61,19 +115,34 @@ class Database:
 
     def migrate(self, revision: str = "head") -> None:
         """Bring the schema to `revision` (tests build a store as an earlier version left it)."""
+        self._check_reachable()
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS))
         with self.engine.begin() as connection:
             if self.is_sqlite:
                 connection.exec_driver_sql("BEGIN IMMEDIATE")  # DDL and data move together or not at all
+            elif self.is_postgres:
+                # PostgreSQL's DDL is transactional too; servers starting at once migrate one after another.
+                connection.execute(text("SELECT pg_advisory_xact_lock(:c, :o)"), MIGRATION_LOCK)
             config.attributes["connection"] = connection
             command.upgrade(config, revision)
+
+    def _check_reachable(self) -> None:
+        try:
+            with self.engine.connect():
+                pass
+        except OperationalError as exc:
+            said = str(exc.orig or exc).strip().splitlines()[0]
+            raise StartRefused(f"cannot open the store at {redact(self.url)}: {said}") from None
 
     @contextmanager
     def read(self) -> Iterator[Session]:
         with self._sessions() as session:
             if self.is_sqlite:
                 session.connection().exec_driver_sql("BEGIN")
+            elif self.is_postgres:
+                # One snapshot for the whole read, as SQLite's WAL gives (read-only: it never conflicts).
+                session.connection(execution_options={"isolation_level": "REPEATABLE READ"})
             try:
                 yield session
             finally:
@@ -82,8 +151,11 @@ class Database:
                 session.rollback()
 
     @contextmanager
-    def write(self) -> Iterator[Session]:
+    def write(self, *, concurrent: bool = False) -> Iterator[Session]:
         """A transaction that commits when the block ends and rolls back on any error.
+
+        Serial by default: no other writer runs meanwhile (see the class). `concurrent=True`: the block
+        takes the locks its invariants need itself, before it reads what it checks (store/locks.py).
 
         Callbacks registered with `after_commit` run once the commit succeeded, never after a rollback:
         in-memory state (the live calendar) follows only what is durably stored.
@@ -91,6 +163,9 @@ class Database:
         with self._sessions() as session:
             if self.is_sqlite:
                 session.connection().exec_driver_sql("BEGIN IMMEDIATE")
+            elif self.is_postgres:
+                take = "pg_advisory_xact_lock_shared" if concurrent else "pg_advisory_xact_lock"
+                session.execute(text(f"SELECT {take}(:c, :o)"), WRITERS_LOCK)
             try:
                 yield session
                 session.commit()
@@ -114,6 +189,12 @@ class Database:
 
 
 def _make_engine(url: str) -> Engine:
+    if url.startswith("postgresql"):
+        # READ COMMITTED, not stricter: a writer's statements after its locks must see what the
+        # transactions it waited for committed. Readers ask for REPEATABLE READ per transaction.
+        return create_engine(
+            url, pool_pre_ping=True, isolation_level="READ COMMITTED", pool_size=8, max_overflow=24
+        )
     if not url.startswith("sqlite"):
         return create_engine(url, pool_pre_ping=True)
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=16)

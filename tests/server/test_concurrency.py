@@ -1,4 +1,5 @@
-"""Eight buyers racing over HTTP for the same capacity: nobody is ever booked above a pool's capacity."""
+"""Eight buyers racing over HTTP for the same capacity: nobody is ever booked above a pool's capacity,
+on SQLite and on PostgreSQL (tests/postgres.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from tests.harness import Server, service_now
+from tests.postgres import Stores
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 RESERVABLE = {("ml.p5.48xlarge", "us-west-2a"): 8, ("ml.p5.48xlarge", "us-west-2b"): 4}
@@ -59,9 +61,10 @@ def _peak_per_pool(segments: list[dict[str, Any]]) -> dict[tuple[str, str], int]
 
 
 def test_racing_buyers_never_overbook_and_every_success_persists(
-    server_factory: type[Server], tmp_path: Path
+    server_factory: type[Server], tmp_path: Path, stores: Stores
 ) -> None:
-    server = server_factory(data_dir=tmp_path / "race", fleet=SMALL_FLEET).start()
+    url = stores.url()  # SQLite in the data directory, or a PostgreSQL database of the test's own
+    server = server_factory(data_dir=tmp_path / "race", fleet=SMALL_FLEET, database_url=url).start()
     accounts = [server.new_account(f"racer-{n}") for n in range(CLIENTS)]
     outcomes: dict[str, list[Any]] = defaultdict(list)
     start = threading.Barrier(CLIENTS)

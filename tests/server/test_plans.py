@@ -15,6 +15,7 @@ from botocore.exceptions import ClientError
 
 from tests.harness import Server
 from tests.inprocess import InProcessServer
+from tests.postgres import Stores
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 P5 = "ml.p5.48xlarge"
@@ -49,7 +50,11 @@ def real_small(server_factory: type[Server], tmp_path: Path) -> Server:
     return server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET).start()
 
 
-def test_seed_walkthrough_with_the_aws_cli(server: Server) -> None:
+def test_seed_walkthrough_with_the_aws_cli(
+    server_factory: type[Server], tmp_path: Path, stores: Stores
+) -> None:
+    """On SQLite and on PostgreSQL (serve --database-url)."""
+    server = server_factory(data_dir=tmp_path / "data", database_url=stores.url()).start()
     now = _clock(server)
     after, before = now + timedelta(days=2), now + timedelta(days=20)
     found = server.aws(

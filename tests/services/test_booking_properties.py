@@ -1,10 +1,12 @@
 """Property: over random fleets and random sequences of searches, purchases and clock moves, against a
-real SQLite store, every offering returned can be bought right after it is returned, and no pool is
-ever booked above its reservable count at any instant (checked from the stored rows by brute force)."""
+real store (SQLite and PostgreSQL: tests/postgres.py), every offering returned can be bought right after
+it is returned, and no pool is ever booked above its reservable count at any instant (checked from the
+stored rows by brute force). Concurrent buyers: tests/server/test_concurrency.py and the race below."""
 
 from __future__ import annotations
 
 import tempfile
+import threading
 from collections import defaultdict
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -22,6 +24,7 @@ from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import ReservedCapacity
 from tests.harness import SERVER_START, unisolated
 from tests.instants import at_awkward_instants
+from tests.postgres import Stores
 
 TYPES = ("ml.p5.48xlarge", "ml.p4d.24xlarge")
 ZONES = ("us-west-2a", "us-west-2b")
@@ -82,11 +85,24 @@ def _peaks(runtime: ServiceContext) -> dict[tuple[str, str], int]:
 
 
 @at_awkward_instants
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(fleet_text=fleet_texts(), script=steps)
 def test_offerings_can_be_bought_and_pools_are_never_overbooked(
-    start_instant: datetime, fleet_text: str, script: list[tuple]
+    stores: Stores, start_instant: datetime
 ) -> None:
+    # Eight random fleets and scripts per instant on SQLite; four on PostgreSQL, where the rules of time
+    # are the same and the question is the store's (each example gets a database of its own).
+    @settings(
+        max_examples=4 if stores.is_postgres else 8,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    @given(fleet_text=fleet_texts(), script=steps)
+    def examples(fleet_text: str, script: list[tuple]) -> None:
+        _run_example(stores, start_instant, fleet_text, script)
+
+    examples()
+
+
+def _run_example(stores: Stores, start_instant: datetime, fleet_text: str, script: list[tuple]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         fleet_path = Path(tmp) / "fleet.toml"
         fleet_path.write_text(fleet_text)
@@ -95,6 +111,7 @@ def test_offerings_can_be_bought_and_pools_are_never_overbooked(
             fleet_path=fleet_path,
             clock="manual",
             clock_start=start_instant,
+            database_url=stores.url(),
             **unisolated(Path(tmp) / "data"),
         )
         application = Application(config)
@@ -103,6 +120,7 @@ def test_offerings_can_be_bought_and_pools_are_never_overbooked(
             _play(application.context, script)
         finally:
             application.stop()
+        stores.drop_all()
 
 
 def _play(runtime: ServiceContext, script: list[tuple]) -> None:
@@ -131,7 +149,7 @@ def _play(runtime: ServiceContext, script: list[tuple]) -> None:
             assert peak <= reservable[pool], (pool, peak)
 
 
-def test_a_stale_offering_is_refused_when_its_capacity_is_gone(tmp_path: Path) -> None:
+def test_a_stale_offering_is_refused_when_its_capacity_is_gone(stores: Stores, tmp_path: Path) -> None:
     fleet_path = tmp_path / "fleet.toml"
     fleet_path.write_text(
         'region = "us-west-2"\ncurrency = "USD"\n[[zones]]\nname = "us-west-2a"\nzone_id = "usw2-az1"\n'
@@ -144,6 +162,7 @@ def test_a_stale_offering_is_refused_when_its_capacity_is_gone(tmp_path: Path) -
             fleet_path=fleet_path,
             clock="manual",
             clock_start=SERVER_START,
+            database_url=stores.url(),
             **unisolated(tmp_path / "data"),
         )
     )
@@ -162,5 +181,77 @@ def test_a_stale_offering_is_refused_when_its_capacity_is_gone(tmp_path: Path) -
             assert "Search again" in exc.message
         else:
             raise AssertionError("the same capacity was sold twice")
+    finally:
+        application.stop()
+
+
+RACE_FLEET = (
+    'region = "us-west-2"\ncurrency = "USD"\n'
+    '[[zones]]\nname = "us-west-2a"\nzone_id = "usw2-az1"\nsubnets = []\n'
+    '[[zones]]\nname = "us-west-2b"\nzone_id = "usw2-az2"\nsubnets = []\n'
+    '[[pools]]\ninstance_type = "ml.p5.48xlarge"\nzone = "us-west-2a"\ncount = 6\n'
+    'price_per_instance_hour = "10"\n'
+    '[[pools]]\ninstance_type = "ml.p5.48xlarge"\nzone = "us-west-2b"\ncount = 3\n'
+    'price_per_instance_hour = "10"\n'
+    '[policy]\nallowed_counts = "any"\n'
+)
+BUYERS = 8
+
+
+def test_concurrent_buyers_in_separate_accounts_never_overbook(stores: Stores, tmp_path: Path) -> None:
+    """Eight buyers, each in an account of its own (so nothing per account orders them), race for two
+    small pools. On PostgreSQL their purchases run as concurrent transactions (Database.write(concurrent=
+    True)): only the pools' locks stand between them and an overbooking."""
+    fleet_path = tmp_path / "fleet.toml"
+    fleet_path.write_text(RACE_FLEET)
+    application = Application(
+        AppConfig(
+            data_dir=tmp_path / "data",
+            fleet_path=fleet_path,
+            clock="manual",
+            clock_start=SERVER_START,
+            database_url=stores.url(),
+            **unisolated(tmp_path / "data"),
+        )
+    )
+    application.start()
+    runtime = application.context
+    try:
+        callers = []
+        for n in range(BUYERS):
+            with runtime.db.write() as session:
+                key = accounts.create_account(
+                    session, f"buyer-{n}", box=runtime.secret_box, now=runtime.clock.now()
+                )
+                callers.append(Caller(key.account_id, f"buyer-{n}", False, key.access_key_id))
+        outcomes: dict[str, int] = defaultdict(int)
+        start = threading.Barrier(BUYERS)
+
+        def buy(number: int) -> None:
+            caller = callers[number]
+            start.wait()
+            for round_ in range(5):
+                request = SearchRequest(
+                    "ml.p5.48xlarge", 2 + number % 2, 24 * (1 + round_ % 3), "training-job", None, None
+                )
+                found = plans.search(runtime, caller, request)
+                if not found:
+                    outcomes["empty"] += 1
+                    continue
+                try:
+                    plans.create(runtime, caller, f"race-{number}-{round_}", found[0].offering_id)
+                    outcomes["bought"] += 1
+                except ResourceLimitExceeded:
+                    outcomes["refused"] += 1
+
+        threads = [threading.Thread(target=buy, args=(n,)) for n in range(BUYERS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert outcomes["bought"] and outcomes["refused"], outcomes  # the race collided, and some won
+        reservable = {pool.key: pool.reservable for pool in runtime.fleet.pools}
+        for pool, peak in _peaks(runtime).items():
+            assert peak <= reservable[pool], (pool, peak, outcomes)
     finally:
         application.stop()

@@ -1,4 +1,5 @@
-"""A commit that inserts rows of a watched table notifies its loop once; a rollback or a read does not."""
+"""A commit that inserts rows of a watched table notifies its loop once; a rollback or a read does not
+(SQLite and PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -8,13 +9,14 @@ from pathlib import Path
 import pytest
 
 from hyperplan.clock import utcnow
-from hyperplan.store.db import Database, sqlite_url
+from hyperplan.store.db import Database
 from hyperplan.store.schema import ScheduledEvent, Setting
+from tests.postgres import Stores
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Database:
-    database = Database(sqlite_url(tmp_path))
+def db(tmp_path: Path, stores: Stores) -> Database:
+    database = Database(stores.empty_url(tmp_path))
     database.migrate()
     return database
 

@@ -1,5 +1,5 @@
-"""`services.status.change` on a real SQLite store: one move, one recorded event with the right fields;
-a refused move changes and records nothing; plans keep their history in their own table."""
+"""`services.status.change` on a real store (SQLite and PostgreSQL): one move, one recorded event with the
+right fields; a refused move changes and records nothing; plans keep their history in their own table."""
 
 from __future__ import annotations
 
@@ -14,16 +14,17 @@ from sqlalchemy import func, select
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.status import CLUSTER_LIFECYCLE, ClusterStatus, IllegalTransition
 from hyperplan.services import accounts, lifecycle, sealed_secrets, status
-from hyperplan.store.db import Database, sqlite_url
+from hyperplan.store.db import Database
 from hyperplan.store.master_key import KEY_FILE_NAME
 from hyperplan.store.schema import Cluster, PlanEvent, StatusEvent, TrainingPlan
+from tests.postgres import Stores
 
 T0 = datetime(2026, 12, 1, 11, 30, tzinfo=UTC)
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Iterator[Database]:
-    database = Database(sqlite_url(tmp_path))
+def db(tmp_path: Path, stores: Stores) -> Iterator[Database]:
+    database = Database(stores.empty_url(tmp_path))
     database.migrate()
     box = sealed_secrets.unlock(database, tmp_path / KEY_FILE_NAME)
     with database.write() as session:
