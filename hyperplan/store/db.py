@@ -75,7 +75,8 @@ def redact(url: str) -> str:
 class Database:
     """Sessions for readers and writers, on SQLite or PostgreSQL (docs/POSTGRES.md).
 
-    Every write names the guarantee it relies on. By default (`write()`) a writer runs alone:
+    Each writer relies on one of two guarantees, chosen where it opens its transaction. By default
+    (`write()`) a writer runs alone:
     - SQLite: BEGIN IMMEDIATE, so a transaction that reads capacity and then books it holds the write
       lock from its first read; two buyers can never both see the same free instances. WAL lets readers
       go on while one writer works; synchronous=FULL makes every acknowledged commit survive a crash of
