@@ -8,7 +8,7 @@ is Terminated, a job from the moment it is given its instances until its process
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select, true
 from sqlalchemy.orm import Session
 
 from hyperplan.core.fleet import Pool
@@ -24,16 +24,30 @@ def used_by_groups(session: Session, pool: Pool, exclude_group: int | None = Non
     its nodes not yet Terminated, as for the quota (``held_by_account``). A group's target holds its
     place from the request on: its nodes are launched afterwards, and two requests (or two groups of
     one request) that each saw only nodes could together take more than the pool has."""
+    return _held_by_groups(
+        session,
+        exclude_group,
+        InstanceGroup.instance_type == pool.instance_type,
+        node_filter=ClusterNode.availability_zone == pool.availability_zone,
+        group_filter=InstanceGroup.availability_zone == pool.availability_zone,
+    )
+
+
+def _held_by_groups(
+    session: Session,
+    exclude_group: int | None,
+    *where: ColumnElement[bool],
+    node_filter: ColumnElement[bool],
+    group_filter: ColumnElement[bool],
+) -> int:
+    """The sum over on-demand groups matching `where` of the larger of their target (clusters in
+    service) and their nodes not yet Terminated; `node_filter` and `group_filter` narrow each side."""
     nodes: dict[int, int] = dict(
         session.execute(
             select(ClusterNode.group_id, func.count(ClusterNode.id))
             .join(InstanceGroup, InstanceGroup.id == ClusterNode.group_id)
-            .where(
-                ClusterNode.on_plan.is_(False),
-                ClusterNode.status != NODE_GONE,
-                ClusterNode.availability_zone == pool.availability_zone,
-                InstanceGroup.instance_type == pool.instance_type,
-            )
+            .join(Cluster, Cluster.id == InstanceGroup.cluster_id)
+            .where(ClusterNode.on_plan.is_(False), ClusterNode.status != NODE_GONE, node_filter, *where)
             .group_by(ClusterNode.group_id)
         ).all()
     )
@@ -44,8 +58,8 @@ def used_by_groups(session: Session, pool: Pool, exclude_group: int | None = Non
             .where(
                 Cluster.status == ClusterStatus.IN_SERVICE,
                 InstanceGroup.plan_id.is_(None),
-                InstanceGroup.availability_zone == pool.availability_zone,
-                InstanceGroup.instance_type == pool.instance_type,
+                group_filter,
+                *where,
             )
         ).all()
     )
@@ -78,36 +92,13 @@ def held_by_account(
     clusters counts the larger of its target and its nodes not yet Terminated (a group added in the same
     request has no node yet; a shrinking one still has nodes shutting down), and each job without a plan
     its instances while it holds them. A group named by ``exclude_group`` is left out."""
-    nodes: dict[int, int] = dict(
-        session.execute(
-            select(ClusterNode.group_id, func.count(ClusterNode.id))
-            .join(InstanceGroup, InstanceGroup.id == ClusterNode.group_id)
-            .join(Cluster, Cluster.id == InstanceGroup.cluster_id)
-            .where(
-                Cluster.account_id == account_id,
-                ClusterNode.on_plan.is_(False),
-                ClusterNode.status != NODE_GONE,
-                InstanceGroup.instance_type == instance_type,
-            )
-            .group_by(ClusterNode.group_id)
-        ).all()
-    )
-    targets: dict[int, int] = dict(
-        session.execute(
-            select(InstanceGroup.id, InstanceGroup.target_count)
-            .join(Cluster, Cluster.id == InstanceGroup.cluster_id)
-            .where(
-                Cluster.account_id == account_id,
-                Cluster.status == ClusterStatus.IN_SERVICE,
-                InstanceGroup.plan_id.is_(None),
-                InstanceGroup.instance_type == instance_type,
-            )
-        ).all()
-    )
-    groups = sum(
-        max(targets.get(group, 0), nodes.get(group, 0))
-        for group in nodes.keys() | targets.keys()
-        if group != exclude_group
+    groups = _held_by_groups(
+        session,
+        exclude_group,
+        Cluster.account_id == account_id,
+        InstanceGroup.instance_type == instance_type,
+        node_filter=true(),
+        group_filter=true(),
     )
     jobs = session.scalar(
         select(func.coalesce(func.sum(TrainingJob.instance_count), 0)).where(
