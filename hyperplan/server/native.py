@@ -106,18 +106,20 @@ def whoami(request: NativeRequest) -> dict[str, Any]:
     }
 
 
-def _key_json(key: NewKey) -> dict[str, Any]:
+def list_accounts(request: NativeRequest) -> dict[str, Any]:
+    return {"Accounts": [_account_json(account) for account in account_views.list_accounts(request.runtime)]}
+
+
+def new_key_json(key: NewKey) -> dict[str, Any]:
+    """A key just made, its secret shown this once (every route that makes a key answers so)."""
     return {
         "AccountId": key.account_id,
         "AccountName": key.account_name,
         "UserName": key.user_name,
         "AccessKeyId": key.access_key_id,
         "SecretAccessKey": key.secret_access_key,
+        "Status": "Active",
     }
-
-
-def list_accounts(request: NativeRequest) -> dict[str, Any]:
-    return {"Accounts": [_account_json(account) for account in account_views.list_accounts(request.runtime)]}
 
 
 def create_account(request: NativeRequest) -> dict[str, Any]:
@@ -129,7 +131,7 @@ def create_account(request: NativeRequest) -> dict[str, Any]:
         payment_mode=fields.text(body, "PaymentMode", required=False, max_length=16),
         os_user=fields.text(body, "OsUser", required=False, max_length=32),
     )
-    return _key_json(key)
+    return new_key_json(key)
 
 
 def delete_account(request: NativeRequest) -> dict[str, Any]:
@@ -138,7 +140,7 @@ def delete_account(request: NativeRequest) -> dict[str, Any]:
 
 
 def add_key(request: NativeRequest) -> dict[str, Any]:
-    return _key_json(account_views.add_key(request.runtime, request.path["account"]))
+    return new_key_json(account_views.add_key(request.runtime, request.path["account"]))
 
 
 # -- the clock ------------------------------------------------------------------------------------

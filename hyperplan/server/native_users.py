@@ -12,10 +12,9 @@ from starlette.routing import Route
 
 from hyperplan.errors import ValidationError
 from hyperplan.server import fields
-from hyperplan.server.native import NativeRequest, NativeRoute
+from hyperplan.server.native import NativeRequest, NativeRoute, new_key_json
 from hyperplan.services import user_views
 from hyperplan.services.user_views import AccessKeyView, UserView
-from hyperplan.services.users import NewKey
 
 MAX_USER_NAME = 64
 MAX_ACCOUNT_REF = 64
@@ -42,17 +41,6 @@ def _key_json(key: AccessKeyView) -> dict[str, Any]:
         "UserName": key.user_name,
         "Status": key.status,
         "CreatedAt": key.created_at,
-    }
-
-
-def _new_key_json(key: NewKey) -> dict[str, Any]:
-    return {
-        "AccountId": key.account_id,
-        "AccountName": key.account_name,
-        "UserName": key.user_name,
-        "AccessKeyId": key.access_key_id,
-        "SecretAccessKey": key.secret_access_key,
-        "Status": "Active",
     }
 
 
@@ -86,7 +74,7 @@ def create_user(request: NativeRequest) -> dict[str, Any]:
         owner=bool(fields.boolean(body, "Owner")),
         account_ref=_account(request, in_body=True),
     )
-    return {"User": _user_json(created.user), "AccessKey": _new_key_json(created.key)}
+    return {"User": _user_json(created.user), "AccessKey": new_key_json(created.key)}
 
 
 def delete_user(request: NativeRequest) -> dict[str, Any]:
@@ -106,7 +94,7 @@ def list_keys(request: NativeRequest) -> dict[str, Any]:
 def create_key(request: NativeRequest) -> dict[str, Any]:
     user = fields.text(request.body, "UserName", required=False, max_length=MAX_USER_NAME)
     key = user_views.create_key(request.runtime, request.caller, user, _account(request, in_body=True))
-    return _new_key_json(key)
+    return new_key_json(key)
 
 
 def activate_key(request: NativeRequest) -> dict[str, Any]:
