@@ -18,6 +18,7 @@ PARTS = {
     "slurm": "a real Slurm cluster on this host (needs root)",
     "postgres": "a real PostgreSQL server",
     "browser": "the console in a real headless browser",
+    "bench": "every section of `make bench` at smoke size (figures printed, never asserted)",
 }
 
 _seconds: dict[str, float] = defaultdict(float)

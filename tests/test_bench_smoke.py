@@ -12,6 +12,8 @@ import pytest
 
 from bench.__main__ import SECTIONS
 
+pytestmark = pytest.mark.bench  # a part of its own: its sections start servers and floods
+
 ROOT = Path(__file__).resolve().parents[1]
 LABELS = {
     "search": ("in-process search p99",),
