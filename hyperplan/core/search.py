@@ -150,7 +150,9 @@ def search(fleet: Fleet, calendar: CapacityCalendar, request: SearchRequest, now
     query = _query(fleet, request, now)
     grids = [_PoolDays.read(calendar, pool, query) for pool in query.pools]
     planner = _Planner(query, grids)
-    return [_offering(query, candidate) for candidate in planner.best()]
+    earliest = planner.best()
+    chosen = _Packer(planner).best(earliest) if fleet.policy.ranking == "packing" else earliest
+    return [_offering(query, candidate) for candidate in chosen]
 
 
 @dataclass(frozen=True)
@@ -306,16 +308,23 @@ class _PoolDays:
     pool: Pool
     open_days: npt.NDArray[np.bool_]
     partial_open: bool
+    free_days: Ints  # the fewest free instances over each whole day (the packing ranking reads them)
+    partial_free: int  # the same over the partial day (0 when there is none)
 
     @staticmethod
     def read(calendar: CapacityCalendar, pool: Pool, query: _Query) -> _PoolDays:
         n = query.n_days
         free = calendar.free(pool.key, query.first_boundary, query.day_start(n)) if n else np.zeros(0)
-        open_days = free.reshape(n, SLOTS_PER_DAY).min(axis=1) >= query.count if n else np.zeros(0, bool)
-        partial_open = query.has_partial_day and calendar.can_book(
-            pool.key, query.soonest, query.first_boundary, query.count
+        free_days = (
+            free.reshape(n, SLOTS_PER_DAY).min(axis=1).astype(np.int64) if n else np.zeros(0, np.int64)
         )
-        return _PoolDays(pool, open_days, partial_open)
+        partial_free = (
+            int(calendar.free(pool.key, query.soonest, query.first_boundary).min())
+            if query.has_partial_day
+            else 0
+        )
+        partial_open = query.has_partial_day and partial_free >= query.count
+        return _PoolDays(pool, free_days >= query.count, partial_open, free_days, partial_free)
 
 
 def _run_lengths(open_days: npt.NDArray[np.bool_]) -> Ints:
@@ -591,6 +600,120 @@ class _Planner:
             pool, total = int(current.previous_pool[pool, total]), total - (end - start)
             current = current.parent
         return tuple(reversed(segments))
+
+
+# -- the packing ranking -----------------------------------------------------------------------------
+
+
+class _Packer:
+    """The ``packing`` ranking: among the placements with the fewest segments, the one that leaves the
+    calendar best able to take later requests comes first; ties go to the earliest end, then the lowest
+    price. The earliest ranking's first offering is always among those returned.
+
+    A placement's score (the lower, the better) weighs two things, read from each day's free count:
+
+    * where it is least loaded: it loses what the pool leaves free on the days it holds (instance-days),
+      so that bookings spread over their windows and keep the busy days for requests with tight ones;
+    * how flush it sits: it gains ``_EDGE_WEIGHT`` x how much the free count's steps at its two ends grow
+      (instances; the day before the window counts as full), so that it fills a gap to the level of its
+      neighbours rather than cut a ragged edge that only a request of just that size could use.
+
+    With one segment, every start of every pool in the window is scored at once (prefix sums over the
+    daily free counts: O(P N)). With more, the candidates are the first ``_SPLIT_POOL x max_offerings``
+    of the earliest ranking's with that many segments (each placed earliest-first), scored alike."""
+
+    def __init__(self, planner: _Planner) -> None:
+        self.planner = planner
+        self.query = planner.query
+        self.free = [g.free_days.astype(np.float64) for g in planner.grids]
+        self.free_sum = [np.concatenate([[0.0], np.cumsum(f)]) for f in self.free]
+        self.partial_free = np.array([float(g.partial_free) for g in planner.grids])
+        self.partial_share = (self.query.first_boundary - self.query.soonest) / DAY
+
+    def best(self, earliest: list[_Candidate]) -> list[_Candidate]:
+        if not earliest:
+            return []
+        fewest = len(earliest[0].segments)
+        ranked = self._singles() if fewest == 1 else self._splits(fewest)
+        chosen: list[_Candidate] = []
+        spare: list[_Candidate] = []
+        shapes: set[tuple[tuple[int, int], ...]] = set()
+        wanted = self.query.max_offerings
+        for candidate in ranked:
+            if candidate.shape in shapes:
+                if len(spare) < wanted:
+                    spare.append(candidate)
+                continue
+            shapes.add(candidate.shape)
+            chosen.append(candidate)
+            if len(chosen) == wanted:
+                break
+        chosen.extend(spare[: wanted - len(chosen)])
+        hurry = earliest[0]
+        if not any(c.segments == hurry.segments and c.partial == hurry.partial for c in chosen):
+            chosen[-1:] = [hurry]
+        scores = {id(c): self._score(c) for c in chosen}
+        return sorted(chosen, key=lambda c: (len(c.segments), scores[id(c)], c.finish, c.cost))
+
+    def _scores(self, pool: int, starts: Ints, stops: Ints, partial: npt.NDArray[np.bool_]) -> Floats:
+        free, count = self.free[pool], self.query.count
+        held = self.free_sum[pool][stops] - self.free_sum[pool][starts] - count * (stops - starts)
+        before = np.where(starts > 0, free[np.maximum(starts - 1, 0)], 0.0)
+        after = free[np.minimum(stops, len(free) - 1)]
+        after = np.where(stops < len(free), after, free[stops - 1])
+        first, last = free[starts], free[stops - 1]
+        steps = np.abs(before - first) + np.abs(last - after)
+        steps_then = np.abs(before - first + count) + np.abs(last - count - after)
+        return np.asarray(_EDGE_WEIGHT * (steps_then - steps) - held, dtype=np.float64)
+
+    def _score(self, candidate: _Candidate) -> float:
+        total = 0.0
+        for index, (pool, start, stop) in enumerate(candidate.segments):
+            partial = np.array([candidate.partial and index == 0])
+            total += float(self._scores(pool, np.array([start]), np.array([stop]), partial)[0])
+        return total
+
+    def _singles(self) -> Iterator[_Candidate]:
+        """Every one-segment placement, best first."""
+        planner, days = self.planner, self.query.days
+        assert planner.fits is not None
+        pools, starts, partial = [], [], []
+        for p in range(len(planner.grids)):
+            fitting = np.flatnonzero(planner.fits.run_length[p, : planner.start_limit + 1] >= days)
+            whole = fitting if not planner.only_partial else fitting[fitting != 0]
+            with_partial = (
+                fitting[:1] if len(fitting) and fitting[0] == 0 and planner.partial_open[p] else fitting[:0]
+            )
+            for group, flag in ((whole, False), (with_partial, True)):
+                pools.append(np.full(len(group), p))
+                starts.append(group)
+                partial.append(np.full(len(group), flag))
+        pool, start, is_partial = np.concatenate(pools), np.concatenate(starts), np.concatenate(partial)
+        scores = np.zeros(len(start))
+        for p in range(len(planner.grids)):
+            mine = pool == p
+            scores[mine] = self._scores(p, start[mine], start[mine] + days, is_partial[mine])
+        cost = planner.day_cost[pool] * days + np.where(is_partial, planner.partial_cost[pool], 0.0)
+        for i in np.lexsort((cost, start, scores)):
+            placed = ((int(pool[i]), int(start[i]), int(start[i]) + days),)
+            yield _Candidate(placed, bool(is_partial[i]), float(cost[i]))
+
+    def _splits(self, fewest: int) -> list[_Candidate]:
+        """The earliest ranking's first candidates with ``fewest`` segments, best first."""
+        planner = self.planner
+        planner.spans = []  # nothing with fewer segments fits, so nothing was handed out before these
+        found: list[_Candidate] = []
+        for candidate in planner._candidates():
+            if len(candidate.segments) > fewest or len(found) == _SPLIT_POOL * self.query.max_offerings:
+                break
+            found.append(candidate)
+        scores = [self._score(c) for c in found]
+        order = sorted(range(len(found)), key=lambda i: (scores[i], found[i].finish, found[i].cost))
+        return [found[i] for i in order]
+
+
+_EDGE_WEIGHT = 5.0
+_SPLIT_POOL = 8
 
 
 def _offering(query: _Query, candidate: _Candidate) -> Offering:
