@@ -150,8 +150,7 @@ def search(fleet: Fleet, calendar: CapacityCalendar, request: SearchRequest, now
     query = _query(fleet, request, now)
     grids = [_PoolDays.read(calendar, pool, query) for pool in query.pools]
     planner = _Planner(query, grids)
-    earliest = planner.best()
-    chosen = _Packer(planner).best(earliest) if fleet.policy.ranking == "packing" else earliest
+    chosen = _Packer(planner).best() if fleet.policy.ranking == "packing" else planner.best()
     return [_offering(query, candidate) for candidate in chosen]
 
 
@@ -309,7 +308,6 @@ class _PoolDays:
     open_days: npt.NDArray[np.bool_]
     partial_open: bool
     free_days: Ints  # the fewest free instances over each whole day (the packing ranking reads them)
-    partial_free: int  # the same over the partial day (0 when there is none)
 
     @staticmethod
     def read(calendar: CapacityCalendar, pool: Pool, query: _Query) -> _PoolDays:
@@ -318,13 +316,10 @@ class _PoolDays:
         free_days = (
             free.reshape(n, SLOTS_PER_DAY).min(axis=1).astype(np.int64) if n else np.zeros(0, np.int64)
         )
-        partial_free = (
-            int(calendar.free(pool.key, query.soonest, query.first_boundary).min())
-            if query.has_partial_day
-            else 0
+        partial_open = query.has_partial_day and calendar.can_book(
+            pool.key, query.soonest, query.first_boundary, query.count
         )
-        partial_open = query.has_partial_day and partial_free >= query.count
-        return _PoolDays(pool, free_days >= query.count, partial_open, free_days, partial_free)
+        return _PoolDays(pool, free_days >= query.count, partial_open, free_days)
 
 
 def _run_lengths(open_days: npt.NDArray[np.bool_]) -> Ints:
@@ -627,89 +622,77 @@ class _Packer:
         self.query = planner.query
         self.free = [g.free_days.astype(np.float64) for g in planner.grids]
         self.free_sum = [np.concatenate([[0.0], np.cumsum(f)]) for f in self.free]
-        self.partial_free = np.array([float(g.partial_free) for g in planner.grids])
-        self.partial_share = (self.query.first_boundary - self.query.soonest) / DAY
 
-    def best(self, earliest: list[_Candidate]) -> list[_Candidate]:
-        if not earliest:
+    def best(self) -> list[_Candidate]:
+        if self.planner.fits is None:
             return []
-        fewest = len(earliest[0].segments)
-        ranked = self._singles() if fewest == 1 else self._splits(fewest)
-        chosen: list[_Candidate] = []
-        spare: list[_Candidate] = []
+        singles = self._singles()
+        scored = singles if singles else self._splits()
+        if not scored:
+            return []
+        hurry = min(scored, key=lambda sc: sc[1].rank)[1]  # the earliest ranking's first
+        ranked = sorted(scored, key=lambda sc: (sc[0], sc[1].finish, sc[1].cost))
+        chosen: list[tuple[float, _Candidate]] = []
+        spare: list[tuple[float, _Candidate]] = []
         shapes: set[tuple[tuple[int, int], ...]] = set()
         wanted = self.query.max_offerings
-        for candidate in ranked:
+        for score, candidate in ranked:
             if candidate.shape in shapes:
                 if len(spare) < wanted:
-                    spare.append(candidate)
+                    spare.append((score, candidate))
                 continue
             shapes.add(candidate.shape)
-            chosen.append(candidate)
+            chosen.append((score, candidate))
             if len(chosen) == wanted:
                 break
         chosen.extend(spare[: wanted - len(chosen)])
-        hurry = earliest[0]
-        if not any(c.segments == hurry.segments and c.partial == hurry.partial for c in chosen):
-            chosen[-1:] = [hurry]
-        scores = {id(c): self._score(c) for c in chosen}
-        return sorted(chosen, key=lambda c: (len(c.segments), scores[id(c)], c.finish, c.cost))
+        if not any(c is hurry for _, c in chosen):
+            chosen[-1:] = [next(sc for sc in scored if sc[1] is hurry)]
+        return [c for _, c in sorted(chosen, key=lambda sc: (sc[0], sc[1].finish, sc[1].cost))]
 
-    def _scores(self, pool: int, starts: Ints, stops: Ints, partial: npt.NDArray[np.bool_]) -> Floats:
+    def _scores(self, pool: int, starts: Ints, stops: Ints) -> Floats:
+        """The scores of placements [start, stop) in one pool (see the class's docstring)."""
         free, count = self.free[pool], self.query.count
         held = self.free_sum[pool][stops] - self.free_sum[pool][starts] - count * (stops - starts)
         before = np.where(starts > 0, free[np.maximum(starts - 1, 0)], 0.0)
-        after = free[np.minimum(stops, len(free) - 1)]
-        after = np.where(stops < len(free), after, free[stops - 1])
+        after = np.where(stops < len(free), free[np.minimum(stops, len(free) - 1)], free[stops - 1])
         first, last = free[starts], free[stops - 1]
         steps = np.abs(before - first) + np.abs(last - after)
         steps_then = np.abs(before - first + count) + np.abs(last - count - after)
         return np.asarray(_EDGE_WEIGHT * (steps_then - steps) - held, dtype=np.float64)
 
-    def _score(self, candidate: _Candidate) -> float:
-        total = 0.0
-        for index, (pool, start, stop) in enumerate(candidate.segments):
-            partial = np.array([candidate.partial and index == 0])
-            total += float(self._scores(pool, np.array([start]), np.array([stop]), partial)[0])
-        return total
-
-    def _singles(self) -> Iterator[_Candidate]:
-        """Every one-segment placement, best first."""
+    def _singles(self) -> list[tuple[float, _Candidate]]:
+        """Every one-segment placement, and the same with the partial day where it starts on day 0."""
         planner, days = self.planner, self.query.days
         assert planner.fits is not None
-        pools, starts, partial = [], [], []
+        out: list[tuple[float, _Candidate]] = []
         for p in range(len(planner.grids)):
-            fitting = np.flatnonzero(planner.fits.run_length[p, : planner.start_limit + 1] >= days)
-            whole = fitting if not planner.only_partial else fitting[fitting != 0]
-            with_partial = (
-                fitting[:1] if len(fitting) and fitting[0] == 0 and planner.partial_open[p] else fitting[:0]
-            )
-            for group, flag in ((whole, False), (with_partial, True)):
-                pools.append(np.full(len(group), p))
-                starts.append(group)
-                partial.append(np.full(len(group), flag))
-        pool, start, is_partial = np.concatenate(pools), np.concatenate(starts), np.concatenate(partial)
-        scores = np.zeros(len(start))
-        for p in range(len(planner.grids)):
-            mine = pool == p
-            scores[mine] = self._scores(p, start[mine], start[mine] + days, is_partial[mine])
-        cost = planner.day_cost[pool] * days + np.where(is_partial, planner.partial_cost[pool], 0.0)
-        for i in np.lexsort((cost, start, scores)):
-            placed = ((int(pool[i]), int(start[i]), int(start[i]) + days),)
-            yield _Candidate(placed, bool(is_partial[i]), float(cost[i]))
+            starts = np.flatnonzero(planner.fits.run_length[p, : planner.start_limit + 1] >= days)
+            if not len(starts):
+                continue
+            scores = self._scores(p, starts, starts + days).tolist()
+            cost = float(planner.day_cost[p] * days)
+            for start, score in zip(starts.tolist(), scores, strict=True):
+                for candidate in planner._with_variant(((p, start, start + days),), cost):
+                    out.append((score, candidate))
+        return out
 
-    def _splits(self, fewest: int) -> list[_Candidate]:
-        """The earliest ranking's first candidates with ``fewest`` segments, best first."""
-        planner = self.planner
-        planner.spans = []  # nothing with fewer segments fits, so nothing was handed out before these
+    def _splits(self) -> list[tuple[float, _Candidate]]:
+        """The earliest ranking's first candidates with the fewest segments (no single one fits)."""
         found: list[_Candidate] = []
-        for candidate in planner._candidates():
-            if len(candidate.segments) > fewest or len(found) == _SPLIT_POOL * self.query.max_offerings:
+        for candidate in self.planner._candidates():
+            if found and len(candidate.segments) > len(found[0].segments):
                 break
             found.append(candidate)
-        scores = [self._score(c) for c in found]
-        order = sorted(range(len(found)), key=lambda i: (scores[i], found[i].finish, found[i].cost))
-        return [found[i] for i in order]
+            if len(found) == _SPLIT_POOL * self.query.max_offerings:
+                break
+        scored = []
+        for candidate in found:
+            score = 0.0
+            for pool, start, stop in candidate.segments:
+                score += float(self._scores(pool, np.array([start]), np.array([stop]))[0])
+            scored.append((score, candidate))
+        return scored
 
 
 _EDGE_WEIGHT = 5.0
