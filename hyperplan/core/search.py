@@ -15,7 +15,11 @@ The rules (docs/DECISIONS.md, "Booking policy"):
 * hyperpod-cluster offerings keep all segments in one pool (one AZ); training-job offerings may take
   each segment from any pool of the type. Two segments of one offering in the same pool are never
   adjacent (that would be one segment), so they never overlap and can be booked one by one.
-* Best first: fewest segments, then earliest finish, then lowest price.
+* Best first, as the fleet's ``policy.ranking`` says (docs/PLANNING.md). ``earliest`` (AWS's order):
+  fewest segments, then earliest finish, then lowest price; what follows describes it. ``packing`` (the
+  default): fewest segments, then the placement that leaves the calendar best able to take later
+  requests (:class:`_Packer`), then earliest finish and price; ``earliest``'s first offering is always
+  among those it returns.
 
 Which offerings: the best one is exact. Then variety: the search takes distinct *shapes* (the list of
 (start, end) of the segments) in best-first order, so that it returns, say, the same 10 days in AZ a,
@@ -627,11 +631,14 @@ class _Packer:
         if self.planner.fits is None:
             return []
         singles = self._singles()
-        scored = singles if singles else self._splits()
-        if not scored:
-            return []
-        hurry = min(scored, key=lambda sc: sc[1].rank)[1]  # the earliest ranking's first
-        ranked = sorted(scored, key=lambda sc: (sc[0], sc[1].finish, sc[1].cost))
+        if singles is not None:
+            ranked, hurry = singles
+        else:
+            scored = self._splits()
+            if not scored:
+                return []
+            hurry = min(scored, key=lambda sc: sc[1].rank)  # the earliest ranking's first
+            ranked = iter(sorted(scored, key=lambda sc: (sc[0], sc[1].finish, sc[1].cost)))
         chosen: list[tuple[float, _Candidate]] = []
         spare: list[tuple[float, _Candidate]] = []
         shapes: set[tuple[tuple[int, int], ...]] = set()
@@ -646,8 +653,8 @@ class _Packer:
             if len(chosen) == wanted:
                 break
         chosen.extend(spare[: wanted - len(chosen)])
-        if not any(c is hurry for _, c in chosen):
-            chosen[-1:] = [next(sc for sc in scored if sc[1] is hurry)]
+        if not any(_same(c, hurry[1]) for _, c in chosen):
+            chosen[-1:] = [hurry]
         return [c for _, c in sorted(chosen, key=lambda sc: (sc[0], sc[1].finish, sc[1].cost))]
 
     def _scores(self, pool: int, starts: Ints, stops: Ints) -> Floats:
@@ -661,21 +668,37 @@ class _Packer:
         steps_then = np.abs(before - first + count) + np.abs(last - count - after)
         return np.asarray(_EDGE_WEIGHT * (steps_then - steps) - held, dtype=np.float64)
 
-    def _singles(self) -> list[tuple[float, _Candidate]]:
-        """Every one-segment placement, and the same with the partial day where it starts on day 0."""
+    def _singles(self) -> tuple[Iterator[tuple[float, _Candidate]], tuple[float, _Candidate]] | None:
+        """Every one-segment placement (and the same with the partial day where it starts on day 0),
+        best first, made lazily; and the earliest ranking's first. None if none fits."""
         planner, days = self.planner, self.query.days
         assert planner.fits is not None
-        out: list[tuple[float, _Candidate]] = []
+        pools, starts, partial, scores = [], [], [], []
         for p in range(len(planner.grids)):
-            starts = np.flatnonzero(planner.fits.run_length[p, : planner.start_limit + 1] >= days)
-            if not len(starts):
-                continue
-            scores = self._scores(p, starts, starts + days).tolist()
-            cost = float(planner.day_cost[p] * days)
-            for start, score in zip(starts.tolist(), scores, strict=True):
-                for candidate in planner._with_variant(((p, start, start + days),), cost):
-                    out.append((score, candidate))
-        return out
+            fitting = np.flatnonzero(planner.fits.run_length[p, : planner.start_limit + 1] >= days)
+            whole = fitting[fitting != 0] if planner.only_partial else fitting
+            with_partial = (
+                fitting[:1] if len(fitting) and fitting[0] == 0 and planner.partial_open[p] else fitting[:0]
+            )
+            for group, flag in ((whole, False), (with_partial, True)):
+                pools.append(np.full(len(group), p))
+                starts.append(group)
+                partial.append(np.full(len(group), flag))
+                scores.append(self._scores(p, group, group + days) if len(group) else np.zeros(0))
+        pool, start = np.concatenate(pools), np.concatenate(starts)
+        if not len(start):
+            return None
+        is_partial, score = np.concatenate(partial), np.concatenate(scores)
+        cost = planner.day_cost[pool] * days + np.where(is_partial, planner.partial_cost[pool], 0.0)
+
+        def made(i: int) -> tuple[float, _Candidate]:
+            placed = ((int(pool[i]), int(start[i]), int(start[i]) + days),)
+            return float(score[i]), _Candidate(placed, bool(is_partial[i]), float(cost[i]))
+
+        # The earliest ranking's order among equals is by pool, then start, the whole day first.
+        order = np.lexsort((is_partial, start, pool, cost, start, score))
+        hurry = made(int(np.lexsort((is_partial, start, pool, cost, start))[0]))
+        return (made(int(i)) for i in order), hurry
 
     def _splits(self) -> list[tuple[float, _Candidate]]:
         """The earliest ranking's first candidates with the fewest segments (no single one fits)."""
@@ -693,6 +716,10 @@ class _Packer:
                 score += float(self._scores(pool, np.array([start]), np.array([stop]))[0])
             scored.append((score, candidate))
         return scored
+
+
+def _same(a: _Candidate, b: _Candidate) -> bool:
+    return a.segments == b.segments and a.partial == b.partial
 
 
 _EDGE_WEIGHT = 5.0
