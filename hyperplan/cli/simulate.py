@@ -20,18 +20,21 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from hyperplan.cli.common import console
-from hyperplan.core.fleet import RANKINGS, Fleet, PoolKey
-from hyperplan.core.search import Offering
-from hyperplan.core.workloads import WorkloadRequest
+
+if TYPE_CHECKING:  # imported where used: every other command starts without numpy and HiGHS
+    from hyperplan.core.fleet import Fleet, PoolKey
+    from hyperplan.core.search import Offering
+    from hyperplan.core.workloads import WorkloadRequest
+
+    Bought = tuple[WorkloadRequest, Offering]
 
 HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
-Bought = tuple[WorkloadRequest, Offering]
 
 
 @dataclass(frozen=True)
@@ -198,7 +201,7 @@ def simulate(
     ],
     ranking: Annotated[
         list[str] | None,
-        typer.Option(help=f"A ranking to replay under ({', '.join(RANKINGS)}); repeat it; default: all."),
+        typer.Option(help="A ranking to replay under (packing, earliest); repeat it; default: all."),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
     plot: Annotated[
@@ -214,6 +217,7 @@ def simulate(
 ) -> None:
     """Replay a workload through the real search and booking code under each ranking, in this process
     (manual clock, a temporary store), and compare what each booked with the LP upper bound."""
+    from hyperplan.core.fleet import RANKINGS
     from hyperplan.core.fleet_file import parse_fleet
     from hyperplan.core.workloads import read_csv
     from hyperplan.errors import HyperplanError
