@@ -67,7 +67,7 @@ def lp_bound(jobs: list[Job], capacity: list[int]) -> float:
     return model.maximise()
 
 
-def exact_optimum(jobs: list[Job], capacity: list[int], max_latest_start: int | None = None) -> float:
+def exact_optimum(jobs: list[Job], capacity: list[int]) -> float:
     """The most instance-days a planner placing each job as one segment could book, knowing every job in
     advance (a MIP: one binary per job, pool and start day). For small instances only."""
     model = _Model()
@@ -76,8 +76,6 @@ def exact_optimum(jobs: list[Job], capacity: list[int], max_latest_start: int | 
         choices = []
         for p in job.pools:
             for start in range(job.first, job.stop - job.days + 1):
-                if max_latest_start is not None and start > max_latest_start:
-                    break
                 x = model.var(float(job.instance_days), integer=True)
                 choices.append((x, 1.0))
                 for t in range(start, start + job.days):
