@@ -1,6 +1,6 @@
 """``python -m bench [--quick | --smoke] [--profile] [--keep] [SECTION ...]``.
 
-Sections: search, http, memory, lifecycle, cli, fairness (default: all of them).
+Sections: search, http, memory, lifecycle, cli, fairness, planner (default: all of them).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import cli, fairness, http_bench, lifecycle, memory, search
+from bench import cli, fairness, http_bench, lifecycle, memory, planner, search
 from bench.report import Report, line, load_average, machine_banner
 from bench.scale import Scale
 
-SECTIONS = ("search", "http", "memory", "lifecycle", "cli", "fairness")
+SECTIONS = ("search", "http", "memory", "lifecycle", "cli", "fairness", "planner")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -67,6 +67,8 @@ def main(argv: list[str]) -> int:
             cli.run(report, scale=args.scale)
         if "fairness" in sections:
             fairness.run(report, workdir, scale=args.scale)
+        if "planner" in sections:
+            planner.run(report, scale=args.scale)
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -128,6 +128,9 @@ class AppConfig:
     # Nodes' homes, sandboxes, job trees; None: the fleet file's [backend] work_dir, else the default
     # (/var/lib/hyperplan/work as root, DATA_DIR-work otherwise).
     work_dir: Path | None = None
+    # The fleet itself, already read (`hyperplan simulate` runs one fleet under several rankings); None:
+    # read from fleet_path.
+    fleet: Fleet | None = None
 
     @property
     def key_path(self) -> Path:
@@ -178,7 +181,7 @@ class Application:
         isolation = os_users.choose_isolation(config.isolation, os.geteuid())
         config.data_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(config.data_dir, 0o700)  # before anything is written in it
-        fleet = parse_fleet(read_fleet_text(config.fleet_path))
+        fleet = config.fleet if config.fleet is not None else parse_fleet(read_fleet_text(config.fleet_path))
         slurm = slurm_state(fleet, isolation)
         work_dir = os_users.check_work_dir_place(_work_dir(config, fleet), config.data_dir)
         interpreter = os_users.default_interpreter(isolation)

@@ -52,6 +52,11 @@ LABELS = {
         for quota in ("no on-demand quota", "half of a type each")
         for label in (f"on-demand instances B took, {quota}", f"A's on-demand node after B's flood, {quota}")
     ),
+    "planner": (
+        "planner: packing ranking / LP bound",
+        "planner: packing over earliest",
+        "planner: acceptance, 2 segments / 1",
+    ),
 }
 
 

@@ -20,6 +20,7 @@ from hyperplan.cli import (
     jobs,
     keys,
     plans,
+    simulate,
     users,
     webhooks,
 )
@@ -47,6 +48,7 @@ app.add_typer(users.app, name="users")
 app.add_typer(keys.app, name="keys")
 app.command("backup")(backup.backup)
 app.command("restore")(backup.restore)
+app.command("simulate")(simulate.simulate)
 
 
 def _print_version(asked: bool) -> None:
@@ -70,7 +72,7 @@ def root(
 ) -> None:
     """The client options, before the command (`hyperplan --json plans list`); after it works too."""
     ctx.obj = ClientOptions(endpoint_url, profile, data_dir, as_json)
-    if ctx.invoked_subcommand in ("serve", "backup", "restore") and ctx.obj != ClientOptions():
+    if ctx.invoked_subcommand in ("serve", "backup", "restore", "simulate") and ctx.obj != ClientOptions():
         # These have options of their own (--data-dir among them); the client's would be silently ignored.
         raise typer.BadParameter(
             f"client options go with client commands; give {ctx.invoked_subcommand} its own after it"

@@ -23,6 +23,10 @@ PoolKey = tuple[str, str]
 SERVED_TARGETS = ("training-job", "hyperpod-cluster")
 PAYMENT_MODES = ("auto", "budget", "approval")
 DEFAULT_COUNTS = (1, 2, 4, 8, 16, 32, 64)
+# How a search orders its offerings (core/search.py): "packing" puts first the placement that leaves the
+# calendar best able to take later requests; "earliest" is AWS's order (fewest segments, earliest finish,
+# lowest price). docs/PLANNING.md compares them.
+RANKINGS = ("packing", "earliest")
 
 
 # -- the model ---------------------------------------------------------------------------------------
@@ -98,6 +102,7 @@ class BookingPolicy:
     max_segments: int = 2
     max_offerings: int = 3
     offering_validity: timedelta = timedelta(minutes=30)
+    ranking: str = "packing"  # one of RANKINGS
     reclaim_lead: Mapping[str, timedelta] = field(default_factory=_default_reclaim_lead, hash=False)
 
     def reclaim_lead_for(self, target: str) -> timedelta:

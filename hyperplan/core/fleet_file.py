@@ -13,7 +13,7 @@ In brief::
     [[pools]]    instance_type, zone, count, reservable (default: count), price_per_instance_hour, currency,
                  on_demand_price_per_instance_hour (default: price_per_instance_hour)
     [policy]     lead_time, horizon, segment_end, min_days, max_days, allowed_counts, max_segments,
-                 max_offerings, offering_validity, [policy.reclaim_lead] <target> = duration
+                 max_offerings, offering_validity, ranking, [policy.reclaim_lead] <target> = duration
     [background_load]  cycle_days, quiet_days, quiet_booked, busy_booked, seed     (optional)
     [quotas]     max_active_plans, max_reserved_instances_per_type, max_reserved_share_per_type,
                  max_reserved_instance_hours_per_30_days, max_on_demand_instances_per_type,
@@ -49,6 +49,7 @@ from hyperplan.core.durations import format_duration, parse_duration
 from hyperplan.core.fleet import (
     BACKEND_KINDS,
     PAYMENT_MODES,
+    RANKINGS,
     SERVED_TARGETS,
     AvailabilityZone,
     BackendSettings,
@@ -368,7 +369,7 @@ def _refuse_repeats(path: str, keys: list[tuple[str, ...]], what: str) -> None:
 
 _POLICY_KEYS = (
     "lead_time", "horizon", "segment_end", "min_days", "max_days", "allowed_counts", "max_segments",
-    "max_offerings", "offering_validity", "reclaim_lead",
+    "max_offerings", "offering_validity", "ranking", "reclaim_lead",
 )  # fmt: skip
 
 
@@ -391,8 +392,16 @@ def _policy(values: Mapping[str, Any]) -> BookingPolicy:
         max_segments=table.integer("max_segments", default.max_segments, minimum=1),
         max_offerings=table.integer("max_offerings", default.max_offerings, minimum=1),
         offering_validity=table.duration("offering_validity", default.offering_validity),
+        ranking=_ranking(table, default.ranking),
         reclaim_lead=_reclaim_lead(table.table("reclaim_lead") or {}),
     )
+
+
+def _ranking(table: _Table, default: str) -> str:
+    ranking = table.text("ranking", default)
+    if ranking not in RANKINGS:
+        raise table.fail("ranking", f"{ranking!r} is not one of {', '.join(RANKINGS)}")
+    return ranking
 
 
 def _segment_end(table: _Table, default: time) -> time:

@@ -15,7 +15,11 @@ The rules (docs/DECISIONS.md, "Booking policy"):
 * hyperpod-cluster offerings keep all segments in one pool (one AZ); training-job offerings may take
   each segment from any pool of the type. Two segments of one offering in the same pool are never
   adjacent (that would be one segment), so they never overlap and can be booked one by one.
-* Best first: fewest segments, then earliest finish, then lowest price.
+* Best first, as the fleet's ``policy.ranking`` says (docs/PLANNING.md). ``earliest`` (AWS's order):
+  fewest segments, then earliest finish, then lowest price; what follows describes it. ``packing`` (the
+  default): fewest segments, then the placement that leaves the calendar best able to take later
+  requests (:class:`_Packer`), then earliest finish and price; ``earliest``'s first offering is always
+  among those it returns.
 
 Which offerings: the best one is exact. Then variety: the search takes distinct *shapes* (the list of
 (start, end) of the segments) in best-first order, so that it returns, say, the same 10 days in AZ a,
@@ -150,7 +154,8 @@ def search(fleet: Fleet, calendar: CapacityCalendar, request: SearchRequest, now
     query = _query(fleet, request, now)
     grids = [_PoolDays.read(calendar, pool, query) for pool in query.pools]
     planner = _Planner(query, grids)
-    return [_offering(query, candidate) for candidate in planner.best()]
+    chosen = _Packer(planner).best() if fleet.policy.ranking == "packing" else planner.best()
+    return [_offering(query, candidate) for candidate in chosen]
 
 
 @dataclass(frozen=True)
@@ -306,16 +311,19 @@ class _PoolDays:
     pool: Pool
     open_days: npt.NDArray[np.bool_]
     partial_open: bool
+    free_days: Ints  # the fewest free instances over each whole day (the packing ranking reads them)
 
     @staticmethod
     def read(calendar: CapacityCalendar, pool: Pool, query: _Query) -> _PoolDays:
         n = query.n_days
         free = calendar.free(pool.key, query.first_boundary, query.day_start(n)) if n else np.zeros(0)
-        open_days = free.reshape(n, SLOTS_PER_DAY).min(axis=1) >= query.count if n else np.zeros(0, bool)
+        free_days = (
+            free.reshape(n, SLOTS_PER_DAY).min(axis=1).astype(np.int64) if n else np.zeros(0, np.int64)
+        )
         partial_open = query.has_partial_day and calendar.can_book(
             pool.key, query.soonest, query.first_boundary, query.count
         )
-        return _PoolDays(pool, open_days, partial_open)
+        return _PoolDays(pool, free_days >= query.count, partial_open, free_days)
 
 
 def _run_lengths(open_days: npt.NDArray[np.bool_]) -> Ints:
@@ -591,6 +599,131 @@ class _Planner:
             pool, total = int(current.previous_pool[pool, total]), total - (end - start)
             current = current.parent
         return tuple(reversed(segments))
+
+
+# -- the packing ranking -----------------------------------------------------------------------------
+
+
+class _Packer:
+    """The ``packing`` ranking: among the placements with the fewest segments, the one that leaves the
+    calendar best able to take later requests comes first; ties go to the earliest end, then the lowest
+    price. The earliest ranking's first offering is always among those returned.
+
+    A placement's score (the lower, the better) weighs two things, read from each day's free count:
+
+    * where it is least loaded: it loses what the pool leaves free on the days it holds (instance-days),
+      so that bookings spread over their windows and keep the busy days for requests with tight ones;
+    * how flush it sits: it gains ``_EDGE_WEIGHT`` x how much the free count's steps at its two ends grow
+      (instances; the day before the window counts as full), so that it fills a gap to the level of its
+      neighbours rather than cut a ragged edge that only a request of just that size could use.
+
+    With one segment, every start of every pool in the window is scored at once (prefix sums over the
+    daily free counts: O(P N)). With more, the candidates are the first ``_SPLIT_POOL x max_offerings``
+    of the earliest ranking's with that many segments (each placed earliest-first), scored alike."""
+
+    def __init__(self, planner: _Planner) -> None:
+        self.planner = planner
+        self.query = planner.query
+        self.free = [g.free_days.astype(np.float64) for g in planner.grids]
+        self.free_sum = [np.concatenate([[0.0], np.cumsum(f)]) for f in self.free]
+
+    def best(self) -> list[_Candidate]:
+        if self.planner.fits is None:
+            return []
+        singles = self._singles()
+        if singles is not None:
+            ranked, hurry = singles
+        else:
+            scored = self._splits()
+            if not scored:
+                return []
+            hurry = min(scored, key=lambda sc: sc[1].rank)  # the earliest ranking's first
+            ranked = iter(sorted(scored, key=lambda sc: (sc[0], sc[1].finish, sc[1].cost)))
+        chosen: list[tuple[float, _Candidate]] = []
+        spare: list[tuple[float, _Candidate]] = []
+        shapes: set[tuple[tuple[int, int], ...]] = set()
+        wanted = self.query.max_offerings
+        for score, candidate in ranked:
+            if candidate.shape in shapes:
+                if len(spare) < wanted:
+                    spare.append((score, candidate))
+                continue
+            shapes.add(candidate.shape)
+            chosen.append((score, candidate))
+            if len(chosen) == wanted:
+                break
+        chosen.extend(spare[: wanted - len(chosen)])
+        if not any(_same(c, hurry[1]) for _, c in chosen):
+            chosen[-1:] = [hurry]
+        return [c for _, c in sorted(chosen, key=lambda sc: (sc[0], sc[1].finish, sc[1].cost))]
+
+    def _scores(self, pool: int, starts: Ints, stops: Ints) -> Floats:
+        """The scores of placements [start, stop) in one pool (see the class's docstring)."""
+        free, count = self.free[pool], self.query.count
+        held = self.free_sum[pool][stops] - self.free_sum[pool][starts] - count * (stops - starts)
+        before = np.where(starts > 0, free[np.maximum(starts - 1, 0)], 0.0)
+        after = np.where(stops < len(free), free[np.minimum(stops, len(free) - 1)], free[stops - 1])
+        first, last = free[starts], free[stops - 1]
+        steps = np.abs(before - first) + np.abs(last - after)
+        steps_then = np.abs(before - first + count) + np.abs(last - count - after)
+        return np.asarray(_EDGE_WEIGHT * (steps_then - steps) - held, dtype=np.float64)
+
+    def _singles(self) -> tuple[Iterator[tuple[float, _Candidate]], tuple[float, _Candidate]] | None:
+        """Every one-segment placement (and the same with the partial day where it starts on day 0),
+        best first, made lazily; and the earliest ranking's first. None if none fits."""
+        planner, days = self.planner, self.query.days
+        assert planner.fits is not None
+        pools, starts, partial, scores = [], [], [], []
+        for p in range(len(planner.grids)):
+            fitting = np.flatnonzero(planner.fits.run_length[p, : planner.start_limit + 1] >= days)
+            whole = fitting[fitting != 0] if planner.only_partial else fitting
+            with_partial = (
+                fitting[:1] if len(fitting) and fitting[0] == 0 and planner.partial_open[p] else fitting[:0]
+            )
+            for group, flag in ((whole, False), (with_partial, True)):
+                pools.append(np.full(len(group), p))
+                starts.append(group)
+                partial.append(np.full(len(group), flag))
+                scores.append(self._scores(p, group, group + days) if len(group) else np.zeros(0))
+        pool, start = np.concatenate(pools), np.concatenate(starts)
+        if not len(start):
+            return None
+        is_partial, score = np.concatenate(partial), np.concatenate(scores)
+        cost = planner.day_cost[pool] * days + np.where(is_partial, planner.partial_cost[pool], 0.0)
+
+        def made(i: int) -> tuple[float, _Candidate]:
+            placed = ((int(pool[i]), int(start[i]), int(start[i]) + days),)
+            return float(score[i]), _Candidate(placed, bool(is_partial[i]), float(cost[i]))
+
+        # The earliest ranking's order among equals is by pool, then start, the whole day first.
+        order = np.lexsort((is_partial, start, pool, cost, start, score))
+        hurry = made(int(np.lexsort((is_partial, start, pool, cost, start))[0]))
+        return (made(int(i)) for i in order), hurry
+
+    def _splits(self) -> list[tuple[float, _Candidate]]:
+        """The earliest ranking's first candidates with the fewest segments (no single one fits)."""
+        found: list[_Candidate] = []
+        for candidate in self.planner._candidates():
+            if found and len(candidate.segments) > len(found[0].segments):
+                break
+            found.append(candidate)
+            if len(found) == _SPLIT_POOL * self.query.max_offerings:
+                break
+        scored = []
+        for candidate in found:
+            score = 0.0
+            for pool, start, stop in candidate.segments:
+                score += float(self._scores(pool, np.array([start]), np.array([stop]))[0])
+            scored.append((score, candidate))
+        return scored
+
+
+def _same(a: _Candidate, b: _Candidate) -> bool:
+    return a.segments == b.segments and a.partial == b.partial
+
+
+_EDGE_WEIGHT = 5.0
+_SPLIT_POOL = 8
 
 
 def _offering(query: _Query, candidate: _Candidate) -> Offering:

@@ -78,6 +78,8 @@ def test_policy_defaults_follow_aws() -> None:
     assert policy.allowed_counts == (1, 2, 4, 8, 16, 32, 64)
     assert (policy.max_segments, policy.max_offerings) == (2, 3)
     assert policy.offering_validity == timedelta(minutes=30)
+    assert policy.ranking == "packing"  # ours; "earliest" is AWS's order (docs/PLANNING.md)
+    assert parse_fleet(MINIMAL + '[policy]\nranking = "earliest"\n').policy.ranking == "earliest"
     assert policy.reclaim_lead_for("training-job") == timedelta(minutes=30)
     assert policy.reclaim_lead_for("hyperpod-cluster") == timedelta(minutes=30)
 
@@ -314,6 +316,7 @@ def pool_line(index: int, old: str, new: str) -> str:
             MINIMAL + '[accounts]\ndefault_payment_mode = "free"\n',
             "accounts.default_payment_mode: 'free' is not",
         ),
+        (MINIMAL + '[policy]\nranking = "best"\n', "policy.ranking: 'best' is not one of packing, earliest"),
         ("policy = 3\n" + MINIMAL, "policy: 3 is not a table"),
         (MINIMAL + "[[policy]]\n", "policy: [{}] is not a table"),
         ("region = ", "the fleet file is not valid TOML"),

@@ -14,8 +14,15 @@ from hyperplan.core.fleet import BookingPolicy, Fleet, Pool
 from hyperplan.core.search import Offering, SearchRequest, Segment, search, segment_price
 from hyperplan.errors import ValidationError
 
-from .support import fleet as make_fleet
+from .support import fleet as support_fleet
 from .support import pool, utc
+
+
+def make_fleet(*pools: Pool, policy: BookingPolicy | None = None) -> Fleet:
+    """These tests check the ``earliest`` ranking (AWS's order, whose search the module's docstring
+    describes): every fleet here pins it. tests/core/test_packing.py checks ``packing``."""
+    return support_fleet(*pools, policy=replace(policy or BookingPolicy(), ranking="earliest"))
+
 
 P5 = "ml.p5.48xlarge"
 DAY = timedelta(days=1)

@@ -1,0 +1,298 @@
+"""`hyperplan simulate`: a workload replayed through the real search and booking code, once per ranking,
+and what each booked against the LP upper bound (docs/PLANNING.md).
+
+Each replay is a whole application in this process (the composition root `hyperplan serve` uses) over a
+SQLite store in a temporary directory, under the manual clock: the clock is moved to each request's
+arrival (running the timed events on the way), the request is searched as its buyer's account, and the
+offering the buyer chooses is bought with CreateTrainingPlan's service. Nothing listens on a port.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from hyperplan.cli.common import console
+
+if TYPE_CHECKING:  # imported where used: every other command starts without numpy and HiGHS
+    from hyperplan.core.fleet import Fleet, PoolKey
+    from hyperplan.core.search import Offering
+    from hyperplan.core.workloads import WorkloadRequest
+
+    Bought = tuple[WorkloadRequest, Offering]
+
+HOUR = timedelta(hours=1)
+DAY = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one ranking booked from the workload."""
+
+    ranking: str
+    requests: int
+    accepted: int
+    instance_days: int  # of the accepted requests, as asked (count x days; a partial first day aside)
+    utilisation: dict[str, float]  # per pool (type/zone): booked instance-hours / reservable, over the span
+    revenue: Decimal
+    bound: float  # the LP upper bound, instance-days
+    daily: list[float]  # booked share of all reservable instances, day by day over the span
+
+    @property
+    def ratio(self) -> float:
+        return self.instance_days / self.bound if self.bound else 1.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "Ranking": self.ranking,
+            "Requests": self.requests,
+            "Accepted": self.accepted,
+            "InstanceDays": self.instance_days,
+            "Utilisation": {pool: round(share, 4) for pool, share in self.utilisation.items()},
+            "Revenue": str(self.revenue),
+            "LpBound": round(self.bound, 2),
+            "RatioToBound": round(self.ratio, 4),
+        }
+
+
+def run(fleet: Fleet, requests: list[WorkloadRequest], start: datetime, rankings: list[str]) -> list[Outcome]:
+    """The workload replayed once per ranking, each on a store of its own."""
+    from hyperplan.core.bound import lp_bound
+    from hyperplan.core.replay import hour_zero, jobs_of
+
+    quiet_highs()
+    hour0 = hour_zero(start, fleet)
+    jobs, capacity = jobs_of(fleet, requests)
+    bound = lp_bound(jobs, capacity)
+    span_days = max([job.stop for job in jobs] + [1])
+    outcomes = []
+    for ranking in rankings:
+        ranked = replace(fleet, policy=replace(fleet.policy, ranking=ranking))
+        bought = _replay(ranked, requests, start, hour0)
+        outcomes.append(_outcome(ranked, ranking, requests, bought, bound, hour0, span_days))
+    return outcomes
+
+
+def _replay(fleet: Fleet, requests: list[WorkloadRequest], start: datetime, hour0: datetime) -> list[Bought]:
+    from hyperplan.core.replay import chosen, search_request
+    from hyperplan.errors import HyperplanError
+    from hyperplan.services import accounts, plans
+    from hyperplan.services.accounts import Caller
+
+    bought = []
+    with _application(fleet, start) as runtime:
+        with runtime.db.read() as session:
+            admin = accounts.list_accounts(session)[0]
+        caller = Caller(admin.id, admin.name, True, "simulate")
+        for index, request in enumerate(requests):
+            runtime.advance_clock(hour0 + request.arrival_h * HOUR)
+            try:
+                offers = plans.search(runtime, caller, search_request(request, hour0))
+                offer = chosen([o.offering for o in offers], request.choice)
+                if offer is None:
+                    continue
+                signed = next(o for o in offers if o.offering is offer)
+                plans.create(runtime, caller, f"simulated-{index + 1}", signed.offering_id)
+            except HyperplanError:
+                continue  # refused: a bad request, or an offering that could not be bought
+            bought.append((request, offer))
+    return bought
+
+
+def quiet_highs() -> None:
+    """HiGHS prints a banner on stdout (the C library's, past Python's sys.stdout) when the process makes
+    its first solver: made here once with stdout sent to /dev/null, so that --json stays JSON."""
+    import highspy
+
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 1)
+            highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+@contextmanager
+def _application(fleet: Fleet, start: datetime) -> Iterator[Any]:
+    from hyperplan.app import AppConfig, Application
+
+    quiet = logging.getLogger("hyperplan")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # "not isolated" and the like: nothing runs here
+    try:
+        with tempfile.TemporaryDirectory(prefix="hyperplan-simulate-") as scratch:
+            data_dir = Path(scratch) / "data"
+            application = Application(
+                AppConfig(
+                    data_dir=data_dir, fleet=fleet, clock="manual", clock_start=start, isolation="none",
+                    work_dir=Path(scratch) / "work",
+                )
+            )  # fmt: skip
+            application.start()
+            try:
+                yield application.context
+            finally:
+                application.stop()
+    finally:
+        quiet.setLevel(level)
+
+
+def _outcome(
+    fleet: Fleet, ranking: str, requests: list[WorkloadRequest], bought: list[Bought], bound: float,
+    hour0: datetime, span_days: int,
+) -> Outcome:  # fmt: skip
+    pools = [pool for pool in fleet.pools if pool.reservable > 0]
+    end = hour0 + span_days * DAY
+    held: dict[PoolKey, float] = {pool.key: 0.0 for pool in pools}
+    daily = [0.0] * span_days
+    for _, offer in bought:
+        for segment in offer.segments:
+            lo, hi = max(segment.start, hour0), min(segment.end, end)
+            if lo < hi:
+                held[segment.pool_key] += segment.count * (hi - lo) / HOUR
+            for day in range(span_days):
+                day_lo, day_hi = max(lo, hour0 + day * DAY), min(hi, hour0 + (day + 1) * DAY)
+                if day_lo < day_hi:
+                    daily[day] += segment.count * ((day_hi - day_lo) / DAY)
+    total = sum(pool.reservable for pool in pools)
+    return Outcome(
+        ranking=ranking,
+        requests=len(requests),
+        accepted=len(bought),
+        instance_days=sum(request.instance_days for request, _ in bought),
+        utilisation={
+            f"{pool.instance_type}/{pool.availability_zone}": held[pool.key]
+            / (pool.reservable * span_days * 24)
+            for pool in pools
+        },
+        revenue=sum((offer.upfront_fee for _, offer in bought), Decimal("0.00")),
+        bound=bound,
+        daily=[booked / total for booked in daily],
+    )
+
+
+# -- the command -------------------------------------------------------------------------------------
+
+
+def simulate(
+    fleet: Annotated[Path, typer.Option(help="Fleet file (TOML).", exists=True, dir_okay=False)],
+    workload: Annotated[
+        Path,
+        typer.Option(
+            help="Workload CSV: arrival_h,instance_type,count,days,start_after_h,end_before_h,target,choice.",
+            exists=True,
+            dir_okay=False,
+        ),
+    ],
+    ranking: Annotated[
+        list[str] | None,
+        typer.Option(help="A ranking to replay under (packing, earliest); repeat it; default: all."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the table as JSON.")] = False,
+    plot: Annotated[
+        Path | None, typer.Option(help="Draw utilisation over time into this PNG (needs matplotlib).")
+    ] = None,
+    start: Annotated[
+        str | None,
+        typer.Option(
+            help="The simulation's first instant, ISO 8601 with a zone; hour 0 is the first 11:30 UTC at "
+            "or after it. Default: now."
+        ),
+    ] = None,
+) -> None:
+    """Replay a workload through the real search and booking code under each ranking, in this process
+    (manual clock, a temporary store), and compare what each booked with the LP upper bound."""
+    from hyperplan.core.fleet import RANKINGS
+    from hyperplan.core.fleet_file import parse_fleet
+    from hyperplan.core.workloads import read_csv
+    from hyperplan.errors import HyperplanError
+    from hyperplan.services.clock import parse_instant
+
+    rankings = list(dict.fromkeys(ranking)) if ranking else list(RANKINGS)
+    unknown = [r for r in rankings if r not in RANKINGS]
+    if unknown:
+        raise typer.BadParameter(
+            f"{unknown[0]!r} is not a ranking; one of {', '.join(RANKINGS)}", param_hint="--ranking"
+        )
+    if plot is not None:
+        _check_matplotlib()
+    try:
+        fleet_value = parse_fleet(fleet.read_text())
+        requests = read_csv(workload.read_text())
+        first = parse_instant(start) if start is not None else datetime.now(UTC)
+        outcomes = run(fleet_value, requests, first, rankings)
+    except HyperplanError as exc:
+        console.print(f"[red]{exc.code}[/red]: {exc.message}", highlight=False)
+        raise typer.Exit(2) from None
+    if as_json:
+        print(json.dumps({"Rankings": [o.as_json() for o in outcomes]}, indent=2))
+    else:
+        console.print(_table(outcomes))
+    if plot is not None:
+        _plot(outcomes, plot)
+        if not as_json:
+            console.print(f"Utilisation over time drawn in {plot}", highlight=False)
+
+
+def _table(outcomes: list[Outcome]) -> Any:
+    from rich.table import Table
+
+    table = Table(title="Simulated bookings per ranking")
+    table.add_column("")
+    for outcome in outcomes:
+        table.add_column(outcome.ranking, justify="right")
+    rows: list[tuple[str, list[str]]] = [
+        ("requests accepted", [f"{o.accepted} / {o.requests}" for o in outcomes]),
+        ("instance-days booked", [str(o.instance_days) for o in outcomes]),
+    ]
+    for pool in outcomes[0].utilisation if outcomes else {}:
+        rows.append((f"utilisation {pool}", [f"{o.utilisation[pool]:.1%}" for o in outcomes]))
+    rows.append(("revenue", [f"{o.revenue:,.2f}" for o in outcomes]))
+    rows.append(("LP upper bound (instance-days)", [f"{o.bound:.1f}" for o in outcomes]))
+    rows.append(("ratio to the bound", [f"{o.ratio:.1%}" for o in outcomes]))
+    for name, cells in rows:
+        table.add_row(name, *cells)
+    return table
+
+
+def _check_matplotlib() -> None:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise typer.BadParameter(
+            "drawing needs matplotlib: pip install 'hyperplan[plot]'", param_hint="--plot"
+        ) from None
+
+
+def _plot(outcomes: list[Outcome], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(9, 4))
+    for outcome in outcomes:
+        axes.plot(range(len(outcome.daily)), [100 * share for share in outcome.daily], label=outcome.ranking)
+    axes.set_xlabel("day (from hour 0)")
+    axes.set_ylabel("reservable instances booked (%)")
+    axes.set_ylim(0, 105)
+    axes.set_title("Utilisation over time")
+    axes.legend()
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
