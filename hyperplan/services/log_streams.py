@@ -98,10 +98,13 @@ def group_name(runtime: ServiceContext, caller: Caller, identifier: str) -> str:
     return name
 
 
-def log_streams(runtime: ServiceContext, caller: Caller, group: str) -> list[LogStreamView]:
-    """The group's streams, by name, each with its first and last event's times."""
+def log_streams(runtime: ServiceContext, caller: Caller, group: str, prefix: str = "") -> list[LogStreamView]:
+    """The group's streams whose names start with ``prefix``, by name, each with its first and last
+    event's times (which takes reading them: the prefix keeps that to the streams asked for)."""
     views: list[LogStreamView] = []
     for source in _sources(runtime, caller, group):
+        if not source.name.startswith(prefix):
+            continue
         lines = list(_lines(runtime, source))
         views.append(
             LogStreamView(

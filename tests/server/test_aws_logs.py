@@ -26,7 +26,7 @@ from botocore.exceptions import ClientError
 from hyperplan.backends.fake import FakeWorld, Program
 from hyperplan.signing import Credentials
 from hyperplan.wire import model
-from tests.harness import REGION, wait_until
+from tests.harness import REGION, SignerLeavingOut, wait_until
 from tests.inprocess import InProcessServer, Templates
 from tests.wire.badinput import bad_inputs
 
@@ -263,6 +263,20 @@ def test_bad_sts_requests_get_the_query_protocols_error(
         response = _signed(http, server, "sts", body, form, alpha)
     assert 400 <= response.status_code < 500, response.text
     assert f"<Code>{code}</Code>" in response.text and "<Type>Sender</Type>" in response.text, response.text
+
+
+def test_the_operation_header_must_be_signed_on_cloudwatch_logs(served: dict[str, Any]) -> None:
+    server, alpha = served["server"], served["alpha"]
+    headers = {
+        "Content-Type": "application/x-amz-json-1.1",
+        "X-Amz-Target": "Logs_20140328.DescribeLogGroups",
+    }
+    request = AWSRequest(method="POST", url=f"{server.url}/", data=b"{}", headers=headers)
+    credentials = BotoCredentials(alpha.access_key, alpha.secret_key)
+    SignerLeavingOut(credentials, "logs", REGION, leave_out=frozenset({"X-Amz-Target"})).add_auth(request)
+    prepared = request.prepare()
+    response = httpx.post(prepared.url, content=b"{}", headers=dict(prepared.headers), timeout=60)
+    assert response.status_code == 403 and "'X-Amz-Target'" in response.json()["message"], response.text
 
 
 def test_unsigned_requests_reach_no_api(served: dict[str, Any]) -> None:

@@ -85,9 +85,7 @@ def describe_log_streams(ctx: RequestContext, request: dict[str, Any]) -> dict[s
     by_time = request.get("orderBy") == "LastEventTime"
     if by_time and prefix is not None:
         raise InvalidParameter("Cannot order by LastEventTime with a logStreamNamePrefix.")
-    streams = log_streams.log_streams(ctx.runtime, ctx.caller, group)
-    if prefix is not None:
-        streams = [stream for stream in streams if stream.name.startswith(prefix)]
+    streams = log_streams.log_streams(ctx.runtime, ctx.caller, group, prefix or "")
     if by_time:
         streams.sort(key=lambda stream: (stream.last_event_at or stream.created_at, stream.name))
     if request.get("descending"):
