@@ -52,6 +52,14 @@ class ValidationError(HyperplanError):
     status = 400
 
 
+class InvalidParameter(HyperplanError):
+    """A parameter out of what an operation takes, in services whose error for it is not SageMaker's
+    ValidationException (CloudWatch Logs)."""
+
+    code = "InvalidParameterException"
+    status = 400
+
+
 class ResourceNotFound(HyperplanError):
     code = "ResourceNotFound"
     status = 400

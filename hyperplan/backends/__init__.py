@@ -27,6 +27,8 @@ from hyperplan.backends.base import (
     TaskSpec,
     TaskState,
     TaskStatus,
+    TimedLine,
+    TimedLines,
     UnknownResource,
 )
 from hyperplan.backends.fake import FakeBackend, FakeWorld, Program
@@ -57,5 +59,7 @@ __all__ = [
     "TaskSpec",
     "TaskState",
     "TaskStatus",
+    "TimedLine",
+    "TimedLines",
     "UnknownResource",
 ]

@@ -32,12 +32,13 @@ import stat
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from hyperplan.backends import procfs
-from hyperplan.backends.base import ENV_DIR_VARIABLE, LogStream, NodeState, RunAs, TaskState
+from hyperplan.backends import procfs, timedlog
+from hyperplan.backends.base import ENV_DIR_VARIABLE, LogStream, NodeState, TaskState
 from hyperplan.backends.layout import (
     NODE_DIR_VARIABLE,
     RECORD_MODE,
@@ -185,13 +186,7 @@ class Agent:
         if argv is None:
             self._set_state(NodeState.RUNNING)
             return
-        pid = self._spawn(
-            argv,
-            self._env(),
-            script.parent,
-            self.files.log(LogStream.STDOUT),
-            self.files.log(LogStream.STDERR),
-        )
+        pid = self._spawn(argv, self._env(), script.parent, self.files.log, self.files.timed)
         self.children[pid] = Child(None, pid)
 
     def _on_create_ended(self, status: int) -> None:
@@ -233,7 +228,7 @@ class Agent:
         env = {**self._env(), **record.env, **self._own_variables(), "HYPERPLAN_TASK_ID": record.task_id}
         env.update(self.files.published_env())
         cwd = Path(record.cwd) if record.cwd else self.files.home
-        pid = self._spawn(record.argv, env, cwd, files.log(LogStream.STDOUT), files.log(LogStream.STDERR))
+        pid = self._spawn(record.argv, env, cwd, files.log, files.timed)
         self.children[pid] = Child(record.task_id, pid)
         with contextlib.suppress(OSError):
             write_record(files.proc, ProcRecord(pid, procfs.starttime_of(pid)))
@@ -332,17 +327,26 @@ class Agent:
             else:
                 self._task_ended(child, status)
 
-    def _spawn(self, argv: list[str], env: dict[str, str], cwd: Path, stdout: Path, stderr: Path) -> int:
+    def _spawn(
+        self, argv: list[str], env: dict[str, str], cwd: Path, log: Callable[[LogStream], Path], timed: Path
+    ) -> int:
+        """Start ``argv`` under the timed-log wrapper (``timedlog.py``): its output goes unchanged to the
+        stdout and stderr logs, and line by line, with times, to the timed log."""
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
-        # The server's files (0600): the child writes them through the descriptors it is given.
-        out, err = os.open(stdout, flags, RECORD_MODE), os.open(stderr, flags, RECORD_MODE)
+        # The server's files (0600): the wrapper (still root) writes them through the descriptors it is
+        # given; the program, as the node's user, writes only into the wrapper's pipes.
+        paths = (log(LogStream.STDOUT), log(LogStream.STDERR), timed)
+        fds = [os.open(path, flags, RECORD_MODE) for path in paths]
+        wrapped = [sys.executable, "-I", "-S", timedlog.__file__, "--log-fd", "3", "--cwd", str(cwd)]
+        if self.run_as is not None:
+            wrapped += ["--run-as", f"{self.run_as.uid}:{self.run_as.gid}"]
         try:
             pid = os.fork()
             if pid == 0:
-                _become(argv, env, cwd, out, err, self.run_as)
+                _become([*wrapped, "--", *argv], env, fds)
         finally:
-            os.close(out)
-            os.close(err)
+            for fd in fds:
+                os.close(fd)
         # The child does the same; whichever runs first, the group exists before anyone signals it.
         with contextlib.suppress(OSError):
             os.setpgid(pid, pid)
@@ -393,46 +397,28 @@ def _script_argv(script: Path, args: list[str]) -> list[str]:
     return ["/bin/sh", str(script), *args]
 
 
-def _become(
-    argv: list[str], env: dict[str, str], cwd: Path, out: int, err: int, run_as: RunAs | None
-) -> NoReturn:
-    """In the forked child: a process group of its own, default signals, files on 0/1/2 and no other
-    descriptor, the node's user (if it has one), then exec. The directory is changed only as that user,
-    so that a cwd it may not enter is refused rather than handed to it open."""
+def _become(argv: list[str], env: dict[str, str], fds: list[int]) -> NoReturn:
+    """In the forked child: a process group of its own, default signals, /dev/null and the three logs
+    on 0/1/2/3 and no other descriptor, then exec the wrapper (which becomes the node's user for the
+    program and enters its directory as that user, so that one it may not enter is refused)."""
     try:
         os.setpgid(0, 0)
         signal.set_wakeup_fd(-1)
         for sig in CHILD_DEFAULT_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-        os.dup2(out, 1)
-        os.dup2(err, 2)
+        for target, fd in enumerate(fds, start=1):
+            if fd == target:
+                os.set_inheritable(fd, True)
+            else:
+                os.dup2(fd, target)
         # Nothing of the agent's (lock, wakeup pipe, logs) reaches the program, CLOEXEC or not.
-        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
-        if run_as is not None:
-            _drop_privileges(run_as)
-        os.chdir(cwd)
-        os.execvpe(argv[0], argv, env)
+        os.closerange(4, os.sysconf("SC_OPEN_MAX"))
+        os.execve(argv[0], argv, env)
     except BaseException as error:
         with contextlib.suppress(OSError):
             os.write(2, f"hyperplan: cannot start {argv[0]!r}: {error}\n".encode())
     os._exit(127)
-
-
-def _drop_privileges(run_as: RunAs) -> None:
-    """Become ``run_as`` for good: no supplementary groups, then the group, then the user (real,
-    effective and saved ids alike), and check that there is no way back."""
-    os.setgroups([])
-    os.setresgid(run_as.gid, run_as.gid, run_as.gid)
-    os.setresuid(run_as.uid, run_as.uid, run_as.uid)
-    same = (run_as.uid,) * 3 == os.getresuid() and (run_as.gid,) * 3 == os.getresgid()
-    if not same or os.getgroups() not in ([], [run_as.gid]):
-        raise PermissionError(f"the switch to {run_as.user} did not take")
-    try:
-        os.setuid(0)
-    except PermissionError:
-        return
-    raise PermissionError(f"still able to become root after switching to {run_as.user}")
 
 
 def _record_exit(files: TaskFiles, record: ExitRecord) -> None:

@@ -31,6 +31,16 @@ Operating rules. Every implementation keeps them; ``tests/backends/contract.py``
    now and SIGKILL when the grace has passed, even if the server dies in between.
 6. **Thread-safe.** Methods may be called from several threads at once.
 
+Logs. Every back end keeps two logs of a task's output (for a node: its OnCreate's): the bytes as
+written, per stream (:meth:`Backend.read_log`, a byte offset as cursor), and the **timed lines**
+(:meth:`Backend.read_lines`): every line of both streams, in the order read, each with the wall-clock
+time at which it was written, taken by a reader between the process and its log (the wrapper of
+``backends/timedlog.py``, which a back end runs around every program), never from a file's mtime. On
+disk the timed log is one record a line, ``SECONDS.MICROS STREAM TEXT``: the Unix time with six
+decimals, ``o`` or ``e``, the line's bytes without its newline; a line longer than 64 KiB is cut in
+records, a partial line is recorded when its pipe closes or after a second's wait (``timedlog.py`` says
+it all). A cursor is an opaque integer (the local back end's: a byte offset in that file), 0 at the start.
+
 Errors are :class:`BackendError` and its subclasses: a back end's own failures, which the services turn
 into their own errors (nothing here is a wire error).
 
@@ -46,7 +56,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from signal import Signals
@@ -244,6 +254,32 @@ class LogChunk:
 
 
 @dataclass(frozen=True)
+class TimedLine:
+    """One line of a task's or node's output: when it was written (aware, UTC), on which stream, its
+    text (decoded as UTF-8, bad bytes replaced; no newline)."""
+
+    time: datetime
+    stream: LogStream
+    text: str
+
+
+@dataclass(frozen=True)
+class TimedLines:
+    lines: tuple[TimedLine, ...]
+    next_cursor: int
+    """Where the next read should start; equal to the cursor asked for when nothing new was there."""
+
+
+def timed_line(micros: int, stream: str, text: bytes) -> TimedLine:
+    """A timed log's record (``timedlog.read_records``) as the contract's value."""
+    return TimedLine(
+        datetime.fromtimestamp(micros / 1_000_000, UTC),
+        LogStream.STDOUT if stream == "o" else LogStream.STDERR,
+        text.decode(errors="replace"),
+    )
+
+
+@dataclass(frozen=True)
 class ExecResult:
     """The outcome of :meth:`Backend.exec`: ``exit_code`` is None when a signal ended the command
     (``signal`` says which) or when it ran out of time (``timed_out``) and was killed. Each stream is
@@ -329,6 +365,12 @@ class Backend(Protocol):
     def read_log(self, ref: Ref, stream: LogStream, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
         """Up to ``limit`` bytes of a task's output (for a node: its OnCreate's) from ``offset``. To
         follow a log, call again from ``next_offset`` until the task is final and nothing more comes."""
+        ...
+
+    def read_lines(self, ref: Ref, cursor: int = 0, limit: int = 1000) -> TimedLines:
+        """Up to ``limit`` timed lines of a task's output (for a node: its OnCreate's), both streams in the
+        order they were read, from ``cursor`` (0: the start). Follow as with ``read_log``; a line still
+        being written is not returned until it is whole (or cut: see the module docstring)."""
         ...
 
     def adopt(self, known: Iterable[Ref]) -> AdoptReport:

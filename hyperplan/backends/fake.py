@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from signal import SIGKILL, SIGTERM, Signals
 
@@ -39,6 +39,8 @@ from hyperplan.backends.base import (
     TaskSpec,
     TaskState,
     TaskStatus,
+    TimedLine,
+    TimedLines,
     UnknownResource,
     check_env,
 )
@@ -80,6 +82,10 @@ class _Proc:
     signals: list[int] = field(default_factory=list)
     extra_stdout: bytes = b""
     extra_stderr: bytes = b""
+    started_wall: float = field(default_factory=time.time)
+    """When it started, as wall time: its program's output is timed then."""
+    extra_lines: list[TimedLine] = field(default_factory=list)
+    """Output a test added later (:meth:`FakeBackend.complete`), timed when added."""
 
     def status(self, now: float) -> TaskStatus:
         if self.outcome is None:
@@ -112,6 +118,16 @@ class _Proc:
 
     def stderr(self) -> bytes:
         return self.program.stderr + self.extra_stderr
+
+    def timed_lines(self) -> list[TimedLine]:
+        """Both streams line by line: the program's output at its start, then what was added later."""
+        echoed = b"".join(f"{self.env.get(name, '')}\n".encode() for name in self.program.echo)
+        at = datetime.fromtimestamp(self.started_wall, UTC)
+        return [
+            *_timed(self.program.stdout + echoed, LogStream.STDOUT, at),
+            *_timed(self.program.stderr, LogStream.STDERR, at),
+            *self.extra_lines,
+        ]
 
     def _exited(self, code: int) -> TaskStatus:
         return TaskStatus(TaskState.EXITED, exit_code=code, message=self._tail())
@@ -147,11 +163,22 @@ class _Node:
     tasks: list[str] = field(default_factory=list)
 
 
+def _timed(data: bytes, stream: LogStream, at: datetime) -> list[TimedLine]:
+    pieces = data.split(b"\n")
+    if pieces and pieces[-1] == b"":
+        pieces.pop()
+    return [TimedLine(at, stream, piece.decode(errors="replace")) for piece in pieces]
+
+
 class FakeWorld:
     """The machine the fake back ends run on: survives them, as real processes survive the server."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time
+    ) -> None:
         self.clock = clock
+        self.wall = wall
+        """Wall time (epoch seconds) for the timed lines: when a program starts, when output is added."""
         self.lock = threading.RLock()
         self.nodes: dict[str, _Node] = {}
         self.tasks: dict[str, _Task] = {}
@@ -206,7 +233,9 @@ class FakeBackend:
             on_create = None
             if spec.on_create is not None and spec.lifecycle_source is not None:
                 program = self.world.lifecycles.get(spec.lifecycle_source, self.default_on_create)
-                on_create = _Proc(program, self._now(), self._env(spec.env, {}))
+                on_create = _Proc(
+                    program, self._now(), self._env(spec.env, {}), started_wall=self.world.wall()
+                )
             node = _Node(spec, on_create, state=NodeState.PENDING if on_create else NodeState.RUNNING)
             self.world.nodes[spec.node_id] = node
 
@@ -317,6 +346,17 @@ class FakeBackend:
             chunk = data[offset : offset + limit]
             return LogChunk(chunk, offset + len(chunk))
 
+    def read_lines(self, ref: Ref, cursor: int = 0, limit: int = 1000) -> TimedLines:
+        with self.world.lock:
+            self._advance()
+            if isinstance(ref, NodeRef):
+                proc = self._node(ref.node_id).on_create
+            else:
+                proc = self._task(ref.task_id).proc
+            lines = [] if proc is None else proc.timed_lines()
+            chunk = lines[cursor : cursor + limit]
+            return TimedLines(tuple(chunk), cursor + len(chunk))
+
     def adopt(self, known: Iterable[Ref]) -> AdoptReport:
         with self.world.lock:
             self._advance()
@@ -379,6 +419,11 @@ class FakeBackend:
                 raise NodeUnavailable(f"task {task_id} is not running")
             task.proc.extra_stdout += stdout
             task.proc.extra_stderr += stderr
+            at = datetime.fromtimestamp(self.world.wall(), UTC)
+            task.proc.extra_lines += [
+                *_timed(stdout, LogStream.STDOUT, at),
+                *_timed(stderr, LogStream.STDERR, at),
+            ]
             task.proc.outcome = task.proc._exited(exit_code)
             self._advance()
 
@@ -446,7 +491,8 @@ class FakeBackend:
                 task = self.world.tasks[task_id]
                 if task.proc is None and task.outcome is None:
                     env = self._env({**node.spec.env, **task.spec.env}, node.published)
-                    task.proc = _Proc(self.world.program_of(task.spec.argv, self.default_task), now, env)
+                    program = self.world.program_of(task.spec.argv, self.default_task)
+                    task.proc = _Proc(program, now, env, started_wall=self.world.wall())
         if node.state is NodeState.SHUTTING_DOWN:
             procs = self._procs(node)
             if all(proc.status(now).state.is_final() for proc in procs):

@@ -211,6 +211,8 @@ class NodeFiles:
         self.home = path / "home"
         self.lifecycle_dir = self.home / "lifecycle"
         self.agent_log = path / "agent.log"
+        self.timed = path / "lifecycle.timed.log"
+        """OnCreate's output line by line with times (``timedlog.py``)."""
 
     def log(self, stream: LogStream) -> Path:
         return self.path / f"lifecycle.{stream.value}.log"
@@ -237,6 +239,8 @@ class TaskFiles:
         self.exit = path / "exit.json"
         self.terminate = path / "terminate.json"
         self.sandbox = path / "sandbox"
+        self.timed = path / "timed.log"
+        """The task's output line by line with times (``timedlog.py``)."""
 
     def log(self, stream: LogStream) -> Path:
         return self.path / f"{stream.value}.log"

@@ -70,9 +70,11 @@ from hyperplan.backends.base import (
     TaskSpec,
     TaskState,
     TaskStatus,
+    TimedLines,
     UnknownResource,
     check_env,
     check_id,
+    timed_line,
 )
 from hyperplan.backends.layout import (
     NODE_DIR_VARIABLE,
@@ -264,6 +266,15 @@ class LocalBackend:
         except FileNotFoundError:
             data = b""
         return LogChunk(data, offset + len(data))
+
+    def read_lines(self, ref: Ref, cursor: int = 0, limit: int = 1000) -> TimedLines:
+        # Imported here: `python3 -m hyperplan.backends.timedlog` imports this package first, and a
+        # module it had already imported would run twice.
+        from hyperplan.backends import timedlog
+
+        files = self._node(ref.node_id) if isinstance(ref, NodeRef) else self._task(ref.task_id)
+        records, next_cursor = timedlog.read_records(files.timed, cursor, limit)
+        return TimedLines(tuple(timed_line(*found) for found in records), next_cursor)
 
     # --- restart ---------------------------------------------------------------------------------
 

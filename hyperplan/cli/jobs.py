@@ -72,6 +72,9 @@ def logs(
     host: Annotated[str, typer.Option(help="The instance: algo-1, algo-2, ...")] = "algo-1",
     stderr: Annotated[bool, typer.Option("--stderr", help="Standard error instead of output.")] = False,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+    timestamps: Annotated[
+        bool, typer.Option("--timestamps", "-t", help="Each line after the time it was written (UTC).")
+    ] = False,
 ) -> None:
     """One instance's output, every attempt in order (a job restarted in a later segment has several)."""
     stream = "stderr" if stderr else "stdout"
@@ -80,7 +83,19 @@ def logs(
     with reporting_errors():
         client = native_client()
         while True:
-            page = client.get(f"/api/v1/training-jobs/{name}/logs", host=host, stream=stream, cursor=cursor)
+            query = {
+                "host": host,
+                "stream": stream,
+                "cursor": cursor,
+                **({"timed": "true"} if timestamps else {}),
+            }
+            page = client.get(f"/api/v1/training-jobs/{name}/logs", **query)
+            if timestamps:
+                # Whole lines, each with its time; the page moves on even when none was of this stream.
+                page["Data"] = "".join(f"{line['Time']} {line['Text']}\n" for line in page["Lines"])
+                if page["Cursor"] != cursor and not page["Data"] and not page["Done"]:
+                    cursor = page["Cursor"]
+                    continue
             if page["Data"]:
                 if attempt is not None and page["Attempt"] != attempt:
                     sys.stdout.write(f"--- attempt {page['Attempt']} ---\n")

@@ -1,8 +1,9 @@
 """Who is calling: SigV4 against the store's access keys, freshness against the real wall clock.
 
 Also which API demands what of a signature (``wire/sigv4.py`` always demands ``host``, ``x-amz-date``
-and the real body hash). The SageMaker API picks its operation from ``X-Amz-Target``, so that header
-must be signed. Neither API has a use for presigned URLs: no route is meant to be opened from a link.
+and the real body hash). The SageMaker and CloudWatch Logs APIs pick their operation from
+``X-Amz-Target``, so that header must be signed; STS takes its from the signed body. None of these
+APIs has a use for presigned URLs: no route is meant to be opened from a link.
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ SAGEMAKER_API = sigv4.SigningPolicy(
     api="The SageMaker API", headers_signed_when_sent=frozenset({"x-amz-target"})
 )
 NATIVE_API = sigv4.SigningPolicy(api="The native API")
+LOGS_API = sigv4.SigningPolicy(
+    api="The CloudWatch Logs API", headers_signed_when_sent=frozenset({"x-amz-target"})
+)
+STS_API = sigv4.SigningPolicy(api="The STS API")
 
 
 def policy_for(path: str) -> sigv4.SigningPolicy:
@@ -30,7 +35,15 @@ def policy_for(path: str) -> sigv4.SigningPolicy:
     return NATIVE_API if path.startswith(NATIVE_PREFIX) else SAGEMAKER_API
 
 
-def authenticate(runtime: ServiceContext, request: Request, body: bytes) -> Caller:
+def authenticate(
+    runtime: ServiceContext,
+    request: Request,
+    body: bytes,
+    service: str = SIGNING_SERVICE,
+    policy: sigv4.SigningPolicy | None = None,
+) -> Caller:
+    """The caller of a request signed for ``service`` (the credential scope's), under ``policy`` (by
+    default the one its path calls for: the native API's or SageMaker's)."""
     found: dict[str, Caller] = {}
 
     def load(access_key_id: str) -> tuple[str, Caller] | None:
@@ -55,10 +68,10 @@ def authenticate(runtime: ServiceContext, request: Request, body: bytes) -> Call
     access_key_id = sigv4.verify(
         signed,
         # The decoded path the router matches, so the policy follows the API that will serve the request.
-        policy=policy_for(request.scope["path"]),
+        policy=policy or policy_for(request.scope["path"]),
         lookup_secret=lookup_secret,
         region=runtime.region,
-        service=SIGNING_SERVICE,
+        service=service,
         now=utcnow(),
     )
     return found[access_key_id]

@@ -1,4 +1,5 @@
-"""The one place that turns errors into responses, for both APIs.
+"""The one place that turns errors into responses, for every API: SageMaker's and CloudWatch Logs'
+(awsJson1.1), STS's (the query protocol's XML) and the native API's.
 
 A HyperplanError keeps its code, status and message. Anything else is a bug: it is logged with its
 traceback and answered as a 500 InternalFailure that says so, never with the exception's text.
@@ -7,8 +8,9 @@ traceback and answered as a 500 InternalFailure that says so, never with the exc
 from __future__ import annotations
 
 import logging
+from xml.sax.saxutils import escape
 
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from hyperplan.errors import HyperplanError, InternalFailure
 
@@ -32,6 +34,54 @@ def sagemaker_error_response(exc: BaseException, request_id: str) -> JSONRespons
         status_code=error.status,
         media_type=AMZ_JSON,
         headers={"x-amzn-RequestId": request_id, "x-amzn-ErrorType": error.code},
+    )
+
+
+LOGS_CODES = {
+    "ValidationException": "InvalidParameterException",
+    "SerializationException": "InvalidParameterException",
+    "ResourceNotFound": "ResourceNotFoundException",
+}
+"""The tree's codes as CloudWatch Logs names them (its model's errors); the rest are the same in both."""
+
+STS_CODES = {
+    "ValidationException": "ValidationError",
+    "SerializationException": "MalformedInput",
+    "UnknownOperationException": "InvalidAction",
+    "MissingAuthenticationTokenException": "MissingAuthenticationToken",
+    "UnrecognizedClientException": "InvalidClientTokenId",
+    "InvalidSignatureException": "SignatureDoesNotMatch",
+    "AccessDeniedException": "AccessDenied",
+    "ThrottlingException": "Throttling",
+}
+"""The tree's codes as STS's query API names them."""
+
+STS_NAMESPACE = "https://sts.amazonaws.com/doc/2011-06-15/"
+
+
+def logs_error_response(exc: BaseException, request_id: str) -> JSONResponse:
+    """AWS JSON 1.1, as SageMaker's, with the codes CloudWatch Logs uses."""
+    error = as_hyperplan_error(exc, request_id)
+    code = LOGS_CODES.get(error.code, error.code)
+    return JSONResponse(
+        {"__type": code, "message": error.message},
+        status_code=error.status,
+        media_type=AMZ_JSON,
+        headers={"x-amzn-RequestId": request_id, "x-amzn-ErrorType": code},
+    )
+
+
+def sts_error_response(exc: BaseException, request_id: str) -> Response:
+    """The query protocol's error: ``ErrorResponse/Error/{Type,Code,Message}`` and the request id."""
+    error = as_hyperplan_error(exc, request_id)
+    code = STS_CODES.get(error.code, error.code)
+    kind = "Receiver" if error.status >= 500 else "Sender"
+    body = (
+        f'<ErrorResponse xmlns="{STS_NAMESPACE}"><Error><Type>{kind}</Type><Code>{escape(code)}</Code>'
+        f"<Message>{escape(error.message)}</Message></Error><RequestId>{request_id}</RequestId></ErrorResponse>"
+    )
+    return Response(
+        body, status_code=error.status, media_type="text/xml", headers={"x-amzn-RequestId": request_id}
     )
 
 

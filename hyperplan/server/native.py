@@ -464,6 +464,29 @@ def job_logs(request: NativeRequest) -> dict[str, Any]:
     host = fields.query_text(request.query, "host", max_length=64) or "algo-1"
     stream = fields.query_text(request.query, "stream", max_length=16) or "stdout"
     cursor = fields.query_text(request.query, "cursor")
+    timed = fields.query_text(request.query, "timed", max_length=8)
+    if timed not in (None, "", "true", "false"):
+        raise ValidationError(f"timed must be true or false, not {timed!r}.")
+    if timed == "true":
+        lines = job_logs.read_timed_logs(
+            request.runtime, request.caller, request.path["name"], host, stream, cursor
+        )
+        return {
+            "TrainingJobName": request.path["name"],
+            "Host": host,
+            "Stream": stream,
+            "Attempt": lines.attempt,
+            "Lines": [
+                {
+                    "Time": line.time.isoformat(timespec="microseconds").replace("+00:00", "Z"),
+                    "Stream": line.stream.value,
+                    "Text": line.text,
+                }
+                for line in lines.lines
+            ],
+            "Cursor": lines.cursor,
+            "Done": lines.done,
+        }
     page = job_logs.read_logs(request.runtime, request.caller, request.path["name"], host, stream, cursor)
     return {
         "TrainingJobName": request.path["name"],
@@ -509,7 +532,9 @@ def routes() -> list[Route]:
             exec_on_node,
             body=("Command", "TimeoutSeconds"),
         ),
-        NativeRoute("GET", "/api/v1/training-jobs/{name}/logs", job_logs, query=("host", "stream", "cursor")),
+        NativeRoute(
+            "GET", "/api/v1/training-jobs/{name}/logs", job_logs, query=("host", "stream", "cursor", "timed")
+        ),
         NativeRoute(
             "POST",
             "/api/v1/accounts/{account}/plans/{name}/cancel",

@@ -1,4 +1,5 @@
-"""A training job's logs for one host, read from the back end page by page, across its attempts."""
+"""A training job's logs for one host, read from the back end page by page, across its attempts: the
+bytes as written (read_logs) or the lines with the times they were written (read_timed_logs)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import contextlib
 import re
 from dataclasses import dataclass
 
-from hyperplan.backends.base import LogStream, TaskRef, UnknownResource
+from hyperplan.backends.base import LogStream, TaskRef, TimedLine, TimedLines, UnknownResource
 from hyperplan.core.jobs import FINAL, Secondary
 from hyperplan.errors import ValidationError
 from hyperplan.services import job_records
@@ -29,17 +30,13 @@ def read_logs(
 ) -> LogPage:
     """A job's log for one host, across its attempts in order. The cursor is ``ATTEMPT:OFFSET`` (bytes);
     ``done`` once the job has ended and everything has been read."""
-    try:
-        kind = LogStream(stream)
-    except ValueError:
-        raise ValidationError("stream must be stdout or stderr.") from None
+    kind = _stream(stream)
     position = parse_cursor(cursor)
     with runtime.db.read() as session:
         job = job_records.get(session, runtime, caller, name)
         tasks = {i.attempt: i.task_id for i in job_records.instances_of(session, job.id) if i.host == host}
         final = Secondary(job.secondary_status) in FINAL and job.attempt_state in ("", "ended")
-    if host not in {f"algo-{n}" for n in range(1, job.instance_count + 1)}:
-        raise ValidationError(f"host must be one of algo-1..algo-{job.instance_count}.")
+    _check_host(host, job.instance_count)
     attempts = sorted(tasks)
     attempt, offset = position or (attempts[0] if attempts else 1, 0)
     while attempts:
@@ -56,6 +53,58 @@ def read_logs(
             break
         attempt, offset = later[0], 0
     return LogPage(b"", f"{attempt}:{offset}", attempt, final)
+
+
+LINES_PAGE = 1000
+
+
+@dataclass(frozen=True)
+class TimedPage:
+    lines: tuple[TimedLine, ...]
+    cursor: str
+    attempt: int
+    done: bool
+
+
+def read_timed_logs(
+    runtime: ServiceContext, caller: Caller, name: str, host: str, stream: str | None, cursor: str | None
+) -> TimedPage:
+    """A job's timed lines for one host (of one stream, or both), across its attempts in order. The
+    cursor is ``ATTEMPT:POSITION`` (the back end's timed-log cursor); ``done`` as in read_logs."""
+    kind = _stream(stream) if stream else None
+    position = parse_cursor(cursor)
+    with runtime.db.read() as session:
+        job = job_records.get(session, runtime, caller, name)
+        tasks = {i.attempt: i.task_id for i in job_records.instances_of(session, job.id) if i.host == host}
+        final = Secondary(job.secondary_status) in FINAL and job.attempt_state in ("", "ended")
+    _check_host(host, job.instance_count)
+    attempts = sorted(tasks)
+    attempt, offset = position or (attempts[0] if attempts else 1, 0)
+    while attempts:
+        if attempt in tasks:
+            found = TimedLines((), offset)
+            with contextlib.suppress(UnknownResource):
+                found = runtime.backend.read_lines(TaskRef(tasks[attempt]), offset, LINES_PAGE)
+            if found.lines:
+                lines = tuple(line for line in found.lines if kind is None or line.stream is kind)
+                return TimedPage(lines, f"{attempt}:{found.next_cursor}", attempt, False)
+        later = [a for a in attempts if a > attempt]
+        if not later:
+            break
+        attempt, offset = later[0], 0
+    return TimedPage((), f"{attempt}:{offset}", attempt, final)
+
+
+def _stream(stream: str) -> LogStream:
+    try:
+        return LogStream(stream)
+    except ValueError:
+        raise ValidationError("stream must be stdout or stderr.") from None
+
+
+def _check_host(host: str, instance_count: int) -> None:
+    if host not in {f"algo-{n}" for n in range(1, instance_count + 1)}:
+        raise ValidationError(f"host must be one of algo-1..algo-{instance_count}.")
 
 
 MAX_LOG_ATTEMPT = 2**31 - 1

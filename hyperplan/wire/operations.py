@@ -1,4 +1,5 @@
-"""How a SageMaker operation's handler is declared: the `operation` decorator and its table.
+"""How an operation's handler is declared (SageMaker's, CloudWatch Logs', STS's): the `operation`
+decorator and its tables.
 
 A handler takes the caller's context and the validated request (a dict shaped like the operation's
 input shape, timestamps as aware datetimes) and returns a dict shaped like its output shape. Handlers
@@ -26,14 +27,19 @@ class RequestContext:
 
 Handler = Callable[[RequestContext, dict[str, Any]], Mapping[str, Any] | None]
 
-HANDLERS: dict[str, Handler] = {}
+SERVICE_HANDLERS: dict[str, dict[str, Handler]] = {"sagemaker": {}, "logs": {}, "sts": {}}
+"""Each service's handlers by operation name (the service as botocore names its model)."""
+
+HANDLERS = SERVICE_HANDLERS["sagemaker"]
 
 
-def operation(name: str) -> Callable[[Handler], Handler]:
+def operation(name: str, service: str = "sagemaker") -> Callable[[Handler], Handler]:
+    table = SERVICE_HANDLERS[service]
+
     def register(handler: Handler) -> Handler:
-        if name in HANDLERS:
-            raise RuntimeError(f"two handlers for {name}")
-        HANDLERS[name] = handler
+        if name in table:
+            raise RuntimeError(f"two handlers for {service} {name}")
+        table[name] = handler
         return handler
 
     return register

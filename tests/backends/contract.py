@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from signal import SIGKILL, SIGTERM
 from typing import TypeVar
@@ -216,6 +216,29 @@ class BackendContract:
         assert backend.read_log(TaskRef("job-algo-1"), LogStream.STDOUT).data == b"trained\n"
         with pytest.raises(UnknownResource):
             backend.node_status("job-algo-1")
+
+    def test_every_line_of_output_carries_the_time_it_was_written(self, harness: Harness) -> None:
+        backend = harness.backend
+        before = datetime.now(UTC) - timedelta(milliseconds=1)
+        backend.provision(node_spec(harness.lifecycle(Program.exits(0, stdout=b"mounted /fsx\n"))))
+        program = Program.exits(0, stdout=b"one\ntwo\nthree", stderr=b"careful\n")
+        backend.run(TaskSpec("job-algo-1", harness.command(program)))
+        task_final(backend, "job-algo-1")
+        node_settled(backend)
+        after = datetime.now(UTC) + timedelta(milliseconds=1)
+        first = backend.read_lines(TaskRef("job-algo-1"), limit=2)
+        rest = backend.read_lines(TaskRef("job-algo-1"), first.next_cursor)
+        lines = first.lines + rest.lines
+        assert len(first.lines) == 2 and first.next_cursor != 0
+        assert [line.text for line in lines if line.stream is LogStream.STDOUT] == ["one", "two", "three"]
+        assert [line.text for line in lines if line.stream is LogStream.STDERR] == ["careful"]
+        assert all(before <= line.time <= after for line in lines), lines
+        assert backend.read_lines(TaskRef("job-algo-1"), rest.next_cursor).lines == ()
+        on_create = backend.read_lines(NodeRef(NODE)).lines
+        assert [(line.stream, line.text) for line in on_create] == [(LogStream.STDOUT, "mounted /fsx")]
+        assert before <= on_create[0].time <= after
+        # The bytes as written are still there, unchanged, for whoever reads them by offset.
+        assert backend.read_log(TaskRef("job-algo-1"), LogStream.STDOUT).data == b"one\ntwo\nthree"
 
     # --- signals and terminate -------------------------------------------------------------------
 

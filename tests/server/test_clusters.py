@@ -11,11 +11,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 from botocore.exceptions import ClientError
 
 from hyperplan.signing import Credentials
-from tests.harness import ADMIN, Server, boundary_after, service_now, wait_until
+from tests.harness import ADMIN, REGION, Server, boundary_after, service_now, wait_until
 from tests.inprocess import InProcessServer
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
@@ -299,6 +300,21 @@ def test_lifecycle_scripts_run_for_real_and_a_failing_one_fails_its_node(small: 
     assert wait_until(failed), client.list_cluster_nodes(ClusterName="real")
     assert "cannot mount /fsx" in failed()[0]["InstanceStatus"]["Message"]
     assert _counts(small, "real")["broken"] == (0, 1)
+    # The lifecycle script's output, each line with its time, in the cluster's CloudWatch Logs group.
+    cluster_id = client.describe_cluster(ClusterName="real")["ClusterArn"].rpartition("/")[2]
+    logs = boto3.client(
+        "logs",
+        endpoint_url=small.url,
+        region_name=REGION,
+        aws_access_key_id=ADMIN.access_key,
+        aws_secret_access_key=ADMIN.secret_key,
+    )
+    events = logs.get_log_events(
+        logGroupName=f"/aws/sagemaker/Clusters/real/{cluster_id}",
+        logStreamName=f"LifecycleConfig/broken/{failed()[0]['InstanceId']}",
+        startFromHead=True,
+    )["events"]
+    assert [event["message"] for event in events] == ["cannot mount /fsx: no such device"]
 
     missing = _group(
         "missing",

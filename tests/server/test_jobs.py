@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -41,6 +42,7 @@ M5 = "ml.m5.12xlarge"  # on-demand only in the small fleet: 4 instances in us-we
 ROLE = "arn:aws:iam::123456789012:role/DataAndAPIAccessRole"
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/algo-image:tag"
 FINAL = ("Completed", "Failed", "Stopped")
+LOG_GROUP = "/aws/sagemaker/TrainingJobs"
 
 
 # -- helpers -------------------------------------------------------------------------------------------
@@ -161,10 +163,12 @@ BRIEF = "until [ -e brief-go ]; do sleep 0.1; done; echo 'disk full' >&2; exit 3
 
 
 def _processes_running(command: str) -> list[int]:
+    """The processes running `command` (not the timed-log wrapper around each, whose argv holds it too)."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         with contextlib.suppress(OSError):
-            if command.encode() in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            if command.encode() in argv and not any(part.endswith(b"timedlog.py") for part in argv):
                 found.append(int(pid))
     return found
 
@@ -328,6 +332,7 @@ def test_a_checkpointed_job_is_interrupted_at_reclaim_and_resumes_in_the_next_se
     split_plan: tuple[Server, str, datetime],
 ) -> None:
     server, arn, start = split_plan
+    began_ms = time.time() * 1000  # real time: the lines' times are when they were written
     client = server.sagemaker()
     hyperparameters = {"epochs": "16", "lr": "0.2", "seed": "5", "epoch-seconds": "0.4"}
     client.create_training_job(
@@ -377,6 +382,21 @@ def test_a_checkpointed_job_is_interrupted_at_reclaim_and_resumes_in_the_next_se
     )
     second = server.cli("jobs", "logs", "resumed", "--host", "algo-2").stdout
     assert "resuming after epoch" in second
+    # CloudWatch Logs: a stream per instance that goes on across the attempts, each line with its time.
+    stream = f"resumed/algo-1-{int(job['CreationTime'].timestamp())}"
+    streams = server.aws(
+        "logs", "describe-log-streams", "--log-group-name", LOG_GROUP, "--log-stream-name-prefix", "resumed/"
+    )["logStreams"]  # fmt: skip
+    assert [s["logStreamName"] for s in streams] == [stream, stream.replace("algo-1-", "algo-2-")]
+    at = ("--log-group-name", LOG_GROUP, "--log-stream-name", stream)
+    events = server.aws("logs", "get-log-events", *at, "--start-from-head")["events"]
+    messages = [event["message"] for event in events]
+    interrupted = next(i for i, m in enumerate(messages) if "interrupted: saved epoch" in m)
+    assert any("resuming after epoch" in m for m in messages[interrupted:]), messages
+    times = [event["timestamp"] for event in events]
+    assert times == sorted(times) and began_ms <= times[0] and times[-1] <= time.time() * 1000, times
+    timed = server.cli("jobs", "logs", "resumed", "--timestamps").stdout
+    assert re.search(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z .*resuming after epoch", timed, re.M), timed
 
     reference = _wait_status(server, "reference", "Completed")
     resumed_model = _model_files(server, job["ModelArtifacts"]["S3ModelArtifacts"])

@@ -1,0 +1,85 @@
+"""The timed-log wrapper (hyperplan/backends/timedlog.py) on its own, as a Slurm job step would run it:
+real processes, a plain script file and ``python3 -m``; the records it writes and how it ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hyperplan.backends import timedlog
+
+SCRIPT = Path(timedlog.__file__)
+
+
+def _records(path: Path) -> list[tuple[int, str, bytes]]:
+    records, cursor = timedlog.read_records(path)
+    assert cursor == path.stat().st_size  # every record whole, none left over
+    return records
+
+
+def test_each_line_is_recorded_with_the_time_it_was_written_and_the_output_passes_unchanged(
+    tmp_path: Path,
+) -> None:
+    log, out, err = tmp_path / "timed.log", tmp_path / "out", tmp_path / "err"
+    program = "echo one; sleep 0.3; echo two >&2; printf 'no newline'"
+    files = ["--log", str(log), "--stdout", str(out), "--stderr", str(err)]
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", str(SCRIPT), *files, "--", "sh", "-c", program], timeout=30
+    )
+    assert done.returncode == 0
+    records = _records(log)
+    assert [(stream, text) for _, stream, text in records] == [
+        ("o", b"one"),
+        ("e", b"two"),
+        ("o", b"no newline"),
+    ]
+    # Times per line, not per file: the second line came 0.3 s after the first.
+    assert records[1][0] - records[0][0] >= 250_000
+    assert (out.read_bytes(), err.read_bytes()) == (b"one\nno newline", b"two\n")
+    # Read in pieces, the cursor moves record by record.
+    first, cursor = timedlog.read_records(log, 0, limit=1)
+    rest, end = timedlog.read_records(log, cursor)
+    assert first + rest == records and end == log.stat().st_size
+
+
+def test_it_ends_as_its_program_ended(tmp_path: Path) -> None:
+    log = tmp_path / "timed.log"
+    module = [sys.executable, "-m", "hyperplan.backends.timedlog", "--log", str(log), "--"]
+    assert subprocess.run([*module, "sh", "-c", "exit 3"], timeout=30).returncode == 3
+    assert subprocess.run([*module, "sh", "-c", "kill -9 $$"], timeout=30).returncode == -signal.SIGKILL
+    missing = subprocess.run([*module, "no-such-program-here"], timeout=30, capture_output=True)
+    assert missing.returncode == 127 and b"cannot start 'no-such-program-here'" in missing.stderr
+
+
+def test_a_signal_to_the_group_reaches_the_program_once_and_its_last_lines_are_kept(tmp_path: Path) -> None:
+    log = tmp_path / "timed.log"
+    program = "trap 'echo got TERM; exit 0' TERM; echo ready; while :; do sleep 0.05; done"
+    wrapper = subprocess.Popen(
+        [sys.executable, "-I", "-S", str(SCRIPT), "--log", str(log), "--", "sh", "-c", program],
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,  # a group of its own, as a back end starts a task
+    )
+    try:
+        until = time.monotonic() + 20
+        while b"ready" not in (log.read_bytes() if log.exists() else b"") and time.monotonic() < until:
+            time.sleep(0.02)
+        os.killpg(wrapper.pid, signal.SIGTERM)
+        assert wrapper.wait(timeout=20) == 0
+    finally:
+        if wrapper.poll() is None:
+            os.killpg(wrapper.pid, signal.SIGKILL)
+            wrapper.wait()
+    texts = [text for _, _, text in _records(log)]
+    # Once, though both got the signal; (sh may also say its sleep was Terminated, as without us).
+    assert texts[0] == b"ready" and texts.count(b"got TERM") == 1, texts
+
+
+def test_a_long_line_is_cut_into_records_and_its_newline_makes_no_empty_one() -> None:
+    cutter = timedlog.LineCutter(b"o")
+    records = cutter.feed(b"x" * timedlog.MAX_LINE, 1_000_000) + cutter.feed(b"\nnext\n", 2_000_000)
+    assert [len(r) for r in records] == [len(b"1.000000 o \n") + timedlog.MAX_LINE, len(b"2.000000 o next\n")]
+    assert cutter.flush() == []
