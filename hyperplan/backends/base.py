@@ -125,6 +125,34 @@ Ref = NodeRef | TaskRef
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where work runs on a back end of many machines (Slurm). The local and fake back ends keep it
+    with the spec (a different placement is a different spec) and otherwise ignore it.
+
+    ``reservation``: the Slurm reservation of the plan's segment the work must run in (None: outside
+    any, in the partition). ``constraint``: the machines' feature (the pool's instance type).
+    ``time_limit``: real time the work may run at most (on-demand work, before the next reservation on
+    its nodes); inside a reservation the back end limits it to the reservation's end itself.
+    ``group``, ``group_size``, ``group_index``: a task that is one instance of a multi-instance
+    training job: the ``group_size`` tasks of one group run as one allocation of that many whole
+    machines, task ``group_index`` on the allocation's machine of that index.
+    """
+
+    reservation: str | None = None
+    constraint: str | None = None
+    time_limit: timedelta | None = None
+    group: str | None = None
+    group_size: int = 1
+    group_index: int = 0
+
+    def __post_init__(self) -> None:
+        if self.group is not None:
+            check_id("group", self.group)
+        if self.group_size < 1 or not 0 <= self.group_index < self.group_size:
+            raise ValueError(f"group index {self.group_index} of {self.group_size}: out of range")
+
+
+@dataclass(frozen=True)
 class NodeSpec:
     """One node to provision.
 
@@ -141,6 +169,7 @@ class NodeSpec:
     on_create: str | None = None
     on_create_args: tuple[str, ...] = ()
     run_as: RunAs | None = None
+    placement: Placement | None = None
 
     def __post_init__(self) -> None:
         check_id("node id", self.node_id)
@@ -171,6 +200,8 @@ class TaskSpec:
     cwd: Path | None = None
     run_as: RunAs | None = None
     """For a sandboxed task (``node_id=None``); a task on a node runs as the node's user."""
+    placement: Placement | None = None
+    """For a sandboxed task: where its instance runs (see :class:`Placement`)."""
 
     def __post_init__(self) -> None:
         check_id("task id", self.task_id)
@@ -219,6 +250,9 @@ class TaskState(StrEnum):
 class NodeStatus:
     state: NodeState
     message: str = ""
+    host: str = field(default="", compare=False)
+    """The machine the node runs on, once known (Slurm: the node's name); "" when the back end has
+    no machines of its own (local, fake)."""
 
 
 @dataclass(frozen=True)
