@@ -207,10 +207,11 @@ class SlurmBackend:
                 self._submit_node(directory)
                 return
             self._prepare_node(directory, spec)
-            _write(directory / "node.json", {**record, "created_at": time.time()})
+            _write(directory / "node.json", {**record, "created_at": time.time(), "nonce": _nonce()})
             self._submit_node(directory)
 
     def _prepare_node(self, directory: Path, spec: NodeSpec) -> None:
+        shutil.rmtree(directory, ignore_errors=True)  # what a forgotten node of this id left behind
         make_dir(directory, PASSAGE_MODE)
         make_dir(directory / "env", READABLE_DIR_MODE)
         home = directory / "home"
@@ -262,7 +263,7 @@ class SlurmBackend:
             return
         placement = _placement_of(record.get("placement"))
         options = [
-            f"--job-name={self.prefix}n.{record['node_id']}",
+            f"--job-name={self.prefix}n.{record['node_id']}.{record.get('nonce', '')}",
             "--nodes=1",
             "--exclusive",
             f"--chdir={directory / 'home'}",
@@ -328,7 +329,9 @@ class SlurmBackend:
     def _node_status(self, directory: Path) -> NodeStatus:
         settled = _read(directory / "state.json")
         if settled is not None:
-            return NodeStatus(NodeState(settled["state"]), settled.get("message", ""), settled.get("host", ""))
+            return NodeStatus(
+                NodeState(settled["state"]), settled.get("message", ""), settled.get("host", "")
+            )
         self._submit_node(directory)
         settled = _read(directory / "state.json")
         if settled is not None:
@@ -347,7 +350,9 @@ class SlurmBackend:
             if failed:
                 return self._settle(directory, NodeState.FAILURE, failed, host)
             state = job.state if job is not None else "gone from Slurm"
-            return self._settle(directory, NodeState.FAILURE, f"the node's Slurm job {job_id} ended: {state}", host)
+            return self._settle(
+                directory, NodeState.FAILURE, f"the node's Slurm job {job_id} ended: {state}", host
+            )
         if terminating:
             return NodeStatus(NodeState.SHUTTING_DOWN, host=host)
         if failed:
@@ -362,7 +367,7 @@ class SlurmBackend:
             return ""
         record = _read(directory / "node.json") or {}
         code, sig = ended.get("exit_code"), ended.get("signal")
-        how = f"exited with code {code}" if code is not None else f"was killed by {Signals(sig).name}"
+        how = f"exited with code {code}" if code is not None else f"was killed by {Signals(int(sig or 0)).name}"
         output = tail(directory / "oncreate" / "out" / "stderr.log")
         return f"OnCreate script {record.get('on_create')} {how}" + (f": {output}" if output else "")
 
@@ -453,7 +458,7 @@ class SlurmBackend:
             env["HYPERPLAN_TASK_ID"] = spec.task_id
             cwd = spec.cwd or home
             self._write_runner_spec(directory, list(spec.argv), env, cwd, run_as, node_dir / "env")
-            _write(directory / "task.json", {**record, "created_at": time.time()})
+            _write(directory / "task.json", {**record, "created_at": time.time(), "nonce": _nonce()})
             self._advance(directory, record)
 
     def _new_sandbox_task(self, directory: Path, spec: TaskSpec, record: Mapping[str, Any]) -> None:
@@ -472,8 +477,8 @@ class SlurmBackend:
             ("#!/bin/sh\nexec " + shlex.join(step_argv(self.python, directory)) + "\n").encode(),
             READABLE_FILE_MODE,
         )
-        _write(directory / "task.json", {**record, "created_at": time.time()})
-        self._advance(directory, record)
+        _write(directory / "task.json", {**record, "created_at": time.time(), "nonce": _nonce()})
+        self._advance(directory, _read(directory / "task.json") or record)
 
     def _advance(self, directory: Path, record: Mapping[str, Any]) -> None:
         """Move a task on as far as it can go now: launch its step once its node runs, submit its job
@@ -487,7 +492,7 @@ class SlurmBackend:
                 return
             if self._job_id(directory) is None:
                 options = [
-                    f"--job-name={self.prefix}t.{record['task_id']}",
+                    f"--job-name={self.prefix}t.{record['task_id']}.{record.get('nonce', '')}",
                     "--nodes=1",
                     "--exclusive",
                     f"--chdir={directory / 'home'}",
@@ -504,7 +509,12 @@ class SlurmBackend:
             self._launch_step(directory, node_dir)
 
     def _submit_task(
-        self, directory: Path, script: Path, options: Sequence[str], run_as: RunAs | None, record: Mapping[str, Any]
+        self,
+        directory: Path,
+        script: Path,
+        options: Sequence[str],
+        run_as: RunAs | None,
+        record: Mapping[str, Any],
     ) -> None:
         found = self._job_named(options[0].split("=", 1)[1])
         if found is not None:
@@ -562,7 +572,9 @@ class SlurmBackend:
             state = _read(group / "state.json")
             if state is not None:
                 for task_dir in task_dirs:
-                    self._end_task(Path(task_dir), TaskState(state["state"]), message=state.get("message", ""))
+                    self._end_task(
+                        Path(task_dir), TaskState(state["state"]), message=state.get("message", "")
+                    )
             return
         for task_dir in task_dirs:
             _write(Path(task_dir) / "job.json", {"job_id": job_id, "group": placement.group})
@@ -631,8 +643,13 @@ class SlurmBackend:
                 return TaskStatus(TaskState.PENDING)
             step = f"{launch['job_id']}.{started['step']}" if started else None
             alive = self._step_alive(step) if step else self._srun_alive(directory, launch)
+            if alive and step is not None and terminate is not None:
+                self._enforce(directory, step, terminate)  # ordered before the step had started
             if alive:
                 return TaskStatus(TaskState.RUNNING if started else TaskState.PENDING)
+            node_dir = self.nodes / record["node_id"]
+            if terminate is None and (node_dir / "terminate.json").exists():
+                terminate = _read(node_dir / "terminate.json")  # ended with its node
         else:
             job_id = self._job_id(directory)
             if job_id is None:
@@ -649,6 +666,13 @@ class SlurmBackend:
             return self._end_task(directory, TaskState.KILLED, signal=SIGKILL if started else None)
         why = _why_lost(directory, self._job(self._job_id(directory) or 0))
         return self._end_task(directory, TaskState.LOST, message=why)
+
+    def _enforce(self, directory: Path, step: str, order: Mapping[str, Any]) -> None:
+        if not (directory / "signalled").exists():
+            (directory / "signalled").touch()
+            self._cancel(step, SIGTERM)
+        if float(order["deadline"]) <= time.time():
+            self._cancel(step, SIGKILL)
 
     def _end_from_runner(self, directory: Path, ended: Mapping[str, Any]) -> TaskStatus:
         if ended.get("exit_code") is not None:
@@ -707,6 +731,7 @@ class SlurmBackend:
             if first:
                 target = self._target(ref)  # a step may have started meanwhile
                 if target.step is not None:
+                    (target.directory / "signalled").touch()
                     self._cancel(target.step, SIGTERM)
                 elif target.job_id is not None:
                     job = self._job(target.job_id)
@@ -785,8 +810,8 @@ class SlurmBackend:
             for directory in self._task_dirs():
                 ref = TaskRef(directory.name)
                 if ref in known:
-                    state = self._task_status(directory).state
-                    (ended if state.is_final() else running).append(ref)
+                    final = self._task_status(directory).state.is_final()
+                    (ended if final else running).append(ref)
                     self._resume_timer(ref, directory)
             self._cancel_strays()
         found = {*running, *ended}
@@ -943,8 +968,14 @@ class SlurmBackend:
         self._cache = (0.0, {})
         self._steps = (0.0, set())
 
-    def _cancel(self, what: str, sig: Signals | None = None, full: bool = False) -> None:
-        command = ["scancel", *(["--full"] if full else []), *([f"--signal={sig.name[3:]}"] if sig else []), what]
+    def _cancel(self, what: str, sig: Signals | None = None, full: bool = False, batch: bool = False) -> None:
+        command = [
+            "scancel",
+            *(["--full"] if full else []),
+            *(["--batch"] if batch else []),
+            *([f"--signal={sig.name[3:]}"] if sig else []),
+            what,
+        ]
         try:
             self.client.run(*command)
         except SlurmError as error:
@@ -952,14 +983,26 @@ class SlurmBackend:
         self._forget_cache()
 
     def _kill_job(self, job_id: int) -> None:
-        """Work nobody should see again: SIGKILL to all of it, and the job cancelled."""
-        self._cancel(str(job_id), SIGKILL, full=True)
-        self._cancel(str(job_id))
+        """SIGKILL to all of a job, now. (``scancel --signal=KILL J`` is taken as a cancel, which
+        signals SIGTERM and kills only ``KillWait`` later: so each step, then the batch script.)"""
+        self._steps = (0.0, set())
+        self._step_alive("")  # refresh the list of steps
+        for step in sorted(self._steps[1]):
+            if step.startswith(f"{job_id}.") and not step.endswith(".batch") and not step.endswith(".extern"):
+                self._cancel(step, SIGKILL)
+        self._cancel(str(job_id), SIGKILL, batch=True)
+        job = self._job(job_id)
+        if job is not None and job.state == "PENDING":
+            self._cancel(str(job_id))
 
     def live_jobs(self) -> list[Job]:
         """This back end's jobs Slurm still runs (or has queued), by name prefix."""
         self._forget_cache()
-        return [job for job in self._jobs().values() if job.name.startswith(self.prefix) and job.state in LIVE_JOB_STATES]
+        return [
+            job
+            for job in self._jobs().values()
+            if job.name.startswith(self.prefix) and job.state in LIVE_JOB_STATES
+        ]
 
     def _tool_env(self) -> dict[str, str]:
         env = {
@@ -974,7 +1017,12 @@ class SlurmBackend:
     def _tool(self, command: Sequence[str]) -> str:
         try:
             result = subprocess.run(
-                command, env=self._tool_env(), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60
+                command,
+                env=self._tool_env(),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=60,
             )
         except (OSError, subprocess.TimeoutExpired) as error:
             raise SlurmError(command, str(error)) from None
@@ -996,7 +1044,13 @@ class SlurmBackend:
         return env
 
     def _write_runner_spec(
-        self, directory: Path, argv: list[str], env: Mapping[str, str], cwd: Path, run_as: RunAs | None, env_dir: Path
+        self,
+        directory: Path,
+        argv: list[str],
+        env: Mapping[str, str],
+        cwd: Path,
+        run_as: RunAs | None,
+        env_dir: Path,
     ) -> None:
         make_dir(directory, PASSAGE_MODE)
         out = directory / "out"
@@ -1008,9 +1062,16 @@ class SlurmBackend:
             os.chown(out, run_as.uid, run_as.gid)
 
 
+def _nonce() -> str:
+    """Part of a job's name: a job of an earlier node or task with the same id is never taken for it."""
+    return uuid.uuid4().hex[:8]
+
+
 def _dirs(directory: Path) -> list[Path]:
     try:
-        return sorted(entry for entry in directory.iterdir() if entry.is_dir() and not entry.name.startswith("."))
+        return sorted(
+            entry for entry in directory.iterdir() if entry.is_dir() and not entry.name.startswith(".")
+        )
     except FileNotFoundError:
         return []
 
@@ -1045,7 +1106,9 @@ def _check_run_as(run_as: RunAs | None) -> None:
     if run_as.uid == 0 or run_as.gid == 0:
         raise BackendError(f"cannot run work as {run_as.user}: uid and gid must not be 0 (root)")
     if os.geteuid() != 0:
-        raise BackendError(f"cannot run work as {run_as.user}: the server is not root, so it cannot change user")
+        raise BackendError(
+            f"cannot run work as {run_as.user}: the server is not root, so it cannot change user"
+        )
 
 
 def _not_yet(error: SlurmError) -> bool:

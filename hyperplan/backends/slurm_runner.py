@@ -9,9 +9,9 @@ in the task's ``out/`` directory (the user's):
 - ``stdout.log``, ``stderr.log``: the program's output (appended);
 - ``exit.json``: the program's exit code, or the signal that ended it.
 
-The program runs in the runner's process group (the one Slurm signals) with the variables published in the envdir added to its
-environment. The runner itself ignores SIGTERM and the like: Slurm delivers a signal to every process of
-the step, the program gets it directly. A SIGKILL ends the runner too; then there is no ``exit.json``
+The program runs in the runner's process group (the one Slurm signals), with the variables published
+in the envdir added to its environment. The runner itself ignores SIGTERM and the like: Slurm signals
+the group, the program gets it directly. A SIGKILL ends the runner too; then there is no ``exit.json``
 and the back end says how the task ended (it ordered the kill, or the task is Lost).
 
 The step's argv is built by one function in ``slurm.py`` (``step_argv``), so a program that sits
@@ -20,6 +20,8 @@ between a process and its log can be put in front later.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
 import signal
@@ -28,6 +30,7 @@ import sys
 import tempfile
 import time
 
+PR_SET_PDEATHSIG = 1
 IGNORED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCONT)
 
 
@@ -77,7 +80,11 @@ def host_addresses(nodes: list[str]) -> list[str]:
 def expand_nodes(nodelist: str) -> list[str]:
     try:
         text = subprocess.run(
-            ["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, timeout=30, check=True
+            ["scontrol", "show", "hostnames", nodelist],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return [nodelist]
@@ -118,6 +125,9 @@ def main(argv: list[str]) -> int:
 
     def child_setup() -> None:
         # In the runner's process group: Slurm signals a step's (and a batch script's) process group.
+        # A runner killed (SIGKILL at the end of a grace) takes its program with it.
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         for sig in IGNORED:
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
@@ -130,11 +140,13 @@ def main(argv: list[str]) -> int:
             stdin=subprocess.DEVNULL,
             stdout=stdout,
             stderr=stderr,
-            preexec_fn=child_setup,  # noqa: PLW1509 (the runner has no threads)
+            preexec_fn=child_setup,
         )
     except OSError as error:
         os.write(stderr, f"cannot start {spec['argv'][0]}: {error}\n".encode())
-        write_json(os.path.join(out, "exit.json"), {"exit_code": 127, "signal": None, "ended_at": time.time()})
+        write_json(
+            os.path.join(out, "exit.json"), {"exit_code": 127, "signal": None, "ended_at": time.time()}
+        )
         return 127
     job, step = os.environ.get("SLURM_JOB_ID", ""), os.environ.get("SLURM_STEP_ID", "batch")
     started = {"pid": process.pid, "job": job, "step": step, "node": os.environ.get("SLURMD_NODENAME", "")}

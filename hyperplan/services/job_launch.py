@@ -66,7 +66,9 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
             unreadable = tenancy.unreadable_program(contract.command.argv, spec.interpreter, owner)
             if unreadable is not None:
                 raise NoCommand(f"the program cannot be run: {unreadable}")
-            with runtime.db.read() as session:  # on Slurm: one allocation of `count` nodes in the plan's reservation
+            with (
+                runtime.db.read() as session
+            ):  # on Slurm: one allocation of `count` nodes in the plan's reservation
                 where = slurm_placement.placement(
                     runtime,
                     session,
