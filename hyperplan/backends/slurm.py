@@ -367,7 +367,9 @@ class SlurmBackend:
             return ""
         record = _read(directory / "node.json") or {}
         code, sig = ended.get("exit_code"), ended.get("signal")
-        how = f"exited with code {code}" if code is not None else f"was killed by {Signals(int(sig or 0)).name}"
+        how = (
+            f"exited with code {code}" if code is not None else f"was killed by {Signals(int(sig or 0)).name}"
+        )
         output = tail(directory / "oncreate" / "out" / "stderr.log")
         return f"OnCreate script {record.get('on_create')} {how}" + (f": {output}" if output else "")
 
@@ -752,8 +754,8 @@ class SlurmBackend:
     def _kill(self, ref: Ref) -> None:
         with contextlib.suppress(UnknownResource), self._lock:
             order = _read(self._target(ref).directory / "terminate.json")
-            if order is not None and order["deadline"] > time.time() + 0.05:
-                return  # a later timer of an earlier order: the nearer one is armed too
+            if order is None or order["deadline"] > time.time() + 0.05:
+                return  # forgotten (the id may be another's now), or an earlier order's later timer
             if self._has_ended(ref):
                 return
             target = self._target(ref)

@@ -118,7 +118,9 @@ def main(argv: list[str]) -> int:
     out = os.path.join(task_dir, "out")
     for sig in IGNORED:
         signal.signal(sig, signal.SIG_IGN)
-    env = {**spec["env"], **extra, **published(spec.get("env_dir"))}
+    # Slurm's own variables (SLURM_JOB_ID, SLURMD_NODENAME, CUDA_VISIBLE_DEVICES...) pass through.
+    slurm = {k: v for k, v in os.environ.items() if k.startswith(("SLURM", "CUDA_", "GPU_DEVICE"))}
+    env = {**slurm, **spec["env"], **extra, **published(spec.get("env_dir"))}
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
     stdout = os.open(os.path.join(out, "stdout.log"), flags, 0o600)
     stderr = os.open(os.path.join(out, "stderr.log"), flags, 0o600)
