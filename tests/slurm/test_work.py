@@ -28,8 +28,8 @@ __all__ = ["slurm_server"]  # the fixture, shared
 ROLE = "arn:aws:iam::123456789012:role/hyperpod"
 ON_CREATE = (
     "#!/bin/sh\n"
-    'echo "created on $SLURMD_NODENAME as $(id -un) until $SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP"'
-    " > created.txt\n"
+    'echo "created on $SLURMD_NODENAME as $(id -un) until '
+    '$SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP" > created.txt\n'
 )
 TRAINER = (
     'trap \'cat "$HYPERPLAN_ENV_DIR/SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP" > warned.txt; '
@@ -119,7 +119,8 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
     trainer = subprocess.Popen(
         ["runuser", "-u", team_user, "--", "srun", f"--jobid={job_id}", "--overlap", "-N1", "-n1",
          f"--chdir={trainer_home}", "sh", "trainer.sh"],
-        env={**os.environ, "SLURM_CONF": str(cluster.conf), "HYPERPLAN_ENV_DIR": str(trainer_home.parent / "env")},
+        env={**os.environ, "SLURM_CONF": str(cluster.conf),
+             "HYPERPLAN_ENV_DIR": str(trainer_home.parent / "env")},
         cwd="/tmp",
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
