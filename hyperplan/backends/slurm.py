@@ -713,7 +713,7 @@ class SlurmBackend:
             if target.step is not None:
                 self._cancel(target.step, sig)
             elif target.job_id is not None:
-                self._cancel(str(target.job_id), sig, full=isinstance(ref, TaskRef))
+                self._cancel(str(target.job_id), sig, full=isinstance(ref, TaskRef) and not target.grouped)
 
     def terminate(self, ref: Ref, grace: timedelta, env: Mapping[str, str] | None = None) -> None:
         with self._lock:
@@ -740,7 +740,10 @@ class SlurmBackend:
                     if job is not None and job.state == "PENDING":
                         self._cancel(str(target.job_id))
                     else:
-                        self._cancel(str(target.job_id), SIGTERM, full=True)
+                        # A node's batch script ends its hold on it; a sandbox's is the runner. A
+                        # group's batch script is srun, which would end its step at once: its
+                        # step's processes get the signal directly instead.
+                        self._cancel(str(target.job_id), SIGTERM, full=not target.grouped)
         self._arm(ref, order.deadline)
 
     def _arm(self, ref: Ref, deadline: float) -> None:
@@ -883,6 +886,7 @@ class SlurmBackend:
         env_dir: Path | None
         job_id: int | None
         step: str | None
+        grouped: bool = False
 
     def _target(self, ref: Ref) -> SlurmBackend._Target:
         if isinstance(ref, NodeRef):
@@ -891,7 +895,9 @@ class SlurmBackend:
         directory = self._task_dir(ref.task_id)
         record = _read(directory / "task.json") or {}
         if record.get("node_id") is None:
-            return self._Target(directory, directory / "env", self._job_id(directory), None)
+            placement = _placement_of(record.get("placement"))
+            grouped = placement is not None and placement.group is not None and placement.group_size > 1
+            return self._Target(directory, directory / "env", self._job_id(directory), None, grouped)
         node_dir = self.nodes / record["node_id"]
         started = _read(directory / "out" / "started.json")
         launch = _read(directory / "launch.json")

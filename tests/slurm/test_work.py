@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tarfile
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -143,3 +144,117 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
     assert {n["PrivateDnsHostname"] for n in running()} == set(held[rc2].nodes)
     server.set_clock(first_day + 3 * DAY)
     assert wait_until(lambda: not running() and not _jobs_of(cluster, team_user), timeout=WAIT)
+
+
+# A checkpointing trainer in plain sh (the accounts' users run the system's Python, which has no numpy):
+# one epoch every 0.5 s, its count in the checkpoint directory; on SIGTERM it says so and exits.
+TRAIN_SH = r"""
+ckpt="$SM_CHECKPOINT_DIR"; mkdir -p "$ckpt"
+n=$(cat "$ckpt/epoch" 2>/dev/null || echo 0)
+[ "$n" -gt 0 ] && echo "resuming after epoch $n"
+echo "$SM_CURRENT_HOST of $SM_HOSTS on $SLURMD_NODENAME as $(id -un),"\
+  "master $MASTER_ADDR, hosts $HYPERPLAN_HOSTS"
+trap 'echo "interrupted: saved epoch $n"; exit 0' TERM
+while [ "$n" -lt 40 ]; do
+  sleep 0.5 & wait $!
+  n=$((n + 1)); echo "$n" > "$ckpt/epoch"
+done
+echo "trained $n epochs on $SM_CURRENT_HOST" > "$SM_MODEL_DIR/model.txt"
+echo done
+"""
+
+
+def _buy_for_jobs(
+    server: Server, who: Any, name: str, count: int, hours: int, after: Any, before: Any
+) -> str:
+    client = server.sagemaker(who)
+    [offering, *_] = client.search_training_plan_offerings(
+        InstanceType="ml.p5.48xlarge", InstanceCount=count, DurationHours=hours,
+        TargetResources=["training-job"], StartTimeAfter=after, EndTimeBefore=before,
+    )["TrainingPlanOfferings"]  # fmt: skip
+    arn: str = client.create_training_plan(
+        TrainingPlanName=name, TrainingPlanOfferingId=offering["TrainingPlanOfferingId"]
+    )["TrainingPlanArn"]
+    return arn
+
+
+def test_a_two_node_training_job_is_one_slurm_job_interrupted_at_reclaim_and_resumed(
+    cluster: Cluster, slurm_server: Callable[[str], Server], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in {"HYPERPLAN_JOB_RECLAIM_GRACE": "5", "HYPERPLAN_JOB_CHECKPOINT_SYNC": "0.3"}.items():
+        monkeypatch.setenv(name, value)
+    server = slurm_server("manual")
+    first_day = boundary_after(SERVER_START + timedelta(hours=1))
+    team, other = server.new_account("team"), server.new_account("other")
+    server.sagemaker(other)  # the blocker: all four p5 nodes on the second day
+    _buy_for_jobs(server, other, "blocker", 4, 24, first_day + DAY, first_day + 2 * DAY)
+    arn = _buy_for_jobs(server, team, "split", 2, 48, first_day, first_day + 3 * DAY)
+    team_id, team_user = _user_of(server, "team")
+    rc1, rc2 = f"hp-{team_id}-split-rc1", f"hp-{team_id}-split-rc2"
+    data = server.data_dir / "s3" / "bucket" / "input" / "data.csv"
+    data.parent.mkdir(parents=True)
+    data.write_text("x,y\n1,2\n")
+    (data.parent / "train.sh").write_text(TRAIN_SH)
+    server.cli("buckets", "grant", "bucket", "team")
+    client = server.sagemaker(team)
+    client.create_training_job(
+        TrainingJobName="resumed",
+        RoleArn="arn:aws:iam::123456789012:role/DataAndAPIAccessRole",
+        AlgorithmSpecification={
+            "TrainingInputMode": "File",
+            "TrainingImage": "123456789012.dkr.ecr.us-west-2.amazonaws.com/algo-image:tag",
+            "ContainerEntrypoint": ["sh", "-c"],
+            "ContainerArguments": ['exec sh "$SM_CHANNEL_TRAINING/train.sh"'],
+        },
+        InputDataConfig=[{
+            "ChannelName": "training",
+            "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://bucket/input",
+                                            "S3DataDistributionType": "FullyReplicated"}},
+        }],
+        OutputDataConfig={"S3OutputPath": "s3://bucket/output"},
+        ResourceConfig={"InstanceType": "ml.p5.48xlarge", "InstanceCount": 2, "VolumeSizeInGB": 10,
+                        "TrainingPlanArn": arn},
+        StoppingCondition={"MaxRuntimeInSeconds": 2419200},
+        CheckpointConfig={"S3Uri": "s3://bucket/checkpoints/resumed"},
+    )  # fmt: skip
+    describe = lambda: client.describe_training_job(TrainingJobName="resumed")  # noqa: E731
+    stored = server.data_dir / "s3" / "bucket" / "checkpoints" / "resumed" / "epoch"
+
+    def epochs() -> int:
+        return int(stored.read_text()) if stored.exists() and stored.read_text().strip() else 0
+
+    # The first segment: one Slurm job of two whole nodes in rc1, as the account's user.
+    server.set_clock(first_day + timedelta(minutes=1))
+    assert wait_until(lambda: describe()["SecondaryStatus"] == "Training", timeout=WAIT), describe()
+    running = lambda: [j for j in _jobs_of(cluster, team_user) if j["state"] == "RUNNING"]  # noqa: E731
+    assert wait_until(running, timeout=WAIT), _jobs_of(cluster, team_user)
+    jobs = _jobs_of(cluster, team_user)
+    assert len(jobs) == 1 and jobs[0]["reservation"] == rc1, jobs
+    assert set(cluster.client.run("scontrol", "show", "hostnames", jobs[0]["nodes"]).split()) == set(
+        _held(cluster)[rc1].nodes
+    )
+    assert wait_until(lambda: epochs() >= 2, timeout=WAIT), "no checkpoint was synced while it ran"
+
+    server.set_clock(first_day + DAY - timedelta(minutes=30))  # the first segment's reclaim time
+    assert wait_until(lambda: describe()["SecondaryStatus"] == "Pending", timeout=WAIT), describe()
+    assert wait_until(lambda: not _jobs_of(cluster, team_user), timeout=WAIT)
+    interrupted_at = epochs()
+    assert 2 <= interrupted_at < 40
+
+    server.set_clock(first_day + 2 * DAY + timedelta(minutes=1))  # the second segment, in rc2
+    assert wait_until(lambda: describe()["TrainingJobStatus"] == "Completed", timeout=90), describe()
+    job = describe()
+    statuses = [t["Status"] for t in job["SecondaryStatusTransitions"]]
+    assert statuses.count("Training") == 2, statuses
+    logs = server.cli("jobs", "logs", "resumed", credentials=team).stdout
+    assert "interrupted: saved epoch" in logs and "resuming after epoch" in logs, logs
+    assert "algo-1 of" in logs and "master 127.0.0.1" in logs and "algo-2=127.0.0.1" in logs, logs
+    second = server.cli("jobs", "logs", "resumed", "--host", "algo-2", credentials=team).stdout
+    assert "algo-2 of" in second and team_user in second
+    model = job["ModelArtifacts"]["S3ModelArtifacts"]
+    bucket, _, key = model.removeprefix("s3://").partition("/")
+    with tarfile.open(server.data_dir / "s3" / bucket / key) as tar:
+        names = [m.name for m in tar.getmembers() if m.isfile()]
+    assert "model.txt" in names, names
+    assert not _jobs_of(cluster, team_user)
+    del rc2
