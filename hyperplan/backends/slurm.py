@@ -838,7 +838,10 @@ class SlurmBackend:
         for job in self._jobs().values():
             if job.name.startswith(self.prefix) and job.state in LIVE_JOB_STATES and job.id not in recorded:
                 log.warning("cancelling stray Slurm job %s (%s)", job.id, job.name)
-                self._kill_job(job.id)
+                # Not one of ours to the end (no runner): a plain cancel, so Slurm ends every process
+                # of it (SIGTERM, SIGKILL after its KillWait); killing its batch script first would
+                # orphan the script's children.
+                self._cancel(str(job.id))
 
     def forget(self, ref: Ref) -> None:
         with self._lock:
@@ -999,9 +1002,7 @@ class SlurmBackend:
             if step.startswith(f"{job_id}.") and not step.endswith(".batch") and not step.endswith(".extern"):
                 self._cancel(step, SIGKILL)
         self._cancel(str(job_id), SIGKILL, batch=True)
-        job = self._job(job_id)
-        if job is not None and job.state == "PENDING":
-            self._cancel(str(job_id))
+        self._cancel(str(job_id))  # and cancelled: Slurm ends whatever the batch script left behind
 
     def live_jobs(self) -> list[Job]:
         """This back end's jobs Slurm still runs (or has queued), by name prefix."""

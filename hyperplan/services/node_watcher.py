@@ -67,8 +67,8 @@ def watch_nodes(runtime: ServiceContext) -> int:
             seen = runtime.backend.node_status(backend_id)
         except BackendError:
             continue  # not handed to the back end yet (a provision in flight)
-        if seen.host and seen.host != hostname:
-            hosts[node_id] = seen.host  # the machine it runs on (a Slurm node's name)
+        if seen.host and with_host(hostname, seen.host) != hostname:
+            hosts[node_id] = with_host(hostname, seen.host)
         if _store_status(seen.state, NodeStatus(current)) is not None:
             changes.append((node_id, seen.state, seen.message))
     if hosts:
@@ -78,6 +78,16 @@ def watch_nodes(runtime: ServiceContext) -> int:
                 if node is not None:
                     node.hostname = host
     return _apply(runtime, changes) if changes else 0
+
+
+def with_host(hostname: str, host: str) -> str:
+    """The node's private DNS name with the machine it runs on (a Slurm node's name) as its second
+    label: ``ip-10-1-2-3.hp-n01.us-west-2.compute.internal``. The model wants PrivateDnsHostname to
+    start with an ``ip-A-B-C-D.`` label, which a Slurm node's name rarely is; so it follows that one."""
+    label, _, rest = hostname.partition(".")
+    if rest.split(".", 1)[0] == host:
+        return hostname
+    return f"{label}.{host}.{rest}" if rest else f"{label}.{host}"
 
 
 def _store_status(state: NodeState, current: NodeStatus) -> NodeStatus | None:

@@ -92,13 +92,13 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
     jobs = _jobs_of(cluster, team_user)
     assert len(jobs) == 2 and {j["reservation"] for j in jobs} == {rc1}, jobs
     assert {j["nodes"] for j in jobs} == set(held[rc1].nodes)
-    hosts = {n["PrivateDnsHostname"] for n in running()}
-    assert hosts == set(held[rc1].nodes), hosts  # the Slurm node's name
+    hosts = {n["PrivateDnsHostname"].split(".")[1] for n in running()}
+    assert hosts == set(held[rc1].nodes), hosts  # ip-A-B-C-D.<the Slurm node's name>.<region>...
     node_id = running()[0]["InstanceId"]
     described = aws(
         "sagemaker", "describe-cluster-node", "--cluster-name", "ml-cluster", "--node-id", node_id
     )
-    host = described["NodeDetails"]["PrivateDnsHostname"]
+    host = described["NodeDetails"]["PrivateDnsHostname"].split(".")[1]
     assert host in held[rc1].nodes
 
     # OnCreate ran on the node as the account's user; `clusters exec` is a step of the node's job.
@@ -141,7 +141,7 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
     assert wait_until(lambda: len(running()) == 2, timeout=WAIT), nodes()
     held = _until(cluster, lambda h: rc2 in h)
     assert {j["reservation"] for j in _jobs_of(cluster, team_user)} == {rc2}
-    assert {n["PrivateDnsHostname"] for n in running()} == set(held[rc2].nodes)
+    assert {n["PrivateDnsHostname"].split(".")[1] for n in running()} == set(held[rc2].nodes)
     server.set_clock(first_day + 3 * DAY)
     assert wait_until(lambda: not running() and not _jobs_of(cluster, team_user), timeout=WAIT)
 
@@ -258,3 +258,77 @@ def test_a_two_node_training_job_is_one_slurm_job_interrupted_at_reclaim_and_res
     assert "model.txt" in names, names
     assert not _jobs_of(cluster, team_user)
     del rc2
+
+
+def test_hyperplan_and_slurmctld_restarted_mid_segment_lose_nothing_and_leave_no_stray_job(
+    cluster: Cluster, slurm_server: Callable[[str], Server]
+) -> None:
+    server = slurm_server("manual")
+    first_day = boundary_after(SERVER_START + timedelta(hours=1))
+    team, _other, plan = _split_plan(server, first_day)
+    team_id, team_user = _user_of(server, "team")
+    client = server.sagemaker(team)
+    client.create_cluster(
+        ClusterName="steady",
+        InstanceGroups=[{
+            "InstanceGroupName": "workers", "InstanceType": "ml.p5.48xlarge", "InstanceCount": 2,
+            "LifeCycleConfig": {"SourceS3Uri": "s3://lifecycle/src", "OnCreate": "on_create.sh"},
+            "ExecutionRole": ROLE, "ThreadsPerCore": 1, "TrainingPlanArn": plan["TrainingPlanArn"],
+        }],
+    )  # fmt: skip
+    script = server.data_dir / "s3" / "lifecycle" / "src" / "on_create.sh"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(ON_CREATE)
+    server.cli("buckets", "grant", "lifecycle", "team")
+
+    def nodes() -> dict[str, tuple[str, str]]:
+        summaries = client.list_cluster_nodes(ClusterName="steady")["ClusterNodeSummaries"]
+        return {n["InstanceId"]: (n["InstanceStatus"]["Status"], n["PrivateDnsHostname"]) for n in summaries}
+
+    def all_running() -> bool:
+        found = nodes()
+        return len(found) == 2 and {status for status, _ in found.values()} == {"Running"}
+
+    server.set_clock(first_day + timedelta(minutes=1))
+    assert wait_until(all_running, timeout=WAIT), nodes()
+    before = nodes()
+    jobs = {j["id"]: j for j in _jobs_of(cluster, team_user)}
+    assert len(jobs) == 2
+    prefix = ".".join(next(iter(jobs.values()))["name"].split(".")[:2]) + "."
+
+    # hyperplan dies; meanwhile a job with its prefix appears that it never made (a stray).
+    server.kill()
+    stray = cluster.client.run(
+        "sbatch", "--parsable", f"--job-name={prefix}n.i-stray.00000000", "-N1", "--time=10",
+        "--constraint=ml.g5.12xlarge", "--output=/dev/null", "--wrap=sleep 600",
+    ).strip()  # fmt: skip
+    server.start()
+    assert wait_until(lambda: stray not in {j.id for j in _live_jobs(cluster)} or None, timeout=WAIT)
+    assert nodes() == before  # adopted: the same nodes, on the same Slurm nodes, still Running
+    assert {j["id"] for j in _jobs_of(cluster, team_user)} == set(jobs)  # the same jobs, none new
+    node_id = next(iter(before))
+    shown = server.cli("clusters", "exec", "steady", node_id, "--", "sh", "-c", "echo $SLURM_JOB_ID",
+                       credentials=team).stdout.strip()  # fmt: skip
+    assert shown in jobs
+
+    # slurmctld restarts on its saved state: the jobs carry on, hyperplan sees them as before.
+    from tests.slurm.cluster import dev_cluster
+
+    restarted = dev_cluster("restart-controller", cluster.directory)
+    assert restarted.returncode == 0, restarted.stderr
+    assert wait_until(lambda: {j["id"] for j in _jobs_of(cluster, team_user)} == set(jobs), timeout=WAIT)
+    assert wait_until(lambda: nodes() == before, timeout=WAIT), nodes()
+    # (Not shown: `clusters exec` right after the controller restarted hung past the CLI's timeout in
+    # one run; see docs/SLURM.md, "Not done yet".)
+
+    # The segment ends: nothing of the account's is left on the cluster, nor any job with the prefix.
+    server.set_clock(first_day + DAY)
+    assert wait_until(lambda: not _jobs_of(cluster, team_user), timeout=WAIT)
+    assert wait_until(lambda: not [j for j in _live_jobs(cluster) if j.name.startswith(prefix)], timeout=WAIT)
+    del team_id
+
+
+def _live_jobs(cluster: Cluster) -> list[Any]:
+    return [
+        j for j in cluster.client.jobs() if j.state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")
+    ]
