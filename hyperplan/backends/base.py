@@ -31,6 +31,10 @@ Operating rules. Every implementation keeps them; ``tests/backends/contract.py``
    now and SIGKILL when the grace has passed, even if the server dies in between.
 6. **Thread-safe.** Methods may be called from several threads at once.
 
+Where work runs on a back end of many machines (Slurm) the caller says with a :class:`Placement` on
+the spec: the reservation, the machines' feature, and for a multi-instance job's tasks the group they
+form (one allocation of that many machines). Back ends with one machine keep it and ignore it.
+
 Errors are :class:`BackendError` and its subclasses: a back end's own failures, which the services turn
 into their own errors (nothing here is a wire error).
 

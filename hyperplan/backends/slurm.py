@@ -91,6 +91,7 @@ from hyperplan.backends.layout import (
     hand_over,
     inherited_mark,
     make_dir,
+    placement_record,
     tail,
     write_atomically,
 )
@@ -148,14 +149,6 @@ def _read(path: Path) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def _placement_record(placement: Placement | None) -> dict[str, Any] | None:
-    if placement is None:
-        return None
-    record = asdict(placement)
-    record["time_limit"] = placement.time_limit.total_seconds() if placement.time_limit else None
-    return record
-
-
 def _run_as_record(run_as: RunAs | None) -> dict[str, Any] | None:
     return asdict(run_as) if run_as is not None else None
 
@@ -196,7 +189,7 @@ class SlurmBackend:
             "on_create": spec.on_create,
             "on_create_args": list(spec.on_create_args),
             "run_as": _run_as_record(spec.run_as),
-            "placement": _placement_record(spec.placement),
+            "placement": placement_record(spec.placement),
         }
         directory = self.nodes / spec.node_id
         with self._lock:
@@ -432,7 +425,7 @@ class SlurmBackend:
             "env": dict(spec.env),
             "cwd": str(spec.cwd) if spec.cwd else None,
             "run_as": _run_as_record(spec.run_as),
-            "placement": _placement_record(spec.placement),
+            "placement": placement_record(spec.placement),
         }
         directory = self.tasks / spec.task_id
         with self._lock:
