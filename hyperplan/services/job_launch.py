@@ -113,6 +113,7 @@ def _launched(runtime: ServiceContext, job_id: int, attempt: int) -> None:
     had them terminated; instances never started are recorded as such."""
     known = _known_tasks(runtime, job_id, attempt)
     now = runtime.clock.now()
+    where = "on loopback" if runtime.slurm is None else "as one Slurm job"
     with runtime.db.write() as session:
         job = session.get(TrainingJob, job_id)
         if job is None or job.attempt != attempt or job.attempt_state != "launching":
@@ -129,7 +130,7 @@ def _launched(runtime: ServiceContext, job_id: int, attempt: int) -> None:
                 job,
                 Secondary.TRAINING,
                 f"Training: {started} instance(s) running"
-                + (f", hosts algo-1..algo-{started} on loopback." if started > 1 else "."),
+                + (f", hosts algo-1..algo-{started} {where}." if started > 1 else "."),
                 now,
             )
     runtime.wakes.jobs.notify()
