@@ -30,6 +30,7 @@ from sqlalchemy.orm import Session
 from hyperplan.backends.base import Backend
 from hyperplan.backends.composite import RoutingBackend, holds_work
 from hyperplan.backends.local import LocalBackend
+from hyperplan.backends.slurm import SlurmBackend
 from hyperplan.clock import Clock, make_clock, utcnow
 from hyperplan.core.fleet import Fleet
 from hyperplan.core.fleet_file import parse_fleet
@@ -213,7 +214,11 @@ class Application:
             db.on_insert(PlanEvent, slurm.wake.notify)
         calendar = LiveCalendar(fleet)
         events = TimedEventLoop(db, clock, {}, wake=wakes.lifecycle)
-        backend = config.backend(work_dir)
+        if slurm is not None and config.backend is local_backend:
+            # [backend] kind = "slurm": nodes and job instances are Slurm jobs (backends/slurm.py)
+            backend: Backend = SlurmBackend(work_dir / "slurm", slurm.client)
+        else:
+            backend = config.backend(work_dir)
         if config.backend is local_backend:
             backend = with_legacy_work(backend, config.data_dir)
         context = ServiceContext(

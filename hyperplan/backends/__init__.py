@@ -3,7 +3,8 @@
 The contract is :class:`~hyperplan.backends.base.Backend` (read its module docstring for the rules);
 :class:`~hyperplan.backends.local.LocalBackend` runs everything as processes on this machine, and
 :class:`~hyperplan.backends.fake.FakeBackend` keeps it all in memory for tests. Both pass the same
-contract tests (``tests/backends/contract.py``); a Slurm back end is the next to come.
+contract tests (``tests/backends/contract.py``), as does :class:`~hyperplan.backends.slurm.SlurmBackend`
+(nodes as Slurm jobs, tasks as job steps: ``tests/slurm/test_backend.py``, on the dev cluster).
 """
 
 from hyperplan.backends.base import (
@@ -21,6 +22,7 @@ from hyperplan.backends.base import (
     NodeState,
     NodeStatus,
     NodeUnavailable,
+    Placement,
     Ref,
     SpecConflict,
     TaskRef,
@@ -52,6 +54,7 @@ __all__ = [
     "NodeState",
     "NodeStatus",
     "NodeUnavailable",
+    "Placement",
     "Program",
     "Ref",
     "SpecConflict",

@@ -40,6 +40,9 @@ disk the timed log is one record a line, ``SECONDS.MICROS STREAM TEXT``: the Uni
 decimals, ``o`` or ``e``, the line's bytes without its newline; a line longer than 64 KiB is cut in
 records, a partial line is recorded when its pipe closes or after a second's wait (``timedlog.py`` says
 it all). A cursor is an opaque integer (the local back end's: a byte offset in that file), 0 at the start.
+Where work runs on a back end of many machines (Slurm) the caller says with a :class:`Placement` on
+the spec: the reservation, the machines' feature, and for a multi-instance job's tasks the group they
+form (one allocation of that many machines). Back ends with one machine keep it and ignore it.
 
 Errors are :class:`BackendError` and its subclasses: a back end's own failures, which the services turn
 into their own errors (nothing here is a wire error).
@@ -135,6 +138,34 @@ Ref = NodeRef | TaskRef
 
 
 @dataclass(frozen=True)
+class Placement:
+    """Where work runs on a back end of many machines (Slurm). The local and fake back ends keep it
+    with the spec (a different placement is a different spec) and otherwise ignore it.
+
+    ``reservation``: the Slurm reservation of the plan's segment the work must run in (None: outside
+    any, in the partition). ``constraint``: the machines' feature (the pool's instance type).
+    ``time_limit``: real time the work may run at most (on-demand work, before the next reservation on
+    its nodes); inside a reservation the back end limits it to the reservation's end itself.
+    ``group``, ``group_size``, ``group_index``: a task that is one instance of a multi-instance
+    training job: the ``group_size`` tasks of one group run as one allocation of that many whole
+    machines, task ``group_index`` on the allocation's machine of that index.
+    """
+
+    reservation: str | None = None
+    constraint: str | None = None
+    time_limit: timedelta | None = None
+    group: str | None = None
+    group_size: int = 1
+    group_index: int = 0
+
+    def __post_init__(self) -> None:
+        if self.group is not None:
+            check_id("group", self.group)
+        if self.group_size < 1 or not 0 <= self.group_index < self.group_size:
+            raise ValueError(f"group index {self.group_index} of {self.group_size}: out of range")
+
+
+@dataclass(frozen=True)
 class NodeSpec:
     """One node to provision.
 
@@ -151,6 +182,7 @@ class NodeSpec:
     on_create: str | None = None
     on_create_args: tuple[str, ...] = ()
     run_as: RunAs | None = None
+    placement: Placement | None = None
 
     def __post_init__(self) -> None:
         check_id("node id", self.node_id)
@@ -181,6 +213,8 @@ class TaskSpec:
     cwd: Path | None = None
     run_as: RunAs | None = None
     """For a sandboxed task (``node_id=None``); a task on a node runs as the node's user."""
+    placement: Placement | None = None
+    """For a sandboxed task: where its instance runs (see :class:`Placement`)."""
 
     def __post_init__(self) -> None:
         check_id("task id", self.task_id)
@@ -229,6 +263,9 @@ class TaskState(StrEnum):
 class NodeStatus:
     state: NodeState
     message: str = ""
+    host: str = field(default="", compare=False)
+    """The machine the node runs on, once known (Slurm: the node's name); "" when the back end has
+    no machines of its own (local, fake)."""
 
 
 @dataclass(frozen=True)

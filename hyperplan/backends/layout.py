@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from hyperplan.backends.base import LogStream, RunAs
+from hyperplan.backends.base import LogStream, Placement, RunAs
 
 T = TypeVar("T")
 
@@ -86,6 +86,8 @@ class NodeRecord:
     """The task a sandbox exists for; None for a node of a cluster."""
     run_as: dict[str, Any] | None = None
     """The node's OS user (a :class:`RunAs` as a dict); None: the server's own."""
+    placement: dict[str, Any] | None = None
+    """The spec's :class:`Placement` (kept for the spec's identity; one machine has nowhere else to go)."""
     created_at: float = field(default_factory=time.time, compare=False)
 
 
@@ -98,6 +100,7 @@ class TaskRecord:
     cwd: str | None
     run_as: dict[str, Any] | None = None
     """A sandboxed task's OS user, as in :class:`NodeRecord`."""
+    placement: dict[str, Any] | None = None
     created_at: float = field(default_factory=time.time, compare=False)
 
 
@@ -138,6 +141,14 @@ class TerminateOrder:
 
 def run_as_record(run_as: RunAs | None) -> dict[str, Any] | None:
     return asdict(run_as) if run_as is not None else None
+
+
+def placement_record(placement: Placement | None) -> dict[str, Any] | None:
+    if placement is None:
+        return None
+    record = asdict(placement)
+    record["time_limit"] = placement.time_limit.total_seconds() if placement.time_limit else None
+    return record
 
 
 def run_as_of(record: NodeRecord | TaskRecord) -> RunAs | None:

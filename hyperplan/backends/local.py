@@ -95,6 +95,7 @@ from hyperplan.backends.layout import (
     TerminateOrder,
     inherited_mark,
     make_dir,
+    placement_record,
     read_record,
     run_as_of,
     run_as_record,
@@ -136,6 +137,7 @@ class LocalBackend:
             list(spec.on_create_args),
             sandbox_task=None,
             run_as=run_as_record(spec.run_as),
+            placement=placement_record(spec.placement),
         )
         self._make_node(self.layout.node(spec.node_id), record)
 
@@ -186,7 +188,15 @@ class LocalBackend:
         cwd = str(spec.cwd) if spec.cwd else None
         _check_run_as(spec.run_as)
         run_as = run_as_record(spec.run_as)
-        record = TaskRecord(spec.task_id, spec.node_id, list(spec.argv), dict(spec.env), cwd, run_as)
+        record = TaskRecord(
+            spec.task_id,
+            spec.node_id,
+            list(spec.argv),
+            dict(spec.env),
+            cwd,
+            run_as,
+            placement_record(spec.placement),
+        )
         existing = read_record(files.spec, TaskRecord)
         if existing is not None and existing != record:
             raise SpecConflict(f"task {spec.task_id} exists with another spec")

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 from hyperplan.backends.base import EXPIRATION_VARIABLE, AdoptReport, BackendError, NodeRef, NodeSpec
 from hyperplan.core.status import NODE_LIFECYCLE, NodeStatus
 from hyperplan.objects.uris import StorageError
-from hyperplan.services import bucket_rights, metering, status, tenancy
+from hyperplan.services import bucket_rights, metering, slurm_placement, status, tenancy
 from hyperplan.services.cluster_records import GONE
 from hyperplan.services.cluster_request import InstanceGroupSpec
 from hyperplan.services.context import ServiceContext
@@ -57,6 +57,10 @@ def _provision(runtime: ServiceContext, node: ClusterNode, spec: InstanceGroupSp
             bucket_rights.storage_for_cluster(runtime, node.cluster_id).download_prefix(source_uri, source)
             if on_create and not (source / on_create).is_file():
                 raise StorageError(f"{source_uri.rstrip('/')}/{on_create}", "no such lifecycle script")
+        with runtime.db.read() as session:
+            group = session.get(InstanceGroup, node.group_id)
+            plan_id = group.plan_id if group is not None else None
+            where = slurm_placement.placement(runtime, session, plan_id, spec.instance_type or "")
         runtime.backend.provision(
             NodeSpec(
                 node_id=node.backend_id,
@@ -70,6 +74,7 @@ def _provision(runtime: ServiceContext, node: ClusterNode, spec: InstanceGroupSp
                 lifecycle_source=source,
                 on_create=on_create if source is not None else None,
                 run_as=owner,
+                placement=where,
             )
         )
     except (StorageError, BackendError, ValueError) as exc:

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from hyperplan.backends.base import BackendError, TaskSpec, UnknownResource
 from hyperplan.core.jobs import RUNNING, Secondary
 from hyperplan.objects.uris import StorageError
-from hyperplan.services import job_callbacks, job_records, job_status, tenancy
+from hyperplan.services import job_callbacks, job_records, job_status, slurm_placement, tenancy
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_attempt import read_attempt, storage_of
 from hyperplan.services.job_records import LIVE_INSTANCE
@@ -52,7 +52,8 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
     try:
         owner = tenancy.run_as(runtime, current.job.account_id)  # None: the server's own user
         interpreter = _interpreter(runtime, current.request)
-        for instance in current.instances:
+        count = len(current.instances)
+        for index, instance in enumerate(current.instances):
             if _known(runtime, instance.task_id):
                 continue  # started before a restart: it runs, or has run, already
             if not _wants_instances(runtime, job_id, attempt):
@@ -65,6 +66,18 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
             unreadable = tenancy.unreadable_program(contract.command.argv, spec.interpreter, owner)
             if unreadable is not None:
                 raise NoCommand(f"the program cannot be run: {unreadable}")
+            with (
+                runtime.db.read() as session
+            ):  # on Slurm: one allocation of `count` nodes in the plan's reservation
+                where = slurm_placement.placement(
+                    runtime,
+                    session,
+                    current.job.plan_id,
+                    current.job.instance_type,
+                    group=f"job-{job_id}-attempt-{attempt}",
+                    group_size=count,
+                    group_index=index,
+                )
             specs.append(
                 TaskSpec(
                     instance.task_id,
@@ -73,6 +86,7 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
                     contract.process_environment({}),
                     contract.command.cwd,
                     owner,
+                    where,
                 )
             )
     except (StorageError, NoCommand, UnsupportedInput, OSError, ValueError) as exc:
@@ -99,6 +113,7 @@ def _launched(runtime: ServiceContext, job_id: int, attempt: int) -> None:
     had them terminated; instances never started are recorded as such."""
     known = _known_tasks(runtime, job_id, attempt)
     now = runtime.clock.now()
+    where = "on loopback" if runtime.slurm is None else "as one Slurm job"
     with runtime.db.write() as session:
         job = session.get(TrainingJob, job_id)
         if job is None or job.attempt != attempt or job.attempt_state != "launching":
@@ -115,7 +130,7 @@ def _launched(runtime: ServiceContext, job_id: int, attempt: int) -> None:
                 job,
                 Secondary.TRAINING,
                 f"Training: {started} instance(s) running"
-                + (f", hosts algo-1..algo-{started} on loopback." if started > 1 else "."),
+                + (f", hosts algo-1..algo-{started} {where}." if started > 1 else "."),
                 now,
             )
     runtime.wakes.jobs.notify()

@@ -57,18 +57,37 @@ def watch_nodes(runtime: ServiceContext) -> int:
     """One pass: read the back end's state of every node not yet gone; returns how many changed."""
     with runtime.db.read() as session:
         watched = [
-            (n.id, n.backend_id, n.status)
+            (n.id, n.backend_id, n.status, n.hostname)
             for n in session.scalars(select(ClusterNode).where(ClusterNode.status != GONE))
         ]
     changes = []
-    for node_id, backend_id, current in watched:
+    hosts = {}
+    for node_id, backend_id, current, hostname in watched:
         try:
             seen = runtime.backend.node_status(backend_id)
         except BackendError:
             continue  # not handed to the back end yet (a provision in flight)
+        if seen.host and with_host(hostname, seen.host) != hostname:
+            hosts[node_id] = with_host(hostname, seen.host)
         if _store_status(seen.state, NodeStatus(current)) is not None:
             changes.append((node_id, seen.state, seen.message))
+    if hosts:
+        with runtime.db.write() as session:
+            for node_id, host in hosts.items():
+                node = session.get(ClusterNode, node_id)
+                if node is not None:
+                    node.hostname = host
     return _apply(runtime, changes) if changes else 0
+
+
+def with_host(hostname: str, host: str) -> str:
+    """The node's private DNS name with the machine it runs on (a Slurm node's name) as its second
+    label: ``ip-10-1-2-3.hp-n01.us-west-2.compute.internal``. The model wants PrivateDnsHostname to
+    start with an ``ip-A-B-C-D.`` label, which a Slurm node's name rarely is; so it follows that one."""
+    label, _, rest = hostname.partition(".")
+    if rest.split(".", 1)[0] == host:
+        return hostname
+    return f"{label}.{host}.{rest}" if rest else f"{label}.{host}"
 
 
 def _store_status(state: NodeState, current: NodeStatus) -> NodeStatus | None:

@@ -373,6 +373,8 @@ def slurm_conf(layout: Layout, ports: list[int], munge_socket: Path | None) -> s
         "SelectTypeParameters=CR_Core_Memory",
         "DefMemPerCPU=1024",
         "SchedulerParameters=sched_interval=5,bf_interval=5",
+        # A cancelled job's processes that ignore SIGTERM are killed this long after it (default 30 s).
+        "KillWait=1",
         "AccountingStorageType=accounting_storage/none",
         "JobAcctGatherType=jobacct_gather/none",
         "JobCompType=jobcomp/none",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from signal import SIGKILL, SIGTERM
@@ -29,6 +30,7 @@ from hyperplan.backends import (
     NodeState,
     NodeStatus,
     NodeUnavailable,
+    Placement,
     Program,
     SpecConflict,
     TaskRef,
@@ -169,6 +171,8 @@ class BackendContract:
         harness.backend.provision(spec)
         with pytest.raises(SpecConflict):
             harness.backend.provision(NodeSpec(NODE, "ip-10-1-0-2", INSTANCE_TYPE))
+        with pytest.raises(SpecConflict):  # where it runs is part of the spec
+            harness.backend.provision(replace(spec, placement=Placement(constraint=INSTANCE_TYPE)))
 
     def test_unknown_ids(self, harness: Harness) -> None:
         backend = harness.backend

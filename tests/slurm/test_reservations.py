@@ -64,6 +64,10 @@ def slurm_server(cluster: Cluster, tmp_path: Path) -> Iterator[Callable[[str], S
         for server in started:
             users = [a["OsUser"] for a in _accounts(server) if a.get("OsUser")] if server.process else []
             server.close()
+            for user in users:  # its Slurm jobs first (a job holds its reservation and its user)
+                with contextlib.suppress(SlurmError):  # (a test may have removed the user already)
+                    cluster.client.run("scancel", "--full", "--signal=KILL", f"--user={user}")
+                    cluster.client.run("scancel", f"--user={user}")
             for user in users:
                 subprocess.run(["userdel", user], capture_output=True, check=False, timeout=60)
             assert not [user for user in users if exists(user)]

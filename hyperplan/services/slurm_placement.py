@@ -1,0 +1,52 @@
+"""Where a node or a job's instances run on a Slurm fleet: the Slurm reservation of the plan's current
+segment (``hp-<account id>-<plan name>-rc<N>``, see ``slurm_reservations``), and the pool's node feature.
+None on the local back end, which runs everything on this machine."""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from hyperplan.backends.base import Placement
+from hyperplan.services.context import ServiceContext
+from hyperplan.services.slurm_reservations import reservation_name
+from hyperplan.store.schema import ReservedCapacity, TrainingPlan
+
+
+def placement(
+    runtime: ServiceContext,
+    session: Session,
+    plan_id: int | None,
+    instance_type: str,
+    group: str | None = None,
+    group_size: int = 1,
+    group_index: int = 0,
+) -> Placement | None:
+    if runtime.slurm is None:
+        return None
+    pools = runtime.fleet.pools_of_type(instance_type)
+    feature = next((pool.feature or pool.instance_type for pool in pools), instance_type)
+    reservation = None
+    if plan_id is not None:
+        now = runtime.clock.now()
+        plan = session.get(TrainingPlan, plan_id)
+        capacity = session.scalars(
+            select(ReservedCapacity)
+            .where(
+                ReservedCapacity.plan_id == plan_id,
+                ReservedCapacity.holds_capacity.is_(True),
+                ReservedCapacity.instance_type == instance_type,
+                ReservedCapacity.start <= now,
+                ReservedCapacity.end > now,
+            )
+            .order_by(ReservedCapacity.ordinal)
+        ).first()
+        if plan is not None and capacity is not None:
+            reservation = reservation_name(plan.account_id, plan.name, capacity.ordinal)
+    return Placement(
+        reservation=reservation,
+        constraint=feature,
+        group=group if group_size > 1 else None,
+        group_size=group_size if group_size > 1 else 1,
+        group_index=group_index if group_size > 1 else 0,
+    )
