@@ -132,7 +132,7 @@ def test_the_public_surface() -> None:
         *("Backend", "LocalBackend", "FakeBackend", "FakeWorld", "Program"),
         *("NodeSpec", "TaskSpec", "NodeRef", "TaskRef", "Ref"),
         *("NodeState", "NodeStatus", "TaskState", "TaskStatus", "LogStream", "LogChunk", "ExecResult"),
-        *("TimedLine", "TimedLines"),
+        *("TimedLine", "TimedLines", "Placement"),
         *("AdoptReport", "BackendError", "UnknownResource", "SpecConflict", "NodeUnavailable"),
         *("EXPIRATION_VARIABLE", "ENV_DIR_VARIABLE", "EXEC_OUTPUT_LIMIT"),
     }
