@@ -10,7 +10,6 @@ offering the buyer chooses is bought with CreateTrainingPlan's service. Nothing 
 from __future__ import annotations
 
 import json
-import logging
 import os
 import sys
 import tempfile
@@ -129,6 +128,8 @@ def quiet_highs() -> None:
 
 @contextmanager
 def _application(fleet: Fleet, start: datetime) -> Iterator[Any]:
+    import logging  # here, as the runtime is: other commands start without it (tests/cli/test_startup.py)
+
     from hyperplan.app import AppConfig, Application
 
     quiet = logging.getLogger("hyperplan")
