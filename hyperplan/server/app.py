@@ -1,4 +1,4 @@
-"""The HTTP application: the SageMaker endpoint, the native API and the health check."""
+"""The HTTP application: the SageMaker endpoint, the native API, S3, the console and the health check."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hyperplan.console.app import routes as console_routes
 from hyperplan.errors import HyperplanError, MethodNotAllowed, UnknownRoute
@@ -20,8 +21,10 @@ from hyperplan.server import native, native_buckets, native_users, native_webhoo
 from hyperplan.server.body_limit import BodyLimit
 from hyperplan.server.errors import error_response_for_path
 from hyperplan.server.limits import ServerLimits
+from hyperplan.server.s3 import endpoint as s3_endpoint
 from hyperplan.server.sagemaker import sagemaker_endpoint
 from hyperplan.services.context import ServiceContext
+from hyperplan.wire import sigv4
 
 
 class Lifespan(Protocol):
@@ -55,6 +58,40 @@ async def healthz(request: Request) -> Response:
     )
 
 
+_NOT_S3_PREFIXES = ("/console", "/api/")
+
+
+def is_s3(scope: Scope) -> bool:
+    """Whether S3 answers the request: its SigV4 credential scope names the service ``s3`` (in the
+    Authorization header or the ``X-Amz-Credential`` query parameter); or it is unsigned and looks like
+    S3's (not the health check, the console, the native API or a SageMaker POST /), so that S3 refuses
+    it with its own AccessDenied."""
+    headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+    service = sigv4.credential_service(headers, scope.get("query_string", b"").decode("latin-1"))
+    if service is not None:
+        return service == "s3"
+    path = scope["path"]
+    if path == "/healthz" or path.startswith(_NOT_S3_PREFIXES):
+        return False
+    return not (scope["method"] == "POST" and path == "/")
+
+
+class S3Dispatch:
+    """S3's requests go to server/s3 before the JSON APIs' body cap (server/body_limit.py): S3 streams
+    its bodies to disk under limits of its own."""
+
+    def __init__(self, app: ASGIApp, context: ServiceContext, limits: ServerLimits) -> None:
+        self.app = app
+        self.context = context
+        self.limits = limits
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and is_s3(scope):
+            await s3_endpoint.serve(scope, receive, send, self.context, self.limits)
+            return
+        await self.app(scope, receive, send)
+
+
 def create_app(
     context: ServiceContext, life: Lifespan | None = None, limits: ServerLimits | None = None
 ) -> Starlette:
@@ -80,8 +117,13 @@ def create_app(
         *native_users.routes(),
         *console_routes(),  # the web console under /console (hyperplan/console)
     ]
-    # Every route's body is capped and read here, once, before any handler or authentication runs.
-    middleware = [Middleware(BodyLimit, limits=limits or ServerLimits())]
+    limits = limits or ServerLimits()
+    # Every route's body is capped and read here, once, before any handler or authentication runs; but
+    # S3's, which goes to its own endpoint first.
+    middleware = [
+        Middleware(S3Dispatch, context=context, limits=limits),
+        Middleware(BodyLimit, limits=limits),
+    ]
     handlers = {404: no_route, 405: no_route}
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan, exception_handlers=handlers)
     app.state.runtime = context  # what every handler and service works with
