@@ -64,8 +64,9 @@ _NOT_S3_PREFIXES = ("/console", "/api/")
 def is_s3(scope: Scope) -> bool:
     """Whether S3 answers the request: its SigV4 credential scope names the service ``s3`` (in the
     Authorization header or the ``X-Amz-Credential`` query parameter); or it is unsigned and looks like
-    S3's (not the health check, the console, the native API or a SageMaker POST /), so that S3 refuses
-    it with its own AccessDenied."""
+    S3's (not the health check, the console or the native API, and a POST only with S3's ``?delete``,
+    ``?uploads`` or ``?uploadId``; other POSTs are SageMaker's), so that S3 refuses it with its own
+    AccessDenied."""
     headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
     service = sigv4.credential_service(headers, scope.get("query_string", b"").decode("latin-1"))
     if service is not None:
@@ -73,7 +74,16 @@ def is_s3(scope: Scope) -> bool:
     path = scope["path"]
     if path == "/healthz" or path.startswith(_NOT_S3_PREFIXES):
         return False
-    return not (scope["method"] == "POST" and path == "/")
+    if scope["method"] == "POST":  # SageMaker's, unless it is one of S3's POSTs
+        return any(name in _S3_POSTS for name in _query_names(scope.get("query_string", b"")))
+    return True
+
+
+_S3_POSTS = frozenset({"delete", "uploads", "uploadId"})
+
+
+def _query_names(raw: bytes) -> list[str]:
+    return [part.split(b"=", 1)[0].decode("latin-1") for part in raw.split(b"&") if part]
 
 
 class S3Dispatch:
