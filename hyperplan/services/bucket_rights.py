@@ -402,6 +402,11 @@ def served_bucket(runtime: ServiceContext, caller: Caller, bucket: str, need: Ri
     if rights.decide(bucket, need, held=True) is Decision.DENIED:
         raise BucketAccessDenied(denial(f"{SCHEME}{bucket}", bucket, rights.account_name, need))
     if isinstance(where, DirectoryBucket):
+        if need is Right.WRITE and not Path(where.path).is_dir():
+            raise InvalidS3Request(
+                f"Bucket {bucket!r} is mapped to {where.path}, which is not a directory; the fleet file's "
+                "administrator makes it."
+            )
         return ServedBucket(bucket, Path(where.path), created_on_write=False)
     return ServedBucket(bucket, buckets.default_directory(bucket), created_on_write=True)
 

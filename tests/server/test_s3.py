@@ -25,6 +25,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from hyperplan.server.limits import MIB, ServerLimits
 from hyperplan.signing import Credentials
 from hyperplan.wire import s3_model
 from tests.harness import ADMIN, REGION
@@ -78,7 +79,10 @@ def server(tmp_path_factory: pytest.TempPathFactory, store_templates: Templates)
         SMALL_FLEET.read_text()
         + f'\n[buckets.elsewhere]\nendpoint_url = "http://127.0.0.1:9"\nregion = "{REGION}"\n'
     )
-    started = InProcessServer(data_dir=directory / "data", templates=store_templates, fleet=fleet).start()
+    limits = ServerLimits(s3_max_body_bytes=7 * MIB)  # S3's cap, low enough to pass in a test
+    started = InProcessServer(
+        data_dir=directory / "data", templates=store_templates, fleet=fleet, limits=limits
+    ).start()
     yield started
     started.close()
 
@@ -235,6 +239,9 @@ def test_boto3_objects_listing_ranges_copies_and_s3_errors(server: InProcessServ
         400,
         "InvalidArgument",
     )
+    too_big = _error(lambda: client.put_object(Bucket="things", Key="huge", Body=b"x" * (7 * MIB + 1)))
+    assert too_big[:2] == (400, "EntityTooLarge") and "7340032 bytes (7 MiB)" in too_big[2]
+    assert _error(lambda: client.list_objects_v2(Bucket="things", MaxKeys=-1))[:2] == (400, "InvalidArgument")
     wrong_md5 = base64.b64encode(hashlib.md5(b"other").digest()).decode()
     assert _error(lambda: client.put_object(Bucket="things", Key="x", Body=b"x", ContentMD5=wrong_md5))[
         :2

@@ -421,6 +421,8 @@ async def head_bucket(call: Call) -> Response:
 
 async def delete_bucket(call: Call) -> Response:
     await run_in_threadpool(bucket_rights.delete_served_bucket, call.runtime, call.caller, call.bucket)
+    for upload in await run_in_threadpool(files.uploads_of, call.runtime.data_dir, call.bucket):
+        await run_in_threadpool(files.remove_upload, upload)  # its unfinished uploads go with it
     return Response(b"", status_code=204)
 
 
@@ -439,9 +441,17 @@ async def _listing(call: Call, prefix: str) -> list[tuple[str, files.ObjectInfo]
     return await run_in_threadpool(lambda: list(files.keys_under(served.root, prefix)))
 
 
+def _count(call: Call, name: str, default: int, *, cap: int = s3_listing.MAX_KEYS) -> int:
+    """A count from the query string (already a whole number by the model's check), at most `cap`."""
+    text = call.request.query.get(name)
+    number = default if not text else int(text)
+    if number < 0:
+        raise InvalidArgument(f"{name} must not be negative; got {number}.")
+    return min(number, cap)
+
+
 def _max_keys(call: Call) -> int:
-    text = call.request.query.get("max-keys")
-    return s3_listing.MAX_KEYS if text is None else min(int(text), s3_listing.MAX_KEYS)
+    return _count(call, "max-keys", s3_listing.MAX_KEYS)
 
 
 def _listed(encode: bool) -> Callable[[str], str]:
@@ -837,9 +847,8 @@ async def abort_multipart_upload(call: Call) -> Response:
 async def list_parts(call: Call) -> Response:
     await call.bucket_for(Right.READ)
     upload = await _upload(call)
-    query = call.request.query
-    marker = int(query.get("part-number-marker") or 0)
-    max_parts = min(int(query.get("max-parts") or 1000), 1000)
+    marker = _count(call, "part-number-marker", 0, cap=files.MAX_PARTS)
+    max_parts = _count(call, "max-parts", 1000)
     found = [part for part in await run_in_threadpool(files.parts, upload) if part.number > marker]
     shown, truncated = found[:max_parts], len(found) > max_parts
     inner = _el("Bucket", call.bucket) + _el("Key", call.key) + _el("UploadId", upload.upload_id)
