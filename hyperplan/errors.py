@@ -12,6 +12,7 @@ responses; anything else that escapes a handler is a bug and becomes a logged 50
     ├── ResourceLimitExceeded      ResourceLimitExceeded          400  capacity or quota exhausted
     ├── Conflict                   ConflictException              400  state does not allow the change
     ├── BucketAlreadyExists        BucketAlreadyExists            409  a bucket of that name exists (S3's)
+    │   └── BucketAlreadyYours     BucketAlreadyExists            409  the caller's own (S3: ...OwnedByYou)
     ├── ProtocolError              (request could not be understood)
     │   ├── UnknownOperation       UnknownOperationException      400
     │   ├── UnknownRoute           UnknownOperationException      404  no such path
@@ -23,9 +24,19 @@ responses; anything else that escapes a handler is a bug and becomes a logged 50
     │   ├── MissingAuthenticationToken  MissingAuthenticationTokenException  403
     │   ├── UnrecognizedClient     UnrecognizedClientException    403
     │   ├── InvalidSignature       InvalidSignatureException      403
+    │   │   └── SignatureExpired   InvalidSignatureException      403  outside its time (S3: AccessDenied)
     │   └── AccessDenied           AccessDeniedException          403  not an administrator
     │       └── BucketAccessDenied AccessDeniedException          403  S3's AccessDenied: the account may
     │                                                                  not use the bucket the URI names
+    ├── S3Error                    (S3's own codes, answered as S3's XML by server/s3)
+    │   ├── NoSuchBucket, NoSuchKey, NoSuchUpload                 404
+    │   ├── BucketNotEmpty                                        409
+    │   ├── InvalidRange                                          416
+    │   ├── BadDigest, InvalidDigest, ContentSha256Mismatch (XAmzContentSHA256Mismatch), EntityTooLarge,
+    │   │   EntityTooSmall, IncompleteBody, InvalidBucketName, InvalidArgument, InvalidS3Request
+    │   │   (InvalidRequest), MalformedXML, InvalidPart, InvalidPartOrder       400
+    │   ├── S3NotImplemented       NotImplemented                 501
+    │   └── S3MethodNotAllowed     MethodNotAllowed               405
     ├── ServiceUnavailable         ServiceUnavailable             503  the server is stopping; try again
     ├── MasterKeyUnavailable       MasterKeyUnavailable           500  the key file that opens the store's
     │                                                                  secrets is missing, unreadable or wrong
@@ -87,6 +98,10 @@ class BucketAlreadyExists(HyperplanError):
     status = 409
 
 
+class BucketAlreadyYours(BucketAlreadyExists):
+    """The caller's own bucket (S3 answers BucketAlreadyOwnedByYou)."""
+
+
 class ProtocolError(HyperplanError):
     status = 400
 
@@ -135,6 +150,10 @@ class InvalidSignature(AuthError):
     code = "InvalidSignatureException"
 
 
+class SignatureExpired(InvalidSignature):
+    """A signature outside its time: past a presigned URL's expiry, or too far from the server's clock."""
+
+
 class AccessDenied(AuthError):
     code = "AccessDeniedException"
 
@@ -148,6 +167,97 @@ class Throttling(HyperplanError):
 
 class BucketAccessDenied(AccessDenied):
     """S3's AccessDenied for a bucket the account may not read (or write); the message names the URI."""
+
+
+# -- S3's own refusals (server/s3), each with S3's code and status --------------------------------------
+
+
+class S3Error(HyperplanError):
+    code = "InvalidRequest"
+    status = 400
+
+
+class NoSuchBucket(S3Error):
+    code = "NoSuchBucket"
+    status = 404
+
+
+class NoSuchKey(S3Error):
+    code = "NoSuchKey"
+    status = 404
+
+
+class NoSuchUpload(S3Error):
+    code = "NoSuchUpload"
+    status = 404
+
+
+class BucketNotEmpty(S3Error):
+    code = "BucketNotEmpty"
+    status = 409
+
+
+class InvalidRange(S3Error):
+    code = "InvalidRange"
+    status = 416
+
+
+class BadDigest(S3Error):
+    code = "BadDigest"
+
+
+class InvalidDigest(S3Error):
+    code = "InvalidDigest"
+
+
+class ContentSha256Mismatch(S3Error):
+    code = "XAmzContentSHA256Mismatch"
+
+
+class EntityTooLarge(S3Error):
+    code = "EntityTooLarge"
+
+
+class EntityTooSmall(S3Error):
+    code = "EntityTooSmall"
+
+
+class IncompleteBody(S3Error):
+    code = "IncompleteBody"
+
+
+class InvalidBucketName(S3Error):
+    code = "InvalidBucketName"
+
+
+class InvalidArgument(S3Error):
+    code = "InvalidArgument"
+
+
+class InvalidS3Request(S3Error):
+    code = "InvalidRequest"
+
+
+class MalformedXML(S3Error):
+    code = "MalformedXML"
+
+
+class InvalidPart(S3Error):
+    code = "InvalidPart"
+
+
+class InvalidPartOrder(S3Error):
+    code = "InvalidPartOrder"
+
+
+class S3NotImplemented(S3Error):
+    code = "NotImplemented"
+    status = 501
+
+
+class S3MethodNotAllowed(S3Error):
+    code = "MethodNotAllowed"
+    status = 405
 
 
 class ServiceUnavailable(HyperplanError):

@@ -133,6 +133,22 @@ def serve(
             help="Open connections beyond which a new request is answered 503 at once.",
         ),
     ] = ServerLimits.max_connections,
+    s3_max_body_bytes: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            envvar="HYPERPLAN_S3_MAX_BODY_BYTES",
+            help="Largest S3 request body (an object or a part), in bytes; streamed to disk, never held.",
+        ),
+    ] = ServerLimits.s3_max_body_bytes,
+    s3_body_timeout: Annotated[
+        float,
+        typer.Option(
+            min=0.001,
+            envvar="HYPERPLAN_S3_BODY_TIMEOUT",
+            help="Seconds an S3 request's body may take in all (and --body-timeout without a byte).",
+        ),
+    ] = ServerLimits.s3_body_timeout,
     database_url: Annotated[
         str | None,
         typer.Option(
@@ -224,7 +240,9 @@ def serve(
     try:
         from hyperplan.server.header_deadline import header_deadline_protocol
 
-        limits = ServerLimits(max_body_bytes, header_timeout, body_timeout, max_connections)
+        limits = ServerLimits(
+            max_body_bytes, header_timeout, body_timeout, max_connections, s3_max_body_bytes, s3_body_timeout
+        )
         app = create_app(context, application, limits)
         serve_app(
             application.request_stop,

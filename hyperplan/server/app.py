@@ -1,5 +1,5 @@
-"""The HTTP application: the AWS endpoint (SageMaker, CloudWatch Logs, STS), the native API, the console
-and the health check."""
+"""The HTTP application: the AWS endpoint (SageMaker, CloudWatch Logs, STS, S3), the native API, the
+console and the health check."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp
 
 from hyperplan.console.app import routes as console_routes
 from hyperplan.errors import HyperplanError, MethodNotAllowed, UnknownRoute
@@ -22,7 +21,7 @@ from hyperplan.server import native, native_buckets, native_users, native_webhoo
 from hyperplan.server.body_limit import BodyLimit
 from hyperplan.server.errors import error_response_for_path
 from hyperplan.server.limits import ServerLimits
-from hyperplan.server.routing import ServiceRouter, aws_endpoint
+from hyperplan.server.routing import S3Dispatch, aws_endpoint
 from hyperplan.services.context import ServiceContext
 
 
@@ -58,14 +57,10 @@ async def healthz(request: Request) -> Response:
 
 
 def create_app(
-    context: ServiceContext,
-    life: Lifespan | None = None,
-    limits: ServerLimits | None = None,
-    s3: ASGIApp | None = None,
+    context: ServiceContext, life: Lifespan | None = None, limits: ServerLimits | None = None
 ) -> Starlette:
     """The app over an opened context; `life` (the composition root) is started and stopped with the
-    server. Without it nothing is started: an app only to read its routes. `s3`: the S3 API's app, which
-    takes every request signed for S3 (server/routing.py)."""
+    server. Without it nothing is started: an app only to read its routes."""
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -86,8 +81,13 @@ def create_app(
         *native_users.routes(),
         *console_routes(),  # the web console under /console (hyperplan/console)
     ]
-    # Every route's body is capped and read here, once, before any handler or authentication runs.
-    middleware = [Middleware(ServiceRouter, s3=s3), Middleware(BodyLimit, limits=limits or ServerLimits())]
+    limits = limits or ServerLimits()
+    # Every route's body is capped and read here, once, before any handler or authentication runs; but
+    # S3's, which goes to its own endpoint first (server/routing.py) and streams its bodies to disk.
+    middleware = [
+        Middleware(S3Dispatch, context=context, limits=limits),
+        Middleware(BodyLimit, limits=limits),
+    ]
     handlers = {404: no_route, 405: no_route}
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan, exception_handlers=handlers)
     app.state.runtime = context  # what every handler and service works with

@@ -3,10 +3,13 @@
 Also which API demands what of a signature (``wire/sigv4.py`` always demands ``host``, ``x-amz-date``
 and the real body hash). The SageMaker and CloudWatch Logs APIs pick their operation from
 ``X-Amz-Target``, so that header must be signed; STS takes its from the signed body. None of these
-APIs has a use for presigned URLs: no route is meant to be opened from a link.
+APIs has a use for presigned URLs: no route is meant to be opened from a link. S3 (server/s3) follows
+S3's own rules: :func:`authenticate_s3`.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 from starlette.requests import Request
 
@@ -15,7 +18,7 @@ from hyperplan.errors import AccessDenied
 from hyperplan.services import account_views
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
-from hyperplan.wire import sigv4
+from hyperplan.wire import sigv2, sigv4
 
 SIGNING_SERVICE = "sagemaker"
 NATIVE_PREFIX = "/api/"
@@ -80,3 +83,55 @@ def authenticate(
 def require_admin(caller: Caller) -> None:
     if not caller.is_admin:
         raise AccessDenied(f"Account {caller.account_name!r} is not an administrator.")
+
+
+def authenticate_s3(
+    runtime: ServiceContext, request: sigv4.SignedRequest
+) -> tuple[Caller, sigv4.S3Signature]:
+    """S3's SigV4 (``wire/sigv4.verify_s3``): the same keys, S3's rules for the path and the payload; the
+    body is checked as it streams (server/s3/body.py), with what the signature returned."""
+    found: dict[str, Caller] = {}
+
+    def lookup_secret(access_key_id: str) -> str | None:
+        entry = runtime.keys.get(access_key_id, lambda key: account_views.caller_for_key(runtime, key))
+        if entry is None:
+            return None
+        secret, caller = entry
+        found[access_key_id] = caller
+        return secret
+
+    signature = sigv4.verify_s3(request, lookup_secret=lookup_secret, region=runtime.region, now=utcnow())
+    return found[signature.access_key], signature
+
+
+def authenticate_s3_v2(
+    runtime: ServiceContext,
+    claim: sigv2.PresignedV2,
+    method: str,
+    resource_path: str,
+    raw_query: str,
+    headers: Mapping[str, str],
+) -> tuple[Caller, sigv4.S3Signature]:
+    """A presigned URL of Signature Version 2 (``wire/sigv2.py``): what botocore presigns S3 URLs with
+    for an endpoint URL unless told s3v4. Its body, if any, is unsigned, as with any presigned URL."""
+    found: dict[str, Caller] = {}
+
+    def lookup_secret(access_key_id: str) -> str | None:
+        entry = runtime.keys.get(access_key_id, lambda key: account_views.caller_for_key(runtime, key))
+        if entry is None:
+            return None
+        secret, caller = entry
+        found[access_key_id] = caller
+        return secret
+
+    access_key = sigv2.verify_presigned(
+        claim,
+        method=method,
+        resource_path=resource_path,
+        raw_query=raw_query,
+        headers=headers,
+        lookup_secret=lookup_secret,
+        now=utcnow(),
+    )
+    signature = sigv4.S3Signature(access_key, sigv4.UNSIGNED_PAYLOAD, True, "", b"", "", "")
+    return found[access_key], signature

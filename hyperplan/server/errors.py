@@ -1,5 +1,5 @@
 """The one place that turns errors into responses, for every API: SageMaker's and CloudWatch Logs'
-(awsJson1.1), STS's (the query protocol's XML) and the native API's.
+(awsJson1.1), STS's (the query protocol's XML), S3's (its XML) and the native API's.
 
 A HyperplanError keeps its code, status and message. Anything else is a bug: it is logged with its
 traceback and answered as a 500 InternalFailure that says so, never with the exception's text.
@@ -12,7 +12,21 @@ from xml.sax.saxutils import escape
 
 from starlette.responses import JSONResponse, Response
 
-from hyperplan.errors import HyperplanError, InternalFailure
+from hyperplan.errors import (
+    AccessDenied,
+    BucketAlreadyYours,
+    HyperplanError,
+    InternalFailure,
+    InvalidSignature,
+    MissingAuthenticationToken,
+    RequestTimeout,
+    RequestTooLarge,
+    S3Error,
+    SignatureExpired,
+    Throttling,
+    UnrecognizedClient,
+    ValidationError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -102,3 +116,49 @@ def error_response_for_path(path: str, exc: BaseException, request_id: str) -> J
     if path.startswith(NATIVE_PATH_PREFIX):
         return native_error_response(exc, request_id)
     return sagemaker_error_response(exc, request_id)
+
+
+S3_XML = "application/xml"
+
+
+def _s3_code(error: HyperplanError) -> tuple[str, int]:
+    """S3's code and status for an error: its own, or the nearest S3 says for the shared ones."""
+    if isinstance(error, S3Error):
+        return error.code, error.status
+    if isinstance(error, BucketAlreadyYours):
+        return "BucketAlreadyOwnedByYou", 409
+    if isinstance(error, (MissingAuthenticationToken, AccessDenied, SignatureExpired)):
+        return "AccessDenied", 403
+    if isinstance(error, UnrecognizedClient):
+        return "InvalidAccessKeyId", 403
+    if isinstance(error, InvalidSignature):
+        return "SignatureDoesNotMatch", 403
+    if isinstance(error, RequestTooLarge):
+        return "EntityTooLarge", 400
+    if isinstance(error, RequestTimeout):
+        return "RequestTimeout", 400
+    if isinstance(error, Throttling):
+        return "SlowDown", 503
+    if isinstance(error, ValidationError):
+        return "InvalidArgument", 400
+    if error.status >= 500:
+        return ("InternalError", 500) if isinstance(error, InternalFailure) else (error.code, error.status)
+    return error.code, error.status
+
+
+def s3_error_response(
+    exc: BaseException, request_id: str, resource: str = "", *, head: bool = False
+) -> Response:
+    """S3's REST-XML error: ``<Error><Code/><Message/><Resource/><RequestId/></Error>``; a HEAD's answer
+    has no body (botocore then reads the code from the status)."""
+    error = as_hyperplan_error(exc, request_id)
+    code, status = _s3_code(error)
+    headers = {"x-amz-request-id": request_id}
+    if head:
+        return Response(b"", status_code=status, headers=headers)
+    body = (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f"<Error><Code>{escape(code)}</Code><Message>{escape(error.message)}</Message>"
+        f"<Resource>{escape(resource)}</Resource><RequestId>{request_id}</RequestId></Error>"
+    )
+    return Response(body.encode(), status_code=status, media_type=S3_XML, headers=headers)

@@ -6,40 +6,24 @@ part says which API the client means: ``sagemaker`` (the SageMaker API on POST /
 under /api/v1/), ``logs`` (CloudWatch Logs on POST /), ``sts`` (STS on POST /), ``s3`` (S3, on any path).
 The scope read here is only a hint for routing: each API verifies the whole signature for its own
 service, so a request that lies about its scope fails there. Unsigned requests reach only /healthz and
-the console (and the SageMaker adapter, which refuses them as AWS does).
+the console (and the SageMaker adapter, which refuses them as AWS does); an unsigned request that looks
+like S3's gets S3's AccessDenied.
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from urllib.parse import parse_qsl
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from hyperplan.server.limits import ServerLimits
+from hyperplan.server.s3 import endpoint as s3_endpoint
 from hyperplan.server.sagemaker import logs_endpoint, sagemaker_endpoint
 from hyperplan.server.sts import sts_endpoint
+from hyperplan.services.context import ServiceContext
+from hyperplan.wire.sigv4 import credential_service
 
 S3_SERVICE = "s3"
-
-
-def credential_service(headers: Mapping[str, str], query: str = "") -> str | None:
-    """The service of the request's credential scope, or None when it carries none (unsigned)."""
-    authorization = headers.get("authorization")
-    credential: str | None = None
-    if authorization is not None:
-        for part in authorization.partition(" ")[2].split(","):
-            name, _, value = part.strip().partition("=")
-            if name == "Credential":
-                credential = value.strip()
-                break
-    elif "X-Amz-Credential" in query:
-        credential = dict(parse_qsl(query, keep_blank_values=True)).get("X-Amz-Credential")
-    if not credential:
-        return None
-    parts = credential.rsplit("/", 4)
-    return parts[3] if len(parts) == 5 else None
 
 
 async def aws_endpoint(request: Request) -> Response:
@@ -53,23 +37,43 @@ async def aws_endpoint(request: Request) -> Response:
     return await sagemaker_endpoint(request)
 
 
-class ServiceRouter:
-    """The front of the app: requests scoped ``s3``, on any path and method, go to the S3 app (before the
-    JSON APIs' body cap: S3 streams its bodies); everything else to the routes. The S3 handler (issue 22,
-    point 4) plugs in here through ``create_app(s3=...)``; without one, S3 requests meet the routes and
-    are refused there."""
+_NOT_S3_PREFIXES = ("/console", "/api/")
+_S3_POSTS = frozenset({"delete", "uploads", "uploadId"})
 
-    def __init__(self, app: ASGIApp, s3: ASGIApp | None = None) -> None:
+
+def is_s3(scope: Scope) -> bool:
+    """Whether S3 answers the request: its credential scope names the service ``s3``; or it is unsigned
+    and looks like S3's (not the health check, the console or the native API, and a POST only with S3's
+    ``?delete``, ``?uploads`` or ``?uploadId``; other POSTs are SageMaker's), so that S3 refuses it with
+    its own AccessDenied."""
+    headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+    service = credential_service(headers, scope.get("query_string", b"").decode("latin-1"))
+    if service is not None:
+        return service == S3_SERVICE
+    path = scope["path"]
+    if path == "/healthz" or path.startswith(_NOT_S3_PREFIXES):
+        return False
+    if scope["method"] == "POST":  # SageMaker's, unless it is one of S3's POSTs
+        return any(name in _S3_POSTS for name in _query_names(scope.get("query_string", b"")))
+    return True
+
+
+def _query_names(raw: bytes) -> list[str]:
+    return [part.split(b"=", 1)[0].decode("latin-1") for part in raw.split(b"&") if part]
+
+
+class S3Dispatch:
+    """The front of the app: S3's requests (``is_s3``), on any path and method, go to server/s3 before the
+    JSON APIs' body cap (server/body_limit.py): S3 streams its bodies to disk under limits of its own.
+    Everything else goes on to the routes."""
+
+    def __init__(self, app: ASGIApp, context: ServiceContext, limits: ServerLimits) -> None:
         self.app = app
-        self.s3 = s3
+        self.context = context
+        self.limits = limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.s3 is not None and scope["type"] == "http":
-            headers = {
-                key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]
-            }
-            query = scope.get("query_string", b"").decode("latin-1")
-            if credential_service(headers, query) == S3_SERVICE:
-                await self.s3(scope, receive, send)
-                return
+        if scope["type"] == "http" and is_s3(scope):
+            await s3_endpoint.serve(scope, receive, send, self.context, self.limits)
+            return
         await self.app(scope, receive, send)

@@ -19,8 +19,13 @@ owners, the fleet file's ``accounts``, the grants) and applies them:
 
 from __future__ import annotations
 
+import os
+import shutil
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
 from types import MappingProxyType
 
 from sqlalchemy import or_, select
@@ -32,11 +37,16 @@ from hyperplan.core.fleet import Bucket, DirectoryBucket, S3Bucket
 from hyperplan.errors import (
     BucketAccessDenied,
     BucketAlreadyExists,
+    BucketAlreadyYours,
+    BucketNotEmpty,
+    InvalidBucketName,
+    InvalidS3Request,
+    NoSuchBucket,
     ResourceNotFound,
     ValidationError,
 )
 from hyperplan.objects.storage import Storage
-from hyperplan.objects.uris import SCHEME, BucketAccessError, parse_s3_uri
+from hyperplan.objects.uris import SCHEME, TEMP_PREFIX, BucketAccessError, parse_s3_uri
 from hyperplan.services import accounts
 from hyperplan.services.accounts import Caller
 from hyperplan.services.cluster_request import InstanceGroupSpec
@@ -223,7 +233,7 @@ def create_bucket(runtime: ServiceContext, caller: Caller, bucket: str) -> Bucke
         owner = session.get(BucketOwner, bucket)
         if owner is not None or buckets.holds(bucket):
             mine = owner is not None and owner.account_id == caller.account_id
-            raise BucketAlreadyExists(
+            raise (BucketAlreadyYours if mine else BucketAlreadyExists)(
                 f"Bucket {bucket!r} already exists"
                 + (" and is yours." if mine else "; bucket names are shared by every account, pick another.")
             )
@@ -347,3 +357,136 @@ def _location(runtime: ServiceContext, name: str, where: Bucket | None) -> str:
     if isinstance(where, S3Bucket):
         return f"{where.endpoint_url.rstrip('/')}/{where.remote_bucket}"
     return str(storage(runtime).default_directory(name))
+
+
+# -- S3's own API (server/s3): the directory buckets, served ------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServedBucket:
+    """A directory bucket an S3 request may use: its directory (made by the first write if it is a
+    default-root bucket owned but not there yet)."""
+
+    name: str
+    root: Path
+    created_on_write: bool
+
+
+def _s3_name(bucket: str) -> None:
+    problem = bucket_name_problem(bucket)
+    if problem is not None:
+        raise InvalidBucketName(f"The specified bucket is not valid: {problem}.")
+
+
+def _not_proxied(bucket: str, where: S3Bucket) -> InvalidS3Request:
+    return InvalidS3Request(
+        f"Bucket {bucket!r} is kept on the S3-compatible endpoint {where.endpoint_url} (the fleet file's "
+        "[buckets]); this endpoint serves only directory buckets and does not proxy it: send its requests "
+        f"there (AWS_ENDPOINT_URL_S3={where.endpoint_url})."
+    )
+
+
+def served_bucket(runtime: ServiceContext, caller: Caller, bucket: str, need: Right) -> ServedBucket:
+    """The bucket for an S3 request that needs `need` of it: NoSuchBucket if it is not there (S3 makes
+    buckets with CreateBucket, never by a first write), AccessDenied if another account's."""
+    _s3_name(bucket)
+    where = runtime.fleet.buckets.get(bucket)
+    if isinstance(where, S3Bucket):
+        raise _not_proxied(bucket, where)
+    buckets = storage(runtime)
+    with runtime.db.read() as session:
+        rights = load_rights(session, runtime, caller.account_id)
+        recorded = session.get(BucketOwner, bucket) is not None
+    if not recorded and not buckets.holds(bucket):
+        raise NoSuchBucket(f"The specified bucket does not exist: {bucket!r}.")
+    if rights.decide(bucket, need, held=True) is Decision.DENIED:
+        raise BucketAccessDenied(denial(f"{SCHEME}{bucket}", bucket, rights.account_name, need))
+    if isinstance(where, DirectoryBucket):
+        if need is Right.WRITE and not Path(where.path).is_dir():
+            raise InvalidS3Request(
+                f"Bucket {bucket!r} is mapped to {where.path}, which is not a directory; the fleet file's "
+                "administrator makes it."
+            )
+        return ServedBucket(bucket, Path(where.path), created_on_write=False)
+    return ServedBucket(bucket, buckets.default_directory(bucket), created_on_write=True)
+
+
+def create_served_bucket(runtime: ServiceContext, caller: Caller, bucket: str) -> None:
+    """S3's CreateBucket: a directory bucket under the default root, the caller's."""
+    _s3_name(bucket)
+    where = runtime.fleet.buckets.get(bucket)
+    if isinstance(where, S3Bucket):
+        raise _not_proxied(bucket, where)
+    create_bucket(runtime, caller, bucket)
+
+
+@dataclass(frozen=True)
+class ListedBucket:
+    name: str
+    created: datetime
+
+
+def served_buckets(runtime: ServiceContext, caller: Caller) -> list[ListedBucket]:
+    """S3's ListBuckets: the directory buckets the caller may read that are there (owned or held);
+    another account's are not listed, nor buckets kept on an S3-compatible endpoint."""
+    buckets = storage(runtime)
+    views = [view for view in list_buckets(runtime, caller) if view.kind == "directory"]
+    with runtime.db.read() as session:
+        created = {row.bucket: row.created_at for row in session.scalars(select(BucketOwner))}
+    listed = []
+    for view in views:
+        when = created.get(view.name)
+        if when is None:
+            where = runtime.fleet.buckets.get(view.name)
+            root = (
+                Path(where.path)
+                if isinstance(where, DirectoryBucket)
+                else buckets.default_directory(view.name)
+            )
+            try:
+                when = datetime.fromtimestamp(root.stat().st_mtime, UTC)
+            except OSError:
+                continue  # neither recorded nor there
+        listed.append(ListedBucket(view.name, when))
+    return listed
+
+
+def delete_served_bucket(runtime: ServiceContext, caller: Caller, bucket: str) -> None:
+    """S3's DeleteBucket: an empty default-root bucket, by one of its owners or an administrator; its
+    owner and grants are forgotten with it. A bucket the fleet file maps is the fleet file's to remove."""
+    served = served_bucket(runtime, caller, bucket, Right.WRITE)
+    if not served.created_on_write:
+        raise InvalidS3Request(f"Bucket {bucket!r} is mapped by the fleet file's [buckets]; remove it there.")
+    with runtime.db.write() as session:
+        owners = _owners(session, runtime).get(bucket, frozenset())
+        if not caller.is_admin and caller.account_id not in owners:
+            raise BucketAccessDenied(
+                f"Access Denied: account {caller.account_name!r} does not own bucket {bucket!r}; "
+                "only its owners and administrators may delete it."
+            )
+        root = served.root
+        if root.is_dir():
+            for _directory, _subdirs, files in os.walk(root):
+                if any(not name.startswith(TEMP_PREFIX) for name in files):
+                    raise BucketNotEmpty(f"The bucket you tried to delete is not empty: {bucket!r}.")
+            # Out of the way first, in one rename: an upload racing the delete finds no bucket.
+            doomed = root.with_name(f"{TEMP_PREFIX}deleted-{uuid.uuid4().hex}")
+            root.rename(doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+        owner = session.get(BucketOwner, bucket)
+        if owner is not None:
+            session.delete(owner)
+        for row in session.scalars(select(BucketGrant).where(BucketGrant.bucket == bucket)):
+            session.delete(row)
+        session.flush()
+
+
+def known_bucket(runtime: ServiceContext, bucket: str) -> bool:
+    """Whether a bucket of that name is there (recorded, mapped, or a directory under the default root):
+    what tells ``Host: BUCKET.HOST`` (S3's virtual-hosted style) from a host name with dots."""
+    if bucket_name_problem(bucket) is not None:
+        return False
+    if bucket in runtime.fleet.buckets or storage(runtime).holds(bucket):
+        return True
+    with runtime.db.read() as session:
+        return session.get(BucketOwner, bucket) is not None

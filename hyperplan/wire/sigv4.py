@@ -34,7 +34,12 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from urllib.parse import quote, unquote_to_bytes
 
-from hyperplan.errors import InvalidSignature, MissingAuthenticationToken, UnrecognizedClient
+from hyperplan.errors import (
+    InvalidSignature,
+    MissingAuthenticationToken,
+    SignatureExpired,
+    UnrecognizedClient,
+)
 
 ALGORITHM = "AWS4-HMAC-SHA256"
 TERMINATOR = "aws4_request"
@@ -135,6 +140,143 @@ def verify(
     ``now`` should be timezone-aware; a naive value is taken to be UTC.
     """
     headers = fold_headers(request.headers)
+    return _verify(
+        request,
+        headers,
+        policy=policy,
+        lookup_secret=lookup_secret,
+        region=region,
+        service=service,
+        now=now,
+        max_skew=max_skew,
+        path=canonical_uri(request.path),
+        payload_hash=lambda _claim: _payload_hash(headers, request.body),
+    ).claim.access_key
+
+
+@dataclass(frozen=True)
+class S3Signature:
+    """What an S3 request's verified signature says: who signed, and what a streaming body's chunk
+    signatures chain from (the seed signature, its signing key, time and scope)."""
+
+    access_key: str
+    payload_hash: str  # as signed: a hex SHA-256, UNSIGNED-PAYLOAD or a STREAMING-* mode
+    presigned: bool
+    seed_signature: str
+    signing_key: bytes
+    timestamp: str
+    scope: str
+
+
+S3_POLICY = SigningPolicy(api="S3", presigned_urls=True)
+
+
+def verify_s3(
+    request: SignedRequest,
+    *,
+    lookup_secret: Callable[[str], str | None],
+    region: str,
+    now: datetime,
+    max_skew: timedelta = timedelta(minutes=15),
+) -> S3Signature:
+    """S3's rules (botocore's ``S3SigV4Auth`` and ``S3SigV4QueryAuth``): the path is signed as sent,
+    neither normalised nor encoded again; the payload line is the ``x-amz-content-sha256`` header, which a
+    header-signed request must send and sign (a hex SHA-256 the caller checks against the body it
+    streams, ``UNSIGNED-PAYLOAD`` or a ``STREAMING-*`` mode); a presigned URL signs ``UNSIGNED-PAYLOAD``.
+    The body is not read here: ``request.body`` is ignored."""
+    headers = fold_headers(request.headers)
+
+    def payload_hash(claim: _Claim) -> str:
+        if claim.presigned:
+            return UNSIGNED_PAYLOAD
+        declared = headers.get("x-amz-content-sha256")
+        if declared is None:
+            raise InvalidSignature("Missing required header for this request: x-amz-content-sha256.")
+        if "x-amz-content-sha256" not in claim.signed_headers:
+            raise InvalidSignature(
+                "'X-Amz-Content-Sha256' must be a 'SignedHeader' in the AWS Authorization."
+            )
+        declared = declared.strip()
+        if not (declared == UNSIGNED_PAYLOAD or declared in STREAMING_MODES or _HEX64_RE.fullmatch(declared)):
+            raise InvalidSignature(
+                f"x-amz-content-sha256 '{declared}' is neither a hex SHA-256 nor a payload mode S3 knows."
+            )
+        return declared
+
+    verified = _verify(
+        request,
+        headers,
+        policy=S3_POLICY,
+        lookup_secret=lookup_secret,
+        region=region,
+        service="s3",
+        now=now,
+        max_skew=max_skew,
+        path=request.path or "/",
+        payload_hash=payload_hash,
+    )
+    claim = verified.claim
+    return S3Signature(
+        access_key=claim.access_key,
+        payload_hash=verified.payload_hash,
+        presigned=claim.presigned,
+        seed_signature=claim.signature.lower(),
+        signing_key=verified.key,
+        timestamp=claim.timestamp,
+        scope=credential_scope(claim.scope_date, claim.scope_region, claim.scope_service),
+    )
+
+
+STREAMING_MODES = frozenset(
+    {
+        "STREAMING-AWS4-HMAC-SHA256-PAYLOAD",
+        "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER",
+        "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
+    }
+)
+
+
+def credential_service(headers: Mapping[str, str], raw_query: str) -> str | None:
+    """The service a request's SigV4 credential scope names (``Credential=KEY/DATE/REGION/SERVICE/...``
+    in the Authorization header, or the ``X-Amz-Credential`` query parameter), or None if unsigned or
+    unreadable: what tells the APIs sharing one endpoint apart, before any signature is checked."""
+    credential = None
+    for name, value in headers.items():
+        if name.lower() == "authorization":
+            for part in value.partition(" ")[2].split(","):
+                key, _, found = part.strip().partition("=")
+                if key == "Credential":
+                    credential = found
+    if credential is None and "X-Amz-Credential" in raw_query:
+        for pair_key, raw in _query_pairs(raw_query):
+            if pair_key == b"X-Amz-Credential":
+                credential = raw.decode("utf-8", "replace")
+    if credential is None:
+        return None
+    parts = credential.rsplit("/", 4)
+    return parts[3] if len(parts) == 5 else None
+
+
+@dataclass(frozen=True)
+class _Verified:
+    claim: _Claim
+    key: bytes
+    payload_hash: str
+
+
+def _verify(
+    request: SignedRequest,
+    headers: Mapping[str, str],
+    *,
+    policy: SigningPolicy,
+    lookup_secret: Callable[[str], str | None],
+    region: str,
+    service: str,
+    now: datetime,
+    max_skew: timedelta,
+    path: str,
+    payload_hash: Callable[[_Claim], str],
+) -> _Verified:
     pairs = _query_pairs(request.query)
     claim = _read_claim(headers, pairs, policy)
 
@@ -154,23 +296,25 @@ def verify(
 
     # A presigned URL's own signature is not part of what it signs.
     exclude = frozenset({b"X-Amz-Signature"}) if claim.presigned else frozenset()
-    canonical = canonical_request(
-        method=request.method,
-        path=request.path,
-        canonical_query=_canonical_query(pairs, exclude=exclude),
-        headers=headers,
-        signed_headers=claim.signed_headers,
-        payload_hash=_payload_hash(headers, request.body),
+    payload = payload_hash(claim)
+    canonical = "\n".join(
+        [
+            request.method.upper(),
+            path,
+            _canonical_query(pairs, exclude=exclude),
+            _canonical_headers(headers, claim.signed_headers),
+            ";".join(claim.signed_headers),
+            payload,
+        ]
     )
     scope = credential_scope(claim.scope_date, claim.scope_region, claim.scope_service)
+    key = signing_key(secret, claim.scope_date, claim.scope_region, claim.scope_service)
     expected = hmac.new(
-        signing_key(secret, claim.scope_date, claim.scope_region, claim.scope_service),
-        string_to_sign(claim.timestamp, scope, canonical).encode("utf-8"),
-        hashlib.sha256,
+        key, string_to_sign(claim.timestamp, scope, canonical).encode("utf-8"), hashlib.sha256
     ).hexdigest()
     if not hmac.compare_digest(expected.encode("ascii"), claim.signature.encode("utf-8")):
         raise InvalidSignature(SIGNATURE_MISMATCH)
-    return claim.access_key
+    return _Verified(claim, key, payload)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -388,20 +532,20 @@ def _check_time(request_time: datetime, now: datetime, max_skew: timedelta, expi
     """Bound replay: a signature is good within ``max_skew`` of now, or until a presigned URL expires."""
     minutes = int(max_skew.total_seconds() // 60)
     if request_time > now + max_skew:
-        raise InvalidSignature(
+        raise SignatureExpired(
             f"Signature not yet current: {_fmt(request_time)} is still later than {_fmt(now + max_skew)} "
             f"({_fmt(now)} + {minutes} min.)"
         )
     if expires is not None:
         valid_until = request_time + timedelta(seconds=expires)
         if now > valid_until:
-            raise InvalidSignature(
+            raise SignatureExpired(
                 f"Request has expired: signed at {_fmt(request_time)} to be valid for {expires} seconds, "
                 f"until {_fmt(valid_until)}; it is now {_fmt(now)}."
             )
         return
     if request_time < now - max_skew:
-        raise InvalidSignature(
+        raise SignatureExpired(
             f"Signature expired: {_fmt(request_time)} is now earlier than {_fmt(now - max_skew)} "
             f"({_fmt(now)} - {minutes} min.)"
         )

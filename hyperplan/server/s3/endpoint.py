@@ -1,0 +1,886 @@
+"""S3's REST-XML API over the directory buckets: the one entry point (:func:`serve`) and its handlers.
+
+Protocol only: who calls (S3's SigV4), which bucket and key (path-style ``/BUCKET/KEY``, or virtual-hosted
+``Host: BUCKET.HOST`` when BUCKET is a bucket here, or HOST is ``localhost``), which operation (method,
+subresource and headers, as botocore's S3 model routes them), its query and header members checked
+against the model, then the handler. Rights are services/bucket_rights.py's; files
+hyperplan/objects/served.py's; every refusal becomes S3's XML error in server/errors.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import uuid
+import xml.etree.ElementTree as ElementTree
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import formatdate
+from io import BytesIO
+from pathlib import Path
+from typing import IO, Any
+from urllib.parse import parse_qsl, quote, unquote
+from xml.sax.saxutils import escape
+
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from hyperplan.core import s3_listing
+from hyperplan.core.bucket_rights import Right
+from hyperplan.core.buckets import key_problem
+from hyperplan.core.rate_limits import RequestClass
+from hyperplan.errors import (
+    AccessDenied,
+    EntityTooSmall,
+    HyperplanError,
+    InvalidArgument,
+    InvalidPart,
+    InvalidPartOrder,
+    InvalidRange,
+    InvalidS3Request,
+    MalformedXML,
+    MissingAuthenticationToken,
+    NoSuchKey,
+    NoSuchUpload,
+    S3MethodNotAllowed,
+    S3NotImplemented,
+)
+from hyperplan.objects import served as files
+from hyperplan.server.auth import authenticate_s3, authenticate_s3_v2
+from hyperplan.server.errors import S3_XML, s3_error_response
+from hyperplan.server.limits import KIB, MIB, ServerLimits
+from hyperplan.server.s3.body import Received, receive_body
+from hyperplan.services import bucket_rights
+from hyperplan.services.accounts import Caller
+from hyperplan.services.bucket_rights import ServedBucket
+from hyperplan.services.context import ServiceContext
+from hyperplan.wire import s3_model, sigv2, sigv4
+
+NAMESPACE = "http://s3.amazonaws.com/doc/2006-03-01/"
+XML_BODY_CAP = 2 * MIB
+"""The XML bodies S3 takes (DeleteObjects' thousand keys, CompleteMultipartUpload's ten thousand parts)."""
+MAX_KEY_BYTES = 1024
+SEND_CHUNK = 256 * KIB
+
+# Subresources this endpoint does not serve: S3 answers 501 NotImplemented for what it does not do.
+_BUCKET_EXTRAS = frozenset(
+    {
+        "accelerate",
+        "acl",
+        "analytics",
+        "cors",
+        "encryption",
+        "intelligent-tiering",
+        "inventory",
+        "lifecycle",
+        "logging",
+        "metrics",
+        "notification",
+        "object-lock",
+        "ownershipControls",
+        "policy",
+        "policyStatus",
+        "publicAccessBlock",
+        "replication",
+        "requestPayment",
+        "tagging",
+        "versioning",
+        "versions",
+        "website",
+    }
+)
+_OBJECT_EXTRAS = frozenset(
+    {
+        "acl",
+        "attributes",
+        "legal-hold",
+        "restore",
+        "retention",
+        "select",
+        "tagging",
+        "torrent",
+    }
+)
+
+
+# -- the request ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class S3Request:
+    method: str
+    raw_path: str
+    raw_query: str
+    query: dict[str, str]
+    headers: dict[str, str]
+
+    @classmethod
+    def of(cls, scope: Scope) -> S3Request:
+        raw_path = scope.get("raw_path") or scope["path"].encode()
+        raw_query = scope.get("query_string", b"").decode("latin-1")
+        headers: dict[str, str] = {}
+        for name, value in scope["headers"]:
+            key = name.decode("latin-1").lower()
+            text = value.decode("latin-1")
+            headers[key] = f"{headers[key]},{text}" if key in headers else text
+        query: dict[str, str] = {}
+        for key, value in parse_qsl(raw_query, keep_blank_values=True):
+            query.setdefault(key, value)
+        return cls(scope["method"], raw_path.decode("latin-1").split("?")[0], raw_query, query, headers)
+
+
+@dataclass
+class Call:
+    """One S3 request being served."""
+
+    runtime: ServiceContext
+    limits: ServerLimits
+    request: S3Request
+    receive: Receive
+    caller: Caller
+    signature: sigv4.S3Signature
+    bucket: str
+    key: str
+    body_read: bool = False
+
+    def header(self, name: str) -> str | None:
+        return self.request.headers.get(name)
+
+    async def bucket_for(self, need: Right, bucket: str | None = None) -> ServedBucket:
+        return await run_in_threadpool(
+            bucket_rights.served_bucket, self.runtime, self.caller, bucket or self.bucket, need
+        )
+
+    async def body_into(self, sink: IO[bytes], *, cap: int | None = None) -> Received:
+        self.body_read = True  # from here on the connection's framing is the body reader's concern
+        return await receive_body(
+            self.receive, self.request.headers, self.signature, self.limits, sink, cap=cap
+        )
+
+    async def xml_body(self) -> ElementTree.Element | None:
+        buffer = BytesIO()
+        await self.body_into(buffer, cap=XML_BODY_CAP)
+        raw = buffer.getvalue()
+        if not raw.strip():
+            return None
+        try:
+            return ElementTree.fromstring(raw)
+        except ElementTree.ParseError as error:
+            raise MalformedXML(
+                "The XML you provided was not well-formed or did not validate against our published "
+                f"schema: {error}."
+            ) from None
+
+
+# -- the entry point -------------------------------------------------------------------------------------
+
+
+async def serve(
+    scope: Scope, receive: Receive, send: Send, runtime: ServiceContext, limits: ServerLimits
+) -> None:
+    """Answer one S3 request (signed for the service ``s3``, or unsigned and refused)."""
+    request_id = uuid.uuid4().hex[:16].upper()
+    request = S3Request.of(scope)
+    call: Call | None = None
+    resource = unquote(request.raw_path)
+    try:
+        bucket, key, virtual = await run_in_threadpool(_target, runtime, request)
+        legacy = sigv2.presigned(request.raw_query)
+        if legacy is not None:
+            resource = f"/{bucket}{request.raw_path}" if virtual else request.raw_path
+            caller, signature = await run_in_threadpool(
+                authenticate_s3_v2,
+                runtime,
+                legacy,
+                request.method,
+                resource,
+                request.raw_query,
+                request.headers,
+            )
+        elif sigv4.credential_service(request.headers, request.raw_query) is None:
+            if request.headers.get("authorization", "").startswith("AWS "):
+                raise MissingAuthenticationToken(
+                    "Access Denied: an Authorization header of Signature Version 2 is not accepted here; "
+                    "sign with SigV4 for the service 's3'."
+                )
+            raise MissingAuthenticationToken(
+                "Access Denied: this request is not signed. S3 requests to this endpoint are signed with "
+                "SigV4 for the service 's3' (AWS_ENDPOINT_URL or --endpoint-url, and an access key)."
+            )
+        else:
+            signed = sigv4.SignedRequest(
+                request.method, request.raw_path, request.raw_query, request.headers, b""
+            )
+            caller, signature = await run_in_threadpool(authenticate_s3, runtime, signed)
+        call = Call(runtime, limits, request, receive, caller, signature, bucket, key)
+        operation = _operation(request, bucket, key)
+        s3_model.check_request(operation, request.query, request.headers)
+        runtime.rate_limiter.admit(caller, _request_class(operation), runtime.fleet.rate_limits)
+        response = await _HANDLERS[operation](call)
+    except Exception as exc:  # every refusal becomes S3's XML error in one place
+        response = s3_error_response(exc, request_id, resource, head=request.method == "HEAD")
+        if (call is None or not call.body_read) and _has_body(request.headers):
+            # The body was never read: the connection is closed after the answer instead.
+            response.headers["connection"] = "close"
+            receive = _no_more
+    response.headers["x-amz-request-id"] = request_id
+    await response(scope, receive, send)
+
+
+async def _no_more() -> dict[str, Any]:
+    return {"type": "http.disconnect"}
+
+
+def _has_body(headers: dict[str, str]) -> bool:
+    return headers.get("content-length", "0") != "0" or "transfer-encoding" in headers
+
+
+def _request_class(operation: str) -> RequestClass:
+    return RequestClass.READ if operation.startswith(("Get", "Head", "List")) else RequestClass.WRITE
+
+
+def _target(runtime: ServiceContext, request: S3Request) -> tuple[str, str, bool]:
+    """(bucket, key, virtual-hosted?): from ``Host: BUCKET.HOST`` when that names a bucket here (or HOST
+    is localhost), else from the path ``/BUCKET/KEY``. The key is the path's rest, percent-decoded."""
+    try:
+        path = unquote(request.raw_path, errors="strict")
+    except UnicodeDecodeError:
+        raise InvalidArgument("The request's path is not percent-encoded UTF-8.") from None
+    virtual = _virtual_bucket(runtime, request.headers.get("host", ""))
+    if virtual is not None:
+        return virtual, path[1:] if path.startswith("/") else path, True
+    bucket, _, key = path.lstrip("/").partition("/")
+    return bucket, key, False
+
+
+def _virtual_bucket(runtime: ServiceContext, host: str) -> str | None:
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    if "." not in name or name.startswith("["):
+        return None
+    with contextlib.suppress(ValueError):
+        ipaddress.ip_address(name)
+        return None
+    candidates = [name[:at] for at, char in enumerate(name) if char == "."]
+    for candidate in reversed(candidates):  # the longest bucket name first
+        if bucket_rights.known_bucket(runtime, candidate):
+            return candidate
+    if name.endswith(".localhost"):
+        return name.removesuffix(".localhost")
+    return None
+
+
+def _operation(request: S3Request, bucket: str, key: str) -> str:
+    method, query, headers = request.method, request.query, request.headers
+    if not bucket:
+        if method == "GET":
+            return "ListBuckets"
+        raise S3MethodNotAllowed(f"The specified method is not allowed against this resource: {method} /.")
+    if not key:
+        extra = sorted(_BUCKET_EXTRAS & query.keys())
+        if extra:
+            raise S3NotImplemented(f"Bucket subresource {extra[0]!r} is not served by this endpoint.")
+        routes = {
+            "PUT": "CreateBucket",
+            "HEAD": "HeadBucket",
+            "DELETE": "DeleteBucket",
+        }
+        if method == "GET":
+            if "location" in query:
+                return "GetBucketLocation"
+            if "uploads" in query:
+                raise S3NotImplemented("ListMultipartUploads is not served by this endpoint.")
+            return "ListObjectsV2" if query.get("list-type") == "2" else "ListObjects"
+        if method == "POST" and "delete" in query:
+            return "DeleteObjects"
+        if method in routes:
+            return routes[method]
+    else:
+        extra = sorted(_OBJECT_EXTRAS & query.keys())
+        if extra:
+            raise S3NotImplemented(f"Object subresource {extra[0]!r} is not served by this endpoint.")
+        upload = "uploadId" in query
+        if method == "PUT":
+            if upload or "partNumber" in query:
+                if "x-amz-copy-source" in headers:
+                    raise S3NotImplemented("UploadPartCopy is not served by this endpoint.")
+                return "UploadPart"
+            return "CopyObject" if "x-amz-copy-source" in headers else "PutObject"
+        if method == "GET":
+            return "ListParts" if upload else "GetObject"
+        if method == "HEAD":
+            return "HeadObject"
+        if method == "DELETE":
+            return "AbortMultipartUpload" if upload else "DeleteObject"
+        if method == "POST":
+            if "uploads" in query:
+                return "CreateMultipartUpload"
+            if upload:
+                return "CompleteMultipartUpload"
+    raise S3MethodNotAllowed(
+        f"The specified method is not allowed against this resource: {method} {unquote(request.raw_path)}."
+    )
+
+
+# -- answers ----------------------------------------------------------------------------------------------
+
+
+def _xml(root: str, inner: str, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    body = f'<?xml version="1.0" encoding="UTF-8"?>\n<{root} xmlns="{NAMESPACE}">{inner}</{root}>'
+    return Response(body.encode(), status_code=status, media_type=S3_XML, headers=headers)
+
+
+def _el(name: str, value: object) -> str:
+    return f"<{name}>{escape(str(value))}</{name}>"
+
+
+def _iso(mtime_ns: int) -> str:
+    return datetime.fromtimestamp(mtime_ns / 1e9, UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+def _iso_of(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+
+
+def _http_date(mtime_ns: int) -> str:
+    return formatdate(mtime_ns / 1e9, usegmt=True)
+
+
+def _object_headers(info: files.ObjectInfo) -> dict[str, str]:
+    headers = {
+        "ETag": info.etag,
+        "Last-Modified": _http_date(info.mtime_ns),
+        "Content-Type": info.content_type,
+        "Accept-Ranges": "bytes",
+    }
+    for name, value in info.metadata.items():
+        headers[f"x-amz-meta-{name}"] = value
+    return headers
+
+
+def _check_key(key: str) -> None:
+    problem = key_problem(key)
+    if problem is None and key.endswith("/"):
+        problem = "a key ending in '/' (a folder marker) cannot be kept in a directory bucket"
+    if problem is None and len(key.encode("utf-8", "surrogateescape")) > MAX_KEY_BYTES:
+        problem = f"a key may be at most {MAX_KEY_BYTES} bytes long"
+    if problem is not None:
+        raise InvalidArgument(f"Object key {key[:200]!r}: {problem}.")
+
+
+def _user_metadata(headers: dict[str, str]) -> dict[str, str]:
+    return {
+        name.removeprefix("x-amz-meta-"): value
+        for name, value in headers.items()
+        if name.startswith("x-amz-meta-")
+    }
+
+
+def _storage_failure(error: Exception) -> HyperplanError:
+    if isinstance(error, files.ServedError):
+        return InvalidS3Request(str(error))
+    if isinstance(error, OSError):
+        return InvalidS3Request(f"The object could not be stored: {files.reason(error)}.")
+    raise error
+
+
+# -- buckets ----------------------------------------------------------------------------------------------
+
+
+async def list_buckets(call: Call) -> Response:
+    listed = await run_in_threadpool(bucket_rights.served_buckets, call.runtime, call.caller)
+    inner = "".join(
+        f"<Bucket>{_el('Name', item.name)}{_el('CreationDate', _iso_of(item.created))}</Bucket>"
+        for item in listed
+    )
+    owner = (
+        f"<Owner>{_el('ID', call.caller.account_id)}{_el('DisplayName', call.caller.account_name)}</Owner>"
+    )
+    return _xml("ListAllMyBucketsResult", f"<Buckets>{inner}</Buckets>{owner}")
+
+
+async def create_bucket(call: Call) -> Response:
+    config = await call.xml_body()
+    if config is not None:
+        constraint = _child_text(config, "LocationConstraint")
+        if constraint and constraint != call.runtime.region:
+            raise InvalidArgument(
+                f"CreateBucket: LocationConstraint {constraint!r} is not this endpoint's region "
+                f"{call.runtime.region!r}; leave it out or name {call.runtime.region!r}."
+            )
+    await run_in_threadpool(bucket_rights.create_served_bucket, call.runtime, call.caller, call.bucket)
+    return Response(b"", headers={"Location": f"/{call.bucket}"})
+
+
+async def head_bucket(call: Call) -> Response:
+    await call.bucket_for(Right.READ)
+    return Response(b"", headers={"x-amz-bucket-region": call.runtime.region})
+
+
+async def delete_bucket(call: Call) -> Response:
+    await run_in_threadpool(bucket_rights.delete_served_bucket, call.runtime, call.caller, call.bucket)
+    for upload in await run_in_threadpool(files.uploads_of, call.runtime.data_dir, call.bucket):
+        await run_in_threadpool(files.remove_upload, upload)  # its unfinished uploads go with it
+    return Response(b"", status_code=204)
+
+
+async def get_bucket_location(call: Call) -> Response:
+    await call.bucket_for(Right.READ)
+    region = "" if call.runtime.region == "us-east-1" else call.runtime.region
+    return Response(
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<LocationConstraint xmlns="{NAMESPACE}">'
+        f"{escape(region)}</LocationConstraint>".encode(),
+        media_type=S3_XML,
+    )
+
+
+async def _listing(call: Call, prefix: str) -> list[tuple[str, files.ObjectInfo]]:
+    served = await call.bucket_for(Right.READ)
+    return await run_in_threadpool(lambda: list(files.keys_under(served.root, prefix)))
+
+
+def _count(call: Call, name: str, default: int, *, cap: int = s3_listing.MAX_KEYS) -> int:
+    """A count from the query string (already a whole number by the model's check), at most `cap`."""
+    text = call.request.query.get(name)
+    number = default if not text else int(text)
+    if number < 0:
+        raise InvalidArgument(f"{name} must not be negative; got {number}.")
+    return min(number, cap)
+
+
+def _max_keys(call: Call) -> int:
+    return _count(call, "max-keys", s3_listing.MAX_KEYS)
+
+
+def _listed(encode: bool) -> Callable[[str], str]:
+    return (lambda text: quote(text, safe="/")) if encode else (lambda text: text)
+
+
+def _contents(page: s3_listing.Page[files.ObjectInfo], shown: Callable[[str], str]) -> str:
+    items = "".join(
+        "<Contents>"
+        + _el("Key", shown(key))
+        + _el("LastModified", _iso(info.mtime_ns))
+        + _el("ETag", info.etag)
+        + _el("Size", info.size)
+        + _el("StorageClass", "STANDARD")
+        + "</Contents>"
+        for key, info in page.contents
+    )
+    return items + "".join(
+        f"<CommonPrefixes>{_el('Prefix', shown(p))}</CommonPrefixes>" for p in page.common_prefixes
+    )
+
+
+async def list_objects_v2(call: Call) -> Response:
+    query = call.request.query
+    prefix, delimiter = query.get("prefix", ""), query.get("delimiter", "")
+    token = query.get("continuation-token")
+    after = query.get("start-after", "")
+    if token is not None:
+        decoded = s3_listing.decode_token(token)
+        if decoded is None:
+            raise InvalidArgument("The continuation token provided is incorrect.")
+        after = decoded
+    max_keys = _max_keys(call)
+    entries = await _listing(call, prefix)
+    page = s3_listing.page(entries, prefix=prefix, delimiter=delimiter, after=after, max_keys=max_keys)
+    encode = query.get("encoding-type") == "url"
+    shown = _listed(encode)
+    inner = _el("Name", call.bucket) + _el("Prefix", shown(prefix))
+    if delimiter:
+        inner += _el("Delimiter", shown(delimiter))
+    inner += _el("MaxKeys", max_keys) + _el("KeyCount", len(page.contents) + len(page.common_prefixes))
+    inner += _el("IsTruncated", "true" if page.truncated else "false")
+    if token is not None:
+        inner += _el("ContinuationToken", token)
+    if page.next_token is not None:
+        inner += _el("NextContinuationToken", page.next_token)
+    if "start-after" in query:
+        inner += _el("StartAfter", shown(query["start-after"]))
+    if encode:
+        inner += _el("EncodingType", "url")
+    return _xml("ListBucketResult", inner + _contents(page, shown))
+
+
+async def list_objects(call: Call) -> Response:
+    query = call.request.query
+    prefix, delimiter, marker = query.get("prefix", ""), query.get("delimiter", ""), query.get("marker", "")
+    max_keys = _max_keys(call)
+    entries = await _listing(call, prefix)
+    page = s3_listing.page(entries, prefix=prefix, delimiter=delimiter, after=marker, max_keys=max_keys)
+    encode = query.get("encoding-type") == "url"
+    shown = _listed(encode)
+    inner = _el("Name", call.bucket) + _el("Prefix", shown(prefix)) + _el("Marker", shown(marker))
+    if delimiter:
+        inner += _el("Delimiter", shown(delimiter))
+    inner += _el("MaxKeys", max_keys) + _el("IsTruncated", "true" if page.truncated else "false")
+    if page.truncated and delimiter and page.next_token is not None:
+        inner += _el("NextMarker", shown(s3_listing.decode_token(page.next_token) or ""))
+    if encode:
+        inner += _el("EncodingType", "url")
+    return _xml("ListBucketResult", inner + _contents(page, shown))
+
+
+# -- objects ----------------------------------------------------------------------------------------------
+
+
+async def _receive_object(call: Call, root: Path, staged: tuple[int, Path]) -> tuple[Path, Received]:
+    handle, path = staged
+    try:
+        with os.fdopen(handle, "wb", buffering=MIB) as sink:
+            received = await call.body_into(sink)
+    except BaseException:
+        files.discard(path)
+        raise
+    return path, received
+
+
+def _checksum_headers(received: Received) -> dict[str, str]:
+    if received.checksum is None:
+        return {}
+    algorithm, value = received.checksum
+    return {f"x-amz-checksum-{algorithm}": value}
+
+
+async def put_object(call: Call) -> Response:
+    _check_key(call.key)
+    served = await call.bucket_for(Right.WRITE)
+    staged = await run_in_threadpool(files.staged_file, served.root)
+    path, received = await _receive_object(call, served.root, staged)
+    content_type = call.header("content-type")
+    metadata = _user_metadata(call.request.headers)
+    try:
+        info = await run_in_threadpool(
+            files.commit, path, served.root, call.key, f'"{received.md5_hex}"', content_type, metadata
+        )
+    except (files.ServedError, OSError) as error:
+        raise _storage_failure(error) from None
+    return Response(b"", headers={"ETag": info.etag, **_checksum_headers(received)})
+
+
+def _parse_range(text: str | None, size: int) -> tuple[int, int] | None:
+    """(start, end inclusive) of a single ``bytes=`` range, None for the whole object (also for a range
+    header S3 would ignore); InvalidRange when it cannot be satisfied."""
+    if text is None or not text.startswith("bytes=") or "," in text:
+        return None
+    first, dash, last = text.removeprefix("bytes=").strip().partition("-")
+    if (
+        not dash
+        or not (first.isdigit() or last.isdigit())
+        or (first and not first.isdigit())
+        or (last and not last.isdigit())
+    ):
+        return None
+    if not first:
+        length = int(last)
+        if length == 0 or size == 0:
+            raise InvalidRange(f"The requested range is not satisfiable: {text} of {size} bytes.")
+        return max(size - length, 0), size - 1
+    start = int(first)
+    end = min(int(last), size - 1) if last else size - 1
+    if last and int(last) < start:
+        return None
+    if start >= size:
+        raise InvalidRange(f"The requested range is not satisfiable: {text} of {size} bytes.")
+    return start, end
+
+
+async def _object(call: Call) -> tuple[ServedBucket, files.ObjectInfo]:
+    served = await call.bucket_for(Right.READ)
+    problem = key_problem(call.key)
+    info = None
+    if problem is None:
+        try:
+            info = await run_in_threadpool(files.head, served.root, call.key)
+        except files.ServedError:
+            info = None
+    if info is None:
+        raise NoSuchKey(f"The specified key does not exist: {call.key[:200]!r}.")
+    return served, info
+
+
+async def head_object(call: Call) -> Response:
+    _served, info = await _object(call)
+    headers = _object_headers(info)
+    span = _parse_range(call.header("range"), info.size)
+    status, length = 200, info.size
+    if span is not None:
+        status, length = 206, span[1] - span[0] + 1
+        headers["Content-Range"] = f"bytes {span[0]}-{span[1]}/{info.size}"
+    headers["Content-Length"] = str(length)
+    return Response(None, status_code=status, headers=headers)
+
+
+class _FileAnswer:
+    """A file's bytes, sent in pieces read off the event loop."""
+
+    def __init__(
+        self, handle: IO[bytes], start: int, length: int, status: int, headers: dict[str, str]
+    ) -> None:
+        self.handle, self.start, self.length = handle, start, length
+        self.status = status
+        self.headers = headers
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = [
+            (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in self.headers.items()
+        ]
+        try:
+            await send({"type": "http.response.start", "status": self.status, "headers": raw})
+            remaining = self.length
+            await run_in_threadpool(self.handle.seek, self.start)
+            while remaining > 0:
+                chunk = await run_in_threadpool(self.handle.read, min(SEND_CHUNK, remaining))
+                if not chunk:
+                    break
+                remaining -= len(chunk)
+                await send({"type": "http.response.body", "body": chunk, "more_body": remaining > 0})
+            if self.length == 0 or remaining > 0:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+        finally:
+            self.handle.close()
+
+
+async def get_object(call: Call) -> Response:
+    served, info = await _object(call)
+    try:
+        handle = await run_in_threadpool(files.object_path(served.root, call.key).open, "rb")
+    except (FileNotFoundError, NotADirectoryError):
+        raise NoSuchKey(f"The specified key does not exist: {call.key[:200]!r}.") from None
+    size = os.fstat(handle.fileno()).st_size
+    headers = _object_headers(info)
+    try:
+        span = _parse_range(call.header("range"), size)
+    except InvalidRange:
+        handle.close()
+        raise
+    start, length, status = 0, size, 200
+    if span is not None:
+        start, length, status = span[0], span[1] - span[0] + 1, 206
+        headers["Content-Range"] = f"bytes {span[0]}-{span[1]}/{size}"
+    headers["Content-Length"] = str(length)
+    for name in ("content-type", "content-disposition", "cache-control", "content-encoding"):
+        override = call.request.query.get(f"response-{name}")
+        if override is not None:
+            headers[name.title()] = override
+    answer = _FileAnswer(handle, start, length, status, headers)
+    return answer  # type: ignore[return-value]  # an ASGI answer like a Response
+
+
+async def delete_object(call: Call) -> Response:
+    served = await call.bucket_for(Right.WRITE)
+    if key_problem(call.key) is None:
+        await run_in_threadpool(files.delete, served.root, call.key)
+    return Response(b"", status_code=204)
+
+
+def _child_text(element: ElementTree.Element, name: str) -> str | None:
+    for child in element:
+        if child.tag.rsplit("}", 1)[-1] == name:
+            return child.text or ""
+    return None
+
+
+def _children(element: ElementTree.Element, name: str) -> list[ElementTree.Element]:
+    return [child for child in element if child.tag.rsplit("}", 1)[-1] == name]
+
+
+async def delete_objects(call: Call) -> Response:
+    document = await call.xml_body()
+    if document is None or document.tag.rsplit("}", 1)[-1] != "Delete":
+        raise MalformedXML("DeleteObjects takes a <Delete> document naming the objects.")
+    objects = _children(document, "Object")
+    if not objects or len(objects) > 1000:
+        raise MalformedXML("DeleteObjects names 1 to 1000 objects.")
+    quiet = (_child_text(document, "Quiet") or "").strip().lower() == "true"
+    served = await call.bucket_for(Right.WRITE)
+    deleted, failed = [], []
+    for item in objects:
+        key = _child_text(item, "Key")
+        if key is None:
+            raise MalformedXML("Every <Object> of DeleteObjects has a <Key>.")
+        problem = key_problem(key)
+        if problem is not None:
+            failed.append(
+                f"<Error>{_el('Key', key)}{_el('Code', 'InvalidArgument')}{_el('Message', problem)}</Error>"
+            )
+            continue
+        await run_in_threadpool(files.delete, served.root, key)
+        if not quiet:
+            deleted.append(f"<Deleted>{_el('Key', key)}</Deleted>")
+    return _xml("DeleteResult", "".join(deleted) + "".join(failed))
+
+
+def _copy_source(text: str) -> tuple[str, str]:
+    source = unquote(text.split("?", 1)[0]).lstrip("/")
+    bucket, _, key = source.partition("/")
+    if not bucket or not key:
+        raise InvalidArgument(f"x-amz-copy-source {text[:200]!r} must name BUCKET/KEY.")
+    return bucket, key
+
+
+async def copy_object(call: Call) -> Response:
+    _check_key(call.key)
+    source_bucket, source_key = _copy_source(call.header("x-amz-copy-source") or "")
+    source = await call.bucket_for(Right.READ, source_bucket)
+    info = (
+        await run_in_threadpool(files.head, source.root, source_key)
+        if key_problem(source_key) is None
+        else None
+    )
+    if info is None:
+        raise NoSuchKey(f"The specified key does not exist: {source_key[:200]!r}.")
+    served = await call.bucket_for(Right.WRITE)
+    replace = (call.header("x-amz-metadata-directive") or "COPY").upper() == "REPLACE"
+    content_type = call.header("content-type") if replace else info.content_type
+    metadata = _user_metadata(call.request.headers) if replace else dict(info.metadata)
+    try:
+        staged, md5_hex = await run_in_threadpool(
+            files.copy_into_staged, files.object_path(source.root, source_key), served.root
+        )
+        copied = await run_in_threadpool(
+            files.commit, staged, served.root, call.key, f'"{md5_hex}"', content_type, metadata
+        )
+    except FileNotFoundError:
+        raise NoSuchKey(f"The specified key does not exist: {source_key[:200]!r}.") from None
+    except (files.ServedError, OSError) as error:
+        raise _storage_failure(error) from None
+    return _xml("CopyObjectResult", _el("LastModified", _iso(copied.mtime_ns)) + _el("ETag", copied.etag))
+
+
+# -- multipart uploads --------------------------------------------------------------------------------------
+
+
+async def create_multipart_upload(call: Call) -> Response:
+    _check_key(call.key)
+    await call.bucket_for(Right.WRITE)
+    upload = await run_in_threadpool(
+        files.start_upload,
+        call.runtime.data_dir,
+        call.bucket,
+        call.key,
+        call.caller.account_id,
+        call.header("content-type"),
+        _user_metadata(call.request.headers),
+    )
+    inner = _el("Bucket", call.bucket) + _el("Key", call.key) + _el("UploadId", upload.upload_id)
+    return _xml("InitiateMultipartUploadResult", inner)
+
+
+async def _upload(call: Call) -> files.Upload:
+    upload_id = call.request.query.get("uploadId", "")
+    upload = await run_in_threadpool(files.find_upload, call.runtime.data_dir, upload_id)
+    if upload is None or upload.bucket != call.bucket or upload.key != call.key:
+        raise NoSuchUpload(
+            f"The specified upload does not exist: {upload_id[:100]!r} (completed or aborted, maybe)."
+        )
+    if upload.account_id != call.caller.account_id and not call.caller.is_admin:
+        raise AccessDenied(f"Access Denied: upload {upload_id!r} was started by another account.")
+    return upload
+
+
+async def upload_part(call: Call) -> Response:
+    text = call.request.query.get("partNumber", "")
+    if not text.isdigit() or not 1 <= int(text) <= files.MAX_PARTS:
+        raise InvalidArgument(
+            f"Part number must be an integer between 1 and {files.MAX_PARTS}, inclusive; got {text!r}."
+        )
+    await call.bucket_for(Right.WRITE)
+    upload = await _upload(call)
+    staged = await run_in_threadpool(files.staged_part, upload)
+    path, received = await _receive_object(call, upload.directory, staged)
+    try:
+        part = await run_in_threadpool(files.commit_part, upload, path, int(text), received.md5_hex)
+    except FileNotFoundError:
+        raise NoSuchUpload(
+            "The specified upload does not exist: it was completed or aborted meanwhile."
+        ) from None
+    return Response(b"", headers={"ETag": part.etag, **_checksum_headers(received)})
+
+
+async def complete_multipart_upload(call: Call) -> Response:
+    served = await call.bucket_for(Right.WRITE)
+    upload = await _upload(call)
+    document = await call.xml_body()
+    if document is None:
+        raise MalformedXML(
+            "CompleteMultipartUpload takes a <CompleteMultipartUpload> document naming the parts."
+        )
+    chosen = []
+    for item in _children(document, "Part"):
+        number, part_etag = _child_text(item, "PartNumber"), _child_text(item, "ETag")
+        if number is None or not number.strip().isdigit() or part_etag is None:
+            raise MalformedXML("Every <Part> names its <PartNumber> and <ETag>.")
+        chosen.append((int(number), part_etag))
+    try:
+        staged, etag = await run_in_threadpool(files.assemble, upload, chosen, served.root)
+    except files.PartProblem as problem:
+        kinds: dict[str, type[HyperplanError]] = {
+            "InvalidPart": InvalidPart,
+            "InvalidPartOrder": InvalidPartOrder,
+            "EntityTooSmall": EntityTooSmall,
+            "MalformedXML": MalformedXML,
+        }
+        raise kinds[problem.kind](str(problem)) from None
+    try:
+        await run_in_threadpool(
+            files.commit, staged, served.root, call.key, etag, upload.content_type, upload.metadata
+        )
+    except (files.ServedError, OSError) as error:
+        raise _storage_failure(error) from None
+    await run_in_threadpool(files.remove_upload, upload)
+    inner = _el("Location", f"/{call.bucket}/{quote(call.key)}") + _el("Bucket", call.bucket)
+    inner += _el("Key", call.key) + _el("ETag", etag)
+    return _xml("CompleteMultipartUploadResult", inner)
+
+
+async def abort_multipart_upload(call: Call) -> Response:
+    await call.bucket_for(Right.WRITE)
+    upload = await _upload(call)
+    await run_in_threadpool(files.remove_upload, upload)
+    return Response(b"", status_code=204)
+
+
+async def list_parts(call: Call) -> Response:
+    await call.bucket_for(Right.READ)
+    upload = await _upload(call)
+    marker = _count(call, "part-number-marker", 0, cap=files.MAX_PARTS)
+    max_parts = _count(call, "max-parts", 1000)
+    found = [part for part in await run_in_threadpool(files.parts, upload) if part.number > marker]
+    shown, truncated = found[:max_parts], len(found) > max_parts
+    inner = _el("Bucket", call.bucket) + _el("Key", call.key) + _el("UploadId", upload.upload_id)
+    inner += _el("PartNumberMarker", marker)
+    if shown:
+        inner += _el("NextPartNumberMarker", shown[-1].number)
+    inner += _el("MaxParts", max_parts) + _el("IsTruncated", "true" if truncated else "false")
+    inner += "".join(
+        f"<Part>{_el('PartNumber', p.number)}{_el('LastModified', _iso(p.mtime_ns))}{_el('ETag', p.etag)}"
+        f"{_el('Size', p.size)}</Part>"
+        for p in shown
+    )
+    return _xml("ListPartsResult", inner)
+
+
+_HANDLERS: dict[str, Callable[[Call], Awaitable[Response]]] = {
+    "ListBuckets": list_buckets,
+    "CreateBucket": create_bucket,
+    "HeadBucket": head_bucket,
+    "DeleteBucket": delete_bucket,
+    "GetBucketLocation": get_bucket_location,
+    "ListObjectsV2": list_objects_v2,
+    "ListObjects": list_objects,
+    "PutObject": put_object,
+    "GetObject": get_object,
+    "HeadObject": head_object,
+    "DeleteObject": delete_object,
+    "DeleteObjects": delete_objects,
+    "CopyObject": copy_object,
+    "CreateMultipartUpload": create_multipart_upload,
+    "UploadPart": upload_part,
+    "CompleteMultipartUpload": complete_multipart_upload,
+    "AbortMultipartUpload": abort_multipart_upload,
+    "ListParts": list_parts,
+}
