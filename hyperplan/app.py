@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -128,6 +129,8 @@ class AppConfig:
     # Nodes' homes, sandboxes, job trees; None: the fleet file's [backend] work_dir, else the default
     # (/var/lib/hyperplan/work as root, DATA_DIR-work otherwise).
     work_dir: Path | None = None
+    # serve --metrics-listen HOST:PORT: the Prometheus listener (hyperplan/metrics.py); None: none.
+    metrics_listen: str | None = None
 
     @property
     def key_path(self) -> Path:
@@ -151,6 +154,7 @@ class Application:
         self._context: ServiceContext | None = None
         self._workers: Workers | None = None
         self._bootstrap_done = False
+        self._metrics: Any = None  # the metrics listener (hyperplan.metrics.Listener), once started
 
     # -- what the root built ----------------------------------------------------------------------
 
@@ -279,6 +283,8 @@ class Application:
         workers.job_runner.start()  # its first step hands over launches and finishes cut short
         if workers.reservations is not None:
             workers.reservations.start()  # its first pass reconciles Slurm's reservations with the store
+        if self.config.metrics_listen and self._metrics is None:
+            self._metrics = _metrics_listener(context, self.config.metrics_listen)
 
     def request_stop(self) -> None:
         """Ask the lifecycle loop (and a catch-up or clock move in progress) to end after the event it is
@@ -287,6 +293,9 @@ class Application:
             self._workers.events.request_stop()
 
     def stop(self) -> None:
+        if self._metrics is not None:
+            self._metrics.stop()
+            self._metrics = None
         if self._context is None or self._workers is None:
             return
         self._workers.dispatcher.stop()  # finishes deliveries in flight; before the database closes
@@ -401,3 +410,20 @@ def _bootstrap_admin(db: Database, box: SecretBox, fleet: Fleet, credentials_pat
         )
         accounts.write_credentials_file(credentials_path, key, fleet.region)
     return True
+
+
+def _metrics_listener(context: ServiceContext, listen: str) -> Any:
+    """The Prometheus listener over this process's (or every worker's) instruments and the fleet's state
+    read from the store (docs/OPERATIONS.md)."""
+    from hyperplan import metrics
+    from hyperplan.services.fleet_metrics import FleetCollector
+
+    try:
+        host, port = metrics.parse_listen(listen)
+        listener = metrics.Listener(host, port, metrics.served_registry([FleetCollector(context)]))
+    except ValueError as exc:
+        raise StartRefused(str(exc)) from None
+    except OSError as exc:
+        raise StartRefused(f"--metrics-listen {listen}: cannot listen there: {exc}") from None
+    log.info("metrics on http://%s:%d/metrics", host, listener.port)
+    return listener

@@ -7,10 +7,13 @@ must be signed. Neither API has a use for presigned URLs: no route is meant to b
 
 from __future__ import annotations
 
+import dataclasses
+import re
+
 from starlette.requests import Request
 
 from hyperplan.clock import utcnow
-from hyperplan.errors import AccessDenied
+from hyperplan.errors import AccessDenied, HyperplanError
 from hyperplan.services import account_views
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
@@ -52,16 +55,26 @@ def authenticate(runtime: ServiceContext, request: Request, body: bytes) -> Call
         headers={key: ",".join(request.headers.getlist(key)) for key in request.headers},
         body=body,
     )
-    access_key_id = sigv4.verify(
-        signed,
-        # The decoded path the router matches, so the policy follows the API that will serve the request.
-        policy=policy_for(request.scope["path"]),
-        lookup_secret=lookup_secret,
-        region=runtime.region,
-        service=SIGNING_SERVICE,
-        now=utcnow(),
-    )
-    return found[access_key_id]
+    remote = request.client.host if request.client else ""
+    try:
+        access_key_id = sigv4.verify(
+            signed,
+            # The decoded path the router matches, so the policy follows the API that will serve the request.
+            policy=policy_for(request.scope["path"]),
+            lookup_secret=lookup_secret,
+            region=runtime.region,
+            service=SIGNING_SERVICE,
+            now=utcnow(),
+        )
+    except HyperplanError as refused:  # the audit trail counts refused signatures per address
+        claimed = _CLAIMED_KEY.search(request.headers.get("authorization", ""))
+        key_id = claimed.group(1)[:128] if claimed else ""
+        runtime.refusals.note(runtime.db, runtime.clock.now(), remote, key_id, refused.code)
+        raise
+    return dataclasses.replace(found[access_key_id], remote_address=remote)
+
+
+_CLAIMED_KEY = re.compile(r"Credential=([A-Za-z0-9]+)/")
 
 
 def require_admin(caller: Caller) -> None:

@@ -16,6 +16,7 @@ from hyperplan.core.rate_limits import sagemaker_class
 from hyperplan.errors import UnknownOperation
 from hyperplan.server.auth import authenticate
 from hyperplan.server.errors import AMZ_JSON, sagemaker_error_response
+from hyperplan.server.request_metrics import counted_request
 from hyperplan.services.context import ServiceContext
 from hyperplan.wire import model, registry, serialize, validate
 from hyperplan.wire.registry import RequestContext
@@ -24,6 +25,17 @@ TARGET_PREFIX = "SageMaker."
 
 
 async def sagemaker_endpoint(request: Request) -> Response:
+    with counted_request("sagemaker", _known_operation(request)) as count:
+        return count(await _answer(request))
+
+
+def _known_operation(request: Request) -> str:
+    """The operation a request names, when the model has it (a label never takes a caller's text)."""
+    name = request.headers.get("x-amz-target", "").removeprefix(TARGET_PREFIX)
+    return name if name in model.operation_names() else "unknown"
+
+
+async def _answer(request: Request) -> Response:
     request_id = str(uuid.uuid4())
     runtime: ServiceContext = request.app.state.runtime
     try:

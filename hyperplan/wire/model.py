@@ -28,6 +28,11 @@ def _operation_names() -> frozenset[str]:
     return frozenset(service_model().operation_names)
 
 
+def operation_names() -> frozenset[str]:
+    """Every operation botocore's model has."""
+    return _operation_names()
+
+
 def operation_model(name: str) -> OperationModel:
     """The model of one operation, e.g. ``"CreateTrainingPlan"``; unknown names are a client error."""
     if not isinstance(name, str) or name not in _operation_names():

@@ -1,0 +1,159 @@
+"""Operating the fleet (docs/OPERATIONS.md): the audit trail records every administrator action and
+security-relevant event with who, when and from where; a drain refuses new work with 503
+ServiceUnavailable while reads go on, survives a restart, and with --stop-running sends running jobs
+back to wait; resume starts them again."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from hyperplan.cli.client import ApiError, NativeClient
+from hyperplan.signing import Credentials
+from tests.harness import ADMIN, REGION, boundary_after, service_now
+from tests.inprocess import InProcessServer
+from tests.server.test_jobs import (
+    JOB_PERIODS,
+    SMALL_FLEET,
+    _buy,
+    _make_dataset,
+    _sleeper,
+    _status,
+    _wait_status,
+)
+
+
+@pytest.fixture
+def fast_small(fast_server_factory: type[InProcessServer], tmp_path: Path) -> Iterator[InProcessServer]:
+    server = fast_server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET, env=JOB_PERIODS)
+    _make_dataset(server)
+    yield server.start()
+    assert "Traceback" not in server.log(), server.log()[-5000:]
+
+
+def _audit(server: InProcessServer, **query: str) -> list[dict[str, Any]]:
+    return list(server.native().get("/api/v1/audit", **query)["Events"])
+
+
+def test_every_administrator_action_and_refused_signatures_are_in_the_audit_trail(
+    fast_small: InProcessServer,
+) -> None:
+    server = fast_small
+    admin = server.native()
+    start = service_now(server)
+    team = server.new_account("team", PaymentMode="approval")
+    key = admin.post("/api/v1/accounts/team/keys")
+    admin.call("PATCH", "/api/v1/accounts/team", body={"Quotas": {"MaxActivePlans": 3}, "Budget": "100"})
+    alice = admin.post("/api/v1/users", {"UserName": "alice", "Account": "team"})
+    admin.post(f"/api/v1/keys/{key['AccessKeyId']}/deactivate")
+    admin.call("DELETE", f"/api/v1/keys/{key['AccessKeyId']}")
+    admin.call("DELETE", "/api/v1/users/alice", query={"account": "team"})
+    # Two purchases awaiting approval: one approved then cancelled, one rejected.
+    window = {"StartTimeAfter": boundary_after(start + timedelta(days=1))}
+    _buy(server, team, "kept", 1, 1, **window)
+    _buy(server, team, "refused", 1, 1, **window)
+    invoices = {i["TrainingPlanName"]: i["InvoiceId"] for i in admin.get("/api/v1/invoices")["Invoices"]}
+    admin.post(f"/api/v1/invoices/{invoices['kept']}/approve")
+    admin.post(f"/api/v1/invoices/{invoices['refused']}/reject", {"Reason": "not this quarter"})
+    admin.post("/api/v1/accounts/team/plans/kept/cancel", {"Reason": "maintenance"})
+    admin.post("/api/v1/buckets/bucket/grants", {"Account": "team", "ReadOnly": True})
+    admin.call("DELETE", "/api/v1/buckets/bucket/grants/team")
+    admin.post("/api/v1/clock/advance", {"Duration": "1h"})
+    admin.post("/api/v1/drain", {})
+    admin.post("/api/v1/resume")
+    admin.post("/api/v1/master-key/rotate")
+    intruder = NativeClient(server.url, Credentials(team.access_key, "not-the-secret"), region=REGION)
+    for _ in range(3):
+        with pytest.raises(ApiError):
+            intruder.get("/api/v1/whoami")
+
+    events = _audit(server)
+    actions = [e["Action"] for e in events]
+    for action in (
+        "account.create", "key.create", "account.update", "user.create", "key.deactivate", "key.delete",
+        "user.delete", "invoice.approve", "invoice.reject", "plan.cancel", "bucket.grant", "bucket.revoke",
+        "clock.advance", "fleet.drain", "fleet.resume", "master-key.rotate", "signature.refused",
+    ):  # fmt: skip
+        assert action in actions, (action, actions)
+    by_action = {e["Action"]: e for e in events}
+    update = by_action["account.update"]
+    assert update["Actor"]["AccountName"] == "admin" and update["RemoteAddress"] == "127.0.0.1"
+    assert update["AccountName"] == "team" and update["At"] is not None
+    assert update["Detail"]["MaxActivePlans"]["To"] == 3 and update["Detail"]["Budget"]["To"] == "100"
+    assert by_action["invoice.reject"]["Detail"]["Reason"] == "not this quarter"
+    assert by_action["user.create"]["Detail"]["AccessKeyId"] == alice["AccessKey"]["AccessKeyId"]
+    refused = [e for e in events if e["Action"] == "signature.refused"]
+    assert len(refused) == 1 and refused[0]["Detail"]["Count"] == 3  # in bulk: one record, counted
+    assert refused[0]["Detail"]["AccessKeyIds"] == [team.access_key]
+    assert refused[0]["Actor"] is None and refused[0]["RemoteAddress"] == "127.0.0.1"
+    clock = by_action["clock.advance"]["Detail"]
+    assert clock["To"] > clock["From"]
+
+    # One account's records, from an instant on, through our CLI; nothing changes a record.
+    later = _audit(server, since=by_action["clock.advance"]["At"], account="team")
+    assert later == [] or all(e["At"] >= by_action["clock.advance"]["At"] for e in later)
+    listed = json.loads(server.cli("audit", "list", "--account", "team", "--json").stdout)
+    assert {e["Action"] for e in listed} >= {"account.create", "plan.cancel", "bucket.grant"}
+    assert "fleet.drain" not in {e["Action"] for e in listed}
+    for method in ("DELETE", "PATCH", "PUT"):
+        with pytest.raises(ApiError) as refused_change:
+            admin.call(method, "/api/v1/audit")
+        assert refused_change.value.status == 405  # no route changes or removes a record
+
+
+def test_a_drain_refuses_new_work_with_503_keeps_reads_and_resume_restarts_the_stopped_job(
+    fast_small: InProcessServer,
+) -> None:
+    server = fast_small
+    client = server.sagemaker()
+    start = boundary_after(service_now(server) + timedelta(hours=1))
+    arn = _buy(server, ADMIN, "steady", 2, 2, StartTimeAfter=start)
+    client.create_training_job(**_sleeper("running", plan=arn, count=1))
+    server.set_clock(start)
+    _wait_status(server, "running", "Training")
+
+    assert server.cli("admin", "drain").returncode == 0
+    once = server.sagemaker()  # one attempt: the SDKs' retries would otherwise wait out the drain
+    with pytest.raises(ClientError) as refused:
+        once.create_training_job(**_sleeper("new", plan=arn, count=1))
+    assert refused.value.response["Error"]["Code"] == "ServiceUnavailable"
+    assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 503
+    assert "hyperplan admin resume" in refused.value.response["Error"]["Message"]
+    with pytest.raises(ClientError) as no_plan:
+        _buy(server, ADMIN, "another", 1, 1, StartTimeAfter=start + timedelta(days=3))
+    assert no_plan.value.response["Error"]["Code"] == "ServiceUnavailable"
+    # Reads and searches are answered; the running job runs on.
+    assert client.describe_training_plan(TrainingPlanName="steady")["Status"] == "Active"
+    assert _status(server, "running") == ("InProgress", "Training")
+
+    server.restart()  # the drain is kept in the store (the server has a new port: new clients)
+    client = server.sagemaker()
+    assert server.native().get("/api/v1/drain")["Draining"] is True
+    state = server.native().post("/api/v1/drain", {"StopRunning": True})
+    assert state["StopRunning"] is True
+    _wait_status(server, "running", "Pending")
+    message = _describe_last_message(server, "running")
+    assert "drained for maintenance" in message
+    server.advance_clock("1h")
+    assert _status(server, "running") == ("InProgress", "Pending")  # nothing starts while drained
+
+    server.native().post("/api/v1/resume")
+    _wait_status(server, "running", "Training")
+    assert server.native().get("/api/v1/drain")["Draining"] is False
+    client.create_training_job(**_sleeper("after", plan=arn, count=1))
+    _wait_status(server, "after", "Training")
+    for name in ("running", "after"):
+        client.stop_training_job(TrainingJobName=name)
+    actions = [e["Action"] for e in _audit(server)]
+    assert actions.count("fleet.drain") == 2 and actions.count("fleet.resume") == 1
+
+
+def _describe_last_message(server: InProcessServer, name: str) -> str:
+    job = server.sagemaker().describe_training_job(TrainingJobName=name)
+    return str(job["SecondaryStatusTransitions"][-1].get("StatusMessage", ""))
