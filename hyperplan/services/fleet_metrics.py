@@ -60,15 +60,15 @@ class FleetCollector(Collector):
         yield instances
         yield ratio
         with runtime.db.read() as session:
-            plans = dict(
+            plans = _counts(
                 session.execute(select(TrainingPlan.status, func.count()).group_by(TrainingPlan.status))
             )
-            capacities = dict(
+            capacities = _counts(
                 session.execute(
                     select(ReservedCapacity.status, func.count()).group_by(ReservedCapacity.status)
                 )
             )
-            jobs = dict(
+            jobs = _counts(
                 session.execute(select(TrainingJob.status, func.count()).group_by(TrainingJob.status))
             )
             queued = session.scalar(
@@ -77,7 +77,7 @@ class FleetCollector(Collector):
                     TrainingJob.secondary_status.in_([s.value for s in WAITING]),
                 )
             )
-            nodes = dict(
+            nodes = _counts(
                 session.execute(select(ClusterNode.status, func.count()).group_by(ClusterNode.status))
             )
         yield _by_status("hyperplan_plans", "Training plans, by status.", plans)
@@ -95,6 +95,9 @@ class FleetCollector(Collector):
             self._work_dir_size(),
         )
 
+    def describe(self) -> Iterable[Any]:
+        return []  # nothing read when registered: the store is read at each scrape only
+
     def _work_dir_size(self) -> int:
         with self._lock:
             cached = self._work_dir_bytes
@@ -106,6 +109,10 @@ class FleetCollector(Collector):
         """The next scrape walks the work directory again (after retention removed something)."""
         with self._lock:
             self._work_dir_bytes = None
+
+
+def _counts(result: Any) -> dict[str, int]:
+    return {str(status): int(count) for status, count in result}
 
 
 def _by_status(

@@ -6,6 +6,7 @@ back to wait; resume starts them again."""
 from __future__ import annotations
 
 import json
+import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -13,13 +14,15 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
+from prometheus_client.parser import text_string_to_metric_families
 
 from hyperplan.cli.client import ApiError, NativeClient
 from hyperplan.signing import Credentials
-from tests.harness import ADMIN, REGION, boundary_after, service_now
+from tests.harness import ADMIN, REGION, Server, boundary_after, free_port, service_now
 from tests.inprocess import InProcessServer
 from tests.server.test_jobs import (
     JOB_PERIODS,
+    P5,
     SMALL_FLEET,
     _buy,
     _make_dataset,
@@ -157,3 +160,97 @@ def test_a_drain_refuses_new_work_with_503_keeps_reads_and_resume_restarts_the_s
 def _describe_last_message(server: InProcessServer, name: str) -> str:
     job = server.sagemaker().describe_training_job(TrainingJobName=name)
     return str(job["SecondaryStatusTransitions"][-1].get("StatusMessage", ""))
+
+
+def _scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Every sample of the metrics listener, parsed by prometheus_client's own parser."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _value(samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def test_metrics_after_the_boto3_walkthrough_say_what_it_did(
+    server_factory: type[Server], tmp_path: Path
+) -> None:
+    """A real server (its counters are its own) with --metrics-listen, through the seed's boto3
+    walkthrough on the small fleet, then to the plan's start."""
+    port = free_port()
+    server = server_factory(
+        data_dir=tmp_path / "data", fleet=SMALL_FLEET, extra_args=("--metrics-listen", f"127.0.0.1:{port}")
+    ).start()
+    client = server.sagemaker()
+    now = service_now(server)
+    offerings = client.search_training_plan_offerings(
+        InstanceType=P5,
+        InstanceCount=2,
+        DurationHours=96,
+        TargetResources=["hyperpod-cluster"],
+        StartTimeAfter=now + timedelta(days=1),
+        EndTimeBefore=now + timedelta(days=15),
+    )["TrainingPlanOfferings"]
+    offering = offerings[0]
+    client.create_training_plan(
+        TrainingPlanName="boto-plan", TrainingPlanOfferingId=offering["TrainingPlanOfferingId"]
+    )
+    plan = client.describe_training_plan(TrainingPlanName="boto-plan")
+    assert plan["Status"] == "Scheduled"
+    with pytest.raises(ClientError):
+        client.describe_training_plan(TrainingPlanName="no-such-plan")
+    segments = plan["ReservedCapacitySummaries"]
+    zone = segments[0]["AvailabilityZone"]
+    server.native().get("/api/v1/whoami")
+
+    before = _scrape(port)
+    sagemaker = {"api": "sagemaker"}
+    for operation, code, count in (
+        ("SearchTrainingPlanOfferings", "200", 1),
+        ("CreateTrainingPlan", "200", 1),
+        ("DescribeTrainingPlan", "200", 1),
+        ("DescribeTrainingPlan", "400", 1),
+    ):
+        labels = {**sagemaker, "operation": operation, "code": code}
+        assert _value(before, "hyperplan_requests_total", **labels) == count, (operation, code)
+    assert (
+        _value(
+            before,
+            "hyperplan_request_duration_seconds_count",
+            api="sagemaker",
+            operation="CreateTrainingPlan",
+        )
+        == 1
+    )
+    assert (
+        _value(before, "hyperplan_requests_total", api="native", operation="GET /api/v1/whoami", code="200")
+        == 1
+    )
+    assert _value(before, "hyperplan_plans", status="Scheduled") == 1
+    assert _value(before, "hyperplan_reserved_capacities", status="Scheduled") == len(segments)
+    for pool_zone, reservable in (("us-west-2a", 8), ("us-west-2b", 4)):
+        labels = {"instance_type": P5, "zone": pool_zone}
+        assert _value(before, "hyperplan_pool_instances", **labels, state="reserved") == 0
+        assert _value(before, "hyperplan_pool_instances", **labels, state="free") == reservable
+    booked = _value(before, "hyperplan_pool_booked_ratio", instance_type=P5, zone=zone, horizon="56d")
+    hours = sum((s["EndTime"] - s["StartTime"]).total_seconds() for s in segments) / 3600
+    reservable = 8 if zone == "us-west-2a" else 4
+    assert booked == pytest.approx(2 * hours / (reservable * 56 * 24), rel=0.01)
+    assert _value(before, "hyperplan_job_queue_length") == 0
+    assert _value(before, "hyperplan_work_dir_bytes") >= 0
+
+    server.set_clock(segments[0]["StartTime"])
+    after = _scrape(port)
+    assert _value(after, "hyperplan_plans", status="Active") == 1
+    labels = {"instance_type": P5, "zone": zone}
+    assert _value(after, "hyperplan_pool_instances", **labels, state="reserved") == 2
+    assert _value(after, "hyperplan_pool_instances", **labels, state="free") == reservable - 2
+    # The manual clock runs each event at its due time: every one ran with no lag.
+    ran = _value(after, "hyperplan_lifecycle_lag_seconds_count")
+    assert ran >= 1 and _value(after, "hyperplan_lifecycle_lag_seconds_sum") == 0
+    assert _value(after, "hyperplan_lifecycle_lag_seconds_bucket", le="0.0") == ran
