@@ -25,7 +25,15 @@ from hyperplan.cli import (
     webhooks,
 )
 from hyperplan.cli.common import console
-from hyperplan.cli.options import PLAIN_HELP, ClientOptions, DataDirOpt, EndpointOpt, JsonOpt, ProfileOpt
+from hyperplan.cli.options import (
+    PLAIN_HELP,
+    ClientCommand,
+    ClientOptions,
+    DataDirOpt,
+    EndpointOpt,
+    JsonOpt,
+    ProfileOpt,
+)
 from hyperplan.server.limits import ServerLimits
 
 app = typer.Typer(
@@ -48,6 +56,7 @@ app.add_typer(users.app, name="users")
 app.add_typer(keys.app, name="keys")
 app.add_typer(ops.audit_app, name="audit")
 app.add_typer(ops.admin_app, name="admin")
+app.command("usage", cls=ClientCommand)(ops.usage)
 app.command("backup")(backup.backup)
 app.command("restore")(backup.restore)
 

@@ -59,3 +59,54 @@ def status() -> None:
     with reporting_errors():
         state = native_client().get("/api/v1/drain")
     emit(state, DrainLine)
+
+
+def usage(
+    account: Annotated[
+        str | None, typer.Option(help="One account (administrators; others see their own).")
+    ] = None,
+    from_: Annotated[
+        str | None, typer.Option("--from", help="From this instant (ISO 8601); default: 30 days before --to.")
+    ] = None,
+    to: Annotated[str | None, typer.Option(help="Until this instant (ISO 8601); default: now.")] = None,
+    by_tag: Annotated[str | None, typer.Option(help="Group by this tag key's value too.")] = None,
+    csv: Annotated[bool, typer.Option("--csv", help="CSV with a header line, for a spreadsheet.")] = False,
+) -> None:
+    """Reserved against used instance-hours per account, pool and UTC day (service time)."""
+    import csv as csv_module
+    import sys
+
+    from hyperplan.cli.views.ops import UsageTable
+
+    with reporting_errors():
+        rows = native_client().get("/api/v1/usage", account=account, to=to, tag=by_tag, **{"from": from_})[
+            "Usage"
+        ]
+    if not csv:
+        emit(rows, UsageTable)
+        return
+    tagged = by_tag is not None
+    writer = csv_module.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(
+        [
+            "account",
+            *(["tag_value"] if tagged else []),
+            "instance_type",
+            "zone",
+            "day",
+            "reserved_instance_hours",
+            "used_instance_hours",
+        ]
+    )
+    for r in rows:
+        writer.writerow(
+            [
+                r["Account"],
+                *([r["TagValue"]] if tagged else []),
+                r["InstanceType"],
+                r["AvailabilityZone"],
+                r["Day"],
+                r["ReservedInstanceHours"],
+                r["UsedInstanceHours"],
+            ]
+        )

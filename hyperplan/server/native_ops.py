@@ -9,7 +9,7 @@ from starlette.routing import Route
 
 from hyperplan.server import fields
 from hyperplan.server.native import NativeRequest, NativeRoute
-from hyperplan.services import audit_views, drain
+from hyperplan.services import audit_views, drain, usage
 from hyperplan.services.audit import AuditView
 from hyperplan.services.clock import parse_instant
 from hyperplan.services.drain_state import DrainState
@@ -66,10 +66,41 @@ def resume(request: NativeRequest) -> dict[str, Any]:
     return _drain_json(drain.resume(request.runtime, request.caller))
 
 
+def show_usage(request: NativeRequest) -> dict[str, Any]:
+    query = request.query
+    instants = {}
+    for name in ("from", "to"):
+        text = fields.query_text(query, name, max_length=64)
+        instants[name] = parse_instant(text) if text else None
+    rows = usage.usage(
+        request.runtime,
+        request.caller,
+        account_ref=fields.query_text(query, "account", max_length=64) or None,
+        start=instants["from"],
+        end=instants["to"],
+        tag_key=fields.query_text(query, "tag", max_length=128) or None,
+    )
+    return {
+        "Usage": [
+            {
+                "Account": row.account,
+                **({"TagValue": row.tag_value} if row.tag_value is not None else {}),
+                "InstanceType": row.instance_type,
+                "AvailabilityZone": row.zone,
+                "Day": row.day.isoformat(),
+                "ReservedInstanceHours": row.reserved_instance_hours,
+                "UsedInstanceHours": row.used_instance_hours,
+            }
+            for row in rows
+        ]
+    }
+
+
 def routes() -> list[Route]:
     return [
         NativeRoute("GET", "/api/v1/audit", list_audit, admin=True, query=("since", "account")),
         NativeRoute("GET", "/api/v1/drain", show_drain, admin=True),
         NativeRoute("POST", "/api/v1/drain", start_drain, admin=True, body=("StopRunning",)),
         NativeRoute("POST", "/api/v1/resume", resume, admin=True),
+        NativeRoute("GET", "/api/v1/usage", show_usage, query=("account", "from", "to", "tag")),
     ]

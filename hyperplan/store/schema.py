@@ -475,3 +475,17 @@ class ResourceTag(Base):
     key: Mapped[str] = mapped_column(String(128), primary_key=True)
     value: Mapped[str] = mapped_column(String(256), default="")
     account_id: Mapped[str] = mapped_column(String(12), index=True)
+
+
+class EndedNodeUsage(Base):
+    """What a deleted cluster's node held, kept when the cluster's rows go (services/node_watcher.py):
+    the usage report (services/usage.py) counts it like a node that is still listed."""
+
+    __tablename__ = "ended_node_usage"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    account_id: Mapped[str] = mapped_column(String(12), index=True)
+    cluster_id: Mapped[str] = mapped_column(String(32))  # the cluster's public id (its ARN's)
+    instance_type: Mapped[str] = mapped_column(String(64))
+    availability_zone: Mapped[str] = mapped_column(String(64))
+    launched_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import urllib.request
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hyperplan.cli.client import ApiError, NativeClient
 from hyperplan.signing import Credentials
-from tests.harness import ADMIN, REGION, Server, boundary_after, free_port, service_now
+from tests.harness import ADMIN, REGION, Server, boundary_after, free_port, service_now, wait_until
 from tests.inprocess import InProcessServer
+from tests.server.test_clusters import ON_CREATE, SUBNETS
+from tests.server.test_clusters import _counts as cluster_counts
+from tests.server.test_clusters import _group as cluster_group
 from tests.server.test_jobs import (
     JOB_PERIODS,
     P5,
@@ -254,3 +257,85 @@ def test_metrics_after_the_boto3_walkthrough_say_what_it_did(
     ran = _value(after, "hyperplan_lifecycle_lag_seconds_count")
     assert ran >= 1 and _value(after, "hyperplan_lifecycle_lag_seconds_sum") == 0
     assert _value(after, "hyperplan_lifecycle_lag_seconds_bucket", le="0.0") == ran
+
+
+@pytest.fixture
+def clusters_small(fast_server_factory: type[InProcessServer], tmp_path: Path) -> InProcessServer:
+    server = fast_server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET)
+    script = server.data_dir / "s3" / "lifecycle" / "src" / "on_create.sh"
+    script.parent.mkdir(parents=True)
+    script.write_text(ON_CREATE)
+    return server.start()
+
+
+def test_usage_of_a_plan_whose_nodes_ran_half_its_time_per_day_and_by_tag(
+    clusters_small: InProcessServer,
+) -> None:
+    server = clusters_small
+    client = server.sagemaker()
+    team = [{"Key": "team", "Value": "vision"}]
+    offering = client.search_training_plan_offerings(
+        InstanceType=P5,
+        InstanceCount=2,
+        DurationHours=24,
+        TargetResources=["hyperpod-cluster"],
+        StartTimeAfter=service_now(server) + timedelta(days=1),
+    )["TrainingPlanOfferings"][0]
+    arn = client.create_training_plan(
+        TrainingPlanName="half", TrainingPlanOfferingId=offering["TrainingPlanOfferingId"], Tags=team
+    )["TrainingPlanArn"]
+    plan = client.describe_training_plan(TrainingPlanName="half")
+    start, end = plan["StartTime"], plan["EndTime"]
+    cluster = client.create_cluster(
+        ClusterName="half-nodes",
+        InstanceGroups=[cluster_group("workers", 2, arn)],
+        VpcConfig={"SecurityGroupIds": ["sg-0123456789abcdef0"], "Subnets": SUBNETS},
+        Tags=team,
+    )["ClusterArn"]
+    # Tags as SageMaker has them.
+    assert client.list_tags(ResourceArn=cluster)["Tags"] == team
+    client.add_tags(ResourceArn=arn, Tags=[{"Key": "cost-centre", "Value": "42"}])
+    assert client.list_tags(ResourceArn=arn)["Tags"] == [{"Key": "cost-centre", "Value": "42"}, *team]
+    client.delete_tags(ResourceArn=arn, TagKeys=["cost-centre"])
+    assert client.list_tags(ResourceArn=arn)["Tags"] == team
+    with pytest.raises(ClientError) as reserved_key:
+        client.add_tags(ResourceArn=arn, Tags=[{"Key": "aws:owner", "Value": "x"}])
+    assert "reserved for AWS" in reserved_key.value.response["Error"]["Message"]
+    other_key = server.new_account("other")
+    other = server.sagemaker(other_key)
+    with pytest.raises(ClientError) as not_theirs:
+        other.list_tags(ResourceArn=arn)
+    assert not_theirs.value.response["Error"]["Code"] == "AccessDeniedException"
+
+    server.set_clock(start)
+    assert wait_until(lambda: cluster_counts(server, "half-nodes") == {"workers": (2, 2)})
+    server.set_clock(start + (end - start) / 2)
+    client.delete_cluster(ClusterName="half-nodes")
+    assert wait_until(lambda: client.list_clusters()["ClusterSummaries"] == [])
+    server.set_clock(end + timedelta(days=1))
+
+    window = {"from": (start - timedelta(days=1)).isoformat(), "to": (end + timedelta(days=1)).isoformat()}
+    rows = server.native().get("/api/v1/usage", account="admin", **window)["Usage"]
+    hours = (end - start).total_seconds() / 3600
+    assert {(r["InstanceType"], r["AvailabilityZone"]) for r in rows} == {
+        (P5, plan["ReservedCapacitySummaries"][0]["AvailabilityZone"])
+    }
+    assert sum(r["ReservedInstanceHours"] for r in rows) == pytest.approx(2 * hours)
+    assert sum(r["UsedInstanceHours"] for r in rows) == pytest.approx(hours)  # two nodes, half the time
+    days = sorted({r["Day"] for r in rows})
+    assert days[0] == start.date().isoformat() and days[-1] == end.date().isoformat()
+    first = next(r for r in rows if r["Day"] == days[0])
+    midnight = datetime.combine(start.date() + timedelta(days=1), datetime.min.time(), UTC)
+    assert first["ReservedInstanceHours"] == pytest.approx(2 * (midnight - start).total_seconds() / 3600)
+    by_tag = server.native().get("/api/v1/usage", tag="team", **window)["Usage"]
+    assert {r["TagValue"] for r in by_tag} == {"vision"}
+    assert sum(r["UsedInstanceHours"] for r in by_tag) == pytest.approx(hours)
+    # The CLI's CSV, with the columns.
+    lines = server.cli(
+        "usage", "--account", "admin", "--csv", "--from", window["from"], "--to", window["to"]
+    ).stdout
+    header, *body = lines.strip().splitlines()
+    assert header == "account,instance_type,zone,day,reserved_instance_hours,used_instance_hours"
+    assert len(body) == len(rows) and all(line.startswith(f"admin,{P5},") for line in body)
+    # Another account sees only its own usage.
+    assert server.native(other_key).get("/api/v1/usage", **window)["Usage"] == []

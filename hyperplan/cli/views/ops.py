@@ -37,3 +37,33 @@ class DrainLine:
             return Text("The fleet is open: new work is accepted.")
         stopped = " Running work was stopped." if s["StopRunning"] else ""
         return Text(f"The fleet is drained since {s['Since']} (by {s['By'] or 'the service'}).{stopped}")
+
+
+@dataclass(frozen=True)
+class UsageTable:
+    rows: list[dict[str, Any]]
+
+    def __rich__(self) -> TableView:
+        tagged = any("TagValue" in r for r in self.rows)
+        columns = [
+            "Account",
+            *(["Tag"] if tagged else []),
+            "Instance type",
+            "Zone",
+            "Day",
+            "Reserved h",
+            "Used h",
+        ]
+        body = [
+            [
+                r["Account"],
+                *([r["TagValue"]] if tagged else []),
+                r["InstanceType"],
+                r["AvailabilityZone"],
+                r["Day"],
+                f"{r['ReservedInstanceHours']:g}",
+                f"{r['UsedInstanceHours']:g}",
+            ]
+            for r in self.rows
+        ]
+        return TableView("Usage (instance-hours)", columns, body)

@@ -1,3 +1,3 @@
 """SageMaker operation handlers; importing this package registers them all."""
 
-from hyperplan.wire.ops import clusters, jobs, plans  # noqa: F401
+from hyperplan.wire.ops import clusters, jobs, plans, tags  # noqa: F401

@@ -1,4 +1,4 @@
-"""audit events and resource tags
+"""audit events, resource tags, and the usage of deleted clusters' nodes
 
 Revision ID: 0018
 Revises: 0013
@@ -44,9 +44,25 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("resource_arn", "key"),
     )
     op.create_index("ix_resource_tags_account_id", "resource_tags", ["account_id"], unique=False)
+    op.create_table(
+        "ended_node_usage",
+        sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
+        sa.Column("account_id", sa.String(length=12), nullable=False),
+        sa.Column("cluster_id", sa.String(length=32), nullable=False),
+        sa.Column("instance_type", sa.String(length=64), nullable=False),
+        sa.Column("availability_zone", sa.String(length=64), nullable=False),
+        sa.Column("launched_at", hyperplan.store.types.UTCDateTime(), nullable=False),
+        sa.Column("ended_at", hyperplan.store.types.UTCDateTime(), nullable=False),
+        sa.PrimaryKeyConstraint("id"),
+    )
+    op.create_index("ix_ended_node_usage_account_id", "ended_node_usage", ["account_id"], unique=False)
+    op.create_index("ix_ended_node_usage_ended_at", "ended_node_usage", ["ended_at"], unique=False)
 
 
 def downgrade() -> None:
+    op.drop_index("ix_ended_node_usage_ended_at", table_name="ended_node_usage")
+    op.drop_index("ix_ended_node_usage_account_id", table_name="ended_node_usage")
+    op.drop_table("ended_node_usage")
     op.drop_index("ix_resource_tags_account_id", table_name="resource_tags")
     op.drop_table("resource_tags")
     op.drop_index("ix_audit_events_account_id", table_name="audit_events")
