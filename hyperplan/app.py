@@ -59,6 +59,7 @@ from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.lifecycle import LifecycleContext
 from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.services.node_watcher import NodeWatcher
+from hyperplan.services.retention import RetentionWorker
 from hyperplan.services.slurm_reservations import ReservationWorker
 from hyperplan.services.slurm_state import SlurmState
 from hyperplan.slurm.client import SlurmClient
@@ -144,6 +145,7 @@ class Workers:
     job_runner: JobRunner
     dispatcher: Dispatcher
     reservations: ReservationWorker | None = None  # a Slurm back end's plans <-> reservations
+    retention: RetentionWorker | None = None  # ended work's files removed after [retention] period
 
 
 class Application:
@@ -240,7 +242,14 @@ class Application:
             db, context.arn, config=dispatcher_config, targets=fleet.webhooks, wake=wakes.webhooks, box=box
         )
         reservations = slurm_reservations.ReservationWorker(context) if slurm is not None else None
-        self._workers = Workers(events, NodeWatcher(context), JobRunner(context), dispatcher, reservations)
+        self._workers = Workers(
+            events,
+            NodeWatcher(context),
+            JobRunner(context),
+            dispatcher,
+            reservations,
+            RetentionWorker(context),
+        )
         self._context = context
         return context
 
@@ -283,6 +292,8 @@ class Application:
         workers.job_runner.start()  # its first step hands over launches and finishes cut short
         if workers.reservations is not None:
             workers.reservations.start()  # its first pass reconciles Slurm's reservations with the store
+        if workers.retention is not None:
+            workers.retention.start()  # only when the fleet sets a retention period
         if self.config.metrics_listen and self._metrics is None:
             self._metrics = _metrics_listener(context, self.config.metrics_listen)
 
@@ -304,6 +315,8 @@ class Application:
         self._workers.job_runner.stop()
         if self._workers.reservations is not None:
             self._workers.reservations.stop()
+        if self._workers.retention is not None:
+            self._workers.retention.stop()
         self._context.backend.close()
         self._context.db.close()
 

@@ -130,5 +130,6 @@ def _keep_usage(session: Session, cluster: Cluster) -> None:
                 availability_zone=node.availability_zone,
                 launched_at=node.launched_at,
                 ended_at=node.ended_at or node.launched_at,
+                backend_id=node.backend_id,
             )
         )

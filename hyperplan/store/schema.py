@@ -489,3 +489,4 @@ class EndedNodeUsage(Base):
     availability_zone: Mapped[str] = mapped_column(String(64))
     launched_at: Mapped[datetime] = mapped_column(UTCDateTime)
     ended_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    backend_id: Mapped[str] = mapped_column(String(64), default="")  # what retention forgets, then ""

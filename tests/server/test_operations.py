@@ -16,6 +16,7 @@ import pytest
 from botocore.exceptions import ClientError
 from prometheus_client.parser import text_string_to_metric_families
 
+from hyperplan.backends.fake import Program
 from hyperplan.cli.client import ApiError, NativeClient
 from hyperplan.signing import Credentials
 from tests.harness import ADMIN, REGION, Server, boundary_after, free_port, service_now, wait_until
@@ -25,9 +26,11 @@ from tests.server.test_clusters import _counts as cluster_counts
 from tests.server.test_clusters import _group as cluster_group
 from tests.server.test_jobs import (
     JOB_PERIODS,
+    M5,
     P5,
     SMALL_FLEET,
     _buy,
+    _job,
     _make_dataset,
     _sleeper,
     _status,
@@ -339,3 +342,53 @@ def test_usage_of_a_plan_whose_nodes_ran_half_its_time_per_day_and_by_tag(
     assert len(body) == len(rows) and all(line.startswith(f"admin,{P5},") for line in body)
     # Another account sees only its own usage.
     assert server.native(other_key).get("/api/v1/usage", **window)["Usage"] == []
+
+
+def test_retention_removes_an_old_jobs_files_and_a_deleted_clusters_node_and_nothing_else(
+    fast_server_factory: type[InProcessServer], tmp_path: Path
+) -> None:
+    fleet = tmp_path / "retained.toml"
+    fleet.write_text(SMALL_FLEET.read_text() + '\n[retention]\nperiod = "1d"\n')
+    env = {**JOB_PERIODS, "HYPERPLAN_RETENTION_POLL": "0.2"}
+    server = fast_server_factory(data_dir=tmp_path / "small", fleet=fleet, env=env)
+    _make_dataset(server)
+    script = server.data_dir / "s3" / "lifecycle" / "src" / "on_create.sh"
+    script.parent.mkdir(parents=True)
+    script.write_text(ON_CREATE)
+    server.start()
+    client = server.sagemaker()
+    start = boundary_after(service_now(server) + timedelta(hours=1))
+    arn = _buy(server, ADMIN, "kept", 2, 3, StartTimeAfter=start)
+    done = list(server.world.command(Program.exits(0, stdout=b"done\n")))
+    client.create_training_job(**_job("old", done, plan=arn))  # job id 1
+    client.create_training_job(**_sleeper("running", plan=arn))  # job id 2
+    client.create_cluster(ClusterName="gone", InstanceGroups=[cluster_group("c", 1, instance_type=M5)])
+    server.set_clock(start)
+    _wait_status(server, "old", "Completed")
+    _wait_status(server, "running", "Training")
+    [node] = client.list_cluster_nodes(ClusterName="gone")["ClusterNodeSummaries"]
+    client.delete_cluster(ClusterName="gone")
+    assert wait_until(lambda: client.list_clusters()["ClusterSummaries"] == [])
+    server.advance_clock("12h")
+    client.create_training_job(**_job("young", done, plan=arn))  # job id 3
+    _wait_status(server, "young", "Completed")
+    jobs = server.work_dir / "jobs"
+    assert sorted(p.name for p in jobs.iterdir()) == ["1", "2", "3"]
+    buckets = sorted(p for p in (server.data_dir / "s3").rglob("*") if p.is_file())
+    with server.world.lock:
+        tasks = dict(server.world.tasks)
+        node_ids = set(server.world.nodes)
+    assert len([n for n in node_ids if n.startswith("node-")]) == 1  # the deleted cluster's, Terminated
+
+    server.advance_clock("12h5m")  # "old" and the node ended over a day ago; "young" half a day ago
+    assert wait_until(lambda: not (jobs / "1").exists()), sorted(p.name for p in jobs.iterdir())
+    assert sorted(p.name for p in jobs.iterdir()) == ["2", "3"]
+    assert wait_until(lambda: not [n for n in server.world.nodes if n.startswith("node-")])
+    assert {"sandbox.job-2-a1-algo-1", "sandbox.job-3-a1-algo-1"} <= set(server.world.nodes)
+    with server.world.lock:
+        left = set(server.world.tasks)
+    assert len(left) == len(tasks) - 1 and left < set(tasks)  # the old job's one task, forgotten
+    assert sorted(p for p in (server.data_dir / "s3").rglob("*") if p.is_file()) == buckets  # untouched
+    assert _status(server, "old") == ("Completed", "Completed")  # still described
+    assert node["InstanceId"]
+    client.stop_training_job(TrainingJobName="running")

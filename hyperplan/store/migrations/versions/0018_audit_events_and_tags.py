@@ -53,6 +53,7 @@ def upgrade() -> None:
         sa.Column("availability_zone", sa.String(length=64), nullable=False),
         sa.Column("launched_at", hyperplan.store.types.UTCDateTime(), nullable=False),
         sa.Column("ended_at", hyperplan.store.types.UTCDateTime(), nullable=False),
+        sa.Column("backend_id", sa.String(length=64), nullable=False),
         sa.PrimaryKeyConstraint("id"),
     )
     op.create_index("ix_ended_node_usage_account_id", "ended_node_usage", ["account_id"], unique=False)
