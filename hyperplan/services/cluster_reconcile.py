@@ -40,7 +40,13 @@ def reconcile(
                 shares.update(_plan_shares(session, runtime, group.plan_id, now))
             wanted, expiry = shares.get(group.id, 0), _segment_expiry(session, group.plan_id, now)
         if drained.draining:  # no node added (scale-ups wait); none kept when running work was stopped
-            wanted = 0 if drained.stop_running else min(wanted, len(live_nodes(session, group)))
+            held = 0 if drained.stop_running else min(wanted, len(live_nodes(session, group)))
+            if group.plan_id is not None and held != wanted:  # the plan's counters follow what it holds
+                plan = session.get(TrainingPlan, group.plan_id)
+                capacity_claims.give_back(session, consumer(group), now, plan_id=group.plan_id)
+                if plan is not None and held:
+                    capacity_claims.take(session, plan, consumer(group), held, now)
+            wanted = held
         _converge(session, runtime, group, wanted, expiry, now, actions)
 
 
