@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.orm import Session
 
@@ -59,6 +60,7 @@ from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.lifecycle import LifecycleContext
 from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.services.node_watcher import NodeWatcher
+from hyperplan.services.retention import RetentionWorker
 from hyperplan.services.slurm_reservations import ReservationWorker
 from hyperplan.services.slurm_state import SlurmState
 from hyperplan.slurm.client import SlurmClient
@@ -132,6 +134,8 @@ class AppConfig:
     # The fleet itself, already read (`hyperplan simulate` runs one fleet under several rankings); None:
     # read from fleet_path.
     fleet: Fleet | None = None
+    # serve --metrics-listen HOST:PORT: the Prometheus listener (hyperplan/metrics.py); None: none.
+    metrics_listen: str | None = None
 
     @property
     def key_path(self) -> Path:
@@ -145,6 +149,7 @@ class Workers:
     job_runner: JobRunner
     dispatcher: Dispatcher
     reservations: ReservationWorker | None = None  # a Slurm back end's plans <-> reservations
+    retention: RetentionWorker | None = None  # ended work's files removed after [retention] period
 
 
 class Application:
@@ -155,6 +160,7 @@ class Application:
         self._context: ServiceContext | None = None
         self._workers: Workers | None = None
         self._bootstrap_done = False
+        self._metrics: Any = None  # the metrics listener (hyperplan.metrics.Listener), once started
 
     # -- what the root built ----------------------------------------------------------------------
 
@@ -244,7 +250,14 @@ class Application:
             db, context.arn, config=dispatcher_config, targets=fleet.webhooks, wake=wakes.webhooks, box=box
         )
         reservations = slurm_reservations.ReservationWorker(context) if slurm is not None else None
-        self._workers = Workers(events, NodeWatcher(context), JobRunner(context), dispatcher, reservations)
+        self._workers = Workers(
+            events,
+            NodeWatcher(context),
+            JobRunner(context),
+            dispatcher,
+            reservations,
+            RetentionWorker(context),
+        )
         self._context = context
         return context
 
@@ -287,6 +300,10 @@ class Application:
         workers.job_runner.start()  # its first step hands over launches and finishes cut short
         if workers.reservations is not None:
             workers.reservations.start()  # its first pass reconciles Slurm's reservations with the store
+        if workers.retention is not None:
+            workers.retention.start()  # only when the fleet sets a retention period
+        if self.config.metrics_listen and self._metrics is None:
+            self._metrics = _metrics_listener(context, self.config.metrics_listen)
 
     def request_stop(self) -> None:
         """Ask the lifecycle loop (and a catch-up or clock move in progress) to end after the event it is
@@ -295,6 +312,9 @@ class Application:
             self._workers.events.request_stop()
 
     def stop(self) -> None:
+        if self._metrics is not None:
+            self._metrics.stop()
+            self._metrics = None
         if self._context is None or self._workers is None:
             return
         self._workers.dispatcher.stop()  # finishes deliveries in flight; before the database closes
@@ -303,6 +323,8 @@ class Application:
         self._workers.job_runner.stop()
         if self._workers.reservations is not None:
             self._workers.reservations.stop()
+        if self._workers.retention is not None:
+            self._workers.retention.stop()
         self._context.backend.close()
         self._context.db.close()
 
@@ -409,3 +431,20 @@ def _bootstrap_admin(db: Database, box: SecretBox, fleet: Fleet, credentials_pat
         )
         accounts.write_credentials_file(credentials_path, key, fleet.region)
     return True
+
+
+def _metrics_listener(context: ServiceContext, listen: str) -> Any:
+    """The Prometheus listener over this process's (or every worker's) instruments and the fleet's state
+    read from the store (docs/OPERATIONS.md)."""
+    from hyperplan import metrics
+    from hyperplan.services.fleet_metrics import FleetCollector
+
+    try:
+        host, port = metrics.parse_listen(listen)
+        listener = metrics.Listener(host, port, metrics.served_registry([FleetCollector(context)]))
+    except ValueError as exc:
+        raise StartRefused(str(exc)) from None
+    except OSError as exc:
+        raise StartRefused(f"--metrics-listen {listen}: cannot listen there: {exc}") from None
+    log.info("metrics on http://%s:%d/metrics", host, listener.port)
+    return listener

@@ -19,6 +19,7 @@ LAYERS = {
     "hyperplan": "root",
     "hyperplan.errors": "errors",
     "hyperplan.worker": "worker",
+    "hyperplan.metrics": "worker",  # Prometheus instruments: nothing of hyperplan, counted from any layer
     "hyperplan.core": "core",
     "hyperplan.clock": "clock",
     "hyperplan.fleet": "fleet-data",

@@ -19,13 +19,22 @@ from hyperplan.cli import (
     invoices,
     jobs,
     keys,
+    ops,
     plans,
     simulate,
     users,
     webhooks,
 )
 from hyperplan.cli.common import console
-from hyperplan.cli.options import PLAIN_HELP, ClientOptions, DataDirOpt, EndpointOpt, JsonOpt, ProfileOpt
+from hyperplan.cli.options import (
+    PLAIN_HELP,
+    ClientCommand,
+    ClientOptions,
+    DataDirOpt,
+    EndpointOpt,
+    JsonOpt,
+    ProfileOpt,
+)
 from hyperplan.server.limits import ServerLimits
 
 app = typer.Typer(
@@ -46,6 +55,9 @@ app.add_typer(webhooks.app, name="webhooks")
 app.add_typer(buckets.app, name="buckets")
 app.add_typer(users.app, name="users")
 app.add_typer(keys.app, name="keys")
+app.add_typer(ops.audit_app, name="audit")
+app.add_typer(ops.admin_app, name="admin")
+app.command("usage", cls=ClientCommand)(ops.usage)
 app.command("backup")(backup.backup)
 app.command("restore")(backup.restore)
 app.command("simulate")(simulate.simulate)
@@ -184,6 +196,14 @@ def serve(
         ),
     ] = None,
     log_level: Annotated[str, typer.Option(help="Server log level.")] = "info",
+    metrics_listen: Annotated[
+        str | None,
+        typer.Option(
+            envvar="HYPERPLAN_METRICS_LISTEN",
+            help="HOST:PORT for Prometheus metrics at /metrics, unsigned, apart from the API (default: "
+            "off). docs/OPERATIONS.md lists them.",
+        ),
+    ] = None,
 ) -> None:
     """Run the server until SIGTERM or Ctrl-C."""
     # Imported here, with the runtime: every other command starts without them.
@@ -200,6 +220,14 @@ def serve(
     from hyperplan.services.os_users import NOT_ISOLATED
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if metrics_listen is not None:
+        from hyperplan.metrics import parse_listen
+
+        try:
+            parse_listen(metrics_listen)
+        except ValueError as exc:
+            console.print(f"[red]ValidationException[/red]: {exc}")
+            raise typer.Exit(2) from None
     os.umask(0o077)  # the server's own files (store, keys, records) are its user's alone
     directory = (data_dir or default_data_dir()).expanduser()
     # Every process this server starts inherits the mark (see hyperplan.backends.layout.MARK_VARIABLE).
@@ -216,6 +244,7 @@ def serve(
                 database_url=database_url,
                 isolation=isolation,
                 work_dir=work_dir,
+                metrics_listen=metrics_listen,
             )
         )
         context = application.open()  # the data directory, the fleet file, the migration, the clock

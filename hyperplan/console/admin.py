@@ -51,13 +51,13 @@ def _invoice_id(request: ConsoleRequest) -> int:
 
 
 def approve(request: ConsoleRequest) -> Redirect:
-    account_views.approve_invoice(request.runtime, _invoice_id(request))
+    account_views.approve_invoice(request.runtime, _invoice_id(request), request.caller)
     return Redirect("/admin?notice=approved")
 
 
 def reject(request: ConsoleRequest) -> Redirect:
     reason = request.form.get("reason").strip()[:256] or "rejected"
-    account_views.reject_invoice(request.runtime, _invoice_id(request), reason)
+    account_views.reject_invoice(request.runtime, _invoice_id(request), reason, request.caller)
     return Redirect("/admin?notice=rejected")
 
 
@@ -92,6 +92,7 @@ def update_account(request: ConsoleRequest) -> Page | Redirect:
             mode=mode,
             budget=budget,
             add_budget=None,
+            caller=request.caller,
         )
     except FieldErrors as exc:
         return admin_page(request, errors=exc.errors, error_account=account)

@@ -17,7 +17,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -160,6 +160,8 @@ def _endpoint(route: ConsoleRoute, console: Console) -> Callable[[Request], Any]
         caller = None
         if session is not None and session.identity is not None:
             caller = await run_in_threadpool(caller_of, runtime, session.identity)
+            if caller is not None and request.client is not None:  # from where, for the audit trail
+                caller = replace(caller, remote_address=request.client.host)
         if session is None or caller is None:
             if request.method == "GET":
                 return RedirectResponse(f"{PREFIX}/sign-in?next={quote(request.url.path)}", status_code=303)

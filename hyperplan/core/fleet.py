@@ -202,6 +202,9 @@ class Fleet:
     # Request rate limits per account and class (core/rate_limits.py); administrators are exempt.
     rate_limits: RateLimits = field(default_factory=lambda: DEFAULT_RATE_LIMITS, hash=False)
     backend: BackendSettings = BackendSettings()
+    # [retention] period: ended jobs' files and terminated nodes' homes are removed this long after they
+    # ended (services/retention.py); None: kept for ever.
+    retention: timedelta | None = None
 
     def interpreter_for(self, image: str | None) -> str | None:
         """The interpreter the fleet names for `image`: an exact entry first, then the longest prefix."""

@@ -31,6 +31,8 @@ In brief::
                  (default "2m"); each pool then names its nodes, nodes = "gpu[01-16]" (a Slurm
                  hostlist; count, if given, must equal their number), and may name their feature
                  (default: its instance type)
+    [retention]  period = "30d": ended jobs' trees and logs and terminated nodes' homes are removed this
+                 long after they ended (default: kept)
 """
 
 from __future__ import annotations
@@ -179,7 +181,7 @@ def _is(value: Any, read: type) -> bool:
 
 _TOP_KEYS = (
     "region", "currency", "zones", "pools", "policy", "background_load", "quotas", "buckets", "accounts",
-    "notifications", "images", "webhooks", "rate_limits", "backend",
+    "notifications", "images", "webhooks", "rate_limits", "backend", "retention",
 )  # fmt: skip
 
 
@@ -210,7 +212,19 @@ def parse_fleet(text: str) -> Fleet:
         work_dir=_work_dir(top.table("backend") or {}),
         rate_limits=_rate_limits(top.table("rate_limits") or {}),
         backend=backend,
+        retention=_retention(top.table("retention") or {}),
     )
+
+
+def _retention(values: Mapping[str, Any]) -> timedelta | None:
+    """``[retention] period = "30d"``: how long ended work's files stay (none given: for ever)."""
+    table = _Table(values, "retention", ("period",))
+    if "period" not in values:
+        return None
+    period = table.duration("period", timedelta(0))
+    if period < timedelta(hours=1):
+        raise table.fail("period", f"{format_duration(period)} is shorter than an hour")
+    return period
 
 
 def _zones(top: _Table, region: str) -> tuple[AvailabilityZone, ...]:

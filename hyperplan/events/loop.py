@@ -28,6 +28,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from hyperplan import metrics
 from hyperplan.clock import Clock, ManualClock
 from hyperplan.errors import ServiceUnavailable
 from hyperplan.store import settings
@@ -139,6 +140,7 @@ class TimedEventLoop:
             row = session.get(ScheduledEvent, event.id)
             if row is None or row.done:
                 return  # another server ran it first
+            metrics.LIFECYCLE_LAG.observe(max((self.clock.now() - event.due_at).total_seconds(), 0.0))
             if handler is None:
                 log.error("no handler for event kind %r (event %d); marking it done", event.kind, event.id)
             else:

@@ -42,6 +42,7 @@ from datetime import datetime, timedelta
 import httpx
 from sqlalchemy import func, select
 
+from hyperplan import metrics
 from hyperplan.clock import utcnow
 from hyperplan.core.webhook_targets import WebhookTargets
 from hyperplan.errors import ValidationError
@@ -343,6 +344,7 @@ class Dispatcher:
                 return  # another dispatcher on the same store got there first
             now = self.now()
             delivery.attempts += 1
+            metrics.WEBHOOK_DELIVERIES.labels("delivered" if error is None else "failed").inc()
             if error is None:
                 delivery.delivered_at = now
                 return

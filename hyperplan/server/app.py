@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from hyperplan.console.app import routes as console_routes
 from hyperplan.errors import HyperplanError, MethodNotAllowed, UnknownRoute
-from hyperplan.server import native, native_buckets, native_users, native_webhooks
+from hyperplan.server import native, native_buckets, native_ops, native_users, native_webhooks
 from hyperplan.server.body_limit import BodyLimit
 from hyperplan.server.errors import error_response_for_path
 from hyperplan.server.limits import ServerLimits
@@ -79,6 +79,7 @@ def create_app(
         *native_webhooks.routes(),
         *native_buckets.routes(),
         *native_users.routes(),
+        *native_ops.routes(),  # audit trail, drain (docs/OPERATIONS.md)
         *console_routes(),  # the web console under /console (hyperplan/console)
     ]
     limits = limits or ServerLimits()

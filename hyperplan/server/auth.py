@@ -9,12 +9,14 @@ S3's own rules: :func:`authenticate_s3`.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Mapping
 
 from starlette.requests import Request
 
 from hyperplan.clock import utcnow
-from hyperplan.errors import AccessDenied
+from hyperplan.errors import AccessDenied, HyperplanError
 from hyperplan.services import account_views
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
@@ -68,16 +70,26 @@ def authenticate(
         headers={key: ",".join(request.headers.getlist(key)) for key in request.headers},
         body=body,
     )
-    access_key_id = sigv4.verify(
-        signed,
-        # The decoded path the router matches, so the policy follows the API that will serve the request.
-        policy=policy or policy_for(request.scope["path"]),
-        lookup_secret=lookup_secret,
-        region=runtime.region,
-        service=service,
-        now=utcnow(),
-    )
-    return found[access_key_id]
+    remote = request.client.host if request.client else ""
+    try:
+        access_key_id = sigv4.verify(
+            signed,
+            # The decoded path the router matches, so the policy follows the API that will serve it.
+            policy=policy or policy_for(request.scope["path"]),
+            lookup_secret=lookup_secret,
+            region=runtime.region,
+            service=service,
+            now=utcnow(),
+        )
+    except HyperplanError as refused:  # the audit trail counts refused signatures per address
+        claimed = _CLAIMED_KEY.search(request.headers.get("authorization", ""))
+        key_id = claimed.group(1)[:128] if claimed else ""
+        runtime.refusals.note(runtime.db, runtime.clock.now(), remote, key_id, refused.code)
+        raise
+    return dataclasses.replace(found[access_key_id], remote_address=remote)
+
+
+_CLAIMED_KEY = re.compile(r"Credential=([A-Za-z0-9]+)/")
 
 
 def require_admin(caller: Caller) -> None:

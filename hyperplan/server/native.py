@@ -25,7 +25,16 @@ from hyperplan.errors import AccessDenied, ValidationError
 from hyperplan.server import fields
 from hyperplan.server.auth import authenticate, require_admin
 from hyperplan.server.errors import native_error_response
-from hyperplan.services import account_views, cluster_exec, payments, plans, quotas, sealed_secrets
+from hyperplan.server.request_metrics import counted_request
+from hyperplan.services import (
+    account_views,
+    audit_views,
+    cluster_exec,
+    payments,
+    plans,
+    quotas,
+    sealed_secrets,
+)
 from hyperplan.services import clock as clock_service
 from hyperplan.services import fleet as fleet_service
 from hyperplan.services.account_views import AccountView, InvoiceView
@@ -63,13 +72,23 @@ class NativeRoute(Route):
         self.admin = admin
         self.body_members = tuple(body)
         self.query_keys = tuple(query)
-        super().__init__(path, _endpoint(handler, admin=admin, body=body, query=query), methods=[method])
+        endpoint = _endpoint(handler, admin=admin, body=body, query=query, name=f"{method} {path}")
+        super().__init__(path, endpoint, methods=[method])
 
 
 def _endpoint(
-    handler: NativeHandler, *, admin: bool = False, body: Sequence[str] = (), query: Sequence[str] = ()
+    handler: NativeHandler,
+    *,
+    admin: bool = False,
+    body: Sequence[str] = (),
+    query: Sequence[str] = (),
+    name: str = "",
 ) -> Callable[[Request], Any]:
     async def serve(request: Request) -> Response:
+        with counted_request("native", name) as count:
+            return count(await answer(request))
+
+    async def answer(request: Request) -> Response:
         request_id = str(uuid.uuid4())
         runtime: ServiceContext = request.app.state.runtime
         try:
@@ -130,6 +149,7 @@ def create_account(request: NativeRequest) -> dict[str, Any]:
         is_admin=bool(fields.boolean(body, "Admin")),
         payment_mode=fields.text(body, "PaymentMode", required=False, max_length=16),
         os_user=fields.text(body, "OsUser", required=False, max_length=32),
+        caller=request.caller,
     )
     return new_key_json(key)
 
@@ -140,7 +160,7 @@ def delete_account(request: NativeRequest) -> dict[str, Any]:
 
 
 def add_key(request: NativeRequest) -> dict[str, Any]:
-    return new_key_json(account_views.add_key(request.runtime, request.path["account"]))
+    return new_key_json(account_views.add_key(request.runtime, request.path["account"], request.caller))
 
 
 # -- the clock ------------------------------------------------------------------------------------
@@ -149,6 +169,8 @@ def add_key(request: NativeRequest) -> dict[str, Any]:
 def rotate_master_key(request: NativeRequest) -> dict[str, Any]:
     runtime = request.runtime
     rotation = sealed_secrets.rotate_master_key(runtime.db, runtime.secret_box)
+    detail = {"AccessKeysResealed": rotation.access_keys, "WebhooksResealed": rotation.webhooks}
+    audit_views.record_alone(runtime, request.caller, "master-key.rotate", detail=detail)
     runtime.keys.forget()  # nothing changed for a signer, but no cached entry outlives its sealing
     return {"AccessKeysResealed": rotation.access_keys, "WebhooksResealed": rotation.webhooks}
 
@@ -167,11 +189,13 @@ def show_clock(request: NativeRequest) -> dict[str, Any]:
 
 
 def advance_clock(request: NativeRequest) -> dict[str, Any]:
-    return _clock_json(clock_service.advance(request.runtime, fields.required_text(request.body, "Duration")))
+    duration = fields.required_text(request.body, "Duration")
+    return _clock_json(clock_service.advance(request.runtime, duration, request.caller))
 
 
 def set_clock(request: NativeRequest) -> dict[str, Any]:
-    return _clock_json(clock_service.set_time(request.runtime, fields.required_text(request.body, "Time")))
+    time_text = fields.required_text(request.body, "Time")
+    return _clock_json(clock_service.set_time(request.runtime, time_text, request.caller))
 
 
 # -- the fleet ------------------------------------------------------------------------------------
@@ -291,6 +315,7 @@ def update_account(request: NativeRequest) -> dict[str, Any]:
         budget=budget,
         add_budget=add_budget,
         rate_limits=rate_limits,
+        caller=request.caller,
     )
     return _account_json(account)
 

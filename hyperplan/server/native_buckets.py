@@ -48,13 +48,15 @@ def create_bucket(request: NativeRequest) -> dict[str, Any]:
 def grant(request: NativeRequest) -> dict[str, Any]:
     account = fields.required_text(request.body, "Account", max_length=MAX_ACCOUNT_REF)
     read_only = bool(fields.boolean(request.body, "ReadOnly"))
-    view = bucket_rights.grant(request.runtime, _bucket(request), account, read_only=read_only)
+    view = bucket_rights.grant(
+        request.runtime, _bucket(request), account, read_only=read_only, caller=request.caller
+    )
     return _bucket_json(view)
 
 
 def revoke(request: NativeRequest) -> dict[str, Any]:
     account = fields.required_text(request.path, "account", max_length=MAX_ACCOUNT_REF)
-    return _bucket_json(bucket_rights.revoke(request.runtime, _bucket(request), account))
+    return _bucket_json(bucket_rights.revoke(request.runtime, _bucket(request), account, request.caller))
 
 
 def _bucket(request: NativeRequest) -> str:

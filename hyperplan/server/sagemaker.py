@@ -21,6 +21,7 @@ from hyperplan.core.rate_limits import RequestClass, sagemaker_class
 from hyperplan.errors import UnknownOperation
 from hyperplan.server import auth
 from hyperplan.server.errors import AMZ_JSON, logs_error_response, sagemaker_error_response
+from hyperplan.server.request_metrics import counted_request
 from hyperplan.services.context import ServiceContext
 from hyperplan.wire import model, registry, serialize, validate
 from hyperplan.wire.registry import RequestContext
@@ -57,6 +58,17 @@ async def logs_endpoint(request: Request) -> Response:
 
 
 async def json_endpoint(request: Request, api: JsonApi) -> Response:
+    with counted_request(api.service, _known_operation(request, api)) as count:
+        return count(await _answer(request, api))
+
+
+def _known_operation(request: Request, api: JsonApi) -> str:
+    """The operation a request names, when the model has it (a label never takes a caller's text)."""
+    name = request.headers.get("x-amz-target", "").removeprefix(api.target_prefix)
+    return name if name in model.operation_names(api.service) else "unknown"
+
+
+async def _answer(request: Request, api: JsonApi) -> Response:
     request_id = str(uuid.uuid4())
     runtime: ServiceContext = request.app.state.runtime
     try:

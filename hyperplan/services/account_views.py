@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from hyperplan.clock import utcnow
 from hyperplan.core.rate_limits import RateLimit, RequestClass, effective
 from hyperplan.errors import HyperplanError
-from hyperplan.services import accounts, acting, metering, os_users, payments, plans, quotas
+from hyperplan.services import accounts, acting, audit, metering, os_users, payments, plans, quotas
 from hyperplan.services.accounts import Caller, NewKey
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.quotas import Limits
@@ -107,13 +107,14 @@ def create_account(
     is_admin: bool,
     payment_mode: str | None,
     os_user: str | None = None,
+    caller: Caller | None = None,
 ) -> NewKey:
     """A new account. Its OS user: the one named (an existing user, not root nor the server's), or in
     isolation mode `users` a new `hp-<id>`; in mode `none` it gets one at the next `users` start."""
     if os_user is not None:
         os_users.check_named_user(os_user)
     with runtime.db.write() as session:
-        return accounts.create_account(
+        key = accounts.create_account(
             session,
             name,
             box=runtime.secret_box,
@@ -122,6 +123,17 @@ def create_account(
             payment_mode=payment_mode or runtime.fleet.default_payment_mode,
             os_user=_os_user_choice(runtime, os_user),
         )
+        detail = {"Name": name, "Admin": is_admin, "AccessKeyId": key.access_key_id}
+        audit.record(
+            session,
+            runtime.clock.now(),
+            caller,
+            "account.create",
+            account_id=key.account_id,
+            target=name,
+            detail=detail,
+        )
+        return key
 
 
 def _os_user_choice(runtime: ServiceContext, named: str | None) -> accounts.OsUserChoice | None:
@@ -144,6 +156,16 @@ def delete_account(runtime: ServiceContext, caller: Caller, account_ref: str) ->
     with runtime.db.write() as session:
         account = accounts.delete_account(session, caller, account_ref, now=utcnow())
         view = _account_view(runtime, session, account)
+        revoked_keys = [key.access_key_id for key in view.keys]
+        audit.record(
+            session,
+            runtime.clock.now(),
+            caller,
+            "account.delete",
+            account_id=account.id,
+            target=account.name,
+            detail={"KeysRevoked": revoked_keys},
+        )
         made = account.os_user if account.os_user_made else None
         revoked = [key.access_key_id for key in view.keys]
     for key_id in revoked:
@@ -178,10 +200,20 @@ def ensure_os_users(runtime: ServiceContext) -> int:
     return made
 
 
-def add_key(runtime: ServiceContext, account_ref: str) -> NewKey:
+def add_key(runtime: ServiceContext, account_ref: str, caller: Caller | None = None) -> NewKey:
     with runtime.db.write() as session:
         account = accounts.get_account(session, account_ref)
-        return accounts.add_key(session, account.id, box=runtime.secret_box, now=utcnow())
+        key = accounts.add_key(session, account.id, box=runtime.secret_box, now=utcnow())
+        audit.record(
+            session,
+            runtime.clock.now(),
+            caller,
+            "key.create",
+            account_id=account.id,
+            target=key.access_key_id,
+            detail={"UserName": key.user_name},
+        )
+        return key
 
 
 def update_account(
@@ -196,8 +228,10 @@ def update_account(
     budget: Decimal | None,
     add_budget: Decimal | None,
     rate_limits: Mapping[RequestClass, RateLimit | None] | None = None,
+    caller: Caller | None = None,
 ) -> AccountView:
     with runtime.db.write() as session:
+        before = _audited(_account_view(runtime, session, accounts.get_account(session, account_ref)))
         quotas.set_limits(
             session,
             account_ref,
@@ -212,9 +246,40 @@ def update_account(
             session, account_ref, mode=mode, budget=budget, add_budget=add_budget, now=runtime.clock.now()
         )
         view = _account_view(runtime, session, account)
+        after = _audited(view)
+        changed = {
+            name: {"From": before[name], "To": after[name]} for name in after if before[name] != after[name]
+        }
+        audit.record(
+            session,
+            runtime.clock.now(),
+            caller,
+            "account.update",
+            account_id=account.id,
+            target=account.name,
+            detail=changed,
+        )
     if rate_limits:
         runtime.keys.forget()  # cached callers carry the old limits: their next request reads the new
     return view
+
+
+def _audited(view: AccountView) -> dict[str, object]:
+    """What an account update may change, as the audit trail compares it before and after."""
+    limits = view.limits
+    return {
+        "MaxActivePlans": limits.max_active_plans,
+        "MaxReservedInstancesPerType": limits.max_reserved_instances_per_type,
+        "MaxReservedInstanceHoursPer30Days": limits.max_reserved_instance_hours_per_30_days,
+        "MaxOnDemandInstancesPerType": limits.max_on_demand_instances_per_type,
+        "PaymentMode": view.payment_mode,
+        "Budget": str(view.budget),
+        "RateLimits": {
+            c.value: {"Rate": limit.rate, "Burst": limit.burst}
+            for c, limit in sorted(view.rate_limits.items())
+            if c in view.own_rate_limits
+        },
+    }
 
 
 def _account_view(runtime: ServiceContext, session: Session, account: Account) -> AccountView:
@@ -280,6 +345,7 @@ def approve_invoice(runtime: ServiceContext, invoice_id: int, caller: Caller | N
         acting.act(session, caller.user_id if caller else None)
         invoice = payments.approve(session, runtime.lifecycle, invoice_id, runtime.clock.now())
         view = _invoice_view(session, invoice)
+        _audit_invoice(session, runtime, caller, "invoice.approve", view, {})
     runtime.wakes.lifecycle.notify()
     return view
 
@@ -290,7 +356,29 @@ def reject_invoice(
     with runtime.db.write() as session:
         acting.act(session, caller.user_id if caller else None)
         invoice = payments.reject(session, runtime.lifecycle, invoice_id, reason, runtime.clock.now())
-        return _invoice_view(session, invoice)
+        view = _invoice_view(session, invoice)
+        _audit_invoice(session, runtime, caller, "invoice.reject", view, {"Reason": reason})
+        return view
+
+
+def _audit_invoice(
+    session: Session,
+    runtime: ServiceContext,
+    caller: Caller | None,
+    action: str,
+    view: InvoiceView,
+    extra: dict[str, object],
+) -> None:
+    detail = {"Plan": view.plan_name, "Amount": str(view.amount), "Status": view.status, **extra}
+    audit.record(
+        session,
+        runtime.clock.now(),
+        caller,
+        action,
+        account_id=view.account_id,
+        target=f"invoice {view.id}",
+        detail=detail,
+    )
 
 
 def _invoice_view(session: Session, invoice: Invoice) -> InvoiceView:

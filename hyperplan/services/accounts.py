@@ -52,6 +52,8 @@ class Caller:
     user_id: int | None = None
     user_name: str = ""
     is_owner: bool = False
+    # Where the request came from (its peer's address), for the audit trail (services/audit.py).
+    remote_address: str = ""
 
 
 # (the new account's id) -> (its OS user, whether the server made it); may run useradd, inside the

@@ -47,7 +47,7 @@ from hyperplan.errors import (
 )
 from hyperplan.objects.storage import Storage
 from hyperplan.objects.uris import SCHEME, TEMP_PREFIX, BucketAccessError, parse_s3_uri
-from hyperplan.services import accounts
+from hyperplan.services import accounts, audit
 from hyperplan.services.accounts import Caller
 from hyperplan.services.cluster_request import InstanceGroupSpec
 from hyperplan.services.context import ServiceContext
@@ -243,7 +243,9 @@ def create_bucket(runtime: ServiceContext, caller: Caller, bucket: str) -> Bucke
         return _views(session, runtime, caller, [bucket])[0]
 
 
-def grant(runtime: ServiceContext, bucket: str, account_ref: str, *, read_only: bool) -> BucketView:
+def grant(
+    runtime: ServiceContext, bucket: str, account_ref: str, *, read_only: bool, caller: Caller | None = None
+) -> BucketView:
     """Give an account (or every account, read-only) a right on an existing bucket; replaces its grant."""
     _check_name(bucket)
     access = Right.READ if read_only or account_ref == EVERYONE else Right.WRITE
@@ -264,10 +266,21 @@ def grant(runtime: ServiceContext, bucket: str, account_ref: str, *, read_only: 
         else:
             row.access = access
         session.flush()
+        audit.record(
+            session,
+            runtime.clock.now(),
+            caller,
+            "bucket.grant",
+            account_id=None if grantee == EVERYONE else grantee,
+            target=bucket,
+            detail={"Grantee": name, "Access": str(access)},
+        )
         return _views(session, runtime, None, [bucket])[0]
 
 
-def revoke(runtime: ServiceContext, bucket: str, account_ref: str) -> BucketView:
+def revoke(
+    runtime: ServiceContext, bucket: str, account_ref: str, caller: Caller | None = None
+) -> BucketView:
     """Take back an account's (or everyone's) grant on a bucket; transfers already started keep their
     rights, every later one is refused."""
     _check_name(bucket)
@@ -281,6 +294,15 @@ def revoke(runtime: ServiceContext, bucket: str, account_ref: str) -> BucketView
             raise ResourceNotFound(f"{who} no grant on bucket {bucket!r}.")
         session.delete(row)
         session.flush()
+        audit.record(
+            session,
+            runtime.clock.now(),
+            caller,
+            "bucket.revoke",
+            account_id=None if grantee == EVERYONE else grantee,
+            target=bucket,
+            detail={"Grantee": name, "Access": row.access},
+        )
         return _views(session, runtime, None, [bucket])[0]
 
 

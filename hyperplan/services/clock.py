@@ -13,6 +13,8 @@ from datetime import UTC, datetime, timedelta
 
 from hyperplan.core.durations import parse_duration
 from hyperplan.errors import Conflict, ValidationError
+from hyperplan.services import audit_views
+from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 
 MAX_MOVE = timedelta(days=366)
@@ -31,15 +33,17 @@ def show(runtime: ServiceContext) -> ClockState:
     return ClockState(runtime.clock.kind, runtime.clock.now(), scale)
 
 
-def advance(runtime: ServiceContext, duration_text: str) -> ClockState:
+def advance(runtime: ServiceContext, duration_text: str, caller: Caller | None = None) -> ClockState:
     duration = parse_duration(duration_text)
     if duration.total_seconds() <= 0:
         raise ValidationError(f"Duration must be positive, not {duration_text!r}.")
-    return _move(runtime, runtime.clock.now() + duration, f"Duration {duration_text!r}")
+    return _move(
+        runtime, runtime.clock.now() + duration, f"Duration {duration_text!r}", caller, "clock.advance"
+    )
 
 
-def set_time(runtime: ServiceContext, time_text: str) -> ClockState:
-    return _move(runtime, parse_instant(time_text), f"Time {time_text!r}")
+def set_time(runtime: ServiceContext, time_text: str, caller: Caller | None = None) -> ClockState:
+    return _move(runtime, parse_instant(time_text), f"Time {time_text!r}", caller, "clock.set")
 
 
 def parse_instant(text: str) -> datetime:
@@ -56,7 +60,9 @@ def parse_instant(text: str) -> datetime:
         raise ValidationError(f"Time {text!r} is out of range once moved into UTC.") from None
 
 
-def _move(runtime: ServiceContext, target: datetime, asked: str) -> ClockState:
+def _move(
+    runtime: ServiceContext, target: datetime, asked: str, caller: Caller | None = None, action: str = ""
+) -> ClockState:
     if runtime.manual_clock is None:
         raise Conflict(
             f"The server runs the {runtime.clock.kind} clock; only a server started with "
@@ -68,5 +74,10 @@ def _move(runtime: ServiceContext, target: datetime, asked: str) -> ClockState:
             f"{asked} is further than the clock moves at once: at most {MAX_MOVE.days} days per advance "
             f"or set (now to {furthest.isoformat()}); move it in several steps."
         )
+    start = runtime.clock.now()
+    # Recorded before the move (which runs many transactions and may stop part way): what was asked.
+    if action:
+        detail = {"From": start, "To": target, "Asked": asked}
+        audit_views.record_alone(runtime, caller, action, detail=detail)
     ran = runtime.advance_clock(target)
     return ClockState(runtime.clock.kind, runtime.clock.now(), None, ran)

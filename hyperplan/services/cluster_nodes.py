@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from hyperplan import metrics
 from hyperplan.backends.base import EXPIRATION_VARIABLE, AdoptReport, BackendError, NodeRef, NodeSpec
 from hyperplan.core.status import NODE_LIFECYCLE, NodeStatus
 from hyperplan.objects.uris import StorageError
@@ -78,6 +79,8 @@ def _provision(runtime: ServiceContext, node: ClusterNode, spec: InstanceGroupSp
             )
         )
     except (StorageError, BackendError, ValueError) as exc:
+        if isinstance(exc, BackendError):
+            metrics.BACKEND_ERRORS.inc()
         _fail_provisioning(runtime, node.id, f"Provisioning failed: {exc}")
 
 

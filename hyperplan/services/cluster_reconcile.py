@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 from hyperplan.core.clusters import allocate
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.status import ClusterStatus, NodeStatus
-from hyperplan.services import capacity_claims, metering
+from hyperplan.services import capacity_claims, drain_state, metering
 from hyperplan.services.cluster_nodes import NodeActions, new_node, run_actions, shut_down
 from hyperplan.services.cluster_records import consumer, live_nodes
 from hyperplan.services.cluster_request import InstanceGroupSpec
@@ -31,14 +31,23 @@ def reconcile(
 ) -> None:
     """Bring each group's live nodes to what it should have now; plan groups claim their share."""
     shares: dict[int, int] = {}
+    drained = drain_state.current(session)
     for group in groups:
         if group.plan_id is None:
-            _converge(session, runtime, group, group.target_count, "0", now, actions)
-            continue
-        if group.id not in shares:
-            shares.update(_plan_shares(session, runtime, group.plan_id, now))
-        expiry = _segment_expiry(session, group.plan_id, now)
-        _converge(session, runtime, group, shares.get(group.id, 0), expiry, now, actions)
+            wanted, expiry = group.target_count, "0"
+        else:
+            if group.id not in shares:
+                shares.update(_plan_shares(session, runtime, group.plan_id, now))
+            wanted, expiry = shares.get(group.id, 0), _segment_expiry(session, group.plan_id, now)
+        if drained.draining:  # no node added (scale-ups wait); none kept when running work was stopped
+            held = 0 if drained.stop_running else min(wanted, len(live_nodes(session, group)))
+            if group.plan_id is not None and held != wanted:  # the plan's counters follow what it holds
+                plan = session.get(TrainingPlan, group.plan_id)
+                capacity_claims.give_back(session, consumer(group), now, plan_id=group.plan_id)
+                if plan is not None and held:
+                    capacity_claims.take(session, plan, consumer(group), held, now)
+            wanted = held
+        _converge(session, runtime, group, wanted, expiry, now, actions)
 
 
 def reconcile_plan(session: Session, runtime: ServiceContext, plan_id: int, now: datetime) -> None:

@@ -27,7 +27,7 @@ from hyperplan.core.clusters import check_lifecycle_script
 from hyperplan.core.status import CLUSTER_LIFECYCLE, ClusterStatus, NodeStatus
 from hyperplan.errors import Conflict, ResourceInUse, ValidationError
 from hyperplan.objects.uris import StorageError, parse_s3_uri
-from hyperplan.services import bucket_rights, status
+from hyperplan.services import bucket_rights, drain_state, status
 from hyperplan.services.accounts import Caller
 from hyperplan.services.cluster_groups import add_group, change_group, remove_group
 from hyperplan.services.cluster_nodes import NodeActions, run_actions, shut_down
@@ -44,6 +44,7 @@ def create(runtime: ServiceContext, caller: Caller, request: ClusterSpec) -> str
     now = runtime.clock.now()
     actions = NodeActions()
     with runtime.db.write() as session:
+        drain_state.refuse_if_drained(session, "CreateCluster")
         name = request.name
         if session.scalar(
             select(Cluster.id).where(Cluster.account_id == caller.account_id, Cluster.name == name)
@@ -97,6 +98,8 @@ def update(runtime: ServiceContext, caller: Caller, request: ClusterUpdate) -> s
         for index, spec in enumerate(specs):
             where = f"InstanceGroups[{index}]"
             group = existing.get(spec.name)
+            if group is None or spec.instance_count > group.target_count:
+                drain_state.refuse_if_drained(session, f"UpdateCluster growing or adding group {spec.name}")
             if group is None:
                 touched.append(add_group(session, runtime, caller, cluster, spec, where, now))
             else:

@@ -15,6 +15,7 @@ from pathlib import Path
 from hyperplan.backends.base import Backend
 from hyperplan.clock import Clock, ManualClock
 from hyperplan.core.fleet import Fleet
+from hyperplan.services.audit import RefusedSignatures
 from hyperplan.services.job_work import JobLocks, JobSettings
 from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.lifecycle import LifecycleContext
@@ -86,6 +87,7 @@ class ServiceContext:
     job_locks: JobLocks
     rate_limiter: RateLimiter = field(default_factory=RateLimiter)  # this server's request rate buckets
     slurm: SlurmState | None = None  # the Slurm back end's client and what it last read; None: local
+    refusals: RefusedSignatures = field(default_factory=RefusedSignatures)  # refused signatures, counted
 
     @property
     def data_dir(self) -> Path:

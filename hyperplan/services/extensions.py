@@ -21,7 +21,7 @@ from hyperplan.core.offering_ids import ExtensionClaim, OfferingIdError
 from hyperplan.core.search import segment_price
 from hyperplan.core.status import ExtensionPaymentStatus
 from hyperplan.errors import ResourceInUse, ResourceNotFound
-from hyperplan.services import acting, lifecycle, payments, plans, quotas
+from hyperplan.services import acting, drain_state, lifecycle, payments, plans, quotas
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.live_calendar import require_room
@@ -91,6 +91,7 @@ def extend(runtime: ServiceContext, caller: Caller, offering_id: str) -> str:
         # (one extension at a time per plan, quotas, budget), the pool's lock and the unique constraints.
         with runtime.db.write(concurrent=True) as session:
             acting.act(session, caller.user_id)
+            drain_state.refuse_if_drained(session, "ExtendTrainingPlan")
             lock_account(session, caller.account_id)
             plan = session.get(TrainingPlan, claim.plan_id)
             if plan is None or plan.account_id != caller.account_id:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from sqlalchemy.orm import Session
 
+from hyperplan import metrics
 from hyperplan.backends.base import BackendError, TaskSpec, UnknownResource
 from hyperplan.core.jobs import RUNNING, Secondary
 from hyperplan.objects.uris import StorageError
@@ -100,6 +101,7 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
             try:
                 runtime.backend.run(task)
             except (BackendError, ValueError) as exc:
+                metrics.BACKEND_ERRORS.inc()
                 error = f"InternalServerError: instance {task.task_id} could not be started: {exc}"
                 break
     if error is not None:

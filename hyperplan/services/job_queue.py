@@ -8,9 +8,10 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from hyperplan import metrics
 from hyperplan.core.jobs import TARGET, WAITING, Secondary, select_to_start
 from hyperplan.core.lifecycle import PlanStatus
-from hyperplan.services import capacity_claims, metering
+from hyperplan.services import capacity_claims, drain_state, metering
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_clocks import windows_of
 from hyperplan.services.job_records import consumer, instance_root, plan_name_of, request_of, when
@@ -52,6 +53,8 @@ def schedule_plan(session: Session, runtime: ServiceContext, plan: TrainingPlan,
     segment = usable_segment(session, runtime, plan, now)
     free = segment.count - capacity_claims.in_use(session, plan.id, segment.id) if segment else 0
     started = set(select_to_start([(j.id, j.instance_count) for j in waiting], free)) if segment else set()
+    if drain_state.current(session).draining:
+        started = set()  # a drained fleet starts nothing (services/drain_state.py); resume serves the queue
     for job in waiting:
         if job.attempt_state not in ("", "ended"):
             continue  # draining: placed once its last attempt has ended
@@ -105,6 +108,11 @@ def place(
         assert granted == job.instance_count, "placement is decided from the free count in this transaction"
         job.availability_zone = segment.availability_zone
         job.segment_end = segment.end
+    if job.attempt == 0:  # its pending time as counted (job_clocks), once: at its first placement
+        waited = job.pending_seconds + (
+            (now - job.pending_since).total_seconds() if job.pending_since else 0.0
+        )
+        after_commit(session, lambda: metrics.JOB_PENDING.observe(max(waited, 0.0)))
     job.attempt += 1
     job.attempt_state = "launching"
     if segment is None:  # on-demand: metered while it holds its instances (services/metering.py)

@@ -72,7 +72,15 @@ from hyperplan.core.jobs import (
     has_capacity_left,
 )
 from hyperplan.errors import ResourceInUse, ResourceLimitExceeded, ValidationError
-from hyperplan.services import bucket_rights, capacity_claims, lifecycle, metering, on_demand, quotas
+from hyperplan.services import (
+    bucket_rights,
+    capacity_claims,
+    drain_state,
+    lifecycle,
+    metering,
+    on_demand,
+    quotas,
+)
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_clocks import windows_of
@@ -97,6 +105,7 @@ def create(runtime: ServiceContext, caller: Caller, checked: TrainingJobSpec) ->
     job's ARN."""
     now = runtime.clock.now()
     with runtime.db.write() as session:
+        drain_state.refuse_if_drained(session, "CreateTrainingJob")
         name = checked.name
         if session.scalar(
             select(TrainingJob.id).where(

@@ -15,7 +15,7 @@ from hyperplan.core.status import NODE_LIFECYCLE, ClusterStatus, NodeStatus
 from hyperplan.services import cluster_nodes, metering
 from hyperplan.services.cluster_records import GONE
 from hyperplan.services.context import ServiceContext
-from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup
+from hyperplan.store.schema import Cluster, ClusterNode, EndedNodeUsage, InstanceGroup
 from hyperplan.worker import Worker
 
 # Nodes whose back-end state changes by itself soon (an OnCreate running, a shutdown under way).
@@ -127,6 +127,28 @@ def _finish_deletions(session: Session) -> None:
             )
         )
         if not remaining:
+            _keep_usage(session, cluster)
             session.query(ClusterNode).filter(ClusterNode.cluster_id == cluster.id).delete()
             session.query(InstanceGroup).filter(InstanceGroup.cluster_id == cluster.id).delete()
             session.delete(cluster)
+
+
+def _keep_usage(session: Session, cluster: Cluster) -> None:
+    """What the cluster's nodes held, for the usage report (services/usage.py), before their rows go."""
+    rows = session.execute(
+        select(ClusterNode, InstanceGroup)
+        .join(InstanceGroup, InstanceGroup.id == ClusterNode.group_id)
+        .where(ClusterNode.cluster_id == cluster.id)
+    )
+    for node, group in rows:
+        session.add(
+            EndedNodeUsage(
+                account_id=cluster.account_id,
+                cluster_id=cluster.cluster_id,
+                instance_type=group.instance_type,
+                availability_zone=node.availability_zone,
+                launched_at=node.launched_at,
+                ended_at=node.ended_at or node.launched_at,
+                backend_id=node.backend_id,
+            )
+        )

@@ -26,7 +26,16 @@ from hyperplan.core.offering_ids import OfferingClaim, OfferingIdError, Offering
 from hyperplan.core.paging import decode_token, encode_token
 from hyperplan.core.search import Offering, SearchRequest, segment_price
 from hyperplan.errors import Conflict, ResourceInUse, ResourceNotFound, ValidationError
-from hyperplan.services import acting, capacity_claims, lifecycle, payments, quotas, slurm_reservations
+from hyperplan.services import (
+    acting,
+    audit,
+    capacity_claims,
+    drain_state,
+    lifecycle,
+    payments,
+    quotas,
+    slurm_reservations,
+)
 from hyperplan.services.accounts import Caller, get_account
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.live_calendar import require_room
@@ -83,6 +92,7 @@ def create(runtime: ServiceContext, caller: Caller, name: str, offering_id: str)
         # pools' locks (capacity) and the unique constraints, all taken in _write_plan (store/locks.py).
         with runtime.db.write(concurrent=True) as session:
             acting.act(session, caller.user_id)
+            drain_state.refuse_if_drained(session, "CreateTrainingPlan")
             plan = _write_plan(runtime, session, caller, name, offering_id, claim, segments, now)
     except IntegrityError:
         # A racing buyer committed the same name or offering between our checks and our insert.
@@ -333,6 +343,15 @@ def cancel(
             f"Cancelled by an administrator: {reason.strip()}",
             "cancelled",
             now,
+        )
+        audit.record(
+            session,
+            now,
+            caller,
+            "plan.cancel",
+            account_id=account.id,
+            target=plan.name,
+            detail={"Reason": reason.strip(), "Status": plan.status},
         )
         return PlanStatusView(plan.name, plan.status, plan.status_message)
 

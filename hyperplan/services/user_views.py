@@ -13,6 +13,7 @@ server's key cache before the answer is sent, so the key's next request is refus
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -20,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.clock import utcnow
 from hyperplan.errors import AccessDenied, ResourceNotFound
-from hyperplan.services import accounts, users
+from hyperplan.services import accounts, audit, users
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.users import ACTIVE, INACTIVE, NewKey
@@ -128,6 +129,8 @@ def create_user(
         _require_owner(caller, account, "create users")
         user = users.add_user(session, account, name, owner=owner, now=now)
         key = users.add_key(session, account, user, box=runtime.secret_box, now=now)
+        detail = {"Owner": owner, "AccessKeyId": key.access_key_id}
+        _audit(session, runtime, caller, "user.create", account, name, detail)
         return NewUser(_user_view(session, account, user), key)
 
 
@@ -149,6 +152,7 @@ def delete_user(
         user = users.get_user(session, account, name)
         view = _user_view(session, account, user)
         deleted = users.delete_user(session, account, user, now=utcnow())
+        _audit(session, runtime, caller, "user.delete", account, name, {"KeysDeleted": deleted})
     for key_id in deleted:
         runtime.keys.forget(key_id)  # their next request is refused
     return view
@@ -174,7 +178,9 @@ def create_key(
     with runtime.db.write() as session:
         account = _account_for(session, caller, account_ref)
         user = _user_for(session, caller, account, user_name)
-        return users.add_key(session, account, user, box=runtime.secret_box, now=utcnow())
+        key = users.add_key(session, account, user, box=runtime.secret_box, now=utcnow())
+        _audit(session, runtime, caller, "key.create", account, key.access_key_id, {"UserName": user.name})
+        return key
 
 
 def list_keys(
@@ -200,8 +206,19 @@ def set_key_status(
     """Activate or deactivate a key; the account's last active key is never deactivated."""
     with runtime.db.write() as session:
         account, user, key = _key_for(session, caller, access_key_id)
+        before = key.status
         users.set_status(session, account, key, ACTIVE if active else INACTIVE)
         view = _key_view(account, user, key)
+        detail = {"UserName": user.name, "Status": {"From": before, "To": key.status}}
+        _audit(
+            session,
+            runtime,
+            caller,
+            "key.activate" if active else "key.deactivate",
+            account,
+            access_key_id,
+            detail,
+        )
     runtime.keys.forget(access_key_id)  # inactive: its next request is refused
     return view
 
@@ -213,8 +230,23 @@ def delete_key(runtime: ServiceContext, caller: Caller, access_key_id: str) -> A
         account, user, key = _key_for(session, caller, access_key_id)
         users.delete_key(session, account, key, now=now)
         view = _key_view(account, user, key)
+        _audit(session, runtime, caller, "key.delete", account, access_key_id, {"UserName": user.name})
     runtime.keys.forget(access_key_id)  # its next request is refused
     return view
+
+
+def _audit(
+    session: Session,
+    runtime: ServiceContext,
+    caller: Caller,
+    action: str,
+    account: Account,
+    target: str,
+    detail: Mapping[str, object],
+) -> None:
+    audit.record(
+        session, runtime.clock.now(), caller, action, account_id=account.id, target=target, detail=detail
+    )
 
 
 def _key_view(account: Account, user: User, key: AccessKey) -> AccessKeyView:

@@ -441,3 +441,52 @@ class User(Base):
     is_owner: Mapped[bool] = mapped_column(server_default=false())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
     deleted_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class AuditEvent(Base):
+    """One administrator action or security-relevant event (services/audit.py): who (the account, user
+    and key that signed; none for the service itself), when (service time, and the wall time it was
+    written), from where (the request's remote address), what (an action name, the account it concerns,
+    its target and what changed, as JSON). Written only by services, never changed through the API."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (Index("ix_audit_events_at", "at", "id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)  # service time
+    wall_at: Mapped[datetime] = mapped_column(UTCDateTime)  # real time, whatever the service clock says
+    action: Mapped[str] = mapped_column(String(48))
+    actor_account_id: Mapped[str | None] = mapped_column(String(12), nullable=True, index=True)
+    actor_account_name: Mapped[str] = mapped_column(String(64), default="")
+    actor_user_name: Mapped[str] = mapped_column(String(64), default="")
+    access_key_id: Mapped[str] = mapped_column(String(128), default="")
+    remote_address: Mapped[str] = mapped_column(String(64), default="")
+    # The account the action concerns (its id), for `audit list --account`; None: the fleet's.
+    account_id: Mapped[str | None] = mapped_column(String(12), nullable=True, index=True)
+    target: Mapped[str] = mapped_column(Text, default="")
+    detail: Mapped[str] = mapped_column(Text, default="{}")  # JSON: what changed
+
+
+class ResourceTag(Base):
+    """A tag on a training plan, cluster or training job (AddTags, ListTags, DeleteTags, `Tags` at
+    create), by the resource's ARN; the account is the resource's."""
+
+    __tablename__ = "resource_tags"
+    resource_arn: Mapped[str] = mapped_column(String(256), primary_key=True)
+    key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    value: Mapped[str] = mapped_column(String(256), default="")
+    account_id: Mapped[str] = mapped_column(String(12), index=True)
+
+
+class EndedNodeUsage(Base):
+    """What a deleted cluster's node held, kept when the cluster's rows go (services/node_watcher.py):
+    the usage report (services/usage.py) counts it like a node that is still listed."""
+
+    __tablename__ = "ended_node_usage"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    account_id: Mapped[str] = mapped_column(String(12), index=True)
+    cluster_id: Mapped[str] = mapped_column(String(32))  # the cluster's public id (its ARN's)
+    instance_type: Mapped[str] = mapped_column(String(64))
+    availability_zone: Mapped[str] = mapped_column(String(64))
+    launched_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    backend_id: Mapped[str] = mapped_column(String(64), default="")  # what retention forgets, then ""

@@ -35,6 +35,11 @@ def _operation_names(service: str) -> frozenset[str]:
     return frozenset(service_model(service).operation_names)
 
 
+def operation_names(service: str = SERVICE_NAME) -> frozenset[str]:
+    """Every operation botocore's model of ``service`` has."""
+    return _operation_names(service)
+
+
 def operation_model(name: str, service: str = SERVICE_NAME) -> OperationModel:
     """The model of one operation, e.g. ``"CreateTrainingPlan"``; unknown names are a client error."""
     if not isinstance(name, str) or name not in _operation_names(service):

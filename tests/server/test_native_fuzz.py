@@ -201,6 +201,13 @@ def examples(invoice: str, webhook: str, spare_key: str, n: int) -> dict[str, Ex
         "POST /api/v1/keys": Example(body={"UserName": "fuzz-colleague", "Account": "fuzz-user"}),
         "POST /api/v1/keys/{key}/activate": Example({"key": spare_key}),
         "POST /api/v1/keys/{key}/deactivate": Example({"key": spare_key}),
+        "GET /api/v1/audit": Example(query={"since": "2026-12-01T00:00:00Z", **user}),
+        "GET /api/v1/drain": Example(),
+        "POST /api/v1/drain": Example(body={"StopRunning": n % 2 == 0}),
+        "POST /api/v1/resume": Example(),
+        "GET /api/v1/usage": Example(
+            query={**user, "from": "2026-12-01T00:00:00Z", "to": "2027-01-01T00:00:00Z", "tag": "team"}
+        ),
     }
 
 

@@ -118,6 +118,12 @@ VALID_REQUESTS: dict[str, dict[str, Any]] = {
         "MaxResults": 5,
         "NextToken": "x",
     },
+    "AddTags": {
+        "ResourceArn": ARN_PREFIX + "training-plan/valid-name",
+        "Tags": [{"Key": "team", "Value": "ml"}],
+    },
+    "ListTags": {"ResourceArn": ARN_PREFIX + "training-plan/valid-name", "MaxResults": 50},
+    "DeleteTags": {"ResourceArn": ARN_PREFIX + "training-plan/valid-name", "TagKeys": ["team"]},
 }
 
 

@@ -13,6 +13,7 @@ from hyperplan.services import cluster_views, clusters
 from hyperplan.services.cluster_request import ClusterSpec, ClusterUpdate
 from hyperplan.services.cluster_views import ClusterView, GroupView, NodeView
 from hyperplan.wire.operations import RequestContext, operation
+from hyperplan.wire.ops.tags import created
 
 # What DescribeCluster echoes of each group's specification, as it was given.
 ECHOED = (
@@ -35,7 +36,8 @@ def _refuse_unserved(request: dict[str, Any]) -> None:
 @operation("CreateCluster")
 def create_cluster(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
     _refuse_unserved(request)
-    return {"ClusterArn": clusters.create(ctx.runtime, ctx.caller, ClusterSpec.from_wire(request))}
+    spec = ClusterSpec.from_wire(request)
+    return {"ClusterArn": created(ctx, request, lambda: clusters.create(ctx.runtime, ctx.caller, spec))}
 
 
 @operation("UpdateCluster")

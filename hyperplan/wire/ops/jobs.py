@@ -11,6 +11,7 @@ from hyperplan.services import job_records, job_views, jobs
 from hyperplan.services.job_request import TrainingJobSpec
 from hyperplan.services.job_views import JobSummary
 from hyperplan.wire.operations import RequestContext, operation
+from hyperplan.wire.ops.tags import created
 
 # What DescribeTrainingJob echoes of the request, as it was given.
 ECHOED = (
@@ -32,7 +33,8 @@ FLAGS = ("EnableNetworkIsolation", "EnableInterContainerTrafficEncryption", "Ena
 
 @operation("CreateTrainingJob")
 def create_training_job(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
-    return {"TrainingJobArn": jobs.create(ctx.runtime, ctx.caller, TrainingJobSpec.from_wire(request))}
+    spec = TrainingJobSpec.from_wire(request)
+    return {"TrainingJobArn": created(ctx, request, lambda: jobs.create(ctx.runtime, ctx.caller, spec))}
 
 
 @operation("StopTrainingJob")

@@ -12,6 +12,7 @@ from hyperplan.services.context import ServiceContext
 from hyperplan.services.plan_views import ExtensionView, PlanView, SegmentView
 from hyperplan.services.plans import ListQuery, SignedOffering
 from hyperplan.wire.operations import RequestContext, operation
+from hyperplan.wire.ops.tags import created
 
 
 @operation("SearchTrainingPlanOfferings")
@@ -146,9 +147,8 @@ def _segment(segment: Segment) -> dict[str, Any]:
 
 @operation("CreateTrainingPlan")
 def create_training_plan(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
-    arn = plans.create(
-        ctx.runtime, ctx.caller, request["TrainingPlanName"], request["TrainingPlanOfferingId"]
-    )
+    name, offering = request["TrainingPlanName"], request["TrainingPlanOfferingId"]
+    arn = created(ctx, request, lambda: plans.create(ctx.runtime, ctx.caller, name, offering))
     return {"TrainingPlanArn": arn}
 
 

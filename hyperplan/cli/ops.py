@@ -1,0 +1,112 @@
+"""`hyperplan audit`, `hyperplan admin` (drain, resume) and `hyperplan usage`: operating the fleet
+(docs/OPERATIONS.md)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from hyperplan.cli.common import emit, native_client, reporting_errors
+from hyperplan.cli.options import ClientTyper
+
+audit_app = ClientTyper(help="The audit trail (administrators).", no_args_is_help=True)
+admin_app = ClientTyper(help="Fleet maintenance (administrators): drain and resume.", no_args_is_help=True)
+
+
+@audit_app.command("list")
+def list_audit(
+    since: Annotated[str | None, typer.Option(help="From this instant on (ISO 8601, service time).")] = None,
+    account: Annotated[str | None, typer.Option(help="Records made by or concerning this account.")] = None,
+) -> None:
+    """Administrator actions and security-relevant events, oldest first."""
+    from hyperplan.cli.views.ops import AuditTable
+
+    with reporting_errors():
+        result = native_client().get("/api/v1/audit", since=since, account=account)
+    emit(result["Events"], AuditTable)
+
+
+@admin_app.command("drain")
+def drain(
+    stop_running: Annotated[
+        bool, typer.Option("--stop-running", help="Also stop running jobs (checkpointed) and nodes.")
+    ] = False,
+) -> None:
+    """Refuse new purchases, clusters, group growth and jobs (503); reads and searches go on."""
+    from hyperplan.cli.views.ops import DrainLine
+
+    with reporting_errors():
+        state = native_client().post("/api/v1/drain", {"StopRunning": stop_running})
+    emit(state, DrainLine)
+
+
+@admin_app.command("resume")
+def resume() -> None:
+    """End a drain: new work is accepted, groups and queues get their capacity back."""
+    from hyperplan.cli.views.ops import DrainLine
+
+    with reporting_errors():
+        state = native_client().post("/api/v1/resume")
+    emit(state, DrainLine)
+
+
+@admin_app.command("status")
+def status() -> None:
+    """Whether the fleet is drained."""
+    from hyperplan.cli.views.ops import DrainLine
+
+    with reporting_errors():
+        state = native_client().get("/api/v1/drain")
+    emit(state, DrainLine)
+
+
+def usage(
+    account: Annotated[
+        str | None, typer.Option(help="One account (administrators; others see their own).")
+    ] = None,
+    from_: Annotated[
+        str | None, typer.Option("--from", help="From this instant (ISO 8601); default: 30 days before --to.")
+    ] = None,
+    to: Annotated[str | None, typer.Option(help="Until this instant (ISO 8601); default: now.")] = None,
+    by_tag: Annotated[str | None, typer.Option(help="Group by this tag key's value too.")] = None,
+    csv: Annotated[bool, typer.Option("--csv", help="CSV with a header line, for a spreadsheet.")] = False,
+) -> None:
+    """Reserved against used instance-hours per account, pool and UTC day (service time)."""
+    import csv as csv_module
+    import sys
+
+    from hyperplan.cli.views.ops import UsageTable
+
+    with reporting_errors():
+        rows = native_client().get("/api/v1/usage", account=account, to=to, tag=by_tag, **{"from": from_})[
+            "Usage"
+        ]
+    if not csv:
+        emit(rows, UsageTable)
+        return
+    tagged = by_tag is not None
+    writer = csv_module.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(
+        [
+            "account",
+            *(["tag_value"] if tagged else []),
+            "instance_type",
+            "zone",
+            "day",
+            "reserved_instance_hours",
+            "used_instance_hours",
+        ]
+    )
+    for r in rows:
+        writer.writerow(
+            [
+                r["Account"],
+                *([r["TagValue"]] if tagged else []),
+                r["InstanceType"],
+                r["AvailabilityZone"],
+                r["Day"],
+                r["ReservedInstanceHours"],
+                r["UsedInstanceHours"],
+            ]
+        )

@@ -1,0 +1,69 @@
+"""Operating the fleet: the audit trail, the drain state, usage per account."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+
+from hyperplan.cli.views.base import TableView
+
+
+@dataclass(frozen=True)
+class AuditTable:
+    events: list[dict[str, Any]]
+
+    def __rich__(self) -> TableView:
+        rows = []
+        for e in self.events:
+            actor = e.get("Actor")
+            who = f"{actor['AccountName']}/{actor['UserName']}" if actor else "(service)"
+            detail = json.dumps(e["Detail"], sort_keys=True, separators=(",", ":"))
+            rows.append(
+                [e["At"], e["Action"], who, e["RemoteAddress"], e["AccountName"], e["Target"], detail]
+            )
+        return TableView("Audit trail", ["At", "Action", "Who", "From", "Account", "Target", "Detail"], rows)
+
+
+@dataclass(frozen=True)
+class DrainLine:
+    state: dict[str, Any]
+
+    def __rich__(self) -> Text:
+        s = self.state
+        if not s["Draining"]:
+            return Text("The fleet is open: new work is accepted.")
+        stopped = " Running work was stopped." if s["StopRunning"] else ""
+        return Text(f"The fleet is drained since {s['Since']} (by {s['By'] or 'the service'}).{stopped}")
+
+
+@dataclass(frozen=True)
+class UsageTable:
+    rows: list[dict[str, Any]]
+
+    def __rich__(self) -> TableView:
+        tagged = any("TagValue" in r for r in self.rows)
+        columns = [
+            "Account",
+            *(["Tag"] if tagged else []),
+            "Instance type",
+            "Zone",
+            "Day",
+            "Reserved h",
+            "Used h",
+        ]
+        body = [
+            [
+                r["Account"],
+                *([r["TagValue"]] if tagged else []),
+                r["InstanceType"],
+                r["AvailabilityZone"],
+                r["Day"],
+                f"{r['ReservedInstanceHours']:g}",
+                f"{r['UsedInstanceHours']:g}",
+            ]
+            for r in self.rows
+        ]
+        return TableView("Usage (instance-hours)", columns, body)
