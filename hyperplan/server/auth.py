@@ -31,6 +31,7 @@ def policy_for(path: str) -> sigv4.SigningPolicy:
 
 
 def authenticate(runtime: ServiceContext, request: Request, body: bytes) -> Caller:
+    runtime.sync()  # keys revoked, capacity booked, the clock moved by another process: seen now
     found: dict[str, Caller] = {}
 
     def load(access_key_id: str) -> tuple[str, Caller] | None:
