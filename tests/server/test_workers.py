@@ -17,7 +17,13 @@ TWO = ("--workers", "2")
 
 
 def _two_workers(server_factory: type[Server]) -> type[Server]:
-    return cast(type[Server], functools.partial(cast(Any, server_factory), extra_args=TWO))
+    """Servers with `--workers 2`; three processes start on a loaded machine, so they get longer."""
+
+    class Slower(server_factory):  # type: ignore[valid-type,misc]
+        def start(self, timeout: float = 180) -> Server:
+            return super().start(timeout)
+
+    return cast(type[Server], functools.partial(cast(Any, Slower), extra_args=TWO))
 
 
 def _children(pid: int) -> set[int]:
