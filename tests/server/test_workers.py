@@ -54,19 +54,24 @@ def test_the_seed_walkthroughs_on_two_workers(server_factory: type[Server], tmp_
     # The supervisor killed alone (SIGKILL, not its group): its API processes end with it.
     server.start()
     assert server.process is not None
-    children = _children(server.process.pid)
+    children = {pid: _started(pid) for pid in _children(server.process.pid)}
     os.kill(server.process.pid, signal.SIGKILL)
     server.process.wait()
     server.process = None
-    assert not wait_until(lambda: {pid for pid in children if _alive(pid)} or None, timeout=60)
+    assert not wait_until(lambda: {pid for pid, at in children.items() if _alive(pid, at)} or None, 60)
 
 
-def _alive(pid: int) -> bool:
+def _started(pid: int) -> str:
+    """When the process started (clock ticks since boot): a pid is reused, this pair is not."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+
+
+def _alive(pid: int, started: str) -> bool:
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:
         return False
-    return state != "Z"
+    return fields[0] != "Z" and fields[19] == started
 
 
 def test_racing_buyers_on_two_workers(server_factory: type[Server], tmp_path: Path) -> None:
