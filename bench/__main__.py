@@ -1,6 +1,6 @@
 """``python -m bench [--quick | --smoke] [--profile] [--keep] [SECTION ...]``.
 
-Sections: search, http, memory, lifecycle, cli, fairness, planner (default: all of them).
+Sections: search, http, scale, memory, lifecycle, cli, fairness, planner (default: all of them).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import cli, fairness, http_bench, lifecycle, memory, planner, search
+from bench import cli, fairness, http_bench, lifecycle, memory, planner, scaleout, search
 from bench.report import Report, line, load_average, machine_banner
 from bench.scale import Scale
 
-SECTIONS = ("search", "http", "memory", "lifecycle", "cli", "fairness", "planner")
+SECTIONS = ("search", "http", "scale", "memory", "lifecycle", "cli", "fairness", "planner")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -59,6 +59,8 @@ def main(argv: list[str]) -> int:
             search.run(report, scale=args.scale, profile=args.profile)
         if "http" in sections:
             http_bench.run(report, workdir, scale=args.scale, profile=args.profile)
+        if "scale" in sections:
+            scaleout.run(report, workdir, scale=args.scale)
         if "memory" in sections:
             memory.run(report, workdir, scale=args.scale)
         if "lifecycle" in sections:

@@ -17,7 +17,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -74,10 +74,16 @@ class Store:
 BENCH_START = datetime(2026, 12, 31, 23, 50, tzinfo=UTC)
 
 
-def prepare_store(data_dir: Path, spec: FillSpec, clients: int) -> Store:
-    """A data directory with the bench fleet, ``clients`` accounts, and plans booked per ``spec``."""
+def prepare_store(data_dir: Path, spec: FillSpec, clients: int, database_url: str | None = None) -> Store:
+    """A data directory with the bench fleet, ``clients`` accounts, and plans booked per ``spec`` (in
+    the data directory's SQLite, or the database at ``database_url``)."""
     config = AppConfig(
-        data_dir=data_dir, fleet_path=FLEET, clock="manual", clock_start=BENCH_START, **unisolated(data_dir)
+        data_dir=data_dir,
+        fleet_path=FLEET,
+        clock="manual",
+        clock_start=BENCH_START,
+        database_url=database_url,
+        **unisolated(data_dir),
     )
     application = Application(config)
     application.bootstrap()
@@ -163,9 +169,15 @@ def unisolated(data_dir: Path) -> dict[str, Any]:
 
 @contextmanager
 def running_server(
-    data_dir: Path, timeout: float = 120, *, fleet: Path = FLEET, clock: str = "manual"
+    data_dir: Path,
+    timeout: float = 120,
+    *,
+    fleet: Path = FLEET,
+    clock: str = "manual",
+    extra: Sequence[str] = (),
 ) -> Iterator[ServerProcess]:
-    """``python -m hyperplan serve`` on the data directory, stopped with SIGTERM when the block ends."""
+    """``python -m hyperplan serve`` on the data directory, stopped with SIGTERM when the block ends;
+    `extra`: more of serve's options (--workers 2, --database-url ...)."""
     port = free_port()
     args = [
         sys.executable,
@@ -189,6 +201,7 @@ def running_server(
         "none",
         "--work-dir",
         str(data_dir.with_name(data_dir.name + "-work")),
+        *extra,
     ]
     data_dir.mkdir(parents=True, exist_ok=True)
     with (data_dir / "server.log").open("ab") as log:
@@ -251,6 +264,21 @@ def cpu_seconds(pid: int) -> float:
     """User plus system CPU time a process has used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU time of a process and of its live children (serve --workers: the API processes)."""
+    total = cpu_seconds(pid)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 def command_line(pid: int) -> str:

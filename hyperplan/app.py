@@ -46,6 +46,7 @@ from hyperplan.services import (
     demo_load,
     job_deadlines,
     jobs,
+    leadership,
     lifecycle,
     metering,
     os_users,
@@ -60,14 +61,29 @@ from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.lifecycle import LifecycleContext
 from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.services.node_watcher import NodeWatcher
+from hyperplan.services.rate_limiter import RateLimiter
 from hyperplan.services.retention import RetentionWorker
+from hyperplan.services.shared_state import SharedState
 from hyperplan.services.slurm_reservations import ReservationWorker
 from hyperplan.services.slurm_state import SlurmState
 from hyperplan.slurm.client import SlurmClient
-from hyperplan.store import settings
+from hyperplan.store import changes, settings
 from hyperplan.store.db import Database, check_url, sqlite_url
 from hyperplan.store.master_key import KEY_FILE_NAME, SecretBox
-from hyperplan.store.schema import PlanEvent, ScheduledEvent, WebhookDelivery
+from hyperplan.store.schema import (
+    AccessKey,
+    Account,
+    ClockMove,
+    PlanEvent,
+    PlanExtension,
+    ReservedCapacity,
+    ScheduledEvent,
+    Setting,
+    TrainingPlan,
+    User,
+    WebhookDelivery,
+)
+from hyperplan.worker import LocalWake
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +152,10 @@ class AppConfig:
     fleet: Fleet | None = None
     # serve --metrics-listen HOST:PORT: the Prometheus listener (hyperplan/metrics.py); None: none.
     metrics_listen: str | None = None
+    # "all": serves and may lead (a server alone, or one of several); "api": serves, never leads (the
+    # API processes of `serve --workers N`); "background": may lead, serves nothing (their parent).
+    role: str = "all"
+    leader_lease: float | None = None  # seconds; None: $HYPERPLAN_LEADER_LEASE or 10
 
     @property
     def key_path(self) -> Path:
@@ -161,6 +181,8 @@ class Application:
         self._workers: Workers | None = None
         self._bootstrap_done = False
         self._metrics: Any = None  # the metrics listener (hyperplan.metrics.Listener), once started
+        self.leadership: leadership.Leadership | None = None
+        self._forwarder: leadership.WakeForwarder | None = None
 
     # -- what the root built ----------------------------------------------------------------------
 
@@ -212,13 +234,24 @@ class Application:
         except BaseException:
             db.close()
             raise
-        wakes = Wakes.local()
-        # Whoever writes a timed event or queues a delivery, the loop that runs it hears of it at commit.
+        lease = config.leader_lease if config.leader_lease is not None else leadership.lease_from_env()
+        leader = leadership.Leadership(db, lease=lease, candidate=config.role != "api")
+        forwarder = leadership.WakeForwarder(db, leader)
+        wakes = Wakes(
+            LocalWake(),
+            leadership.SharedWake(LocalWake(), changes.NODES, forwarder),
+            leadership.SharedWake(LocalWake(), changes.JOBS, forwarder),
+            LocalWake(),
+        )
+        # Whoever writes a timed event or queues a delivery, the loop that runs it hears of it at commit:
+        # in this process by the wake, in the leader by the change counter it watches.
         db.on_insert(ScheduledEvent, wakes.lifecycle.notify)
         db.on_insert(WebhookDelivery, wakes.webhooks.notify)
+        count_changes(db)
         if slurm is not None:  # a plan's history grew (paid, started, ended, cancelled...): its reservations
             db.on_insert(PlanEvent, slurm.wake.notify)
         calendar = LiveCalendar(fleet)
+        keys = KeyCache()
         events = TimedEventLoop(db, clock, {}, wake=wakes.lifecycle)
         if slurm is not None and config.backend is local_backend:
             # [backend] kind = "slurm": nodes and job instances are Slurm jobs (backends/slurm.py)
@@ -235,14 +268,16 @@ class Application:
             calendar=calendar,
             lifecycle=LifecycleContext(calendar, fleet, consumers=(self._clusters_follow, self._jobs_follow)),
             backend=backend,
-            keys=KeyCache(),
+            keys=keys,
             offering_key=_offering_key(db),
             secret_box=box,
             wakes=wakes,
-            advance_clock=events.advance_to,
+            advance_clock=lambda target: leader.move_clock(target, events.advance_to),
             job_settings=JobSettings.from_environment(),
             job_locks=JobLocks(),
             slurm=slurm,
+            shared=SharedState(db, calendar, keys, clock),
+            rate_limiter=RateLimiter(processes=lambda: leader.processes),
         )
         events.handlers.update(event_handlers(context))
         dispatcher_config = config.dispatcher or DispatcherConfig.from_env()
@@ -258,6 +293,18 @@ class Application:
             reservations,
             RetentionWorker(context),
         )
+        leader.wire(
+            self._take_over,
+            self._give_up,
+            events.advance_to if clock.kind == "manual" else None,
+            {
+                changes.EVENTS: wakes.lifecycle,
+                changes.WEBHOOKS: wakes.webhooks,
+                changes.JOBS: wakes.jobs,
+                changes.NODES: wakes.nodes,
+            },
+        )
+        self.leadership, self._forwarder = leader, forwarder
         self._context = context
         return context
 
@@ -277,16 +324,30 @@ class Application:
         return self.bootstrapped
 
     def start(self) -> None:
-        """Catch up on every event missed while the server was down, then run the workers."""
+        """Load the calendar and stand for leader (services/leadership.py): a server alone leads at once,
+        and, as leader, catches up on every event missed while it was down and runs the workers."""
         context = self.open()
         self.bootstrap()
+        context.calendar.load(context.db)
+        assert self.leadership is not None
+        if self.config.metrics_listen and self._metrics is None:
+            # Every server that may lead listens (the API processes of --workers count into the shared
+            # directory their parent's listener reads: hyperplan/metrics.py).
+            self._metrics = _metrics_listener(context, self.config.metrics_listen)
+        self.leadership.start()
+
+    def _take_over(self) -> None:
+        """This process was elected leader: adopt every node and job task, run what is due, start the
+        loops that need one owner."""
+        context = self.context
         workers = self.workers
         stored = demo_load.store_initial_load(context)
         if stored:
             log.info("stored %d background bookings held by %r", stored, demo_load.ACCOUNT_NAME)
         if context.slurm is not None:
             slurm_reservations.check_cluster(context.slurm.client, context.fleet)
-        context.calendar.load(context.db)
+        assert context.shared is not None
+        context.shared.follow_clock()  # the time the last leader moved the manual clock to
         # Before anything else touches the back end, one call with every node and job task the store
         # knows: no orphans, no lost work.
         adoption.adopt_all(context)
@@ -302,14 +363,27 @@ class Application:
             workers.reservations.start()  # its first pass reconciles Slurm's reservations with the store
         if workers.retention is not None:
             workers.retention.start()  # only when the fleet sets a retention period
-        if self.config.metrics_listen and self._metrics is None:
-            self._metrics = _metrics_listener(context, self.config.metrics_listen)
+
+    def _give_up(self) -> None:
+        """This process lost the lease (it could not renew it in time): its loops stop, so that they never
+        run in two places; it stays a candidate, and takes over again (adopting) if elected."""
+        workers = self.workers
+        workers.events.worker.stop()
+        workers.dispatcher.stop()
+        workers.node_watcher.stop()
+        workers.job_runner.worker.stop()  # its pool stays, for the next term
+        if workers.reservations is not None:
+            workers.reservations.stop()
+        if workers.retention is not None:
+            workers.retention.stop()
 
     def request_stop(self) -> None:
         """Ask the lifecycle loop (and a catch-up or clock move in progress) to end after the event it is
         running. Safe in a signal handler: it sets flags and takes no lock."""
         if self._workers is not None:
             self._workers.events.request_stop()
+        if self.leadership is not None:
+            self.leadership.request_stop()
 
     def stop(self) -> None:
         if self._metrics is not None:
@@ -317,6 +391,9 @@ class Application:
             self._metrics = None
         if self._context is None or self._workers is None:
             return
+        assert self.leadership is not None and self._forwarder is not None
+        self.leadership.request_stop()
+        self._forwarder.worker.stop()
         self._workers.dispatcher.stop()  # finishes deliveries in flight; before the database closes
         self._workers.events.stop()
         self._workers.node_watcher.stop()
@@ -325,6 +402,7 @@ class Application:
             self._workers.reservations.stop()
         if self._workers.retention is not None:
             self._workers.retention.stop()
+        self.leadership.stop()  # hands the lease back: another server need not wait it out
         self._context.backend.close()
         self._context.db.close()
 
@@ -352,6 +430,20 @@ def event_handlers(context: ServiceContext) -> dict[str, EventHandler]:
             raise RuntimeError(f"two services handle the timed events {sorted(clash)}")
         merged.update(handlers)
     return merged
+
+
+def count_changes(db: Database) -> None:
+    """What each change counter follows (store/changes.py)."""
+    db.count_changes(ReservedCapacity, changes.CALENDAR)
+    db.count_changes(TrainingPlan, changes.CALENDAR)  # a plan's status: what quotas count
+    db.count_changes(PlanExtension, changes.CALENDAR)
+    db.count_changes(AccessKey, changes.KEYS)
+    db.count_changes(Account, changes.KEYS, ignoring=("budget",))
+    db.count_changes(User, changes.KEYS)
+    db.count_changes(Setting, changes.SETTINGS)
+    db.count_changes(ScheduledEvent, changes.EVENTS, inserts_only=True)
+    db.count_changes(WebhookDelivery, changes.WEBHOOKS, inserts_only=True)
+    db.count_changes(ClockMove, changes.CLOCK_MOVES, inserts_only=True)
 
 
 def slurm_state(fleet: Fleet, isolation: os_users.Isolation) -> SlurmState | None:

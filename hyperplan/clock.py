@@ -69,6 +69,12 @@ class ManualClock(Clock):
                 )
             self._now = when
 
+    def follow(self, when: datetime) -> None:
+        """Take the time another process moved the shared clock to; never backwards."""
+        with self._lock:
+            if when > self._now:
+                self._now = when
+
 
 class AcceleratedClock(Clock):
     kind = "accelerated"

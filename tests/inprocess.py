@@ -119,6 +119,7 @@ class InProcessServer(Server):
     time_scale: float = 60.0  # service seconds per real second, for the accelerated clock
     limits: ServerLimits = field(default_factory=ServerLimits)
     templates: Templates | None = None  # where a new manual-clock data directory may be copied from
+    role: str = "all"  # "api": serves but never leads (one of several processes on one store)
     runtime: Application | None = None
     _uvicorn: uvicorn.Server | None = None
     _thread: threading.Thread | None = None
@@ -172,6 +173,7 @@ class InProcessServer(Server):
             isolation="none",  # CI runs as root, where the default would be mode users
             work_dir=self.work_dir,
             database_url=self.database_url,
+            role=self.role,
         )
         self.runtime, app = build_application(config, FakeBackend(self.world), self.limits)
         listener = socket.socket()

@@ -24,6 +24,13 @@ LABELS = {
         "HTTP purchases/s (buy only, 2 clients)",
         "HTTP purchases/s (buy only, 1 client)",
     ),
+    "scale": (
+        "HTTP searches/s (workers 2, SQLite)",
+        "server CPU per search (workers 2, SQLite)",
+        "HTTP purchases/s, buy only (workers 2, SQLite)",
+        "server CPU per purchase (workers 2, SQLite)",
+        "CreateTrainingPlan p99 (workers 2, SQLite)",
+    ),
     "memory": ("server RSS, empty store", "server RSS, plans booked"),
     "lifecycle": (
         "lifecycle lag, spread over time",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -204,8 +204,32 @@ def serve(
             "off). docs/OPERATIONS.md lists them.",
         ),
     ] = None,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=64,
+            envvar="HYPERPLAN_WORKERS",
+            help="API processes on the one port; more than 1 adds a process that owns the background work "
+            "(timed events, webhooks, nodes, jobs). 1: everything in this process.",
+        ),
+    ] = 1,
+    leader_lease: Annotated[
+        float | None,
+        typer.Option(
+            min=0.2,
+            max=3600,
+            envvar="HYPERPLAN_LEADER_LEASE",
+            help="Seconds the leader's lease lasts (servers sharing one database elect one leader to run "
+            "the background work; another takes over this long after it died). Default 10.",
+        ),
+    ] = None,
+    role: Annotated[str, typer.Option(hidden=True)] = "all",
+    listen_fd: Annotated[int | None, typer.Option(hidden=True)] = None,
 ) -> None:
     """Run the server until SIGTERM or Ctrl-C."""
+    if metrics_listen is not None and workers > 1 and role == "all":
+        _share_metrics_between_processes()  # before anything imports prometheus_client
     # Imported here, with the runtime: every other command starts without them.
     import logging
     import secrets
@@ -229,6 +253,12 @@ def serve(
             console.print(f"[red]ValidationException[/red]: {exc}")
             raise typer.Exit(2) from None
     os.umask(0o077)  # the server's own files (store, keys, records) are its user's alone
+    if role not in ("all", "api"):
+        raise typer.BadParameter(f"--role must be all or api, not {role!r}")
+    if role == "api":
+        from hyperplan.server.processes import die_with_parent
+
+        die_with_parent()
     directory = (data_dir or default_data_dir()).expanduser()
     # Every process this server starts inherits the mark (see hyperplan.backends.layout.MARK_VARIABLE).
     os.environ.setdefault(MARK_VARIABLE, f"hp-{secrets.token_hex(8)}")
@@ -244,7 +274,9 @@ def serve(
                 database_url=database_url,
                 isolation=isolation,
                 work_dir=work_dir,
-                metrics_listen=metrics_listen,
+                metrics_listen=metrics_listen if role != "api" else None,
+                role="background" if workers > 1 else role,
+                leader_lease=leader_lease,
             )
         )
         context = application.open()  # the data directory, the fleet file, the migration, the clock
@@ -253,6 +285,27 @@ def serve(
         console.print(f"[red]{exc.code}[/red]: {exc.message}")
         raise typer.Exit(2) from None
     credentials = application.credentials_path
+    limits = ServerLimits(
+        max_body_bytes, header_timeout, body_timeout, max_connections, s3_max_body_bytes, s3_body_timeout
+    )
+    if role == "api":
+        from hyperplan.server.app import create_app as create_api
+        from hyperplan.server.header_deadline import header_deadline_protocol as deadline_protocol
+        from hyperplan.server.processes import wait_for_the_gate
+
+        wait_for_the_gate()
+        serve_app(
+            application.request_stop,
+            create_api(context, application, limits),
+            listen_fd=listen_fd,
+            host=host,
+            port=port,
+            log_level=log_level,
+            timeout_graceful_shutdown=10,
+            http=deadline_protocol(limits.header_timeout),
+            limit_concurrency=limits.max_connections,
+        )
+        return
     if not context.settings.isolated:
         print(f"WARNING: {NOT_ISOLATED}", file=sys.stderr, flush=True)
     if bootstrapped:
@@ -263,15 +316,16 @@ def serve(
         f"  aws sagemaker list-training-plans --endpoint-url http://{host}:{port} "
         f"(credentials: AWS_SHARED_CREDENTIALS_FILE={credentials} AWS_PROFILE=hyperplan)"
     )
+    if workers > 1:
+        _supervise(application, host, port, workers, _api_args({**locals(), "data_dir": directory}))
+        console.print("hyperplan stopped; every acknowledged change is on disk.")
+        return
     # uvicorn shuts down gracefully on SIGTERM and then re-raises the signal under the handler that was in
     # place before it started; this one makes that a clean exit, as service managers expect.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         from hyperplan.server.header_deadline import header_deadline_protocol
 
-        limits = ServerLimits(
-            max_body_bytes, header_timeout, body_timeout, max_connections, s3_max_body_bytes, s3_body_timeout
-        )
         app = create_app(context, application, limits)
         serve_app(
             application.request_stop,
@@ -285,6 +339,84 @@ def serve(
         )
     finally:
         console.print("hyperplan stopped; every acknowledged change is on disk.")
+
+
+def _share_metrics_between_processes() -> None:
+    """`serve --workers N --metrics-listen ...`: every process counts into files of one fresh directory
+    (prometheus_client's multiprocess mode, hyperplan/metrics.py), named before any of them imports
+    prometheus_client; the API processes inherit it, and the parent's listener adds them up."""
+    import atexit
+    import shutil
+    import tempfile
+
+    variable = "PROMETHEUS_MULTIPROC_DIR"  # hyperplan.metrics.MULTIPROC_VARIABLE, not imported: see above
+    if not os.environ.get(variable):
+        directory = tempfile.mkdtemp(prefix="hyperplan-metrics-")
+        os.environ[variable] = directory
+        atexit.register(shutil.rmtree, directory, True)
+
+
+def _api_args(options: dict[str, object]) -> list[str]:
+    """`serve`'s arguments for one API process of `serve --workers N`."""
+    args = ["serve", "--role", "api", "--workers", "1"]
+    for name in (
+        "host",
+        "port",
+        "data_dir",
+        "fleet",
+        "clock_kind",
+        "time_scale",
+        "clock_start",
+        "max_body_bytes",
+        "header_timeout",
+        "body_timeout",
+        "max_connections",
+        "s3_max_body_bytes",
+        "s3_body_timeout",
+        "database_url",
+        "key_file",
+        "isolation",
+        "work_dir",
+        "log_level",
+        "leader_lease",
+    ):
+        value = options[name]
+        if value is not None:
+            flag = "--clock" if name == "clock_kind" else "--" + name.replace("_", "-")
+            args += [flag, str(value)]
+    return args
+
+
+def _supervise(application: Any, host: str, port: int, workers: int, child_args: list[str]) -> None:
+    """This process leads (the background work) and supervises `workers` API processes on one socket."""
+    import signal
+
+    from hyperplan.server.processes import Supervisor, listening_socket
+
+    try:
+        sock = listening_socket(host, port)
+    except OSError as exc:
+        console.print(f"[red]cannot listen on {host}:{port}[/red]: {exc.strerror}")
+        application.stop()
+        raise typer.Exit(1) from None
+    supervisor = Supervisor(child_args, workers, sock.fileno())
+
+    def stop(*_: object) -> None:
+        supervisor.request_stop()
+        application.request_stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    gate = supervisor.start()  # the API processes load meanwhile, and wait
+    try:
+        application.start()  # missed events run before any API process answers
+        supervisor.open_the_gate(gate)
+        if not supervisor.stopping:
+            supervisor.watch()
+    finally:
+        supervisor.stop()
+        sock.close()
+        application.stop()
 
 
 if __name__ == "__main__":

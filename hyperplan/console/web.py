@@ -115,12 +115,14 @@ SECURITY_HEADERS = {
 
 def caller_of(runtime: ServiceContext, identity: Identity) -> Caller | None:
     """Who the session's key signs in now; None once the key is revoked (or its account deleted)."""
+    runtime.sync()
     entry = runtime.keys.get(identity.access_key_id, lambda key: account_views.caller_for_key(runtime, key))
     return None if entry is None else entry[1]
 
 
 def secret_matches(runtime: ServiceContext, access_key_id: str, secret: str) -> Caller | None:
     """The caller of a key pair whose secret is `secret` (compared in constant time), else None."""
+    runtime.sync()
     entry = runtime.keys.get(access_key_id, lambda key: account_views.caller_for_key(runtime, key))
     if entry is None or not hmac.compare_digest(entry[0].encode(), secret.encode()):
         return None

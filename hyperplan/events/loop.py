@@ -5,6 +5,10 @@ as the change that makes it due. The loop is stateless: after a restart, even af
 the rows not yet done and runs them in order before the server answers requests, so the state equals
 that of a run that never stopped. An event and the record that it ran commit together.
 
+Several servers on one store: only the elected leader runs this loop (services/leadership.py), and each
+event is claimed in the transaction that runs it (its row FOR UPDATE SKIP LOCKED, then checked not done),
+so even a second runner could never run one twice.
+
 Under the manual clock nothing runs by itself: `advance_to` steps the clock to each due event in turn
 (so the handler sees the service time it was due at) and returns when all events due by the target
 have run. Under the wall and accelerated clocks a background thread does the same continuously.
@@ -137,9 +141,13 @@ class TimedEventLoop:
     def _run_one(self, event: DueEvent) -> None:
         handler = self.handlers.get(event.kind)
         with self.db.write() as session:
-            row = session.get(ScheduledEvent, event.id)
+            # The claim: the row locked until this transaction ends (skipped if another runner holds it;
+            # SQLite's write lock is already exclusive), and run only if nobody marked it done before.
+            row = session.scalars(
+                select(ScheduledEvent).where(ScheduledEvent.id == event.id).with_for_update(skip_locked=True)
+            ).first()
             if row is None or row.done:
-                return  # another server ran it first
+                return  # another runner has it, or ran it first
             metrics.LIFECYCLE_LAG.observe(max((self.clock.now() - event.due_at).total_seconds(), 0.0))
             if handler is None:
                 log.error("no handler for event kind %r (event %d); marking it done", event.kind, event.id)
@@ -164,7 +172,10 @@ class TimedEventLoop:
 
     def _save_clock(self) -> None:
         with self.db.write() as session:
-            settings.put_time(session, settings.CLOCK_NOW, self.clock.now())
+            saved = settings.get_time(session, settings.CLOCK_NOW)
+            # Never backwards: a process that does not lead may hold an older time than the leader saved.
+            if saved is None or self.clock.now() > saved:
+                settings.put_time(session, settings.CLOCK_NOW, self.clock.now())
 
     # -- the background loop (wall and accelerated clocks) ----------------------------------------
 

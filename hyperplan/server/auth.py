@@ -49,6 +49,7 @@ def authenticate(
 ) -> Caller:
     """The caller of a request signed for ``service`` (the credential scope's), under ``policy`` (by
     default the one its path calls for: the native API's or SageMaker's)."""
+    runtime.sync()  # keys revoked, capacity booked, the clock moved by another process: seen now
     found: dict[str, Caller] = {}
 
     def load(access_key_id: str) -> tuple[str, Caller] | None:
@@ -102,6 +103,7 @@ def authenticate_s3(
 ) -> tuple[Caller, sigv4.S3Signature]:
     """S3's SigV4 (``wire/sigv4.verify_s3``): the same keys, S3's rules for the path and the payload; the
     body is checked as it streams (server/s3/body.py), with what the signature returned."""
+    runtime.sync()  # a key revoked by another process: seen now
     found: dict[str, Caller] = {}
 
     def lookup_secret(access_key_id: str) -> str | None:
@@ -126,6 +128,7 @@ def authenticate_s3_v2(
 ) -> tuple[Caller, sigv4.S3Signature]:
     """A presigned URL of Signature Version 2 (``wire/sigv2.py``): what botocore presigns S3 URLs with
     for an endpoint URL unless told s3v4. Its body, if any, is unsigned, as with any presigned URL."""
+    runtime.sync()  # a key revoked by another process: seen now
     found: dict[str, Caller] = {}
 
     def lookup_secret(access_key_id: str) -> str | None:

@@ -17,6 +17,7 @@ stops within one event's time.
 from __future__ import annotations
 
 import contextlib
+import socket
 import sys
 from collections.abc import Callable
 from types import FrameType
@@ -37,11 +38,20 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
-def serve(request_stop: Callable[[], None], app: Starlette, **options: Any) -> None:
+def serve(
+    request_stop: Callable[[], None],
+    app: Starlette,
+    *,
+    listen_fd: int | None = None,
+    **options: Any,
+) -> None:
     """``uvicorn.run(app, **options)`` for one process without reload; the stop signal also calls
-    `request_stop`, which must be safe in a signal handler."""
+    `request_stop`, which must be safe in a signal handler. `listen_fd`: accept on this inherited
+    listening socket (serve --workers) instead of binding host and port."""
     server = _Server(uvicorn.Config(app, **options), request_stop)
+    # The socket's own family (uvicorn's `fd` option would take any descriptor for a unix socket).
+    sockets = [socket.socket(fileno=listen_fd)] if listen_fd is not None else None
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: uvicorn re-raises it once it has shut down
-        server.run()
+        server.run(sockets=sockets)
     if not server.started:
         sys.exit(STARTUP_FAILURE)  # the port was taken, or the startup failed: as uvicorn.run exits

@@ -142,6 +142,9 @@ def get_account(session: Session, account_ref: str) -> Account:
     )
     if account is None:
         raise ResourceNotFound(f"No account {account_ref!r}.")
+    # Held for the transaction: the session's identity map keeps rows weakly, and a purchase asks for
+    # its account four times (quotas, payment); each would read it again once the last one was dropped.
+    session.info.setdefault("accounts_held", {})[account.id] = account
     return account
 
 

@@ -21,6 +21,7 @@ from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.lifecycle import LifecycleContext
 from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.services.rate_limiter import RateLimiter
+from hyperplan.services.shared_state import SharedState
 from hyperplan.services.slurm_state import SlurmState
 from hyperplan.store.db import Database
 from hyperplan.store.master_key import SecretBox
@@ -85,9 +86,15 @@ class ServiceContext:
     advance_clock: ClockMover
     job_settings: JobSettings
     job_locks: JobLocks
-    rate_limiter: RateLimiter = field(default_factory=RateLimiter)  # this server's request rate buckets
+    rate_limiter: RateLimiter = field(default_factory=RateLimiter)  # this process's request rate buckets
     slurm: SlurmState | None = None  # the Slurm back end's client and what it last read; None: local
     refusals: RefusedSignatures = field(default_factory=RefusedSignatures)  # refused signatures, counted
+    shared: SharedState | None = None  # brings this process's memory up to date with the store
+
+    def sync(self) -> None:
+        """Before a request relies on what this process keeps in memory (services/shared_state.py)."""
+        if self.shared is not None:
+            self.shared.sync()
 
     @property
     def data_dir(self) -> Path:

@@ -21,7 +21,8 @@ from hyperplan.core.search import Segment
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
 from hyperplan.services import accounts, lifecycle
 from hyperplan.services.context import ServiceContext
-from hyperplan.store.db import after_commit
+from hyperplan.store.changes import CALENDAR
+from hyperplan.store.db import after_commit, committed_change
 from hyperplan.store.schema import Account, ReservedCapacity, ScheduledEvent, TrainingPlan
 
 ACCOUNT_NAME = "background-load"
@@ -65,7 +66,7 @@ def event_handlers(runtime: ServiceContext) -> dict[str, EventHandler]:
         added = top_up(runtime, session, runtime.clock.now())
         # The calendar learns of them only once this transaction commits.
         bookings = [(s.pool_key, s.start, s.end, s.count) for s in added]
-        after_commit(session, lambda: runtime.calendar.book(bookings))
+        after_commit(session, lambda: runtime.calendar.book(bookings, committed_change(session, CALENDAR)))
 
     return {TOP_UP: top_up_background}
 

@@ -25,7 +25,8 @@ from hyperplan.services import acting, drain_state, lifecycle, payments, plans, 
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.live_calendar import require_room
-from hyperplan.store.db import after_commit
+from hyperplan.store.changes import CALENDAR
+from hyperplan.store.db import after_commit, committed_change
 from hyperplan.store.locks import lock_account, lock_pools
 from hyperplan.store.schema import PlanExtension, ReservedCapacity, TrainingPlan
 
@@ -128,7 +129,7 @@ def extend(runtime: ServiceContext, caller: Caller, offering_id: str) -> str:
             session.add(extension)
             session.flush()
             booked = [(pool.key, claim.start, claim.end, last.count)]
-            after_commit(session, lambda: runtime.calendar.book(booked))
+            after_commit(session, lambda: runtime.calendar.book(booked, committed_change(session, CALENDAR)))
             payments.issue(session, runtime.lifecycle, plan, now, extension=extension)
     except IntegrityError:
         raise ResourceInUse(f"Training plan extension offering {offering_id} was just bought.") from None

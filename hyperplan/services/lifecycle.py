@@ -31,7 +31,8 @@ from hyperplan.core.status import EXTENSION_LIFECYCLE, ExtensionPaymentStatus
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
 from hyperplan.services import acting, capacity_claims, status, webhooks
 from hyperplan.services.live_calendar import LiveCalendar
-from hyperplan.store.db import after_commit
+from hyperplan.store.changes import CALENDAR
+from hyperplan.store.db import after_commit, committed_change
 from hyperplan.store.schema import PlanEvent, PlanExtension, ReservedCapacity, ScheduledEvent, TrainingPlan
 
 SEGMENT_START = "segment.start"
@@ -223,7 +224,7 @@ def fail_extension(
             extension.count,
         )
     ]
-    after_commit(session, lambda: ctx.calendar.release(released))
+    after_commit(session, lambda: ctx.calendar.release(released, committed_change(session, CALENDAR)))
 
 
 def refresh(session: Session, plan: TrainingPlan, now: datetime, kind: str = "status") -> None:
@@ -281,7 +282,7 @@ def fail(
         key = (extension.instance_type, extension.availability_zone)
         released.append((key, extension.start, extension.end, extension.count))
     _cancel_events(session, plan)
-    after_commit(session, lambda: ctx.calendar.release(released))
+    after_commit(session, lambda: ctx.calendar.release(released, committed_change(session, CALENDAR)))
     ctx.plan_changed(session, plan.id, now)
 
 

@@ -2,6 +2,13 @@
 
 Searches read it; purchases re-check capacity against the store's rows inside their transaction (the
 authority) and then book it here after the commit. The lock makes each read or change whole.
+
+Several processes may share the store (serve --workers, several servers): each transaction that changes
+what is held adds one to the `calendar` change counter (store/changes.py), and `version` is the value this
+calendar reflects. A process's own commit moves it on by one when nothing else came between; any other
+value seen (`sync`) reloads the whole calendar from the store, in one snapshot with the counter. A change
+committed as version n is applied here only if this calendar is older than n, so a reload that already
+read it does not count it twice.
 """
 
 from __future__ import annotations
@@ -18,8 +25,9 @@ from hyperplan.core.calendar import CapacityCalendar, peak_booked_slots
 from hyperplan.core.fleet import Fleet, Pool, PoolKey
 from hyperplan.core.search import Offering, SearchRequest, search
 from hyperplan.errors import ResourceLimitExceeded
+from hyperplan.store import changes
 from hyperplan.store.db import Database
-from hyperplan.store.schema import PlanExtension, ReservedCapacity
+from hyperplan.store.schema import ChangeCounter, PlanExtension, ReservedCapacity
 
 Booking = tuple[tuple[str, str], datetime, datetime, int]
 
@@ -29,19 +37,47 @@ class LiveCalendar:
         self.fleet = fleet
         self._calendar = CapacityCalendar(fleet.pools)
         self._lock = threading.Lock()
+        self._reservable: dict[PoolKey, int] = {}  # set_reservable's counts, kept across reloads
+        self.version: int | None = None  # the calendar change counter this reflects; None: not loaded
+        self._moved_by_change: int | None = None  # the version a committed change (not a reload) set
+        self.reloads = 0
+        self._db: Database | None = None
+        self._seen: int | None = None  # the store's counter as last read (sync)
 
     def load(self, db: Database) -> int:
-        """Book everything the store says is held; returns how many bookings."""
+        """Book everything the store says is held (replacing what was here); returns how many bookings."""
         with db.read() as session:
+            version = session.scalar(
+                select(ChangeCounter.value).where(ChangeCounter.name == changes.CALENDAR)
+            )
             bookings = held(session)
+        calendar = CapacityCalendar(self.fleet.pools)
+        for key, start, end, count in bookings:
+            # restore, not book: a pool made smaller in the fleet file must not stop the server from
+            # starting with the plans it already sold.
+            calendar.restore(key, start, end, count)
         with self._lock:
-            for key, start, end, count in bookings:
-                # restore, not book: a pool made smaller in the fleet file must not stop the server from
-                # starting with the plans it already sold.
-                self._calendar.restore(key, start, end, count)
+            for pool_key, reservable in self._reservable.items():
+                calendar.set_reservable(pool_key, reservable)
+            self._calendar = calendar
+            self.version = version
+            self._moved_by_change = None
+            self.reloads += 1
         return len(bookings)
 
+    def sync(self, db: Database, version: int | None) -> None:
+        """The store's calendar counter, just read: the next read of the bookings reloads them if it is
+        not what this reflects (a purchase, which books from the store's rows, reloads nothing)."""
+        if version is not None:
+            self._db, self._seen = db, version
+
+    def _fresh(self) -> None:
+        db, seen = self._db, self._seen
+        if db is not None and seen is not None and self.version is not None and seen > self.version:
+            self.load(db)
+
     def search(self, request: SearchRequest, now: datetime) -> list[Offering]:
+        self._fresh()
         with self._lock:
             return search(self.fleet, self._calendar, request, now)
 
@@ -50,6 +86,7 @@ class LiveCalendar:
         Slurm back end reports unhealthy (services/slurm_reservations.py)."""
         with self._lock:
             self._calendar.set_reservable(pool_key, count)
+            self._reservable[pool_key] = count
 
     def bookable(self, pool: Pool) -> Pool:
         """The pool as bookings see it now: its reservable count may be lower than the fleet file's."""
@@ -58,22 +95,40 @@ class LiveCalendar:
         return pool if reservable == pool.reservable else replace(pool, reservable=reservable)
 
     def can_book(self, pool_key: PoolKey, start: datetime, end: datetime, count: int) -> bool:
+        self._fresh()
         with self._lock:
             return self._calendar.can_book(pool_key, start, end, count)
 
-    def book(self, bookings: Iterable[Booking]) -> None:
+    def book(self, bookings: Iterable[Booking], version: int | None = None) -> None:
+        """Book what a transaction committed as calendar `version` (None: not counted)."""
         with self._lock:
-            for pool_key, start, end, count in bookings:
-                self._calendar.book(pool_key, start, end, count)
+            if self._apply(version):
+                for pool_key, start, end, count in bookings:
+                    self._calendar.book(pool_key, start, end, count)
 
-    def release(self, bookings: Iterable[Booking]) -> None:
+    def release(self, bookings: Iterable[Booking], version: int | None = None) -> None:
         with self._lock:
-            for pool_key, start, end, count in bookings:
-                self._calendar.release(pool_key, start, end, count)
+            if self._apply(version):
+                for pool_key, start, end, count in bookings:
+                    self._calendar.release(pool_key, start, end, count)
+
+    def _apply(self, version: int | None) -> bool:
+        """Whether a change committed as `version` is still to be applied here; moves `version` on when
+        it is the next one. Called under the lock."""
+        if version is None or self.version is None:
+            return True
+        if version == self.version and version == self._moved_by_change:
+            return True  # one transaction's second change (a booking, then its failed payment's release)
+        if version <= self.version:
+            return False  # a reload already read it
+        if version == self.version + 1:
+            self.version = self._moved_by_change = version
+        return True  # else something came between: applied now, the next sync reloads all
 
     def profile(
         self, pool_key: tuple[str, str], start: datetime, end: datetime
     ) -> list[tuple[datetime, int]]:
+        self._fresh()
         with self._lock:
             return self._calendar.booked_profile(pool_key, start, end)
 

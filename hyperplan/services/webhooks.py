@@ -109,11 +109,15 @@ def enqueue(session: Session, event: PlanEvent, plan: TrainingPlan) -> int:
     Called for every plan event, so the common case (no webhooks) costs one query on the indexed
     `webhooks.account_id` and nothing else.
     """
-    hook_ids = list(
-        session.scalars(
-            select(Webhook.id).where(Webhook.account_id == plan.account_id, Webhook.deleted_at.is_(None))
+    # Read once per transaction and account: a purchase records three or four events.
+    known: dict[str, list[int]] = session.info.setdefault("webhook_ids", {})
+    hook_ids = known.get(plan.account_id)
+    if hook_ids is None:
+        hook_ids = known[plan.account_id] = list(
+            session.scalars(
+                select(Webhook.id).where(Webhook.account_id == plan.account_id, Webhook.deleted_at.is_(None))
+            )
         )
-    )
     if not hook_ids:
         return 0
     if event.id is None:

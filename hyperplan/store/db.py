@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
+from sqlalchemy import Connection, Engine, bindparam, create_engine, event, inspect, text
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -25,6 +25,14 @@ MIGRATION_LOCK = {"c": 72_080, "o": 1}
 
 _AFTER_COMMIT = "after_commit"
 _NOTIFIED = "notified_on_insert"
+_BUMPED = "change_counters_bumped"
+_WANTED = "change_counters_wanted"
+
+
+def committed_change(session: Session, counter: str) -> int | None:
+    """The value this session's transaction gave `counter` (see Database.count_changes), or None if it
+    did not change it; read it in an after_commit callback."""
+    return session.info.get(_BUMPED, {}).get(counter)
 
 
 def after_commit(session: Session, callback: Callable[[], None]) -> None:
@@ -77,9 +85,15 @@ def _create_at_head(connection: Connection, config: Config) -> None:
     revision (Alembic's recipe for new databases). Replaying every migration on an empty store gives the
     same tables (tests/store/test_schema.py compares the two) at several times the cost, paid by every
     server's first start."""
+    from hyperplan.store import changes
     from hyperplan.store.schema import Base  # the tables, only where they are made
 
     Base.metadata.create_all(connection)
+    # The rows migrations seed, as they seed them: one change counter each, at zero (migration 0017).
+    connection.execute(
+        text("INSERT INTO change_counters (name, value) VALUES (:name, 0)"),
+        [{"name": name} for name in changes.ALL],
+    )
     command.stamp(config, "head")
 
 
@@ -109,7 +123,59 @@ class Database:
         self.engine = _make_engine(url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._on_insert: dict[type, list[Callable[[], None]]] = {}
+        # model -> (counter, columns whose change alone does not count)
+        self._counted: dict[type, list[tuple[str, frozenset[str], bool]]] = {}
         event.listen(self._sessions, "after_flush", self._note_inserts)
+        event.listen(self._sessions, "after_flush", self._count_changes)
+        event.listen(self._sessions, "before_commit", self._bump_counted)
+
+    def count_changes(
+        self, model: type, counter: str, *, ignoring: Iterable[str] = (), inserts_only: bool = False
+    ) -> None:
+        """Add one to the change counter `counter` (table change_counters) in every transaction that
+        inserts, changes or deletes rows of `model`, once per transaction, as it commits: every
+        process sharing the store sees that the state it keeps of those rows is out of date
+        (store/changes.py). A change to the `ignoring` columns only does not count; `inserts_only`: only
+        new rows count."""
+        self._counted.setdefault(model, []).append((counter, frozenset(ignoring), inserts_only))
+
+    def _count_changes(self, session: Session, _flush_context: Any) -> None:
+        """After each flush: note which counters this transaction's changes move (no SQL here)."""
+        if not self._counted:
+            return
+        wanted: set[str] = session.info.setdefault(_WANTED, set())
+        for instances, kind in ((session.new, "new"), (session.dirty, "dirty"), (session.deleted, "deleted")):
+            for instance in instances:
+                for counter, ignoring, inserts_only in self._counted.get(type(instance), ()):
+                    if counter in wanted or (inserts_only and kind != "new"):
+                        continue
+                    if kind == "dirty" and not _changed_beyond(instance, ignoring):
+                        continue
+                    wanted.add(counter)
+
+    def _bump_counted(self, session: Session) -> None:
+        """Just before the commit: one statement moves every counter this transaction's changes moved
+        (held from here to the commit: briefly, on PostgreSQL, where it is a row lock)."""
+        if not self._counted:
+            return
+        session.flush()  # what is still pending is part of the transaction too
+        wanted = session.info.pop(_WANTED, set())
+        if wanted:
+            rows = session.connection().execute(BUMP_MANY, {"names": sorted(wanted)}).all()
+            session.info.setdefault(_BUMPED, {}).update({name: value for name, value in rows})
+
+    def bump(self, counter: str) -> None:
+        """Add one to `counter` in a transaction of its own (a wake for a loop in another process)."""
+        with self.write(concurrent=True) as session:
+            session.connection().execute(BUMP, {"n": counter})
+
+    def counters(self) -> dict[str, int]:
+        """Every change counter's value, in one statement (store/changes.py)."""
+        with self.engine.connect() as connection:
+            rows = connection.execute(READ_COUNTERS).all()
+            if not self.is_sqlite:
+                connection.rollback()
+        return {name: value for name, value in rows}
 
     def on_insert(self, model: type, callback: Callable[[], None]) -> None:
         """Call `callback` once after each commit of a transaction that inserted rows of `model`: how a
@@ -201,6 +267,18 @@ class Database:
 
     def close(self) -> None:
         self.engine.dispose()
+
+
+BUMP = text("UPDATE change_counters SET value = value + 1 WHERE name = :n RETURNING value")
+BUMP_MANY = text(
+    "UPDATE change_counters SET value = value + 1 WHERE name IN :names RETURNING name, value"
+).bindparams(bindparam("names", expanding=True))
+READ_COUNTERS = text("SELECT name, value FROM change_counters")
+
+
+def _changed_beyond(instance: Any, ignoring: frozenset[str]) -> bool:
+    state = inspect(instance)
+    return any(attr.key not in ignoring and attr.history.has_changes() for attr in state.attrs)
 
 
 def _make_engine(url: str) -> Engine:

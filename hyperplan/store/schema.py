@@ -5,7 +5,18 @@ from __future__ import annotations
 from datetime import datetime
 from decimal import Decimal
 
-from sqlalchemy import Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint, false, text
+from sqlalchemy import (
+    BigInteger,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+    false,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from hyperplan.store.types import DecimalString, UTCDateTime
@@ -490,3 +501,33 @@ class EndedNodeUsage(Base):
     launched_at: Mapped[datetime] = mapped_column(UTCDateTime)
     ended_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
     backend_id: Mapped[str] = mapped_column(String(64), default="")  # what retention forgets, then ""
+
+
+class ChangeCounter(Base):
+    """How many times one kind of shared state changed (store/changes.py): a process that saw another
+    value than the row's reloads what it keeps of that state."""
+
+    __tablename__ = "change_counters"
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger)
+
+
+class Lease(Base):
+    """A named lease held by one process until `expires_at` (real time): the leader's, and each live
+    process's presence (services/leadership.py)."""
+
+    __tablename__ = "leases"
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(128))
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ClockMove(Base):
+    """A manual clock's advance or set asked of the leader by another process; `done` once it ran."""
+
+    __tablename__ = "clock_moves"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    target: Mapped[datetime] = mapped_column(UTCDateTime)
+    done: Mapped[bool] = mapped_column(server_default=false())
+    events_run: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)

@@ -39,3 +39,27 @@ def test_unknown_keys_are_not_cached() -> None:
     assert cache.get("AKHPNEW", store.load) is None
     store.keys["AKHPNEW"] = ("s", CALLER)
     assert cache.get("AKHPNEW", store.load) == ("s", CALLER)
+
+
+def test_a_change_to_the_stores_keys_counter_drops_every_entry_even_one_loading() -> None:
+    cache, store = KeyCache(), Store()
+    cache.sync(1)
+    assert cache.get("AKHPKEY", store.load) is not None
+    cache.sync(1)  # nothing changed: still cached
+    assert cache.get("AKHPKEY", store.load) is not None and store.reads == 1
+    del store.keys["AKHPKEY"]  # revoked by another process, which moved the counter
+    cache.sync(2)
+    assert cache.get("AKHPKEY", store.load) is None
+
+    # A load that began before the counter moved is not kept: it may have read the key before it went.
+    store.keys["AKHPKEY"] = ("secret", CALLER)
+
+    def load_then_revoked(key: str) -> Entry | None:
+        entry = store.load(key)
+        cache.sync(3)
+        return entry
+
+    assert cache.get("AKHPKEY", load_then_revoked) is not None
+    reads = store.reads
+    cache.get("AKHPKEY", store.load)
+    assert store.reads == reads + 1  # read again, not served from the cache

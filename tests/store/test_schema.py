@@ -1,5 +1,6 @@
 """Two roads to the head meet: a new store gets the schema that schema.py declares in one step, and a
-store that grew migration by migration ends with the same tables, columns, indexes and constraints."""
+store that grew migration by migration ends with the same tables, columns, indexes and constraints, and
+the same rows (those the migrations seed, such as the change counters)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import inspect
+from sqlalchemy import MetaData, inspect, select
 
 from hyperplan.store.db import MIGRATIONS, Database
 from hyperplan.store.schema import Base
@@ -47,6 +48,16 @@ def _widths_only(differences: list[Any], is_sqlite: bool) -> bool:
     return True
 
 
+def _rows(database: Database) -> dict[str, list[tuple[Any, ...]]]:
+    tables = MetaData()
+    tables.reflect(database.engine)
+    with database.engine.connect() as connection:
+        return {
+            name: sorted(tuple(row) for row in connection.execute(select(table)))
+            for name, table in tables.tables.items()
+        }
+
+
 def test_a_new_store_and_a_migrated_one_have_the_same_schema(stores: Stores, tmp_path: Path) -> None:
     created = Database(stores.empty_url(tmp_path / "created"))
     replayed = Database(stores.empty_url(tmp_path / "replayed"))
@@ -59,6 +70,8 @@ def test_a_new_store_and_a_migrated_one_have_the_same_schema(stores: Stores, tmp
         tables = set(inspect(created.engine).get_table_names())
         assert tables == set(inspect(replayed.engine).get_table_names())
         assert set(Base.metadata.tables) | {"alembic_version"} == tables
+        assert _rows(created) == _rows(replayed)
+        assert _rows(created)["change_counters"]  # seeded on both roads, not merely empty on both
         created.migrate()  # at the head already: nothing to do
     finally:
         created.close()

@@ -1,7 +1,7 @@
 """audit events, resource tags, and the usage of deleted clusters' nodes
 
 Revision ID: 0018
-Revises: 0013
+Revises: 0017
 """
 
 import sqlalchemy as sa
@@ -10,7 +10,7 @@ from alembic import op
 import hyperplan.store.types
 
 revision = "0018"
-down_revision = "0013"
+down_revision = "0017"
 branch_labels = None
 depends_on = None
 

@@ -1,0 +1,72 @@
+"""What this process keeps of the store's state, brought up to date before a request relies on it.
+
+One statement reads every change counter (store/changes.py); then the access-key cache drops entries
+older than the last change to keys, accounts or users, the live calendar reloads when another process
+changed what is held, and a manual clock takes the time the leader moved it to. On one server alone the
+counters move only with its own commits, which keep the memory current as they commit: a request costs
+the one read.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from hyperplan.clock import Clock, ManualClock
+from hyperplan.services.key_cache import KeyCache
+from hyperplan.services.live_calendar import LiveCalendar
+from hyperplan.store import changes, settings
+from hyperplan.store.db import Database
+
+
+class SharedState:
+    def __init__(self, db: Database, calendar: LiveCalendar, keys: KeyCache, clock: Clock) -> None:
+        self.db = db
+        self.calendar = calendar
+        self.keys = keys
+        self.clock = clock
+        self._settings_seen: int | None = None
+        self._lock = threading.Lock()
+        self._last: dict[str, int] = {}  # the counters as last read
+        self._checks: dict[tuple[object, ...], tuple[int, ...]] = {}  # see passed()
+
+    def sync(self) -> dict[str, int]:
+        """Read the counters and bring the memory up to date; returns what was read."""
+        values = self.db.counters()
+        self._last = values
+        self.keys.sync(values.get(changes.KEYS))
+        self.calendar.sync(self.db, values.get(changes.CALENDAR))
+        moved = values.get(changes.SETTINGS)
+        if isinstance(self.clock, ManualClock) and moved is not None and moved != self._settings_seen:
+            with self._lock:
+                self._settings_seen = moved
+            self.follow_clock()
+        return values
+
+    def versions(self, *counters: str) -> tuple[int, ...] | None:
+        """The counters as last read (None before the first read): take them before reading what a
+        check depends on, and remember the check under them (`remember`)."""
+        last = self._last
+        if not last:
+            return None
+        return tuple(last.get(name, -1) for name in counters)
+
+    def passed(self, check: tuple[object, ...], versions: tuple[int, ...] | None) -> bool:
+        """Whether `check` passed when the counters read `versions`, so that it still holds."""
+        return versions is not None and self._checks.get(check) == versions
+
+    def remember(self, check: tuple[object, ...], versions: tuple[int, ...] | None) -> None:
+        if versions is None:
+            return
+        with self._lock:
+            if len(self._checks) > 10_000:
+                self._checks.clear()
+            self._checks[check] = versions
+
+    def follow_clock(self) -> None:
+        """A manual clock takes the service time stored by whoever moved it last (the leader)."""
+        if not isinstance(self.clock, ManualClock):
+            return
+        with self.db.read() as session:
+            saved = settings.get_time(session, settings.CLOCK_NOW)
+        if saved is not None:
+            self.clock.follow(saved)
