@@ -957,7 +957,11 @@ class SlurmBackend:
         return jobs
 
     def _job(self, job_id: int) -> Job | None:
-        return self._jobs().get(job_id)
+        job = self._jobs().get(job_id)
+        if job is None:  # submitted after the shared read, perhaps: only a fresh one may say it is gone
+            self._cache = (0.0, {})
+            job = self._jobs().get(job_id)
+        return job
 
     def _job_named(self, name: str) -> Job | None:
         self._forget_cache()
@@ -966,7 +970,9 @@ class SlurmBackend:
 
     def _step_alive(self, step: str) -> bool:
         at, steps = self._steps
-        if time.monotonic() - at > CACHE_SECONDS:
+        if time.monotonic() - at > CACHE_SECONDS or step not in steps:
+            # A step missing from a shared read may have started after it: only a fresh read may say
+            # that a step has gone (then it is settled once, and never asked about again).
             try:
                 text = self.client.run("squeue", "--steps", "--noheader", "--format=%i")
             except SlurmError as error:
