@@ -3,15 +3,14 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 from tests.harness import Server, wait_until
 from tests.postgres import Stores
-from tests.server import test_concurrency, test_plans
+from tests.server import test_concurrency, test_operations, test_plans
 
 TWO = ("--workers", "2")
 
@@ -19,11 +18,13 @@ TWO = ("--workers", "2")
 def _two_workers(server_factory: type[Server]) -> type[Server]:
     """Servers with `--workers 2`; three processes start on a loaded machine, so they get longer."""
 
-    class Slower(server_factory):  # type: ignore[valid-type,misc]
+    class TwoWorkers(server_factory):  # type: ignore[valid-type,misc]
         def start(self, timeout: float = 180) -> Server:
+            if "--workers" not in self.extra_args:
+                self.extra_args = (*self.extra_args, *TWO)
             return super().start(timeout)
 
-    return cast(type[Server], functools.partial(cast(Any, Slower), extra_args=TWO))
+    return cast(type[Server], TwoWorkers)
 
 
 def _children(pid: int) -> set[int]:
@@ -55,10 +56,11 @@ def test_the_seed_walkthroughs_on_two_workers(server_factory: type[Server], tmp_
     server.start()
     assert server.process is not None
     children = {pid: _started(pid) for pid in _children(server.process.pid)}
+    assert len(children) == 2  # the two API processes, found
     os.kill(server.process.pid, signal.SIGKILL)
     server.process.wait()
     server.process = None
-    assert not wait_until(lambda: {pid for pid, at in children.items() if _alive(pid, at)} or None, 60)
+    assert wait_until(lambda: not any(_alive(pid, at) for pid, at in children.items()), 60)
 
 
 def _started(pid: int) -> str:
@@ -72,6 +74,14 @@ def _alive(pid: int, started: str) -> bool:
     except OSError:
         return False
     return fields[0] != "Z" and fields[19] == started
+
+
+def test_metrics_count_what_every_api_process_answered(server_factory: type[Server], tmp_path: Path) -> None:
+    """--metrics-listen with --workers 2: the parent's listener adds up both API processes' counts
+    (prometheus_client's multiprocess mode), and its fleet gauges are read once."""
+    test_operations.test_metrics_after_the_boto3_walkthrough_say_what_it_did(
+        _two_workers(server_factory), tmp_path
+    )
 
 
 def test_racing_buyers_on_two_workers(server_factory: type[Server], tmp_path: Path) -> None:
