@@ -267,6 +267,15 @@ def test_the_sdk_with_its_defaults_against_one_endpoint(one_endpoint: Server, tm
     (data / "a.csv").write_text("1 2 3")
     (data / "b.csv").write_text("4 5")
 
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=server.url,
+        region_name=REGION,
+        aws_access_key_id=ADMIN.access_key,
+        aws_secret_access_key=ADMIN.secret_key,
+    )
+    assert DEFAULT_BUCKET not in [b["Name"] for b in s3.list_buckets()["Buckets"]]  # the SDK creates it
+
     output = tmp_path / "notebook.txt"
     with output.open("w") as notebook:
         fit = subprocess.Popen(
@@ -323,13 +332,6 @@ def test_the_sdk_with_its_defaults_against_one_endpoint(one_endpoint: Server, tm
     model_uri = described["ModelArtifacts"]["S3ModelArtifacts"]
     assert model_uri == f"s3://{DEFAULT_BUCKET}/sdk-job/output/model.tar.gz", model_uri
     assert f"MODEL {model_uri}" in notebook_output
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=server.url,
-        region_name=REGION,
-        aws_access_key_id=ADMIN.access_key,
-        aws_secret_access_key=ADMIN.secret_key,
-    )
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket=DEFAULT_BUCKET)["Contents"]}
     assert {"data/a.csv", "data/b.csv", "sdk-job/source/sourcedir.tar.gz"} <= keys, keys
     body = s3.get_object(Bucket=DEFAULT_BUCKET, Key="sdk-job/output/model.tar.gz")["Body"].read()
