@@ -1,4 +1,6 @@
-"""The SageMaker Python SDK v2 against hyperplan, unchanged: an Estimator on a training plan.
+"""The SageMaker Python SDK v2 against hyperplan, unchanged: an Estimator on a training plan, with its data
+in a bucket the fleet file keeps on another S3-compatible server. For hyperplan's own buckets the
+shorter form is fit_defaults.py (one endpoint variable, the SDK's defaults, logs streamed).
 
 Point the SDK at hyperplan and at an S3-compatible server through the environment:
 
