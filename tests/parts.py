@@ -18,6 +18,8 @@ PARTS = {
     "slurm": "a real Slurm cluster on this host (needs root)",
     "postgres": "a real PostgreSQL server",
     "browser": "the console in a real headless browser",
+    "aws": "the rest of the AWS toolchain on the endpoint: S3, CloudWatch Logs, STS (aws CLI and boto3)",
+    "scale": "several processes on one store: serve --workers N on SQLite",
     "bench": "every section of `make bench` at smoke size (figures printed, never asserted)",
 }
 

@@ -37,6 +37,7 @@ class FleetCollector(Collector):
 
     def collect(self) -> Iterable[Any]:
         runtime = self.runtime
+        runtime.sync()  # bookings made by other processes (serve --workers, other servers): seen now
         now = runtime.clock.now()
         instances = GaugeMetricFamily(
             "hyperplan_pool_instances",

@@ -30,6 +30,8 @@ from tests.harness import REGION, SignerLeavingOut, wait_until
 from tests.inprocess import InProcessServer, Templates
 from tests.wire.badinput import bad_inputs
 
+pytestmark = pytest.mark.aws
+
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 M5 = "ml.m5.12xlarge"  # on-demand in the small fleet: a job starts at once
 GROUP = "/aws/sagemaker/TrainingJobs"

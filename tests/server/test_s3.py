@@ -32,6 +32,8 @@ from tests.harness import ADMIN, REGION
 from tests.inprocess import InProcessServer, Templates
 from tests.server.s3_requests import crc32, sha256_b64, signed, streaming_put
 
+pytestmark = pytest.mark.aws
+
 
 def s3(server: InProcessServer, who: Credentials = ADMIN, **config: Any) -> Any:
     return boto3.client(

@@ -19,7 +19,7 @@ import pytest
 from tests.harness import Server
 from tests.server.s3_requests import signed, upload_request
 
-pytestmark = pytest.mark.sdk
+pytestmark = pytest.mark.aws
 
 GIB = 1 << 30
 BLOCK = 1 << 20

@@ -8,9 +8,13 @@ import signal
 from pathlib import Path
 from typing import cast
 
+import pytest
+
 from tests.harness import Server, wait_until
 from tests.postgres import Stores
 from tests.server import test_concurrency, test_operations, test_plans
+
+pytestmark = pytest.mark.scale
 
 TWO = ("--workers", "2")
 
