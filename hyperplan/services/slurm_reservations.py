@@ -346,7 +346,7 @@ def _correct(
         log.warning("could not correct Slurm reservation %s: %s", want.name, error.detail)
         return []
     _check_read_back(want, got, nodes)
-    notes = []
+    notes = _follow_end(client, want, have.end, got.end) if "end" in changes else []
     for failed, new in replaced:
         node = health.get(failed)
         why = f"{node.state} ({node.reason})" if node is not None and node.reason else "unhealthy"
@@ -367,6 +367,38 @@ def _correct(
             )
         )
     return notes
+
+
+def _follow_end(client: SlurmClient, want: Desired, before: datetime, after: datetime) -> list[Note]:
+    """The reservation's end moved (an extension, or a manual clock's drift): the jobs in it move their
+    time limit by as much (as root: ``scontrol update JobId=... TimeLimit=+N|-N``, in whole minutes
+    rounded so that no job ends after its reservation). Their limit was the reservation's end, at most."""
+    seconds = (after - before).total_seconds()
+    minutes = int(seconds // 60) if seconds >= 0 else -int(-seconds // 60 + (1 if -seconds % 60 else 0))
+    if minutes == 0:
+        return []
+    moved = []
+    try:
+        jobs = client.queue()
+    except SlurmError as error:
+        log.warning("could not read the jobs of Slurm reservation %s: %s", want.name, error.detail)
+        return []
+    for job in jobs:
+        if job.reservation != want.name or job.state not in ("PENDING", "RUNNING", "SUSPENDED"):
+            continue
+        try:
+            client.run("scontrol", "update", f"JobId={job.id}", f"TimeLimit={minutes:+d}")
+        except SlurmError as error:
+            log.warning("could not move the time limit of Slurm job %s: %s", job.id, error.detail)
+            continue
+        moved.append(str(job.id))
+    if not moved:
+        return []
+    message = (
+        f"Slurm job(s) {', '.join(moved)} in reservation {want.name}: time limit moved by {minutes:+d} "
+        "minute(s) with the reservation's end."
+    )
+    return [Note(want.plan_id, "slurm-jobs-time-moved", message)]
 
 
 def _end_differs(want: Desired, have: Reservation) -> bool:
