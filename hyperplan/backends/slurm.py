@@ -107,6 +107,8 @@ LIVE_JOB_STATES = frozenset(
 )
 CACHE_SECONDS = 0.3
 SUBMIT_RETRY_SECONDS = 120.0
+# On-demand work ends this long before the next reservation on its nodes (Slurm counts in minutes).
+ON_DEMAND_MARGIN = timedelta(minutes=2)
 """A job refused because its reservation does not exist yet (it is made when the segment starts) is
 submitted again at each look for this long; then the node or task fails with Slurm's answer."""
 STEP_START_SECONDS = 60.0
@@ -304,9 +306,24 @@ class SlurmBackend:
             if reservation is not None:
                 left = reservation.end - datetime.now(UTC)
                 limit = left if limit is None else min(limit, left)
+        else:
+            ahead = self._free_for(placement.constraint)
+            if ahead is not None:
+                limit = ahead if limit is None else min(limit, ahead)
         if limit is not None:
             options.append(f"--time={max(1, int(limit.total_seconds() // 60))}")
         return options
+
+    def _free_for(self, feature: str | None) -> timedelta | None:
+        """Work outside reservations (on-demand) must end before the next reservation on any node it
+        may land on (the nodes with ``feature``), less a margin: Slurm then places it where it fits and
+        ends it (TIMEOUT) at that limit. None: no reservation ahead on those nodes."""
+        nodes = {node.name for node in self.client.nodes() if feature is None or feature in node.features}
+        now = datetime.now(UTC)
+        starts = [r.start for r in self.client.reservations() if r.start > now and set(r.nodes) & nodes]
+        if not starts:
+            return None
+        return max(timedelta(minutes=1), min(starts) - now - ON_DEMAND_MARGIN)
 
     def _sbatch(self, script: Path, options: Sequence[str], run_as: RunAs | None) -> int:
         command = [*_as_user(run_as), "sbatch", "--parsable", *options, str(script)]
@@ -345,6 +362,8 @@ class SlurmBackend:
             if failed:
                 return self._settle(directory, NodeState.FAILURE, failed, host)
             state = job.state if job is not None else "gone from Slurm"
+            if state == "TIMEOUT":
+                state += " (its time limit: the end of its reservation, or the next reservation on its node)"
             return self._settle(
                 directory, NodeState.FAILURE, f"the node's Slurm job {job_id} ended: {state}", host
             )

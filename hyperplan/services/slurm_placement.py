@@ -9,8 +9,13 @@ from sqlalchemy.orm import Session
 
 from hyperplan.backends.base import Placement
 from hyperplan.services.context import ServiceContext
-from hyperplan.services.slurm_reservations import reservation_name
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
+
+PREFIX = "hp-"  # of every reservation hyperplan makes (services/slurm_reservations.py)
+
+
+def reservation_name(account_id: str, plan_name: str, ordinal: int) -> str:
+    return f"{PREFIX}{account_id}-{plan_name}-rc{ordinal}"
 
 
 def placement(

@@ -41,27 +41,35 @@ from hyperplan.core.hostlist import compress
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.node_assignment import Assignment, Placement, Wanted, assign
 from hyperplan.errors import StartRefused, ValidationError
-from hyperplan.services import lifecycle, os_users
+from hyperplan.services import cluster_nodes, cluster_reconcile, lifecycle, os_users
+from hyperplan.services.cluster_nodes import NodeActions, shut_down
+from hyperplan.services.cluster_records import LIVE
+from hyperplan.services.cluster_request import ClusterSettings
 from hyperplan.services.context import ServiceContext
+from hyperplan.services.slurm_placement import PREFIX, reservation_name
 from hyperplan.services.slurm_state import SlurmState, UnhealthyNode
 from hyperplan.slurm.client import SlurmClient, SlurmError
 from hyperplan.slurm.parse import Node, Reservation
-from hyperplan.store.schema import Account, PlanEvent, ReservedCapacity, TrainingPlan
+from hyperplan.store.db import after_commit
+from hyperplan.store.schema import (
+    Account,
+    Cluster,
+    ClusterNode,
+    InstanceGroup,
+    PlanEvent,
+    ReservedCapacity,
+    TrainingPlan,
+)
 from hyperplan.worker import Worker
 
 log = logging.getLogger(__name__)
 
-PREFIX = "hp-"
 _NAME = re.compile(r"hp-(\d{12})-(.+)-rc(\d+)")
 POLL_SECONDS = 2.0
 # Under a manual or accelerated clock a reservation's real end follows the service time left; it is
 # moved only when it is this far from where it should be (real time passes while a manual clock stands).
 _DRIFT = timedelta(minutes=15)
 _PAID = (PlanStatus.SCHEDULED, PlanStatus.ACTIVE)
-
-
-def reservation_name(account_id: str, plan_name: str, ordinal: int) -> str:
-    return f"{PREFIX}{account_id}-{plan_name}-rc{ordinal}"
 
 
 # -- the start: the fleet's pools against Slurm's nodes -------------------------------------------------
@@ -181,6 +189,8 @@ class Note:
     plan_id: int | None
     kind: str
     message: str
+    failed_node: str | None = None  # a Slurm node replaced in the plan's reservation
+    why: str = ""  # what Slurm says of it
 
 
 def reconcile(runtime: ServiceContext) -> list[Note]:
@@ -250,6 +260,7 @@ def _reconcile(runtime: ServiceContext, state: SlurmState) -> list[Note]:
             continue
         notes += _create(client, want, placements[want.name].nodes, want.name in made_before, remake)
     _record(runtime, notes)
+    _recover_cluster_nodes(runtime, [note for note in notes if note.failed_node is not None])
     return notes
 
 
@@ -346,7 +357,7 @@ def _correct(
         log.warning("could not correct Slurm reservation %s: %s", want.name, error.detail)
         return []
     _check_read_back(want, got, nodes)
-    notes = []
+    notes = _follow_end(client, want, have.end, got.end) if "end" in changes else []
     for failed, new in replaced:
         node = health.get(failed)
         why = f"{node.state} ({node.reason})" if node is not None and node.reason else "unhealthy"
@@ -356,6 +367,8 @@ def _correct(
                 "slurm-node-replaced",
                 f"Node {failed} of {want.plan_name}-rc{want.ordinal} is {why}: replaced by {new} "
                 f"in Slurm reservation {want.name}.",
+                failed,
+                why,
             )
         )
     if len(changes) > 1 or not replaced:  # more than the replacements said
@@ -367,6 +380,38 @@ def _correct(
             )
         )
     return notes
+
+
+def _follow_end(client: SlurmClient, want: Desired, before: datetime, after: datetime) -> list[Note]:
+    """The reservation's end moved (an extension, or a manual clock's drift): the jobs in it move their
+    time limit by as much (as root: ``scontrol update JobId=... TimeLimit=+N|-N``, in whole minutes
+    rounded so that no job ends after its reservation). Their limit was the reservation's end, at most."""
+    seconds = (after - before).total_seconds()
+    minutes = int(seconds // 60) if seconds >= 0 else -int(-seconds // 60 + (1 if -seconds % 60 else 0))
+    if minutes == 0:
+        return []
+    moved = []
+    try:
+        jobs = client.queue()
+    except SlurmError as error:
+        log.warning("could not read the jobs of Slurm reservation %s: %s", want.name, error.detail)
+        return []
+    for job in jobs:
+        if job.reservation != want.name or job.state not in ("PENDING", "RUNNING", "SUSPENDED"):
+            continue
+        try:
+            client.run("scontrol", "update", f"JobId={job.id}", f"TimeLimit={minutes:+d}")
+        except SlurmError as error:
+            log.warning("could not move the time limit of Slurm job %s: %s", job.id, error.detail)
+            continue
+        moved.append(str(job.id))
+    if not moved:
+        return []
+    message = (
+        f"Slurm job(s) {', '.join(moved)} in reservation {want.name}: time limit moved by {minutes:+d} "
+        "minute(s) with the reservation's end."
+    )
+    return [Note(want.plan_id, "slurm-jobs-time-moved", message)]
 
 
 def _end_differs(want: Desired, have: Reservation) -> bool:
@@ -497,6 +542,50 @@ def _record(runtime: ServiceContext, notes: Sequence[Note]) -> None:
             plan = session.get(TrainingPlan, note.plan_id)
             if plan is not None:
                 lifecycle.record(session, plan, note.kind, note.message, now)
+
+
+def _recover_cluster_nodes(runtime: ServiceContext, replaced: Sequence[Note]) -> None:
+    """HyperPod's automatic node recovery: a cluster node on a Slurm node that its plan's reservation
+    replaced is shut down (its instance ends, Terminated), and its group, now a node short, gets a new
+    instance at once, which Slurm starts on the reservation's replacement node. A cluster created with
+    ``NodeRecovery=None`` keeps its node as it is (failed, when Slurm ended its job)."""
+    if not replaced:
+        return
+    now = runtime.clock.now()
+    actions = NodeActions()
+    with runtime.db.write() as session:
+        plans = set()
+        for note in replaced:
+            rows = session.execute(
+                select(ClusterNode, Cluster.settings)
+                .join(InstanceGroup, InstanceGroup.id == ClusterNode.group_id)
+                .join(Cluster, Cluster.id == ClusterNode.cluster_id)
+                .where(InstanceGroup.plan_id == note.plan_id, ClusterNode.status.in_(LIVE))
+            ).all()
+            for node, settings in rows:
+                if node.hostname.split(".")[1:2] != [note.failed_node]:
+                    continue
+                if ClusterSettings.from_json(settings).as_given.get("NodeRecovery") == "None":
+                    continue
+                shut_down(session, node, actions, now)
+                node.message = (
+                    f"Automatic node recovery: Slurm node {note.failed_node} is {note.why}; this instance "
+                    "is replaced by a new one."
+                )
+                plans.add(note.plan_id)
+                plan = session.get(TrainingPlan, note.plan_id)
+                if plan is not None:
+                    group = session.get(InstanceGroup, node.group_id)
+                    where = f"group {group.name}" if group is not None else "its group"
+                    message = (
+                        f"Cluster node {node.instance_id} ({where}) was on Slurm node {note.failed_node}, "
+                        f"{note.why}: automatic node recovery terminates it and starts a new one on the "
+                        "reservation's replacement node."
+                    )
+                    lifecycle.record(session, plan, "cluster-node-recovered", message, now)
+        for plan_id in sorted(p for p in plans if p is not None):
+            cluster_reconcile.reconcile_plan(session, runtime, plan_id, now)
+        after_commit(session, lambda: cluster_nodes.run_actions(runtime, actions))
 
 
 def _at(moment: datetime) -> str:

@@ -3,15 +3,19 @@ nodes as whole-node Slurm jobs and tasks as job steps, and what only Slurm shows
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from hyperplan.backends import Backend
+from hyperplan.backends.base import NodeSpec, Placement
 from hyperplan.backends.fake import Program
 from hyperplan.backends.slurm import SlurmBackend
+from hyperplan.slurm.parse import key_values
 from tests.backends.contract import BackendContract, Harness, eventually
 from tests.backends.test_local import render
 from tests.slurm.cluster import Cluster, reachable_directory
@@ -66,3 +70,37 @@ class TestSlurmContract(BackendContract):
     @pytest.fixture
     def harness(self, cluster: Cluster) -> Iterator[SlurmHarness]:
         yield from slurm_harness(cluster)
+
+
+def _time_limit_minutes(cluster: Cluster, job_id: int) -> int:
+    """The job's TimeLimit ([days-]hours:minutes:seconds) in whole minutes."""
+    text = cluster.client.run("scontrol", "show", "job", str(job_id), "-o").splitlines()[0]
+    days, _, clock = key_values(text)["TimeLimit"].rpartition("-")
+    hours, minutes, _ = (int(part) for part in clock.split(":"))
+    return int(days or 0) * 1440 + hours * 60 + minutes
+
+
+def test_on_demand_work_ends_before_the_next_reservation_on_its_nodes(cluster: Cluster) -> None:
+    """Outside reservations a node's job gets a --time ending (with a margin) before the earliest
+    reservation ahead on the nodes of its feature, so Slurm places it where it fits and ends it there."""
+    nodes = [node for node in cluster.client.nodes() if node.features]
+    feature = nodes[0].features[0]
+    mine = [node.name for node in nodes if feature in node.features]
+    now = datetime.now(UTC).replace(microsecond=0)
+    cluster.client.create_reservation(
+        "ahead-test",
+        users=["root"],
+        nodes=mine[-1:],
+        start=now + timedelta(minutes=40),
+        end=now + timedelta(minutes=60),
+    )
+    try:
+        for harness in slurm_harness(cluster):
+            backend = harness.backend
+            spec = NodeSpec("n-ondemand", "od", feature, placement=Placement(constraint=feature))
+            backend.provision(spec)
+            job = json.loads((harness.root / "backend" / "nodes" / "n-ondemand" / "job.json").read_text())
+            limit = _time_limit_minutes(cluster, int(job["job_id"]))
+            assert 36 <= limit <= 38  # 40 minutes ahead, less the 2-minute margin, in whole minutes
+    finally:
+        cluster.client.delete_reservation("ahead-test")

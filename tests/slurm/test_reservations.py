@@ -202,7 +202,15 @@ def test_a_plan_is_reservations_from_scheduled_to_cancelled_under_the_wall_clock
     )  # fmt: skip
     assert refused.returncode != 0 and "Access denied" in refused.stderr, refused
 
-    # An extension moves the last reservation's end.
+    # An extension moves the last reservation's end, and the time limit of the jobs in it with it.
+    waiting = subprocess.run(
+        ["runuser", "-u", team_user, "--", "sbatch", "--parsable", f"--reservation={rc2}", "--hold", "-N1",
+         "--time=60", "--output=/dev/null", "--wrap=true"],
+        env={**os.environ, "SLURM_CONF": str(cluster.conf)},
+        capture_output=True, text=True, timeout=30, cwd="/tmp",
+    )  # fmt: skip
+    assert waiting.returncode == 0, waiting.stderr
+    job_id = waiting.stdout.strip().split(";")[0]
     client = server.sagemaker(team)
     [offer] = client.search_training_plan_offerings(
         TrainingPlanArn=plan["TrainingPlanArn"], DurationHours=24
@@ -210,6 +218,11 @@ def test_a_plan_is_reservations_from_scheduled_to_cancelled_under_the_wall_clock
     client.extend_training_plan(TrainingPlanExtensionOfferingId=offer["TrainingPlanExtensionOfferingId"])
     moved = _until(cluster, lambda h: rc2 in h and h[rc2].end == first_day + 4 * DAY)
     assert moved[rc2].nodes == held[rc2].nodes and moved[rc2].start == first_day + 2 * DAY
+    [followed] = _events(server, "team", "split", "slurm-jobs-time-moved")
+    assert f"{job_id} in reservation {rc2}: time limit moved by +1440 minute(s)" in followed
+    limit = cluster.client.run("scontrol", "show", "job", job_id, "-o").split("TimeLimit=")[1].split()[0]
+    assert limit == "1-01:00:00"  # 60 minutes and the day the extension added
+    cluster.client.cancel(int(job_id))
 
     # An account whose OS user is missing cannot book: its reservations could not be made for it.
     ghost = server.new_account("ghost")

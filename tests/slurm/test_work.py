@@ -18,7 +18,17 @@ import pytest
 
 from tests.harness import SERVER_START, Server, boundary_after, wait_until
 from tests.slurm.cluster import Cluster
-from tests.slurm.test_reservations import DAY, WAIT, _held, _split_plan, _until, _user_of, slurm_server
+from tests.slurm.test_reservations import (
+    DAY,
+    WAIT,
+    _events,
+    _held,
+    _resume,
+    _split_plan,
+    _until,
+    _user_of,
+    slurm_server,
+)
 
 pytestmark = [
     pytest.mark.slurm,
@@ -142,6 +152,33 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
     held = _until(cluster, lambda h: rc2 in h)
     assert {j["reservation"] for j in _jobs_of(cluster, team_user)} == {rc2}
     assert {n["PrivateDnsHostname"].split(".")[1] for n in running()} == set(held[rc2].nodes)
+
+    # Automatic node recovery: the Slurm node under a Running node is drained; the reservation takes a
+    # free node of the pool in its place, the instance on it ends and a new one runs on the new node.
+    [old] = [n for n in running() if n["PrivateDnsHostname"].split(".")[1] == held[rc2].nodes[0]]
+    failed = held[rc2].nodes[0]
+    cluster.client.drain([failed], "GPU fell off the bus")
+    try:
+        held = _until(cluster, lambda h: rc2 in h and failed not in h[rc2].nodes and len(h[rc2].nodes) == 2)
+        assert wait_until(
+            lambda: len(running()) == 2 and old["InstanceId"] not in {n["InstanceId"] for n in running()},
+            timeout=WAIT,
+        ), nodes()
+        assert {n["PrivateDnsHostname"].split(".")[1] for n in running()} == set(held[rc2].nodes)
+        assert {j["nodes"] for j in _jobs_of(cluster, team_user)} == set(held[rc2].nodes)
+        # Gone from ListClusterNodes and DescribeClusterNode once terminated, as on HyperPod; the
+        # plan's history says what happened.
+        gone = server.aws(
+            "sagemaker", "describe-cluster-node", "--cluster-name", "ml-cluster",
+            "--node-id", old["InstanceId"], credentials=team, check=False,
+        )  # fmt: skip
+        assert gone.returncode != 0 and "ResourceNotFound" in gone.stderr, gone
+        [recovered] = _events(server, "team", "split", "cluster-node-recovered")
+        instance = old["InstanceId"]
+        assert f"Cluster node {instance} (group worker-group-1) was on Slurm node {failed}" in recovered
+        assert "GPU fell off the bus" in recovered
+    finally:
+        _resume(cluster, failed)
     server.set_clock(first_day + 3 * DAY)
     assert wait_until(lambda: not running() and not _jobs_of(cluster, team_user), timeout=WAIT)
 
