@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -63,7 +64,10 @@ def slurm_harness(cluster: Cluster) -> Iterator[SlurmHarness]:
         # Whatever a test left behind goes: a back end that knows nothing cancels all its jobs.
         cleaner = SlurmBackend(root / "backend", cluster.client)
         cleaner.adopt([])
-        assert eventually(cleaner.live_jobs, lambda jobs: not jobs, 30) == []
+        try:
+            assert eventually(cleaner.live_jobs, lambda jobs: not jobs, 30) == []
+        finally:
+            shutil.rmtree(root, ignore_errors=True)  # the test's files go too, not only its jobs
 
 
 class TestSlurmContract(BackendContract):
