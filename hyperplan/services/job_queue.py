@@ -53,7 +53,8 @@ def schedule_plan(session: Session, runtime: ServiceContext, plan: TrainingPlan,
     segment = usable_segment(session, runtime, plan, now)
     free = segment.count - capacity_claims.in_use(session, plan.id, segment.id) if segment else 0
     started = set(select_to_start([(j.id, j.instance_count) for j in waiting], free)) if segment else set()
-    if drain_state.current(session).draining:
+    draining = drain_state.current(session).draining
+    if draining:
         started = set()  # a drained fleet starts nothing (services/drain_state.py); resume serves the queue
     for job in waiting:
         if job.attempt_state not in ("", "ended"):
@@ -61,12 +62,18 @@ def schedule_plan(session: Session, runtime: ServiceContext, plan: TrainingPlan,
         if job.id in started:
             place(session, runtime, job, segment, now)
             continue
-        message = waiting_message(session, runtime, plan, segment, free, job, now)
+        message = DRAINED if draining else waiting_message(session, runtime, plan, segment, free, job, now)
         if job.secondary_status == Secondary.STARTING:
             move(session, runtime, job, Secondary.PENDING, message, now)
         elif segment is not None or job.attempt == 0:
             # A job sent back by a reclaim keeps the message that says why, until capacity is there.
             note(session, job, message, now)
+
+
+DRAINED = (
+    "The fleet is drained for maintenance: the job starts when an administrator runs "
+    "`hyperplan admin resume`."
+)
 
 
 def waiting_message(
