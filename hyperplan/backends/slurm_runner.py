@@ -109,12 +109,34 @@ def group_member(group_dir: str) -> tuple[str, dict[str, str]]:
     return members[index], extra
 
 
+def _parent_is_a_shell() -> bool:
+    """Not slurmstepd (a step, or a batch script that is the runner itself), which tracks its children."""
+    try:
+        with open(f"/proc/{os.getppid()}/comm") as comm:
+            return comm.read().strip() != "slurmstepd"
+    except OSError:
+        return False
+
+
+def _die_with_parent() -> None:
+    parent = os.getppid()
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(137)  # the parent died before the setting took effect
+
+
 def main(argv: list[str]) -> int:
     extra: dict[str, str] = {}
     if argv[0] == "--group":
         task_dir, extra = group_member(argv[1])
     else:
         task_dir = argv[0]
+    if _parent_is_a_shell():
+        # Run by a node's batch script (OnCreate): the script is SIGKILLed when the back end's grace
+        # ends, and its children would be left to init, outside what Slurm tracks (proctrack/linuxproc
+        # follows parents). The runner goes with it; its program with the runner (timedlog.py).
+        _die_with_parent()
     with open(os.path.join(task_dir, "run.json")) as spec_file:
         spec = json.load(spec_file)
     out = os.path.join(task_dir, "out")

@@ -277,6 +277,23 @@ def _wait(pid: int) -> int:
             return 0
 
 
+def _die_with(parent: int) -> None:
+    """The program is killed if the wrapper is (it ignores every catchable signal, so only SIGKILL ends
+    it): a wrapper killed with its parent (the Slurm step runner's batch script) leaves no program
+    behind, unlogged and outside the work Slurm tracks. Linux only; elsewhere nothing happens."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(137)  # the wrapper died before the setting took effect
+
+
+_PR_SET_PDEATHSIG = 1
+
+
 def _exec(
     argv: Sequence[str],
     out: int,
@@ -295,8 +312,10 @@ def _exec(
         os.dup2(out, 1)
         os.dup2(err, 2)
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        wrapper = os.getppid()
         if prepare is not None:
             prepare()
+        _die_with(wrapper)  # after prepare: a change of user clears the setting
         os.execvp(argv[0], list(argv))
     except BaseException as error:
         with contextlib.suppress(OSError):
