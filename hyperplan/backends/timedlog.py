@@ -209,9 +209,10 @@ def run(
         signal.signal(sig, signal.SIG_IGN)
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
+    die_with = _death_signal_setter()  # loaded here: the child may be a user who cannot read the library
     pid = os.fork()
     if pid == 0:
-        _exec(argv, out_write, err_write, ignored_before, prepare)
+        _exec(argv, out_write, err_write, ignored_before, prepare, die_with)
     os.close(out_write)
     os.close(err_write)
     streams = {out_read: (stdout_fd, LineCutter(STDOUT_TAG)), err_read: (stderr_fd, LineCutter(STDERR_TAG))}
@@ -277,18 +278,25 @@ def _wait(pid: int) -> int:
             return 0
 
 
-def _die_with(parent: int) -> None:
-    """The program is killed if the wrapper is (it ignores every catchable signal, so only SIGKILL ends
-    it): a wrapper killed with its parent (the Slurm step runner's batch script) leaves no program
-    behind, unlogged and outside the work Slurm tracks. Linux only; elsewhere nothing happens."""
+def _death_signal_setter() -> Callable[[int], None]:
+    """What makes the program die with the wrapper (it ignores every catchable signal, so only SIGKILL
+    ends it): a wrapper killed with its parent (the Slurm step runner of a node's batch script) leaves no
+    program behind, unlogged and outside the work Slurm tracks. Linux only; elsewhere nothing happens."""
     if not sys.platform.startswith("linux"):
-        return
+        return lambda _parent: None
     import ctypes
 
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
-        os._exit(137)  # the wrapper died before the setting took effect
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return lambda _parent: None
+
+    def die_with(parent: int) -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os._exit(137)  # the wrapper died before the setting took effect
+
+    return die_with
 
 
 _PR_SET_PDEATHSIG = 1
@@ -300,6 +308,7 @@ def _exec(
     err: int,
     ignored_before: set[signal.Signals],
     prepare: Callable[[], None] | None,
+    die_with: Callable[[int], None],
 ) -> NoReturn:
     """In the forked child: the pipes on 1 and 2, the wrapper's own descriptors closed, default signal
     dispositions (but for those the wrapper found ignored: a ``nohup`` holds), then ``prepare`` (the
@@ -315,7 +324,7 @@ def _exec(
         wrapper = os.getppid()
         if prepare is not None:
             prepare()
-        _die_with(wrapper)  # after prepare: a change of user clears the setting
+        die_with(wrapper)  # after prepare: a change of user clears the setting
         os.execvp(argv[0], list(argv))
     except BaseException as error:
         with contextlib.suppress(OSError):
