@@ -43,7 +43,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -76,6 +75,7 @@ from hyperplan.backends.base import (
     check_id,
     timed_line,
 )
+from hyperplan.backends.commands import run_command
 from hyperplan.backends.layout import (
     NODE_DIR_VARIABLE,
     PASSAGE_MODE,
@@ -154,32 +154,7 @@ class LocalBackend:
         env: Mapping[str, str] | None = None,
         output_limit: int = EXEC_OUTPUT_LIMIT,
     ) -> ExecResult:
-        state = self.node_status(node_id).state
-        if state is not NodeState.RUNNING:
-            raise NodeUnavailable(f"node {node_id} is {state}: commands run only on Running nodes")
-        # A command is a task of its own, with an id no caller can choose; after a crash, adopt kills it.
-        task_id = f"exec-{uuid.uuid4().hex}"
-        self.run(TaskSpec(task_id, tuple(argv), node_id, dict(env or {})))
-        status = self._wait_final(task_id, timeout.total_seconds())
-        timed_out = not status.state.is_final()
-        if timed_out:
-            self.signal(TaskRef(task_id), SIGKILL)
-            status = self._wait_final(task_id, 5.0)
-        files = self.layout.task(task_id)
-        stdout, stdout_truncated = _read_head(files.log(LogStream.STDOUT), output_limit)
-        stderr, stderr_truncated = _read_head(files.log(LogStream.STDERR), output_limit)
-        result = ExecResult(
-            exit_code=status.exit_code,
-            stdout=stdout,
-            stderr=stderr,
-            signal=status.signal,
-            timed_out=timed_out,
-            stdout_truncated=stdout_truncated,
-            stderr_truncated=stderr_truncated,
-        )
-        with contextlib.suppress(NodeUnavailable):
-            self.forget(TaskRef(task_id))
-        return result
+        return run_command(self, node_id, argv, timeout, env, output_limit, kill_wait=5.0)
 
     # --- tasks -----------------------------------------------------------------------------------
 
@@ -566,16 +541,6 @@ class LocalBackend:
             # The node's processes read them (as the node's user); only the server writes them.
             write_atomically(files.env_dir / name, value.encode(), READABLE_FILE_MODE)
 
-    def _wait_final(self, task_id: str, seconds: float) -> TaskStatus:
-        until = time.monotonic() + seconds
-        pause = 0.005
-        while True:
-            status = self.task_status(task_id)
-            if status.state.is_final() or time.monotonic() >= until:
-                return status
-            time.sleep(min(pause, max(0.0, until - time.monotonic())))
-            pause = min(pause * 2, 0.1)
-
     # --- the backstop ----------------------------------------------------------------------------
 
     def _arm_backstop(self, ref: Ref, deadline: float) -> None:
@@ -634,13 +599,3 @@ def _node_status(files: NodeFiles) -> NodeStatus:
         # Ordered but not yet seen by the agent: it is shutting down from the caller's point of view.
         return NodeStatus(NodeState.SHUTTING_DOWN)
     return NodeStatus(current, state.message if state is not None else "")
-
-
-def _read_head(path: Path, limit: int) -> tuple[bytes, bool]:
-    """The first `limit` bytes of a file, and whether there is more. Never reads more than that (plus
-    one byte), whatever the file's size."""
-    try:
-        with path.open("rb") as stream:
-            return stream.read(limit), bool(stream.read(1))
-    except FileNotFoundError:
-        return b"", False

@@ -86,6 +86,7 @@ from hyperplan.backends.base import (
     check_id,
     timed_line,
 )
+from hyperplan.backends.commands import run_command
 from hyperplan.backends.layout import (
     PASSAGE_MODE,
     READABLE_DIR_MODE,
@@ -401,40 +402,7 @@ class SlurmBackend:
         env: Mapping[str, str] | None = None,
         output_limit: int = EXEC_OUTPUT_LIMIT,
     ) -> ExecResult:
-        state = self.node_status(node_id).state
-        if state is not NodeState.RUNNING:
-            raise NodeUnavailable(f"node {node_id} is {state}: commands run only on Running nodes")
-        task_id = f"exec-{uuid.uuid4().hex}"
-        self.run(TaskSpec(task_id, tuple(argv), node_id, dict(env or {})))
-        status = self._wait_final(task_id, timeout.total_seconds())
-        timed_out = not status.state.is_final()
-        if timed_out:
-            self.terminate(TaskRef(task_id), timedelta(0))
-            status = self._wait_final(task_id, 10.0)
-        out = self.tasks / task_id / "out"
-        stdout, stdout_cut = _read_head(out / "stdout.log", output_limit)
-        stderr, stderr_cut = _read_head(out / "stderr.log", output_limit)
-        with contextlib.suppress(NodeUnavailable):
-            self.forget(TaskRef(task_id))
-        return ExecResult(
-            exit_code=None if timed_out else status.exit_code,
-            stdout=stdout,
-            stderr=stderr,
-            signal=status.signal,
-            timed_out=timed_out,
-            stdout_truncated=stdout_cut,
-            stderr_truncated=stderr_cut,
-        )
-
-    def _wait_final(self, task_id: str, seconds: float) -> TaskStatus:
-        until = time.monotonic() + seconds
-        pause = 0.02
-        while True:
-            status = self.task_status(task_id)
-            if status.state.is_final() or time.monotonic() >= until:
-                return status
-            time.sleep(min(pause, max(0.0, until - time.monotonic())))
-            pause = min(pause * 2, 0.2)
+        return run_command(self, node_id, argv, timeout, env, output_limit, kill_wait=10.0)
 
     # --- tasks -----------------------------------------------------------------------------------
 
@@ -1177,11 +1145,3 @@ def _why_lost(directory: Path, job: Job | None) -> str:
     srun = tail(directory / "srun.log")
     state = f"its Slurm job is {job.state}" if job is not None else "its Slurm job is gone"
     return f"ended without a record: {state}" + (f"; srun: {srun}" if srun else "")
-
-
-def _read_head(path: Path, limit: int) -> tuple[bytes, bool]:
-    try:
-        with path.open("rb") as stream:
-            return stream.read(limit), bool(stream.read(1))
-    except FileNotFoundError:
-        return b"", False
