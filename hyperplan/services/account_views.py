@@ -156,7 +156,7 @@ def delete_account(runtime: ServiceContext, caller: Caller, account_ref: str) ->
     with runtime.db.write() as session:
         account = accounts.delete_account(session, caller, account_ref, now=utcnow())
         view = _account_view(runtime, session, account)
-        revoked_keys = [key.access_key_id for key in view.keys]
+        revoked = [key.access_key_id for key in view.keys]
         audit.record(
             session,
             runtime.clock.now(),
@@ -164,10 +164,9 @@ def delete_account(runtime: ServiceContext, caller: Caller, account_ref: str) ->
             "account.delete",
             account_id=account.id,
             target=account.name,
-            detail={"KeysRevoked": revoked_keys},
+            detail={"KeysRevoked": revoked},
         )
         made = account.os_user if account.os_user_made else None
-        revoked = [key.access_key_id for key in view.keys]
     for key_id in revoked:
         runtime.keys.forget(key_id)
     if made is not None and runtime.settings.isolated:
