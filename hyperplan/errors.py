@@ -242,6 +242,18 @@ class MalformedXML(S3Error):
     code = "MalformedXML"
 
 
+class InvalidLocationConstraint(S3Error):
+    code = "InvalidLocationConstraint"
+
+
+class IllegalLocationConstraint(S3Error):
+    code = "IllegalLocationConstraintException"
+
+
+class InvalidTag(S3Error):
+    code = "InvalidTag"
+
+
 class InvalidPart(S3Error):
     code = "InvalidPart"
 

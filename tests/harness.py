@@ -32,6 +32,7 @@ from botocore.credentials import Credentials as BotoCredentials
 from hyperplan.backends.layout import MARK_VARIABLE
 from hyperplan.cli.client import NativeClient
 from hyperplan.signing import Credentials
+from hyperplan.wire.s3_responses import ENVIRONMENT as CHECK_RESPONSES
 from hyperplan.wire.validate import check_output
 from tests.postgres import default_database_url
 from tests.processes import end_marked
@@ -164,6 +165,7 @@ class Server:
             args += ["--clock-start", self.clock_start.isoformat()]
         env = {k: v for k, v in os.environ.items() if not k.startswith("HYPERPLAN_BOOTSTRAP_")}
         env[MARK_VARIABLE] = self.mark
+        env.setdefault(CHECK_RESPONSES, "1")  # S3's answers checked against the model (wire/s3_responses.py)
         if self.bootstrap:
             env["HYPERPLAN_BOOTSTRAP_ACCESS_KEY_ID"] = ADMIN.access_key
             env["HYPERPLAN_BOOTSTRAP_SECRET_ACCESS_KEY"] = ADMIN.secret_key

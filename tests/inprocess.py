@@ -36,6 +36,7 @@ from hyperplan.backends.fake import FakeBackend, FakeWorld
 from hyperplan.server.app import create_app
 from hyperplan.server.header_deadline import header_deadline_protocol
 from hyperplan.server.limits import ServerLimits
+from hyperplan.wire.s3_responses import ENVIRONMENT as CHECK_RESPONSES
 from tests.harness import ADMIN, SERVER_START, Server
 from tests.postgres import default_database_url
 
@@ -142,7 +143,8 @@ class InProcessServer(Server):
             assert self.templates is not None
             self.templates.fill(self)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        settings: dict[str, str | None] = {**self.env}
+        # S3's answers are checked against botocore's model before they are sent (wire/s3_responses.py).
+        settings: dict[str, str | None] = {CHECK_RESPONSES: "1", **self.env}
         if self.bootstrap:
             settings |= {BOOTSTRAP_KEY_ENV: ADMIN.access_key, BOOTSTRAP_SECRET_ENV: ADMIN.secret_key}
         else:

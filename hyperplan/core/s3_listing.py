@@ -84,3 +84,53 @@ def _rolled_up(key: str, prefix: str, delimiter: str) -> str | None:
         return None
     at = key.find(delimiter, len(prefix))
     return None if at < 0 else key[: at + len(delimiter)]
+
+
+@dataclass(frozen=True)
+class UploadsPage(Generic[T]):
+    uploads: tuple[tuple[str, str, T], ...]  # (key, upload id, what the caller keeps with it)
+    common_prefixes: tuple[str, ...]
+    truncated: bool
+    next_key_marker: str
+    next_upload_id_marker: str
+
+
+def uploads_page(
+    entries: Iterable[tuple[str, str, T]],
+    *,
+    prefix: str = "",
+    delimiter: str = "",
+    key_marker: str = "",
+    upload_id_marker: str = "",
+    max_uploads: int = MAX_KEYS,
+) -> UploadsPage[T]:
+    """ListMultipartUploads' page of `entries` (key, upload id, value), given in S3's order: by key (its
+    UTF-8 bytes), then as the uploads were started. After ``key_marker`` alone: the keys after it; with
+    ``upload_id_marker`` too: that key's uploads after that one, then the keys after it. A common prefix
+    counts as one entry and is listed once, as in ListObjectsV2."""
+    uploads: list[tuple[str, str, T]] = []
+    prefixes: list[str] = []
+    marker = sort_key(key_marker)
+    passed_id = False  # with an upload id marker: whether the marker's upload has gone by
+    next_key, next_id = "", ""
+    for key, upload_id, value in entries:
+        if not key.startswith(prefix):
+            continue
+        if key_marker and sort_key(key) <= marker:
+            if sort_key(key) < marker or not upload_id_marker:
+                continue
+            if not passed_id:
+                passed_id = upload_id == upload_id_marker
+                continue
+        rolled = _rolled_up(key, prefix, delimiter)
+        if rolled is not None and (rolled in prefixes[-1:] or (key_marker and key_marker.startswith(rolled))):
+            continue
+        if len(uploads) + len(prefixes) >= max_uploads:
+            return UploadsPage(tuple(uploads), tuple(prefixes), True, next_key, next_id)
+        if rolled is not None:
+            prefixes.append(rolled)
+            next_key, next_id = rolled, ""
+        else:
+            uploads.append((key, upload_id, value))
+            next_key, next_id = key, upload_id
+    return UploadsPage(tuple(uploads), tuple(prefixes), False, "", "")

@@ -219,6 +219,40 @@ def copy_into_staged(source: Path, root: Path) -> tuple[Path, str]:
     return staged, digest.hexdigest()
 
 
+def copy_range(source: Path, start: int, length: int, handle: int) -> str:
+    """`length` bytes of the file `source` from `start` into the open descriptor `handle` (closed after),
+    and their MD5 (hex): a part copied from an object (UploadPartCopy)."""
+    digest = hashlib.md5(usedforsecurity=False)
+    with source.open("rb") as src, os.fdopen(handle, "wb") as out:
+        src.seek(start)
+        remaining = length
+        while remaining > 0 and (chunk := src.read(min(COPY_CHUNK, remaining))):
+            digest.update(chunk)
+            out.write(chunk)
+            remaining -= len(chunk)
+    if remaining > 0:
+        raise ServedError("the source object changed while it was copied")
+    return digest.hexdigest()
+
+
+def tags(root: Path, key: str) -> dict[str, str]:
+    return dict(read_meta(object_path(root, key)).get("tags") or {})
+
+
+def set_tags(root: Path, key: str, tag_set: Mapping[str, str]) -> None:
+    """Replace the object's tags (kept with its metadata in the file's extended attribute)."""
+    path = object_path(root, key)
+    meta = read_meta(path)
+    if not meta:
+        stat = path.stat()
+        meta = {"etag": _stand_in_etag(stat)}  # the ETag it had stays the ETag it has
+    meta["tags"] = dict(tag_set)
+    try:
+        os.setxattr(path, META_ATTRIBUTE, json.dumps(meta).encode())
+    except OSError as error:
+        raise ServedError(f"the object's tags cannot be kept here: {os_reason(error)}") from None
+
+
 def reason(error: OSError) -> str:
     return os_reason(error)
 
@@ -237,6 +271,7 @@ class Upload:
     content_type: str | None
     metadata: Mapping[str, str]
     directory: Path
+    initiated_ns: int = 0
 
 
 @dataclass(frozen=True)
@@ -278,7 +313,9 @@ def find_upload(data_dir: Path, upload_id: str) -> Upload | None:
         return None
     directory = uploads_root(data_dir) / upload_id
     try:
-        description = json.loads((directory / "upload.json").read_text())
+        described = directory / "upload.json"
+        description = json.loads(described.read_text())
+        initiated_ns = described.stat().st_mtime_ns
     except (OSError, ValueError):
         return None
     return Upload(
@@ -289,6 +326,7 @@ def find_upload(data_dir: Path, upload_id: str) -> Upload | None:
         description.get("content_type"),
         description.get("metadata") or {},
         directory,
+        initiated_ns,
     )
 
 

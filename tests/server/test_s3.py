@@ -12,6 +12,7 @@ import base64
 import hashlib
 import os
 import urllib.request
+import xml.etree.ElementTree as ElementTree
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,8 +29,10 @@ from botocore.exceptions import ClientError
 from hyperplan.server.limits import MIB, ServerLimits
 from hyperplan.signing import Credentials
 from hyperplan.wire import s3_model
+from hyperplan.wire.s3_responses import NAMESPACE
 from tests.harness import ADMIN, REGION
 from tests.inprocess import InProcessServer, Templates
+from tests.server.bad_xml import bad_documents
 from tests.server.s3_requests import crc32, sha256_b64, signed, streaming_put
 
 pytestmark = pytest.mark.aws
@@ -382,3 +385,50 @@ def test_model_derived_bad_members_are_refused_with_4xx(server: InProcessServer)
                 assert b"InvalidArgument" in answer.content and member.encode() in answer.content, answer.text
             tried += 1
     assert tried >= 20
+
+
+def test_model_derived_bad_xml_bodies_are_refused_with_s3s_codes(server: InProcessServer) -> None:
+    """Every operation that takes an XML body, given documents derived from a valid one that each break
+    one rule of the payload's shape in botocore's model, answers 400 with S3's code; nothing is done."""
+    client = s3(server)
+    client.create_bucket(Bucket="xml-bodies")
+    client.put_object(Bucket="xml-bodies", Key="tagged", Body=b"x")
+    upload = client.create_multipart_upload(Bucket="xml-bodies", Key="parts")["UploadId"]
+    valid = {
+        "CreateBucket": (
+            "PUT", "/xml-new", f"<CreateBucketConfiguration><LocationConstraint>{REGION}</LocationConstraint>"
+            "</CreateBucketConfiguration>",
+        ),
+        "DeleteObjects": (
+            "POST", "/xml-bodies?delete",
+            "<Delete><Object><Key>tagged</Key></Object><Quiet>true</Quiet></Delete>",
+        ),
+        "CompleteMultipartUpload": (
+            "POST", f"/xml-bodies/parts?uploadId={upload}",
+            '<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>"e"</ETag></Part>'
+            "</CompleteMultipartUpload>",
+        ),
+        "PutObjectTagging": (
+            "PUT", "/xml-bodies/tagged?tagging",
+            "<Tagging><TagSet><Tag><Key>k</Key><Value>v</Value></Tag></TagSet></Tagging>",
+        ),
+    }  # fmt: skip
+    tried = 0
+    for operation, (method, path, text) in valid.items():
+        found = s3_model.payload(operation)
+        assert found is not None, operation
+        document = ElementTree.fromstring(text)
+        for element in document.iter():  # in S3's namespace, as the SDKs send it
+            element.tag = f"{{{NAMESPACE}}}{element.tag}"
+        for description, body in bad_documents(found[1], document):
+            answer, _, _ = signed(server.url, method, path, body=body)
+            enum = "LocationConstraint> = 'NOT" in description
+            expected = "InvalidLocationConstraint" if enum else "MalformedXML"
+            assert answer.status_code == 400, (operation, description, answer.text)
+            assert f"<Code>{expected}</Code>" in answer.text, (operation, description, answer.text)
+            tried += 1
+    assert tried >= 25
+    assert "xml-new" not in [b["Name"] for b in client.list_buckets()["Buckets"]]
+    assert client.head_object(Bucket="xml-bodies", Key="tagged")["ContentLength"] == 1
+    assert client.get_object_tagging(Bucket="xml-bodies", Key="tagged")["TagSet"] == []
+    assert client.list_parts(Bucket="xml-bodies", Key="parts", UploadId=upload).get("Parts", []) == []

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import logging
 import os
 import uuid
-import xml.etree.ElementTree as ElementTree
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -36,11 +36,15 @@ from hyperplan.errors import (
     AccessDenied,
     EntityTooSmall,
     HyperplanError,
+    IllegalLocationConstraint,
+    InternalFailure,
     InvalidArgument,
+    InvalidLocationConstraint,
     InvalidPart,
     InvalidPartOrder,
     InvalidRange,
     InvalidS3Request,
+    InvalidTag,
     MalformedXML,
     MissingAuthenticationToken,
     NoSuchKey,
@@ -57,9 +61,12 @@ from hyperplan.services import bucket_rights
 from hyperplan.services.accounts import Caller
 from hyperplan.services.bucket_rights import ServedBucket
 from hyperplan.services.context import ServiceContext
-from hyperplan.wire import s3_model, sigv2, sigv4
+from hyperplan.wire import s3_model, s3_responses, s3_xml, sigv2, sigv4
+
+log = logging.getLogger(__name__)
 
 NAMESPACE = "http://s3.amazonaws.com/doc/2006-03-01/"
+MAX_DELETES = 1000
 XML_BODY_CAP = 2 * MIB
 """The XML bodies S3 takes (DeleteObjects' thousand keys, CompleteMultipartUpload's ten thousand parts)."""
 MAX_KEY_BYTES = 1024
@@ -100,10 +107,10 @@ _OBJECT_EXTRAS = frozenset(
         "restore",
         "retention",
         "select",
-        "tagging",
         "torrent",
     }
 )
+_TAGGING = {"GET": "GetObjectTagging", "PUT": "PutObjectTagging", "DELETE": "DeleteObjectTagging"}
 
 
 # -- the request ----------------------------------------------------------------------------------------
@@ -144,6 +151,7 @@ class Call:
     signature: sigv4.S3Signature
     bucket: str
     key: str
+    operation: str = ""
     body_read: bool = False
 
     def header(self, name: str) -> str | None:
@@ -160,19 +168,18 @@ class Call:
             self.receive, self.request.headers, self.signature, self.limits, sink, cap=cap
         )
 
-    async def xml_body(self) -> ElementTree.Element | None:
+    async def xml_body(self) -> tuple[dict[str, Any] | None, list[s3_xml.Problem]]:
+        """The operation's XML body read against its payload's shape (wire/s3_model.py): the value (None
+        for no body) and what in it the shape does not allow, for the handler to answer."""
         buffer = BytesIO()
         await self.body_into(buffer, cap=XML_BODY_CAP)
-        raw = buffer.getvalue()
-        if not raw.strip():
-            return None
-        try:
-            return ElementTree.fromstring(raw)
-        except ElementTree.ParseError as error:
-            raise MalformedXML(
-                "The XML you provided was not well-formed or did not validate against our published "
-                f"schema: {error}."
-            ) from None
+        return s3_model.read_body(self.operation, buffer.getvalue())
+
+    async def checked_xml_body(self) -> dict[str, Any] | None:
+        """The body's value; MalformedXML if the shape does not allow it."""
+        value, problems = await self.xml_body()
+        s3_model.refuse(self.operation, problems)
+        return value
 
 
 # -- the entry point -------------------------------------------------------------------------------------
@@ -216,7 +223,7 @@ async def serve(
             )
             caller, signature = await run_in_threadpool(authenticate_s3, runtime, signed)
         call = Call(runtime, limits, request, receive, caller, signature, bucket, key)
-        operation = _operation(request, bucket, key)
+        operation = call.operation = _operation(request, bucket, key)
         s3_model.check_request(operation, request.query, request.headers)
         runtime.rate_limiter.admit(caller, _request_class(operation), runtime.fleet.rate_limits)
         response = await _HANDLERS[operation](call)
@@ -227,7 +234,29 @@ async def serve(
             response.headers["connection"] = "close"
             receive = _no_more
     response.headers["x-amz-request-id"] = request_id
+    if os.environ.get(s3_responses.ENVIRONMENT) == "1":
+        response = _checked(call.operation if call is not None else "", response, request_id, resource)
     await response(scope, receive, send)
+
+
+def _checked(operation: str, response: Response, request_id: str, resource: str) -> Response:
+    """The answer if the model allows it, else a 500 naming what is wrong (tests and development only:
+    wire/s3_responses.py)."""
+    answer: Any = response  # a Response, or a _FileAnswer (an object's bytes, not read here)
+    streamed = isinstance(answer, _FileAnswer)
+    status = answer.status if streamed else answer.status_code
+    headers = dict(answer.headers.items())
+    body = None if streamed else bytes(answer.body)
+    found = s3_responses.problems(operation, status, headers, body) if operation or status >= 300 else []
+    if not found:
+        return response
+    if streamed:
+        answer.handle.close()
+    log.error("S3 %s answer does not match botocore's model: %s", operation, "; ".join(found))
+    failure = InternalFailure(
+        f"The {operation} answer does not match botocore's S3 model: {'; '.join(found)}"
+    )
+    return s3_error_response(failure, request_id, resource)
 
 
 async def _no_more() -> dict[str, Any]:
@@ -291,7 +320,7 @@ def _operation(request: S3Request, bucket: str, key: str) -> str:
             if "location" in query:
                 return "GetBucketLocation"
             if "uploads" in query:
-                raise S3NotImplemented("ListMultipartUploads is not served by this endpoint.")
+                return "ListMultipartUploads"
             return "ListObjectsV2" if query.get("list-type") == "2" else "ListObjects"
         if method == "POST" and "delete" in query:
             return "DeleteObjects"
@@ -301,12 +330,12 @@ def _operation(request: S3Request, bucket: str, key: str) -> str:
         extra = sorted(_OBJECT_EXTRAS & query.keys())
         if extra:
             raise S3NotImplemented(f"Object subresource {extra[0]!r} is not served by this endpoint.")
+        if "tagging" in query and method in _TAGGING:
+            return _TAGGING[method]
         upload = "uploadId" in query
         if method == "PUT":
             if upload or "partNumber" in query:
-                if "x-amz-copy-source" in headers:
-                    raise S3NotImplemented("UploadPartCopy is not served by this endpoint.")
-                return "UploadPart"
+                return "UploadPartCopy" if "x-amz-copy-source" in headers else "UploadPart"
             return "CopyObject" if "x-amz-copy-source" in headers else "PutObject"
         if method == "GET":
             return "ListParts" if upload else "GetObject"
@@ -402,14 +431,21 @@ async def list_buckets(call: Call) -> Response:
 
 
 async def create_bucket(call: Call) -> Response:
-    config = await call.xml_body()
-    if config is not None:
-        constraint = _child_text(config, "LocationConstraint")
-        if constraint and constraint != call.runtime.region:
-            raise InvalidArgument(
-                f"CreateBucket: LocationConstraint {constraint!r} is not this endpoint's region "
-                f"{call.runtime.region!r}; leave it out or name {call.runtime.region!r}."
+    config, problems = await call.xml_body()
+    constraint = (config or {}).get("LocationConstraint")
+    where = "CreateBucketConfiguration.LocationConstraint"
+    unlisted = [problem for problem in problems if problem.path == where and problem.kind == "enum"]
+    if constraint is not None and constraint != call.runtime.region:
+        if unlisted:
+            raise InvalidLocationConstraint(
+                f"The specified location-constraint is not valid: {constraint!r}."
             )
+        raise IllegalLocationConstraint(
+            f"CreateBucket: LocationConstraint {constraint!r} is not this endpoint's region "
+            f"{call.runtime.region!r}; leave it out or name {call.runtime.region!r}."
+        )
+    # The endpoint's own region is accepted even where the model's list of regions lacks it.
+    s3_model.refuse(call.operation, [problem for problem in problems if problem not in unlisted])
     await run_in_threadpool(bucket_rights.create_served_bucket, call.runtime, call.caller, call.bucket)
     return Response(b"", headers={"Location": f"/{call.bucket}"})
 
@@ -677,31 +713,20 @@ async def delete_object(call: Call) -> Response:
     return Response(b"", status_code=204)
 
 
-def _child_text(element: ElementTree.Element, name: str) -> str | None:
-    for child in element:
-        if child.tag.rsplit("}", 1)[-1] == name:
-            return child.text or ""
-    return None
-
-
-def _children(element: ElementTree.Element, name: str) -> list[ElementTree.Element]:
-    return [child for child in element if child.tag.rsplit("}", 1)[-1] == name]
-
-
 async def delete_objects(call: Call) -> Response:
-    document = await call.xml_body()
-    if document is None or document.tag.rsplit("}", 1)[-1] != "Delete":
-        raise MalformedXML("DeleteObjects takes a <Delete> document naming the objects.")
-    objects = _children(document, "Object")
-    if not objects or len(objects) > 1000:
-        raise MalformedXML("DeleteObjects names 1 to 1000 objects.")
-    quiet = (_child_text(document, "Quiet") or "").strip().lower() == "true"
+    document = await call.checked_xml_body()
+    if document is None:
+        raise MalformedXML(
+            f"{s3_model.MALFORMED}: DeleteObjects takes a <Delete> document naming the objects."
+        )
+    objects = document.get("Objects", [])
+    if not objects or len(objects) > MAX_DELETES:
+        raise MalformedXML(f"{s3_model.MALFORMED}: DeleteObjects names 1 to {MAX_DELETES} objects.")
+    quiet = bool(document.get("Quiet"))
     served = await call.bucket_for(Right.WRITE)
     deleted, failed = [], []
     for item in objects:
-        key = _child_text(item, "Key")
-        if key is None:
-            raise MalformedXML("Every <Object> of DeleteObjects has a <Key>.")
+        key = item["Key"]
         problem = key_problem(key)
         if problem is not None:
             failed.append(
@@ -782,18 +807,23 @@ async def _upload(call: Call) -> files.Upload:
     return upload
 
 
-async def upload_part(call: Call) -> Response:
+def _part_number(call: Call) -> int:
     text = call.request.query.get("partNumber", "")
     if not text.isdigit() or not 1 <= int(text) <= files.MAX_PARTS:
         raise InvalidArgument(
             f"Part number must be an integer between 1 and {files.MAX_PARTS}, inclusive; got {text!r}."
         )
+    return int(text)
+
+
+async def upload_part(call: Call) -> Response:
+    number = _part_number(call)
     await call.bucket_for(Right.WRITE)
     upload = await _upload(call)
     staged = await run_in_threadpool(files.staged_part, upload)
     path, received = await _receive_object(call, upload.directory, staged)
     try:
-        part = await run_in_threadpool(files.commit_part, upload, path, int(text), received.md5_hex)
+        part = await run_in_threadpool(files.commit_part, upload, path, number, received.md5_hex)
     except FileNotFoundError:
         raise NoSuchUpload(
             "The specified upload does not exist: it was completed or aborted meanwhile."
@@ -804,17 +834,18 @@ async def upload_part(call: Call) -> Response:
 async def complete_multipart_upload(call: Call) -> Response:
     served = await call.bucket_for(Right.WRITE)
     upload = await _upload(call)
-    document = await call.xml_body()
+    document = await call.checked_xml_body()
     if document is None:
         raise MalformedXML(
-            "CompleteMultipartUpload takes a <CompleteMultipartUpload> document naming the parts."
+            f"{s3_model.MALFORMED}: CompleteMultipartUpload takes a <CompleteMultipartUpload> document "
+            "naming the parts."
         )
     chosen = []
-    for item in _children(document, "Part"):
-        number, part_etag = _child_text(item, "PartNumber"), _child_text(item, "ETag")
-        if number is None or not number.strip().isdigit() or part_etag is None:
-            raise MalformedXML("Every <Part> names its <PartNumber> and <ETag>.")
-        chosen.append((int(number), part_etag))
+    for item in document.get("Parts", []):
+        number, part_etag = item.get("PartNumber"), item.get("ETag")
+        if number is None or part_etag is None:
+            raise MalformedXML(f"{s3_model.MALFORMED}: every <Part> names its <PartNumber> and <ETag>.")
+        chosen.append((number, part_etag))
     try:
         staged, etag = await run_in_threadpool(files.assemble, upload, chosen, served.root)
     except files.PartProblem as problem:
@@ -864,6 +895,163 @@ async def list_parts(call: Call) -> Response:
     return _xml("ListPartsResult", inner)
 
 
+async def list_multipart_uploads(call: Call) -> Response:
+    """The bucket's unfinished uploads the caller started (every account's, for an administrator): what
+    ``aws s3api list-multipart-uploads`` lists to abort after an interrupted upload."""
+    await call.bucket_for(Right.READ)
+    query = call.request.query
+    prefix, delimiter = query.get("prefix", ""), query.get("delimiter", "")
+    key_marker, id_marker = query.get("key-marker", ""), query.get("upload-id-marker", "")
+    max_uploads = _count(call, "max-uploads", s3_listing.MAX_KEYS)
+    found = await run_in_threadpool(files.uploads_of, call.runtime.data_dir, call.bucket)
+    mine = sorted(
+        (u for u in found if u.account_id == call.caller.account_id or call.caller.is_admin),
+        key=lambda u: (s3_listing.sort_key(u.key), u.initiated_ns, u.upload_id),
+    )
+    page = s3_listing.uploads_page(
+        ((u.key, u.upload_id, u) for u in mine),
+        prefix=prefix,
+        delimiter=delimiter,
+        key_marker=key_marker,
+        upload_id_marker=id_marker if key_marker else "",
+        max_uploads=max_uploads,
+    )
+    encode = query.get("encoding-type") == "url"
+    shown = _listed(encode)
+    inner = (
+        _el("Bucket", call.bucket) + _el("KeyMarker", shown(key_marker)) + _el("UploadIdMarker", id_marker)
+    )
+    if page.truncated:
+        inner += _el("NextKeyMarker", shown(page.next_key_marker))
+        inner += _el("NextUploadIdMarker", page.next_upload_id_marker)
+    inner += _el("Prefix", shown(prefix))
+    if delimiter:
+        inner += _el("Delimiter", shown(delimiter))
+    inner += _el("MaxUploads", max_uploads) + _el("IsTruncated", "true" if page.truncated else "false")
+    for key, upload_id, upload in page.uploads:
+        who = _el("ID", upload.account_id) + _el("DisplayName", upload.account_id)
+        inner += (
+            "<Upload>"
+            + _el("Key", shown(key))
+            + _el("UploadId", upload_id)
+            + f"<Initiator>{who}</Initiator><Owner>{who}</Owner>"
+            + _el("StorageClass", "STANDARD")
+            + _el("Initiated", _iso(upload.initiated_ns))
+            + "</Upload>"
+        )
+    inner += "".join(
+        f"<CommonPrefixes>{_el('Prefix', shown(p))}</CommonPrefixes>" for p in page.common_prefixes
+    )
+    if encode:
+        inner += _el("EncodingType", "url")
+    return _xml("ListMultipartUploadsResult", inner)
+
+
+def _copy_range(text: str | None, size: int) -> tuple[int, int]:
+    """(start, length) of ``x-amz-copy-source-range: bytes=FIRST-LAST`` (the whole object without one)."""
+    if text is None:
+        return 0, size
+    first, dash, last = text.removeprefix("bytes=").partition("-")
+    if not text.startswith("bytes=") or not dash or not first.isdigit() or not last.isdigit():
+        raise InvalidArgument(
+            f"The x-amz-copy-source-range value must be of the form bytes=first-last where first and last "
+            f"are the zero-based offsets of the first and last bytes to copy; got {text[:100]!r}."
+        )
+    start, end = int(first), int(last)
+    if start > end or end >= size:
+        raise InvalidArgument(
+            f"Range specified is not valid for source object of size: {size} ({text[:100]!r})."
+        )
+    return start, end - start + 1
+
+
+async def upload_part_copy(call: Call) -> Response:
+    """A part copied from an object, whole or a range: read rights on the source bucket, as CopyObject."""
+    number = _part_number(call)
+    source_bucket, source_key = _copy_source(call.header("x-amz-copy-source") or "")
+    source = await call.bucket_for(Right.READ, source_bucket)
+    info = (
+        await run_in_threadpool(files.head, source.root, source_key)
+        if key_problem(source_key) is None
+        else None
+    )
+    if info is None:
+        raise NoSuchKey(f"The specified key does not exist: {source_key[:200]!r}.")
+    await call.bucket_for(Right.WRITE)
+    upload = await _upload(call)
+    start, length = _copy_range(call.header("x-amz-copy-source-range"), info.size)
+    handle, staged = await run_in_threadpool(files.staged_part, upload)
+    try:
+        md5_hex = await run_in_threadpool(
+            files.copy_range, files.object_path(source.root, source_key), start, length, handle
+        )
+        part = await run_in_threadpool(files.commit_part, upload, staged, number, md5_hex)
+    except FileNotFoundError:
+        raise NoSuchUpload(
+            "The specified upload does not exist: it was completed or aborted meanwhile."
+        ) from None
+    except (files.ServedError, OSError) as error:
+        raise _storage_failure(error) from None
+    finally:
+        files.discard(staged)
+    return _xml("CopyPartResult", _el("ETag", part.etag) + _el("LastModified", _iso(part.mtime_ns)))
+
+
+# -- object tagging ---------------------------------------------------------------------------------------
+
+MAX_TAGS = 10
+MAX_TAG_KEY = 128
+MAX_TAG_VALUE = 256
+
+
+async def get_object_tagging(call: Call) -> Response:
+    served, _info = await _object(call)
+    tag_set = await run_in_threadpool(files.tags, served.root, call.key)
+    inner = "".join(f"<Tag>{_el('Key', k)}{_el('Value', v)}</Tag>" for k, v in tag_set.items())
+    return _xml("Tagging", f"<TagSet>{inner}</TagSet>")
+
+
+def _tag_set(document: dict[str, Any]) -> dict[str, str]:
+    tag_set: dict[str, str] = {}
+    for tag in document.get("TagSet", []):
+        key, value = tag["Key"], tag["Value"]
+        if key in tag_set:
+            raise InvalidTag(f"Cannot provide multiple Tags with the same key: {key[:200]!r}.")
+        if len(key) > MAX_TAG_KEY or len(value) > MAX_TAG_VALUE:
+            raise InvalidTag(
+                f"A tag's key is at most {MAX_TAG_KEY} characters, its value at most {MAX_TAG_VALUE}: "
+                f"{key[:200]!r}."
+            )
+        tag_set[key] = value
+    if len(tag_set) > MAX_TAGS:
+        raise InvalidTag(f"Object tags cannot be greater than {MAX_TAGS}; got {len(tag_set)}.")
+    return tag_set
+
+
+async def put_object_tagging(call: Call) -> Response:
+    served, _info = await _object(call)  # read rights first: a key of a bucket one cannot see is not named
+    await call.bucket_for(Right.WRITE)
+    document = await call.checked_xml_body()
+    if document is None:
+        raise MalformedXML(f"{s3_model.MALFORMED}: PutObjectTagging takes a <Tagging> document.")
+    tag_set = _tag_set(document)
+    try:
+        await run_in_threadpool(files.set_tags, served.root, call.key, tag_set)
+    except (files.ServedError, OSError) as error:
+        raise _storage_failure(error) from None
+    return Response(b"")
+
+
+async def delete_object_tagging(call: Call) -> Response:
+    served, _info = await _object(call)
+    await call.bucket_for(Right.WRITE)
+    try:
+        await run_in_threadpool(files.set_tags, served.root, call.key, {})
+    except (files.ServedError, OSError) as error:
+        raise _storage_failure(error) from None
+    return Response(b"", status_code=204)
+
+
 _HANDLERS: dict[str, Callable[[Call], Awaitable[Response]]] = {
     "ListBuckets": list_buckets,
     "CreateBucket": create_bucket,
@@ -883,4 +1071,9 @@ _HANDLERS: dict[str, Callable[[Call], Awaitable[Response]]] = {
     "CompleteMultipartUpload": complete_multipart_upload,
     "AbortMultipartUpload": abort_multipart_upload,
     "ListParts": list_parts,
+    "ListMultipartUploads": list_multipart_uploads,
+    "UploadPartCopy": upload_part_copy,
+    "GetObjectTagging": get_object_tagging,
+    "PutObjectTagging": put_object_tagging,
+    "DeleteObjectTagging": delete_object_tagging,
 }
