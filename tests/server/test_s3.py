@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import urllib.request
 import xml.etree.ElementTree as ElementTree
@@ -432,3 +433,113 @@ def test_model_derived_bad_xml_bodies_are_refused_with_s3s_codes(server: InProce
     assert client.head_object(Bucket="xml-bodies", Key="tagged")["ContentLength"] == 1
     assert client.get_object_tagging(Bucket="xml-bodies", Key="tagged")["TagSet"] == []
     assert client.list_parts(Bucket="xml-bodies", Key="parts", UploadId=upload).get("Parts", []) == []
+
+
+def test_unfinished_uploads_are_listed_to_abort_parts_copied_and_objects_tagged(
+    server: InProcessServer,
+) -> None:
+    """ListMultipartUploads (what `aws s3api list-multipart-uploads` lists after an interrupted upload),
+    UploadPartCopy (a range of an object, read rights on its bucket) and object tagging."""
+    alpha, beta = server.new_account("uploader-a"), server.new_account("uploader-b")
+    a, b = s3(server, alpha), s3(server, beta)
+    a.create_bucket(Bucket="unfinished")
+    a.put_object(Bucket="unfinished", Key="source.bin", Body=bytes(range(256)) * 40)  # 10240 bytes
+    b.create_bucket(Bucket="beta-source")
+    b.put_object(Bucket="beta-source", Key="theirs", Body=b"not yours")
+    started = {key: a.create_multipart_upload(Bucket="unfinished", Key=key)["UploadId"] for key in (
+        "runs/1/model.tar", "runs/2/model.tar", "top.bin",
+    )}  # fmt: skip
+    second = a.create_multipart_upload(Bucket="unfinished", Key="top.bin")["UploadId"]
+    listed = json.loads(cli(server, "s3api", "list-multipart-uploads", "--bucket", "unfinished", who=alpha))
+    assert [(u["Key"], u["UploadId"]) for u in listed["Uploads"]] == [
+        ("runs/1/model.tar", started["runs/1/model.tar"]),
+        ("runs/2/model.tar", started["runs/2/model.tar"]),
+        ("top.bin", started["top.bin"]),
+        ("top.bin", second),
+    ]
+    rolled = a.list_multipart_uploads(Bucket="unfinished", Delimiter="/")
+    assert [p["Prefix"] for p in rolled["CommonPrefixes"]] == ["runs/"]
+    assert [u["Key"] for u in rolled["Uploads"]] == ["top.bin", "top.bin"]
+    pages, marker = [], {}
+    while True:
+        page = a.list_multipart_uploads(Bucket="unfinished", MaxUploads=1, **marker)
+        pages.append([u["UploadId"] for u in page.get("Uploads", [])])
+        if not page["IsTruncated"]:
+            break
+        marker = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
+    assert pages == [
+        [started["runs/1/model.tar"]],
+        [started["runs/2/model.tar"]],
+        [started["top.bin"]],
+        [second],
+    ]
+    assert b.list_multipart_uploads(Bucket="beta-source").get("Uploads", []) == []  # only one's own
+    assert _error(lambda: b.list_multipart_uploads(Bucket="unfinished"))[:2] == (403, "AccessDenied")
+
+    # A part copied from a range of an object; the whole object as another; then the upload completed.
+    copied = a.upload_part_copy(
+        Bucket="unfinished", Key="top.bin", UploadId=second, PartNumber=2,
+        CopySource={"Bucket": "unfinished", "Key": "source.bin"}, CopySourceRange="bytes=10-19",
+    )  # fmt: skip
+    assert (
+        copied["CopyPartResult"]["ETag"]
+        == '"' + hashlib.md5((bytes(range(256)) * 40)[10:20]).hexdigest() + '"'
+    )
+    whole = a.upload_part_copy(
+        Bucket="unfinished", Key="top.bin", UploadId=second, PartNumber=1,
+        CopySource={"Bucket": "unfinished", "Key": "source.bin"},
+    )  # fmt: skip
+    for refused, code in (
+        (lambda: a.upload_part_copy(
+            Bucket="unfinished", Key="top.bin", UploadId=second, PartNumber=3,
+            CopySource={"Bucket": "beta-source", "Key": "theirs"},
+        ), (403, "AccessDenied")),
+        (lambda: a.upload_part_copy(
+            Bucket="unfinished", Key="top.bin", UploadId=second, PartNumber=3,
+            CopySource={"Bucket": "unfinished", "Key": "source.bin"}, CopySourceRange="bytes=0-10240",
+        ), (400, "InvalidArgument")),
+    ):  # fmt: skip
+        assert _error(refused)[:2] == code
+    parts = [
+        {"PartNumber": 1, "ETag": whole["CopyPartResult"]["ETag"]},
+        {"PartNumber": 2, "ETag": copied["CopyPartResult"]["ETag"]},
+    ]
+    assert _error(
+        lambda: a.complete_multipart_upload(
+            Bucket="unfinished", Key="top.bin", UploadId=second, MultipartUpload={"Parts": parts}
+        )
+    )[:2] == (400, "EntityTooSmall")  # the first part is under 5 MiB: S3's rule holds for copies too
+    cli(server, "s3api", "abort-multipart-upload", "--bucket", "unfinished", "--key", "top.bin",
+        "--upload-id", second, who=alpha)  # fmt: skip
+    assert second not in [u["UploadId"] for u in a.list_multipart_uploads(Bucket="unfinished")["Uploads"]]
+
+    # Tags: put, read back, replaced, removed; S3's limits hold; another account cannot read them.
+    tags = [{"Key": "team", "Value": "vision"}, {"Key": "run", "Value": "42"}]
+    a.put_object_tagging(Bucket="unfinished", Key="source.bin", Tagging={"TagSet": tags})
+    assert a.get_object_tagging(Bucket="unfinished", Key="source.bin")["TagSet"] == tags
+    assert a.head_object(Bucket="unfinished", Key="source.bin")["ContentLength"] == 10240  # the object stays
+    too_many = [{"Key": f"k{i}", "Value": "v"} for i in range(11)]
+    for bad in (
+        too_many,
+        [{"Key": "k", "Value": "1"}, {"Key": "k", "Value": "2"}],
+        [{"Key": "k" * 129, "Value": ""}],
+    ):
+        refused = _error(
+            lambda bad=bad: a.put_object_tagging(
+                Bucket="unfinished", Key="source.bin", Tagging={"TagSet": bad}
+            )
+        )
+        assert refused[:2] == (400, "InvalidTag"), refused
+    assert _error(lambda: b.get_object_tagging(Bucket="unfinished", Key="source.bin"))[:2] == (
+        403,
+        "AccessDenied",
+    )
+    assert _error(lambda: a.get_object_tagging(Bucket="unfinished", Key="nothing"))[:2] == (404, "NoSuchKey")
+    a.delete_object_tagging(Bucket="unfinished", Key="source.bin")
+    assert a.get_object_tagging(Bucket="unfinished", Key="source.bin")["TagSet"] == []
+    # Versioning and ACLs are not served: S3's NotImplemented, in S3's XML.
+    for call in (
+        lambda: a.get_bucket_versioning(Bucket="unfinished"),
+        lambda: a.get_object_acl(Bucket="unfinished", Key="source.bin"),
+    ):
+        assert _error(call)[:2] == (501, "NotImplemented")
