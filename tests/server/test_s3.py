@@ -524,12 +524,12 @@ def test_unfinished_uploads_are_listed_to_abort_parts_copied_and_objects_tagged(
         [{"Key": "k", "Value": "1"}, {"Key": "k", "Value": "2"}],
         [{"Key": "k" * 129, "Value": ""}],
     ):
-        refused = _error(
+        answer = _error(
             lambda bad=bad: a.put_object_tagging(
                 Bucket="unfinished", Key="source.bin", Tagging={"TagSet": bad}
             )
         )
-        assert refused[:2] == (400, "InvalidTag"), refused
+        assert answer[:2] == (400, "InvalidTag"), answer
     assert _error(lambda: b.get_object_tagging(Bucket="unfinished", Key="source.bin"))[:2] == (
         403,
         "AccessDenied",
