@@ -460,7 +460,8 @@ def test_unfinished_uploads_are_listed_to_abort_parts_copied_and_objects_tagged(
     rolled = a.list_multipart_uploads(Bucket="unfinished", Delimiter="/")
     assert [p["Prefix"] for p in rolled["CommonPrefixes"]] == ["runs/"]
     assert [u["Key"] for u in rolled["Uploads"]] == ["top.bin", "top.bin"]
-    pages, marker = [], {}
+    pages: list[list[str]] = []
+    marker: dict[str, str] = {}
     while True:
         page = a.list_multipart_uploads(Bucket="unfinished", MaxUploads=1, **marker)
         pages.append([u["UploadId"] for u in page.get("Uploads", [])])
