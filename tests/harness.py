@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import uuid
+import xml.etree.ElementTree as ElementTree
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -28,10 +29,13 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.config import Config
 from botocore.credentials import Credentials as BotoCredentials
+from botocore.parsers import QueryParser
+from botocore.validate import ParamValidator
 
 from hyperplan.backends.layout import MARK_VARIABLE
 from hyperplan.cli.client import NativeClient
 from hyperplan.signing import Credentials
+from hyperplan.wire import s3_xml
 from hyperplan.wire.s3_responses import ENVIRONMENT as CHECK_RESPONSES
 from hyperplan.wire.validate import check_output
 from tests.postgres import default_database_url
@@ -57,6 +61,28 @@ def check_response_shape(operation_model: Any, response_dict: dict[str, Any], **
         # A server killed while answering: the client cannot know the outcome, so neither does the test.
         raise ConnectionError(f"truncated response: {len(body)} of {declared} bytes")
     check_output(operation_model, json.loads(body or b"{}"))
+
+
+def check_query_response(operation_model: Any, response_dict: dict[str, Any], **_: Any) -> None:
+    """botocore hook for the query protocol (STS): a 200 answer is ``<OpResponse><OpResult>`` holding only
+    members of the output shape, of their types (wire/s3_xml.py's walk, the layout being REST-XML's), and
+    what botocore's QueryParser reads of it validates against the shape."""
+    if response_dict["status_code"] != 200:
+        return
+    shape = operation_model.output_shape
+    document = ElementTree.fromstring(response_dict["body"])
+    name = operation_model.name
+    assert s3_xml.local_name(document) == f"{name}Response", document.tag
+    wrapper = shape.serialization.get("resultWrapper") or f"{name}Result"
+    children = {s3_xml.local_name(child): child for child in document}
+    assert set(children) == {wrapper, "ResponseMetadata"}, sorted(children)
+    problems: list[s3_xml.Problem] = []
+    s3_xml.read(shape, children[wrapper], wrapper, problems)
+    assert not problems, s3_xml.summary(problems)
+    parsed = QueryParser().parse(response_dict, shape)
+    parsed.pop("ResponseMetadata", None)
+    report = ParamValidator().validate(parsed, shape)
+    assert not report.has_errors(), report.generate_report()
 
 
 def unisolated(data_dir: Path) -> dict[str, Any]:

@@ -26,7 +26,13 @@ from botocore.exceptions import ClientError
 from hyperplan.backends.fake import FakeWorld, Program
 from hyperplan.signing import Credentials
 from hyperplan.wire import model
-from tests.harness import REGION, SignerLeavingOut, wait_until
+from tests.harness import (
+    REGION,
+    SignerLeavingOut,
+    check_query_response,
+    check_response_shape,
+    wait_until,
+)
 from tests.inprocess import InProcessServer, Templates
 from tests.wire.badinput import bad_inputs
 
@@ -98,7 +104,9 @@ def _job(name: str, command: list[str]) -> dict[str, Any]:
 
 
 def _client(server: InProcessServer, service: str, credentials: Credentials) -> Any:
-    return boto3.client(
+    """A boto3 client whose every successful answer is checked against botocore's output shape (the
+    server's serializer checks it before sending too: wire/serialize.py)."""
+    client = boto3.client(
         service,
         endpoint_url=server.url,
         region_name=REGION,
@@ -106,6 +114,9 @@ def _client(server: InProcessServer, service: str, credentials: Credentials) -> 
         aws_secret_access_key=credentials.secret_key,
         config=Config(retries={"max_attempts": 1}),
     )
+    check = check_response_shape if service == "logs" else check_query_response
+    client.meta.events.register(f"before-parse.{service}.*", check)
+    return client
 
 
 def test_the_aws_cli_reads_a_jobs_output_from_cloudwatch_logs(served: dict[str, Any]) -> None:

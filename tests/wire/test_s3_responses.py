@@ -4,12 +4,15 @@ passes, and each kind of wrong one is caught, by the check and by the endpoint t
 from __future__ import annotations
 
 import os
+from typing import Any
 from unittest import mock
 
+import pytest
 from starlette.responses import Response
 
 from hyperplan.server.s3 import endpoint
-from hyperplan.wire import s3_responses
+from hyperplan.wire import model, s3_responses
+from tests.harness import check_query_response
 
 NS = s3_responses.NAMESPACE
 
@@ -66,3 +69,22 @@ def test_the_endpoint_answers_500_instead_of_an_answer_the_model_does_not_allow(
         refused = endpoint._checked("ListObjectsV2", bad, "R", "/b")
     assert refused.status_code == 500
     assert b"<Code>InternalError</Code>" in refused.body and b"unknown element &lt;Shiny&gt;" in refused.body
+
+
+def test_the_query_protocols_check_catches_a_member_the_model_lacks() -> None:
+    """tests/harness.py's check of STS's answers, which tests/server/test_aws_logs.py's clients run."""
+    operation = model.operation_model("GetCallerIdentity", model.STS)
+
+    def answer(inner: str) -> dict[str, Any]:
+        body = (
+            '<GetCallerIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/">'
+            f"<GetCallerIdentityResult>{inner}</GetCallerIdentityResult>"
+            "<ResponseMetadata><RequestId>r</RequestId></ResponseMetadata></GetCallerIdentityResponse>"
+        )
+        return {"status_code": 200, "headers": {}, "body": body.encode()}
+
+    right = "<UserId>AIDA1</UserId><Account>123456789012</Account><Arn>arn:aws:iam::123456789012:root</Arn>"
+    check_query_response(operation, answer(right))
+    for wrong in (right + "<Shiny>1</Shiny>", right + "<Account>2</Account>", "<UserId><Inner/></UserId>"):
+        with pytest.raises(AssertionError):
+            check_query_response(operation, answer(wrong))
