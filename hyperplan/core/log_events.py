@@ -1,15 +1,24 @@
 """CloudWatch Logs' reading rules over a stream's events, pure: paging tokens and filter patterns.
 
-A stream here only grows at its end, so a position in it (the index of an event) stays valid: tokens
-carry one. ``f/N`` reads forward from event N, ``b/N`` backward from it (the events before N); AWS's
-tokens are opaque too, and clients only hand back what they were given.
+A stream here only grows at its end, so a position in it (a ref's index in the stream and a line's number
+in that ref: services/log_reading.py) stays valid, and a token carries one: ``f/REF/LINE/MAC`` reads
+forward from that line, ``b/REF/LINE/MAC`` backward from it (the events before it). FilterLogEvents'
+token carries each stream's position. AWS's tokens are opaque too, and clients only hand back what they
+were given; these are signed (MAC: an HMAC under the server's key of the token and of the account, group
+and stream it was given for), so a token cannot be forged, altered, or used on another stream or by
+another account: a position read from one is one the server handed out for that stream.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
+import hmac
+import json
 import re
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -20,37 +29,56 @@ T = TypeVar("T")
 MAX_EVENTS = 10_000
 """GetLogEvents' and FilterLogEvents' most events an answer (AWS: 10,000 or 1 MB)."""
 
-_TOKEN = re.compile(r"([fb])/([0-9]{1,12})")
+Position = tuple[int, int]
+
+_TOKEN = re.compile(r"([fb])/([0-9]{1,9})/([0-9]{1,15})/([0-9a-f]{32})")
+_INVALID = "The specified nextToken is invalid."
 
 
-@dataclass(frozen=True)
-class EventPage:
-    start: int
-    end: int
-    """The events [start, end) of the stream."""
-    forward_token: str
-    backward_token: str
+def token_key(server_key: bytes) -> bytes:
+    """The key tokens are signed with, derived from a key every server of the store shares."""
+    return hmac.new(server_key, b"hyperplan: CloudWatch Logs paging tokens", hashlib.sha256).digest()
 
 
-def page(count: int, limit: int | None, token: str | None, from_head: bool) -> EventPage:
-    """Which of ``count`` events one GetLogEvents answer holds. Without a token: the first ``limit``
-    (``startFromHead``) or the last ``limit`` (the default, as AWS). At either end the token given back
-    is the one that was passed, so that a client that stops when the token repeats stops there."""
-    limit = MAX_EVENTS if limit is None else limit
-    if token:
-        match = _TOKEN.fullmatch(token)
-        if match is None or int(match[2]) > count:
-            raise InvalidParameter("The specified nextToken is invalid.")
-        direction, position = match[1], int(match[2])
-        if direction == "f":
-            start, end = position, min(count, position + limit)
-        else:
-            start, end = max(0, position - limit), position
-    elif from_head:
-        start, end = 0, min(count, limit)
-    else:
-        start, end = max(0, count - limit), count
-    return EventPage(start, end, f"f/{end:012d}", f"b/{start:012d}")
+def _mac(key: bytes, scope: Sequence[str], body: str) -> str:
+    message = "\n".join([*scope, body]).encode("utf-8", "surrogateescape")
+    return hmac.new(key, message, hashlib.sha256).hexdigest()[:32]
+
+
+def position_token(key: bytes, scope: Sequence[str], direction: str, position: Position) -> str:
+    """GetLogEvents' token: read forward (``f``) or backward (``b``) from `position`, for `scope`
+    (the account, the group and the stream)."""
+    body = f"{direction}/{position[0]}/{position[1]}"
+    return f"{body}/{_mac(key, scope, body)}"
+
+
+def read_position_token(key: bytes, scope: Sequence[str], token: str) -> tuple[str, Position]:
+    """(direction, position) of a token this server gave for `scope`; InvalidParameter for any other."""
+    match = _TOKEN.fullmatch(token)
+    if match is None:
+        raise InvalidParameter(_INVALID)
+    body = f"{match[1]}/{match[2]}/{match[3]}"
+    if not hmac.compare_digest(_mac(key, scope, body), match[4]):
+        raise InvalidParameter(_INVALID)
+    return match[1], (int(match[2]), int(match[3]))
+
+
+def streams_token(key: bytes, scope: Sequence[str], positions: Mapping[str, Position]) -> str:
+    """FilterLogEvents' token: where each stream's reading goes on."""
+    payload = json.dumps({name: list(at) for name, at in sorted(positions.items())}, separators=(",", ":"))
+    body = base64.urlsafe_b64encode(payload.encode()).decode().rstrip("=")
+    return f"{body}.{_mac(key, scope, body)}"
+
+
+def read_streams_token(key: bytes, scope: Sequence[str], token: str) -> dict[str, Position]:
+    body, _, mac = token.rpartition(".")
+    if not body or not hmac.compare_digest(_mac(key, scope, body), mac):
+        raise InvalidParameter(_INVALID)
+    try:
+        decoded = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        return {str(name): (int(at[0]), int(at[1])) for name, at in decoded.items()}
+    except (binascii.Error, ValueError, TypeError, AttributeError, IndexError):
+        raise InvalidParameter(_INVALID) from None
 
 
 def index_token(token: str | None, count: int) -> int:

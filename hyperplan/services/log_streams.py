@@ -7,30 +7,36 @@ A cluster's nodes write their lifecycle scripts' output to ``/aws/sagemaker/Clus
 stream per node, ``LifecycleConfig/GROUP/INSTANCE_ID``. An event is one line of output (stdout and
 stderr alike) with the time it was written (``backends/base.py``: ``read_lines``).
 
-Nothing is copied: each read goes to the back end. An account sees only its own jobs and clusters, so
-another account's group or stream is not found, as one that does not exist.
+Nothing is copied: each read goes to the back end, from a position (services/log_reading.py), so that
+a page costs what it holds, not the stream: GetLogEvents' tokens carry a position, FilterLogEvents' one
+per stream, signed (core/log_events.py); a start time is found by the index's times. An account sees
+only its own jobs and clusters, so another account's group or stream is not found, as one that does not
+exist, and a token given for one stream reads no other.
 """
 
 from __future__ import annotations
 
+import heapq
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy import select
 
-from hyperplan.backends.base import NodeRef, Ref, TaskRef, TimedLine, UnknownResource
+from hyperplan.backends.base import NodeRef, Ref, TaskRef, TimedLine
+from hyperplan.core import log_events
+from hyperplan.core.log_events import FilterPattern, Position
 from hyperplan.errors import InvalidParameter, ResourceNotFound
-from hyperplan.services import cluster_records, job_records
+from hyperplan.services import cluster_records, job_records, log_reading
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import ClusterNode, InstanceGroup
 
 JOBS_GROUP = "/aws/sagemaker/TrainingJobs"
 CLUSTERS_GROUP = "/aws/sagemaker/Clusters/"
-READ_BATCH = 5000
-MAX_STREAM_EVENTS = 1_000_000
-"""The most events one stream is read to; past them a stream reads as cut (a bound on one request's work)."""
+MAX_SCANNED = 100_000
+"""The most lines one FilterLogEvents call reads: past them it answers what it found and a token."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,42 @@ class LogEventView:
     stream: str
     time: datetime
     message: str
+    event_id: str = ""
+
+
+@dataclass(frozen=True)
+class EventsPage:
+    events: list[LogEventView]
+    forward_token: str
+    backward_token: str
+
+
+@dataclass(frozen=True)
+class FilteredPage:
+    events: list[LogEventView]
+    searched: list[tuple[str, bool]]  # (stream, searched completely?)
+    next_token: str | None
+
+
+@dataclass(frozen=True)
+class TimeBounds:
+    start: datetime | None = None  # inclusive
+    end: datetime | None = None  # exclusive
+
+    @classmethod
+    def of_millis(cls, start: int | None, end: int | None) -> TimeBounds:
+        def moment(millis: int | None) -> datetime | None:
+            return None if millis is None else datetime.fromtimestamp(millis / 1000, UTC)
+
+        if start is not None and end is not None and end < start:
+            raise InvalidParameter("endTime must not be before startTime.")
+        return cls(moment(start), moment(end))
+
+    def before(self, moment: datetime) -> bool:
+        return self.start is not None and moment < self.start
+
+    def past(self, moment: datetime) -> bool:
+        return self.end is not None and moment >= self.end
 
 
 @dataclass(frozen=True)
@@ -100,38 +142,109 @@ def group_name(runtime: ServiceContext, caller: Caller, identifier: str) -> str:
 
 def log_streams(runtime: ServiceContext, caller: Caller, group: str, prefix: str = "") -> list[LogStreamView]:
     """The group's streams whose names start with ``prefix``, by name, each with its first and last
-    event's times (which takes reading them: the prefix keeps that to the streams asked for)."""
+    event's times and size (from each ref's index and last batch: services/log_reading.py)."""
     views: list[LogStreamView] = []
     for source in _sources(runtime, caller, group):
         if not source.name.startswith(prefix):
             continue
-        lines = list(_lines(runtime, source))
+        summaries = [log_reading.summary(runtime.backend, ref) for ref in source.refs]
+        written = [summary for summary in summaries if summary.lines]
         views.append(
             LogStreamView(
                 source.name,
                 source.created_at,
                 f"{group_arn(runtime, caller.account_id, group)}:log-stream:{source.name}",
-                lines[0].time if lines else None,
-                lines[-1].time if lines else None,
-                sum(len(line.text.encode()) + 1 for line in lines),
+                written[0].first_time if written else None,
+                written[-1].last_time if written else None,
+                sum(summary.stored_bytes for summary in summaries),
             )
         )
     return sorted(views, key=lambda view: view.name)
 
 
-def events(runtime: ServiceContext, caller: Caller, group: str, stream: str) -> list[LogEventView]:
-    """Every event of one stream, in the order written (across a job's attempts, in order)."""
-    for source in _sources(runtime, caller, group):
-        if source.name == stream:
-            return [LogEventView(stream, line.time, line.text) for line in _lines(runtime, source)]
-    raise ResourceNotFound("The specified log stream does not exist.")
+def _key(runtime: ServiceContext) -> bytes:
+    return log_events.token_key(runtime.offering_key)
 
 
-def events_of_streams(
-    runtime: ServiceContext, caller: Caller, group: str, names: list[str] | None, prefix: str | None
-) -> tuple[list[str], list[LogEventView]]:
-    """FilterLogEvents' reading: the streams named (each must exist) or those under ``prefix`` (or all),
-    and their events merged in time order."""
+def get_events(
+    runtime: ServiceContext,
+    caller: Caller,
+    group: str,
+    stream: str,
+    *,
+    token: str | None,
+    from_head: bool,
+    bounds: TimeBounds,
+    limit: int,
+) -> EventsPage:
+    """GetLogEvents: a page of one stream's events, forward from a token's position (or the start time,
+    or the stream's start, with ``startFromHead``), or backward from it (without a token and
+    ``startFromHead``: the latest events, before the end time if one is given)."""
+    source = next((s for s in _sources(runtime, caller, group) if s.name == stream), None)
+    if source is None:
+        raise ResourceNotFound("The specified log stream does not exist.")
+    backend, refs = runtime.backend, source.refs
+    scope = (caller.account_id, group, stream)
+    if token:
+        direction, position = log_events.read_position_token(_key(runtime), scope, token)
+    elif from_head:
+        direction = "f"
+        position = log_reading.seek(backend, refs, bounds.start) if bounds.start is not None else (0, 0)
+    else:
+        direction = "b"
+        position = (
+            log_reading.seek(backend, refs, bounds.end)
+            if bounds.end is not None
+            else log_reading.end(backend, refs)
+        )
+    if direction == "f":
+        found, after = _forward_page(runtime, refs, position, bounds, limit)
+    else:
+        read = log_reading.backward(backend, refs, position, limit)
+        found = [
+            (at, line) for at, line in read if not bounds.before(line.time) and not bounds.past(line.time)
+        ]
+        after = (read[-1][0][0], read[-1][0][1] + 1) if read else position
+        position = read[0][0] if read else position
+    first = found[0][0] if found and direction == "f" else position
+    return EventsPage(
+        [LogEventView(stream, line.time, line.text) for _at, line in found],
+        log_events.position_token(_key(runtime), scope, "f", after),
+        log_events.position_token(_key(runtime), scope, "b", first),
+    )
+
+
+def _forward_page(
+    runtime: ServiceContext, refs: tuple[Ref, ...], position: Position, bounds: TimeBounds, limit: int
+) -> tuple[list[tuple[Position, TimedLine]], Position]:
+    """Up to `limit` lines within the bounds from `position`, and the position after the last one read
+    (a line past the end time is not read: the next page starts and stops there)."""
+    found: list[tuple[Position, TimedLine]] = []
+    after = position
+    for at, line in log_reading.forward(runtime.backend, refs, position):
+        if len(found) >= limit or bounds.past(line.time):
+            return found, at
+        after = (at[0], at[1] + 1)
+        if not bounds.before(line.time):
+            found.append((at, line))
+    return found, after
+
+
+def filter_events(
+    runtime: ServiceContext,
+    caller: Caller,
+    group: str,
+    *,
+    names: list[str] | None,
+    prefix: str | None,
+    token: str | None,
+    bounds: TimeBounds,
+    pattern: FilterPattern,
+    limit: int,
+) -> FilteredPage:
+    """FilterLogEvents: the streams named (each must exist) or those under ``prefix`` (or all), their
+    events that match merged in time order, from each stream's position in the token (or the start
+    time, or its start); at most MAX_SCANNED lines read a call."""
     if names is not None and prefix is not None:
         raise InvalidParameter("logStreamNames and logStreamNamePrefix cannot both be given.")
     sources = _sources(runtime, caller, group)
@@ -143,12 +256,89 @@ def events_of_streams(
         sources = [source for source in sources if source.name in set(names)]
     elif prefix is not None:
         sources = [source for source in sources if source.name.startswith(prefix)]
-    merged: list[tuple[datetime, int, int, LogEventView]] = []
-    for rank, source in enumerate(sorted(sources, key=lambda s: s.name)):
-        for index, line in enumerate(_lines(runtime, source)):
-            merged.append((line.time, rank, index, LogEventView(source.name, line.time, line.text)))
-    merged.sort(key=lambda entry: entry[:3])
-    return sorted(source.name for source in sources), [entry[3] for entry in merged]
+    sources.sort(key=lambda source: source.name)
+    scope = (caller.account_id, group)
+    given = log_events.read_streams_token(_key(runtime), scope, token) if token else {}
+    merge = _Merge(runtime, sources, given, bounds)
+    found: list[LogEventView] = []
+    scanned = 0
+    while len(found) < limit and scanned < MAX_SCANNED and (head := merge.take()) is not None:
+        scanned += 1
+        name, at, line = head
+        if not bounds.before(line.time) and pattern.matches(line.text):
+            found.append(LogEventView(name, line.time, line.text, _event_id(name, at)))
+    positions = merge.positions()
+    more = not merge.finished()
+    return FilteredPage(
+        found,
+        [(source.name, merge.done(source.name)) for source in sources],
+        log_events.streams_token(_key(runtime), scope, positions) if more else None,
+    )
+
+
+def _event_id(stream: str, at: Position) -> str:
+    return f"{zlib.crc32(stream.encode()):010d}{at[0]:05d}{at[1]:015d}"
+
+
+class _Merge:
+    """The streams' lines merged in time order (ties: by stream name), read lazily, each stream from its
+    own position; a stream ends at its end, or at its first line past the end time."""
+
+    def __init__(
+        self,
+        runtime: ServiceContext,
+        sources: list[_Source],
+        given: dict[str, Position],
+        bounds: TimeBounds,
+    ) -> None:
+        self.bounds = bounds
+        self.heads: list[tuple[datetime, int, Position, TimedLine]] = []
+        self.readers: dict[int, Iterator[tuple[Position, TimedLine]]] = {}
+        self.next: dict[str, Position] = {}
+        self.names = [source.name for source in sources]
+        self.ended: set[str] = set()
+        for rank, source in enumerate(sources):
+            start = given.get(source.name)
+            if start is None:
+                start = (
+                    log_reading.seek(runtime.backend, source.refs, bounds.start)
+                    if bounds.start is not None
+                    else (0, 0)
+                )
+            self.next[source.name] = start
+            self.readers[rank] = log_reading.forward(runtime.backend, source.refs, start)
+            self._advance(rank)
+
+    def _advance(self, rank: int) -> None:
+        name = self.names[rank]
+        for at, line in self.readers[rank]:
+            if self.bounds.past(line.time):
+                break  # not read: the stream stops here, this call and the next
+            heapq.heappush(self.heads, (line.time, rank, at, line))
+            return
+        self.ended.add(name)
+
+    def take(self) -> tuple[str, Position, TimedLine] | None:
+        if not self.heads:
+            return None
+        _time, rank, at, line = heapq.heappop(self.heads)
+        name = self.names[rank]
+        self.next[name] = (at[0], at[1] + 1)
+        self._advance(rank)
+        return name, at, line
+
+    def positions(self) -> dict[str, Position]:
+        """Where each stream goes on: its next unread line."""
+        found = dict(self.next)
+        for _time, rank, at, _line in self.heads:
+            found[self.names[rank]] = at
+        return found
+
+    def done(self, name: str) -> bool:
+        return name in self.ended and all(self.names[rank] != name for _t, rank, _a, _l in self.heads)
+
+    def finished(self) -> bool:
+        return not self.heads
 
 
 def _sources(runtime: ServiceContext, caller: Caller, group: str) -> list[_Source]:
@@ -201,20 +391,3 @@ def _cluster_sources(runtime: ServiceContext, caller: Caller, rest: str) -> list
             )
             for node, group in rows
         ]
-
-
-def _lines(runtime: ServiceContext, source: _Source) -> Iterator[TimedLine]:
-    """Each ref's timed lines in turn; one the back end has forgotten reads as empty."""
-    count = 0
-    for ref in source.refs:
-        cursor = 0
-        while count < MAX_STREAM_EVENTS:
-            try:
-                found = runtime.backend.read_lines(ref, cursor, READ_BATCH)
-            except UnknownResource:
-                break
-            yield from found.lines
-            count += len(found.lines)
-            if not found.lines or found.next_cursor == cursor:
-                break
-            cursor = found.next_cursor

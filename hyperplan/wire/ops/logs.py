@@ -12,7 +12,7 @@ from typing import Any
 from hyperplan.core import log_events
 from hyperplan.errors import InvalidParameter
 from hyperplan.services import log_streams
-from hyperplan.services.log_streams import LogEventView
+from hyperplan.services.log_streams import TimeBounds
 from hyperplan.wire.operations import RequestContext, operation
 
 DESCRIBE_LIMIT = 50
@@ -29,18 +29,6 @@ def _group(ctx: RequestContext, request: dict[str, Any]) -> str:
     if name is not None:
         return str(name)
     return log_streams.group_name(ctx.runtime, ctx.caller, str(identifier))
-
-
-def _in_bounds(events: list[LogEventView], request: dict[str, Any]) -> list[LogEventView]:
-    """startTime inclusive, endTime exclusive, as epoch milliseconds."""
-    start, end = request.get("startTime"), request.get("endTime")
-    if start is not None and end is not None and end < start:
-        raise InvalidParameter("endTime must not be before startTime.")
-    return [
-        event
-        for event in events
-        if (start is None or millis(event.time) >= start) and (end is None or millis(event.time) < end)
-    ]
 
 
 @operation("DescribeLogGroups", service="logs")
@@ -115,14 +103,20 @@ def describe_log_streams(ctx: RequestContext, request: dict[str, Any]) -> dict[s
 @operation("GetLogEvents", service="logs")
 def get_log_events(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
     group = _group(ctx, request)
-    events = _in_bounds(log_streams.events(ctx.runtime, ctx.caller, group, request["logStreamName"]), request)
-    page = log_events.page(
-        len(events), request.get("limit"), request.get("nextToken"), request.get("startFromHead", False)
+    page = log_streams.get_events(
+        ctx.runtime,
+        ctx.caller,
+        group,
+        request["logStreamName"],
+        token=request.get("nextToken"),
+        from_head=request.get("startFromHead", False),
+        bounds=TimeBounds.of_millis(request.get("startTime"), request.get("endTime")),
+        limit=request.get("limit", log_events.MAX_EVENTS),
     )
     return {
         "events": [
             {"timestamp": millis(event.time), "message": event.message, "ingestionTime": millis(event.time)}
-            for event in events[page.start : page.end]
+            for event in page.events
         ],
         "nextForwardToken": page.forward_token,
         "nextBackwardToken": page.backward_token,
@@ -132,13 +126,16 @@ def get_log_events(ctx: RequestContext, request: dict[str, Any]) -> dict[str, An
 @operation("FilterLogEvents", service="logs")
 def filter_log_events(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
     group = _group(ctx, request)
-    pattern = log_events.filter_pattern(request.get("filterPattern"))
-    names, events = log_streams.events_of_streams(
-        ctx.runtime, ctx.caller, group, request.get("logStreamNames"), request.get("logStreamNamePrefix")
-    )
-    numbered = [(n, e) for n, e in enumerate(_in_bounds(events, request)) if pattern.matches(e.message)]
-    found, token = log_events.slice_with_token(
-        numbered, request.get("nextToken"), request.get("limit", log_events.MAX_EVENTS)
+    page = log_streams.filter_events(
+        ctx.runtime,
+        ctx.caller,
+        group,
+        names=request.get("logStreamNames"),
+        prefix=request.get("logStreamNamePrefix"),
+        token=request.get("nextToken"),
+        bounds=TimeBounds.of_millis(request.get("startTime"), request.get("endTime")),
+        pattern=log_events.filter_pattern(request.get("filterPattern")),
+        limit=request.get("limit", log_events.MAX_EVENTS),
     )
     answer: dict[str, Any] = {
         "events": [
@@ -147,12 +144,14 @@ def filter_log_events(ctx: RequestContext, request: dict[str, Any]) -> dict[str,
                 "timestamp": millis(event.time),
                 "message": event.message,
                 "ingestionTime": millis(event.time),
-                "eventId": f"{number:020d}",
+                "eventId": event.event_id,
             }
-            for number, event in found
+            for event in page.events
         ],
-        "searchedLogStreams": [{"logStreamName": name, "searchedCompletely": True} for name in names],
+        "searchedLogStreams": [
+            {"logStreamName": name, "searchedCompletely": complete} for name, complete in page.searched
+        ],
     }
-    if token is not None:
-        answer["nextToken"] = token
+    if page.next_token is not None:
+        answer["nextToken"] = page.next_token
     return answer
