@@ -16,6 +16,7 @@ position handed out by one server reads the same line at another.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -42,19 +43,20 @@ class _Index:
 
 
 _lock = threading.Lock()
-_indexes: OrderedDict[tuple[int, Ref], _Index] = OrderedDict()
+_indexes: weakref.WeakKeyDictionary[Backend, OrderedDict[Ref, _Index]] = weakref.WeakKeyDictionary()
+"""Each back end's refs' indexes: they go with the back end (a test's server, and its fake back end)."""
 
 
 def _index(backend: Backend, ref: Ref) -> _Index:
-    key = (id(backend), ref)
     with _lock:
-        found = _indexes.get(key)
+        indexes = _indexes.setdefault(backend, OrderedDict())
+        found = indexes.get(ref)
         if found is None:
-            found = _indexes[key] = _Index()
-            while len(_indexes) > INDEXED_REFS:
-                _indexes.popitem(last=False)
+            found = indexes[ref] = _Index()
+            while len(indexes) > INDEXED_REFS:
+                indexes.popitem(last=False)
         else:
-            _indexes.move_to_end(key)
+            indexes.move_to_end(ref)
         return found
 
 

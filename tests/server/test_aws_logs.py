@@ -165,9 +165,23 @@ def test_get_log_events_pages_forward_and_backward_and_keeps_to_its_times(served
     assert (
         len(logs.get_log_events(**at, startTime=1_900_000_000_250, endTime=1_900_000_000_251)["events"]) == 4
     )
-    with pytest.raises(ClientError) as refused:
-        logs.get_log_events(**at, nextToken="f/not-a-token")
-    assert refused.value.response["Error"]["Code"] == "InvalidParameterException"
+    # Tokens are signed: one altered to name another place in the stream is refused, not read.
+    token = first["nextForwardToken"]
+    direction, ref, line, mac = token.split("/")
+    for forged in ("f/not-a-token", f"{direction}/{ref}/{int(line) + 1}/{mac}", f"b/{ref}/{line}/{mac}"):
+        with pytest.raises(ClientError) as refused:
+            logs.get_log_events(**at, nextToken=forged)
+        assert refused.value.response["Error"]["Code"] == "InvalidParameterException", forged
+    # FilterLogEvents a line a page: each event once, in order, until no token is given back.
+    messages: list[str] = []
+    token_arg: dict[str, str] = {}
+    while True:
+        page = logs.filter_log_events(logGroupName=GROUP, limit=1, **token_arg)
+        messages += [event["message"] for event in page["events"]]
+        if "nextToken" not in page:
+            break
+        token_arg = {"nextToken": page["nextToken"]}
+    assert messages == ["epoch 1 loss 0.9", "epoch 2 loss 0.5", "epoch 3 loss 0.2", "a warning"]
 
 
 def test_sts_names_the_caller(served: dict[str, Any]) -> None:
