@@ -152,7 +152,7 @@ class Call:
     bucket: str
     key: str
     operation: str = ""
-    body_read: bool = False
+    body_done: bool = False  # the body was read to its end
 
     def header(self, name: str) -> str | None:
         return self.request.headers.get(name)
@@ -163,10 +163,11 @@ class Call:
         )
 
     async def body_into(self, sink: IO[bytes], *, cap: int | None = None) -> Received:
-        self.body_read = True  # from here on the connection's framing is the body reader's concern
-        return await receive_body(
+        received = await receive_body(
             self.receive, self.request.headers, self.signature, self.limits, sink, cap=cap
         )
+        self.body_done = True
+        return received
 
     async def xml_body(self) -> tuple[dict[str, Any] | None, list[s3_xml.Problem]]:
         """The operation's XML body read against its payload's shape (wire/s3_model.py): the value (None
@@ -229,8 +230,10 @@ async def serve(
         response = await _HANDLERS[operation](call)
     except Exception as exc:  # every refusal becomes S3's XML error in one place
         response = s3_error_response(exc, request_id, resource, head=request.method == "HEAD")
-        if (call is None or not call.body_read) and _has_body(request.headers):
-            # The body was never read: the connection is closed after the answer instead.
+        if (call is None or not call.body_done) and _has_body(request.headers):
+            # The body was not read to its end (a refusal before it, or in it: too large, a bad
+            # checksum...): the connection is closed after the answer, not left with a client still
+            # sending what nobody reads.
             response.headers["connection"] = "close"
             receive = _no_more
     response.headers["x-amz-request-id"] = request_id
