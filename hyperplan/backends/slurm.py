@@ -654,7 +654,9 @@ class SlurmBackend:
             step = self._task_step(record, launch)
             if step is not None and terminate is not None:
                 self._enforce(directory, step, terminate)  # ordered before the step had started
-            if step is not None or self._srun_alive(directory, launch):
+            # A runner that has started ran in a step Slurm lists while it lives; before that, the
+            # step may still be coming (its srun trying).
+            if step is not None or (not started and self._srun_alive(directory, launch)):
                 return TaskStatus(TaskState.RUNNING if started and step else TaskState.PENDING)
             node_dir = self.nodes / record["node_id"]
             if terminate is None and (node_dir / "terminate.json").exists():
