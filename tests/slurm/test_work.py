@@ -61,7 +61,8 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
 ) -> None:
     server = slurm_server("manual")
     first_day = boundary_after(SERVER_START + timedelta(hours=1))
-    team, _other, plan = _split_plan(server, first_day)
+    team, other, plan = _split_plan(server, first_day)
+    other_id, _ = _user_of(server, "other")
     team_id, team_user = _user_of(server, "team")
     rc1, rc2 = f"hp-{team_id}-split-rc1", f"hp-{team_id}-split-rc2"
     script = server.data_dir / "s3" / "lifecycle" / "src" / "on_create.sh"
@@ -95,10 +96,69 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
     def running() -> list[dict[str, Any]]:
         return [n for n in nodes() if n["InstanceStatus"]["Status"] == "Running"]
 
-    # The first segment: two nodes, each a whole-node Slurm job of the account's user in rc1.
+    # `other`'s on-demand nodes: one p5 (the pool the plans book), one g5. The g5's Slurm node fails
+    # (drained): the instance is replaced on another node, as HyperPod's automatic node recovery does.
+    server.cli("buckets", "grant", "lifecycle", "other")
+    groups = []
+    for kind in ("p5.48xlarge", "g5.12xlarge"):
+        group = {
+            **config["InstanceGroups"][0],
+            "InstanceGroupName": f"od-{kind}",
+            "InstanceType": f"ml.{kind}",
+        }
+        del group["TrainingPlanArn"]
+        groups.append({**group, "InstanceCount": 1})
+    (tmp_path / "od-config.json").write_text(
+        json.dumps({"ClusterName": "od-cluster", "InstanceGroups": groups})
+    )
+    server.aws(
+        "sagemaker", "create-cluster", "--cli-input-json", f"file://{tmp_path / 'od-config.json'}",
+        credentials=other,
+    )  # fmt: skip
+
+    def od_nodes() -> dict[str, tuple[str, str, str]]:
+        """Each on-demand group's live node: instance id, status, Slurm node."""
+        found = server.aws(
+            "sagemaker", "list-cluster-nodes", "--cluster-name", "od-cluster", credentials=other
+        )
+        return {
+            n["InstanceGroupName"].removeprefix("od-"): (
+                n["InstanceId"], n["InstanceStatus"]["Status"], n["PrivateDnsHostname"].split(".")[1]
+            )
+            for n in found["ClusterNodeSummaries"]
+            if n["InstanceStatus"]["Status"] != "ShuttingDown"
+        }  # fmt: skip
+
+    def od_until(check: Callable[[dict[str, tuple[str, str, str]]], bool]) -> dict[str, tuple[str, str, str]]:
+        wait_until(lambda: check(od_nodes()), timeout=WAIT)
+        found = od_nodes()
+        assert check(found), found
+        return found
+
+    def recovered() -> list[dict[str, Any]]:
+        events = server.native().get("/api/v1/audit")["Events"]
+        return [e for e in events if e["Action"] == "cluster-node.recovered"]
+
+    both_running = lambda n: len(n) == 2 and {s for _, s, _ in n.values()} == {"Running"}  # noqa: E731
+    od = od_until(both_running)
+    g5_instance, _, g5_host = od["g5.12xlarge"]
+    cluster.client.drain([g5_host], "ECC errors")
+    try:
+        od = od_until(lambda n: both_running(n) and n["g5.12xlarge"][0] != g5_instance)
+        assert od["g5.12xlarge"][2] != g5_host
+        [event] = recovered()
+        assert event["Target"] == g5_instance and event["AccountId"] == other_id, event
+        assert event["Detail"]["SlurmNode"] == g5_host and "ECC errors" in event["Detail"]["Reason"], event
+    finally:
+        _resume(cluster, g5_host)
+    p5_instance, _, p5_host = od["p5.48xlarge"]
+
+    # The first segment: two nodes, each a whole-node Slurm job of the account's user in rc1. The
+    # reservation takes free nodes: the on-demand p5 node runs on.
     server.set_clock(first_day)
     assert wait_until(lambda: len(running()) == 2, timeout=WAIT), nodes()
     held = _held(cluster)
+    assert p5_host not in held[rc1].nodes and od_nodes()["p5.48xlarge"] == (p5_instance, "Running", p5_host)
     jobs = _jobs_of(cluster, team_user)
     assert len(jobs) == 2 and {j["reservation"] for j in jobs} == {rc1}, jobs
     assert {j["nodes"] for j in jobs} == set(held[rc1].nodes)
@@ -146,11 +206,26 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
         trainer.kill()
         trainer.wait(timeout=30)
 
-    # Back at the next segment, in rc2; after it, nothing of the account runs on the cluster.
+    # `other`'s own plan takes every p5 node for a day: its on-demand p5 node ends (SIGTERM, as at
+    # reclaim) for the reservation, and its replacement waits, Pending, until a p5 node is free again.
+    blocker = f"hp-{other_id}-blocker-rc1"
+    server.set_clock(first_day + DAY + timedelta(hours=1))
+    _until(cluster, lambda h: blocker in h and len(h[blocker].nodes) == 4)
+    od = od_until(lambda n: "p5.48xlarge" in n and n["p5.48xlarge"][0] != p5_instance)
+    assert od["p5.48xlarge"][1] == "Pending", od
+    taken = [e for e in recovered() if e["Target"] == p5_instance]
+    assert len(taken) == 1 and f"taken by the plan reservation {blocker}" in taken[0]["Detail"]["Reason"], (
+        taken
+    )
+
+    # Back at the next segment, in rc2; after it, nothing of the account runs on the cluster. The
+    # on-demand p5 node runs again, on a node rc2 does not hold.
     server.set_clock(first_day + 2 * DAY)
     assert wait_until(lambda: len(running()) == 2, timeout=WAIT), nodes()
     held = _until(cluster, lambda h: rc2 in h)
     assert {j["reservation"] for j in _jobs_of(cluster, team_user)} == {rc2}
+    od = od_until(lambda n: n.get("p5.48xlarge", ("", ""))[1] == "Running")
+    assert od["p5.48xlarge"][2] not in held[rc2].nodes
     assert {n["PrivateDnsHostname"].split(".")[1] for n in running()} == set(held[rc2].nodes)
 
     # Automatic node recovery: the Slurm node under a Running node is drained; the reservation takes a
