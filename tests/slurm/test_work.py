@@ -21,6 +21,7 @@ from tests.slurm.cluster import Cluster
 from tests.slurm.test_reservations import (
     DAY,
     WAIT,
+    _buy,
     _events,
     _held,
     _resume,
@@ -37,6 +38,7 @@ pytestmark = [
 __all__ = ["slurm_server"]  # the fixture, shared
 
 ROLE = "arn:aws:iam::123456789012:role/hyperpod"
+G5 = "ml.g5.12xlarge"
 ON_CREATE = (
     "#!/bin/sh\n"
     'echo "created on $SLURMD_NODENAME as $(id -un) until '
@@ -50,6 +52,16 @@ TRAINER = (
 )
 
 
+def _fleet_with_on_demand_g5(cluster: Cluster, directory: Path) -> Path:
+    """The dev cluster's fleet with two of the g5 pool's four nodes kept out of plans (on-demand)."""
+    text = cluster.fleet.read_text()
+    g5 = f'instance_type = "{G5}"\n'
+    assert text.count(g5) == 1
+    fleet = directory / "fleet.toml"
+    fleet.write_text(text.replace(g5, g5 + "count = 4\nreservable = 2\n"))
+    return fleet
+
+
 def _jobs_of(cluster: Cluster, user: str) -> list[dict[str, str]]:
     text = cluster.client.run("squeue", "--noheader", f"--user={user}", "--format=%i|%j|%T|%N|%R|%v")
     keys = ("id", "name", "state", "nodes", "reason", "reservation")
@@ -57,12 +69,13 @@ def _jobs_of(cluster: Cluster, user: str) -> list[dict[str, str]]:
 
 
 def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reservations(
-    cluster: Cluster, slurm_server: Callable[[str], Server], tmp_path: Path
+    cluster: Cluster, slurm_server: Callable[..., Server], tmp_path: Path
 ) -> None:
-    server = slurm_server("manual")
+    server = slurm_server("manual", _fleet_with_on_demand_g5(cluster, tmp_path))
     first_day = boundary_after(SERVER_START + timedelta(hours=1))
     team, other, plan = _split_plan(server, first_day)
     other_id, _ = _user_of(server, "other")
+    _buy(server, other, "g5plan", 2, 24, first_day + DAY, first_day + 2 * DAY, instance_type=G5)
     team_id, team_user = _user_of(server, "team")
     rc1, rc2 = f"hp-{team_id}-split-rc1", f"hp-{team_id}-split-rc2"
     script = server.data_dir / "s3" / "lifecycle" / "src" / "on_create.sh"
@@ -96,69 +109,55 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
     def running() -> list[dict[str, Any]]:
         return [n for n in nodes() if n["InstanceStatus"]["Status"] == "Running"]
 
-    # `other`'s on-demand nodes: one p5 (the pool the plans book), one g5. The g5's Slurm node fails
-    # (drained): the instance is replaced on another node, as HyperPod's automatic node recovery does.
+    # `other`'s on-demand nodes (g5: two of the pool's four nodes are kept out of plans). The Slurm node
+    # under one fails (drained): the instance is replaced by a new one on another node, as HyperPod's
+    # automatic node recovery does. The node stays drained until the third day.
     server.cli("buckets", "grant", "lifecycle", "other")
-    groups = []
-    for kind in ("p5.48xlarge", "g5.12xlarge"):
-        group = {
-            **config["InstanceGroups"][0],
-            "InstanceGroupName": f"od-{kind}",
-            "InstanceType": f"ml.{kind}",
-        }
-        del group["TrainingPlanArn"]
-        groups.append({**group, "InstanceCount": 1})
+    group = {**config["InstanceGroups"][0], "InstanceGroupName": "od-g5", "InstanceType": G5}
+    del group["TrainingPlanArn"]
     (tmp_path / "od-config.json").write_text(
-        json.dumps({"ClusterName": "od-cluster", "InstanceGroups": groups})
+        json.dumps({"ClusterName": "od-cluster", "InstanceGroups": [group]})
     )
     server.aws(
         "sagemaker", "create-cluster", "--cli-input-json", f"file://{tmp_path / 'od-config.json'}",
         credentials=other,
     )  # fmt: skip
 
-    def od_nodes() -> dict[str, tuple[str, str, str]]:
-        """Each on-demand group's live node: instance id, status, Slurm node."""
+    def od_nodes() -> dict[str, tuple[str, str]]:
+        """The on-demand group's nodes but those shutting down: instance id -> status, Slurm node."""
         found = server.aws(
             "sagemaker", "list-cluster-nodes", "--cluster-name", "od-cluster", credentials=other
         )
         return {
-            n["InstanceGroupName"].removeprefix("od-"): (
-                n["InstanceId"], n["InstanceStatus"]["Status"], n["PrivateDnsHostname"].split(".")[1]
-            )
+            n["InstanceId"]: (n["InstanceStatus"]["Status"], n["PrivateDnsHostname"].split(".")[1])
             for n in found["ClusterNodeSummaries"]
             if n["InstanceStatus"]["Status"] != "ShuttingDown"
-        }  # fmt: skip
+        }
 
-    def od_until(check: Callable[[dict[str, tuple[str, str, str]]], bool]) -> dict[str, tuple[str, str, str]]:
+    def od_until(check: Callable[[dict[str, tuple[str, str]]], bool]) -> dict[str, tuple[str, str]]:
         wait_until(lambda: check(od_nodes()), timeout=WAIT)
         found = od_nodes()
         assert check(found), found
         return found
 
-    def recovered() -> list[dict[str, Any]]:
+    def recovered() -> dict[str, dict[str, Any]]:
         events = server.native().get("/api/v1/audit")["Events"]
-        return [e for e in events if e["Action"] == "cluster-node.recovered"]
+        return {e["Target"]: e for e in events if e["Action"] == "cluster-node.recovered"}
 
-    both_running = lambda n: len(n) == 2 and {s for _, s, _ in n.values()} == {"Running"}  # noqa: E731
-    od = od_until(both_running)
-    g5_instance, _, g5_host = od["g5.12xlarge"]
-    cluster.client.drain([g5_host], "ECC errors")
-    try:
-        od = od_until(lambda n: both_running(n) and n["g5.12xlarge"][0] != g5_instance)
-        assert od["g5.12xlarge"][2] != g5_host
-        [event] = recovered()
-        assert event["Target"] == g5_instance and event["AccountId"] == other_id, event
-        assert event["Detail"]["SlurmNode"] == g5_host and "ECC errors" in event["Detail"]["Reason"], event
-    finally:
-        _resume(cluster, g5_host)
-    p5_instance, _, p5_host = od["p5.48xlarge"]
+    two_running = lambda n: [s for s, _ in n.values()] == ["Running"] * 2  # noqa: E731
+    od = od_until(two_running)
+    failed_instance, (_, failed_host) = sorted(od.items())[0]
+    cluster.client.drain([failed_host], "ECC errors")
+    od = od_until(lambda n: two_running(n) and failed_instance not in n)
+    assert failed_host not in {host for _, host in od.values()}
+    event = recovered()[failed_instance]
+    assert event["AccountId"] == other_id and event["Detail"]["SlurmNode"] == failed_host, event
+    assert "ECC errors" in event["Detail"]["Reason"], event
 
-    # The first segment: two nodes, each a whole-node Slurm job of the account's user in rc1. The
-    # reservation takes free nodes: the on-demand p5 node runs on.
+    # The first segment: two nodes, each a whole-node Slurm job of the account's user in rc1.
     server.set_clock(first_day)
     assert wait_until(lambda: len(running()) == 2, timeout=WAIT), nodes()
     held = _held(cluster)
-    assert p5_host not in held[rc1].nodes and od_nodes()["p5.48xlarge"] == (p5_instance, "Running", p5_host)
     jobs = _jobs_of(cluster, team_user)
     assert len(jobs) == 2 and {j["reservation"] for j in jobs} == {rc1}, jobs
     assert {j["nodes"] for j in jobs} == set(held[rc1].nodes)
@@ -206,26 +205,27 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
         trainer.kill()
         trainer.wait(timeout=30)
 
-    # `other`'s own plan takes every p5 node for a day: its on-demand p5 node ends (SIGTERM, as at
-    # reclaim) for the reservation, and its replacement waits, Pending, until a p5 node is free again.
-    blocker = f"hp-{other_id}-blocker-rc1"
+    # `other`'s g5 plan starts: its reservation (made at once, IGNORE_JOBS) takes the pool's free healthy
+    # node and, the pool being short, one of the on-demand nodes, which ends (SIGTERM, as at reclaim)
+    # and is replaced by a new instance, Pending until a g5 node is free again.
+    g5plan = f"hp-{other_id}-g5plan-rc1"
     server.set_clock(first_day + DAY + timedelta(hours=1))
-    _until(cluster, lambda h: blocker in h and len(h[blocker].nodes) == 4)
-    od = od_until(lambda n: "p5.48xlarge" in n and n["p5.48xlarge"][0] != p5_instance)
-    assert od["p5.48xlarge"][1] == "Pending", od
-    taken = [e for e in recovered() if e["Target"] == p5_instance]
-    assert len(taken) == 1 and f"taken by the plan reservation {blocker}" in taken[0]["Detail"]["Reason"], (
-        taken
-    )
+    held = _until(cluster, lambda h: g5plan in h and len(h[g5plan].nodes) == 2)
+    assert failed_host not in held[g5plan].nodes
+    [(taken_instance, (_, taken_host))] = [(i, n) for i, n in od.items() if n[1] in held[g5plan].nodes]
+    od = od_until(lambda n: taken_instance not in n and len(n) == 2)
+    assert sorted(s for s, _ in od.values()) == ["Pending", "Running"], od
+    event = recovered()[taken_instance]
+    assert f"Slurm node {taken_host} is taken by the plan reservation {g5plan}" in event["Detail"]["Reason"]
 
-    # Back at the next segment, in rc2; after it, nothing of the account runs on the cluster. The
-    # on-demand p5 node runs again, on a node rc2 does not hold.
+    # Back at the next segment, in rc2; after it, nothing of the account runs on the cluster. The g5
+    # plan has ended: the on-demand group runs whole again.
+    _resume(cluster, failed_host)
     server.set_clock(first_day + 2 * DAY)
+    od_until(two_running)
     assert wait_until(lambda: len(running()) == 2, timeout=WAIT), nodes()
     held = _until(cluster, lambda h: rc2 in h)
     assert {j["reservation"] for j in _jobs_of(cluster, team_user)} == {rc2}
-    od = od_until(lambda n: n.get("p5.48xlarge", ("", ""))[1] == "Running")
-    assert od["p5.48xlarge"][2] not in held[rc2].nodes
     assert {n["PrivateDnsHostname"].split(".")[1] for n in running()} == set(held[rc2].nodes)
 
     # Automatic node recovery: the Slurm node under a Running node is drained; the reservation takes a
@@ -291,7 +291,7 @@ def _buy_for_jobs(
 
 
 def test_a_two_node_training_job_is_one_slurm_job_interrupted_at_reclaim_and_resumed(
-    cluster: Cluster, slurm_server: Callable[[str], Server], monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, slurm_server: Callable[..., Server], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name, value in {"HYPERPLAN_JOB_RECLAIM_GRACE": "5", "HYPERPLAN_JOB_CHECKPOINT_SYNC": "0.3"}.items():
         monkeypatch.setenv(name, value)
@@ -373,7 +373,7 @@ def test_a_two_node_training_job_is_one_slurm_job_interrupted_at_reclaim_and_res
 
 
 def test_hyperplan_and_slurmctld_restarted_mid_segment_lose_nothing_and_leave_no_stray_job(
-    cluster: Cluster, slurm_server: Callable[[str], Server]
+    cluster: Cluster, slurm_server: Callable[..., Server]
 ) -> None:
     server = slurm_server("manual")
     first_day = boundary_after(SERVER_START + timedelta(hours=1))
