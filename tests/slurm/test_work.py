@@ -38,7 +38,7 @@ pytestmark = [
 __all__ = ["slurm_server"]  # the fixture, shared
 
 ROLE = "arn:aws:iam::123456789012:role/hyperpod"
-G5 = "ml.g5.12xlarge"
+G5 = "ml.p5e.48xlarge"  # the dev cluster's g5 nodes, in _fleet_with_on_demand_g5
 ON_CREATE = (
     "#!/bin/sh\n"
     'echo "created on $SLURMD_NODENAME as $(id -un) until '
@@ -53,12 +53,13 @@ TRAINER = (
 
 
 def _fleet_with_on_demand_g5(cluster: Cluster, directory: Path) -> Path:
-    """The dev cluster's fleet with two of the g5 pool's four nodes kept out of plans (on-demand)."""
+    """The dev cluster's fleet with its g5 nodes sold as a type plans can book (ml.p5e.48xlarge, the
+    nodes' feature unchanged), two of the four kept out of plans (on-demand)."""
     text = cluster.fleet.read_text()
-    g5 = f'instance_type = "{G5}"\n'
+    g5 = 'instance_type = "ml.g5.12xlarge"\n'
     assert text.count(g5) == 1
     fleet = directory / "fleet.toml"
-    fleet.write_text(text.replace(g5, g5 + "count = 4\nreservable = 2\n"))
+    fleet.write_text(text.replace(g5, f'instance_type = "{G5}"\ncount = 4\nreservable = 2\n'))
     return fleet
 
 
