@@ -101,8 +101,12 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
     aws = lambda *args: server.aws(*args, credentials=team)  # noqa: E731
     aws("sagemaker", "create-cluster", "--cli-input-json", f"file://{tmp_path / 'cluster-config.json'}")
 
+    team_sagemaker = server.sagemaker(team)
+
     def nodes() -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = aws("sagemaker", "list-cluster-nodes", "--cluster-name", "ml-cluster")[
+        """Polled with boto3 (each CLI call is a new Python process: seconds on a loaded machine); the
+        CLI's own answer is checked once below."""
+        found: list[dict[str, Any]] = team_sagemaker.list_cluster_nodes(ClusterName="ml-cluster")[
             "ClusterNodeSummaries"
         ]
         return found
@@ -124,14 +128,14 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
         credentials=other,
     )  # fmt: skip
 
+    sagemaker = server.sagemaker(other)  # boto3: quicker to poll than the CLI
+
     def od_nodes() -> dict[str, tuple[str, str]]:
         """The on-demand group's nodes but those shutting down: instance id -> status, Slurm node."""
-        found = server.aws(
-            "sagemaker", "list-cluster-nodes", "--cluster-name", "od-cluster", credentials=other
-        )
+        found = sagemaker.list_cluster_nodes(ClusterName="od-cluster")["ClusterNodeSummaries"]
         return {
             n["InstanceId"]: (n["InstanceStatus"]["Status"], n["PrivateDnsHostname"].split(".")[1])
-            for n in found["ClusterNodeSummaries"]
+            for n in found
             if n["InstanceStatus"]["Status"] != "ShuttingDown"
         }
 
@@ -159,6 +163,8 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
     server.set_clock(first_day)
     assert wait_until(lambda: len(running()) == 2, timeout=WAIT), nodes()
     held = _held(cluster)
+    listed = aws("sagemaker", "list-cluster-nodes", "--cluster-name", "ml-cluster")["ClusterNodeSummaries"]
+    assert {n["InstanceId"] for n in listed} == {n["InstanceId"] for n in running()}
     jobs = _jobs_of(cluster, team_user)
     assert len(jobs) == 2 and {j["reservation"] for j in jobs} == {rc1}, jobs
     assert {j["nodes"] for j in jobs} == set(held[rc1].nodes)
@@ -236,10 +242,8 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
     cluster.client.drain([failed], "GPU fell off the bus")
     try:
         held = _until(cluster, lambda h: rc2 in h and failed not in h[rc2].nodes and len(h[rc2].nodes) == 2)
-        assert wait_until(
-            lambda: len(running()) == 2 and old["InstanceId"] not in {n["InstanceId"] for n in running()},
-            timeout=WAIT,
-        ), nodes()
+        replaced = lambda found: len(found) == 2 and old["InstanceId"] not in {n["InstanceId"] for n in found}  # noqa: E731
+        assert wait_until(lambda: replaced(running()), timeout=WAIT), nodes()  # (one look: not two)
         assert {n["PrivateDnsHostname"].split(".")[1] for n in running()} == set(held[rc2].nodes)
         assert {j["nodes"] for j in _jobs_of(cluster, team_user)} == set(held[rc2].nodes)
         # Gone from ListClusterNodes and DescribeClusterNode once terminated, as on HyperPod; the
