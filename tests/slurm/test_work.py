@@ -190,6 +190,22 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
     assert shown[1] == f"created on {host} as {team_user} until {end}"
     trainer_home = Path(shown[2])  # the node's home, on the shared work root
 
+    # A command that swaps its own logs and record for links to a file of the server's, then kills its
+    # runner so that nothing writes over them: the server answers, and nothing of that file comes back.
+    secret = server.data_dir / "secret.txt"
+    secret.write_text("the server's secret\n")
+    secret.chmod(0o600)
+    forger = (
+        'out="${HYPERPLAN_ENV_DIR%/nodes/*}/tasks/$HYPERPLAN_TASK_ID/out"; '
+        "for f in exit.json stdout.log stderr.log timed.log; do "
+        f'rm -f "$out/$f"; ln -s {secret} "$out/$f"; done; '
+        'kill -KILL "$(cut -d" " -f4 /proc/$PPID/stat)"'
+    )
+    forged = server.cli(
+        "clusters", "exec", "ml-cluster", node_id, "--", "sh", "-c", forger, credentials=team, check=False
+    )
+    assert forged.returncode == 1 and "secret" not in forged.stdout + forged.stderr, forged
+
     # A training process of the user's own, started with srun in the node's job, is warned at reclaim.
     assert trainer_home.name == "home" and trainer_home.stat().st_uid != 0
     (trainer_home / "trainer.sh").write_text(TRAINER)
