@@ -669,8 +669,28 @@ class SlurmBackend:
                 return TaskStatus(TaskState.PENDING)
             job = self._job(job_id)
             if job is not None and job.state in LIVE_JOB_STATES:
-                return TaskStatus(TaskState.RUNNING if started else TaskState.PENDING)
-        ended = _runner_exit(out / "exit.json")  # written just before the step went
+                if not _grouped(record) or _runner_exit(out / "exit.json") is None:
+                    return TaskStatus(TaskState.RUNNING if started else TaskState.PENDING)
+                # A group's member may end before the others (its node's runner is done while the job
+                # runs on): its record is taken, and once every member has ended so must the job, so
+                # that members claiming an end they have not reached cannot keep it running unseen.
+                status = self._end_from_record(directory, _runner_exit(out / "exit.json"), job, record)
+                self._end_group_if_over(record, job_id)
+                return status
+        return self._end_from_record(
+            directory, _runner_exit(out / "exit.json"), job, record, terminate, started
+        )
+
+    def _end_from_record(
+        self,
+        directory: Path,
+        ended: RunnerExit | str | None,
+        job: Job | None,
+        record: Mapping[str, Any],
+        terminate: Mapping[str, Any] | None = None,
+        started: bool = False,
+    ) -> TaskStatus:
+        """A task whose step or job has ended (or a group's member whose runner has said so): how."""
         if isinstance(ended, str):
             return self._end_task(directory, TaskState.LOST, message=f"it ended, but {ended}")
         if ended is not None:
@@ -684,16 +704,24 @@ class SlurmBackend:
     def _checked(ended: RunnerExit, job: Job | None, record: Mapping[str, Any]) -> RunnerExit:
         """A sandbox's runner is its job's batch script: Slurm recorded how the runner ended, which is
         how the program did (its code, or 128 + its signal). Where the two disagree, Slurm's record is
-        the truth. (A group's batch script is srun, a node task's runner a step: only the record.)"""
-        placement = _placement_of(record.get("placement"))
-        grouped = placement is not None and placement.group is not None and placement.group_size > 1
-        if job is None or grouped or (job.signal == 0 and job.exit_code == ended.wait_status_code()):
+        the truth, when the batch script ended by itself (COMPLETED, FAILED: a cancelled job's code is
+        Slurm's own). (A group's batch script is srun, a node task's runner a step: only the record.)"""
+        if job is None or _grouped(record) or job.state not in ("COMPLETED", "FAILED"):
+            return ended
+        if job.signal == 0 and job.exit_code == ended.wait_status_code():
             return ended
         if job.signal:
             return RunnerExit(None, job.signal)
         if job.exit_code > 128 and job.exit_code - 128 <= 64:
             return RunnerExit(None, job.exit_code - 128)
         return RunnerExit(job.exit_code, None)
+
+    def _end_group_if_over(self, record: Mapping[str, Any], job_id: int) -> None:
+        placement = _placement_of(record.get("placement"))
+        group = _read(self.groups / str(placement.group if placement else "") / "group.json") or {}
+        members = [Path(str(member)) for member in group.get("members", [])]
+        if members and all(tenant_files.exists(member / "state.json") for member in members):
+            self._cancel(str(job_id))
 
     def _enforce(self, directory: Path, step: str, order: Mapping[str, Any]) -> None:
         if not (directory / "signalled").exists():
@@ -1197,6 +1225,12 @@ def _status_of(record: Mapping[str, Any], directory: Path | None = None) -> Task
     if not message and directory is not None:
         message = tail(directory / "out" / "stderr.log")
     return TaskStatus(TaskState(record["state"]), record.get("exit_code"), record.get("signal"), message)
+
+
+def _grouped(record: Mapping[str, Any]) -> bool:
+    """A member of a multi-node group (one Slurm job for all)."""
+    placement = _placement_of(record.get("placement"))
+    return placement is not None and placement.group is not None and placement.group_size > 1
 
 
 def _killed_by(signal: int | None) -> str:
