@@ -98,7 +98,7 @@ from hyperplan.backends.layout import (
     tail,
     write_atomically,
 )
-from hyperplan.core.runner_records import MAX_RECORD_BYTES, BadRecord, RunnerExit, parse_exit_record
+from hyperplan.backends.runner_records import MAX_RECORD_BYTES, BadRecord, RunnerExit, parse_exit_record
 from hyperplan.slurm.client import SlurmClient, SlurmError
 from hyperplan.slurm.parse import Job
 
@@ -1213,9 +1213,14 @@ def _not_yet(error: SlurmError) -> bool:
 
 
 def _script_argv(script: Path, args: Sequence[str]) -> list[str]:
-    if not script.is_file():
+    # Opened as the local agent does: no link followed (we are root), no FIFO waited on.
+    try:
+        fd = tenant_files.open_regular(script)
+    except tenant_files.Refused as refused:
+        raise BackendError(f"OnCreate script {script.name}: {refused}") from None
+    if fd is None:
         raise BackendError(f"OnCreate script {script.name}: no such file in the lifecycle scripts")
-    with script.open("rb") as head:
+    with os.fdopen(fd, "rb") as head:
         shebang = head.readline(256).startswith(b"#!")
     return [str(script), *args] if shebang and os.access(script, os.X_OK) else ["/bin/sh", str(script), *args]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hyperplan.core.runner_records import MAX_RECORD_BYTES, BadRecord, RunnerExit, parse_exit_record
+from hyperplan.backends.runner_records import MAX_RECORD_BYTES, BadRecord, RunnerExit, parse_exit_record
 
 
 def test_the_runners_own_records_read_as_written() -> None:

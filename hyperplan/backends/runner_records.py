@@ -3,7 +3,8 @@
 On the Slurm back end the runner (``backends/slurm_runner.py``) runs as the account's OS user and writes
 its records in a directory that user owns, so the program it runs can rewrite them: a record is a
 tenant's claim, never a fact. This module takes the bytes the server read (already capped in size) and
-returns the values, or :class:`BadRecord` saying what is wrong with them. Pure: bytes in, values out.
+returns the values, or :class:`BadRecord` saying what is wrong with them. Pure (bytes in, values
+out), as core is; it lives here because back ends import no core module.
 """
 
 from __future__ import annotations
