@@ -113,6 +113,8 @@ SUBMIT_RETRY_SECONDS = 120.0
 ON_DEMAND_MARGIN = timedelta(minutes=2)
 """A job refused because its reservation does not exist yet (it is made when the segment starts) is
 submitted again at each look for this long; then the node or task fails with Slurm's answer."""
+CANCEL_AGAIN_SECONDS = 10.0
+"""A node being failed (its OnCreate record says so) is cancelled again this often until its job ends."""
 STEP_START_SECONDS = 60.0
 """A step's srun that has gone without its runner ever starting: Lost after this long."""
 RUNNER = Path(slurm_runner.__file__).resolve()
@@ -395,8 +397,9 @@ class SlurmBackend:
         if failed:
             # Settled only once Slurm says the job has ended: the record is the user's word, and a node
             # forgotten while its job runs would escape every later kill.
-            if not tenant_files.exists(directory / "failing"):
-                (directory / "failing").touch()
+            marker = directory / "failing"
+            if not tenant_files.exists(marker) or time.time() - marker.stat().st_mtime > CANCEL_AGAIN_SECONDS:
+                marker.touch()  # (cancelled again now and then: a cancel Slurm did not take is not final)
                 self._cancel(str(job_id))
             return NodeStatus(NodeState.PENDING, host=host)
         if job.state == "RUNNING" and tenant_files.exists(directory / "out" / "held"):
