@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from hyperplan.backends import tenant_files
 from hyperplan.backends.base import LogStream, Placement, RunAs
 
 T = TypeVar("T")
@@ -197,13 +198,8 @@ def write_atomically(path: Path, data: bytes, mode: int = RECORD_MODE) -> None:
 
 
 def tail(path: Path, limit: int = 2000) -> str:
-    """The end of a log, for a status message."""
-    try:
-        with path.open("rb") as log:
-            log.seek(max(0, log.seek(0, os.SEEK_END) - limit))
-            return log.read().decode(errors="replace").strip()
-    except FileNotFoundError:
-        return ""
+    """The end of a log, for a status message (read as a tenant's file: no link, FIFO or giant read)."""
+    return tenant_files.tail(path, limit)
 
 
 # --- paths ------------------------------------------------------------------------------------------

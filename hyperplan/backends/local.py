@@ -49,7 +49,7 @@ from pathlib import Path
 from signal import SIGKILL, SIGUSR1, Signals
 
 import hyperplan
-from hyperplan.backends import procfs
+from hyperplan.backends import procfs, tenant_files
 from hyperplan.backends.base import (
     EXEC_OUTPUT_LIMIT,
     AdoptReport,
@@ -244,12 +244,7 @@ class LocalBackend:
             path = self._node(ref.node_id).log(stream)
         else:
             path = self._task(ref.task_id).log(stream)
-        try:
-            with path.open("rb") as log:
-                log.seek(offset)
-                data = log.read(limit)
-        except FileNotFoundError:
-            data = b""
+        data = tenant_files.read_at(path, offset, limit)
         return LogChunk(data, offset + len(data))
 
     def read_lines(self, ref: Ref, cursor: int = 0, limit: int = 1000) -> TimedLines:

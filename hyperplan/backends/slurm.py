@@ -58,7 +58,7 @@ from pathlib import Path
 from signal import SIGKILL, SIGTERM, Signals
 from typing import Any
 
-from hyperplan.backends import slurm_runner
+from hyperplan.backends import slurm_runner, tenant_files
 from hyperplan.backends.base import (
     ENV_DIR_VARIABLE,
     EXEC_OUTPUT_LIMIT,
@@ -98,6 +98,7 @@ from hyperplan.backends.layout import (
     tail,
     write_atomically,
 )
+from hyperplan.backends.runner_records import MAX_RECORD_BYTES, BadRecord, RunnerExit, parse_exit_record
 from hyperplan.slurm.client import SlurmClient, SlurmError
 from hyperplan.slurm.parse import Job
 
@@ -112,9 +113,13 @@ SUBMIT_RETRY_SECONDS = 120.0
 ON_DEMAND_MARGIN = timedelta(minutes=2)
 """A job refused because its reservation does not exist yet (it is made when the segment starts) is
 submitted again at each look for this long; then the node or task fails with Slurm's answer."""
+CANCEL_AGAIN_SECONDS = 10.0
+"""A node being failed (its OnCreate record says so) is cancelled again this often until its job ends."""
 STEP_START_SECONDS = 60.0
 """A step's srun that has gone without its runner ever starting: Lost after this long."""
 RUNNER = Path(slurm_runner.__file__).resolve()
+RECORD_LIMIT = 1 << 20
+"""The most bytes of one of the server's own records read (they are a few hundred)."""
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 
@@ -145,13 +150,31 @@ def _write(path: Path, value: Mapping[str, Any], mode: int = 0o600) -> None:
 
 
 def _read(path: Path) -> dict[str, Any] | None:
+    """One of the server's own records (in a directory of its own; read as carefully as a tenant's)."""
     try:
-        value = json.loads(path.read_bytes())
-    except FileNotFoundError:
+        data = tenant_files.read_capped(path, RECORD_LIMIT)
+    except tenant_files.Refused:
         return None
+    if data is None:
+        return None
+    try:
+        value = json.loads(data)
     except ValueError:
         return None  # a file being replaced is never half-read (rename), but a foreign one might be
     return value if isinstance(value, dict) else None
+
+
+def _runner_exit(path: Path) -> RunnerExit | str | None:
+    """How the runner says its program ended (``exit.json``, in a directory the account's user owns):
+    None when it has not said, the words of the refusal when its record is not one the server takes (a
+    link, a FIFO, a giant file, values out of range: the program may have rewritten it)."""
+    try:
+        data = tenant_files.read_capped(path, MAX_RECORD_BYTES)
+        if data is None:
+            return None
+        return parse_exit_record(data)
+    except (tenant_files.Refused, BadRecord) as refused:
+        return f"its runner's record {path.parent.name}/{path.name} is refused: {refused}"
 
 
 def _run_as_record(run_as: RunAs | None) -> dict[str, Any] | None:
@@ -177,7 +200,7 @@ class SlurmBackend:
             make_dir(directory, PASSAGE_MODE)
         self._lock = threading.RLock()
         self._cache: tuple[float, dict[int, Job]] = (0.0, {})
-        self._steps: tuple[float, set[str]] = (0.0, set())
+        self._steps: tuple[float, dict[str, str]] = (0.0, {})  # live steps: id (J.S) -> name
         self._timers: set[threading.Timer] = set()
         self._launches: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -355,8 +378,9 @@ class SlurmBackend:
             return NodeStatus(NodeState.SHUTTING_DOWN if terminating else NodeState.PENDING)
         job = self._job(job_id)
         host = job.nodes[0] if job is not None and job.nodes else ""
-        on_create = _read(directory / "oncreate" / "out" / "exit.json")
-        failed = self._on_create_failure(directory, on_create)
+        failed = self._on_create_failure(
+            directory, _runner_exit(directory / "oncreate" / "out" / "exit.json")
+        )
         if job is None or job.state not in LIVE_JOB_STATES:
             if terminating:
                 return self._settle(directory, NodeState.TERMINATED, "", host)
@@ -371,19 +395,25 @@ class SlurmBackend:
         if terminating:
             return NodeStatus(NodeState.SHUTTING_DOWN, host=host)
         if failed:
-            self._cancel(str(job_id))
-            return self._settle(directory, NodeState.FAILURE, failed, host)
-        if job.state == "RUNNING" and (directory / "out" / "held").exists():
+            # Settled only once Slurm says the job has ended: the record is the user's word, and a node
+            # forgotten while its job runs would escape every later kill.
+            marker = directory / "failing"
+            if not tenant_files.exists(marker) or time.time() - marker.stat().st_mtime > CANCEL_AGAIN_SECONDS:
+                marker.touch()  # (cancelled again now and then: a cancel Slurm did not take is not final)
+                self._cancel(str(job_id))
+            return NodeStatus(NodeState.PENDING, host=host)
+        if job.state == "RUNNING" and tenant_files.exists(directory / "out" / "held"):
             return NodeStatus(NodeState.RUNNING, host=host)
         return NodeStatus(NodeState.PENDING, host=host)
 
-    def _on_create_failure(self, directory: Path, ended: Mapping[str, Any] | None) -> str:
-        if ended is None or ended.get("exit_code") == 0:
+    def _on_create_failure(self, directory: Path, ended: RunnerExit | str | None) -> str:
+        if ended is None or (isinstance(ended, RunnerExit) and ended.exit_code == 0):
             return ""
         record = _read(directory / "node.json") or {}
-        code, sig = ended.get("exit_code"), ended.get("signal")
+        if isinstance(ended, str):
+            return f"OnCreate script {record.get('on_create')} ended, but {ended}"
         how = (
-            f"exited with code {code}" if code is not None else f"was killed by {Signals(int(sig or 0)).name}"
+            f"exited with code {ended.exit_code}" if ended.exit_code is not None else _killed_by(ended.signal)
         )
         output = tail(directory / "oncreate" / "out" / "stderr.log")
         return f"OnCreate script {record.get('on_create')} {how}" + (f": {output}" if output else "")
@@ -576,7 +606,7 @@ class SlurmBackend:
             "--overlap",
             "--nodes=1",
             "--ntasks=1",
-            f"--job-name={self.prefix}s.{record.get('task_id', directory.name)}",
+            f"--job-name={self._step_name(record)}",
             "--output=/dev/null",
             "--error=/dev/null",
             "--input=none",
@@ -610,14 +640,13 @@ class SlurmBackend:
         settled = _read(directory / "state.json")
         if settled is not None:
             return _status_of(settled, directory)
+        # Slurm's record says whether the work still runs; the runner's records (the user's to rewrite)
+        # are read only once it has ended, and then only for how the program ended.
         out = directory / "out"
-        ended = _read(out / "exit.json")
-        if ended is not None:
-            return self._end_from_runner(directory, ended)
-        started = _read(out / "started.json")
+        started = tenant_files.exists(out / "started.json")
         terminate = _read(directory / "terminate.json")
-        on_node = record.get("node_id") is not None
-        if on_node:
+        job: Job | None = None
+        if record.get("node_id") is not None:
             launch = _read(directory / "launch.json")
             if launch is None:
                 node_state = self._node_status(self._node_dir(record["node_id"])).state
@@ -625,12 +654,13 @@ class SlurmBackend:
                     why = "stopped before it started" if terminate else f"stopped: its node is {node_state}"
                     return self._end_task(directory, TaskState.KILLED, message=why)
                 return TaskStatus(TaskState.PENDING)
-            step = f"{launch['job_id']}.{started['step']}" if started else None
-            alive = self._step_alive(step) if step else self._srun_alive(directory, launch)
-            if alive and step is not None and terminate is not None:
+            step = self._task_step(record, launch)
+            if step is not None and terminate is not None:
                 self._enforce(directory, step, terminate)  # ordered before the step had started
-            if alive:
-                return TaskStatus(TaskState.RUNNING if started else TaskState.PENDING)
+            # A runner that has started ran in a step Slurm lists while it lives; before that, the
+            # step may still be coming (its srun trying).
+            if step is not None or (not started and self._srun_alive(directory, launch)):
+                return TaskStatus(TaskState.RUNNING if started and step else TaskState.PENDING)
             node_dir = self.nodes / record["node_id"]
             if terminate is None and (node_dir / "terminate.json").exists():
                 terminate = _read(node_dir / "terminate.json")  # ended with its node
@@ -642,14 +672,59 @@ class SlurmBackend:
                 return TaskStatus(TaskState.PENDING)
             job = self._job(job_id)
             if job is not None and job.state in LIVE_JOB_STATES:
-                return TaskStatus(TaskState.RUNNING if started else TaskState.PENDING)
-        ended = _read(out / "exit.json")  # written just before the step went
+                if not _grouped(record) or _runner_exit(out / "exit.json") is None:
+                    return TaskStatus(TaskState.RUNNING if started else TaskState.PENDING)
+                # A group's member may end before the others (its node's runner is done while the job
+                # runs on): its record is taken, and once every member has ended so must the job, so
+                # that members claiming an end they have not reached cannot keep it running unseen.
+                status = self._end_from_record(directory, _runner_exit(out / "exit.json"), job, record)
+                self._end_group_if_over(record, job_id)
+                return status
+        return self._end_from_record(
+            directory, _runner_exit(out / "exit.json"), job, record, terminate, started
+        )
+
+    def _end_from_record(
+        self,
+        directory: Path,
+        ended: RunnerExit | str | None,
+        job: Job | None,
+        record: Mapping[str, Any],
+        terminate: Mapping[str, Any] | None = None,
+        started: bool = False,
+    ) -> TaskStatus:
+        """A task whose step or job has ended (or a group's member whose runner has said so): how."""
+        if isinstance(ended, str):
+            return self._end_task(directory, TaskState.LOST, message=f"it ended, but {ended}")
         if ended is not None:
-            return self._end_from_runner(directory, ended)
+            return self._end_from_runner(directory, self._checked(ended, job, record))
         if terminate is not None:
             return self._end_task(directory, TaskState.KILLED, signal=SIGKILL if started else None)
         why = _why_lost(directory, self._job(self._job_id(directory) or 0))
         return self._end_task(directory, TaskState.LOST, message=why)
+
+    @staticmethod
+    def _checked(ended: RunnerExit, job: Job | None, record: Mapping[str, Any]) -> RunnerExit:
+        """A sandbox's runner is its job's batch script: Slurm recorded how the runner ended, which is
+        how the program did (its code, or 128 + its signal). Where the two disagree, Slurm's record is
+        the truth, when the batch script ended by itself (COMPLETED, FAILED: a cancelled job's code is
+        Slurm's own). (A group's batch script is srun, a node task's runner a step: only the record.)"""
+        if job is None or _grouped(record) or job.state not in ("COMPLETED", "FAILED"):
+            return ended
+        if job.signal == 0 and job.exit_code == ended.wait_status_code():
+            return ended
+        if job.signal:
+            return RunnerExit(None, job.signal)
+        if job.exit_code > 128 and job.exit_code - 128 <= 64:
+            return RunnerExit(None, job.exit_code - 128)
+        return RunnerExit(job.exit_code, None)
+
+    def _end_group_if_over(self, record: Mapping[str, Any], job_id: int) -> None:
+        placement = _placement_of(record.get("placement"))
+        group = _read(self.groups / str(placement.group if placement else "") / "group.json") or {}
+        members = [Path(str(member)) for member in group.get("members", [])]
+        if members and all(tenant_files.exists(member / "state.json") for member in members):
+            self._cancel(str(job_id))
 
     def _enforce(self, directory: Path, step: str, order: Mapping[str, Any]) -> None:
         if not (directory / "signalled").exists():
@@ -658,10 +733,10 @@ class SlurmBackend:
         if float(order["deadline"]) <= time.time():
             self._cancel(step, SIGKILL)
 
-    def _end_from_runner(self, directory: Path, ended: Mapping[str, Any]) -> TaskStatus:
-        if ended.get("exit_code") is not None:
-            return self._end_task(directory, TaskState.EXITED, exit_code=int(ended["exit_code"]))
-        return self._end_task(directory, TaskState.KILLED, signal=ended.get("signal"))
+    def _end_from_runner(self, directory: Path, ended: RunnerExit) -> TaskStatus:
+        if ended.exit_code is not None:
+            return self._end_task(directory, TaskState.EXITED, exit_code=ended.exit_code)
+        return self._end_task(directory, TaskState.KILLED, signal=ended.signal)
 
     def _end_task(
         self,
@@ -752,13 +827,9 @@ class SlurmBackend:
     # --- logs ------------------------------------------------------------------------------------
 
     def read_log(self, ref: Ref, stream: LogStream, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
-        path = self._out_dir(ref) / f"{stream.value}.log"
-        try:
-            with path.open("rb") as log_file:
-                log_file.seek(offset)
-                data = log_file.read(limit)
-        except FileNotFoundError:
-            data = b""
+        # The runner's files are the account's user's: one replaced by a link (to a secret of the
+        # server's) or a FIFO reads as empty.
+        data = tenant_files.read_at(self._out_dir(ref) / f"{stream.value}.log", offset, limit)
         return LogChunk(data, offset + len(data))
 
     def read_lines(self, ref: Ref, cursor: int = 0, limit: int = 1000) -> TimedLines:
@@ -866,11 +937,10 @@ class SlurmBackend:
 
     def _destroy_task(self, directory: Path) -> None:
         record = _read(directory / "task.json") or {}
-        started = _read(directory / "out" / "started.json")
-        launch = _read(directory / "launch.json")
         if record.get("node_id") is not None:
-            if started and launch:
-                self._cancel(f"{launch['job_id']}.{started['step']}", SIGKILL)
+            step = self._task_step(record, _read(directory / "launch.json"))
+            if step is not None:
+                self._cancel(step, SIGKILL)
         else:
             job_id = self._job_id(directory)
             if job_id is not None:
@@ -896,9 +966,7 @@ class SlurmBackend:
             grouped = placement is not None and placement.group is not None and placement.group_size > 1
             return self._Target(directory, directory / "env", self._job_id(directory), None, grouped)
         node_dir = self.nodes / record["node_id"]
-        started = _read(directory / "out" / "started.json")
-        launch = _read(directory / "launch.json")
-        step = f"{launch['job_id']}.{started['step']}" if started and launch else None
+        step = self._task_step(record, _read(directory / "launch.json"))
         return self._Target(directory, node_dir / "env", None, step)
 
     def _has_ended(self, ref: Ref) -> bool:
@@ -955,18 +1023,41 @@ class SlurmBackend:
         live = [job for job in self._jobs().values() if job.name == name and job.state in LIVE_JOB_STATES]
         return max(live, key=lambda job: job.id) if live else None
 
-    def _step_alive(self, step: str) -> bool:
+    def _live_steps(self, fresh: bool = False) -> dict[str, str]:
+        """Slurm's live steps, id (``J.S``) -> name, from a read shared for a short while."""
         at, steps = self._steps
-        if time.monotonic() - at > CACHE_SECONDS or step not in steps:
-            # A step missing from a shared read may have started after it: only a fresh read may say
-            # that a step has gone (then it is settled once, and never asked about again).
+        if fresh or time.monotonic() - at > CACHE_SECONDS:
             try:
-                text = self.client.run("squeue", "--steps", "--noheader", "--format=%i")
+                text = self.client.run("squeue", "--steps", "--noheader", "--format=%i|%j")
             except SlurmError as error:
                 raise BackendError(f"Slurm does not answer: {error}") from None
-            steps = set(text.split())
+            steps = dict(line.split("|", 1) for line in text.splitlines() if "|" in line)
             self._steps = (time.monotonic(), steps)
-        return step in steps
+        return steps
+
+    def _step_alive(self, step: str) -> bool:
+        # A step missing from a shared read may have started after it: only a fresh read may say
+        # that a step has gone (then it is settled once, and never asked about again).
+        return step in self._live_steps() or step in self._live_steps(fresh=True)
+
+    def _step_name(self, record: Mapping[str, Any]) -> str:
+        """A node task's step's name: with the task's nonce, which only the server knows (task.json is
+        its own), so the tenant cannot make a step of its own pass for the task's before it starts."""
+        return f"{self.prefix}s.{record.get('task_id')}.{record.get('nonce', '')}"
+
+    def _task_step(self, record: Mapping[str, Any], launch: Mapping[str, Any] | None) -> str | None:
+        """The live step of a task on a node, as Slurm names it (never as the runner's ``started.json``
+        says: the program may have rewritten that); None once it has gone, or before it has started.
+        Of several with its name (the user may start more once it has seen it) the first one."""
+        if launch is None:
+            return None
+        name, job = self._step_name(record), f"{launch.get('job_id')}."
+
+        def found(steps: Mapping[str, str]) -> str | None:
+            ids = [step for step, named in steps.items() if named == name and step.startswith(job)]
+            return min(ids, key=lambda step: int(step.rpartition(".")[2])) if ids else None
+
+        return found(self._live_steps()) or found(self._live_steps(fresh=True))
 
     def _srun_alive(self, directory: Path, launch: Mapping[str, Any]) -> bool:
         """A launched step whose runner has not started yet: its srun still trying, for a while."""
@@ -977,7 +1068,7 @@ class SlurmBackend:
 
     def _forget_cache(self) -> None:
         self._cache = (0.0, {})
-        self._steps = (0.0, set())
+        self._steps = (0.0, {})
 
     def _cancel(self, what: str, sig: Signals | None = None, full: bool = False, batch: bool = False) -> None:
         command = [
@@ -996,9 +1087,7 @@ class SlurmBackend:
     def _kill_job(self, job_id: int) -> None:
         """SIGKILL to all of a job, now. (``scancel --signal=KILL J`` is taken as a cancel, which
         signals SIGTERM and kills only ``KillWait`` later: so each step, then the batch script.)"""
-        self._steps = (0.0, set())
-        self._step_alive("")  # refresh the list of steps
-        for step in sorted(self._steps[1]):
+        for step in sorted(self._live_steps(fresh=True)):
             if step.startswith(f"{job_id}.") and not step.endswith(".batch") and not step.endswith(".extern"):
                 self._cancel(step, SIGKILL)
         self._cancel(str(job_id), SIGKILL, batch=True)
@@ -1127,9 +1216,14 @@ def _not_yet(error: SlurmError) -> bool:
 
 
 def _script_argv(script: Path, args: Sequence[str]) -> list[str]:
-    if not script.is_file():
+    # Opened as the local agent does: no link followed (we are root), no FIFO waited on.
+    try:
+        fd = tenant_files.open_regular(script)
+    except tenant_files.Refused as refused:
+        raise BackendError(f"OnCreate script {script.name}: {refused}") from None
+    if fd is None:
         raise BackendError(f"OnCreate script {script.name}: no such file in the lifecycle scripts")
-    with script.open("rb") as head:
+    with os.fdopen(fd, "rb") as head:
         shebang = head.readline(256).startswith(b"#!")
     return [str(script), *args] if shebang and os.access(script, os.X_OK) else ["/bin/sh", str(script), *args]
 
@@ -1139,6 +1233,19 @@ def _status_of(record: Mapping[str, Any], directory: Path | None = None) -> Task
     if not message and directory is not None:
         message = tail(directory / "out" / "stderr.log")
     return TaskStatus(TaskState(record["state"]), record.get("exit_code"), record.get("signal"), message)
+
+
+def _grouped(record: Mapping[str, Any]) -> bool:
+    """A member of a multi-node group (one Slurm job for all)."""
+    placement = _placement_of(record.get("placement"))
+    return placement is not None and placement.group is not None and placement.group_size > 1
+
+
+def _killed_by(signal: int | None) -> str:
+    try:
+        return f"was killed by {Signals(signal or 0).name}"
+    except ValueError:
+        return f"was killed by signal {signal}"
 
 
 def _why_lost(directory: Path, job: Job | None) -> str:

@@ -50,6 +50,7 @@ import re
 import resource
 import select
 import signal
+import stat
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -162,21 +163,41 @@ def _write_all(fd: int, data: bytes) -> None:
 # --- reading ------------------------------------------------------------------------------------------
 
 
+READ_BUDGET = 4 * 1024 * 1024
+"""What one :func:`read_records` call may go through, in bytes, each line counting at least
+:data:`LINE_COST`: a log of damaged, empty or giant lines (a tenant's program may write anything into its
+own log on the Slurm back end) costs each read this much at most; the cursor moves past what was
+skipped, so the next read goes on from there."""
+LINE_COST = 64
+
+_OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0)
+
+
 def read_records(
     path: str | os.PathLike[str], cursor: int = 0, limit: int = 1000
 ) -> tuple[list[tuple[int, str, bytes]], int]:
     """Up to ``limit`` records from byte offset ``cursor``: (epoch microseconds, ``"o"`` or ``"e"``,
     text), and the cursor after the last one read. A record still being written is left for later; a
-    missing file reads as empty. A damaged record (not of the format) is skipped."""
+    missing file reads as empty. A damaged record (not of the format) is skipped.
+
+    The log may be a tenant's (the Slurm back end's runner writes it as the account's user): it is
+    opened without following a link and without waiting on a FIFO, anything but a regular file with one
+    name reads as empty, and one call reads at most :data:`READ_BUDGET` bytes."""
     records: list[tuple[int, str, bytes]] = []
     try:
-        log = open(path, "rb")  # noqa: SIM115 (closed below; pathlib is not needed here)
-    except FileNotFoundError:
+        fd = os.open(path, _OPEN_FLAGS)
+    except OSError:  # missing, or a symbolic link (ELOOP): nothing to read
         return records, cursor
-    with log:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink > 1:
+        os.close(fd)
+        return records, cursor
+    budget = READ_BUDGET
+    with os.fdopen(fd, "rb") as log:
         log.seek(cursor)
-        while len(records) < limit:
+        while len(records) < limit and budget > 0:
             line = log.readline(MAX_LINE + 64)
+            budget -= max(LINE_COST, len(line))
             if not line.endswith(b"\n"):
                 if len(line) > MAX_LINE:  # no newline where one must be: skip to the next
                     cursor += len(line)

@@ -41,7 +41,7 @@ from hyperplan.core.hostlist import compress
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.node_assignment import Assignment, Placement, Wanted, assign
 from hyperplan.errors import StartRefused, ValidationError
-from hyperplan.services import cluster_nodes, cluster_reconcile, lifecycle, os_users
+from hyperplan.services import cluster_nodes, cluster_reconcile, lifecycle, os_users, slurm_on_demand
 from hyperplan.services.cluster_nodes import NodeActions, shut_down
 from hyperplan.services.cluster_records import LIVE
 from hyperplan.services.cluster_request import ClusterSettings
@@ -226,10 +226,12 @@ def _reconcile(runtime: ServiceContext, state: SlurmState) -> list[Note]:
         del actual[name]
         notes.append(_removed_note(runtime, name))
     placements: dict[str, Placement] = {}
+    # Nodes running work outside reservations (on-demand) go last for a reservation still to be made.
+    busy = _busy_nodes(client) if wanted else set()
     for pool in runtime.fleet.pools:
         mine = [d for d in wanted if d.pool == pool.key]
         if mine:
-            result = _place(pool, healthy, mine, actual, real_now)
+            result = _place(pool, healthy, mine, actual, real_now, busy)
             placements.update(result.placements)
             notes += _short_notes(state, result, by_name, nodes)
     # Not started and on other nodes: deleted, made again below (a moved start or end rides along).
@@ -261,7 +263,34 @@ def _reconcile(runtime: ServiceContext, state: SlurmState) -> list[Note]:
         notes += _create(client, want, placements[want.name].nodes, want.name in made_before, remake)
     _record(runtime, notes)
     _recover_cluster_nodes(runtime, [note for note in notes if note.failed_node is not None])
+    soon = real_now + slurm_on_demand.LEAD
+    taken = {
+        node: want.name
+        for want in wanted
+        if want.start is None or want.start <= soon
+        for node in placements[want.name].nodes
+    }
+    pool_nodes = {name for pool in runtime.fleet.pools for name in pool.nodes}
+    unhealthy = {name: _state_of(nodes.get(name)) for name in pool_nodes if name not in healthy}
+    slurm_on_demand.police(runtime, unhealthy, taken, pool_nodes)
     return notes
+
+
+def _busy_nodes(client: SlurmClient) -> set[str]:
+    """Nodes where a job runs outside any reservation."""
+    return {
+        node
+        for job in client.jobs()
+        if job.reservation is None and job.state in ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED")
+        for node in job.nodes
+    }
+
+
+def _state_of(node: Node | None) -> str:
+    if node is None:
+        return "MISSING (not in Slurm's list of nodes)"
+    flags = "+".join(sorted(node.flags))
+    return node.state + (f"+{flags}" if flags else "") + (f" ({node.reason})" if node.reason else "")
 
 
 def _follow_health(runtime: ServiceContext, state: SlurmState, nodes: dict[str, Node]) -> set[str]:
@@ -304,7 +333,12 @@ def _started(reservation: Reservation, real_now: datetime) -> bool:
 
 
 def _place(
-    pool: Pool, healthy: set[str], mine: Sequence[Desired], actual: dict[str, Reservation], real_now: datetime
+    pool: Pool,
+    healthy: set[str],
+    mine: Sequence[Desired],
+    actual: dict[str, Reservation],
+    real_now: datetime,
+    busy: set[str],
 ) -> Assignment:
     wanted = []
     for want in mine:
@@ -322,7 +356,7 @@ def _place(
                 current=tuple(have.nodes) if have is not None else (),
             )
         )
-    return assign(pool.nodes, healthy, wanted)
+    return assign(sorted(pool.nodes, key=lambda node: node in busy), healthy, wanted)  # (stable)
 
 
 def _correct(
@@ -429,9 +463,17 @@ def _create(
 ) -> list[Note]:
     real_now = utcnow()
     start: datetime | Literal["now"] = "now" if want.start is None or want.start <= real_now else want.start
+    # Starting now, on nodes where on-demand work may still run: Slurm would refuse ("Requested nodes
+    # are busy"); that work is ended by this pass (slurm_on_demand), and meanwhile nothing new lands there.
+    flags = ("IGNORE_JOBS",) if start == "now" else ()
     try:
         got = client.create_reservation(
-            want.name, users=[want.user], nodes=nodes, start=start, end=want.end.replace(microsecond=0)
+            want.name,
+            users=[want.user],
+            nodes=nodes,
+            start=start,
+            end=want.end.replace(microsecond=0),
+            flags=flags,
         )
     except SlurmError as error:
         log.warning("could not make Slurm reservation %s: %s", want.name, error.detail)

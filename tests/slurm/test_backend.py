@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import shutil
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,11 +15,22 @@ from pathlib import Path
 import pytest
 
 from hyperplan.backends import Backend
-from hyperplan.backends.base import NodeSpec, Placement
+from hyperplan.backends.base import (
+    LogStream,
+    NodeRef,
+    NodeSpec,
+    NodeState,
+    Placement,
+    RunAs,
+    TaskRef,
+    TaskSpec,
+    TaskState,
+)
 from hyperplan.backends.fake import Program
 from hyperplan.backends.slurm import SlurmBackend
 from hyperplan.slurm.parse import key_values
-from tests.backends.contract import BackendContract, Harness, eventually
+from tests.backends.contract import INSTANCE_TYPE, BackendContract, Harness, eventually, task_final
+from tests.backends.test_isolation import _useradd, _userdel
 from tests.backends.test_local import render
 from tests.slurm.cluster import Cluster, reachable_directory
 
@@ -45,8 +58,19 @@ class SlurmHarness(Harness):
         return source, "on_create.sh"
 
     def ended_unwatched(self, task_id: str, timeout: float = 10.0) -> bool:
-        record = self.root / "backend" / "tasks" / task_id / "out" / "exit.json"
-        return bool(eventually(record.exists, bool, timeout))
+        """Its runner wrote how it ended and Slurm says its job has ended (the back end believes the
+        runner's record only then)."""
+        task = self.root / "backend" / "tasks" / task_id
+
+        def ended() -> bool:
+            if not (task / "out" / "exit.json").exists():
+                return False
+            job_id = json.loads((task / "job.json").read_text())["job_id"]
+            return job_id not in {
+                job.id for job in SlurmBackend(self.root / "backend", self.cluster.client).live_jobs()
+            }
+
+        return bool(eventually(ended, bool, timeout))
 
     def restart(self) -> Backend:
         self.backend.close()
@@ -108,3 +132,117 @@ def test_on_demand_work_ends_before_the_next_reservation_on_its_nodes(cluster: C
             assert 36 <= limit <= 38  # 40 minutes ahead, less the 2-minute margin, in whole minutes
     finally:
         cluster.client.delete_reservation("ahead-test")
+
+
+# --- a tenant rewrites what its runner writes ------------------------------------------------------
+
+# Run as the account's user, in a directory that user owns (OUT: the runner's out/). Each program ends
+# by killing its own runner (its parent's parent: the timed-log wrapper's), so that the runner writes
+# no true record over the forged one; the wrapper and the program die with it.
+KILL_RUNNER = 'kill -KILL "$(cut -d" " -f4 "/proc/$PPID/stat")"\n'
+FORGERIES = {
+    # what it leaves as exit.json (and its logs), and what the server must say of it
+    "link": (
+        "for f in exit.json stdout.log stderr.log timed.log; do\n"
+        '  rm -f "$OUT/$f"; ln -s "$SECRET" "$OUT/$f"\n'
+        "done\n",
+        "out/exit.json is refused: exit.json is a symbolic link",
+    ),
+    "fifo": ('rm -f "$OUT/exit.json"; mkfifo "$OUT/exit.json"\n', "exit.json is a FIFO, not a regular file"),
+    "huge": ('truncate -s 10G "$OUT/exit.json"\n', "exit.json is larger than 65536 bytes"),
+    "values": (
+        'echo \'{"exit_code": "zero", "signal": null}\' > "$OUT/exit.json"\n',
+        'its exit_code is "zero", not an integer from 0 to 255',
+    ),
+}
+# Says it ended (and names the node's batch step as its own) while it runs on.
+EARLY = (
+    'echo \'{"exit_code": 0, "signal": null}\' > "$OUT/exit.json"\n'
+    'echo \'{"pid": 1, "job": "1", "step": "batch", "node": "x"}\' > "$OUT/started.json"\n'
+    "echo forged > $HOME/forged-$HYPERPLAN_TASK_ID\n"
+    "while :; do sleep 0.2; done\n"
+)
+
+
+@pytest.fixture
+def tenant() -> Iterator[RunAs]:
+    name = f"hp-test-{uuid.uuid4().hex[:10]}"
+    _useradd(name)
+    try:
+        entry = pwd.getpwnam(name)
+        yield RunAs(name, entry.pw_uid, entry.pw_gid)
+    finally:
+        _userdel(name)
+
+
+def test_a_tenant_rewriting_its_runners_records_fools_nobody_and_reads_no_secret(
+    cluster: Cluster, tenant: RunAs
+) -> None:
+    """The account's user owns out/, so its program can swap its records for a link to a server secret,
+    a FIFO, a giant file or bad values, or claim an early end. The server does not hang, crash or leak:
+    the task ends Lost saying what was wrong, a sandbox's end is Slurm's, and a claimed end of work that
+    still runs changes nothing (it is still killed when terminated)."""
+    for harness in slurm_harness(cluster):
+        _forge_records(harness.backend, harness.root, tenant, cluster)
+
+
+def _forge_records(backend: Backend, root: Path, tenant: RunAs, cluster: Cluster) -> None:
+    secret = root / "secret"
+    secret.write_text("admin secret\n")
+    secret.chmod(0o600)
+    backend.provision(NodeSpec("n-forge", "forge", INSTANCE_TYPE, run_as=tenant))
+    # OnCreate that leaves a FIFO as its record: the node fails saying so, and no job is left.
+    source = root / "lifecycle"
+    source.mkdir()
+    (source / "on_create.sh").write_text(
+        'OUT="$(dirname "$HYPERPLAN_ENV_DIR")/oncreate/out"\n' + FORGERIES["fifo"][0] + KILL_RUNNER
+    )
+    backend.provision(
+        NodeSpec("n-oncreate", "oc", INSTANCE_TYPE, lifecycle_source=source, on_create="on_create.sh",
+                 run_as=tenant)
+    )  # fmt: skip
+    assert eventually(lambda: backend.node_status("n-forge").state, lambda s: s is NodeState.RUNNING, 60)
+    tasks = root / "backend" / "tasks"
+    env = lambda task_id: {"OUT": str(tasks / task_id / "out"), "SECRET": str(secret)}  # noqa: E731
+    for name, (forgery, _) in FORGERIES.items():
+        backend.run(TaskSpec(name, ("/bin/sh", "-c", forgery + KILL_RUNNER), "n-forge", env(name)))
+    backend.run(TaskSpec("early", ("/bin/sh", "-c", EARLY), "n-forge", env("early")))
+    # A sandbox (a whole-node job of its own) claims success, then its runner is killed: Slurm's
+    # record of the batch script (killed by SIGKILL) is the truth.
+    sandbox = (
+        'OUT="$(dirname "$HYPERPLAN_ENV_DIR")/out"\n' + EARLY.splitlines()[0] + "\nsleep 1\n" + KILL_RUNNER
+    )
+    backend.run(TaskSpec("sandbox", ("/bin/sh", "-c", sandbox), run_as=tenant))
+
+    for name, (_, why) in FORGERIES.items():
+        status = task_final(backend, name, 60)
+        assert status.state is TaskState.LOST, (name, status)
+        assert why in status.message and "admin secret" not in status.message, (name, status)
+    ref = TaskRef("link")
+    assert backend.read_log(ref, LogStream.STDOUT).data == b""
+    assert backend.read_log(ref, LogStream.STDERR).data == b""
+    assert backend.read_lines(ref).lines == ()
+    node = eventually(
+        lambda: backend.node_status("n-oncreate"), lambda s: s.state is not NodeState.PENDING, 60
+    )
+    assert node.state is NodeState.FAILURE, node
+    assert "OnCreate script on_create.sh ended, but" in node.message and "is a FIFO" in node.message, node
+    assert backend.node_status("n-oncreate").state is NodeState.FAILURE  # settled: no hang, no change
+
+    # The early claim: the work still runs as far as the server is concerned, and its forged step
+    # name reached nothing (the node's batch script, which holds the node, is untouched).
+    home = root / "backend" / "nodes" / "n-forge" / "home"
+    assert eventually(lambda: (home / "forged-early").exists(), bool, 30)
+    for _ in range(5):
+        assert backend.task_status("early").state is TaskState.RUNNING
+    backend.terminate(TaskRef("early"), timedelta(seconds=1))
+    killed = task_final(backend, "early", 30)
+    assert killed.state is TaskState.KILLED and killed.signal == 15, killed
+    assert backend.node_status("n-forge").state is NodeState.RUNNING
+    assert not [s for s in cluster.client.run("squeue", "--steps", "-h", "-o", "%j").split() if "early" in s]
+
+    ended = task_final(backend, "sandbox", 60)
+    assert (ended.state, ended.signal) == (TaskState.KILLED, 9), ended
+    backend.terminate(NodeRef("n-forge"), timedelta(seconds=1))
+    gone = eventually(lambda: backend.node_status("n-forge").state, lambda state: state.is_final(), 30)
+    assert gone is NodeState.TERMINATED

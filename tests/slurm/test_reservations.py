@@ -43,16 +43,17 @@ WAIT = 30.0  # a reconciling pass runs on every plan event and every 2 s
 
 
 @pytest.fixture
-def slurm_server(cluster: Cluster, tmp_path: Path) -> Iterator[Callable[[str], Server]]:
+def slurm_server(cluster: Cluster, tmp_path: Path) -> Iterator[Callable[..., Server]]:
     started: list[Server] = []
     open_dir = reachable_directory("hp-slurm-work-")
 
-    def start(clock: str) -> Server:
+    def start(clock: str, fleet: Path | None = None) -> Server:
+        """A server on the dev cluster's fleet (or a variant of it, on the same nodes)."""
         server = Server(
             data_dir=tmp_path / "data",
             clock=clock,
             clock_start=SERVER_START if clock != "wall" else None,
-            fleet=cluster.fleet,
+            fleet=fleet or cluster.fleet,
             extra_args=("--isolation", "users", "--work-dir", str(open_dir / "work")),
         )
         started.append(server)
@@ -170,7 +171,7 @@ def _events(server: Server, account: str, plan: str, kind: str, count: int = 1) 
 
 
 def test_a_plan_is_reservations_from_scheduled_to_cancelled_under_the_wall_clock(
-    cluster: Cluster, slurm_server: Callable[[str], Server]
+    cluster: Cluster, slurm_server: Callable[..., Server]
 ) -> None:
     server = slurm_server("wall")
     first_day = boundary_after(datetime.now(UTC) + timedelta(hours=1))
@@ -240,7 +241,7 @@ def test_a_plan_is_reservations_from_scheduled_to_cancelled_under_the_wall_clock
 
 
 def test_under_the_manual_clock_reservations_follow_segments_and_nodes(
-    cluster: Cluster, slurm_server: Callable[[str], Server]
+    cluster: Cluster, slurm_server: Callable[..., Server]
 ) -> None:
     server = slurm_server("manual")
     first_day = boundary_after(SERVER_START + timedelta(hours=1))

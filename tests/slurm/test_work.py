@@ -21,6 +21,7 @@ from tests.slurm.cluster import Cluster
 from tests.slurm.test_reservations import (
     DAY,
     WAIT,
+    _buy,
     _events,
     _held,
     _resume,
@@ -37,6 +38,7 @@ pytestmark = [
 __all__ = ["slurm_server"]  # the fixture, shared
 
 ROLE = "arn:aws:iam::123456789012:role/hyperpod"
+G5 = "ml.p5e.48xlarge"  # the dev cluster's g5 nodes, in _fleet_with_on_demand_g5
 ON_CREATE = (
     "#!/bin/sh\n"
     'echo "created on $SLURMD_NODENAME as $(id -un) until '
@@ -50,6 +52,17 @@ TRAINER = (
 )
 
 
+def _fleet_with_on_demand_g5(cluster: Cluster, directory: Path) -> Path:
+    """The dev cluster's fleet with its g5 nodes sold as a type plans can book (ml.p5e.48xlarge, the
+    nodes' feature unchanged), two of the four kept out of plans (on-demand)."""
+    text = cluster.fleet.read_text()
+    g5 = 'instance_type = "ml.g5.12xlarge"\n'
+    assert text.count(g5) == 1
+    fleet = directory / "fleet.toml"
+    fleet.write_text(text.replace(g5, f'instance_type = "{G5}"\ncount = 4\nreservable = 2\n'))
+    return fleet
+
+
 def _jobs_of(cluster: Cluster, user: str) -> list[dict[str, str]]:
     text = cluster.client.run("squeue", "--noheader", f"--user={user}", "--format=%i|%j|%T|%N|%R|%v")
     keys = ("id", "name", "state", "nodes", "reason", "reservation")
@@ -57,11 +70,13 @@ def _jobs_of(cluster: Cluster, user: str) -> list[dict[str, str]]:
 
 
 def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reservations(
-    cluster: Cluster, slurm_server: Callable[[str], Server], tmp_path: Path
+    cluster: Cluster, slurm_server: Callable[..., Server], tmp_path: Path
 ) -> None:
-    server = slurm_server("manual")
+    server = slurm_server("manual", _fleet_with_on_demand_g5(cluster, tmp_path))
     first_day = boundary_after(SERVER_START + timedelta(hours=1))
-    team, _other, plan = _split_plan(server, first_day)
+    team, other, plan = _split_plan(server, first_day)
+    other_id, _ = _user_of(server, "other")
+    _buy(server, other, "g5plan", 2, 24, first_day + DAY, first_day + 2 * DAY, instance_type=G5)
     team_id, team_user = _user_of(server, "team")
     rc1, rc2 = f"hp-{team_id}-split-rc1", f"hp-{team_id}-split-rc2"
     script = server.data_dir / "s3" / "lifecycle" / "src" / "on_create.sh"
@@ -86,8 +101,12 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
     aws = lambda *args: server.aws(*args, credentials=team)  # noqa: E731
     aws("sagemaker", "create-cluster", "--cli-input-json", f"file://{tmp_path / 'cluster-config.json'}")
 
+    team_sagemaker = server.sagemaker(team)
+
     def nodes() -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = aws("sagemaker", "list-cluster-nodes", "--cluster-name", "ml-cluster")[
+        """Polled with boto3 (each CLI call is a new Python process: seconds on a loaded machine); the
+        CLI's own answer is checked once below."""
+        found: list[dict[str, Any]] = team_sagemaker.list_cluster_nodes(ClusterName="ml-cluster")[
             "ClusterNodeSummaries"
         ]
         return found
@@ -95,10 +114,57 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
     def running() -> list[dict[str, Any]]:
         return [n for n in nodes() if n["InstanceStatus"]["Status"] == "Running"]
 
+    # `other`'s on-demand nodes (g5: two of the pool's four nodes are kept out of plans). The Slurm node
+    # under one fails (drained): the instance is replaced by a new one on another node, as HyperPod's
+    # automatic node recovery does. The node stays drained until the third day.
+    server.cli("buckets", "grant", "lifecycle", "other")
+    group = {**config["InstanceGroups"][0], "InstanceGroupName": "od-g5", "InstanceType": G5}
+    del group["TrainingPlanArn"]
+    (tmp_path / "od-config.json").write_text(
+        json.dumps({"ClusterName": "od-cluster", "InstanceGroups": [group]})
+    )
+    server.aws(
+        "sagemaker", "create-cluster", "--cli-input-json", f"file://{tmp_path / 'od-config.json'}",
+        credentials=other,
+    )  # fmt: skip
+
+    sagemaker = server.sagemaker(other)  # boto3: quicker to poll than the CLI
+
+    def od_nodes() -> dict[str, tuple[str, str]]:
+        """The on-demand group's nodes but those shutting down: instance id -> status, Slurm node."""
+        found = sagemaker.list_cluster_nodes(ClusterName="od-cluster")["ClusterNodeSummaries"]
+        return {
+            n["InstanceId"]: (n["InstanceStatus"]["Status"], n["PrivateDnsHostname"].split(".")[1])
+            for n in found
+            if n["InstanceStatus"]["Status"] != "ShuttingDown"
+        }
+
+    def od_until(check: Callable[[dict[str, tuple[str, str]]], bool]) -> dict[str, tuple[str, str]]:
+        wait_until(lambda: check(od_nodes()), timeout=WAIT)
+        found = od_nodes()
+        assert check(found), found
+        return found
+
+    def recovered() -> dict[str, dict[str, Any]]:
+        events = server.native().get("/api/v1/audit")["Events"]
+        return {e["Target"]: e for e in events if e["Action"] == "cluster-node.recovered"}
+
+    two_running = lambda n: [s for s, _ in n.values()] == ["Running"] * 2  # noqa: E731
+    od = od_until(two_running)
+    failed_instance, (_, failed_host) = sorted(od.items())[0]
+    cluster.client.drain([failed_host], "ECC errors")
+    od = od_until(lambda n: two_running(n) and failed_instance not in n)
+    assert failed_host not in {host for _, host in od.values()}
+    event = recovered()[failed_instance]
+    assert event["AccountId"] == other_id and event["Detail"]["SlurmNode"] == failed_host, event
+    assert "ECC errors" in event["Detail"]["Reason"], event
+
     # The first segment: two nodes, each a whole-node Slurm job of the account's user in rc1.
     server.set_clock(first_day)
     assert wait_until(lambda: len(running()) == 2, timeout=WAIT), nodes()
     held = _held(cluster)
+    listed = aws("sagemaker", "list-cluster-nodes", "--cluster-name", "ml-cluster")["ClusterNodeSummaries"]
+    assert {n["InstanceId"] for n in listed} == {n["InstanceId"] for n in running()}
     jobs = _jobs_of(cluster, team_user)
     assert len(jobs) == 2 and {j["reservation"] for j in jobs} == {rc1}, jobs
     assert {j["nodes"] for j in jobs} == set(held[rc1].nodes)
@@ -124,6 +190,22 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
     assert shown[1] == f"created on {host} as {team_user} until {end}"
     trainer_home = Path(shown[2])  # the node's home, on the shared work root
 
+    # A command that swaps its own logs and record for links to a file of the server's, then kills its
+    # runner so that nothing writes over them: the server answers, and nothing of that file comes back.
+    secret = server.data_dir / "secret.txt"
+    secret.write_text("the server's secret\n")
+    secret.chmod(0o600)
+    forger = (
+        'out="${HYPERPLAN_ENV_DIR%/nodes/*}/tasks/$HYPERPLAN_TASK_ID/out"; '
+        "for f in exit.json stdout.log stderr.log timed.log; do "
+        f'rm -f "$out/$f"; ln -s {secret} "$out/$f"; done; '
+        'kill -KILL "$(cut -d" " -f4 /proc/$PPID/stat)"'
+    )
+    forged = server.cli(
+        "clusters", "exec", "ml-cluster", node_id, "--", "sh", "-c", forger, credentials=team, check=False
+    )
+    assert forged.returncode == 1 and "secret" not in forged.stdout + forged.stderr, forged
+
     # A training process of the user's own, started with srun in the node's job, is warned at reclaim.
     assert trainer_home.name == "home" and trainer_home.stat().st_uid != 0
     (trainer_home / "trainer.sh").write_text(TRAINER)
@@ -146,8 +228,24 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
         trainer.kill()
         trainer.wait(timeout=30)
 
-    # Back at the next segment, in rc2; after it, nothing of the account runs on the cluster.
+    # `other`'s g5 plan starts: its reservation (made at once, IGNORE_JOBS) takes the pool's free healthy
+    # node and, the pool being short, one of the on-demand nodes, which ends (SIGTERM, as at reclaim)
+    # and is replaced by a new instance, Pending until a g5 node is free again.
+    g5plan = f"hp-{other_id}-g5plan-rc1"
+    server.set_clock(first_day + DAY + timedelta(hours=1))
+    held = _until(cluster, lambda h: g5plan in h and len(h[g5plan].nodes) == 2)
+    assert failed_host not in held[g5plan].nodes
+    [(taken_instance, (_, taken_host))] = [(i, n) for i, n in od.items() if n[1] in held[g5plan].nodes]
+    od = od_until(lambda n: taken_instance not in n and len(n) == 2)
+    assert sorted(s for s, _ in od.values()) == ["Pending", "Running"], od
+    event = recovered()[taken_instance]
+    assert f"Slurm node {taken_host} is taken by the plan reservation {g5plan}" in event["Detail"]["Reason"]
+
+    # Back at the next segment, in rc2; after it, nothing of the account runs on the cluster. The g5
+    # plan has ended: the on-demand group runs whole again.
+    _resume(cluster, failed_host)
     server.set_clock(first_day + 2 * DAY)
+    od_until(two_running)
     assert wait_until(lambda: len(running()) == 2, timeout=WAIT), nodes()
     held = _until(cluster, lambda h: rc2 in h)
     assert {j["reservation"] for j in _jobs_of(cluster, team_user)} == {rc2}
@@ -160,10 +258,8 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
     cluster.client.drain([failed], "GPU fell off the bus")
     try:
         held = _until(cluster, lambda h: rc2 in h and failed not in h[rc2].nodes and len(h[rc2].nodes) == 2)
-        assert wait_until(
-            lambda: len(running()) == 2 and old["InstanceId"] not in {n["InstanceId"] for n in running()},
-            timeout=WAIT,
-        ), nodes()
+        replaced = lambda found: len(found) == 2 and old["InstanceId"] not in {n["InstanceId"] for n in found}  # noqa: E731
+        assert wait_until(lambda: replaced(running()), timeout=WAIT), nodes()  # (one look: not two)
         assert {n["PrivateDnsHostname"].split(".")[1] for n in running()} == set(held[rc2].nodes)
         assert {j["nodes"] for j in _jobs_of(cluster, team_user)} == set(held[rc2].nodes)
         # Gone from ListClusterNodes and DescribeClusterNode once terminated, as on HyperPod; the
@@ -216,7 +312,7 @@ def _buy_for_jobs(
 
 
 def test_a_two_node_training_job_is_one_slurm_job_interrupted_at_reclaim_and_resumed(
-    cluster: Cluster, slurm_server: Callable[[str], Server], monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, slurm_server: Callable[..., Server], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name, value in {"HYPERPLAN_JOB_RECLAIM_GRACE": "5", "HYPERPLAN_JOB_CHECKPOINT_SYNC": "0.3"}.items():
         monkeypatch.setenv(name, value)
@@ -298,7 +394,7 @@ def test_a_two_node_training_job_is_one_slurm_job_interrupted_at_reclaim_and_res
 
 
 def test_hyperplan_and_slurmctld_restarted_mid_segment_lose_nothing_and_leave_no_stray_job(
-    cluster: Cluster, slurm_server: Callable[[str], Server]
+    cluster: Cluster, slurm_server: Callable[..., Server]
 ) -> None:
     server = slurm_server("manual")
     first_day = boundary_after(SERVER_START + timedelta(hours=1))
