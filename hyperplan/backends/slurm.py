@@ -114,6 +114,11 @@ ON_DEMAND_MARGIN = timedelta(minutes=2)
 submitted again at each look for this long; then the node or task fails with Slurm's answer."""
 STEP_START_SECONDS = 60.0
 """A step's srun that has gone without its runner ever starting: Lost after this long."""
+NO_REQUEUE = "--no-requeue"
+"""A training job's instances are never run again by Slurm itself: by default a batch job whose node
+fails (a slurmd silent past SlurmdTimeout) is requeued and later restarted from its start, beneath the
+store's attempt; without requeue it ends NODE_FAIL, which the job's status then says (hyperplan, not
+Slurm, decides whether work runs again: in a plan's next segment, from its checkpoints)."""
 RUNNER = Path(slurm_runner.__file__).resolve()
 SYSTEM_PYTHON = "/usr/bin/python3"
 
@@ -479,6 +484,7 @@ class SlurmBackend:
                     f"--job-name={self.prefix}t.{record['task_id']}.{record.get('nonce', '')}",
                     "--nodes=1",
                     "--exclusive",
+                    NO_REQUEUE,
                     f"--chdir={directory / 'home'}",
                     f"--output={directory / 'out' / 'batch.log'}",
                     *self._placement_options(placement),
@@ -546,6 +552,7 @@ class SlurmBackend:
             f"--job-name={self.prefix}g.{placement.group}",
             f"--nodes={placement.group_size}",
             "--exclusive",
+            NO_REQUEUE,
             f"--chdir={directory / 'home'}",
             f"--output={directory / 'out' / 'batch.log'}",
             *self._placement_options(placement),

@@ -43,16 +43,17 @@ WAIT = 30.0  # a reconciling pass runs on every plan event and every 2 s
 
 
 @pytest.fixture
-def slurm_server(cluster: Cluster, tmp_path: Path) -> Iterator[Callable[[str], Server]]:
+def slurm_server(cluster: Cluster, tmp_path: Path) -> Iterator[Callable[..., Server]]:
     started: list[Server] = []
     open_dir = reachable_directory("hp-slurm-work-")
 
-    def start(clock: str) -> Server:
+    def start(clock: str, fleet: Path | None = None) -> Server:
+        """A server on the cluster's fleet (or `fleet`, another on the same cluster)."""
         server = Server(
             data_dir=tmp_path / "data",
             clock=clock,
             clock_start=SERVER_START if clock != "wall" else None,
-            fleet=cluster.fleet,
+            fleet=fleet or cluster.fleet,
             extra_args=("--isolation", "users", "--work-dir", str(open_dir / "work")),
         )
         started.append(server)
