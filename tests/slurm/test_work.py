@@ -496,7 +496,10 @@ def _stops_failures_and_on_demand(
         _on_demand_job("broken", "echo loading; echo 'cannot open /opt/ml/input/data/x' >&2; exit 1", G5),
         _on_demand_job("explained", f"echo '{OOM}' > \"$SM_OUTPUT_DIR/failure\"; exit 2", G5),
         _on_demand_job("done", train, P5, 2, HyperParameters={"epochs": "2"}),
-        _on_demand_job("long", train, P5, 2, CheckpointConfig={"S3Uri": "s3://bucket/checkpoints/long"}),
+        _on_demand_job(
+            "long", train, P5, 2, HyperParameters={"epochs": "1000"},
+            CheckpointConfig={"S3Uri": "s3://bucket/checkpoints/long"},
+        ),
         _on_demand_job("stubborn", "trap '' TERM; " + loop, G5),
         _on_demand_job("capped", loop, G5, StoppingCondition={"MaxRuntimeInSeconds": 600}),
     ]  # fmt: skip
@@ -640,24 +643,20 @@ def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_ca
     server.cli("buckets", "grant", "bucket", "team")
     client = server.sagemaker(team)
     describe = lambda name: client.describe_training_job(TrainingJobName=name)  # noqa: E731
-    waiting = 'echo "ready in $PWD"; until [ -e go ]; do sleep 0.2; done; echo "went on"'
-    nodes: dict[str, str] = {}
+    waiting = 'echo "ready on $SLURMD_NODENAME in $PWD"; until [ -e go ]; do sleep 0.2; done; echo "went on"'
     for name in ("survivor", "casualty"):
-        before = {j["id"] for j in _jobs_of(cluster, user)}
         client.create_training_job(**_on_demand_job(name, waiting, G5))
-
-        # (Training once handed to Slurm: the Slurm job may wait a scheduling pass before it runs.)
-        def new(before: set[str] = before) -> list[dict[str, str]]:
-            return [j for j in _jobs_of(cluster, user) if j["id"] not in before]
-
-        assert wait_until(lambda: [j for j in new() if j["state"] == "RUNNING"], timeout=WAIT), new()
-        [job] = new()
-        nodes[name] = job["nodes"]
-        assert describe(name)["SecondaryStatus"] == "Training"
-    assert nodes["survivor"] != nodes["casualty"]
     shown = lambda name: server.cli("jobs", "logs", name, credentials=team).stdout  # noqa: E731
-    assert wait_until(lambda: "ready in " in shown("survivor"), timeout=WAIT)
-    home = Path(shown("survivor").split("ready in ", 1)[1].split("\n")[0])
+    ready = {}
+    for name in ("survivor", "casualty"):
+        assert wait_until(lambda: "ready on " in shown(name), timeout=WAIT), describe(name)  # noqa: B023
+        ready[name] = shown(name).split("ready on ", 1)[1].split("\n")[0].split(" in ", 1)
+    nodes = {name: node for name, (node, _) in ready.items()}
+    home = Path(ready["survivor"][1])
+    assert nodes["survivor"] != nodes["casualty"]
+    assert sorted((j["nodes"], j["state"]) for j in _jobs_of(cluster, user)) == sorted(
+        (node, "RUNNING") for node in nodes.values()
+    )
     killed = list(nodes.values())
     try:
         for node in killed:
