@@ -291,9 +291,9 @@ def test_a_two_node_training_job_is_one_slurm_job_interrupted_at_reclaim_and_res
     statuses = [t["Status"] for t in job["SecondaryStatusTransitions"]]
     assert statuses.count("Training") == 2, statuses
     # Running time (Downloading and Training) is service time, counted by the server as on every back
-    # end (not by Slurm, nor in real time): each attempt
-    # runs from its segment's start (the segment's event acts at its own instant), 23.5 h in the first
-    # up to its reclaim and one minute in the second, where it completes at the instant the clock reached.
+    # end (not by Slurm, nor in real time): each attempt runs from its segment's start (the segment's
+    # event acts at its own instant), 23.5 h in the first up to its reclaim and one minute in the
+    # second, where it completes at the instant the clock reached.
     assert job["TrainingTimeInSeconds"] == job["BillableTimeInSeconds"] == 84600 + 60, job
     logs = server.cli("jobs", "logs", "resumed", credentials=team).stdout
     assert "interrupted: saved epoch" in logs and "resuming after epoch" in logs, logs
