@@ -6,8 +6,10 @@ node, each on its own port; fake GPUs through gres; the instance type as each no
 munged (unless the system's answers), slurmctld and the slurmd daemons, waits until every node is idle,
 writes ``DIR/fleet.toml`` and prints one line, ``export SLURM_CONF=DIR/slurm.conf``. When the cluster is
 already up it changes nothing and prints the same line. ``down`` stops every process it started;
-``status`` exits 0 when the cluster is up, 3 when it is not. All state lives under DIR, which other
-users must be able to reach (the accounts' users read slurm.conf and talk to munge).
+``status`` exits 0 when the cluster is up, 3 when it is not. ``restart-controller DIR`` restarts
+slurmctld on its saved state; ``kill-node DIR NODE`` SIGKILLs one node's slurmd (a crash) and
+``start-node DIR NODE`` starts it again. All state lives under DIR, which other users must be able to
+reach (the accounts' users read slurm.conf and talk to munge).
 
 Every daemon carries ``HP_SLURM_DEV_CLUSTER=DIR`` in its environment (so do the slurmstepd processes
 it forks), and ``down`` ends any process that carries it: nothing started here outlives ``down``.
