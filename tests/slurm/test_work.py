@@ -482,6 +482,13 @@ def _outcome(server: Server, job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _output(server: Server, who: Any, name: str) -> str:
+    """algo-1's output so far (its first attempt), through the native API: polled, so no CLI process
+    each time (`jobs logs` reads the same pages)."""
+    page = server.native(who).get(f"/api/v1/training-jobs/{name}/logs", host="algo-1", stream="stdout")
+    return str(page["Data"])
+
+
 def _stops_failures_and_on_demand(
     server: Server, while_running: Callable[[], None] = lambda: None
 ) -> dict[str, dict[str, Any]]:
@@ -511,7 +518,7 @@ def _stops_failures_and_on_demand(
     for request in requests:
         client.create_training_job(**request)
     describe = lambda name: client.describe_training_job(TrainingJobName=name)  # noqa: E731
-    logs = lambda name: server.cli("jobs", "logs", name, credentials=team).stdout  # noqa: E731
+    logs = lambda name: _output(server, team, name)  # noqa: E731
 
     def ended(name: str) -> dict[str, Any]:
         found = wait_until(lambda: (d := describe(name))["TrainingJobStatus"] in FINAL and d, timeout=90)
@@ -651,7 +658,7 @@ def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_ca
     waiting = 'echo "ready on $SLURMD_NODENAME in $PWD"; until [ -e go ]; do sleep 0.2; done; echo "went on"'
     for name in ("survivor", "casualty"):
         client.create_training_job(**_on_demand_job(name, waiting, G5))
-    shown = lambda name: server.cli("jobs", "logs", name, credentials=team).stdout  # noqa: E731
+    shown = lambda name: _output(server, team, name)  # noqa: E731
     ready = {}
     for name in ("survivor", "casualty"):
         assert wait_until(lambda: "ready on " in shown(name), timeout=WAIT), describe(name)  # noqa: B023
