@@ -702,7 +702,9 @@ def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_ca
             dev_cluster("start-node", cluster.directory, node)
         assert dev_cluster("status", cluster.directory).returncode == 0
         for node in killed:
-            assert wait_until(lambda: _node_flags(cluster, node)[0] != "DOWN", timeout=WAIT), node  # noqa: B023
+            # Back as the other tests expect it: idle and answering (nothing of the jobs left on it).
+            back = lambda: _node_flags(cluster, node)[:2] == ("IDLE", ())  # noqa: B023, E731
+            assert wait_until(back, timeout=WAIT), _node_flags(cluster, node)
     # Nothing lost from the store, nothing of the account's left on the cluster (the casualty's
     # processes, orphaned on the silent node, ended when its slurmd registered again).
     listed = {
