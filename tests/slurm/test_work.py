@@ -291,10 +291,12 @@ def test_a_two_node_training_job_is_one_slurm_job_interrupted_at_reclaim_and_res
     statuses = [t["Status"] for t in job["SecondaryStatusTransitions"]]
     assert statuses.count("Training") == 2, statuses
     # Running time (Downloading and Training) is service time, counted by the server as on every back
-    # end (not by Slurm, nor in real time): each attempt runs from its segment's start (the segment's
-    # event acts at its own instant), 23.5 h in the first up to its reclaim and one minute in the
-    # second, where it completes at the instant the clock reached.
-    assert job["TrainingTimeInSeconds"] == job["BillableTimeInSeconds"] == 84600 + 60, job
+    # end (not by Slurm, nor in real time): 23 h 29 min to 23.5 h in the first segment (from the
+    # segment's start or from the minute after it the clock jumped to, up to the reclaim) and 0 to 60 s
+    # in the second (it completes at the instant the clock reached). Which of the two an attempt starts
+    # at varies from run to run (seen: 84600 and 84660 in all).
+    seconds = job["TrainingTimeInSeconds"]
+    assert seconds == job["BillableTimeInSeconds"] and 84540 <= seconds <= 84660, job
     logs = server.cli("jobs", "logs", "resumed", credentials=team).stdout
     assert "interrupted: saved epoch" in logs and "resuming after epoch" in logs, logs
     assert "algo-1 of" in logs and "master 127.0.0.1" in logs and "algo-2=127.0.0.1" in logs, logs
