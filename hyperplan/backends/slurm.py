@@ -117,6 +117,11 @@ CANCEL_AGAIN_SECONDS = 10.0
 """A node being failed (its OnCreate record says so) is cancelled again this often until its job ends."""
 STEP_START_SECONDS = 60.0
 """A step's srun that has gone without its runner ever starting: Lost after this long."""
+NO_REQUEUE = "--no-requeue"
+"""A training job's instances are never run again by Slurm itself: by default a batch job whose node
+fails (a slurmd silent past SlurmdTimeout) is requeued and later restarted from its start, beneath the
+store's attempt; without requeue it ends NODE_FAIL, which the job's status then says (hyperplan, not
+Slurm, decides whether work runs again: in a plan's next segment, from its checkpoints)."""
 RUNNER = Path(slurm_runner.__file__).resolve()
 RECORD_LIMIT = 1 << 20
 """The most bytes of one of the server's own records read (they are a few hundred)."""
@@ -509,6 +514,7 @@ class SlurmBackend:
                     f"--job-name={self.prefix}t.{record['task_id']}.{record.get('nonce', '')}",
                     "--nodes=1",
                     "--exclusive",
+                    NO_REQUEUE,
                     f"--chdir={directory / 'home'}",
                     f"--output={directory / 'out' / 'batch.log'}",
                     *self._placement_options(placement),
@@ -576,6 +582,7 @@ class SlurmBackend:
             f"--job-name={self.prefix}g.{placement.group}",
             f"--nodes={placement.group_size}",
             "--exclusive",
+            NO_REQUEUE,
             f"--chdir={directory / 'home'}",
             f"--output={directory / 'out' / 'batch.log'}",
             *self._placement_options(placement),

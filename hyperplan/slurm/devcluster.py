@@ -6,8 +6,10 @@ node, each on its own port; fake GPUs through gres; the instance type as each no
 munged (unless the system's answers), slurmctld and the slurmd daemons, waits until every node is idle,
 writes ``DIR/fleet.toml`` and prints one line, ``export SLURM_CONF=DIR/slurm.conf``. When the cluster is
 already up it changes nothing and prints the same line. ``down`` stops every process it started;
-``status`` exits 0 when the cluster is up, 3 when it is not. All state lives under DIR, which other
-users must be able to reach (the accounts' users read slurm.conf and talk to munge).
+``status`` exits 0 when the cluster is up, 3 when it is not. ``restart-controller DIR`` restarts
+slurmctld on its saved state; ``kill-node DIR NODE`` SIGKILLs one node's slurmd (a crash) and
+``start-node DIR NODE`` starts it again. All state lives under DIR, which other users must be able to
+reach (the accounts' users read slurm.conf and talk to munge).
 
 Every daemon carries ``HP_SLURM_DEV_CLUSTER=DIR`` in its environment (so do the slurmstepd processes
 it forks), and ``down`` ends any process that carries it: nothing started here outlives ``down``.
@@ -38,6 +40,7 @@ PACKAGES = ("slurm-wlm", "munge")
 SYSTEM_MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
 INSTALL_LOCK = Path("/run/lock/hyperplan-slurm-dev-cluster-install.lock")
 UP_TIMEOUT = 60.0
+SLURMD_TIMEOUT = 10  # seconds: see slurm_conf
 STOP_TIMEOUT = 5.0
 
 
@@ -68,8 +71,16 @@ class Refused(Exception):
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2 or argv[0] not in ("up", "down", "status", "restart-controller"):
-        print("usage: slurm-dev-cluster up|down|status|restart-controller DIR", file=sys.stderr)
+    node_commands = ("kill-node", "start-node")
+    valid = (len(argv) == 2 and argv[0] in ("up", "down", "status", "restart-controller")) or (
+        len(argv) == 3 and argv[0] in node_commands
+    )
+    if not valid:
+        print(
+            "usage: slurm-dev-cluster up|down|status|restart-controller DIR\n"
+            "       slurm-dev-cluster kill-node|start-node DIR NODE",
+            file=sys.stderr,
+        )
         return 2
     command, directory = argv[0], Path(argv[1]).absolute()
     try:
@@ -82,6 +93,12 @@ def main(argv: list[str]) -> int:
             return 0
         if command == "restart-controller":
             restart_controller(directory)
+            return 0
+        if command == "kill-node":
+            kill_node(directory, argv[2])
+            return 0
+        if command == "start-node":
+            start_node(directory, argv[2])
             return 0
         print(up(directory))
         return 0
@@ -375,6 +392,9 @@ def slurm_conf(layout: Layout, ports: list[int], munge_socket: Path | None) -> s
         "SchedulerParameters=sched_interval=5,bf_interval=5",
         # A cancelled job's processes that ignore SIGTERM are killed this long after it (default 30 s).
         "KillWait=1",
+        # A node whose slurmd stops answering is DOWN after this long (default 300 s); slurmctld pings
+        # every node each third of it. Short, so that a test can see a killed slurmd's node go DOWN.
+        f"SlurmdTimeout={SLURMD_TIMEOUT}",
         "AccountingStorageType=accounting_storage/none",
         "JobAcctGatherType=jobacct_gather/none",
         "JobCompType=jobcomp/none",
@@ -458,6 +478,42 @@ def _program(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
     except OSError:
         return b""
+
+
+# -- kill-node, start-node ----------------------------------------------------------------------------
+
+
+def kill_node(directory: Path, node: str) -> None:
+    """SIGKILL one node's slurmd, as a crash would: its job steps (their slurmstepd) carry on, and
+    slurmctld marks the node DOWN once it has not answered for ``SlurmdTimeout``."""
+    layout = Layout(directory)
+    pid = recorded(layout).get(_node_name(node))
+    if pid is None or not is_ours(pid, layout):
+        raise Refused(f"the slurmd of {node} is not running")
+    os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + STOP_TIMEOUT
+    while is_ours(pid, layout) and time.monotonic() < deadline:
+        _reap([pid])
+        time.sleep(0.05)
+
+
+def start_node(directory: Path, node: str) -> None:
+    """Start one node's slurmd again (after ``kill-node``); it registers with slurmctld on its own."""
+    layout = Layout(directory)
+    daemons = recorded(layout)
+    name = _node_name(node)
+    if "slurmctld" not in daemons or not is_ours(daemons["slurmctld"], layout):
+        raise Refused(f"slurmctld of {directory} is not running: bring the cluster up first")
+    if name in daemons and is_ours(daemons[name], layout):
+        raise Refused(f"the slurmd of {node} is running already")
+    daemons[name] = _start(layout, ["slurmd", "-D", "-f", str(layout.conf), "-N", name], name)
+    _save(layout, daemons)
+
+
+def _node_name(node: str) -> str:
+    if node not in NODES:
+        raise Refused(f"no node {node} in the dev cluster (its nodes: {compress(NODES)})")
+    return node
 
 
 # -- down --------------------------------------------------------------------------------------------

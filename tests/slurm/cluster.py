@@ -16,9 +16,9 @@ from hyperplan.slurm.client import SlurmClient
 SCRIPT = Path(__file__).parents[2] / "scripts" / "slurm-dev-cluster"
 
 
-def dev_cluster(command: str, directory: Path) -> subprocess.CompletedProcess[str]:
+def dev_cluster(command: str, directory: Path, *more: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(SCRIPT), command, str(directory)],
+        [sys.executable, str(SCRIPT), command, str(directory), *more],
         capture_output=True,
         text=True,
         timeout=900,  # a first `up` on a fresh machine installs Slurm

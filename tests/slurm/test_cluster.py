@@ -162,3 +162,17 @@ def test_another_user_reaches_the_cluster(cluster: Cluster) -> None:
         timeout=30,
     )
     assert (result.returncode, result.stdout) == (0, "8 idle\n"), result.stderr
+
+
+def test_kill_node_and_start_node_refuse_what_they_cannot_do(cluster: Cluster) -> None:
+    """(Killing a node's slurmd and starting it again: tests/slurm/test_work.py.)"""
+    unknown = dev_cluster("kill-node", cluster.directory, "hp-n99")
+    assert (
+        unknown.returncode == 1
+        and "no node hp-n99 in the dev cluster (its nodes: hp-n[01-08])" in unknown.stderr
+    )
+    running = dev_cluster("start-node", cluster.directory, "hp-n01")
+    assert running.returncode == 1 and "the slurmd of hp-n01 is running already" in running.stderr
+    usage = dev_cluster("kill-node", cluster.directory)
+    assert usage.returncode == 2 and "kill-node|start-node DIR NODE" in usage.stderr
+    assert dev_cluster("status", cluster.directory).returncode == 0

@@ -5,19 +5,25 @@ the `hp-` reservations and any Slurm job go with the test (tests/slurm/test_rese
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import pwd
+import re
 import subprocess
 import tarfile
+import time
 from collections.abc import Callable
-from datetime import timedelta
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.harness import SERVER_START, Server, boundary_after, wait_until
-from tests.slurm.cluster import Cluster
+from hyperplan.backends.local import LocalBackend
+from tests.harness import SERVER_START, Server, boundary_after, service_now, wait_until
+from tests.slurm.cluster import Cluster, dev_cluster
 from tests.slurm.test_reservations import (
     DAY,
     WAIT,
@@ -288,7 +294,7 @@ n=$(cat "$ckpt/epoch" 2>/dev/null || echo 0)
 echo "$SM_CURRENT_HOST of $SM_HOSTS on $SLURMD_NODENAME as $(id -un),"\
   "master $MASTER_ADDR, hosts $HYPERPLAN_HOSTS"
 trap 'echo "interrupted: saved epoch $n"; exit 0' TERM
-while [ "$n" -lt 40 ]; do
+while [ "$n" -lt "${SM_HP_EPOCHS:-40}" ]; do
   sleep 0.5 & wait $!
   n=$((n + 1)); echo "$n" > "$ckpt/epoch"
 done
@@ -317,6 +323,7 @@ def test_a_two_node_training_job_is_one_slurm_job_interrupted_at_reclaim_and_res
     for name, value in {"HYPERPLAN_JOB_RECLAIM_GRACE": "5", "HYPERPLAN_JOB_CHECKPOINT_SYNC": "0.3"}.items():
         monkeypatch.setenv(name, value)
     server = slurm_server("manual")
+    began = time.time()  # real time: the lines' times are when they were written, on the nodes
     first_day = boundary_after(SERVER_START + timedelta(hours=1))
     team, other = server.new_account("team"), server.new_account("other")
     server.sagemaker(other)  # the blocker: all four p5 nodes on the second day
@@ -379,11 +386,19 @@ def test_a_two_node_training_job_is_one_slurm_job_interrupted_at_reclaim_and_res
     job = describe()
     statuses = [t["Status"] for t in job["SecondaryStatusTransitions"]]
     assert statuses.count("Training") == 2, statuses
+    # Running time (Downloading and Training) is service time, counted by the server as on every back
+    # end (not by Slurm, nor in real time): 23 h 29 min to 23.5 h in the first segment (from the
+    # segment's start or from the minute after it the clock jumped to, up to the reclaim) and 0 to 60 s
+    # in the second (it completes at the instant the clock reached). Which of the two an attempt starts
+    # at varies from run to run (seen: 84600 and 84660 in all).
+    seconds = job["TrainingTimeInSeconds"]
+    assert seconds == job["BillableTimeInSeconds"] and 84540 <= seconds <= 84660, job
     logs = server.cli("jobs", "logs", "resumed", credentials=team).stdout
     assert "interrupted: saved epoch" in logs and "resuming after epoch" in logs, logs
     assert "algo-1 of" in logs and "master 127.0.0.1" in logs and "algo-2=127.0.0.1" in logs, logs
     second = server.cli("jobs", "logs", "resumed", "--host", "algo-2", credentials=team).stdout
     assert "algo-2 of" in second and team_user in second
+    _check_timed_logs(server, team, job, began)
     model = job["ModelArtifacts"]["S3ModelArtifacts"]
     bucket, _, key = model.removeprefix("s3://").partition("/")
     with tarfile.open(server.data_dir / "s3" / bucket / key) as tar:
@@ -391,6 +406,41 @@ def test_a_two_node_training_job_is_one_slurm_job_interrupted_at_reclaim_and_res
     assert "model.txt" in names, names
     assert not _jobs_of(cluster, team_user)
     del rc2
+
+
+LOG_GROUP = "/aws/sagemaker/TrainingJobs"
+TIMED_LINE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6})Z (.*)$")
+
+
+def _check_timed_logs(server: Server, who: Any, job: dict[str, Any], began: float) -> None:
+    """Each node's lines with the times the timed-log wrapper on that node read them (not a file's
+    mtime): from both instances, in the order written, within the test's real time, the interruption
+    before the resume; the same through `jobs logs -t` and CloudWatch Logs."""
+    name = job["TrainingJobName"]
+    for host in ("algo-1", "algo-2"):
+        shown = server.cli("jobs", "logs", name, "--host", host, "-t", credentials=who).stdout
+        lines = [line for line in shown.splitlines() if not line.startswith("--- attempt ")]
+        parsed = [TIMED_LINE.match(line) for line in lines]
+        assert lines and all(parsed), shown
+        times = [datetime.fromisoformat(m.group(1)).replace(tzinfo=UTC).timestamp() for m in parsed if m]
+        texts = [m.group(2) for m in parsed if m]
+        assert times == sorted(times) and began <= times[0] and times[-1] <= time.time(), shown
+        assert any(text.startswith(f"{host} of ") for text in texts), shown
+        interrupted = next(i for i, text in enumerate(texts) if "interrupted: saved epoch" in text)
+        resumed = next(i for i, text in enumerate(texts) if "resuming after epoch" in text)
+        assert interrupted < resumed and times[interrupted] < times[resumed], shown
+    streams = server.aws(
+        "logs", "describe-log-streams", "--log-group-name", LOG_GROUP, "--log-stream-name-prefix", f"{name}/",
+        credentials=who,
+    )["logStreams"]  # fmt: skip
+    names = [s["logStreamName"] for s in streams]
+    assert [n.split("/")[1].rsplit("-", 1)[0] for n in names] == ["algo-1", "algo-2"], names
+    for stream, host in zip(names, ("algo-1", "algo-2"), strict=True):
+        at = ("--log-group-name", LOG_GROUP, "--log-stream-name", stream)
+        events = server.aws("logs", "get-log-events", *at, "--start-from-head", credentials=who)["events"]
+        stamps = [event["timestamp"] for event in events]
+        assert stamps == sorted(stamps) and began * 1000 <= stamps[0] <= stamps[-1] <= time.time() * 1000
+        assert any(event["message"].startswith(f"{host} of ") for event in events), events
 
 
 def test_hyperplan_and_slurmctld_restarted_mid_segment_lose_nothing_and_leave_no_stray_job(
@@ -445,8 +495,6 @@ def test_hyperplan_and_slurmctld_restarted_mid_segment_lose_nothing_and_leave_no
     assert shown in jobs
 
     # slurmctld restarts on its saved state: the jobs carry on, hyperplan sees them as before.
-    from tests.slurm.cluster import dev_cluster
-
     restarted = dev_cluster("restart-controller", cluster.directory)
     assert restarted.returncode == 0, restarted.stderr
     assert wait_until(lambda: {j["id"] for j in _jobs_of(cluster, team_user)} == set(jobs), timeout=WAIT)
@@ -465,3 +513,312 @@ def _live_jobs(cluster: Cluster) -> list[Any]:
     return [
         j for j in cluster.client.jobs() if j.state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")
     ]
+
+
+# -- stop, MaxRuntimeInSeconds, failures and on-demand jobs, as on the local back end ------------------
+
+G5 = "ml.g5.12xlarge"
+P5 = "ml.p5.48xlarge"
+JOB_PERIODS = {
+    "HYPERPLAN_JOB_RECLAIM_GRACE": "5",
+    "HYPERPLAN_JOB_STOP_GRACE": "5",
+    "HYPERPLAN_JOB_CHECKPOINT_SYNC": "0.3",
+}
+FINAL = ("Completed", "Failed", "Stopped")
+OOM = "CUDA out of memory at step 7"
+
+
+def _on_demand_job(
+    name: str, script: str, instance_type: str, count: int = 1, **extra: Any
+) -> dict[str, Any]:
+    """An on-demand job (no plan) running `script` with sh; TRAIN_SH is in the channel."""
+    return {
+        "TrainingJobName": name,
+        "RoleArn": "arn:aws:iam::123456789012:role/DataAndAPIAccessRole",
+        "AlgorithmSpecification": {
+            "TrainingInputMode": "File",
+            "TrainingImage": "123456789012.dkr.ecr.us-west-2.amazonaws.com/algo-image:tag",
+            "ContainerEntrypoint": ["sh", "-c"],
+            "ContainerArguments": [script],
+        },
+        "InputDataConfig": [{
+            "ChannelName": "training",
+            "DataSource": {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": "s3://bucket/input",
+                                            "S3DataDistributionType": "FullyReplicated"}},
+        }],
+        "OutputDataConfig": {"S3OutputPath": "s3://bucket/output"},
+        "ResourceConfig": {"InstanceType": instance_type, "InstanceCount": count, "VolumeSizeInGB": 10},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 2419200},
+        **extra,
+    }  # fmt: skip
+
+
+def _outcome(server: Server, job: dict[str, Any]) -> dict[str, Any]:
+    """What a user sees of a job that has ended, for comparing back ends: statuses, every transition
+    and its message, the failure, the times billed, the model's files and the stored checkpoints."""
+    model = job.get("ModelArtifacts", {}).get("S3ModelArtifacts")
+    files: list[str] | None = None  # no model stored
+    if model:
+        bucket, _, key = model.removeprefix("s3://").partition("/")
+        if (server.data_dir / "s3" / bucket / key).exists():
+            with tarfile.open(server.data_dir / "s3" / bucket / key) as tar:
+                files = sorted(m.name for m in tar.getmembers() if m.isfile())
+    checkpoints = server.data_dir / "s3" / "bucket" / "checkpoints" / job["TrainingJobName"]
+    return {
+        "status": (job["TrainingJobStatus"], job["SecondaryStatus"]),
+        # The one message that differs on purpose: where a multi-instance job's hosts run.
+        "transitions": [
+            (t["Status"], (t.get("StatusMessage") or "").replace(" as one Slurm job.", " on loopback."))
+            for t in job["SecondaryStatusTransitions"]
+        ],
+        "model_uri": model,
+        "failure": job.get("FailureReason"),
+        "training_seconds": job.get("TrainingTimeInSeconds"),
+        "billable_seconds": job.get("BillableTimeInSeconds"),
+        "model": files,
+        "checkpoints": sorted(p.name for p in checkpoints.iterdir()) if checkpoints.exists() else [],
+    }
+
+
+def _output(server: Server, who: Any, name: str) -> str:
+    """algo-1's output so far (its first attempt), through the native API: polled, so no CLI process
+    each time (`jobs logs` reads the same pages)."""
+    page = server.native(who).get(f"/api/v1/training-jobs/{name}/logs", host="algo-1", stream="stdout")
+    return str(page["Data"])
+
+
+def _stops_failures_and_on_demand(
+    server: Server, while_running: Callable[[], None] = lambda: None
+) -> dict[str, dict[str, Any]]:
+    """Six on-demand jobs on one server under the manual clock: two that fail, one that completes, one
+    stopped while it checkpoints, one that ignores SIGTERM, one stopped by MaxRuntimeInSeconds (service
+    time). Asserts what tests/server/test_jobs.py asserts on the local back end; returns the outcomes."""
+    team = server.new_account("team")
+    data = server.data_dir / "s3" / "bucket" / "input" / "data.csv"
+    data.parent.mkdir(parents=True)
+    data.write_text("x,y\n1,2\n")
+    (data.parent / "train.sh").write_text(TRAIN_SH)
+    server.cli("buckets", "grant", "bucket", "team")
+    client = server.sagemaker(team)
+    train = 'exec sh "$SM_CHANNEL_TRAINING/train.sh"'
+    loop = "echo ready; while :; do sleep 0.2; done"
+    requests = [
+        _on_demand_job("broken", "echo loading; echo 'cannot open /opt/ml/input/data/x' >&2; exit 1", G5),
+        _on_demand_job("explained", f"echo '{OOM}' > \"$SM_OUTPUT_DIR/failure\"; exit 2", G5),
+        _on_demand_job("done", train, P5, 2, HyperParameters={"epochs": "2"}),
+        _on_demand_job(
+            "long", train, P5, 2, HyperParameters={"epochs": "1000"},
+            CheckpointConfig={"S3Uri": "s3://bucket/checkpoints/long"},
+        ),
+        _on_demand_job("stubborn", "trap '' TERM; " + loop, G5),
+        _on_demand_job("capped", loop, G5, StoppingCondition={"MaxRuntimeInSeconds": 600}),
+    ]  # fmt: skip
+    for request in requests:
+        client.create_training_job(**request)
+    describe = lambda name: client.describe_training_job(TrainingJobName=name)  # noqa: E731
+    logs = lambda name: _output(server, team, name)  # noqa: E731
+
+    def ended(name: str) -> dict[str, Any]:
+        found = wait_until(lambda: (d := describe(name))["TrainingJobStatus"] in FINAL and d, timeout=90)
+        assert found, describe(name)
+        return dict(found)
+
+    stored = server.data_dir / "s3" / "bucket" / "checkpoints" / "long" / "epoch"
+    assert wait_until(lambda: stored.exists() and int(stored.read_text() or 0) >= 2, timeout=WAIT), describe(
+        "long"
+    )
+    for name in ("stubborn", "capped"):
+        assert wait_until(lambda: "ready" in logs(name), timeout=WAIT), describe(name)  # noqa: B023
+    while_running()
+
+    broken = ended("broken")
+    assert broken["TrainingJobStatus"] == "Failed"
+    reason = broken["FailureReason"]
+    assert reason.startswith("AlgorithmError: instance algo-1 exited with code 1") and "cannot open" in reason
+    explained = ended("explained")
+    assert (
+        explained["FailureReason"]
+        == "AlgorithmError: instance algo-1 exited with code 2: CUDA out of memory at step 7"
+    )
+    done = ended("done")
+    assert done["TrainingJobStatus"] == "Completed", done
+    assert "trained" not in logs("done") and "done" in logs("done").split()
+
+    client.stop_training_job(TrainingJobName="long")
+    assert describe("long")["TrainingJobStatus"] in ("Stopping", "Stopped")
+    long = ended("long")
+    assert [t["Status"] for t in long["SecondaryStatusTransitions"]][-3:] == [
+        "Training",
+        "Stopping",
+        "Stopped",
+    ]
+    assert "StopTrainingJob" in long["SecondaryStatusTransitions"][-1]["StatusMessage"]
+    assert "interrupted: saved epoch" in logs("long")
+
+    began = time.monotonic()
+    client.stop_training_job(TrainingJobName="stubborn")
+    stubborn = ended("stubborn")
+    assert stubborn["TrainingJobStatus"] == "Stopped" and time.monotonic() - began >= 4.5  # after the grace
+
+    # MaxRuntimeInSeconds counts service time: nine minutes on, it still trains; at ten it is stopped.
+    assert describe("capped")["SecondaryStatus"] == "Training"
+    server.set_clock(service_now(server) + timedelta(minutes=9))
+    assert describe("capped")["SecondaryStatus"] == "Training"
+    server.set_clock(service_now(server) + timedelta(minutes=1))
+    capped = ended("capped")
+    assert (capped["TrainingJobStatus"], capped["SecondaryStatus"]) == ("Stopped", "MaxRuntimeExceeded")
+    assert capped["TrainingTimeInSeconds"] == capped["BillableTimeInSeconds"] == 600
+    assert "MaxRuntimeInSeconds (600)" in capped["SecondaryStatusTransitions"][-1]["StatusMessage"]
+
+    jobs = {"broken": broken, "explained": explained, "done": done, "long": long, "stubborn": stubborn,
+            "capped": capped}  # fmt: skip
+    outcomes = {name: _outcome(server, job) for name, job in jobs.items()}
+    assert outcomes["done"]["model"] == ["model.txt"] and outcomes["long"]["checkpoints"] == ["epoch"]
+    return outcomes
+
+
+def _on_demand_fleet(cluster: Cluster, path: Path, local: bool = False) -> Path:
+    """The dev cluster's fleet with every instance kept out of plans (on-demand only); with `local`, the
+    same pools and prices on the local back end (counts for nodes, no Slurm settings)."""
+    text = cluster.fleet.read_text().replace("[[pools]]\n", "[[pools]]\nreservable = 0\n")
+    if local:
+        head, _, rest = text.partition("[backend]")
+        text = head + rest.partition("\n\n")[2]
+        lines = [line for line in text.splitlines() if not line.startswith("feature = ")]
+        text = "\n".join("count = 4" if line.startswith("nodes = ") else line for line in lines) + "\n"
+    path.write_text(text)
+    return path
+
+
+def test_stop_max_runtime_failures_and_on_demand_jobs_end_as_on_the_local_back_end(
+    cluster: Cluster,
+    slurm_server: Callable[..., Server],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same six on-demand jobs on a Slurm server and on a local one, at once: each ends the same way
+    on both (statuses, transitions and their messages, FailureReason, billed time, model, checkpoints).
+    On Slurm each ran as a Slurm job of the account's user outside every reservation, and none is left."""
+    for name, value in JOB_PERIODS.items():
+        monkeypatch.setenv(name, value)
+    server = slurm_server("manual", _on_demand_fleet(cluster, tmp_path / "fleet.toml"))
+    local = Server(
+        data_dir=tmp_path / "local",
+        clock="manual",
+        clock_start=SERVER_START,
+        fleet=_on_demand_fleet(cluster, tmp_path / "local-fleet.toml", local=True),
+    )
+    seen: list[list[dict[str, str]]] = []
+
+    def on_slurm() -> None:  # every job of the account is a Slurm job in no reservation
+        _, user = _user_of(server, "team")
+        jobs = _jobs_of(cluster, user)
+        seen.append(jobs)
+        assert jobs and {j["reservation"] for j in jobs} == {"(null)"}, jobs
+
+    try:
+        local.start()
+        with ThreadPoolExecutor(2) as pool:
+            on_local = pool.submit(_stops_failures_and_on_demand, local)
+            slurm = _stops_failures_and_on_demand(server, on_slurm)
+            expected = on_local.result(timeout=300)
+    finally:
+        local.close()
+        LocalBackend(local.work_dir / "backend").adopt([])
+    assert seen and len({j["nodes"] for j in seen[0]}) == len(seen[0])  # whole nodes, none shared
+    for name, outcome in expected.items():
+        assert slurm[name] == outcome, name
+    _, user = _user_of(server, "team")
+    assert wait_until(lambda: not _jobs_of(cluster, user), timeout=WAIT), _jobs_of(cluster, user)
+
+
+def _node_flags(cluster: Cluster, node: str) -> tuple[str, tuple[str, ...], str]:
+    [found] = cluster.client.nodes([node])
+    return found.state, tuple(found.flags), found.reason or ""
+
+
+def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_carries_on(
+    cluster: Cluster, slurm_server: Callable[..., Server], tmp_path: Path
+) -> None:
+    """Two on-demand jobs, each on its own node; both nodes' slurmd killed (as a crash). One is started
+    again while Slurm only marks its node not responding: the job carries on and completes. The other
+    stays dead: after SlurmdTimeout Slurm marks its node DOWN and ends the job NODE_FAIL (never
+    requeued), and the job fails saying so. Nothing is lost from the store; no Slurm job is left."""
+    server = slurm_server("manual", _on_demand_fleet(cluster, tmp_path / "fleet.toml"))
+    team = server.new_account("team")
+    _, user = _user_of(server, "team")
+    data = server.data_dir / "s3" / "bucket" / "input" / "data.csv"
+    data.parent.mkdir(parents=True)
+    data.write_text("x,y\n1,2\n")
+    server.cli("buckets", "grant", "bucket", "team")
+    client = server.sagemaker(team)
+    describe = lambda name: client.describe_training_job(TrainingJobName=name)  # noqa: E731
+    waiting = 'echo "ready on $SLURMD_NODENAME in $PWD"; until [ -e go ]; do sleep 0.2; done; echo "went on"'
+    for name in ("survivor", "casualty"):
+        client.create_training_job(**_on_demand_job(name, waiting, G5))
+    shown = lambda name: _output(server, team, name)  # noqa: E731
+    ready = {}
+    for name in ("survivor", "casualty"):
+        assert wait_until(lambda: "ready on " in shown(name), timeout=WAIT), describe(name)  # noqa: B023
+        ready[name] = shown(name).split("ready on ", 1)[1].split("\n")[0].split(" in ", 1)
+    nodes = {name: node for name, (node, _) in ready.items()}
+    home = Path(ready["survivor"][1])
+    assert nodes["survivor"] != nodes["casualty"]
+    assert sorted((j["nodes"], j["state"]) for j in _jobs_of(cluster, user)) == sorted(
+        (node, "RUNNING") for node in nodes.values()
+    )
+    killed = list(nodes.values())
+    try:
+        for node in killed:
+            assert dev_cluster("kill-node", cluster.directory, node).returncode == 0
+        # Slurm first marks both nodes not responding; the jobs run on meanwhile, and so say the jobs.
+        assert wait_until(
+            lambda: all("NOT_RESPONDING" in _node_flags(cluster, n)[1] for n in killed), timeout=60
+        ), [_node_flags(cluster, n) for n in killed]
+        assert {j["state"] for j in _jobs_of(cluster, user)} == {"RUNNING"}
+        assert {describe(n)["SecondaryStatus"] for n in nodes} == {"Training"}
+        started = dev_cluster("start-node", cluster.directory, nodes["survivor"])
+        assert started.returncode == 0, started.stderr
+
+        # The casualty's node stays silent: DOWN after SlurmdTimeout, its job NODE_FAIL, not requeued.
+        assert wait_until(lambda: _node_flags(cluster, nodes["casualty"])[0] == "DOWN", timeout=90)
+        assert "Not responding" in _node_flags(cluster, nodes["casualty"])[2]
+        failed = wait_until(lambda: (d := describe("casualty"))["TrainingJobStatus"] == "Failed" and d, WAIT)
+        assert failed, describe("casualty")
+        assert "NODE_FAIL" in failed["FailureReason"] and "algo-1" in failed["FailureReason"], failed
+        assert [j for j in _jobs_of(cluster, user) if j["nodes"] == nodes["casualty"]] == []
+
+        # The survivor's slurmd is back: its node answers, the job still runs and ends as it would have.
+        assert wait_until(lambda: "NOT_RESPONDING" not in _node_flags(cluster, nodes["survivor"])[1], WAIT)
+        assert describe("survivor")["SecondaryStatus"] == "Training"
+        (home / "go").touch()
+        done = wait_until(lambda: (d := describe("survivor"))["TrainingJobStatus"] == "Completed" and d, WAIT)
+        assert done, describe("survivor")
+        assert "went on" in shown("survivor")
+    finally:
+        for node in killed:  # whatever happened, every slurmd runs again and its node comes back
+            dev_cluster("start-node", cluster.directory, node)
+        assert dev_cluster("status", cluster.directory).returncode == 0
+        for node in killed:
+            # Back as the other tests expect it: idle and answering (nothing of the jobs left on it).
+            back = lambda: _node_flags(cluster, node)[:2] == ("IDLE", ())  # noqa: B023, E731
+            assert wait_until(back, timeout=WAIT), _node_flags(cluster, node)
+    # Nothing lost from the store, nothing of the account's left on the cluster (the casualty's
+    # processes, orphaned on the silent node, ended when its slurmd registered again).
+    listed = {
+        j["TrainingJobName"]: j["TrainingJobStatus"]
+        for j in client.list_training_jobs()["TrainingJobSummaries"]
+    }
+    assert listed == {"survivor": "Completed", "casualty": "Failed"}
+    assert wait_until(lambda: not _jobs_of(cluster, user), timeout=WAIT), _jobs_of(cluster, user)
+    assert wait_until(lambda: not _processes_of(user), timeout=WAIT), _processes_of(user)
+
+
+def _processes_of(user: str) -> list[int]:
+    uid = pwd.getpwnam(user).pw_uid
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and entry.stat().st_uid == uid:
+                found.append(int(entry.name))
+    return found
