@@ -61,7 +61,7 @@ from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.lifecycle import LifecycleContext
 from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.services.node_watcher import NodeWatcher
-from hyperplan.services.rate_limiter import RateLimiter
+from hyperplan.services.rate_limiter import RateLimiter, SharedBuckets
 from hyperplan.services.retention import RetentionWorker
 from hyperplan.services.shared_state import SharedState
 from hyperplan.services.slurm_reservations import ReservationWorker
@@ -277,7 +277,7 @@ class Application:
             job_locks=JobLocks(),
             slurm=slurm,
             shared=SharedState(db, calendar, keys, clock),
-            rate_limiter=RateLimiter(processes=lambda: leader.processes),
+            rate_limiter=RateLimiter(store=SharedBuckets(db)),
         )
         events.handlers.update(event_handlers(context))
         dispatcher_config = config.dispatcher or DispatcherConfig.from_env()

@@ -107,6 +107,21 @@ def take(limit: RateLimit, bucket: Bucket | None, now: float) -> tuple[Bucket, f
     return Bucket(tokens, now), (1.0 - tokens) / limit.rate
 
 
+def lease(limit: RateLimit, bucket: Bucket | None, now: float, want: int) -> tuple[Bucket, int, float | None]:
+    """Take up to ``want`` whole tokens at once (a process leasing a batch from a bucket it shares with
+    others): the bucket after, how many were granted, and, when none was, the seconds until one is there.
+    The same bucket as ``take``'s: new ones start full, time never runs backwards in it."""
+    if bucket is None:
+        tokens = float(limit.burst)
+    else:
+        tokens = min(float(limit.burst), bucket.tokens + max(0.0, now - bucket.at) * limit.rate)
+    now = now if bucket is None else max(now, bucket.at)
+    granted = min(max(1, want), int(tokens))
+    if granted >= 1:
+        return Bucket(tokens - granted, now), granted, None
+    return Bucket(tokens, now), 0, (1.0 - tokens) / limit.rate
+
+
 def effective(defaults: RateLimits, overrides: Mapping[RequestClass, RateLimit | None]) -> RateLimits:
     """An account's limits: the fleet's, with an administrator's overrides on top (None: the default)."""
     merged = dict(defaults)
