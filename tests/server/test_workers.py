@@ -13,10 +13,12 @@ import pytest
 from tests.harness import Server, wait_until
 from tests.postgres import Stores
 from tests.server import test_concurrency, test_operations, test_plans
+from tests.server.test_rate_limits import SHARED_BURST, limited_account, searches
 
 pytestmark = pytest.mark.scale
 
 TWO = ("--workers", "2")
+SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 
 
 def _two_workers(server_factory: type[Server]) -> type[Server]:
@@ -92,3 +94,20 @@ def test_racing_buyers_on_two_workers(server_factory: type[Server], tmp_path: Pa
     test_concurrency.test_racing_buyers_never_overbook_and_every_success_persists(
         _two_workers(server_factory), tmp_path, Stores("sqlite", None)
     )
+
+
+def test_an_account_s_rate_limit_is_one_bucket_across_the_api_processes(
+    server_factory: type[Server], tmp_path: Path
+) -> None:
+    """services/rate_limiter.py: the bucket is in the store; a process leases tokens from it."""
+    server = _two_workers(server_factory)(data_dir=tmp_path / "data", fleet=SMALL_FLEET).start()
+    # One client, one kept-alive connection: every request reaches the same API process, which admits
+    # the account's whole burst (not half of it).
+    steady = server.sagemaker(limited_account(server, "steady"))
+    assert searches(steady, SHARED_BURST + 2) == ["ok"] * SHARED_BURST + ["ThrottlingException"] * 2
+    # A new connection for each request, spread by the kernel over both processes: no more than the
+    # account's burst between them (at one token a lease: the bound adds nothing at this rate).
+    spread = limited_account(server, "spread")
+    outcomes = [searches(server.sagemaker(spread), 1)[0] for _ in range(3 * SHARED_BURST)]
+    assert outcomes.count("ok") == SHARED_BURST, outcomes
+    assert set(outcomes) == {"ok", "ThrottlingException"}
