@@ -29,7 +29,7 @@ class ClockState:
 
 
 def show(runtime: ServiceContext) -> ClockState:
-    scale = runtime.settings.time_scale if runtime.clock.kind == "accelerated" else None
+    scale = getattr(runtime.clock, "scale", None) if runtime.clock.kind == "accelerated" else None
     return ClockState(runtime.clock.kind, runtime.clock.now(), scale)
 
 

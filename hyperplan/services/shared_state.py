@@ -2,7 +2,8 @@
 
 One statement reads every change counter (store/changes.py); then the access-key cache drops entries
 older than the last change to keys, accounts or users, the live calendar reloads when another process
-changed what is held, and a manual clock takes the time the leader moved it to. On one server alone the
+changed what is held, a manual clock takes the time the leader moved it to, and an accelerated one the
+anchor stored in the settings. On one server alone the
 counters move only with its own commits, which keep the memory current as they commit: a request costs
 the one read.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import threading
 
-from hyperplan.clock import Clock, ManualClock
+from hyperplan.clock import AcceleratedClock, Clock, ManualClock
 from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.store import changes, settings
@@ -36,7 +37,7 @@ class SharedState:
         self.keys.sync(values.get(changes.KEYS))
         self.calendar.sync(self.db, values.get(changes.CALENDAR))
         moved = values.get(changes.SETTINGS)
-        if isinstance(self.clock, ManualClock) and moved is not None and moved != self._settings_seen:
+        if self.clock.kind != "wall" and moved is not None and moved != self._settings_seen:
             with self._lock:
                 self._settings_seen = moved
             self.follow_clock()
@@ -63,10 +64,15 @@ class SharedState:
             self._checks[check] = versions
 
     def follow_clock(self) -> None:
-        """A manual clock takes the service time stored by whoever moved it last (the leader)."""
-        if not isinstance(self.clock, ManualClock):
-            return
-        with self.db.read() as session:
-            saved = settings.get_time(session, settings.CLOCK_NOW)
-        if saved is not None:
-            self.clock.follow(saved)
+        """A manual clock takes the service time stored by whoever moved it last (the leader); an
+        accelerated one, the anchor stored by the first process to start (should it ever change)."""
+        if isinstance(self.clock, ManualClock):
+            with self.db.read() as session:
+                saved = settings.get_time(session, settings.CLOCK_NOW)
+            if saved is not None:
+                self.clock.follow(saved)
+        elif isinstance(self.clock, AcceleratedClock):
+            with self.db.read() as session:
+                anchor = settings.get_anchor(session)
+            if anchor is not None and anchor != self.clock.anchor:
+                self.clock.follow(anchor)

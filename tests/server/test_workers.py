@@ -3,14 +3,19 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import signal
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import cast
 
 import pytest
 
-from tests.harness import Server, wait_until
+from hyperplan.signing import sign_request
+from tests.harness import ADMIN, REGION, Server, wait_until
 from tests.postgres import Stores
 from tests.server import test_concurrency, test_operations, test_plans
 from tests.server.test_rate_limits import SHARED_BURST, limited_account, searches
@@ -111,3 +116,91 @@ def test_an_account_s_rate_limit_is_one_bucket_across_the_api_processes(
     outcomes = [searches(server.sagemaker(spread), 1)[0] for _ in range(3 * SHARED_BURST)]
     assert outcomes.count("ok") == SHARED_BURST, outcomes
     assert set(outcomes) == {"ok", "ThrottlingException"}
+
+
+SCALE = 600  # service seconds per real second
+
+
+def test_every_api_process_reads_one_accelerated_clock(server_factory: type[Server], tmp_path: Path) -> None:
+    """The anchor (a real instant, the service instant it stands for, the scale) is in the store: each
+    API process reads the same service time, one started again later too (clock.py, app.py)."""
+    server = _two_workers(server_factory)(
+        data_dir=tmp_path / "data",
+        fleet=SMALL_FLEET,
+        clock="accelerated",
+        extra_args=("--time-scale", str(SCALE)),
+    ).start()
+    assert server.process is not None
+    supervisor = server.process.pid
+    first = _children(supervisor)
+    os.kill(min(first), signal.SIGKILL)  # the supervisor starts another a second later, on its own
+    assert wait_until(lambda: len(_children(supervisor)) == 2 and _children(supervisor) != first, 60)
+    # A connection is served by the one process that accepted it: keep connections open until each API
+    # process holds some, and read the clock over each.
+    readings: dict[int, list[tuple[float, float]]] = {}
+    connections = []
+    deadline = time.monotonic() + 60
+    while set(readings) != _children(supervisor) and time.monotonic() < deadline:
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        connection.connect()
+        connections.append(connection)
+        try:
+            base = _anchor_bounds(connection, server.port)  # the answer proves the process serves
+        except (OSError, http.client.HTTPException):
+            continue  # accepted while the new process was still starting
+        owner = _served_by(connection, server.port, _children(supervisor))
+        readings.setdefault(owner, []).append(base)
+    for connection in connections:
+        connection.close()
+    assert set(readings) == _children(supervisor), readings
+    # Each reading says where the clock's anchor is, within the request's time; one anchor fits them all.
+    bounds = [bound for per_process in readings.values() for bound in per_process]
+    latest_low, earliest_high = max(low for low, _ in bounds), min(high for _, high in bounds)
+    assert latest_low <= earliest_high + 1.0, readings  # a service second for the answer's rounding
+
+
+def _anchor_bounds(connection: http.client.HTTPConnection, port: int) -> tuple[float, float]:
+    """The service time (seconds since the epoch) the clock read at real time 0, at the scale: a range,
+    because the reading was taken at some real instant while the request was in flight."""
+    url = f"http://127.0.0.1:{port}/api/v1/clock"
+    headers = sign_request(
+        "GET",
+        url,
+        headers={},
+        body=b"",
+        access_key=ADMIN.access_key,
+        secret_key=ADMIN.secret_key,
+        region=REGION,
+    )
+    sent = time.time()
+    connection.request("GET", "/api/v1/clock", headers=headers)
+    response = connection.getresponse()
+    body = json.loads(response.read())
+    answered = time.time()
+    assert response.status == 200, body
+    assert body["Kind"] == "accelerated" and body["TimeScale"] == SCALE
+    now = datetime.fromisoformat(body["Now"]).timestamp()
+    return now - answered * SCALE, now - sent * SCALE
+
+
+def _served_by(connection: http.client.HTTPConnection, port: int, processes: set[int]) -> int:
+    """Which of `processes` holds the server's end of `connection` (its socket among the process's
+    descriptors: the kernel's tables say which socket it is)."""
+    assert connection.sock is not None
+    client_port = connection.sock.getsockname()[1]
+    inode = None
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, remote = int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16)
+            if local == port and remote == client_port:
+                inode = fields[9]
+    assert inode is not None
+    for pid in processes:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                if os.readlink(fd) == f"socket:[{inode}]":
+                    return pid
+            except OSError:
+                continue
+    raise AssertionError(f"no API process holds the connection from port {client_port}")
