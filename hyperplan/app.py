@@ -276,7 +276,7 @@ class Application:
             job_settings=JobSettings.from_environment(),
             job_locks=JobLocks(),
             slurm=slurm,
-            shared=SharedState(db, calendar, keys, clock),
+            shared=SharedState(db, calendar, keys, clock, slurm),
             rate_limiter=RateLimiter(store=SharedBuckets(db)),
         )
         events.handlers.update(event_handlers(context))

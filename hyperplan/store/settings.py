@@ -14,6 +14,9 @@ CLOCK_NOW = "clock.now"
 # The accelerated clock's anchor, shared by every process on the store: {"real": seconds since the epoch,
 # "service": ISO instant, "scale": service seconds per real second} (hyperplan/clock.py).
 CLOCK_ANCHOR = "clock.anchor"
+# A Slurm back end's pools: bookable counts and unhealthy nodes, as the leader last read them
+# (services/slurm_state.py).
+POOL_HEALTH = "slurm.pool_health"
 OFFERING_KEY = "offering.signing_key"
 # A known text sealed under the master key: a store that has one keeps its secrets sealed, and a key file
 # that does not open it is not this store's.
