@@ -296,7 +296,7 @@ class Application:
         leader.wire(
             self._take_over,
             self._give_up,
-            events.advance_to if clock.kind == "manual" else None,
+            events.advance_to if clock.kind != "wall" else None,
             {
                 changes.EVENTS: wakes.lifecycle,
                 changes.WEBHOOKS: wakes.webhooks,

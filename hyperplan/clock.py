@@ -6,7 +6,8 @@ processes: those follow real time.
 
 - ``wall``: the machine's time.
 - ``manual``: moves only when an administrator advances or sets it; never backwards.
-- ``accelerated``: ``scale`` service seconds per real second from an anchor (a real instant, the
+- ``accelerated``: ``scale`` service seconds per real second from an anchor (moved on by an administrator's
+  advance or set, as the manual clock is) (a real instant, the
   service instant it stands for, the scale). Every process on one store reads the same anchor (kept in
   the store's settings, app.py): the real instant is wall time, seconds since the epoch, which all the
   processes of a machine share and the machines of a fleet agree on (NTP). It stands still while the
@@ -116,6 +117,15 @@ class AcceleratedClock(Clock):
     def follow(self, anchor: Anchor) -> None:
         """Read time from `anchor` (the one the processes on the store share) from now on."""
         self.anchor = anchor
+
+    def jump(self, when: datetime) -> None:
+        """Read `when` now, and run on from there (a set or an advance); never backwards."""
+        now = self.now()
+        if when < now:
+            raise ValidationError(
+                f"The clock cannot go backwards: it is {now.isoformat()}, and {when.isoformat()} is earlier."
+            )
+        self.anchor = Anchor(time.time(), when, self.anchor.scale)
 
 
 def make_clock(kind: str, saved: datetime | None, scale: float = 1.0, start: datetime | None = None) -> Clock:

@@ -10,7 +10,7 @@ import signal
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -123,7 +123,8 @@ SCALE = 600  # service seconds per real second
 
 def test_every_api_process_reads_one_accelerated_clock(server_factory: type[Server], tmp_path: Path) -> None:
     """The anchor (a real instant, the service instant it stands for, the scale) is in the store: each
-    API process reads the same service time, one started again later too (clock.py, app.py)."""
+    API process reads the same service time, one started again later too, and a move asked of one is
+    read by all (clock.py, app.py, events/loop.py)."""
     server = _two_workers(server_factory)(
         data_dir=tmp_path / "data",
         fleet=SMALL_FLEET,
@@ -135,51 +136,93 @@ def test_every_api_process_reads_one_accelerated_clock(server_factory: type[Serv
     first = _children(supervisor)
     os.kill(min(first), signal.SIGKILL)  # the supervisor starts another a second later, on its own
     assert wait_until(lambda: len(_children(supervisor)) == 2 and _children(supervisor) != first, 60)
-    # A connection is served by the one process that accepted it: keep connections open until each API
-    # process holds some, and read the clock over each.
-    readings: dict[int, list[tuple[float, float]]] = {}
-    connections = []
-    deadline = time.monotonic() + 60
-    while set(readings) != _children(supervisor) and time.monotonic() < deadline:
-        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
-        connection.connect()
-        connections.append(connection)
-        try:
-            base = _anchor_bounds(connection, server.port)  # the answer proves the process serves
-        except (OSError, http.client.HTTPException):
-            continue  # accepted while the new process was still starting
-        owner = _served_by(connection, server.port, _children(supervisor))
-        readings.setdefault(owner, []).append(base)
-    for connection in connections:
-        connection.close()
-    assert set(readings) == _children(supervisor), readings
-    # Each reading says where the clock's anchor is, within the request's time; one anchor fits them all.
-    bounds = [bound for per_process in readings.values() for bound in per_process]
-    latest_low, earliest_high = max(low for low, _ in bounds), min(high for _, high in bounds)
-    assert latest_low <= earliest_high + 1.0, readings  # a service second for the answer's rounding
+    # A connection is served by the one process that accepted it: open a few at once until each API
+    # process holds one (an idle connection is closed by the server after seconds: no waiting between).
+    try:
+        bounds = _over_each_process(server.port, supervisor)
+        # Each reading says where the clock's anchor is, within the request's time; one anchor fits all.
+        latest_low, earliest_high = max(low for low, _ in bounds), min(high for _, high in bounds)
+        assert latest_low <= earliest_high + 1.0, bounds  # a service second for the answer's rounding
+        # Thirty days ahead, asked of one API process (the leader carries it out): every process reads it.
+        asker = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
+        moved, sent, answered = _signed(
+            asker, server.port, "POST", "/api/v1/clock/advance", {"Duration": "30d"}
+        )
+        asker.close()
+        target = datetime.fromisoformat(moved["Now"])
+        assert target.timestamp() >= latest_low + sent * SCALE + 30 * 86400 - 1.0  # thirty days on
+        after = _over_each_process(server.port, supervisor)
+        # The clock reads the target when the leader moves it there: the real time the move took to get
+        # there (at most the request's) is the most the anchor can be short of thirty days.
+        carried = (answered - sent) * SCALE
+        assert min(high for _, high in after) >= latest_low + 30 * 86400 - carried - 1.0, after
+        assert min(high for _, high in after) > earliest_high + 29 * 86400  # and not before the move
+        assert max(low for low, _ in after) <= min(high for _, high in after) + 1.0, after  # one anchor
+    finally:
+        server.stop()
 
 
-def _anchor_bounds(connection: http.client.HTTPConnection, port: int) -> tuple[float, float]:
-    """The service time (seconds since the epoch) the clock read at real time 0, at the scale: a range,
-    because the reading was taken at some real instant while the request was in flight."""
-    url = f"http://127.0.0.1:{port}/api/v1/clock"
+def _over_each_process(port: int, supervisor: int) -> list[tuple[float, float]]:
+    """The clock's anchor bounds (`_anchor_bounds`) read over new connections until each API process
+    has answered at least once (a connection is served by the one process that accepted it)."""
+    for _ in range(20):
+        processes = _children(supervisor)
+        pinned, bounds = _one_connection_each(port, processes)
+        for connection in pinned.values():
+            connection.close()
+        if set(pinned) == processes:
+            return bounds
+    raise AssertionError("the connections all went to one API process")
+
+
+def _one_connection_each(
+    port: int, processes: set[int]
+) -> tuple[dict[int, http.client.HTTPConnection], list[tuple[float, float]]]:
+    """Six connections, the clock read over each: one connection per process that served one, and
+    every reading's bounds (`_anchor_bounds`)."""
+    pinned: dict[int, http.client.HTTPConnection] = {}
+    bounds = []
+    for _ in range(6):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        bounds.append(_anchor_bounds(connection, port))
+        owner = _served_by(connection, port, processes)
+        if owner in pinned:
+            connection.close()
+        else:
+            pinned[owner] = connection
+    return pinned, bounds
+
+
+def _signed(
+    connection: http.client.HTTPConnection, port: int, method: str, path: str, body: Any = None
+) -> tuple[dict[str, Any], float, float]:
+    """A signed native request over `connection`: the answer, and the real instants it was sent and
+    answered at."""
+    data = b"" if body is None else json.dumps(body).encode()
     headers = sign_request(
-        "GET",
-        url,
-        headers={},
-        body=b"",
+        method,
+        f"http://127.0.0.1:{port}{path}",
+        headers={"Content-Type": "application/json"} if data else {},
+        body=data,
         access_key=ADMIN.access_key,
         secret_key=ADMIN.secret_key,
         region=REGION,
     )
     sent = time.time()
-    connection.request("GET", "/api/v1/clock", headers=headers)
+    connection.request(method, path, body=data or None, headers=headers)
     response = connection.getresponse()
-    body = json.loads(response.read())
+    answer = json.loads(response.read())
     answered = time.time()
-    assert response.status == 200, body
-    assert body["Kind"] == "accelerated" and body["TimeScale"] == SCALE
-    now = datetime.fromisoformat(body["Now"]).timestamp()
+    assert response.status == 200, answer
+    assert answer["Kind"] == "accelerated" and answer["TimeScale"] == SCALE
+    return answer, sent, answered
+
+
+def _anchor_bounds(connection: http.client.HTTPConnection, port: int) -> tuple[float, float]:
+    """The service time (seconds since the epoch) the clock read at real time 0, at the scale: a range,
+    because the reading was taken at some real instant while the request was in flight."""
+    answer, sent, answered = _signed(connection, port, "GET", "/api/v1/clock")
+    now = datetime.fromisoformat(answer["Now"]).timestamp()
     return now - answered * SCALE, now - sent * SCALE
 
 
