@@ -11,8 +11,9 @@ process does not visit it per request: it leases a small batch of tokens at once
 rate gives in LEASE_SPAN, at most a quarter of the burst, at least one) and admits from the batch in
 memory; the request that finds the batch empty leases the next one (one short write). A refused lease
 says when a token will be there, and the process refuses from memory until then, so a flood costs no
-store access either. Leased tokens are good for LEASE_LIFE; what is left then is dropped, never given
-back: a process that dies holding a batch loses it, and the fleet admits less, never more.
+store access either. Leased tokens are good for LEASE_LIFE; what is left then goes back to the bucket
+with the process's next lease of it (in the same write), so a slow client wastes none. A process that
+dies holding a batch loses it: the fleet admits less, never more.
 
 The bound. The store's bucket grants no more than one bucket would (burst, then rate); the only excess
 is tokens leased before a window and spent in it: over any window the whole fleet admits at most
@@ -57,24 +58,25 @@ class SharedBuckets:
         self._clock = clock  # real time since the epoch: every server counts the same instants
 
     def lease(
-        self, account_id: str, request_class: RequestClass, limit: RateLimit, want: int
+        self, account_id: str, request_class: RequestClass, limit: RateLimit, want: int, returned: int = 0
     ) -> tuple[int, float]:
-        """Up to `want` tokens: how many were granted, and (none granted) the seconds until one is there."""
+        """Up to `want` tokens, once `returned` unspent ones are back: how many were granted, and (none
+        granted) the seconds until one is there."""
         try:
-            return self._lease(account_id, request_class, limit, want)
+            return self._lease(account_id, request_class, limit, want, returned)
         except IntegrityError:  # PostgreSQL: another server made the bucket's row first; it is there now
-            return self._lease(account_id, request_class, limit, want)
+            return self._lease(account_id, request_class, limit, want, returned)
 
     def _lease(
-        self, account_id: str, request_class: RequestClass, limit: RateLimit, want: int
+        self, account_id: str, request_class: RequestClass, limit: RateLimit, want: int, returned: int
     ) -> tuple[int, float]:
         # Concurrent: the row's lock (SQLite: the write lock) is all a lease needs.
         with self.db.write(concurrent=True) as session:
             row = session.get(RateBucket, (account_id, request_class.value), with_for_update=True)
             before = None if row is None else Bucket(row.tokens, row.counted_at)
-            after, granted, wait = lease(limit, before, self._clock(), want)
-            if not granted:
-                return 0, wait or 0.0  # nothing taken: the row stays as it was
+            after, granted, wait = lease(limit, before, self._clock(), want, returned)
+            if not granted and (row is None or not returned):
+                return 0, wait or 0.0  # nothing taken or given back: the row stays as it was
             if row is None:
                 session.add(
                     RateBucket(
@@ -86,7 +88,7 @@ class SharedBuckets:
                 )
             else:
                 row.tokens, row.counted_at = after.tokens, after.at
-            return granted, 0.0
+            return granted, wait or 0.0
 
 
 @dataclass
@@ -160,7 +162,11 @@ class RateLimiter:
             wait = self._from_held(key, limit)
             if wait != _LEASE_NOW:
                 return wait
-            granted, wait = self._store.lease(key[0], key[1], limit, batch_size(limit))
+            with self._lock:
+                held = self._held.get(key)
+                # An expired batch's unspent tokens (leased under this limit) go back with this lease.
+                returned = held.tokens if held is not None and held.limit == limit else 0
+            granted, wait = self._store.lease(key[0], key[1], limit, batch_size(limit), returned)
             now = self._clock()
             with self._lock:
                 if granted:

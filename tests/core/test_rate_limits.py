@@ -162,3 +162,11 @@ def test_leases_never_grant_more_than_burst_plus_rate_times_elapsed(steps: list[
         assert granted <= want
         granted_total += granted
     assert granted_total <= limit.burst + limit.rate * now + 1e-9
+
+
+def test_tokens_given_back_count_again_up_to_the_burst() -> None:
+    limit = RateLimit(1, 10)
+    bucket, granted, _ = lease(limit, Bucket(0.0, 50.0), 50.0, 5, returned=3)
+    assert (granted, bucket.tokens) == (3, 0.0)
+    bucket, granted, _ = lease(limit, Bucket(9.0, 50.0), 50.0, 1, returned=4)
+    assert (granted, bucket.tokens) == (1, 9.0)  # 13 capped at 10, less the one taken

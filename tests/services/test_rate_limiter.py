@@ -99,3 +99,14 @@ def test_a_limit_changed_by_an_administrator_is_not_held_to_the_old_refusal(db: 
     assert not _admitted(limiter, _caller(RateLimit(0.01, 1)))  # refused from memory for 100 s
     time.now += 1
     assert _admitted(limiter, _caller(RateLimit(1000, 1000)))
+
+
+def test_an_expired_batch_s_unspent_tokens_go_back_with_the_next_lease(db: Database) -> None:
+    time = Time()
+    slow, busy = _processes(db, time, 2)
+    caller = _caller(RateLimit(8, 100))  # a batch of 2
+    assert _admitted(slow, caller)  # leased 2, spent 1: one held
+    assert sum(_admitted(busy, caller) for _ in range(120)) == 98  # the bucket, emptied
+    time.now += LEASE_LIFE + 0.01  # the held token's batch expired; 8.08 tokens came back by the rate
+    assert _admitted(slow, caller)  # its next lease gave the unspent token back (9.08), took 2
+    assert sum(_admitted(busy, caller) for _ in range(20)) == 7  # 9.08 - 2: the returned one among them
