@@ -8,12 +8,12 @@ they are trusted, and their scripts are what un-sticks a server in trouble.
 Shared buckets. Each (account, class) has one bucket in the store (table rate_buckets, `SharedBuckets`),
 counted in real time (seconds since the epoch: servers agree on it, as the leader's lease needs). A
 process does not visit it per request: it leases a small batch of tokens at once (`batch_size`: what the
-rate gives in LEASE_SPAN, at most a quarter of the burst, at least one) and admits from the batch in
-memory; the request that finds the batch empty leases the next one (one short write). A refused lease
-says when a token will be there, and the process refuses from memory until then, so a flood costs no
-store access either. Leased tokens are good for LEASE_LIFE; what is left then goes back to the bucket
-with the process's next lease of it (in the same write), so a slow client wastes none. A process that
-dies holding a batch loses it: the fleet admits less, never more.
+rate gives in LEASE_SPAN, half a second, at most a quarter of the burst, at least one) and admits from
+the batch in memory; the request that finds the batch empty leases the next one (one short write). A
+refused lease says when a token will be there, and the process refuses from memory until then, so a
+flood costs no store access either. Leased tokens are good for LEASE_LIFE; what is left then goes back
+to the bucket with the process's next lease of it (in the same write), so a slow client wastes none. A
+process that dies holding a batch loses it: the fleet admits less, never more.
 
 The bound. The store's bucket grants no more than one bucket would (burst, then rate); the only excess
 is tokens leased before a window and spent in it: over any window the whole fleet admits at most
@@ -26,6 +26,7 @@ Memory is bounded: four entries per account at most.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -39,15 +40,16 @@ from hyperplan.services.accounts import Caller
 from hyperplan.store.db import Database
 from hyperplan.store.schema import RateBucket
 
-LEASE_SPAN = 0.25  # seconds of an account's rate one lease takes
+LEASE_SPAN = 0.5  # seconds of an account's rate one lease takes
 LEASE_LIFE = 1.0  # seconds a process may spend leased tokens; what is left then is dropped
 _LEASE_NOW = -1.0  # what memory says when only a lease can answer
 
 
 def batch_size(limit: RateLimit) -> int:
     """Tokens one lease asks for: few enough that N processes holding a batch each stay near the limit,
-    many enough that an account at its rate costs a lease every LEASE_SPAN, not a write per request."""
-    return max(1, min(int(limit.rate * LEASE_SPAN), limit.burst // 4))
+    many enough that an account at its rate costs a lease every LEASE_SPAN at most (a write per request
+    only for a rate of 2 a second or less: 2 writes a second)."""
+    return max(1, min(math.ceil(limit.rate * LEASE_SPAN), limit.burst // 4))
 
 
 class SharedBuckets:

@@ -70,7 +70,7 @@ def test_processes_taking_turns_admit_no_more_than_the_bound(db: Database) -> No
     time = Time()
     limit = RateLimit(40, 40)
     batch = batch_size(limit)
-    assert batch == 10  # a quarter second of the rate, a quarter of the burst
+    assert batch == 10  # a quarter of the burst (less than half a second of the rate)
     processes = _processes(db, time, 3)
     caller = _caller(limit)
     admitted = 0
@@ -104,9 +104,12 @@ def test_a_limit_changed_by_an_administrator_is_not_held_to_the_old_refusal(db: 
 def test_an_expired_batch_s_unspent_tokens_go_back_with_the_next_lease(db: Database) -> None:
     time = Time()
     slow, busy = _processes(db, time, 2)
-    caller = _caller(RateLimit(8, 100))  # a batch of 2
-    assert _admitted(slow, caller)  # leased 2, spent 1: one held
-    assert sum(_admitted(busy, caller) for _ in range(120)) == 98  # the bucket, emptied
-    time.now += LEASE_LIFE + 0.01  # the held token's batch expired; 8.08 tokens came back by the rate
-    assert _admitted(slow, caller)  # its next lease gave the unspent token back (9.08), took 2
-    assert sum(_admitted(busy, caller) for _ in range(20)) == 7  # 9.08 - 2: the returned one among them
+    limit = RateLimit(8, 100)
+    batch = batch_size(limit)
+    assert batch == 4  # half a second of the rate
+    caller = _caller(limit)
+    assert _admitted(slow, caller)  # leased a batch, spent 1: 3 held
+    assert sum(_admitted(busy, caller) for _ in range(120)) == 100 - batch  # the bucket, emptied
+    time.now += LEASE_LIFE + 0.01  # the held tokens' batch expired; 8.08 tokens came back by the rate
+    assert _admitted(slow, caller)  # its next lease gave the 3 unspent back (11.08), took a batch
+    assert sum(_admitted(busy, caller) for _ in range(20)) == 7  # 11.08 - 4: the returned ones among them
