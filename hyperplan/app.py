@@ -32,7 +32,7 @@ from hyperplan.backends.base import Backend
 from hyperplan.backends.composite import RoutingBackend, holds_work
 from hyperplan.backends.local import LocalBackend
 from hyperplan.backends.slurm import SlurmBackend
-from hyperplan.clock import Clock, make_clock, utcnow
+from hyperplan.clock import AcceleratedClock, Clock, make_clock, utcnow
 from hyperplan.core.fleet import Fleet
 from hyperplan.core.fleet_file import parse_fleet
 from hyperplan.errors import StartRefused
@@ -61,7 +61,7 @@ from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.lifecycle import LifecycleContext
 from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.services.node_watcher import NodeWatcher
-from hyperplan.services.rate_limiter import RateLimiter
+from hyperplan.services.rate_limiter import RateLimiter, SharedBuckets
 from hyperplan.services.retention import RetentionWorker
 from hyperplan.services.shared_state import SharedState
 from hyperplan.services.slurm_reservations import ReservationWorker
@@ -276,8 +276,8 @@ class Application:
             job_settings=JobSettings.from_environment(),
             job_locks=JobLocks(),
             slurm=slurm,
-            shared=SharedState(db, calendar, keys, clock),
-            rate_limiter=RateLimiter(processes=lambda: leader.processes),
+            shared=SharedState(db, calendar, keys, clock, slurm),
+            rate_limiter=RateLimiter(store=SharedBuckets(db)),
         )
         events.handlers.update(event_handlers(context))
         dispatcher_config = config.dispatcher or DispatcherConfig.from_env()
@@ -296,7 +296,7 @@ class Application:
         leader.wire(
             self._take_over,
             self._give_up,
-            events.advance_to if clock.kind == "manual" else None,
+            events.advance_to if clock.kind != "wall" else None,
             {
                 changes.EVENTS: wakes.lifecycle,
                 changes.WEBHOOKS: wakes.webhooks,
@@ -491,9 +491,28 @@ def _load_clock(db: Database, config: AppConfig) -> Clock:
                 config.clock_start.isoformat(),
                 saved.isoformat(),
             )
-        if clock.kind != "wall":
+        if isinstance(clock, AcceleratedClock):
+            _share_anchor(session, clock, adopt=config.role == "api")
+        if clock.kind != "wall" and (saved is None or clock.now() > saved):
             settings.put_time(session, settings.CLOCK_NOW, clock.now())
     return clock
+
+
+def _share_anchor(session: Session, clock: AcceleratedClock, *, adopt: bool) -> None:
+    """Every process on the store reads the accelerated clock from one anchor (clock.py). A process that
+    starts while another is alive (an API process of --workers, always) takes the stored one; the first
+    to start anchors the clock where it stopped (the last service time saved) and stores that."""
+    stored = settings.get_anchor(session)
+    if stored is not None and (adopt or leadership.others_alive(session)):
+        if stored.scale != clock.scale:
+            log.warning(
+                "--time-scale %g ignored: the servers running on this store read the clock at %g",
+                clock.scale,
+                stored.scale,
+            )
+        clock.follow(stored)
+    else:
+        settings.put_anchor(session, clock.anchor)
 
 
 def _offering_key(db: Database) -> bytes:

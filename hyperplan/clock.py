@@ -6,8 +6,13 @@ processes: those follow real time.
 
 - ``wall``: the machine's time.
 - ``manual``: moves only when an administrator advances or sets it; never backwards.
-- ``accelerated``: ``scale`` service seconds per real second from an anchor; stands still while the
-  server is down because the anchor is the last service time saved.
+- ``accelerated``: ``scale`` service seconds per real second from an anchor (moved on by an administrator's
+  advance or set, as the manual clock is) (a real instant, the
+  service instant it stands for, the scale). Every process on one store reads the same anchor (kept in
+  the store's settings, app.py): the real instant is wall time, seconds since the epoch, which all the
+  processes of a machine share and the machines of a fleet agree on (NTP). It stands still while the
+  service is down because the first process to start anchors at the last service time saved; a process
+  that starts while another is alive takes the anchor that one reads.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from hyperplan.errors import ValidationError
@@ -76,19 +82,50 @@ class ManualClock(Clock):
                 self._now = when
 
 
+@dataclass(frozen=True)
+class Anchor:
+    """An accelerated clock's reference: the real instant `real` (seconds since the epoch) is the service
+    instant `service`, and service time runs `scale` times faster than real time from there."""
+
+    real: float
+    service: datetime
+    scale: float
+
+
 class AcceleratedClock(Clock):
     kind = "accelerated"
 
-    def __init__(self, start: datetime, scale: float) -> None:
+    def __init__(self, start: datetime, scale: float, real: float | None = None) -> None:
         if scale <= 0:
             raise ValidationError(f"--time-scale must be positive, not {scale}")
-        self.scale = scale
-        self._start = start
-        self._real_start = time.monotonic()
+        self.anchor = Anchor(time.time() if real is None else real, start, scale)
+        self._latest = start  # never read earlier than this: the wall clock may be stepped back
+        self._lock = threading.Lock()
+
+    @property
+    def scale(self) -> float:
+        return self.anchor.scale
 
     def now(self) -> datetime:
-        elapsed = time.monotonic() - self._real_start
-        return self._start + timedelta(seconds=elapsed * self.scale)
+        anchor = self.anchor
+        reading = anchor.service + timedelta(seconds=(time.time() - anchor.real) * anchor.scale)
+        with self._lock:
+            if reading > self._latest:
+                self._latest = reading
+            return self._latest
+
+    def follow(self, anchor: Anchor) -> None:
+        """Read time from `anchor` (the one the processes on the store share) from now on."""
+        self.anchor = anchor
+
+    def jump(self, when: datetime) -> None:
+        """Read `when` now, and run on from there (a set or an advance); never backwards."""
+        now = self.now()
+        if when < now:
+            raise ValidationError(
+                f"The clock cannot go backwards: it is {now.isoformat()}, and {when.isoformat()} is earlier."
+            )
+        self.anchor = Anchor(time.time(), when, self.anchor.scale)
 
 
 def make_clock(kind: str, saved: datetime | None, scale: float = 1.0, start: datetime | None = None) -> Clock:

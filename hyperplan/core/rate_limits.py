@@ -107,6 +107,25 @@ def take(limit: RateLimit, bucket: Bucket | None, now: float) -> tuple[Bucket, f
     return Bucket(tokens, now), (1.0 - tokens) / limit.rate
 
 
+def lease(
+    limit: RateLimit, bucket: Bucket | None, now: float, want: int, returned: int = 0
+) -> tuple[Bucket, int, float | None]:
+    """Take up to ``want`` whole tokens at once (a process leasing a batch from a bucket it shares with
+    others), after putting back the ``returned`` ones a batch leased earlier left unspent: the bucket
+    after, how many were granted, and, when none was, the seconds until one is there. The same bucket as
+    ``take``'s: new ones start full, never above the burst, and time never runs backwards in it."""
+    if bucket is None:
+        tokens = float(limit.burst)
+    else:
+        refilled = bucket.tokens + max(0.0, now - bucket.at) * limit.rate
+        tokens = min(float(limit.burst), refilled + max(0, returned))
+    now = now if bucket is None else max(now, bucket.at)
+    granted = min(max(1, want), int(tokens))
+    if granted >= 1:
+        return Bucket(tokens - granted, now), granted, None
+    return Bucket(tokens, now), 0, (1.0 - tokens) / limit.rate
+
+
 def effective(defaults: RateLimits, overrides: Mapping[RequestClass, RateLimit | None]) -> RateLimits:
     """An account's limits: the fleet's, with an administrator's overrides on top (None: the default)."""
     merged = dict(defaults)

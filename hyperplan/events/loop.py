@@ -11,7 +11,8 @@ so even a second runner could never run one twice.
 
 Under the manual clock nothing runs by itself: `advance_to` steps the clock to each due event in turn
 (so the handler sees the service time it was due at) and returns when all events due by the target
-have run. Under the wall and accelerated clocks a background thread does the same continuously.
+have run. Under the wall and accelerated clocks a background thread does the same continuously; an
+accelerated clock may also be moved ahead by `advance_to`, which re-anchors it the same way.
 
 A catch-up can be long (a year of a demo fleet's events takes minutes), so every runner looks for a stop
 request between two events: `request_stop` (the server calls it from its SIGTERM handler) makes the
@@ -33,7 +34,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hyperplan import metrics
-from hyperplan.clock import Clock, ManualClock
+from hyperplan.clock import AcceleratedClock, Clock, ManualClock
 from hyperplan.errors import ServiceUnavailable
 from hyperplan.store import settings
 from hyperplan.store.db import Database
@@ -91,8 +92,10 @@ class TimedEventLoop:
         ends the move between two events: the clock stays at the last event that ran, and the caller
         gets a ServiceUnavailable that says so."""
         clock = self.clock
+        if isinstance(clock, AcceleratedClock):
+            return self._jump_to(clock, target)
         if not isinstance(clock, ManualClock):
-            raise TypeError("only the manual clock is advanced by hand")
+            raise TypeError("only the manual and accelerated clocks are moved by hand")
         ran = 0
         with self._lock:
             self._refuse_when_stopping(ran)
@@ -106,6 +109,32 @@ class TimedEventLoop:
                 ran += 1
             clock.move_to(target)
             self._save_clock()
+        return ran
+
+    def _jump_to(self, clock: AcceleratedClock, target: datetime) -> int:
+        """An accelerated clock moved ahead: as the manual clock's move, each event due on the way runs
+        at its own due time (the clock set there), then the clock runs on from `target`. Its new anchor
+        is stored, so that every process on the store reads the moved clock (services/shared_state.py)."""
+        ran, moved = 0, False
+        with self._lock:
+            try:
+                self._refuse_when_stopping(ran)
+                if target < clock.now():
+                    clock.jump(target)  # refuses, naming both times
+                while (event := self._next_due(target)) is not None:
+                    self._refuse_when_stopping(ran)
+                    if event.due_at > clock.now():
+                        clock.jump(event.due_at)
+                        moved = True
+                    self._run_one(event)
+                    ran += 1
+                clock.jump(max(target, clock.now()))
+                moved = True
+            finally:
+                if moved:
+                    with self.db.write() as session:
+                        settings.put_anchor(session, clock.anchor)
+                        settings.put_time(session, settings.CLOCK_NOW, clock.now())
         return ran
 
     @property

@@ -17,7 +17,7 @@ from decimal import Decimal
 from pathlib import Path
 from types import MappingProxyType
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import FINAL as JOB_FINAL
@@ -28,7 +28,7 @@ from hyperplan.services import users
 from hyperplan.services.sealed_secrets import open_secret
 from hyperplan.services.users import NewKey, new_access_key_id, new_secret_access_key
 from hyperplan.store.master_key import SecretBox
-from hyperplan.store.schema import AccessKey, Account, Cluster, TrainingJob, TrainingPlan, User
+from hyperplan.store.schema import AccessKey, Account, Cluster, RateBucket, TrainingJob, TrainingPlan, User
 
 __all__ = ["NewKey", "new_access_key_id", "new_secret_access_key"]  # kept here for their callers
 
@@ -206,6 +206,7 @@ def delete_account(session: Session, caller: Caller, account_ref: str, *, now: d
             key.revoked_at = now
     for user in users.list_users(session, account.id):
         user.deleted_at = now
+    session.execute(delete(RateBucket).where(RateBucket.account_id == account.id))  # nothing to limit
     account.deleted_at = now
     return account
 

@@ -86,7 +86,7 @@ class ServiceContext:
     advance_clock: ClockMover
     job_settings: JobSettings
     job_locks: JobLocks
-    rate_limiter: RateLimiter = field(default_factory=RateLimiter)  # this process's request rate buckets
+    rate_limiter: RateLimiter = field(default_factory=RateLimiter)  # the store's shared buckets (app.py)
     slurm: SlurmState | None = None  # the Slurm back end's client and what it last read; None: local
     refusals: RefusedSignatures = field(default_factory=RefusedSignatures)  # refused signatures, counted
     shared: SharedState | None = None  # brings this process's memory up to date with the store

@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from hyperplan.clock import utcnow
 from hyperplan.errors import HyperplanError, ServiceUnavailable, ValidationError
@@ -79,6 +80,15 @@ def _gone_here(holder: str) -> bool:
         return True
     except PermissionError:
         return False
+    return False
+
+
+def others_alive(session: Session) -> bool:
+    """Whether a process other than this one holds a live presence row (a process that starts)."""
+    now = utcnow()
+    for row in session.scalars(select(Lease).where(Lease.name.like(PRESENCE + "%"))).all():
+        if row.expires_at >= now and not _gone_here(row.holder):
+            return True
     return False
 
 

@@ -2,7 +2,9 @@
 
 One statement reads every change counter (store/changes.py); then the access-key cache drops entries
 older than the last change to keys, accounts or users, the live calendar reloads when another process
-changed what is held, and a manual clock takes the time the leader moved it to. On one server alone the
+changed what is held, a manual clock takes the time the leader moved it to, an accelerated one the
+anchor stored in the settings, and a Slurm back end's calendar the pools' bookable counts the leader
+published. On one server alone the
 counters move only with its own commits, which keep the memory current as they commit: a request costs
 the one read.
 """
@@ -11,19 +13,28 @@ from __future__ import annotations
 
 import threading
 
-from hyperplan.clock import Clock, ManualClock
+from hyperplan.clock import AcceleratedClock, Clock, ManualClock
 from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.live_calendar import LiveCalendar
+from hyperplan.services.slurm_state import SlurmState, read_health
 from hyperplan.store import changes, settings
 from hyperplan.store.db import Database
 
 
 class SharedState:
-    def __init__(self, db: Database, calendar: LiveCalendar, keys: KeyCache, clock: Clock) -> None:
+    def __init__(
+        self,
+        db: Database,
+        calendar: LiveCalendar,
+        keys: KeyCache,
+        clock: Clock,
+        slurm: SlurmState | None = None,
+    ) -> None:
         self.db = db
         self.calendar = calendar
         self.keys = keys
         self.clock = clock
+        self.slurm = slurm  # a Slurm back end's state: the pools' health the leader publishes
         self._settings_seen: int | None = None
         self._lock = threading.Lock()
         self._last: dict[str, int] = {}  # the counters as last read
@@ -36,10 +47,15 @@ class SharedState:
         self.keys.sync(values.get(changes.KEYS))
         self.calendar.sync(self.db, values.get(changes.CALENDAR))
         moved = values.get(changes.SETTINGS)
-        if isinstance(self.clock, ManualClock) and moved is not None and moved != self._settings_seen:
+        if (
+            moved is not None
+            and moved != self._settings_seen
+            and (self.clock.kind != "wall" or self.slurm is not None)
+        ):
             with self._lock:
                 self._settings_seen = moved
             self.follow_clock()
+            self.follow_pool_health()
         return values
 
     def versions(self, *counters: str) -> tuple[int, ...] | None:
@@ -63,10 +79,31 @@ class SharedState:
             self._checks[check] = versions
 
     def follow_clock(self) -> None:
-        """A manual clock takes the service time stored by whoever moved it last (the leader)."""
-        if not isinstance(self.clock, ManualClock):
+        """A manual clock takes the service time stored by whoever moved it last (the leader); an
+        accelerated one, the anchor stored by the first process to start (should it ever change)."""
+        if isinstance(self.clock, ManualClock):
+            with self.db.read() as session:
+                saved = settings.get_time(session, settings.CLOCK_NOW)
+            if saved is not None:
+                self.clock.follow(saved)
+        elif isinstance(self.clock, AcceleratedClock):
+            with self.db.read() as session:
+                anchor = settings.get_anchor(session)
+            if anchor is not None and anchor != self.clock.anchor:
+                self.clock.follow(anchor)
+
+    def follow_pool_health(self) -> None:
+        """A Slurm back end's pools as the leader last read them: bookable counts into the calendar,
+        unhealthy nodes into the fleet's report (services/slurm_state.py)."""
+        if self.slurm is None:
             return
         with self.db.read() as session:
-            saved = settings.get_time(session, settings.CLOCK_NOW)
-        if saved is not None:
-            self.clock.follow(saved)
+            text = settings.get(session, settings.POOL_HEALTH)
+        if text is None or text == self.slurm.published:
+            return
+        known = {pool.key for pool in self.calendar.fleet.pools}
+        for key, (bookable, unhealthy) in read_health(text).items():
+            if key in known:  # a pool the fleet file no longer has is nobody's to book
+                self.calendar.set_reservable(key, bookable)
+                self.slurm.unhealthy[key] = unhealthy
+        self.slurm.published = text

@@ -46,11 +46,13 @@ from hyperplan.services.cluster_nodes import NodeActions, shut_down
 from hyperplan.services.cluster_records import LIVE
 from hyperplan.services.cluster_request import ClusterSettings
 from hyperplan.services.context import ServiceContext
+from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.services.slurm_placement import PREFIX, reservation_name
-from hyperplan.services.slurm_state import SlurmState, UnhealthyNode
+from hyperplan.services.slurm_state import PoolHealth, SlurmState, UnhealthyNode, health_text
 from hyperplan.slurm.client import SlurmClient, SlurmError
 from hyperplan.slurm.parse import Node, Reservation
-from hyperplan.store.db import after_commit
+from hyperplan.store import settings
+from hyperplan.store.db import Database, after_commit
 from hyperplan.store.schema import (
     Account,
     Cluster,
@@ -208,7 +210,7 @@ def reconcile(runtime: ServiceContext) -> list[Note]:
 def _reconcile(runtime: ServiceContext, state: SlurmState) -> list[Note]:
     client = state.client
     nodes = {node.name: node for node in client.nodes()}
-    healthy = _follow_health(runtime, state, nodes)
+    healthy = follow_health(runtime.db, runtime.fleet, runtime.calendar, state, nodes)
     actual = {r.name: r for r in client.reservations() if r.name.startswith(PREFIX)}
     real_now = utcnow()
     with runtime.db.read() as session:
@@ -293,9 +295,14 @@ def _state_of(node: Node | None) -> str:
     return node.state + (f"+{flags}" if flags else "") + (f" ({node.reason})" if node.reason else "")
 
 
-def _follow_health(runtime: ServiceContext, state: SlurmState, nodes: dict[str, Node]) -> set[str]:
+def follow_health(
+    db: Database, fleet: Fleet, calendar: LiveCalendar, state: SlurmState, nodes: dict[str, Node]
+) -> set[str]:
+    """Each pool's health from Slurm's nodes: into this process's calendar and report, and published in
+    the store for the others (services/slurm_state.py). Returns the healthy nodes' names."""
     healthy = set()
-    for pool in runtime.fleet.pools:
+    health: PoolHealth = {}
+    for pool in fleet.pools:
         bad = []
         for name in pool.nodes:
             node = nodes.get(name)
@@ -308,10 +315,23 @@ def _follow_health(runtime: ServiceContext, state: SlurmState, nodes: dict[str, 
                 bad.append(UnhealthyNode(name, node.state + (f"+{flags}" if flags else ""), node.reason))
         if pool.nodes:
             state.unhealthy[pool.key] = tuple(bad)
-            runtime.calendar.set_reservable(
-                pool.key, max(0, min(pool.reservable, len(pool.nodes) - len(bad)))
-            )
+            bookable = max(0, min(pool.reservable, len(pool.nodes) - len(bad)))
+            calendar.set_reservable(pool.key, bookable)
+            health[pool.key] = (bookable, tuple(bad))
+    _publish(db, state, health)
     return healthy
+
+
+def _publish(db: Database, state: SlurmState, health: PoolHealth) -> None:
+    """The pools' health in the store, when it changed (the write moves the settings counter, which
+    every process reads before a request)."""
+    text = health_text(health)
+    if text == state.published:
+        return
+    with db.write() as session:
+        if settings.get(session, settings.POOL_HEALTH) != text:
+            settings.put(session, settings.POOL_HEALTH, text)
+    state.published = text
 
 
 # DOWN, DRAINED (or draining), FAIL and the like take a node out. Not responding alone, or a state Slurm

@@ -522,6 +522,17 @@ class Lease(Base):
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
+class RateBucket(Base):
+    """One account's token bucket for one class of request, shared by every process on the store
+    (services/rate_limiter.py): `tokens` as counted at `counted_at` (real time, seconds since the epoch)."""
+
+    __tablename__ = "rate_buckets"
+    account_id: Mapped[str] = mapped_column(String(12), primary_key=True)
+    request_class: Mapped[str] = mapped_column(String(16), primary_key=True)
+    tokens: Mapped[float] = mapped_column(Float)
+    counted_at: Mapped[float] = mapped_column(Float)
+
+
 class ClockMove(Base):
     """A manual clock's advance or set asked of the leader by another process; `done` once it ran."""
 

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 
 from sqlalchemy.orm import Session
 
+from hyperplan.clock import Anchor
 from hyperplan.store.schema import Setting
 
 CLOCK_NOW = "clock.now"
+# The accelerated clock's anchor, shared by every process on the store: {"real": seconds since the epoch,
+# "service": ISO instant, "scale": service seconds per real second} (hyperplan/clock.py).
+CLOCK_ANCHOR = "clock.anchor"
+# A Slurm back end's pools: bookable counts and unhealthy nodes, as the leader last read them
+# (services/slurm_state.py).
+POOL_HEALTH = "slurm.pool_health"
 OFFERING_KEY = "offering.signing_key"
 # A known text sealed under the master key: a store that has one keeps its secrets sealed, and a key file
 # that does not open it is not this store's.
@@ -35,3 +43,16 @@ def get_time(session: Session, key: str) -> datetime | None:
 
 def put_time(session: Session, key: str, when: datetime) -> None:
     put(session, key, when.isoformat())
+
+
+def get_anchor(session: Session) -> Anchor | None:
+    text = get(session, CLOCK_ANCHOR)
+    if text is None:
+        return None
+    value = json.loads(text)
+    return Anchor(float(value["real"]), datetime.fromisoformat(value["service"]), float(value["scale"]))
+
+
+def put_anchor(session: Session, anchor: Anchor) -> None:
+    value = {"real": anchor.real, "service": anchor.service.isoformat(), "scale": anchor.scale}
+    put(session, CLOCK_ANCHOR, json.dumps(value))

@@ -13,6 +13,7 @@ from hyperplan.core.rate_limits import (
     RateLimit,
     RequestClass,
     effective,
+    lease,
     native_class,
     sagemaker_class,
     take,
@@ -135,3 +136,37 @@ def test_the_fleet_file_sets_some_classes_and_keeps_the_defaults_for_the_rest() 
 def test_a_wrong_rate_limit_in_the_fleet_file_is_named(table: str, named: str) -> None:
     with pytest.raises(ValidationError, match=named.replace(".", r"\.")):
         parse_fleet(MINIMAL + f"\n[rate_limits]\n{table}\n")
+
+
+def test_a_lease_takes_whole_tokens_up_to_what_the_bucket_holds_and_never_more_than_one_bucket() -> None:
+    limit = RateLimit(2, 5)
+    bucket, granted, wait = lease(limit, None, 100.0, 3)  # a new bucket starts full
+    assert (granted, wait, bucket) == (3, None, Bucket(2.0, 100.0))
+    bucket, granted, _ = lease(limit, bucket, 100.0, 3)
+    assert (granted, bucket.tokens) == (2, 0.0)  # what was left, not the batch
+    bucket, granted, wait = lease(limit, bucket, 100.25, 3)
+    assert (granted, wait) == (0, 0.25)  # half a token: refused, with the time to a whole one
+    bucket, granted, _ = lease(limit, bucket, 99.0, 3)  # a clock behind: no time gained, none lost
+    assert (granted, bucket.at) == (0, 100.25)
+    bucket, granted, _ = lease(limit, bucket, 200.0, 9)
+    assert granted == 5  # refilled to the burst, never above
+
+
+@given(st.lists(st.tuples(st.floats(0, 10), st.integers(1, 20)), max_size=40))
+def test_leases_never_grant_more_than_burst_plus_rate_times_elapsed(steps: list[tuple[float, int]]) -> None:
+    limit = RateLimit(3, 7)
+    bucket, now, granted_total = None, 0.0, 0
+    for gap, want in steps:
+        now += gap
+        bucket, granted, _ = lease(limit, bucket, now, want)
+        assert granted <= want
+        granted_total += granted
+    assert granted_total <= limit.burst + limit.rate * now + 1e-9
+
+
+def test_tokens_given_back_count_again_up_to_the_burst() -> None:
+    limit = RateLimit(1, 10)
+    bucket, granted, _ = lease(limit, Bucket(0.0, 50.0), 50.0, 5, returned=3)
+    assert (granted, bucket.tokens) == (3, 0.0)
+    bucket, granted, _ = lease(limit, Bucket(9.0, 50.0), 50.0, 1, returned=4)
+    assert (granted, bucket.tokens) == (1, 9.0)  # 13 capped at 10, less the one taken

@@ -10,6 +10,9 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+import pytest
+
+from hyperplan.cli.client import ApiError
 from tests.harness import Server, wait_until
 from tests.inprocess import InProcessServer
 
@@ -55,3 +58,18 @@ def test_stands_still_while_down(fast_server_factory: type[InProcessServer], tmp
     # Up time counts, downtime does not: a clock that ran while down would be DOWNTIME * SCALE further
     # (more than the slack here and the two requests' latency, unless a request took over a second).
     assert 0 <= gap <= up * SCALE * 1.05 + 1, (gap, up)
+
+
+def test_is_moved_ahead_and_never_back(fast_server_factory: type[InProcessServer], tmp_path: Path) -> None:
+    server = fast_server_factory(
+        data_dir=tmp_path / "fast", fleet=SMALL_FLEET, clock="accelerated", time_scale=SCALE
+    ).start()
+    before, _ = _service_now(server)
+    moved = server.native().post("/api/v1/clock/advance", {"Duration": "2d"})
+    assert moved["Kind"] == "accelerated" and moved["TimeScale"] == SCALE
+    assert datetime.fromisoformat(moved["Now"]) >= before + timedelta(days=2)
+    after, _ = _service_now(server)
+    assert after >= datetime.fromisoformat(moved["Now"])  # and it runs on from there
+    with pytest.raises(ApiError) as refused:
+        server.native().post("/api/v1/clock/set", {"Time": before.isoformat()})
+    assert refused.value.code == "ValidationException" and "backwards" in refused.value.message

@@ -11,7 +11,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from hyperplan.cli.client import ApiError
-from tests.harness import REGION
+from tests.harness import REGION, Credentials, Server
 from tests.inprocess import InProcessServer
 
 FLEETS = Path(__file__).parent.parent / "fleets"
@@ -32,7 +32,19 @@ def tight(fast_server_factory: type[InProcessServer], tmp_path: Path) -> InProce
     return fast_server_factory(data_dir=tmp_path / "data", fleet=fleet).start()
 
 
-def _searches(client: Any, count: int) -> list[str]:
+SHARED_BURST = 6  # the search burst of an account limited by `limited_account`
+
+
+def limited_account(server: Server, name: str) -> Credentials:
+    """A new account whose searches are limited on its own: SHARED_BURST at once, then one per 100 s
+    (slow enough that no token comes back while a test runs)."""
+    credentials = server.new_account(name)
+    limits = {"search": {"Rate": 0.01, "Burst": SHARED_BURST}}
+    server.native().call("PATCH", f"/api/v1/accounts/{name}", body={"RateLimits": limits})
+    return credentials
+
+
+def searches(client: Any, count: int) -> list[str]:
     """What each of ``count`` searches got: "ok" or the error's code."""
     outcomes = []
     for _ in range(count):
@@ -47,9 +59,9 @@ def _searches(client: Any, count: int) -> list[str]:
 def test_a_flood_from_one_account_is_throttled_while_another_is_served(tight: InProcessServer) -> None:
     flooder = tight.sagemaker(tight.new_account("flooder"))
     patient = tight.sagemaker(tight.new_account("patient"))
-    assert _searches(flooder, 6) == ["ok"] * 3 + ["ThrottlingException"] * 3
+    assert searches(flooder, 6) == ["ok"] * 3 + ["ThrottlingException"] * 3
     # the other account's bucket is its own
-    assert _searches(patient, 3) == ["ok"] * 3
+    assert searches(patient, 3) == ["ok"] * 3
     # a search and a read are different classes: the flooder may still look at its plans
     assert flooder.list_training_plans()["TrainingPlanSummaries"] == []
     with pytest.raises(ClientError) as refused:
@@ -61,7 +73,7 @@ def test_a_flood_from_one_account_is_throttled_while_another_is_served(tight: In
 
 
 def test_administrators_are_never_throttled(tight: InProcessServer) -> None:
-    assert _searches(tight.sagemaker(), 10) == ["ok"] * 10
+    assert searches(tight.sagemaker(), 10) == ["ok"] * 10
 
 
 def test_the_aws_tools_retry_a_throttled_request_by_themselves(
@@ -100,15 +112,15 @@ def test_an_administrator_gives_one_account_its_own_limits_and_takes_them_back(
     tight: InProcessServer,
 ) -> None:
     flooder = tight.sagemaker(tight.new_account("busy"))
-    assert _searches(flooder, 4)[-1] == "ThrottlingException"
+    assert searches(flooder, 4)[-1] == "ThrottlingException"
     shown = json.loads(
         tight.cli("accounts", "update", "busy", "--rate-limit", "search=1000/1000", "--json").stdout
     )
     assert shown["RateLimits"]["search"] == {"Rate": 1000.0, "Burst": 1000, "Set": "account"}
     assert shown["RateLimits"]["read"] == {"Rate": 0.01, "Burst": 4, "Set": "fleet"}
-    assert _searches(flooder, 10) == ["ok"] * 10  # at once: the cached signer forgot its old limits
+    assert searches(flooder, 10) == ["ok"] * 10  # at once: the cached signer forgot its old limits
     tight.cli("accounts", "update", "busy", "--rate-limit", "search=default")
-    assert "ThrottlingException" in _searches(flooder, 4)
+    assert "ThrottlingException" in searches(flooder, 4)
     listed = {a["Name"]: a for a in tight.native().get("/api/v1/accounts")["Accounts"]}
     assert listed["busy"]["RateLimits"]["search"]["Set"] == "fleet"
 

@@ -21,6 +21,7 @@ from sqlalchemy import create_engine, func, select, text
 from hyperplan.store.schema import ScheduledEvent
 from tests.harness import ADMIN, Server, service_now
 from tests.postgres import PostgresServer
+from tests.server.test_rate_limits import SHARED_BURST, limited_account, searches
 from tests.server.test_webhooks import Receiver, _assert_signed_and_in_order, _buy, _history, _register
 
 pytestmark = pytest.mark.postgres
@@ -118,6 +119,22 @@ def test_sixteen_clients_over_three_servers_never_overbook(
         for credentials, arn in bought:
             plan = server.sagemaker(credentials).describe_training_plan(TrainingPlanName=arn)
             assert plan["TrainingPlanArn"] == arn
+
+
+def test_an_account_s_rate_limit_holds_across_servers(
+    server_factory: type[Server], tmp_path: Path, postgres_server: PostgresServer
+) -> None:
+    """One bucket per (account, class) in the database (services/rate_limiter.py), leased by each server."""
+    servers = _servers(server_factory, tmp_path / "data", postgres_server.new_database(), 2)
+    # All of an account's requests to one server: the account's whole burst there, not half.
+    steady = servers[0].sagemaker(limited_account(servers[0], "steady"))
+    assert searches(steady, SHARED_BURST + 2) == ["ok"] * SHARED_BURST + ["ThrottlingException"] * 2
+    # Taking turns over both servers: the same burst between them, no more.
+    spread = limited_account(servers[1], "spread")
+    clients = [server.sagemaker(spread) for server in servers]
+    outcomes = [searches(clients[n % 2], 1)[0] for n in range(3 * SHARED_BURST)]
+    assert outcomes.count("ok") == SHARED_BURST, outcomes
+    assert set(outcomes[SHARED_BURST:]) == {"ThrottlingException"}  # the other server's empty bucket too
 
 
 @pytest.fixture

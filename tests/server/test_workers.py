@@ -3,20 +3,27 @@
 
 from __future__ import annotations
 
+import http.client
+import json
 import os
 import signal
+import time
+from datetime import datetime
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
-from tests.harness import Server, wait_until
+from hyperplan.signing import sign_request
+from tests.harness import ADMIN, REGION, Server, wait_until
 from tests.postgres import Stores
 from tests.server import test_concurrency, test_operations, test_plans
+from tests.server.test_rate_limits import SHARED_BURST, limited_account, searches
 
 pytestmark = pytest.mark.scale
 
 TWO = ("--workers", "2")
+SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 
 
 def _two_workers(server_factory: type[Server]) -> type[Server]:
@@ -92,3 +99,153 @@ def test_racing_buyers_on_two_workers(server_factory: type[Server], tmp_path: Pa
     test_concurrency.test_racing_buyers_never_overbook_and_every_success_persists(
         _two_workers(server_factory), tmp_path, Stores("sqlite", None)
     )
+
+
+def test_an_account_s_rate_limit_is_one_bucket_across_the_api_processes(
+    server_factory: type[Server], tmp_path: Path
+) -> None:
+    """services/rate_limiter.py: the bucket is in the store; a process leases tokens from it."""
+    server = _two_workers(server_factory)(data_dir=tmp_path / "data", fleet=SMALL_FLEET).start()
+    # One client, one kept-alive connection: every request reaches the same API process, which admits
+    # the account's whole burst (not half of it).
+    steady = server.sagemaker(limited_account(server, "steady"))
+    assert searches(steady, SHARED_BURST + 2) == ["ok"] * SHARED_BURST + ["ThrottlingException"] * 2
+    # A new connection for each request, spread by the kernel over both processes: no more than the
+    # account's burst between them (at one token a lease: the bound adds nothing at this rate).
+    spread = limited_account(server, "spread")
+    outcomes = [searches(server.sagemaker(spread), 1)[0] for _ in range(3 * SHARED_BURST)]
+    assert outcomes.count("ok") == SHARED_BURST, outcomes
+    assert set(outcomes) == {"ok", "ThrottlingException"}
+
+
+SCALE = 600  # service seconds per real second
+
+
+def test_every_api_process_reads_one_accelerated_clock(server_factory: type[Server], tmp_path: Path) -> None:
+    """The anchor (a real instant, the service instant it stands for, the scale) is in the store: each
+    API process reads the same service time, one started again later too, and a move asked of one is
+    read by all (clock.py, app.py, events/loop.py)."""
+    server = _two_workers(server_factory)(
+        data_dir=tmp_path / "data",
+        fleet=SMALL_FLEET,
+        clock="accelerated",
+        extra_args=("--time-scale", str(SCALE)),
+    ).start()
+    assert server.process is not None
+    supervisor = server.process.pid
+    first = _children(supervisor)
+    os.kill(min(first), signal.SIGKILL)  # the supervisor starts another a second later, on its own
+    assert wait_until(lambda: len(_children(supervisor)) == 2 and _children(supervisor) != first, 60)
+    # A connection is served by the one process that accepted it: open a few at once until each API
+    # process holds one (an idle connection is closed by the server after seconds: no waiting between).
+    try:
+        bounds = _over_each_process(server.port, supervisor)
+        # Each reading says where the clock's anchor is, within the request's time; one anchor fits all.
+        latest_low, earliest_high = max(low for low, _ in bounds), min(high for _, high in bounds)
+        assert latest_low <= earliest_high + 1.0, bounds  # a service second for the answer's rounding
+        # Thirty days ahead, asked of one API process (the leader carries it out): every process reads it.
+        asker = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
+        moved, sent, answered = _signed(
+            asker, server.port, "POST", "/api/v1/clock/advance", {"Duration": "30d"}
+        )
+        asker.close()
+        target = datetime.fromisoformat(moved["Now"])
+        assert target.timestamp() >= latest_low + sent * SCALE + 30 * 86400 - 1.0  # thirty days on
+        after = _over_each_process(server.port, supervisor)
+        # The clock reads the target when the leader moves it there: the real time the move took to get
+        # there (at most the request's) is the most the anchor can be short of thirty days.
+        carried = (answered - sent) * SCALE
+        assert min(high for _, high in after) >= latest_low + 30 * 86400 - carried - 1.0, after
+        assert min(high for _, high in after) > earliest_high + 29 * 86400  # and not before the move
+        assert max(low for low, _ in after) <= min(high for _, high in after) + 1.0, after  # one anchor
+    finally:
+        server.stop()
+
+
+def _over_each_process(port: int, supervisor: int) -> list[tuple[float, float]]:
+    """The clock's anchor bounds (`_anchor_bounds`) read over new connections until each API process
+    has answered at least once (a connection is served by the one process that accepted it)."""
+    deadline = time.monotonic() + 180  # an API process started again serves once it has loaded
+    while time.monotonic() < deadline:
+        processes = _children(supervisor)
+        pinned, bounds = _one_connection_each(port, processes)
+        for connection in pinned.values():
+            connection.close()
+        if set(pinned) == processes:
+            return bounds
+        time.sleep(0.2)
+    raise AssertionError(f"the connections all went to {set(pinned)}, not to each of {processes}")
+
+
+def _one_connection_each(
+    port: int, processes: set[int]
+) -> tuple[dict[int, http.client.HTTPConnection], list[tuple[float, float]]]:
+    """Six connections, the clock read over each: one connection per process that served one, and
+    every reading's bounds (`_anchor_bounds`)."""
+    pinned: dict[int, http.client.HTTPConnection] = {}
+    bounds = []
+    for _ in range(6):
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        bounds.append(_anchor_bounds(connection, port))
+        owner = _served_by(connection, port, processes)
+        if owner in pinned:
+            connection.close()
+        else:
+            pinned[owner] = connection
+    return pinned, bounds
+
+
+def _signed(
+    connection: http.client.HTTPConnection, port: int, method: str, path: str, body: Any = None
+) -> tuple[dict[str, Any], float, float]:
+    """A signed native request over `connection`: the answer, and the real instants it was sent and
+    answered at."""
+    data = b"" if body is None else json.dumps(body).encode()
+    headers = sign_request(
+        method,
+        f"http://127.0.0.1:{port}{path}",
+        headers={"Content-Type": "application/json"} if data else {},
+        body=data,
+        access_key=ADMIN.access_key,
+        secret_key=ADMIN.secret_key,
+        region=REGION,
+    )
+    sent = time.time()
+    connection.request(method, path, body=data or None, headers=headers)
+    response = connection.getresponse()
+    answer = json.loads(response.read())
+    answered = time.time()
+    assert response.status == 200, answer
+    assert answer["Kind"] == "accelerated" and answer["TimeScale"] == SCALE
+    return answer, sent, answered
+
+
+def _anchor_bounds(connection: http.client.HTTPConnection, port: int) -> tuple[float, float]:
+    """The service time (seconds since the epoch) the clock read at real time 0, at the scale: a range,
+    because the reading was taken at some real instant while the request was in flight."""
+    answer, sent, answered = _signed(connection, port, "GET", "/api/v1/clock")
+    now = datetime.fromisoformat(answer["Now"]).timestamp()
+    return now - answered * SCALE, now - sent * SCALE
+
+
+def _served_by(connection: http.client.HTTPConnection, port: int, processes: set[int]) -> int:
+    """Which of `processes` holds the server's end of `connection` (its socket among the process's
+    descriptors: the kernel's tables say which socket it is)."""
+    assert connection.sock is not None
+    client_port = connection.sock.getsockname()[1]
+    inode = None
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, remote = int(fields[1].rsplit(":", 1)[1], 16), int(fields[2].rsplit(":", 1)[1], 16)
+            if local == port and remote == client_port:
+                inode = fields[9]
+    assert inode is not None
+    for pid in processes:
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                if os.readlink(fd) == f"socket:[{inode}]":
+                    return pid
+            except OSError:
+                continue
+    raise AssertionError(f"no API process holds the connection from port {client_port}")
