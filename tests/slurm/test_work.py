@@ -44,7 +44,7 @@ pytestmark = [
 __all__ = ["slurm_server"]  # the fixture, shared
 
 ROLE = "arn:aws:iam::123456789012:role/hyperpod"
-G5 = "ml.p5e.48xlarge"  # the dev cluster's g5 nodes, in _fleet_with_on_demand_g5
+G5_SOLD_AS = "ml.p5e.48xlarge"  # the dev cluster's g5 nodes, in _fleet_with_on_demand_g5
 ON_CREATE = (
     "#!/bin/sh\n"
     'echo "created on $SLURMD_NODENAME as $(id -un) until '
@@ -65,7 +65,7 @@ def _fleet_with_on_demand_g5(cluster: Cluster, directory: Path) -> Path:
     g5 = 'instance_type = "ml.g5.12xlarge"\n'
     assert text.count(g5) == 1
     fleet = directory / "fleet.toml"
-    fleet.write_text(text.replace(g5, f'instance_type = "{G5}"\ncount = 4\nreservable = 2\n'))
+    fleet.write_text(text.replace(g5, f'instance_type = "{G5_SOLD_AS}"\ncount = 4\nreservable = 2\n'))
     return fleet
 
 
@@ -82,7 +82,7 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
     first_day = boundary_after(SERVER_START + timedelta(hours=1))
     team, other, plan = _split_plan(server, first_day)
     other_id, _ = _user_of(server, "other")
-    _buy(server, other, "g5plan", 2, 24, first_day + DAY, first_day + 2 * DAY, instance_type=G5)
+    _buy(server, other, "g5plan", 2, 24, first_day + DAY, first_day + 2 * DAY, instance_type=G5_SOLD_AS)
     team_id, team_user = _user_of(server, "team")
     rc1, rc2 = f"hp-{team_id}-split-rc1", f"hp-{team_id}-split-rc2"
     script = server.data_dir / "s3" / "lifecycle" / "src" / "on_create.sh"
@@ -124,7 +124,7 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
     # under one fails (drained): the instance is replaced by a new one on another node, as HyperPod's
     # automatic node recovery does. The node stays drained until the third day.
     server.cli("buckets", "grant", "lifecycle", "other")
-    group = {**config["InstanceGroups"][0], "InstanceGroupName": "od-g5", "InstanceType": G5}
+    group = {**config["InstanceGroups"][0], "InstanceGroupName": "od-g5", "InstanceType": G5_SOLD_AS}
     del group["TrainingPlanArn"]
     (tmp_path / "od-config.json").write_text(
         json.dumps({"ClusterName": "od-cluster", "InstanceGroups": [group]})
