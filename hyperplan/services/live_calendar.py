@@ -7,8 +7,11 @@ Several processes may share the store (serve --workers, several servers): each t
 what is held adds one to the `calendar` change counter (store/changes.py), and `version` is the value this
 calendar reflects. A process's own commit moves it on by one when nothing else came between; any other
 value seen (`sync`) reloads the whole calendar from the store, in one snapshot with the counter. A change
-committed as version n is applied here only if this calendar is older than n, so a reload that already
-read it does not count it twice.
+committed as version n is applied here only if it is the very next change (n = version + 1): a reload
+that already read it does not count it twice, and a change that comes after a gap (another process's
+change came between) is not applied to a calendar that may not hold what it changes (another server's
+plan, cancelled here): the calendar is marked stale and the next read reloads it from the store.
+Applying a committed change never raises: the store has decided, this is only its copy.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ class LiveCalendar:
         self.reloads = 0
         self._db: Database | None = None
         self._seen: int | None = None  # the store's counter as last read (sync)
+        self._stale = False  # a committed change could not be applied: reload at the next read
 
     def load(self, db: Database) -> int:
         """Book everything the store says is held (replacing what was here); returns how many bookings."""
@@ -62,6 +66,8 @@ class LiveCalendar:
             self._calendar = calendar
             self.version = version
             self._moved_by_change = None
+            self._stale = False
+            self._db = db
             self.reloads += 1
         return len(bookings)
 
@@ -73,7 +79,9 @@ class LiveCalendar:
 
     def _fresh(self) -> None:
         db, seen = self._db, self._seen
-        if db is not None and seen is not None and self.version is not None and seen > self.version:
+        if db is None or self.version is None:
+            return
+        if self._stale or (seen is not None and seen > self.version):
             self.load(db)
 
     def search(self, request: SearchRequest, now: datetime) -> list[Offering]:
@@ -104,13 +112,17 @@ class LiveCalendar:
         with self._lock:
             if self._apply(version):
                 for pool_key, start, end, count in bookings:
-                    self._calendar.book(pool_key, start, end, count)
+                    # restore, not book: the store's check decided; a copy that disagrees is reloaded
+                    self._calendar.restore(pool_key, start, end, count)
 
     def release(self, bookings: Iterable[Booking], version: int | None = None) -> None:
         with self._lock:
             if self._apply(version):
                 for pool_key, start, end, count in bookings:
-                    self._calendar.release(pool_key, start, end, count)
+                    try:
+                        self._calendar.release(pool_key, start, end, count)
+                    except ValueError:  # not held in this copy: it is behind the store
+                        self._stale = True
 
     def _apply(self, version: int | None) -> bool:
         """Whether a change committed as `version` is still to be applied here; moves `version` on when
@@ -123,7 +135,9 @@ class LiveCalendar:
             return False  # a reload already read it
         if version == self.version + 1:
             self.version = self._moved_by_change = version
-        return True  # else something came between: applied now, the next sync reloads all
+            return True
+        self._stale = True  # something came between: the next read reloads all, this change with it
+        return False
 
     def profile(
         self, pool_key: tuple[str, str], start: datetime, end: datetime

@@ -63,3 +63,28 @@ def test_a_serving_process_follows_the_leaders_writes_and_has_it_move_the_clock(
     with pytest.raises(ClientError) as refused:
         other.sagemaker(spare_credentials).list_training_plans()
     assert refused.value.response["Error"]["Code"] == "UnrecognizedClientException"
+
+
+def test_a_plan_another_server_sold_is_cancelled_here_and_its_capacity_offered_again(
+    fast_server_factory: type[InProcessServer], tmp_path: Path
+) -> None:
+    """This server's calendar has not read the other's sale when it cancels that plan: the release
+    cannot be applied to a copy that does not hold it, so the copy is reloaded (before, the cancel
+    committed and then answered 500)."""
+    leader = fast_server_factory(data_dir=tmp_path / "one", fleet=SMALL_FLEET).start()
+    other = fast_server_factory(
+        data_dir=leader.data_dir, fleet=SMALL_FLEET, role="api", world=leader.world
+    ).start()
+    team = leader.new_account("team")
+    wanted = {"InstanceType": "ml.p5.48xlarge", "InstanceCount": 4, "DurationHours": 48}
+    here = leader.sagemaker(team)
+    before = here.search_training_plan_offerings(**wanted, TargetResources=["training-job"])
+    offering = before["TrainingPlanOfferings"][0]
+    other.sagemaker(team).create_training_plan(
+        TrainingPlanName="sold-there", TrainingPlanOfferingId=offering["TrainingPlanOfferingId"]
+    )
+    cancelled = leader.native().post("/api/v1/accounts/team/plans/sold-there/cancel", {"Reason": "test"})
+    assert cancelled["Status"] == "Failed"  # SageMaker has no Cancelled: a cancelled plan reads Failed
+    again = here.search_training_plan_offerings(**wanted, TargetResources=["training-job"])
+    starts = [o["ReservedCapacityOfferings"][0]["StartTime"] for o in again["TrainingPlanOfferings"]]
+    assert offering["ReservedCapacityOfferings"][0]["StartTime"] in starts
