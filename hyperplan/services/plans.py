@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from hyperplan.core import offering_ids
-from hyperplan.core.fleet import Pool
+from hyperplan.core.fleet import Pool, PoolKey
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.offering_ids import OfferingClaim, OfferingIdError, OfferingSegment
 from hyperplan.core.paging import decode_token, encode_token
@@ -70,13 +70,20 @@ def search(runtime: ServiceContext, caller: Caller, request: SearchRequest) -> l
             shared.remember(check, versions)
     offerings = runtime.calendar.search(request, now)
     expires = now + runtime.fleet.policy.offering_validity
+    index = {pool.key: i for i, pool in enumerate(runtime.fleet.pools)}
     return [
-        SignedOffering(_sign(runtime, caller, offering, expires), offering, request) for offering in offerings
+        SignedOffering(_sign(runtime, caller, offering, expires, index), offering, request)
+        for offering in offerings
     ]
 
 
-def _sign(runtime: ServiceContext, caller: Caller, offering: Offering, expires: datetime) -> str:
-    index = {pool.key: i for i, pool in enumerate(runtime.fleet.pools)}
+def _sign(
+    runtime: ServiceContext,
+    caller: Caller,
+    offering: Offering,
+    expires: datetime,
+    index: dict[PoolKey, int],
+) -> str:
     claim = OfferingClaim(
         account_id=caller.account_id,
         expires_at=expires,
