@@ -181,13 +181,16 @@ def _write_plan(
     )
     session.add(plan)
     session.flush()
-    for ordinal, (pool, segment) in enumerate(segments, start=1):
-        session.add(_reserved_capacity(plan, ordinal, pool, segment, claim.count))
+    reserved = [
+        _reserved_capacity(plan, ordinal, pool, segment, claim.count)
+        for ordinal, (pool, segment) in enumerate(segments, start=1)
+    ]
+    session.add_all(reserved)
     session.flush()
     lifecycle.record(
         session, plan, "created", f"Bought offering {offering_id} for {fee} {plan.currency}.", now
     )
-    lifecycle.schedule_segments(session, runtime.lifecycle, plan, now)
+    lifecycle.schedule_segments(session, runtime.lifecycle, plan, now, reserved)
     booked = [(pool.key, s.start, s.end, claim.count) for pool, s in segments]
     # Booked in memory once committed; a payment that fails below releases it again, in that order.
     after_commit(session, lambda: runtime.calendar.book(booked, committed_change(session, CALENDAR)))
