@@ -55,7 +55,7 @@ class Report:
     def _print_table(self) -> None:
         if not self.table:
             return
-        heading("Scale-out table (8 client processes over HTTP; server CPU from the kernel's accounting)")
+        heading("Scale-out table (the load over HTTP as above; server CPU from the kernel's accounting)")
         columns: list[str] = []
         for _, row in self.table.values():
             columns += [name for name in row if name not in columns]
