@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench import breakdown, profiling, purchase
+from bench import breakdown, profiling, purchase, scaleout
 from bench.fill import WINDOW_DAYS, FillSpec
 from bench.loadgen import SEARCH, ClientJob
 from bench.phases import Sizes, describe_phase, run_measured
@@ -105,3 +105,4 @@ def _search_throughput(report: Report, store: Store, server: ServerProcess, size
     label = f"HTTP searches/s ({sizes.clients} clients)"
     note = f"p99 under this load {p99:.1f} ms"
     report.add(at_least(result.rate(SEARCH), TARGET_SEARCHES, "/s", label, note=note))
+    scaleout.search_cells(report, scaleout.ONE_PROCESS, result)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench import scaleout
 from bench.loadgen import CREATE, SEARCH, ClientJob, PhaseResult
 from bench.phases import Sizes, describe_phase, run_measured
 from bench.report import Figure, Report, at_least, line
@@ -68,6 +69,7 @@ def _buy_only(report: Report, store: Store, data_dir: Path, sizes: Sizes, client
     if clients == sizes.clients:
         note = f"wall time of the CreateTrainingPlan calls alone; {_successful(result)}"
         report.add(at_least(result.rate(CREATE), TARGET_PURCHASES, "/s", label, note=note))
+        scaleout.purchase_cells(report, scaleout.ONE_PROCESS, result)
     else:
         report.add(Figure(label, f"{result.rate(CREATE):,.0f} /s", note="diagnostic: no lock contention"))
 

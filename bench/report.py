@@ -24,12 +24,22 @@ class Figure:
 @dataclass
 class Report:
     figures: list[Figure] = field(default_factory=list)
+    # The scale-out table (issue 20): measure -> (its target, deployment -> value as shown), in the
+    # order first given; the `http` section fills the one-process column, `scale` the others.
+    table: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
 
     def add(self, figure: Figure) -> None:
         self.figures.append(figure)
         print(
             f"  -> {figure.label}: {figure.value}" + (f"   (target {figure.target})" if figure.target else "")
         )
+
+    def cell(self, measure: str, deployment: str, value: str, target: str = "") -> None:
+        """One figure of the scale-out table, printed with the summary."""
+        known_target, row = self.table.setdefault(measure, (target, {}))
+        if target and not known_target:
+            self.table[measure] = (target, row)
+        row[deployment] = value
 
     def print_summary(self) -> None:
         heading("Summary")
@@ -40,6 +50,22 @@ class Report:
             print(f"  {f.label:<{width}}{f.value:<22}{f.target or '-':<16}{verdict}")
             if f.note:
                 print(f"  {'':<{width}}  {f.note}")
+        self._print_table()
+
+    def _print_table(self) -> None:
+        if not self.table:
+            return
+        heading("Scale-out table (the load over HTTP as above; server CPU from the kernel's accounting)")
+        columns: list[str] = []
+        for _, row in self.table.values():
+            columns += [name for name in row if name not in columns]
+        width = max(len(measure) for measure in self.table) + 2
+        cells = [max(len(name), 12) + 2 for name in columns]
+        header = "".join(f"{name:<{w}}" for name, w in zip(columns, cells, strict=True))
+        print(f"  {'':<{width}}{header}target")
+        for measure, (target, row) in self.table.items():
+            values = "".join(f"{row.get(name, '-'):<{w}}" for name, w in zip(columns, cells, strict=True))
+            print(f"  {measure:<{width}}{values}{target or '-'}")
 
 
 def heading(title: str) -> None:

@@ -67,6 +67,16 @@ LABELS = {
 }
 
 
+TABLE_COLUMNS = {"http": "1 process, SQLite", "scale": "workers 2, SQLite"}
+TABLE_ROWS = (
+    "searches/s",
+    "server CPU per search",
+    "purchases/s (buy only)",
+    "server CPU per purchase",
+    "CreateTrainingPlan p99",
+)
+
+
 @pytest.mark.timeout(480)
 @pytest.mark.parametrize("section", list(LABELS))
 def test_each_bench_section_runs_and_prints_its_figures(section: str) -> None:
@@ -81,6 +91,12 @@ def test_each_bench_section_runs_and_prints_its_figures(section: str) -> None:
     summary = process.stdout.partition("== Summary")[2]
     for label in LABELS[section]:
         assert label in summary, f"{label!r} missing from the summary:\n{summary}"
+    if section in TABLE_COLUMNS:  # issue 20's table: its rows, and a column for what the section ran
+        table = summary.partition("== Scale-out table")[2]
+        header = table.splitlines()[1]  # after the rest of the heading's line
+        assert TABLE_COLUMNS[section] in header, table
+        for row in TABLE_ROWS:
+            assert f"\n  {row} " in table, f"{row!r} missing from the table:\n{table}"
     assert "failed unexpectedly" not in process.stdout, process.stdout
 
 

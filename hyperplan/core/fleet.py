@@ -237,8 +237,15 @@ class Fleet:
 
     def fingerprint(self) -> bytes:
         """4 bytes that change whenever pools, prices or policy change: offerings made under another
-        fingerprint are stale. Stable across processes and Python versions (not ``hash()``)."""
-        return hashlib.blake2b(_canonical_text(self).encode(), digest_size=4).digest()
+        fingerprint are stale. Stable across processes and Python versions (not ``hash()``).
+
+        Kept on the instance once computed (every offering a search signs reads it; a fleet is frozen,
+        and a changed fleet is a new instance)."""
+        found = self.__dict__.get("_fingerprint")
+        if found is None:
+            found = hashlib.blake2b(_canonical_text(self).encode(), digest_size=4).digest()
+            object.__setattr__(self, "_fingerprint", found)
+        return found
 
 
 def _canonical_text(fleet: Fleet) -> str:

@@ -10,7 +10,7 @@ events (segment start, capacity reclaim, segment end, payment deadline) only say
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -125,9 +125,16 @@ def _move_extension(
     status.change(session, EXTENSION_LIFECYCLE, extension, new, now, message, column="payment_status")
 
 
-def schedule_segments(session: Session, ctx: LifecycleContext, plan: TrainingPlan, now: datetime) -> None:
-    """The timed events of a new plan's segments, written with the plan."""
-    for rc in segments_of(session, plan.id):
+def schedule_segments(
+    session: Session,
+    ctx: LifecycleContext,
+    plan: TrainingPlan,
+    now: datetime,
+    segments: Sequence[ReservedCapacity] | None = None,
+) -> None:
+    """The timed events of a new plan's segments, written with the plan; `segments`: the rows just
+    added, in order (saves reading them back), else read from the store."""
+    for rc in segments if segments is not None else segments_of(session, plan.id):
         schedule_segment(session, plan, rc, ctx.policies(plan.target), now)
 
 

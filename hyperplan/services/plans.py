@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from hyperplan.core import offering_ids
-from hyperplan.core.fleet import Pool
+from hyperplan.core.fleet import Pool, PoolKey
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.offering_ids import OfferingClaim, OfferingIdError, OfferingSegment
 from hyperplan.core.paging import decode_token, encode_token
@@ -70,13 +70,20 @@ def search(runtime: ServiceContext, caller: Caller, request: SearchRequest) -> l
             shared.remember(check, versions)
     offerings = runtime.calendar.search(request, now)
     expires = now + runtime.fleet.policy.offering_validity
+    index = {pool.key: i for i, pool in enumerate(runtime.fleet.pools)}
     return [
-        SignedOffering(_sign(runtime, caller, offering, expires), offering, request) for offering in offerings
+        SignedOffering(_sign(runtime, caller, offering, expires, index), offering, request)
+        for offering in offerings
     ]
 
 
-def _sign(runtime: ServiceContext, caller: Caller, offering: Offering, expires: datetime) -> str:
-    index = {pool.key: i for i, pool in enumerate(runtime.fleet.pools)}
+def _sign(
+    runtime: ServiceContext,
+    caller: Caller,
+    offering: Offering,
+    expires: datetime,
+    index: dict[PoolKey, int],
+) -> str:
     claim = OfferingClaim(
         account_id=caller.account_id,
         expires_at=expires,
@@ -174,13 +181,16 @@ def _write_plan(
     )
     session.add(plan)
     session.flush()
-    for ordinal, (pool, segment) in enumerate(segments, start=1):
-        session.add(_reserved_capacity(plan, ordinal, pool, segment, claim.count))
+    reserved = [
+        _reserved_capacity(plan, ordinal, pool, segment, claim.count)
+        for ordinal, (pool, segment) in enumerate(segments, start=1)
+    ]
+    session.add_all(reserved)
     session.flush()
     lifecycle.record(
         session, plan, "created", f"Bought offering {offering_id} for {fee} {plan.currency}.", now
     )
-    lifecycle.schedule_segments(session, runtime.lifecycle, plan, now)
+    lifecycle.schedule_segments(session, runtime.lifecycle, plan, now, reserved)
     booked = [(pool.key, s.start, s.end, claim.count) for pool, s in segments]
     # Booked in memory once committed; a payment that fails below releases it again, in that order.
     after_commit(session, lambda: runtime.calendar.book(booked, committed_change(session, CALENDAR)))
