@@ -32,7 +32,7 @@ from hyperplan.backends.base import Backend
 from hyperplan.backends.composite import RoutingBackend, holds_work
 from hyperplan.backends.local import LocalBackend
 from hyperplan.backends.slurm import SlurmBackend
-from hyperplan.clock import AcceleratedClock, Clock, make_clock, utcnow
+from hyperplan.clock import AcceleratedClock, Anchor, Clock, make_clock, utcnow
 from hyperplan.core.fleet import Fleet
 from hyperplan.core.fleet_file import parse_fleet
 from hyperplan.errors import StartRefused
@@ -502,7 +502,8 @@ def _share_anchor(session: Session, clock: AcceleratedClock, *, adopt: bool) -> 
     """Every process on the store reads the accelerated clock from one anchor (clock.py). A process that
     starts while another is alive (an API process of --workers, always) takes the stored one; the first
     to start anchors the clock where it stopped (the last service time saved) and stores that."""
-    stored = settings.get_anchor(session)
+    record = settings.get_record(session, settings.CLOCK_ANCHOR)
+    stored = None if record is None else Anchor.from_record(record)
     if stored is not None and (adopt or leadership.others_alive(session)):
         if stored.scale != clock.scale:
             log.warning(
@@ -512,7 +513,7 @@ def _share_anchor(session: Session, clock: AcceleratedClock, *, adopt: bool) -> 
             )
         clock.follow(stored)
     else:
-        settings.put_anchor(session, clock.anchor)
+        settings.put_record(session, settings.CLOCK_ANCHOR, clock.anchor.record())
 
 
 def _offering_key(db: Database) -> bytes:

@@ -20,8 +20,10 @@ from __future__ import annotations
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from hyperplan.errors import ValidationError
 
@@ -90,6 +92,14 @@ class Anchor:
     real: float
     service: datetime
     scale: float
+
+    def record(self) -> dict[str, object]:
+        """As kept in the store's settings (store/settings.py CLOCK_ANCHOR)."""
+        return {"real": self.real, "service": self.service.isoformat(), "scale": self.scale}
+
+    @classmethod
+    def from_record(cls, value: Mapping[str, Any]) -> Anchor:
+        return cls(float(value["real"]), datetime.fromisoformat(value["service"]), float(value["scale"]))
 
 
 class AcceleratedClock(Clock):

@@ -133,7 +133,7 @@ class TimedEventLoop:
             finally:
                 if moved:
                     with self.db.write() as session:
-                        settings.put_anchor(session, clock.anchor)
+                        settings.put_record(session, settings.CLOCK_ANCHOR, clock.anchor.record())
                         settings.put_time(session, settings.CLOCK_NOW, clock.now())
         return ran
 

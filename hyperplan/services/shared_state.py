@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 
-from hyperplan.clock import AcceleratedClock, Clock, ManualClock
+from hyperplan.clock import AcceleratedClock, Anchor, Clock, ManualClock
 from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.services.slurm_state import SlurmState, read_health
@@ -88,7 +88,8 @@ class SharedState:
                 self.clock.follow(saved)
         elif isinstance(self.clock, AcceleratedClock):
             with self.db.read() as session:
-                anchor = settings.get_anchor(session)
+                record = settings.get_record(session, settings.CLOCK_ANCHOR)
+            anchor = None if record is None else Anchor.from_record(record)
             if anchor is not None and anchor != self.clock.anchor:
                 self.clock.follow(anchor)
 

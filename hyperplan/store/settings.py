@@ -7,7 +7,6 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from hyperplan.clock import Anchor
 from hyperplan.store.schema import Setting
 
 CLOCK_NOW = "clock.now"
@@ -45,14 +44,14 @@ def put_time(session: Session, key: str, when: datetime) -> None:
     put(session, key, when.isoformat())
 
 
-def get_anchor(session: Session) -> Anchor | None:
-    text = get(session, CLOCK_ANCHOR)
+def get_record(session: Session, key: str) -> dict[str, object] | None:
+    """A setting kept as a JSON object (the clock's anchor: clock.Anchor.record)."""
+    text = get(session, key)
     if text is None:
         return None
     value = json.loads(text)
-    return Anchor(float(value["real"]), datetime.fromisoformat(value["service"]), float(value["scale"]))
+    return value if isinstance(value, dict) else None
 
 
-def put_anchor(session: Session, anchor: Anchor) -> None:
-    value = {"real": anchor.real, "service": anchor.service.isoformat(), "scale": anchor.scale}
-    put(session, CLOCK_ANCHOR, json.dumps(value))
+def put_record(session: Session, key: str, value: dict[str, object]) -> None:
+    put(session, key, json.dumps(value))

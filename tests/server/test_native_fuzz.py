@@ -82,6 +82,12 @@ SIGNING_CODES = {
 Contents = dict[str, list[tuple[object, ...]]]
 
 
+# Tables a server writes whatever a request asks: each process renews its presence in `leases` every few
+# seconds, by itself; `rate_buckets` is the accounts' shared rate limits, from which a process takes a
+# batch of tokens before it reads a request (throttling counts refused requests and reads too).
+BOOKKEEPING = frozenset({"leases", "rate_buckets"})
+
+
 class Store:
     """The server's SQLite file, read through one read-only connection. `PRAGMA data_version` moves
     whenever another connection commits, so an unmoved version proves nothing was written; when it
@@ -115,7 +121,7 @@ class Store:
         return {
             table: self.connection.execute(f'SELECT * FROM "{table}" ORDER BY rowid').fetchall()
             for (table,) in listed
-            if table != "leases"  # each process renews its presence there every few seconds, by itself
+            if table not in BOOKKEEPING
         }
 
 

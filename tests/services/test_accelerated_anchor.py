@@ -45,6 +45,7 @@ def test_a_clock_never_reads_earlier_than_it_did() -> None:
 def test_the_anchor_is_stored_as_it_was_given(db: Database) -> None:
     anchor = Anchor(1_800_000_000.25, START, 37.5)
     with db.write() as session:
-        settings.put_anchor(session, anchor)
+        settings.put_record(session, settings.CLOCK_ANCHOR, anchor.record())
     with db.read() as session:
-        assert settings.get_anchor(session) == anchor
+        record = settings.get_record(session, settings.CLOCK_ANCHOR)
+        assert record is not None and Anchor.from_record(record) == anchor
