@@ -432,6 +432,9 @@ def test_at_reclaim_node_processes_get_sigterm_with_the_segment_end(small: Serve
     assert wait_until(lambda: (home / "started.txt").exists())
     assert (home / "started.txt").read_text().strip() == end
     small.set_clock(plan["EndTime"] - timedelta(minutes=30))
-    assert wait_until(lambda: (home / "warned.txt").exists()), "the node's processes got no SIGTERM"
-    assert (home / "warned.txt").read_text().strip() == end
+    warned = home / "warned.txt"  # made by the trap's redirection before `cat` writes: wait for the value
+    assert wait_until(lambda: warned.exists() and warned.read_text().strip() != ""), (
+        "the node's processes got no SIGTERM"
+    )
+    assert warned.read_text().strip() == end
     assert wait_until(lambda: _counts(small, "warned") == {"w": (0, 1)})
