@@ -291,8 +291,13 @@ def _busy_nodes(client: SlurmClient) -> set[str]:
 def _state_of(node: Node | None) -> str:
     if node is None:
         return "MISSING (not in Slurm's list of nodes)"
+    return _state_and_flags(node) + (f" ({node.reason})" if node.reason else "")
+
+
+def _state_and_flags(node: Node) -> str:
+    """As sinfo writes it: IDLE+DRAIN."""
     flags = "+".join(sorted(node.flags))
-    return node.state + (f"+{flags}" if flags else "") + (f" ({node.reason})" if node.reason else "")
+    return node.state + (f"+{flags}" if flags else "")
 
 
 def follow_health(
@@ -311,8 +316,7 @@ def follow_health(
             elif not failed(node):
                 healthy.add(name)
             else:
-                flags = "+".join(sorted(node.flags))
-                bad.append(UnhealthyNode(name, node.state + (f"+{flags}" if flags else ""), node.reason))
+                bad.append(UnhealthyNode(name, _state_and_flags(node), node.reason))
         if pool.nodes:
             state.unhealthy[pool.key] = tuple(bad)
             bookable = max(0, min(pool.reservable, len(pool.nodes) - len(bad)))

@@ -750,8 +750,9 @@ def _copy_source(text: str) -> tuple[str, str]:
     return bucket, key
 
 
-async def copy_object(call: Call) -> Response:
-    _check_key(call.key)
+async def _copy_source_object(call: Call) -> tuple[ServedBucket, str, files.ObjectInfo]:
+    """The object ``x-amz-copy-source`` names, once the caller's read right on its bucket is checked:
+    (its bucket, its key, its head), or NoSuchKey."""
     source_bucket, source_key = _copy_source(call.header("x-amz-copy-source") or "")
     source = await call.bucket_for(Right.READ, source_bucket)
     info = (
@@ -761,6 +762,12 @@ async def copy_object(call: Call) -> Response:
     )
     if info is None:
         raise NoSuchKey(f"The specified key does not exist: {source_key[:200]!r}.")
+    return source, source_key, info
+
+
+async def copy_object(call: Call) -> Response:
+    _check_key(call.key)
+    source, source_key, info = await _copy_source_object(call)
     served = await call.bucket_for(Right.WRITE)
     replace = (call.header("x-amz-metadata-directive") or "COPY").upper() == "REPLACE"
     content_type = call.header("content-type") if replace else info.content_type
@@ -971,15 +978,7 @@ def _copy_range(text: str | None, size: int) -> tuple[int, int]:
 async def upload_part_copy(call: Call) -> Response:
     """A part copied from an object, whole or a range: read rights on the source bucket, as CopyObject."""
     number = _part_number(call)
-    source_bucket, source_key = _copy_source(call.header("x-amz-copy-source") or "")
-    source = await call.bucket_for(Right.READ, source_bucket)
-    info = (
-        await run_in_threadpool(files.head, source.root, source_key)
-        if key_problem(source_key) is None
-        else None
-    )
-    if info is None:
-        raise NoSuchKey(f"The specified key does not exist: {source_key[:200]!r}.")
+    source, source_key, info = await _copy_source_object(call)
     await call.bucket_for(Right.WRITE)
     upload = await _upload(call)
     start, length = _copy_range(call.header("x-amz-copy-source-range"), info.size)
