@@ -28,7 +28,6 @@ import os
 import select
 import shutil
 import signal
-import stat
 import sys
 import time
 import traceback
@@ -37,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from hyperplan.backends import procfs, timedlog
+from hyperplan.backends import procfs, tenant_files, timedlog
 from hyperplan.backends.base import ENV_DIR_VARIABLE, LogStream, NodeState, TaskState
 from hyperplan.backends.layout import (
     NODE_DIR_VARIABLE,
@@ -177,8 +176,8 @@ class Agent:
         if spec.on_create is not None:
             script = self.files.lifecycle_dir / spec.on_create
             try:
-                argv = _script_argv(script, spec.on_create_args)
-            except (OSError, ValueError) as error:
+                argv = tenant_files.lifecycle_argv(script, spec.on_create_args)
+            except (OSError, tenant_files.Refused) as error:
                 self._set_state(NodeState.FAILURE, f"OnCreate script {spec.on_create}: {error}")
                 return
         if self.run_as is not None:
@@ -375,26 +374,6 @@ class Agent:
         # The node's directory may have been removed under us (a forgotten sandbox): nobody to tell.
         with contextlib.suppress(OSError):
             write_record(self.files.state, StateRecord(state, message))
-
-
-def _script_argv(script: Path, args: list[str]) -> list[str]:
-    """Lifecycle scripts lose their mode bits in object storage: one with a #! line is made executable
-    and run as it asks; any other runs under sh. The script must be a file of the copy itself: a path
-    through a symbolic link is refused, and the file is opened without following one (we are root)."""
-    if script.resolve() != script:
-        raise ValueError("is a symbolic link or lies under one; it must be a file of the lifecycle source")
-    try:
-        fd = os.open(script, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except FileNotFoundError:
-        raise ValueError("not found in the lifecycle source") from None
-    with os.fdopen(fd, "rb") as source:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise ValueError("not a regular file")
-        if source.read(2) == b"#!":
-            os.fchmod(fd, stat.S_IMODE(mode) | 0o100)
-            return [str(script), *args]
-    return ["/bin/sh", str(script), *args]
 
 
 def _become(argv: list[str], env: dict[str, str], fds: list[int]) -> NoReturn:

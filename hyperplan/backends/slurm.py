@@ -251,7 +251,10 @@ class SlurmBackend:
         if spec.on_create is not None:
             script = home / "lifecycle" / spec.on_create
             cwd = script.parent
-            argv = _script_argv(script, spec.on_create_args)
+            try:
+                argv = tenant_files.lifecycle_argv(script, spec.on_create_args)
+            except (OSError, tenant_files.Refused) as refused:
+                raise BackendError(f"OnCreate script {spec.on_create}: {refused}") from None
             env = {**self._base_env(home, spec.run_as, directory), **dict(spec.env)}
             self._write_runner_spec(directory / "oncreate", argv, env, cwd, spec.run_as, directory / "env")
         out = directory / "out"
@@ -1220,19 +1223,6 @@ def _not_yet(error: SlurmError) -> bool:
     """sbatch refused the job because its reservation is not there (yet)."""
     detail = error.detail.lower()
     return "reservation" in detail and ("invalid" in detail or "not found" in detail)
-
-
-def _script_argv(script: Path, args: Sequence[str]) -> list[str]:
-    # Opened as the local agent does: no link followed (we are root), no FIFO waited on.
-    try:
-        fd = tenant_files.open_regular(script)
-    except tenant_files.Refused as refused:
-        raise BackendError(f"OnCreate script {script.name}: {refused}") from None
-    if fd is None:
-        raise BackendError(f"OnCreate script {script.name}: no such file in the lifecycle scripts")
-    with os.fdopen(fd, "rb") as head:
-        shebang = head.readline(256).startswith(b"#!")
-    return [str(script), *args] if shebang and os.access(script, os.X_OK) else ["/bin/sh", str(script), *args]
 
 
 def _status_of(record: Mapping[str, Any], directory: Path | None = None) -> TaskStatus:

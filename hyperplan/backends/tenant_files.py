@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 
 _FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
@@ -106,3 +107,20 @@ def _kind(mode: int) -> str:
         stat.S_ISBLK: "a block device",
     }
     return next((name for test, name in kinds.items() if test(mode)), "not a regular file")
+
+
+def lifecycle_argv(script: Path, args: Sequence[str]) -> list[str]:
+    """How to run a lifecycle script copied from object storage, where scripts lose their mode bits: one
+    with a #! line is made executable and run as it asks; any other runs under sh. It must be a file of
+    the copy itself (no path through a symbolic link), opened as :func:`open_regular` opens. Raises
+    :class:`Refused` saying why it cannot be run."""
+    if script.resolve() != script:
+        raise Refused("is a symbolic link or lies under one; it must be a file of the lifecycle source")
+    fd = open_regular(script)
+    if fd is None:
+        raise Refused("not found in the lifecycle source")
+    with os.fdopen(fd, "rb") as source:
+        if source.read(2) == b"#!":
+            os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) | 0o100)
+            return [str(script), *args]
+    return ["/bin/sh", str(script), *args]
