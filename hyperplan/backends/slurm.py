@@ -99,6 +99,7 @@ from hyperplan.backends.layout import (
     write_atomically,
 )
 from hyperplan.backends.runner_records import MAX_RECORD_BYTES, BadRecord, RunnerExit, parse_exit_record
+from hyperplan.core import on_demand_time
 from hyperplan.slurm.client import SlurmClient, SlurmError
 from hyperplan.slurm.parse import Job
 
@@ -109,8 +110,6 @@ LIVE_JOB_STATES = frozenset(
 )
 CACHE_SECONDS = 0.3
 SUBMIT_RETRY_SECONDS = 120.0
-# On-demand work ends this long before the next reservation on its nodes (Slurm counts in minutes).
-ON_DEMAND_MARGIN = timedelta(minutes=2)
 """A job refused because its reservation does not exist yet (it is made when the segment starts) is
 submitted again at each look for this long; then the node or task fails with Slurm's answer."""
 CANCEL_AGAIN_SECONDS = 10.0
@@ -342,6 +341,8 @@ class SlurmBackend:
             ahead = self._free_for(placement.constraint)
             if ahead is not None:
                 limit = ahead if limit is None else min(limit, ahead)
+            elif limit is None:  # explicit: the partition's DefaultTime would end it (core/on_demand_time)
+                options.append("--time=UNLIMITED")
         if limit is not None:
             options.append(f"--time={max(1, int(limit.total_seconds() // 60))}")
         return options
@@ -353,9 +354,7 @@ class SlurmBackend:
         nodes = {node.name for node in self.client.nodes() if feature is None or feature in node.features}
         now = datetime.now(UTC)
         starts = [r.start for r in self.client.reservations() if r.start > now and set(r.nodes) & nodes]
-        if not starts:
-            return None
-        return max(timedelta(minutes=1), min(starts) - now - ON_DEMAND_MARGIN)
+        return on_demand_time.time_limit(starts, now)
 
     def _sbatch(self, script: Path, options: Sequence[str], run_as: RunAs | None) -> int:
         command = [*_as_user(run_as), "sbatch", "--parsable", *options, str(script)]

@@ -114,10 +114,11 @@ def _final_message(session: Session, job: TrainingJob, final: Secondary, model_u
         return f"Stopped: MaxRuntimeInSeconds ({max_runtime(job)}) reached.{saved}"
     if final == Secondary.INTERRUPTED:
         plan = session.get(TrainingPlan, job.plan_id) if job.plan_id else None
-        name = plan.name if plan else "?"
         checkpoints = request_of(job).checkpoint_uri
         kept = f" Its checkpoints are at {checkpoints}." if checkpoints else ""
-        return f"Interrupted: plan {name}'s last segment ended before the job finished.{kept}{saved}"
+        if plan is None:  # on-demand: a drain, or a Slurm reservation taking its node
+            return f"Interrupted: its on-demand capacity was taken back before the job finished.{kept}{saved}"
+        return f"Interrupted: plan {plan.name}'s last segment ended before the job finished.{kept}{saved}"
     return f"Stopped by StopTrainingJob.{saved}"
 
 

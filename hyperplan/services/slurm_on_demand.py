@@ -1,41 +1,62 @@
-"""On-demand cluster nodes on a Slurm fleet, looked after by each reservation pass (slurm_reservations).
+"""On-demand work on a Slurm fleet, looked after by each reservation pass (slurm_reservations).
 
-An on-demand group's nodes run in the partition, outside reservations. Two things end one, and in both
-its group gets a new instance at once (a new instance id, as HyperPod does), whose Slurm job Slurm places
-on a free node of the pool when there is one (else it waits, Pending, until one frees):
+On-demand cluster nodes and training jobs run in the partition, outside reservations. Two things end
+an on-demand cluster node, and in both its group gets a new instance at once (a new instance id, as
+HyperPod does), whose Slurm job Slurm places on a free node of the pool when there is one (else it waits,
+Pending, until one frees):
 
 - **Its Slurm node fails** (DOWN, DRAIN, FAIL...: the pass's health rule): automatic node recovery, as
   for nodes on plans, unless the cluster was created with ``NodeRecovery=None``.
-- **A plan's reservation takes its Slurm node**: under the wall clock Slurm's ``--time`` would end the
-  job before the reservation starts, but under a manual or accelerated clock a reservation is made only
-  when its segment starts in service time, so nothing in Slurm protects the plan's capacity. The node is
-  ended here (SIGTERM, SIGKILL after the grace, as at reclaim) once the segment has started, or is within
-  :data:`LEAD` of starting in real time (wall clock: before ``--time`` fails it). The reservation is made
-  once its nodes are free (Slurm refuses a reservation starting now on a busy node; the pass tries
-  again each time), and reservations prefer nodes that run no on-demand work.
+- **A plan's reservation takes its Slurm node**: Slurm does not end work for a reservation (hyperplan
+  makes them with ``IGNORE_JOBS``), so the node is ended here (SIGTERM, SIGKILL after the grace, as at
+  reclaim) once the reservation has started or starts within :data:`LEAD` (real time under the wall
+  clock; under a manual or accelerated clock the reservation is made that much service time before its
+  segment starts, see slurm_reservations). Reservations prefer nodes that run no on-demand work, so
+  this happens only when the pool is short.
 
-Each is recorded in the audit trail (``cluster-node.recovered``, by the service itself) and in the node's
-status message.
+An on-demand **training job** on a Slurm node a reservation takes (within :func:`job_lead`) ends as on
+the local back end when its capacity is taken back (``admin drain --stop-running``): Stopping, SIGTERM
+to its instances and SIGKILL after the reclaim grace, then Stopped with secondary status Interrupted;
+it is not run again.
+
+Each node ended is recorded in the audit trail (``cluster-node.recovered``, by the service itself) and
+in the node's status message; each job in its status transitions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from hyperplan.core.jobs import RUNNING, StopReason
+from hyperplan.core.on_demand_time import MARGIN
 from hyperplan.services import audit, cluster_reconcile
 from hyperplan.services.cluster_nodes import SHUTDOWN_GRACE, NodeActions, run_actions, shut_down
 from hyperplan.services.cluster_records import LIVE
 from hyperplan.services.cluster_request import ClusterSettings
 from hyperplan.services.context import ServiceContext
+from hyperplan.services.job_records import instances_of, settings_of, sigterm
+from hyperplan.services.job_status import begin_stop
+from hyperplan.slurm.parse import Job
 from hyperplan.store.db import after_commit
-from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup
+from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, TrainingJob
 
-LEAD = timedelta(minutes=2) + SHUTDOWN_GRACE
-"""How long before a reservation's real start its nodes' on-demand work is ended (wall clock)."""
+LEAD = MARGIN + SHUTDOWN_GRACE
+"""How long before a reservation's start the on-demand cluster nodes on its nodes are ended: SIGKILL
+comes before their Slurm time limit (MARGIN before the reservation) would fail them."""
+
+
+def job_lead(runtime: ServiceContext) -> timedelta:
+    """The same for on-demand training jobs, whose instances get the reclaim grace."""
+    return MARGIN + settings_of(runtime).reclaim_grace
+
+
+def lead(runtime: ServiceContext) -> timedelta:
+    """How long before a reservation's start any on-demand work on its nodes may have to be ended."""
+    return max(LEAD, job_lead(runtime))
 
 
 def slurm_node_of(node: ClusterNode) -> str:
@@ -101,3 +122,46 @@ def _ended(
                 (node, group, cluster, f"Slurm node {host} is taken by the plan reservation {taken[host]}")
             )
     return found
+
+
+# -- on-demand training jobs -----------------------------------------------------------------------------
+
+
+def end_jobs(runtime: ServiceContext, taken: Mapping[str, str], outside: Sequence[Job]) -> None:
+    """End, as Interrupted, the running on-demand training jobs whose instances' Slurm jobs (among
+    ``outside``: the jobs running outside reservations) are on a node ``taken`` by a reservation (node ->
+    the reservation's name)."""
+    on_taken = [job for job in outside if set(job.nodes) & taken.keys()]
+    prefix = getattr(runtime.backend, "prefix", None)  # of its Slurm jobs' names (backends/slurm.py)
+    if not on_taken or not isinstance(prefix, str):
+        return
+    now = runtime.clock.now()
+    grace = settings_of(runtime).reclaim_grace
+    with runtime.db.write() as session:
+        jobs = session.scalars(
+            select(TrainingJob)
+            .where(
+                TrainingJob.plan_id.is_(None),
+                TrainingJob.secondary_status.in_([s.value for s in RUNNING]),
+            )
+            .order_by(TrainingJob.id)
+        )
+        for job in list(jobs):
+            slurm_job = _slurm_job_of(session, job, prefix, on_taken)
+            if slurm_job is None:
+                continue
+            host = next(node for node in slurm_job.nodes if node in taken)
+            why = (
+                f"Its on-demand capacity is taken back: Slurm node {host} is taken by the plan reservation "
+                f"{taken[host]}; {sigterm(grace)} It ends Interrupted."
+            )
+            begin_stop(session, runtime, job, StopReason.INTERRUPTED, why, grace, now)
+    runtime.wakes.jobs.notify()
+
+
+def _slurm_job_of(session: Session, job: TrainingJob, prefix: str, candidates: Sequence[Job]) -> Job | None:
+    """Which of `candidates` runs the job's current attempt: the Slurm job of its instance (named
+    ``PREFIXt.<task id>.<nonce>``) or of its instances' group (``PREFIXg.job-<id>-attempt-<n>``)."""
+    group = f"{prefix}g.job-{job.id}-attempt-{job.attempt}"
+    tasks = tuple(f"{prefix}t.{i.task_id}." for i in instances_of(session, job.id, job.attempt))
+    return next((c for c in candidates if c.name == group or c.name.startswith(tasks)), None)

@@ -12,9 +12,16 @@ seen within a poll.
 
 Times. Under the wall clock a reservation exists from the moment its plan is Scheduled, with the
 segment's real start and end, so no other Slurm work can take the nodes meanwhile. Under a manual or
-accelerated clock service time has no real instant: a reservation is made when its segment starts
-(``StartTime=now``, ending after the segment's remaining service time, at the clock's rate) and
-deleted when the segment ends.
+accelerated clock service time has no real instant: a reservation is made a little before its segment
+starts (within the on-demand lead, ``slurm_on_demand.lead``, of service time, starting after the service
+time left at the clock's rate: as under the wall clock, the on-demand work on its nodes is ended before
+it starts), or when the segment starts if the clock jumps past that (``StartTime=now``), ending after
+the segment's remaining service time, at the clock's rate; it is deleted when the segment ends.
+
+On-demand work. Every reservation is made with ``IGNORE_JOBS`` (on-demand work may run on its nodes
+without a time limit: Slurm would refuse it, "Requested nodes are busy"); each pass cuts the time limit
+of the work running outside reservations on a reservation's nodes to end before it starts
+(core/on_demand_time.py), and ends that work once the reservation is near (slurm_on_demand).
 
 Health. Each pass also reads which of a pool's nodes Slurm reports DOWN, DRAINED, FAILED or not
 responding (or does not know): the pool's bookable count becomes its reservable count less those
@@ -28,7 +35,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -40,6 +47,7 @@ from hyperplan.core.fleet import Fleet, Pool, PoolKey
 from hyperplan.core.hostlist import compress
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.node_assignment import Assignment, Placement, Wanted, assign
+from hyperplan.core.on_demand_time import Ahead, shortened_limit, taken
 from hyperplan.errors import StartRefused, ValidationError
 from hyperplan.services import cluster_nodes, cluster_reconcile, lifecycle, os_users, slurm_on_demand
 from hyperplan.services.cluster_nodes import NodeActions, shut_down
@@ -50,7 +58,7 @@ from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.services.slurm_placement import PREFIX, reservation_name
 from hyperplan.services.slurm_state import PoolHealth, SlurmState, UnhealthyNode, health_text
 from hyperplan.slurm.client import SlurmClient, SlurmError
-from hyperplan.slurm.parse import Node, Reservation
+from hyperplan.slurm.parse import Job, Node, Reservation
 from hyperplan.store import settings
 from hyperplan.store.db import Database, after_commit
 from hyperplan.store.schema import (
@@ -135,6 +143,14 @@ class Desired:
     count: int
     start: datetime | None  # real; None: "now" (a manual or accelerated clock's reservation)
     end: datetime  # real
+    # A manual or accelerated clock's reservation made before its segment starts: `start` is where the
+    # service time left puts it now (it moves with real time while the clock stands), so it is not
+    # corrected, and it is not taken as started before its segment is.
+    early: bool = False
+    # A manual or accelerated clock's reservation whose segment ends within the lead, before another
+    # reservation of its pool starts: its Slurm end is brought to `end` when it is later (never kept up
+    # to the drift later, which could overlap the next one).
+    ending: bool = False
 
 
 def desired(session: Session, runtime: ServiceContext, real_now: datetime) -> list[Desired]:
@@ -153,18 +169,22 @@ def desired(session: Session, runtime: ServiceContext, real_now: datetime) -> li
         .order_by(ReservedCapacity.start, ReservedCapacity.id)
     ).all()
     slurm_pools = {pool.key for pool in runtime.fleet.pools if pool.nodes}
+    lead = slurm_on_demand.lead(runtime)
     found = []
     for rc, plan, user in rows:
         end = rc.end if rc.released_at is None else min(rc.end, rc.released_at)
         if end <= now or user is None or (rc.instance_type, rc.availability_zone) not in slurm_pools:
             continue  # (a pool the fleet file no longer has: no nodes to reserve)
+        early = False
         if clock.kind == "wall":
             start: datetime | None = rc.start
             real_end = end
         else:
-            if rc.start > now:
-                continue  # made when the segment starts
-            start, real_end = None, real_now + (end - now) / rate
+            if rc.start - now > lead:
+                continue  # made within the lead of the segment's start
+            early = rc.start > now
+            start = real_now + (rc.start - now) / rate if early else None
+            real_end = real_now + (end - now) / rate
         found.append(
             Desired(
                 reservation_name(plan.account_id, plan.name, rc.ordinal),
@@ -176,9 +196,12 @@ def desired(session: Session, runtime: ServiceContext, real_now: datetime) -> li
                 rc.count,
                 start,
                 real_end,
+                early,
+                ending=clock.kind != "wall" and end - now <= lead,
             )
         )
-    return found
+    pools_with_early = {want.pool for want in found if want.early}
+    return [replace(want, ending=want.ending and want.pool in pools_with_early) for want in found]
 
 
 # -- one pass ----------------------------------------------------------------------------------------------
@@ -229,7 +252,8 @@ def _reconcile(runtime: ServiceContext, state: SlurmState) -> list[Note]:
         notes.append(_removed_note(runtime, name))
     placements: dict[str, Placement] = {}
     # Nodes running work outside reservations (on-demand) go last for a reservation still to be made.
-    busy = _busy_nodes(client) if wanted else set()
+    outside = _outside_jobs(client) if wanted else []
+    busy = {node for job in outside for node in job.nodes}
     for pool in runtime.fleet.pools:
         mine = [d for d in wanted if d.pool == pool.key]
         if mine:
@@ -259,33 +283,62 @@ def _reconcile(runtime: ServiceContext, state: SlurmState) -> list[Note]:
         notes += _correct(client, want, have, placement.nodes, placement.replaced, nodes, real_now)
     with runtime.db.read() as session:
         made_before = _made_before(session, [w for w in wanted if w.name not in actual])
+    present = set(actual)
     for want in wanted:
         if want.name in actual or not placements[want.name].nodes:
             continue
-        notes += _create(client, want, placements[want.name].nodes, want.name in made_before, remake)
+        made = _create(client, want, placements[want.name].nodes, want.name in made_before, remake)
+        notes += made
+        present |= {want.name} if made else set()
     _record(runtime, notes)
     _recover_cluster_nodes(runtime, [note for note in notes if note.failed_node is not None])
-    soon = real_now + slurm_on_demand.LEAD
-    taken = {
-        node: want.name
-        for want in wanted
-        if want.start is None or want.start <= soon
-        for node in placements[want.name].nodes
-    }
+    # On-demand work on the reservations' nodes: cut to end before them, ended once they are near.
+    ahead = [
+        Ahead(want.name, placements[want.name].nodes, want.start) for want in wanted if want.name in present
+    ]
+    _shorten_on_demand(client, ahead, outside, real_now, slurm_on_demand.lead(runtime))
     pool_nodes = {name for pool in runtime.fleet.pools for name in pool.nodes}
     unhealthy = {name: _state_of(nodes.get(name)) for name in pool_nodes if name not in healthy}
-    slurm_on_demand.police(runtime, unhealthy, taken, pool_nodes)
+    slurm_on_demand.police(runtime, unhealthy, taken(ahead, real_now, slurm_on_demand.LEAD), pool_nodes)
+    slurm_on_demand.end_jobs(runtime, taken(ahead, real_now, slurm_on_demand.job_lead(runtime)), outside)
     return notes
 
 
-def _busy_nodes(client: SlurmClient) -> set[str]:
-    """Nodes where a job runs outside any reservation."""
-    return {
-        node
+def _outside_jobs(client: SlurmClient) -> list[Job]:
+    """The jobs running outside any reservation (on-demand work)."""
+    return [
+        job
         for job in client.jobs()
         if job.reservation is None and job.state in ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED")
-        for node in job.nodes
-    }
+    ]
+
+
+def _shorten_on_demand(
+    client: SlurmClient, ahead: Sequence[Ahead], outside: Sequence[Job], real_now: datetime, lead: timedelta
+) -> None:
+    """Work running outside reservations on a node of a reservation still ahead gets a time limit that
+    ends it before (as root: ``scontrol update JobId=N TimeLimit=M``, minutes from its start): the
+    reservation may have been made after the work started, without a limit or with one ending later."""
+    for reservation in ahead:
+        if reservation.start is None:
+            continue
+        for job in outside:
+            if job.start is None or not set(job.nodes) & set(reservation.nodes):
+                continue
+            minutes = shortened_limit(job.start, job.end, reservation.start, real_now, lead)
+            if minutes is None:
+                continue
+            try:
+                client.run("scontrol", "update", f"JobId={job.id}", f"TimeLimit={minutes}")
+            except SlurmError as error:
+                log.warning(
+                    "could not limit Slurm job %s before %s: %s", job.id, reservation.name, error.detail
+                )
+                continue
+            log.info(
+                "Slurm job %s (outside reservations, on %s) now ends before reservation %s: TimeLimit=%d",
+                job.id, compress(job.nodes), reservation.name, minutes,
+            )  # fmt: skip
 
 
 def _state_of(node: Node | None) -> str:
@@ -368,7 +421,9 @@ def _place(
     for want in mine:
         have = actual.get(want.name)
         start = want.start if want.start is not None and want.start > real_now else real_now
-        if have is not None and _started(have, real_now):
+        # (made early, its Slurm start may have passed while a manual clock stood: not started for all that)
+        started = have is not None and _started(have, real_now) and not want.early
+        if started and have is not None:
             start = min(start, have.start)
         wanted.append(
             Wanted(
@@ -376,7 +431,7 @@ def _place(
                 start,
                 max(want.end, start + timedelta(seconds=1)),
                 want.count,
-                started=have is not None and _started(have, real_now),
+                started=started,
                 current=tuple(have.nodes) if have is not None else (),
             )
         )
@@ -401,9 +456,12 @@ def _correct(
         changes["users"] = [want.user]
         said.append(f"users {','.join(have.users) or 'none'} -> {want.user}")
     started = _started(have, real_now)
-    if want.start is not None and not started and have.start != want.start:
+    if want.start is not None and not want.early and not started and have.start != want.start:
         changes["start"] = want.start
         said.append(f"start {_at(have.start)} -> {_at(want.start)}")
+    elif want.start is None and have.start > real_now:  # made early; its segment has started meanwhile
+        changes["start"] = "now"
+        said.append(f"start {_at(have.start)} -> now")
     if _end_differs(want, have):
         changes["end"] = want.end
         said.append(f"end {_at(have.end)} -> {_at(want.end)}")
@@ -473,8 +531,10 @@ def _follow_end(client: SlurmClient, want: Desired, before: datetime, after: dat
 
 
 def _end_differs(want: Desired, have: Reservation) -> bool:
-    if want.start is not None:  # the wall clock: the real end
+    if want.start is not None and not want.early:  # the wall clock: the real end
         return have.end != want.end.replace(microsecond=0)
+    if want.ending and have.end > want.end:
+        return True
     return abs(have.end - want.end) > _DRIFT
 
 
@@ -486,10 +546,13 @@ def _create(
     moved: Iterable[str],
 ) -> list[Note]:
     real_now = utcnow()
-    start: datetime | Literal["now"] = "now" if want.start is None or want.start <= real_now else want.start
-    # Starting now, on nodes where on-demand work may still run: Slurm would refuse ("Requested nodes
-    # are busy"); that work is ended by this pass (slurm_on_demand), and meanwhile nothing new lands there.
-    flags = ("IGNORE_JOBS",) if start == "now" else ()
+    start: datetime | Literal["now"] = (
+        "now" if want.start is None or want.start <= real_now else want.start.replace(microsecond=0)
+    )
+    # On nodes where on-demand work may still run (without a time limit, or one past the start): Slurm
+    # would refuse ("Requested nodes are busy"). This pass cuts that work's limit, or ends it when the
+    # reservation is near (slurm_on_demand); meanwhile nothing new lands there that would run into it.
+    flags = ("IGNORE_JOBS",)
     try:
         got = client.create_reservation(
             want.name,
@@ -523,7 +586,7 @@ def _check_read_back(want: Desired, got: Reservation, nodes: tuple[str, ...]) ->
         wrong.append(f"nodes {compress(got.nodes) if got.nodes else 'none'}, not {compress(nodes)}")
     if tuple(got.users) != (want.user,):
         wrong.append(f"users {','.join(got.users) or 'none'}, not {want.user}")
-    if want.start is not None and want.start > utcnow() and got.start != want.start:
+    if want.start is not None and not want.early and want.start > utcnow() and got.start != want.start:
         wrong.append(f"start {_at(got.start)}, not {_at(want.start)}")
     if _end_differs(want, got):
         wrong.append(f"end {_at(got.end)}, not {_at(want.end)}")

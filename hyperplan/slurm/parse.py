@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -68,6 +68,10 @@ class Job:
     reservation: str | None
     exit_code: int
     signal: int  # the signal that ended it, 0 for none
+    # When it started and when its time limit ends it, UTC (scontrol only, so not compared; None: not
+    # started, unlimited, or not said)
+    start: datetime | None = field(default=None, compare=False)
+    end: datetime | None = field(default=None, compare=False)
 
 
 # -- scontrol show ... -o ----------------------------------------------------------------------------
@@ -184,7 +188,16 @@ def _job(record: Mapping[str, str]) -> Job:
         reservation=_optional(record.get("Reservation")),
         exit_code=code,
         signal=number,
+        start=_moment(record.get("StartTime")),
+        end=_moment(record.get("EndTime")),
     )
+
+
+def _moment(value: str | None) -> datetime | None:
+    """A time ``scontrol show job`` gives, or None for ``Unknown``, ``None`` or an absent key."""
+    if value is None or not value[:1].isdigit():
+        return None
+    return parse_time(value)
 
 
 # -- sinfo --json, squeue --json ---------------------------------------------------------------------

@@ -66,6 +66,12 @@ def test_jobs_from_scontrol_and_squeue_agree() -> None:
         Job(2, "bad-exit", "FAILED", "root", ("hp-n05",), None, 3, 0),  # squeue's wait status 768
         Job(3, "future", "PENDING", "root", (), "hp-222222222222-plan-b-rc1", 0, 0),
     )
+    # scontrol says when a job started and when its time limit ends it (on-demand limits follow them)
+    assert (jobs[0].start, jobs[0].end) == (
+        datetime(2026, 11, 30, 22, 53, 58, tzinfo=UTC),
+        datetime(2026, 11, 30, 22, 58, 58, tzinfo=UTC),
+    )
+    assert (jobs[2].start, jobs[2].end) == (None, None)  # StartTime=Unknown EndTime=Unknown
 
 
 def test_values_with_spaces_continue_until_the_next_key() -> None:
