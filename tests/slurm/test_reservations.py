@@ -175,6 +175,24 @@ def test_a_plan_is_reservations_from_scheduled_to_cancelled_under_the_wall_clock
 ) -> None:
     server = slurm_server("wall")
     first_day = boundary_after(datetime.now(UTC) + timedelta(hours=1))
+    # Work outside reservations, without a time limit, runs on a p5 node before the plans are bought.
+    options = ["-N1", "--exclusive", "-w", "hp-n01", "--time=UNLIMITED", "--output=/dev/null"]
+    on_demand = cluster.client.submit("#!/bin/sh\nsleep 600\n", options)
+    try:
+        assert wait_until(lambda: _job_state(cluster, on_demand) == "RUNNING", timeout=WAIT)
+        _a_plan_from_scheduled_to_cancelled(cluster, server, first_day, on_demand)
+    finally:
+        cluster.client.cancel(on_demand)
+
+
+def _job_state(cluster: Cluster, job_id: int) -> str | None:
+    job = cluster.client.job(job_id)
+    return job.state if job is not None else None
+
+
+def _a_plan_from_scheduled_to_cancelled(
+    cluster: Cluster, server: Server, first_day: datetime, on_demand: int
+) -> None:
     team, _other, plan = _split_plan(server, first_day)
     team_id, team_user = _user_of(server, "team")
     other_id, other_user = _user_of(server, "other")
@@ -182,6 +200,16 @@ def test_a_plan_is_reservations_from_scheduled_to_cancelled_under_the_wall_clock
     blocker = f"hp-{other_id}-blocker-rc1"
 
     held = _until(cluster, lambda h: {rc1, rc2, blocker} <= h.keys())
+    # Made though that work runs on hp-n01 (IGNORE_JOBS); rc1 keeps off the busy node, and the work's
+    # time limit is cut to end two minutes before the first reservation on its node (the blocker's).
+    assert "hp-n01" not in held[rc1].nodes and "hp-n01" in held[blocker].nodes
+    assert "IGNORE_JOBS" in held[blocker].flags
+    cut = lambda: (job := cluster.client.job(on_demand)) is not None and job.end  # noqa: E731
+    assert wait_until(cut, timeout=WAIT), cluster.client.job(on_demand)
+    limit_end = cluster.client.job(on_demand).end  # type: ignore[union-attr]
+    assert limit_end is not None
+    assert first_day + DAY - timedelta(minutes=3) < limit_end <= first_day + DAY - timedelta(minutes=2)
+    assert _job_state(cluster, on_demand) == "RUNNING"
     for name, (start, end) in (
         (rc1, (first_day, first_day + DAY)),
         (rc2, (first_day + 2 * DAY, first_day + 3 * DAY)),

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from hyperplan.backends.local import LocalBackend
+from hyperplan.slurm.devcluster import NODES
 from tests.harness import SERVER_START, Server, boundary_after, service_now, wait_until
 from tests.slurm.cluster import Cluster, dev_cluster
 from tests.slurm.test_reservations import (
@@ -50,6 +51,7 @@ ON_CREATE = (
     'echo "created on $SLURMD_NODENAME as $(id -un) until '
     '$SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP" > created.txt\n'
 )
+LOOP = "while :; do sleep 0.2; done"
 TRAINER = (
     'trap \'cat "$HYPERPLAN_ENV_DIR/SAGEMAKER_CURRENT_CAPACITY_BLOCK_EXPIRATION_TIMESTAMP" > warned.txt; '
     "exit 0' TERM\n"
@@ -70,14 +72,15 @@ def _fleet_with_on_demand_g5(cluster: Cluster, directory: Path) -> Path:
 
 
 def _jobs_of(cluster: Cluster, user: str) -> list[dict[str, str]]:
-    text = cluster.client.run("squeue", "--noheader", f"--user={user}", "--format=%i|%j|%T|%N|%R|%v")
-    keys = ("id", "name", "state", "nodes", "reason", "reservation")
+    text = cluster.client.run("squeue", "--noheader", f"--user={user}", "--format=%i|%j|%T|%N|%R|%v|%l")
+    keys = ("id", "name", "state", "nodes", "reason", "reservation", "limit")
     return [dict(zip(keys, line.split("|"), strict=True)) for line in text.splitlines() if line.strip()]
 
 
 def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reservations(
-    cluster: Cluster, slurm_server: Callable[..., Server], tmp_path: Path
+    cluster: Cluster, slurm_server: Callable[..., Server], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("HYPERPLAN_JOB_RECLAIM_GRACE", "5")  # the on-demand job's SIGTERM to SIGKILL
     server = slurm_server("manual", _fleet_with_on_demand_g5(cluster, tmp_path))
     first_day = boundary_after(SERVER_START + timedelta(hours=1))
     team, other, plan = _split_plan(server, first_day)
@@ -120,11 +123,25 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
     def running() -> list[dict[str, Any]]:
         return [n for n in nodes() if n["InstanceStatus"]["Status"] == "Running"]
 
-    # `other`'s on-demand nodes (g5: two of the pool's four nodes are kept out of plans). The Slurm node
-    # under one fails (drained): the instance is replaced by a new one on another node, as HyperPod's
-    # automatic node recovery does. The node stays drained until the third day.
+    # `other`'s on-demand work (g5: two of the pool's four nodes are kept out of plans): a training job
+    # and a node. The Slurm node under the node fails (drained): the instance is replaced by a new one on
+    # another node, as HyperPod's automatic node recovery does. The node stays drained until the third
+    # day. The job runs without a time limit (not the partition's DefaultTime), as on the local back end.
+    other_user = _user_of(server, "other")[1]
+    other_jobs = server.sagemaker(other)
+    data = server.data_dir / "s3" / "bucket" / "input" / "data.csv"
+    data.parent.mkdir(parents=True)
+    data.write_text("x,y\n1,2\n")
+    server.cli("buckets", "grant", "bucket", "other")
+    od_job = _on_demand_job("od-job", "echo ready; trap 'echo warned; exit 0' TERM; " + LOOP, G5_SOLD_AS)
+    other_jobs.create_training_job(**od_job)
+    assert wait_until(lambda: "ready" in _output(server, other, "od-job"), timeout=WAIT)
+    [slurm_job] = _jobs_of(cluster, other_user)
+    assert (slurm_job["reservation"], slurm_job["limit"]) == ("(null)", "UNLIMITED"), slurm_job
+    job_host = slurm_job["nodes"]
     server.cli("buckets", "grant", "lifecycle", "other")
-    group = {**config["InstanceGroups"][0], "InstanceGroupName": "od-g5", "InstanceType": G5_SOLD_AS}
+    group = {**config["InstanceGroups"][0], "InstanceGroupName": "od-g5", "InstanceType": G5_SOLD_AS,
+             "InstanceCount": 1}  # fmt: skip
     del group["TrainingPlanArn"]
     (tmp_path / "od-config.json").write_text(
         json.dumps({"ClusterName": "od-cluster", "InstanceGroups": [group]})
@@ -155,12 +172,12 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
         events = server.native().get("/api/v1/audit")["Events"]
         return {e["Target"]: e for e in events if e["Action"] == "cluster-node.recovered"}
 
-    two_running = lambda n: [s for s, _ in n.values()] == ["Running"] * 2  # noqa: E731
-    od = od_until(two_running)
+    one_running = lambda n: [s for s, _ in n.values()] == ["Running"]  # noqa: E731
+    od = od_until(one_running)
     failed_instance, (_, failed_host) = sorted(od.items())[0]
     cluster.client.drain([failed_host], "ECC errors")
-    od = od_until(lambda n: two_running(n) and failed_instance not in n)
-    assert failed_host not in {host for _, host in od.values()}
+    od = od_until(lambda n: one_running(n) and failed_instance not in n)
+    assert failed_host not in {host for _, host in od.values()} | {job_host}
     event = recovered()[failed_instance]
     assert event["AccountId"] == other_id and event["Detail"]["SlurmNode"] == failed_host, event
     assert "ECC errors" in event["Detail"]["Reason"], event
@@ -234,24 +251,52 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
         trainer.kill()
         trainer.wait(timeout=30)
 
-    # `other`'s g5 plan starts: its reservation (made at once, IGNORE_JOBS) takes the pool's free healthy
-    # node and, the pool being short, one of the on-demand nodes, which ends (SIGTERM, as at reclaim)
-    # and is replaced by a new instance, Pending until a g5 node is free again.
+    # Two minutes before `other`'s g5 plan starts (its node's grace and the two minutes before the
+    # reservation its Slurm limit would keep, as under the wall clock), the plan's reservation is made
+    # (IGNORE_JOBS) and takes, the pool being short (one node drained, the free one under maintenance),
+    # the nodes of the on-demand node and job: the node ends (SIGTERM, as at reclaim) and is replaced by
+    # a new instance, Pending until a g5 node is free again; the job ends Interrupted, as on the local
+    # back end when its capacity is taken back (a drain). The plan has not started yet.
+    [spare] = set(NODES[4:]) - {failed_host, job_host} - {h for _, h in od.values()}  # the g5 nodes
+    cluster.client.drain([spare], "maintenance")
     g5plan = f"hp-{other_id}-g5plan-rc1"
-    server.set_clock(first_day + DAY + timedelta(hours=1))
+    server.set_clock(first_day + DAY - timedelta(minutes=2))
     held = _until(cluster, lambda h: g5plan in h and len(h[g5plan].nodes) == 2)
-    assert failed_host not in held[g5plan].nodes
-    [(taken_instance, (_, taken_host))] = [(i, n) for i, n in od.items() if n[1] in held[g5plan].nodes]
-    od = od_until(lambda n: taken_instance not in n and len(n) == 2)
-    assert sorted(s for s, _ in od.values()) == ["Pending", "Running"], od
+    [(taken_instance, (_, taken_host))] = od.items()
+    assert set(held[g5plan].nodes) == {taken_host, job_host}
+    od = od_until(lambda n: taken_instance not in n and len(n) == 1)
+    assert [s for s, _ in od.values()] == ["Pending"], od
     event = recovered()[taken_instance]
     assert f"Slurm node {taken_host} is taken by the plan reservation {g5plan}" in event["Detail"]["Reason"]
+    ended = wait_until(
+        lambda: (
+            (d := other_jobs.describe_training_job(TrainingJobName="od-job"))["TrainingJobStatus"] in FINAL
+            and d
+        ),
+        timeout=WAIT,
+    )
+    assert ended and (ended["TrainingJobStatus"], ended["SecondaryStatus"]) == ("Stopped", "Interrupted")
+    assert "FailureReason" not in ended, ended
+    [*_, stopping, interrupted] = ended["SecondaryStatusTransitions"]
+    assert stopping["Status"] == "Stopping" and interrupted["Status"] == "Interrupted", ended
+    assert stopping["StatusMessage"] == (
+        f"Its on-demand capacity is taken back: Slurm node {job_host} is taken by the plan reservation "
+        f"{g5plan}; the instances got SIGTERM and get SIGKILL after 5 s. It ends Interrupted."
+    )
+    assert interrupted["StatusMessage"].startswith("Interrupted: its on-demand capacity was taken back")
+    assert "warned" in _output(server, other, "od-job")
+    assert other_jobs.describe_training_plan(TrainingPlanName="g5plan")["Status"] == "Scheduled"
+    # The segment starts: the reservation starts now, if its Slurm start was still ahead.
+    server.set_clock(first_day + DAY + timedelta(hours=1))
+    held = _until(cluster, lambda h: g5plan in h and h[g5plan].state == "ACTIVE")
+    assert set(held[g5plan].nodes) == {taken_host, job_host}
 
     # Back at the next segment, in rc2; after it, nothing of the account runs on the cluster. The g5
     # plan has ended: the on-demand group runs whole again.
     _resume(cluster, failed_host)
+    _resume(cluster, spare)
     server.set_clock(first_day + 2 * DAY)
-    od_until(two_running)
+    od_until(one_running)
     assert wait_until(lambda: len(running()) == 2, timeout=WAIT), nodes()
     held = _until(cluster, lambda h: rc2 in h)
     assert {j["reservation"] for j in _jobs_of(cluster, team_user)} == {rc2}
@@ -715,6 +760,7 @@ def test_stop_max_runtime_failures_and_on_demand_jobs_end_as_on_the_local_back_e
         jobs = _jobs_of(cluster, user)
         seen.append(jobs)
         assert jobs and {j["reservation"] for j in jobs} == {"(null)"}, jobs
+        assert {j["limit"] for j in jobs} == {"UNLIMITED"}, jobs  # not the partition's DefaultTime
 
     try:
         local.start()
