@@ -135,21 +135,13 @@ def end_jobs(runtime: ServiceContext, taken: Mapping[str, str], outside: Sequenc
     prefix = getattr(runtime.backend, "prefix", None)  # of its Slurm jobs' names (backends/slurm.py)
     if not on_taken or not isinstance(prefix, str):
         return
+    with runtime.db.read() as session:  # most often none (a node's job, ending): no write then
+        if not _jobs_on(session, prefix, on_taken):
+            return
     now = runtime.clock.now()
     grace = settings_of(runtime).reclaim_grace
     with runtime.db.write() as session:
-        jobs = session.scalars(
-            select(TrainingJob)
-            .where(
-                TrainingJob.plan_id.is_(None),
-                TrainingJob.secondary_status.in_([s.value for s in RUNNING]),
-            )
-            .order_by(TrainingJob.id)
-        )
-        for job in list(jobs):
-            slurm_job = _slurm_job_of(session, job, prefix, on_taken)
-            if slurm_job is None:
-                continue
+        for job, slurm_job in _jobs_on(session, prefix, on_taken):
             host = next(node for node in slurm_job.nodes if node in taken)
             why = (
                 f"Its on-demand capacity is taken back: Slurm node {host} is taken by the plan reservation "
@@ -159,9 +151,20 @@ def end_jobs(runtime: ServiceContext, taken: Mapping[str, str], outside: Sequenc
     runtime.wakes.jobs.notify()
 
 
-def _slurm_job_of(session: Session, job: TrainingJob, prefix: str, candidates: Sequence[Job]) -> Job | None:
-    """Which of `candidates` runs the job's current attempt: the Slurm job of its instance (named
-    ``PREFIXt.<task id>.<nonce>``) or of its instances' group (``PREFIXg.job-<id>-attempt-<n>``)."""
-    group = f"{prefix}g.job-{job.id}-attempt-{job.attempt}"
-    tasks = tuple(f"{prefix}t.{i.task_id}." for i in instances_of(session, job.id, job.attempt))
-    return next((c for c in candidates if c.name == group or c.name.startswith(tasks)), None)
+def _jobs_on(session: Session, prefix: str, candidates: Sequence[Job]) -> list[tuple[TrainingJob, Job]]:
+    """The running on-demand training jobs whose current attempt runs as one of `candidates`: the Slurm
+    job of an instance (named ``PREFIXt.<task id>.<nonce>``) or of its instances' group
+    (``PREFIXg.job-<id>-attempt-<n>``), with that Slurm job."""
+    jobs = session.scalars(
+        select(TrainingJob)
+        .where(TrainingJob.plan_id.is_(None), TrainingJob.secondary_status.in_([s.value for s in RUNNING]))
+        .order_by(TrainingJob.id)
+    )
+    found = []
+    for job in jobs:
+        group = f"{prefix}g.job-{job.id}-attempt-{job.attempt}"
+        tasks = tuple(f"{prefix}t.{i.task_id}." for i in instances_of(session, job.id, job.attempt))
+        slurm_job = next((c for c in candidates if c.name == group or c.name.startswith(tasks)), None)
+        if slurm_job is not None:
+            found.append((job, slurm_job))
+    return found
