@@ -292,11 +292,11 @@ def _reconcile(runtime: ServiceContext, state: SlurmState) -> list[Note]:
         present |= {want.name} if made else set()
     _record(runtime, notes)
     _recover_cluster_nodes(runtime, [note for note in notes if note.failed_node is not None])
-    # On-demand work on the reservations' nodes: cut to end before them, ended once they are near.
-    ahead = [
-        Ahead(want.name, placements[want.name].nodes, want.start) for want in wanted if want.name in present
-    ]
-    _shorten_on_demand(client, ahead, outside, real_now, slurm_on_demand.lead(runtime))
+    # On-demand work on the reservations' nodes: cut to end before those Slurm holds, ended once one is
+    # near (made or not: a refused one is tried again at the next pass).
+    ahead = [Ahead(want.name, placements[want.name].nodes, want.start) for want in wanted]
+    held = [reservation for reservation in ahead if reservation.name in present]
+    _shorten_on_demand(client, held, outside, real_now, slurm_on_demand.lead(runtime))
     pool_nodes = {name for pool in runtime.fleet.pools for name in pool.nodes}
     unhealthy = {name: _state_of(nodes.get(name)) for name in pool_nodes if name not in healthy}
     slurm_on_demand.police(runtime, unhealthy, taken(ahead, real_now, slurm_on_demand.LEAD), pool_nodes)
