@@ -99,7 +99,7 @@ from hyperplan.backends.layout import (
     write_atomically,
 )
 from hyperplan.backends.runner_records import MAX_RECORD_BYTES, BadRecord, RunnerExit, parse_exit_record
-from hyperplan.core import on_demand_time
+from hyperplan.slurm import on_demand_time
 from hyperplan.slurm.client import SlurmClient, SlurmError
 from hyperplan.slurm.parse import Job
 
@@ -341,7 +341,7 @@ class SlurmBackend:
             ahead = self._free_for(placement.constraint)
             if ahead is not None:
                 limit = ahead if limit is None else min(limit, ahead)
-            elif limit is None:  # explicit: the partition's DefaultTime would end it (core/on_demand_time)
+            elif limit is None:  # explicit: the partition's DefaultTime would end it (slurm/on_demand_time)
                 options.append("--time=UNLIMITED")
         if limit is not None:
             options.append(f"--time={max(1, int(limit.total_seconds() // 60))}")

@@ -32,7 +32,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import RUNNING, StopReason
-from hyperplan.core.on_demand_time import MARGIN
 from hyperplan.services import audit, cluster_reconcile
 from hyperplan.services.cluster_nodes import SHUTDOWN_GRACE, NodeActions, run_actions, shut_down
 from hyperplan.services.cluster_records import LIVE
@@ -40,6 +39,7 @@ from hyperplan.services.cluster_request import ClusterSettings
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_records import instances_of, settings_of, sigterm
 from hyperplan.services.job_status import begin_stop
+from hyperplan.slurm.on_demand_time import MARGIN
 from hyperplan.slurm.parse import Job
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, TrainingJob

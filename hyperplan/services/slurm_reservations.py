@@ -21,7 +21,7 @@ the segment's remaining service time, at the clock's rate; it is deleted when th
 On-demand work. Every reservation is made with ``IGNORE_JOBS`` (on-demand work may run on its nodes
 without a time limit: Slurm would refuse it, "Requested nodes are busy"); each pass cuts the time limit
 of the work running outside reservations on a reservation's nodes to end before it starts
-(core/on_demand_time.py), and ends that work once the reservation is near (slurm_on_demand).
+(slurm/on_demand_time.py), and ends that work once the reservation is near (slurm_on_demand).
 
 Health. Each pass also reads which of a pool's nodes Slurm reports DOWN, DRAINED, FAILED or not
 responding (or does not know): the pool's bookable count becomes its reservable count less those
@@ -47,7 +47,6 @@ from hyperplan.core.fleet import Fleet, Pool, PoolKey
 from hyperplan.core.hostlist import compress
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.node_assignment import Assignment, Placement, Wanted, assign
-from hyperplan.core.on_demand_time import Ahead, shortened_limit, taken
 from hyperplan.errors import StartRefused, ValidationError
 from hyperplan.services import cluster_nodes, cluster_reconcile, lifecycle, os_users, slurm_on_demand
 from hyperplan.services.cluster_nodes import NodeActions, shut_down
@@ -58,6 +57,7 @@ from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.services.slurm_placement import PREFIX, reservation_name
 from hyperplan.services.slurm_state import PoolHealth, SlurmState, UnhealthyNode, health_text
 from hyperplan.slurm.client import SlurmClient, SlurmError
+from hyperplan.slurm.on_demand_time import Ahead, shortened_limit, taken
 from hyperplan.slurm.parse import Job, Node, Reservation
 from hyperplan.store import settings
 from hyperplan.store.db import Database, after_commit

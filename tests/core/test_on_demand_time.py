@@ -1,4 +1,4 @@
-"""On-demand work next to reservations on a Slurm fleet, as values (hyperplan/core/on_demand_time.py):
+"""On-demand work next to reservations on a Slurm fleet, as values (hyperplan/slurm/on_demand_time.py):
 the limit it is submitted with, the limit it is cut to when a reservation lands on its node later, and
 when the service ends it (docs/SLURM.md, "On-demand work")."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from hyperplan.core.on_demand_time import MARGIN, Ahead, shortened_limit, taken, time_limit
 from hyperplan.services.slurm_on_demand import LEAD
+from hyperplan.slurm.on_demand_time import MARGIN, Ahead, shortened_limit, taken, time_limit
 
 NOW = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
