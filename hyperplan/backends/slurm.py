@@ -118,10 +118,11 @@ CANCEL_AGAIN_SECONDS = 10.0
 STEP_START_SECONDS = 60.0
 """A step's srun that has gone without its runner ever starting: Lost after this long."""
 NO_REQUEUE = "--no-requeue"
-"""A training job's instances are never run again by Slurm itself: by default a batch job whose node
-fails (a slurmd silent past SlurmdTimeout) is requeued and later restarted from its start, beneath the
-store's attempt; without requeue it ends NODE_FAIL, which the job's status then says (hyperplan, not
-Slurm, decides whether work runs again: in a plan's next segment, from its checkpoints)."""
+"""No job of this back end is run again by Slurm itself: by default a batch job whose node fails (a
+slurmd silent past SlurmdTimeout) is requeued and later restarted from its start, beneath the store
+(a training job's attempt; a cluster node that would run OnCreate again unseen). Without requeue it
+ends NODE_FAIL, which the task's or node's status then says; hyperplan, not Slurm, decides what runs
+again: a job in a plan's next segment, from its checkpoints; a node through automatic node recovery."""
 RUNNER = Path(slurm_runner.__file__).resolve()
 RECORD_LIMIT = 1 << 20
 """The most bytes of one of the server's own records read (they are a few hundred)."""
@@ -295,6 +296,7 @@ class SlurmBackend:
             f"--job-name={self.prefix}n.{record['node_id']}.{record.get('nonce', '')}",
             "--nodes=1",
             "--exclusive",
+            NO_REQUEUE,
             f"--chdir={directory / 'home'}",
             f"--output={directory / 'out' / 'batch.log'}",
             *self._placement_options(placement),
@@ -397,6 +399,8 @@ class SlurmBackend:
             state = job.state if job is not None else "gone from Slurm"
             if state == "TIMEOUT":
                 state += " (its time limit: the end of its reservation, or the next reservation on its node)"
+            elif state == "NODE_FAIL":
+                state += f" (its Slurm node {host or '?'} failed)"
             return self._settle(
                 directory, NodeState.FAILURE, f"the node's Slurm job {job_id} ended: {state}", host
             )
