@@ -743,7 +743,10 @@ def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_ca
     """Two on-demand jobs, each on its own node; both nodes' slurmd killed (as a crash). One is started
     again while Slurm only marks its node not responding: the job carries on and completes. The other
     stays dead: after SlurmdTimeout Slurm marks its node DOWN and ends the job NODE_FAIL (never
-    requeued), and the job fails saying so. Nothing is lost from the store; no Slurm job is left."""
+    requeued), and the job fails saying so, as the platform's failure. An on-demand cluster node whose
+    slurmd is killed with it: its Slurm job ends NODE_FAIL too (never requeued: OnCreate does not run
+    again beneath the store), and automatic node recovery replaces the instance by a new one on a healthy
+    node. Nothing is lost from the store; no Slurm job is left."""
     server = slurm_server("manual", _on_demand_fleet(cluster, tmp_path / "fleet.toml"))
     team = server.new_account("team")
     _, user = _user_of(server, "team")
@@ -756,6 +759,24 @@ def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_ca
     waiting = 'echo "ready on $SLURMD_NODENAME in $PWD"; until [ -e go ]; do sleep 0.2; done; echo "went on"'
     for name in ("survivor", "casualty"):
         client.create_training_job(**_on_demand_job(name, waiting, G5))
+    script = server.data_dir / "s3" / "bucket" / "lifecycle" / "on_create.sh"
+    script.parent.mkdir(parents=True)
+    script.write_text(ON_CREATE)
+    group = {
+        "InstanceGroupName": "od", "InstanceType": G5, "InstanceCount": 1, "ExecutionRole": ROLE,
+        "LifeCycleConfig": {"SourceS3Uri": "s3://bucket/lifecycle", "OnCreate": "on_create.sh"},
+    }  # fmt: skip
+    client.create_cluster(ClusterName="od-cluster", InstanceGroups=[group])
+
+    def cluster_nodes() -> dict[str, tuple[str, str]]:
+        """Instance id -> status, Slurm node; those shutting down left out."""
+        found = client.list_cluster_nodes(ClusterName="od-cluster")["ClusterNodeSummaries"]
+        return {
+            n["InstanceId"]: (n["InstanceStatus"]["Status"], n["PrivateDnsHostname"].split(".")[1])
+            for n in found
+            if n["InstanceStatus"]["Status"] != "ShuttingDown"
+        }
+
     shown = lambda name: _output(server, team, name)  # noqa: E731
     ready = {}
     for name in ("survivor", "casualty"):
@@ -764,9 +785,13 @@ def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_ca
     nodes = {name: node for name, (node, _) in ready.items()}
     home = Path(ready["survivor"][1])
     assert nodes["survivor"] != nodes["casualty"]
-    assert sorted((j["nodes"], j["state"]) for j in _jobs_of(cluster, user)) == sorted(
+    assert wait_until(lambda: [s for s, _ in cluster_nodes().values()] == ["Running"], timeout=WAIT)
+    [(instance, (_, nodes["cluster node"]))] = cluster_nodes().items()
+    jobs = {j["nodes"]: j for j in _jobs_of(cluster, user)}
+    assert sorted((node, job["state"]) for node, job in jobs.items()) == sorted(
         (node, "RUNNING") for node in nodes.values()
     )
+    node_job = int(jobs[nodes["cluster node"]]["id"])
     killed = list(nodes.values())
     try:
         for node in killed:
@@ -776,7 +801,7 @@ def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_ca
             lambda: all("NOT_RESPONDING" in _node_flags(cluster, n)[1] for n in killed), timeout=60
         ), [_node_flags(cluster, n) for n in killed]
         assert {j["state"] for j in _jobs_of(cluster, user)} == {"RUNNING"}
-        assert {describe(n)["SecondaryStatus"] for n in nodes} == {"Training"}
+        assert {describe(n)["SecondaryStatus"] for n in ("survivor", "casualty")} == {"Training"}
         started = dev_cluster("start-node", cluster.directory, nodes["survivor"])
         assert started.returncode == 0, started.stderr
 
@@ -785,8 +810,21 @@ def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_ca
         assert "Not responding" in _node_flags(cluster, nodes["casualty"])[2]
         failed = wait_until(lambda: (d := describe("casualty"))["TrainingJobStatus"] == "Failed" and d, WAIT)
         assert failed, describe("casualty")
-        assert "NODE_FAIL" in failed["FailureReason"] and "algo-1" in failed["FailureReason"], failed
+        reason = failed["FailureReason"]
+        assert reason.startswith("InternalServerError: instance algo-1 was lost") and "NODE_FAIL" in reason
         assert [j for j in _jobs_of(cluster, user) if j["nodes"] == nodes["casualty"]] == []
+
+        # The cluster node's job ended NODE_FAIL, not requeued; the instance is replaced by a new one,
+        # Running on a healthy node (the pool's free one), and the audit trail says why.
+        [node_failed] = [j for j in cluster.client.jobs() if j.id == node_job]
+        assert node_failed.state == "NODE_FAIL", node_failed
+        replaced = lambda n: instance not in n and [s for s, _ in n.values()] == ["Running"]  # noqa: E731
+        assert wait_until(lambda: replaced(cluster_nodes()), timeout=WAIT), cluster_nodes()
+        [(_, new_host)] = cluster_nodes().values()
+        assert new_host not in killed
+        events = server.native().get("/api/v1/audit")["Events"]
+        [event] = [e for e in events if e["Action"] == "cluster-node.recovered" and e["Target"] == instance]
+        assert event["Detail"]["SlurmNode"] == nodes["cluster node"] and "DOWN" in event["Detail"]["Reason"]
 
         # The survivor's slurmd is back: its node answers, the job still runs and ends as it would have.
         assert wait_until(lambda: "NOT_RESPONDING" not in _node_flags(cluster, nodes["survivor"])[1], WAIT)
@@ -795,6 +833,7 @@ def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_ca
         done = wait_until(lambda: (d := describe("survivor"))["TrainingJobStatus"] == "Completed" and d, WAIT)
         assert done, describe("survivor")
         assert "went on" in shown("survivor")
+        client.delete_cluster(ClusterName="od-cluster")
     finally:
         for node in killed:  # whatever happened, every slurmd runs again and its node comes back
             dev_cluster("start-node", cluster.directory, node)
