@@ -17,14 +17,16 @@ The files live under ``root`` (on the work root, which every node mounts at the 
     ROOT/nodes/NODE_ID/   node.json job.json state.json terminate.json (the server's) env/ (published,
                           readable) node.sh  home/ (the user's) out/ (the user's: the batch's own output)
                           oncreate/run.json oncreate/out/{stdout,stderr}.log,exit.json (the runner's)
-    ROOT/tasks/TASK_ID/   task.json launch.json job.json state.json terminate.json  run.json (the
-                          runner's spec)  out/{started,exit}.json {stdout,stderr}.log (the runner's)
+    ROOT/tasks/TASK_ID/   task.json launch.json job.json state.json terminate.json srun.json killed
+                          (the server's)  run.json (the runner's spec)  out/{started,exit}.json
+                          {stdout,stderr}.log (the runner's)
     ROOT/groups/GROUP/    group.json (the members' task directories, in order) job.json group.sh
 
 Slurm's record is the truth about jobs: a status call reads ``scontrol show job`` (once per short
-interval, shared by all calls) and, for steps, ``squeue --steps``; what the runner wrote says how a
-program ended. Once a node or task is final its state is written down (``state.json``), so Slurm
-forgetting a finished job (``MinJobAge``) loses nothing.
+interval, shared by all calls) and, for steps, ``squeue --steps``. How a program ended comes from what
+the tenant cannot write where that exists (a step's srun exit status, a sandbox's Slurm ExitCode, the
+server's ``killed`` mark), else from what the runner wrote. Once a node or task is final its state is
+written down (``state.json``), so Slurm forgetting a finished job (``MinJobAge``) loses nothing.
 
 Signals: ``scancel --signal=SIG J`` reaches a job's steps, ``--full`` its batch script too, ``J.S`` one
 step. ``terminate`` sends SIGTERM now and SIGKILL at the deadline from a timer of this back end; a

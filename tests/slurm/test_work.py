@@ -792,16 +792,15 @@ def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_ca
         (node, "RUNNING") for node in nodes.values()
     )
     node_job = int(jobs[nodes["cluster node"]]["id"])
-    killed = list(nodes.values())
+    killed = list(nodes.values())  # the survivor's first: it is the first to be seen not responding
     try:
         for node in killed:
             assert dev_cluster("kill-node", cluster.directory, node).returncode == 0
-        # Slurm first marks both nodes not responding; the jobs run on meanwhile, and so say the jobs.
-        assert wait_until(
-            lambda: all("NOT_RESPONDING" in _node_flags(cluster, n)[1] for n in killed), timeout=60
-        ), [_node_flags(cluster, n) for n in killed]
-        assert {j["state"] for j in _jobs_of(cluster, user)} == {"RUNNING"}
-        assert {describe(n)["SecondaryStatus"] for n in ("survivor", "casualty")} == {"Training"}
+        # Slurm first marks the node not responding; the job runs on meanwhile, and so says the job.
+        survivor_flags = lambda: _node_flags(cluster, nodes["survivor"])  # noqa: E731
+        assert wait_until(lambda: "NOT_RESPONDING" in survivor_flags()[1], timeout=60), survivor_flags()
+        assert [j["state"] for j in _jobs_of(cluster, user) if j["nodes"] == nodes["survivor"]] == ["RUNNING"]
+        assert describe("survivor")["SecondaryStatus"] == "Training"
         started = dev_cluster("start-node", cluster.directory, nodes["survivor"])
         assert started.returncode == 0, started.stderr
 
@@ -833,8 +832,9 @@ def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_ca
         done = wait_until(lambda: (d := describe("survivor"))["TrainingJobStatus"] == "Completed" and d, WAIT)
         assert done, describe("survivor")
         assert "went on" in shown("survivor")
-        client.delete_cluster(ClusterName="od-cluster")
     finally:
+        with contextlib.suppress(Exception):  # its nodes' jobs end, wherever they run
+            client.delete_cluster(ClusterName="od-cluster")
         for node in killed:  # whatever happened, every slurmd runs again and its node comes back
             dev_cluster("start-node", cluster.directory, node)
         assert dev_cluster("status", cluster.directory).returncode == 0
