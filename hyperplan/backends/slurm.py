@@ -770,7 +770,7 @@ class SlurmBackend:
         else:
             code = (_read(directory / "srun.json") or {}).get("returncode")
         if not isinstance(code, int) or not 0 <= code <= 255:
-            return None  # killed itself (by the server's own signal), or not known
+            return None  # not known, or runuser itself was killed (no step status then)
         return code
 
     def _end_group_if_over(self, record: Mapping[str, Any], job_id: int) -> None:
