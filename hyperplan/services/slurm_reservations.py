@@ -625,6 +625,8 @@ def _recover_cluster_nodes(
 
     A cluster created with ``NodeRecovery=None`` keeps its node as it is (failed, when Slurm ended its
     job)."""
+    if not replaced and not unhealthy:
+        return
     with runtime.db.read() as session:  # most passes find none: no write then
         if not replaced and not _failed_on(session, unhealthy):
             return
