@@ -100,7 +100,13 @@ from hyperplan.backends.layout import (
     tail,
     write_atomically,
 )
-from hyperplan.backends.runner_records import MAX_RECORD_BYTES, BadRecord, RunnerExit, parse_exit_record
+from hyperplan.backends.runner_records import (
+    MAX_RECORD_BYTES,
+    BadRecord,
+    RunnerExit,
+    parse_exit_record,
+    witnessed,
+)
 from hyperplan.slurm.client import SlurmClient, SlurmError
 from hyperplan.slurm.parse import Job
 
@@ -744,9 +750,7 @@ class SlurmBackend:
         """How the runner ended as a source the tenant cannot write says (``witness``: its exit code, or
         128 + the signal that ended it): the runner's record only where it agrees (it tells an exit code
         of 143 from SIGTERM); a record that disagrees, is refused or is missing changes nothing."""
-        truth = _exit_from_status(witness)
-        if isinstance(ended, RunnerExit) and ended.wait_status_code() == witness:
-            truth = ended
+        truth = witnessed(ended if isinstance(ended, RunnerExit) else None, witness)
         message = f"it ended, but {ended}; how it ended is {source}" if isinstance(ended, str) else ""
         if truth.exit_code is not None:
             return self._end_task(directory, TaskState.EXITED, exit_code=truth.exit_code, message=message)
@@ -1322,13 +1326,6 @@ def _batch_exit(job: Job | None, record: Mapping[str, Any]) -> int | None:
     if job.state not in ("COMPLETED", "FAILED"):
         return None
     return 128 + job.signal if job.signal else job.exit_code
-
-
-def _exit_from_status(code: int) -> RunnerExit:
-    """A runner's exit code as how its program ended: above 128, the signal (as the shell reads it)."""
-    if 128 < code <= 128 + 64:
-        return RunnerExit(None, code - 128)
-    return RunnerExit(code, None)
 
 
 def _why_lost(directory: Path, job: Job | None) -> str:
