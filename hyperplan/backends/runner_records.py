@@ -37,6 +37,23 @@ class RunnerExit:
         return self.exit_code if self.exit_code is not None else 128 + (self.signal or 0)
 
 
+def from_status(code: int) -> RunnerExit:
+    """A runner's own exit status (as Slurm or srun reports it) as how its program ended: above 128, the
+    signal (as a shell reads it), else the exit code."""
+    if 128 < code <= 128 + MAX_SIGNAL:
+        return RunnerExit(None, code - 128)
+    return RunnerExit(code, None)
+
+
+def witnessed(claimed: RunnerExit | None, status: int) -> RunnerExit:
+    """How a program ended, from the runner's exit ``status`` as a source the tenant cannot write
+    reports it, and the runner's record (the tenant's claim, None when missing or refused): the claim
+    only where it agrees with the status (it tells an exit code of 143 from SIGTERM), else the status."""
+    if claimed is not None and claimed.wait_status_code() == status:
+        return claimed
+    return from_status(status)
+
+
 def parse_exit_record(data: bytes) -> RunnerExit:
     """``exit.json``'s ``{"exit_code": int|null, "signal": int|null, ...}``, checked: an object, each
     value an integer in range (a bool is not one), exactly one of them set. Other keys are ignored."""

@@ -17,14 +17,16 @@ The files live under ``root`` (on the work root, which every node mounts at the 
     ROOT/nodes/NODE_ID/   node.json job.json state.json terminate.json (the server's) env/ (published,
                           readable) node.sh  home/ (the user's) out/ (the user's: the batch's own output)
                           oncreate/run.json oncreate/out/{stdout,stderr}.log,exit.json (the runner's)
-    ROOT/tasks/TASK_ID/   task.json launch.json job.json state.json terminate.json  run.json (the
-                          runner's spec)  out/{started,exit}.json {stdout,stderr}.log (the runner's)
+    ROOT/tasks/TASK_ID/   task.json launch.json job.json state.json terminate.json srun.json killed
+                          (the server's)  run.json (the runner's spec)  out/{started,exit}.json
+                          {stdout,stderr}.log (the runner's)
     ROOT/groups/GROUP/    group.json (the members' task directories, in order) job.json group.sh
 
 Slurm's record is the truth about jobs: a status call reads ``scontrol show job`` (once per short
-interval, shared by all calls) and, for steps, ``squeue --steps``; what the runner wrote says how a
-program ended. Once a node or task is final its state is written down (``state.json``), so Slurm
-forgetting a finished job (``MinJobAge``) loses nothing.
+interval, shared by all calls) and, for steps, ``squeue --steps``. How a program ended comes from what
+the tenant cannot write where that exists (a step's srun exit status, a sandbox's Slurm ExitCode, the
+server's ``killed`` mark), else from what the runner wrote. Once a node or task is final its state is
+written down (``state.json``), so Slurm forgetting a finished job (``MinJobAge``) loses nothing.
 
 Signals: ``scancel --signal=SIG J`` reaches a job's steps, ``--full`` its batch script too, ``J.S`` one
 step. ``terminate`` sends SIGTERM now and SIGKILL at the deadline from a timer of this back end; a
@@ -98,7 +100,13 @@ from hyperplan.backends.layout import (
     tail,
     write_atomically,
 )
-from hyperplan.backends.runner_records import MAX_RECORD_BYTES, BadRecord, RunnerExit, parse_exit_record
+from hyperplan.backends.runner_records import (
+    MAX_RECORD_BYTES,
+    BadRecord,
+    RunnerExit,
+    parse_exit_record,
+    witnessed,
+)
 from hyperplan.slurm import on_demand_time
 from hyperplan.slurm.client import SlurmClient, SlurmError
 from hyperplan.slurm.parse import Job
@@ -114,13 +122,19 @@ SUBMIT_RETRY_SECONDS = 120.0
 submitted again at each look for this long; then the node or task fails with Slurm's answer."""
 CANCEL_AGAIN_SECONDS = 10.0
 """A node being failed (its OnCreate record says so) is cancelled again this often until its job ends."""
+KILLED = "killed"
+"""The server's mark, in a task's directory, that the task still ran when the server sent it SIGKILL (the
+end of a grace): it ended killed by SIGKILL, whatever the runner's record (the tenant's) says."""
+SRUN_EXIT_WAIT = 5.0
+"""How long a look waits for a node task's srun to exit once Slurm says its step has ended."""
 STEP_START_SECONDS = 60.0
 """A step's srun that has gone without its runner ever starting: Lost after this long."""
 NO_REQUEUE = "--no-requeue"
-"""A training job's instances are never run again by Slurm itself: by default a batch job whose node
-fails (a slurmd silent past SlurmdTimeout) is requeued and later restarted from its start, beneath the
-store's attempt; without requeue it ends NODE_FAIL, which the job's status then says (hyperplan, not
-Slurm, decides whether work runs again: in a plan's next segment, from its checkpoints)."""
+"""No job of this back end is run again by Slurm itself: by default a batch job whose node fails (a
+slurmd silent past SlurmdTimeout) is requeued and later restarted from its start, beneath the store
+(a training job's attempt; a cluster node that would run OnCreate again unseen). Without requeue it
+ends NODE_FAIL, which the task's or node's status then says; hyperplan, not Slurm, decides what runs
+again: a job in a plan's next segment, from its checkpoints; a node through automatic node recovery."""
 RUNNER = Path(slurm_runner.__file__).resolve()
 RECORD_LIMIT = 1 << 20
 """The most bytes of one of the server's own records read (they are a few hundred)."""
@@ -294,6 +308,7 @@ class SlurmBackend:
             f"--job-name={self.prefix}n.{record['node_id']}.{record.get('nonce', '')}",
             "--nodes=1",
             "--exclusive",
+            NO_REQUEUE,
             f"--chdir={directory / 'home'}",
             f"--output={directory / 'out' / 'batch.log'}",
             *self._placement_options(placement),
@@ -396,6 +411,8 @@ class SlurmBackend:
             state = job.state if job is not None else "gone from Slurm"
             if state == "TIMEOUT":
                 state += " (its time limit: the end of its reservation, or the next reservation on its node)"
+            elif state == "NODE_FAIL":
+                state += f" (its Slurm node {host or '?'} failed)"
             return self._settle(
                 directory, NodeState.FAILURE, f"the node's Slurm job {job_id} ended: {state}", host
             )
@@ -633,7 +650,8 @@ class SlurmBackend:
             )
         self._launches[directory.name] = process
         _write(directory / "launch.json", {"pid": process.pid, "job_id": job_id, "at": time.time()})
-        threading.Thread(target=process.wait, daemon=True).start()  # reaped here while the server lives
+        # Reaped here while the server lives; srun's exit status is the step's (below, _srun_exit).
+        threading.Thread(target=_reap, args=(process, directory / "srun.json"), daemon=True).start()
 
     def task_status(self, task_id: str) -> TaskStatus:
         directory = self._task_dir(task_id)
@@ -673,6 +691,14 @@ class SlurmBackend:
             node_dir = self.nodes / record["node_id"]
             if terminate is None and (node_dir / "terminate.json").exists():
                 terminate = _read(node_dir / "terminate.json")  # ended with its node
+            # srun's status is the step's only while the node's job runs on: when the job ends
+            # (terminated, NODE_FAIL, its time limit) srun gives up on the step and may exit 0.
+            witness = None
+            if started and not tenant_files.exists(directory / KILLED) and self._job_runs(node_dir):
+                witness = self._srun_exit(directory)
+            if witness is not None:
+                ended = _runner_exit(out / "exit.json")
+                return self._end_witnessed(directory, ended, witness, "srun's exit status")
         else:
             job_id = self._job_id(directory)
             if job_id is None:
@@ -703,30 +729,52 @@ class SlurmBackend:
         started: bool = False,
     ) -> TaskStatus:
         """A task whose step or job has ended (or a group's member whose runner has said so): how."""
+        if tenant_files.exists(directory / KILLED):  # it still ran when the server killed it
+            return self._end_task(directory, TaskState.KILLED, signal=SIGKILL)
+        witness = _batch_exit(job, record)
+        if witness is not None:
+            return self._end_witnessed(directory, ended, witness, "its Slurm job's ExitCode")
         if isinstance(ended, str):
             return self._end_task(directory, TaskState.LOST, message=f"it ended, but {ended}")
         if ended is not None:
-            return self._end_from_runner(directory, self._checked(ended, job, record))
+            return self._end_from_runner(directory, ended)
         if terminate is not None:
             return self._end_task(directory, TaskState.KILLED, signal=SIGKILL if started else None)
         why = _why_lost(directory, self._job(self._job_id(directory) or 0))
         return self._end_task(directory, TaskState.LOST, message=why)
 
-    @staticmethod
-    def _checked(ended: RunnerExit, job: Job | None, record: Mapping[str, Any]) -> RunnerExit:
-        """A sandbox's runner is its job's batch script: Slurm recorded how the runner ended, which is
-        how the program did (its code, or 128 + its signal). Where the two disagree, Slurm's record is
-        the truth, when the batch script ended by itself (COMPLETED, FAILED: a cancelled job's code is
-        Slurm's own). (A group's batch script is srun, a node task's runner a step: only the record.)"""
-        if job is None or _grouped(record) or job.state not in ("COMPLETED", "FAILED"):
-            return ended
-        if job.signal == 0 and job.exit_code == ended.wait_status_code():
-            return ended
-        if job.signal:
-            return RunnerExit(None, job.signal)
-        if job.exit_code > 128 and job.exit_code - 128 <= 64:
-            return RunnerExit(None, job.exit_code - 128)
-        return RunnerExit(job.exit_code, None)
+    def _end_witnessed(
+        self, directory: Path, ended: RunnerExit | str | None, witness: int, source: str
+    ) -> TaskStatus:
+        """How the runner ended as a source the tenant cannot write says (``witness``: its exit code, or
+        128 + the signal that ended it): the runner's record only where it agrees (it tells an exit code
+        of 143 from SIGTERM); a record that disagrees, is refused or is missing changes nothing."""
+        truth = witnessed(ended if isinstance(ended, RunnerExit) else None, witness)
+        message = f"it ended, but {ended}; how it ended is {source}" if isinstance(ended, str) else ""
+        if truth.exit_code is not None:
+            return self._end_task(directory, TaskState.EXITED, exit_code=truth.exit_code, message=message)
+        return self._end_task(directory, TaskState.KILLED, signal=truth.signal, message=message)
+
+    def _job_runs(self, node_dir: Path) -> bool:
+        job_id = self._job_id(node_dir)
+        job = self._job(job_id) if job_id is not None else None
+        return job is not None and job.state == "RUNNING"
+
+    def _srun_exit(self, directory: Path) -> int | None:
+        """A node task's srun's exit status, which is its step's (the runner's exit code, or 128 + the
+        signal that ended it): srun runs on the server's machine, where the tenant's programs do not, and
+        it is the server's child. Known only to the server that launched it (or from ``srun.json``,
+        which the server wrote when it reaped srun); None otherwise, or while srun has not ended."""
+        process = self._launches.get(directory.name)
+        if process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=SRUN_EXIT_WAIT)  # the step has ended: srun follows at once
+            code = process.returncode
+        else:
+            code = (_read(directory / "srun.json") or {}).get("returncode")
+        if not isinstance(code, int) or not 0 <= code <= 255:
+            return None  # not known, or runuser itself was killed (no step status then)
+        return code
 
     def _end_group_if_over(self, record: Mapping[str, Any], job_id: int) -> None:
         placement = _placement_of(record.get("placement"))
@@ -740,6 +788,7 @@ class SlurmBackend:
             (directory / "signalled").touch()
             self._cancel(step, SIGTERM)
         if float(order["deadline"]) <= time.time():
+            (directory / KILLED).touch()
             self._cancel(step, SIGKILL)
 
     def _end_from_runner(self, directory: Path, ended: RunnerExit) -> TaskStatus:
@@ -829,8 +878,11 @@ class SlurmBackend:
                 return
             target = self._target(ref)
             if target.step is not None:
+                (target.directory / KILLED).touch()
                 self._cancel(target.step, SIGKILL)
             elif target.job_id is not None:
+                if isinstance(ref, TaskRef):
+                    (target.directory / KILLED).touch()
                 self._kill_job(target.job_id)
 
     # --- logs ------------------------------------------------------------------------------------
@@ -1096,11 +1148,23 @@ class SlurmBackend:
     def _kill_job(self, job_id: int) -> None:
         """SIGKILL to all of a job, now. (``scancel --signal=KILL J`` is taken as a cancel, which
         signals SIGTERM and kills only ``KillWait`` later: so each step, then the batch script.)"""
-        for step in sorted(self._live_steps(fresh=True)):
+        steps = self._live_steps(fresh=True)
+        for step in sorted(steps):
             if step.startswith(f"{job_id}.") and not step.endswith(".batch") and not step.endswith(".extern"):
+                self._mark_killed(steps[step])
                 self._cancel(step, SIGKILL)
         self._cancel(str(job_id), SIGKILL, batch=True)
         self._cancel(str(job_id))  # and cancelled: Slurm ends whatever the batch script left behind
+
+    def _mark_killed(self, step_name: str) -> None:
+        """A node task's step that still ran when the server killed it (its name says which task)."""
+        if not step_name.startswith(f"{self.prefix}s."):
+            return
+        task_id = step_name.removeprefix(f"{self.prefix}s.").rpartition(".")[0]
+        with contextlib.suppress(OSError, ValueError):
+            directory = self.tasks / check_id("task id", task_id)
+            if (directory / "task.json").exists() and not (directory / "state.json").exists():
+                (directory / KILLED).touch()
 
     def live_jobs(self) -> list[Job]:
         """This back end's jobs Slurm still runs (or has queued), by name prefix."""
@@ -1242,6 +1306,25 @@ def _killed_by(signal: int | None) -> str:
         return f"was killed by {Signals(signal or 0).name}"
     except ValueError:
         return f"was killed by signal {signal}"
+
+
+def _reap(process: subprocess.Popen[bytes], record: Path) -> None:
+    """Wait for a step's srun and write down its exit status (in the task's directory, the server's)."""
+    code = process.wait()
+    with contextlib.suppress(OSError):
+        _write(record, {"returncode": code, "at": time.time()})
+
+
+def _batch_exit(job: Job | None, record: Mapping[str, Any]) -> int | None:
+    """A sandbox's runner is its job's batch script: Slurm recorded how the runner ended (the program's
+    code, or 128 + its signal; Slurm's signal when the script itself was killed), when the batch script
+    ended by itself (COMPLETED, FAILED: a cancelled job's code is Slurm's own). None otherwise, and for
+    a group (its batch script is srun, for all members) or a node task (a step)."""
+    if job is None or _grouped(record) or record.get("node_id") is not None:
+        return None
+    if job.state not in ("COMPLETED", "FAILED"):
+        return None
+    return 128 + job.signal if job.signal else job.exit_code
 
 
 def _why_lost(directory: Path, job: Job | None) -> str:

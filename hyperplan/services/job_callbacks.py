@@ -123,6 +123,10 @@ def _final_message(session: Session, job: TrainingJob, final: Secondary, model_u
 
 
 def failure_reason(instance: TrainingJobInstance) -> str:
+    """SageMaker's FailureReason names who failed by its prefix: ``AlgorithmError:`` for the training
+    code (an exit code, a signal), ``InternalServerError:`` for the platform. An instance the back end
+    lost (its machine failed, as Slurm's NODE_FAIL; its process ended with nothing watching it; the back
+    end no longer has it) is the platform's failure, not the training code's."""
     if instance.state == "Exited":
         what = f"exited with code {instance.exit_code}"
     elif instance.state == "Killed":
@@ -130,8 +134,11 @@ def failure_reason(instance: TrainingJobInstance) -> str:
     elif instance.state == "NotStarted":
         what = "was not started"
     else:
-        what = "was lost"
-    head = f"AlgorithmError: instance {instance.host} {what}"
+        return _with_detail(f"InternalServerError: instance {instance.host} was lost", instance)
+    return _with_detail(f"AlgorithmError: instance {instance.host} {what}", instance)
+
+
+def _with_detail(head: str, instance: TrainingJobInstance) -> str:
     detail = (instance.message or "").strip()
     if not detail:
         return head + "."

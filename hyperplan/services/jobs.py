@@ -45,6 +45,8 @@ Decisions where SageMaker's documents are silent (see also ``core/jobs.py``):
 - An instance that exits non-zero fails the job: the others get SIGTERM (SIGKILL after the reclaim
   grace) and the FailureReason is ``AlgorithmError: instance algo-K exited with code N: `` followed by
   ``/opt/ml/output/failure`` or else the tail of its stderr. Storage failures are ``ClientError: ...``.
+  An instance the back end lost (its machine failed, or it ended with nothing watching it) is the
+  platform's failure: ``InternalServerError: instance algo-K was lost: ...``.
 - StopTrainingJob stops a waiting job at once; a job that is uploading its model completes. A stopped,
   interrupted or timed-out job stores the model its first instance saved, if it saved one.
 - ``ModelArtifacts.S3ModelArtifacts`` is required in every DescribeTrainingJob answer; until the model

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Literal
@@ -47,6 +47,7 @@ from hyperplan.core.fleet import Fleet, Pool, PoolKey
 from hyperplan.core.hostlist import compress
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.node_assignment import Assignment, Placement, Wanted, assign
+from hyperplan.core.status import NodeStatus
 from hyperplan.errors import StartRefused, ValidationError
 from hyperplan.services import cluster_nodes, cluster_reconcile, lifecycle, os_users, slurm_on_demand
 from hyperplan.services.cluster_nodes import NodeActions, shut_down
@@ -291,7 +292,6 @@ def _reconcile(runtime: ServiceContext, state: SlurmState) -> list[Note]:
         notes += made
         present |= {want.name} if made else set()
     _record(runtime, notes)
-    _recover_cluster_nodes(runtime, [note for note in notes if note.failed_node is not None])
     # On-demand work on the reservations' nodes: cut to end before those Slurm holds, ended once one is
     # near (made or not: a refused one is tried again at the next pass).
     ahead = [Ahead(want.name, placements[want.name].nodes, want.start) for want in wanted]
@@ -299,6 +299,7 @@ def _reconcile(runtime: ServiceContext, state: SlurmState) -> list[Note]:
     _shorten_on_demand(client, held, outside, real_now, slurm_on_demand.lead(runtime))
     pool_nodes = {name for pool in runtime.fleet.pools for name in pool.nodes}
     unhealthy = {name: _state_of(nodes.get(name)) for name in pool_nodes if name not in healthy}
+    _recover_cluster_nodes(runtime, [note for note in notes if note.failed_node is not None], unhealthy)
     slurm_on_demand.police(runtime, unhealthy, taken(ahead, real_now, slurm_on_demand.LEAD), pool_nodes)
     slurm_on_demand.end_jobs(runtime, taken(ahead, real_now, slurm_on_demand.job_lead(runtime)), outside)
     return notes
@@ -673,48 +674,87 @@ def _record(runtime: ServiceContext, notes: Sequence[Note]) -> None:
                 lifecycle.record(session, plan, note.kind, note.message, now)
 
 
-def _recover_cluster_nodes(runtime: ServiceContext, replaced: Sequence[Note]) -> None:
-    """HyperPod's automatic node recovery: a cluster node on a Slurm node that its plan's reservation
-    replaced is shut down (its instance ends, Terminated), and its group, now a node short, gets a new
-    instance at once, which Slurm starts on the reservation's replacement node. A cluster created with
-    ``NodeRecovery=None`` keeps its node as it is (failed, when Slurm ended its job)."""
-    if not replaced:
+def _recover_cluster_nodes(
+    runtime: ServiceContext, replaced: Sequence[Note], unhealthy: Mapping[str, str]
+) -> None:
+    """HyperPod's automatic node recovery, for nodes on plans:
+
+    - a cluster node on a Slurm node that its plan's reservation replaced is shut down (its instance
+      ends, Terminated), and its group, now a node short, gets a new instance at once, which Slurm starts
+      on the reservation's replacement node;
+    - a cluster node that has failed (its Slurm job ended: NODE_FAIL when its node stopped answering) on a
+      Slurm node that is still unhealthy, which no free node could replace, is replaced too: the new
+      instance is Pending in the reservation until a node of it is healthy again.
+
+    A cluster created with ``NodeRecovery=None`` keeps its node as it is (failed, when Slurm ended its
+    job)."""
+    if not replaced and not unhealthy:
         return
+    with runtime.db.read() as session:  # most passes find none: no write then
+        if not replaced and not _failed_on(session, unhealthy):
+            return
     now = runtime.clock.now()
     actions = NodeActions()
     with runtime.db.write() as session:
+        found = [
+            (node, note.failed_node, note.why, "on the reservation's replacement node")
+            for note in replaced
+            for node in _live_plan_nodes(session, note.plan_id)
+            if slurm_on_demand.slurm_node_of(node) == note.failed_node
+        ]
+        found += [
+            (node, host, unhealthy[host], "in the reservation, Pending until a node of it is healthy")
+            for node, host in _failed_on(session, unhealthy)
+            if all(node.id != seen.id for seen, *_ in found)
+        ]
         plans = set()
-        for note in replaced:
-            rows = session.execute(
-                select(ClusterNode, Cluster.settings)
-                .join(InstanceGroup, InstanceGroup.id == ClusterNode.group_id)
-                .join(Cluster, Cluster.id == ClusterNode.cluster_id)
-                .where(InstanceGroup.plan_id == note.plan_id, ClusterNode.status.in_(LIVE))
-            ).all()
-            for node, settings in rows:
-                if node.hostname.split(".")[1:2] != [note.failed_node]:
-                    continue
-                if ClusterSettings.from_json(settings).as_given.get("NodeRecovery") == "None":
-                    continue
-                shut_down(session, node, actions, now)
-                node.message = (
-                    f"Automatic node recovery: Slurm node {note.failed_node} is {note.why}; this instance "
-                    "is replaced by a new one."
+        for node, host, why, where_new in found:
+            cluster = session.get(Cluster, node.cluster_id)
+            group = session.get(InstanceGroup, node.group_id)
+            if cluster is None or group is None or group.plan_id is None:
+                continue
+            if ClusterSettings.from_json(cluster.settings).as_given.get("NodeRecovery") == "None":
+                continue
+            shut_down(session, node, actions, now)
+            node.message = (
+                f"Automatic node recovery: Slurm node {host} is {why}; "
+                "this instance is replaced by a new one."
+            )
+            plans.add(group.plan_id)
+            plan = session.get(TrainingPlan, group.plan_id)
+            if plan is not None:
+                message = (
+                    f"Cluster node {node.instance_id} (group {group.name}) was on Slurm node {host}, "
+                    f"{why}: automatic node recovery terminates it and starts a new one {where_new}."
                 )
-                plans.add(note.plan_id)
-                plan = session.get(TrainingPlan, note.plan_id)
-                if plan is not None:
-                    group = session.get(InstanceGroup, node.group_id)
-                    where = f"group {group.name}" if group is not None else "its group"
-                    message = (
-                        f"Cluster node {node.instance_id} ({where}) was on Slurm node {note.failed_node}, "
-                        f"{note.why}: automatic node recovery terminates it and starts a new one on the "
-                        "reservation's replacement node."
-                    )
-                    lifecycle.record(session, plan, "cluster-node-recovered", message, now)
-        for plan_id in sorted(p for p in plans if p is not None):
+                lifecycle.record(session, plan, "cluster-node-recovered", message, now)
+        for plan_id in sorted(plans):
             cluster_reconcile.reconcile_plan(session, runtime, plan_id, now)
         after_commit(session, lambda: cluster_nodes.run_actions(runtime, actions))
+
+
+def _live_plan_nodes(session: Session, plan_id: int | None) -> list[ClusterNode]:
+    return list(
+        session.scalars(
+            select(ClusterNode)
+            .join(InstanceGroup, InstanceGroup.id == ClusterNode.group_id)
+            .where(InstanceGroup.plan_id == plan_id, ClusterNode.status.in_(LIVE))
+            .order_by(ClusterNode.id)
+        )
+    )
+
+
+def _failed_on(session: Session, unhealthy: Mapping[str, str]) -> list[tuple[ClusterNode, str]]:
+    """Failed cluster nodes of plans on an unhealthy Slurm node, with that node's name."""
+    if not unhealthy:
+        return []
+    failed = session.scalars(
+        select(ClusterNode)
+        .join(InstanceGroup, InstanceGroup.id == ClusterNode.group_id)
+        .where(InstanceGroup.plan_id.is_not(None), ClusterNode.status == NodeStatus.FAILURE)
+        .order_by(ClusterNode.id)
+    )
+    return [(node, host) for node in failed if (host := slurm_on_demand.slurm_node_of(node)) in unhealthy]
 
 
 def _at(moment: datetime) -> str:

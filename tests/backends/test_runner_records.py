@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from hyperplan.backends.runner_records import MAX_RECORD_BYTES, BadRecord, RunnerExit, parse_exit_record
+from hyperplan.backends.runner_records import (
+    MAX_RECORD_BYTES,
+    BadRecord,
+    RunnerExit,
+    parse_exit_record,
+    witnessed,
+)
 
 
 def test_the_runners_own_records_read_as_written() -> None:
@@ -37,3 +43,15 @@ def test_anything_else_is_refused_saying_what_is_wrong(data: bytes, why: str) ->
     with pytest.raises(BadRecord) as refused:
         parse_exit_record(data)
     assert why in str(refused.value)
+
+
+def test_a_status_the_tenant_cannot_write_wins_over_a_record_that_disagrees() -> None:
+    """srun's or Slurm's exit status of the runner (its program's code, or 128 + the signal) is the
+    truth; the record only tells apart what the status cannot (exit code 143 or SIGTERM)."""
+    assert witnessed(RunnerExit(0, None), 3) == RunnerExit(3, None)  # a success forged over a failure
+    assert witnessed(RunnerExit(0, None), 137) == RunnerExit(None, 9)  # over a kill
+    assert witnessed(None, 143) == RunnerExit(None, 15)  # no record (or a refused one)
+    assert witnessed(None, 0) == RunnerExit(0, None)
+    assert witnessed(RunnerExit(143, None), 143) == RunnerExit(143, None)  # agrees: the record says which
+    assert witnessed(RunnerExit(None, 15), 143) == RunnerExit(None, 15)
+    assert witnessed(None, 200) == RunnerExit(200, None)  # above 128 + the last signal: a code

@@ -134,7 +134,7 @@ def test_tasks_the_back_end_lost_while_the_server_was_down_fail_the_job(
     second = second_app.context
     try:
         assert _wait(lambda: _job(second).secondary_status == "Failed")
-        assert _job(second).failure_reason.startswith("AlgorithmError: instance algo-1 was lost")
+        assert _job(second).failure_reason.startswith("InternalServerError: instance algo-1 was lost")
         with second.db.read() as session:  # its on-demand instances are free again
             assert all(i.state == "Lost" for i in job_records.instances_of(session, _job(second).id))
         jobs.create(

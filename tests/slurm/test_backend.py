@@ -163,6 +163,15 @@ EARLY = (
     "while :; do sleep 0.2; done\n"
 )
 
+# A task that fails (exit 3), and another of the same user on the node that waits for its runner's true
+# record and rewrites it as a success once the task's step has ended for real.
+FAILS = "sleep 1; exit 3\n"
+REWRITE = (
+    'T="$TASKS/fails/out/exit.json"\n'
+    'until grep -qs \'"exit_code": 3\' "$T"; do sleep 0.05; done\n'
+    'echo \'{"exit_code": 0, "signal": null}\' > "$T.new"; mv "$T.new" "$T"\n'
+)
+
 
 @pytest.fixture
 def tenant() -> Iterator[RunAs]:
@@ -207,6 +216,8 @@ def _forge_records(backend: Backend, root: Path, tenant: RunAs, cluster: Cluster
     for name, (forgery, _) in FORGERIES.items():
         backend.run(TaskSpec(name, ("/bin/sh", "-c", forgery + KILL_RUNNER), "n-forge", env(name)))
     backend.run(TaskSpec("early", ("/bin/sh", "-c", EARLY), "n-forge", env("early")))
+    backend.run(TaskSpec("fails", ("/bin/sh", "-c", FAILS), "n-forge"))
+    backend.run(TaskSpec("rewrite", ("/bin/sh", "-c", REWRITE), "n-forge", {"TASKS": str(tasks)}))
     # A sandbox (a whole-node job of its own) claims success, then its runner is killed: Slurm's
     # record of the batch script (killed by SIGKILL) is the truth.
     sandbox = (
@@ -214,10 +225,22 @@ def _forge_records(backend: Backend, root: Path, tenant: RunAs, cluster: Cluster
     )
     backend.run(TaskSpec("sandbox", ("/bin/sh", "-c", sandbox), run_as=tenant))
 
+    # Each killed its runner (SIGKILL): srun's exit status (the server's child, on the server's machine)
+    # says so, whatever the record; the refused record is named.
     for name, (_, why) in FORGERIES.items():
         status = task_final(backend, name, 60)
-        assert status.state is TaskState.LOST, (name, status)
-        assert why in status.message and "admin secret" not in status.message, (name, status)
+        assert (status.state, status.signal) == (TaskState.KILLED, 9), (name, status)
+        assert why in status.message and "srun's exit status" in status.message, (name, status)
+        assert "admin secret" not in status.message, (name, status)
+    # The failure rewritten as a success after its step had ended: still exit code 3. (The forgery is in
+    # place before the back end's first look at the task.)
+    forged = tasks / "fails" / "out" / "exit.json"
+    assert eventually(
+        lambda: b'"exit_code": 0' in forged.read_bytes() if forged.exists() else False, bool, 60
+    )
+    assert task_final(backend, "rewrite", 30).exit_code == 0
+    failed = task_final(backend, "fails", 30)
+    assert (failed.state, failed.exit_code) == (TaskState.EXITED, 3), failed
     ref = TaskRef("link")
     assert backend.read_log(ref, LogStream.STDOUT).data == b""
     assert backend.read_log(ref, LogStream.STDERR).data == b""

@@ -778,6 +778,9 @@ def test_stop_max_runtime_failures_and_on_demand_jobs_end_as_on_the_local_back_e
     assert wait_until(lambda: not _jobs_of(cluster, user), timeout=WAIT), _jobs_of(cluster, user)
 
 
+IDLE, RESERVED = ("IDLE", ()), ("IDLE", ("RESERVED",))
+
+
 def _node_flags(cluster: Cluster, node: str) -> tuple[str, tuple[str, ...], str]:
     [found] = cluster.client.nodes([node])
     return found.state, tuple(found.flags), found.reason or ""
@@ -789,8 +792,18 @@ def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_ca
     """Two on-demand jobs, each on its own node; both nodes' slurmd killed (as a crash). One is started
     again while Slurm only marks its node not responding: the job carries on and completes. The other
     stays dead: after SlurmdTimeout Slurm marks its node DOWN and ends the job NODE_FAIL (never
-    requeued), and the job fails saying so. Nothing is lost from the store; no Slurm job is left."""
-    server = slurm_server("manual", _on_demand_fleet(cluster, tmp_path / "fleet.toml"))
+    requeued), and the job fails saying so, as the platform's failure. A cluster node on a plan whose
+    pool is that one Slurm node, its slurmd killed with it: its Slurm job ends NODE_FAIL too (never
+    requeued: OnCreate does not run again beneath the store), and automatic node recovery replaces the
+    instance by a new one, Pending in the reservation until the node answers again, then Running there.
+    Nothing is lost from the store; no Slurm job is left."""
+    # The g5 pool on-demand only; the p5 pool one node (hp-n01), for plans: no node can replace it.
+    text = cluster.fleet.read_text()
+    p5_nodes, g5 = 'nodes = "hp-n[01-04]"\n', f'instance_type = "{G5}"\n'
+    assert text.count(p5_nodes) == 1 and text.count(g5) == 1
+    text = text.replace(p5_nodes, 'nodes = "hp-n01"\n').replace(g5, g5 + "reservable = 0\n")
+    (tmp_path / "fleet.toml").write_text(text)
+    server = slurm_server("manual", tmp_path / "fleet.toml")
     team = server.new_account("team")
     _, user = _user_of(server, "team")
     data = server.data_dir / "s3" / "bucket" / "input" / "data.csv"
@@ -802,6 +815,28 @@ def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_ca
     waiting = 'echo "ready on $SLURMD_NODENAME in $PWD"; until [ -e go ]; do sleep 0.2; done; echo "went on"'
     for name in ("survivor", "casualty"):
         client.create_training_job(**_on_demand_job(name, waiting, G5))
+    script = server.data_dir / "s3" / "bucket" / "lifecycle" / "on_create.sh"
+    script.parent.mkdir(parents=True)
+    script.write_text(ON_CREATE)
+    first_day = boundary_after(SERVER_START + timedelta(hours=1))
+    plan = _buy(server, team, "one", 1, 24, first_day, first_day + DAY)
+    server.set_clock(first_day)
+    group = {
+        "InstanceGroupName": "workers", "InstanceType": P5, "InstanceCount": 1, "ExecutionRole": ROLE,
+        "LifeCycleConfig": {"SourceS3Uri": "s3://bucket/lifecycle", "OnCreate": "on_create.sh"},
+        "TrainingPlanArn": plan["TrainingPlanArn"],
+    }  # fmt: skip
+    client.create_cluster(ClusterName="od-cluster", InstanceGroups=[group])
+
+    def cluster_nodes() -> dict[str, tuple[str, str]]:
+        """Instance id -> status, Slurm node; those shutting down left out."""
+        found = client.list_cluster_nodes(ClusterName="od-cluster")["ClusterNodeSummaries"]
+        return {
+            n["InstanceId"]: (n["InstanceStatus"]["Status"], n["PrivateDnsHostname"].split(".")[1])
+            for n in found
+            if n["InstanceStatus"]["Status"] != "ShuttingDown"
+        }
+
     shown = lambda name: _output(server, team, name)  # noqa: E731
     ready = {}
     for name in ("survivor", "casualty"):
@@ -810,19 +845,22 @@ def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_ca
     nodes = {name: node for name, (node, _) in ready.items()}
     home = Path(ready["survivor"][1])
     assert nodes["survivor"] != nodes["casualty"]
-    assert sorted((j["nodes"], j["state"]) for j in _jobs_of(cluster, user)) == sorted(
+    assert wait_until(lambda: [s for s, _ in cluster_nodes().values()] == ["Running"], timeout=WAIT)
+    [(instance, (_, nodes["cluster node"]))] = cluster_nodes().items()
+    jobs = {j["nodes"]: j for j in _jobs_of(cluster, user)}
+    assert sorted((node, job["state"]) for node, job in jobs.items()) == sorted(
         (node, "RUNNING") for node in nodes.values()
     )
-    killed = list(nodes.values())
+    node_job = int(jobs[nodes["cluster node"]]["id"])
+    killed = list(nodes.values())  # the survivor's first: it is the first to be seen not responding
     try:
         for node in killed:
             assert dev_cluster("kill-node", cluster.directory, node).returncode == 0
-        # Slurm first marks both nodes not responding; the jobs run on meanwhile, and so say the jobs.
-        assert wait_until(
-            lambda: all("NOT_RESPONDING" in _node_flags(cluster, n)[1] for n in killed), timeout=60
-        ), [_node_flags(cluster, n) for n in killed]
-        assert {j["state"] for j in _jobs_of(cluster, user)} == {"RUNNING"}
-        assert {describe(n)["SecondaryStatus"] for n in nodes} == {"Training"}
+        # Slurm first marks the node not responding; the job runs on meanwhile, and so says the job.
+        survivor_flags = lambda: _node_flags(cluster, nodes["survivor"])  # noqa: E731
+        assert wait_until(lambda: "NOT_RESPONDING" in survivor_flags()[1], timeout=60), survivor_flags()
+        assert [j["state"] for j in _jobs_of(cluster, user) if j["nodes"] == nodes["survivor"]] == ["RUNNING"]
+        assert describe("survivor")["SecondaryStatus"] == "Training"
         started = dev_cluster("start-node", cluster.directory, nodes["survivor"])
         assert started.returncode == 0, started.stderr
 
@@ -831,8 +869,23 @@ def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_ca
         assert "Not responding" in _node_flags(cluster, nodes["casualty"])[2]
         failed = wait_until(lambda: (d := describe("casualty"))["TrainingJobStatus"] == "Failed" and d, WAIT)
         assert failed, describe("casualty")
-        assert "NODE_FAIL" in failed["FailureReason"] and "algo-1" in failed["FailureReason"], failed
+        reason = failed["FailureReason"]
+        assert reason.startswith("InternalServerError: instance algo-1 was lost") and "NODE_FAIL" in reason
         assert [j for j in _jobs_of(cluster, user) if j["nodes"] == nodes["casualty"]] == []
+
+        # The cluster node's job ended NODE_FAIL, not requeued. No node can replace its Slurm node: the
+        # instance is replaced by a new one, Pending in the reservation, and the plan's history says so.
+        [node_failed] = [j for j in cluster.client.jobs() if j.id == node_job]
+        assert node_failed.state == "NODE_FAIL", node_failed
+        pending = lambda n: instance not in n and [s for s, _ in n.values()] == ["Pending"]  # noqa: E731
+        assert wait_until(lambda: pending(cluster_nodes()), timeout=WAIT), cluster_nodes()
+        [recovered] = _events(server, "team", "one", "cluster-node-recovered")
+        assert f"Cluster node {instance} (group workers) was on Slurm node hp-n01, DOWN" in recovered
+        assert "Pending until a node of it is healthy" in recovered
+        # Its slurmd back, the node answers again and the new instance runs on it.
+        assert dev_cluster("start-node", cluster.directory, nodes["cluster node"]).returncode == 0
+        again = lambda n: list(n.values()) == [("Running", "hp-n01")]  # noqa: E731
+        assert wait_until(lambda: again(cluster_nodes()), timeout=WAIT), cluster_nodes()
 
         # The survivor's slurmd is back: its node answers, the job still runs and ends as it would have.
         assert wait_until(lambda: "NOT_RESPONDING" not in _node_flags(cluster, nodes["survivor"])[1], WAIT)
@@ -842,12 +895,15 @@ def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_ca
         assert done, describe("survivor")
         assert "went on" in shown("survivor")
     finally:
+        with contextlib.suppress(Exception):  # its nodes' jobs end, wherever they run
+            client.delete_cluster(ClusterName="od-cluster")
         for node in killed:  # whatever happened, every slurmd runs again and its node comes back
             dev_cluster("start-node", cluster.directory, node)
         assert dev_cluster("status", cluster.directory).returncode == 0
         for node in killed:
-            # Back as the other tests expect it: idle and answering (nothing of the jobs left on it).
-            back = lambda: _node_flags(cluster, node)[:2] == ("IDLE", ())  # noqa: B023, E731
+            # Back as the other tests expect it: idle and answering (nothing of the jobs left on it;
+            # hp-n01 in the plan's reservation until the test's end).
+            back = lambda: _node_flags(cluster, node)[:2] in (IDLE, RESERVED)  # noqa: B023, E731
             assert wait_until(back, timeout=WAIT), _node_flags(cluster, node)
     # Nothing lost from the store, nothing of the account's left on the cluster (the casualty's
     # processes, orphaned on the silent node, ended when its slurmd registered again).
