@@ -18,6 +18,7 @@ from hyperplan.backends.base import (
     NodeUnavailable,
     TaskRef,
     TaskSpec,
+    TaskState,
     TaskStatus,
 )
 
@@ -47,6 +48,8 @@ def run_command(
     stderr, stderr_truncated = _head(backend, ref, LogStream.STDERR, output_limit)
     with contextlib.suppress(NodeUnavailable):
         backend.forget(ref)
+    if status.state is TaskState.LOST:  # it never ran, or no one knows how it ended: not an exit code
+        raise NodeUnavailable(f"the command on node {node_id} was lost: {status.message}")
     return ExecResult(
         exit_code=None if timed_out else status.exit_code,
         stdout=stdout,

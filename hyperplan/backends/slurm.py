@@ -129,6 +129,14 @@ SRUN_EXIT_WAIT = 5.0
 """How long a look waits for a node task's srun to exit once Slurm says its step has ended."""
 STEP_START_SECONDS = 60.0
 """A step's srun that has gone without its runner ever starting: Lost after this long."""
+STEP_TRY_SECONDS = 3
+"""How long one srun waits for Slurm to create its step (``--immediate``) before it gives up; the next
+look launches another, until ``STEP_START_SECONDS`` after the first. Without it srun waits on its own:
+right after slurmctld restarts, the nodes are UNKNOWN until their slurmd registers again and a step is
+refused as "Requested nodes are busy"; srun then waits for a word from slurmctld that never comes for
+that, and tries again only after SlurmctldTimeout (120 s by default), past an exec's caller's patience."""
+STEP_REFUSED = "Unable to create step"
+"""What srun says (in ``srun.log``) when Slurm did not create its step: none ran, so another try is safe."""
 NO_REQUEUE = "--no-requeue"
 """No job of this back end is run again by Slurm itself: by default a batch job whose node fails (a
 slurmd silent past SlurmdTimeout) is requeued and later restarted from its start, beneath the store
@@ -636,9 +644,12 @@ class SlurmBackend:
             "--output=/dev/null",
             "--error=/dev/null",
             "--input=none",
+            f"--immediate={STEP_TRY_SECONDS}",
             *step_argv(self.python, directory),
         ]
+        earlier = _read(directory / "launch.json") or {}
         with open(directory / "srun.log", "ab") as srun_log:
+            log_from = srun_log.tell()  # where this srun's words start (an earlier try's are above)
             process = subprocess.Popen(
                 command,
                 env=self._tool_env(),
@@ -649,7 +660,11 @@ class SlurmBackend:
                 close_fds=True,
             )
         self._launches[directory.name] = process
-        _write(directory / "launch.json", {"pid": process.pid, "job_id": job_id, "at": time.time()})
+        now = time.time()
+        launch = {"pid": process.pid, "job_id": job_id, "at": now, "first_at": earlier.get("first_at", now)}
+        _write(
+            directory / "launch.json", {**launch, "log_from": log_from, "tries": earlier.get("tries", 0) + 1}
+        )
         # Reaped here while the server lives; srun's exit status is the step's (below, _srun_exit).
         threading.Thread(target=_reap, args=(process, directory / "srun.json"), daemon=True).start()
 
@@ -688,6 +703,10 @@ class SlurmBackend:
             # step may still be coming (its srun trying).
             if step is not None or (not started and self._srun_alive(directory, launch)):
                 return TaskStatus(TaskState.RUNNING if started and step else TaskState.PENDING)
+            if not started and terminate is None:
+                retried = self._retry_refused_step(directory, record, launch)
+                if retried is not None:
+                    return retried
             node_dir = self.nodes / record["node_id"]
             if terminate is None and (node_dir / "terminate.json").exists():
                 terminate = _read(node_dir / "terminate.json")  # ended with its node
@@ -755,6 +774,25 @@ class SlurmBackend:
             return self._end_task(directory, TaskState.EXITED, exit_code=truth.exit_code, message=message)
         return self._end_task(directory, TaskState.KILLED, signal=truth.signal, message=message)
 
+    def _retry_refused_step(
+        self, directory: Path, record: Mapping[str, Any], launch: Mapping[str, Any]
+    ) -> TaskStatus | None:
+        """A node task whose srun has ended saying that Slurm did not create its step (see
+        ``STEP_TRY_SECONDS``): launched again while its node's job runs, for up to ``STEP_START_SECONDS``
+        after the first try; then Lost with srun's words. None when srun did not say so."""
+        said = _srun_words(directory, launch)
+        if STEP_REFUSED not in said or self._srun_exit(directory) is None:
+            return None
+        node_dir = self.nodes / record["node_id"]
+        if not self._job_runs(node_dir):
+            return None  # the node's job has ended: the task ends with it
+        if time.time() - float(launch.get("first_at", launch.get("at", 0))) >= STEP_START_SECONDS:
+            why = f"Slurm did not start its step within {STEP_START_SECONDS:g} s: {said.strip()}"
+            return self._end_task(directory, TaskState.LOST, message=why)
+        log.info("step of task %s refused (%s): launched again", directory.name, said.strip())
+        self._launch_step(directory, node_dir)
+        return TaskStatus(TaskState.PENDING)
+
     def _job_runs(self, node_dir: Path) -> bool:
         job_id = self._job_id(node_dir)
         job = self._job(job_id) if job_id is not None else None
@@ -771,7 +809,10 @@ class SlurmBackend:
                 process.wait(timeout=SRUN_EXIT_WAIT)  # the step has ended: srun follows at once
             code = process.returncode
         else:
-            code = (_read(directory / "srun.json") or {}).get("returncode")
+            reaped = _read(directory / "srun.json") or {}
+            launched = (_read(directory / "launch.json") or {}).get("pid")
+            # (an earlier try's srun, relaunched after a refusal, has a record of its own pid)
+            code = reaped.get("returncode") if reaped.get("pid", launched) == launched else None
         if not isinstance(code, int) or not 0 <= code <= 255:
             return None  # not known, or runuser itself was killed (no step status then)
         return code
@@ -1312,7 +1353,17 @@ def _reap(process: subprocess.Popen[bytes], record: Path) -> None:
     """Wait for a step's srun and write down its exit status (in the task's directory, the server's)."""
     code = process.wait()
     with contextlib.suppress(OSError):
-        _write(record, {"returncode": code, "at": time.time()})
+        _write(record, {"returncode": code, "pid": process.pid, "at": time.time()})
+
+
+def _srun_words(directory: Path, launch: Mapping[str, Any]) -> str:
+    """What the latest srun of a node task has said so far (its part of ``srun.log``, the server's file)."""
+    try:
+        with open(directory / "srun.log", "rb") as srun_log:
+            srun_log.seek(int(launch.get("log_from", 0)))
+            return srun_log.read(RECORD_LIMIT).decode(errors="replace")
+    except (OSError, ValueError):
+        return ""
 
 
 def _batch_exit(job: Job | None, record: Mapping[str, Any]) -> int | None:

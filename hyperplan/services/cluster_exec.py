@@ -6,7 +6,7 @@ import os
 from collections.abc import Mapping
 from datetime import timedelta
 
-from hyperplan.backends.base import EXEC_OUTPUT_LIMIT, ExecResult
+from hyperplan.backends.base import EXEC_OUTPUT_LIMIT, ExecResult, NodeUnavailable
 from hyperplan.core.status import NodeStatus
 from hyperplan.errors import Conflict, ResourceNotFound, ValidationError
 from hyperplan.services.accounts import Caller
@@ -50,4 +50,7 @@ def exec_on_node(
         if node.status != NodeStatus.RUNNING:
             raise Conflict(f"Node {node.instance_id} is {node.status}; commands run on Running nodes only.")
         backend_id = node.backend_id
-    return runtime.backend.exec(backend_id, argv, timeout, output_limit=exec_output_limit())
+    try:
+        return runtime.backend.exec(backend_id, argv, timeout, output_limit=exec_output_limit())
+    except NodeUnavailable as refused:  # it stopped running meanwhile, or the command was lost
+        raise Conflict(f"Node {node_ref}: {refused}") from None

@@ -539,13 +539,15 @@ def test_hyperplan_and_slurmctld_restarted_mid_segment_lose_nothing_and_leave_no
                        credentials=team).stdout.strip()  # fmt: skip
     assert shown in jobs
 
-    # slurmctld restarts on its saved state: the jobs carry on, hyperplan sees them as before.
+    # slurmctld restarts on its saved state: the jobs carry on, hyperplan sees them as before, and a
+    # command runs on a node at once (Slurm refuses steps until the node's slurmd registers again).
     restarted = dev_cluster("restart-controller", cluster.directory)
     assert restarted.returncode == 0, restarted.stderr
+    shown = server.cli("clusters", "exec", "steady", node_id, "--", "sh", "-c", "echo $SLURM_JOB_ID",
+                       credentials=team).stdout.strip()  # fmt: skip
+    assert shown in jobs
     assert wait_until(lambda: {j["id"] for j in _jobs_of(cluster, team_user)} == set(jobs), timeout=WAIT)
     assert wait_until(lambda: nodes() == before, timeout=WAIT), nodes()
-    # (Not shown: `clusters exec` right after the controller restarted hung past the CLI's timeout in
-    # one run; see docs/SLURM.md, "Not done yet".)
 
     # The segment ends: nothing of the account's is left on the cluster, nor any job with the prefix.
     server.set_clock(first_day + DAY)
