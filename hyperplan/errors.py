@@ -37,7 +37,8 @@ responses; anything else that escapes a handler is a bug and becomes a logged 50
     │   │   (InvalidRequest), MalformedXML, InvalidPart, InvalidPartOrder       400
     │   ├── S3NotImplemented       NotImplemented                 501
     │   └── S3MethodNotAllowed     MethodNotAllowed               405
-    ├── ServiceUnavailable         ServiceUnavailable             503  the server is stopping; try again
+    ├── ServiceUnavailable         ServiceUnavailable             503  the server is stopping, or the cluster
+    │                                                                  does not answer now; try again
     ├── MasterKeyUnavailable       MasterKeyUnavailable           500  the key file that opens the store's
     │                                                                  secrets is missing, unreadable or wrong
     └── InternalFailure            InternalFailure                500  a bug; never raised on purpose

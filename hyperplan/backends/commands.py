@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from hyperplan.backends.base import (
     Backend,
+    BackendError,
     ExecResult,
     LogStream,
     NodeState,
@@ -39,7 +40,14 @@ def run_command(
     # A command is a task of its own, with an id no caller can choose; after a crash, adopt kills it.
     ref = TaskRef(f"exec-{uuid.uuid4().hex}")
     backend.run(TaskSpec(ref.task_id, tuple(argv), node_id, dict(env or {})))
-    status = wait_final(backend, ref.task_id, timeout.total_seconds())
+    try:
+        status = wait_final(backend, ref.task_id, timeout.total_seconds())
+    except BackendError:
+        # The back end stopped answering (Slurm's controller, say): the command must not run on
+        # unseen, so it is killed if that can be done now (else a restart's adopt ends it).
+        with contextlib.suppress(BackendError):
+            backend.terminate(ref, timedelta(0))
+        raise
     timed_out = not status.state.is_final()
     if timed_out:
         backend.terminate(ref, timedelta(0))  # SIGKILL due at once

@@ -6,9 +6,9 @@ import os
 from collections.abc import Mapping
 from datetime import timedelta
 
-from hyperplan.backends.base import EXEC_OUTPUT_LIMIT, ExecResult, NodeUnavailable
+from hyperplan.backends.base import EXEC_OUTPUT_LIMIT, BackendError, ExecResult, NodeUnavailable
 from hyperplan.core.status import NodeStatus
-from hyperplan.errors import Conflict, ResourceNotFound, ValidationError
+from hyperplan.errors import Conflict, ResourceNotFound, ServiceUnavailable, ValidationError
 from hyperplan.services.accounts import Caller
 from hyperplan.services.cluster_records import get, nodes_of
 from hyperplan.services.context import ServiceContext
@@ -54,3 +54,7 @@ def exec_on_node(
         return runtime.backend.exec(backend_id, argv, timeout, output_limit=exec_output_limit())
     except NodeUnavailable as refused:  # it stopped running meanwhile, or the command was lost
         raise Conflict(f"Node {node_ref}: {refused}") from None
+    except BackendError as failed:  # the cluster did not answer in time (say, slurmctld restarting)
+        raise ServiceUnavailable(
+            f"Node {node_ref}: the command could not be run now ({failed}); try again."
+        ) from None
