@@ -7,7 +7,9 @@
   script's error output otherwise.
 - A **task on a node** is a job step: ``srun --jobid=J --overlap -N1 -n1`` running the step runner,
   launched by a detached ``srun`` (it outlives the server, as a local node agent does). A task queued
-  on a Pending node is launched by the first look (a status call) that finds the node Running.
+  on a Pending node is launched by the first look (a status call) that finds the node Running; a step
+  Slurm refuses (a node not registered yet after slurmctld restarted) is launched again by the next
+  look, for a while (``STEP_TRY_SECONDS``).
 - A **sandboxed task** (a training job's instance) is a whole-node batch job of its own; the tasks of a
   placement *group* (a multi-instance job) are one batch job of ``group_size`` whole nodes whose batch
   script starts one runner per node (``srun -N N --ntasks-per-node=1``).
