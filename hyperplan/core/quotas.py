@@ -33,21 +33,25 @@ def busiest_window(intervals: Sequence[Interval], window: timedelta, around: Ite
     ``around`` (the intervals being added: a span that meets none of them did not change).
 
     The held hours are piecewise linear in the span's start, so the most is at a breakpoint: where the
-    span's start or end meets an interval's start or end.
+    span's start or end meets an interval's start or end, or where the span stops meeting an added
+    interval. Spans between two added intervals that meet neither are not counted: when a purchase's
+    segments lie far apart, what is held between them did not change.
     """
     added = list(around)
     if not added:
         return 0.0
-    low = min(s for s, _, _ in added) - window
-    high = max(e for _, e, _ in added)
+    # A span starting in [s - window, e] meets the added interval (s, e).
+    reaches = [(s - window, e) for s, e, _ in added]
+    low = min(first for first, _ in reaches)
+    high = max(last for _, last in reaches)
     relevant = [i for i in intervals if i[1] > low and i[0] < high + window]
-    candidates = {low, high}
+    candidates = {edge for reach in reaches for edge in reach}
     for s, e, _ in relevant:
         for edge in (s, e):
             candidates.update((edge, edge - window))
     best = 0.0
     for start in candidates:
-        if low <= start <= high:
+        if any(first <= start <= last for first, last in reaches):
             best = max(best, sum(instance_hours(i, start, start + window) for i in relevant))
     return best
 

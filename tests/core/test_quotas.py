@@ -39,6 +39,15 @@ def test_the_busiest_window_finds_two_plans_a_month_apart_only_when_they_fit_in_
     assert busiest_window([first], WINDOW, []) == 0
 
 
+def test_a_span_between_two_far_apart_added_intervals_that_meets_neither_is_not_counted() -> None:
+    # Found by the property below: 20 days held between two added half-days 41 days apart. Every span
+    # that meets an added half-day holds at most 19.5 of those days; a span meeting neither holds 20.
+    held: Interval = (T0 + 11 * DAY, T0 + 31 * DAY, 1)
+    early: Interval = (T0, T0 + DAY / 2, 1)
+    late: Interval = (T0 + 41.5 * DAY, T0 + 42 * DAY, 1)
+    assert busiest_window([held, early, late], WINDOW, [early, late]) == 468
+
+
 intervals = st.lists(
     st.tuples(st.integers(0, 120), st.integers(1, 40), st.integers(1, 8)).map(
         lambda t: (T0 + t[0] * DAY / 2, T0 + (t[0] + t[1]) * DAY / 2, t[2])
