@@ -6,6 +6,8 @@ Two measures, each against the same measure of `python -c "import typer, rich"`:
   that also time the baseline, and the median ratio is kept. Client commands talk to a real, idle
   server on loopback (a fresh data directory, the manual clock), so what is timed is the command's
   start, its signed requests and its output, with next to no server work (the lists are empty).
+- the server's start: CPU time of `hyperplan serve` on the demo fleet until /healthz answers, for a
+  first start and a restart (a figure without a target).
 - imports, by `python -X importtime` (the sum of the top-level modules' cumulative times): what a
   command loads before it starts to run (`hyperplan.cli.main`, the same for every command), and, as a
   figure without a target, everything it loads from start to exit: its view, http.client, the INI
@@ -27,7 +29,7 @@ from pathlib import Path
 
 from bench.report import Figure, Report, at_most, heading, line
 from bench.scale import Scale
-from bench.server import running_server
+from bench.server import cpu_seconds, running_server
 
 TARGET_RATIO = 3.0
 BIN = Path(sys.executable).parent
@@ -57,6 +59,7 @@ def run(report: Report, *, scale: Scale) -> None:
         line(f"python -c 'import typer, rich': {baseline * 1000:.0f} ms (median of {len(baselines)})")
         report.add(Figure("CLI baseline: import typer, rich", f"{baseline * 1000:.0f} ms"))
         _imports(report, runs, env)
+    _server_start(report, scale.pick(5, 3, 1))
 
 
 def _imports(report: Report, runs: int, env: dict[str, str]) -> None:
@@ -73,6 +76,26 @@ def _imports(report: Report, runs: int, env: dict[str, str]) -> None:
         ratio = seconds / base
         line(f"{label}: imports from start to exit {seconds * 1000:.0f} ms, {ratio:.1f}x the baseline's")
         report.add(Figure(f"CLI imports to exit, {label}", f"{ratio:.2f} x ({seconds * 1000:.0f} ms)"))
+
+
+def _server_start(report: Report, runs: int) -> None:
+    """CPU time of `hyperplan serve` until /healthz answers, as `make run` starts it (the demo fleet):
+    a first start, which makes the store and stores the demo's background load, and a restart of the
+    same data directory. CPU, not wall time: it is what a start costs, whatever else the machine runs
+    (the test suite starts hundreds of servers)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AWS_", "HYPERPLAN_"))}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # compiled bytecode, as an installed package has
+    first: list[float] = []
+    again: list[float] = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory(prefix="hyperplan-bench-start-") as scratch:
+            for seconds in (first, again):
+                with running_server(Path(scratch) / "data", fleet=None, env=env) as server:
+                    seconds.append(cpu_seconds(server.pid))
+    for label, seconds in (("first start", first), ("restart", again)):
+        median = statistics.median(seconds)
+        line(f"hyperplan serve, {label}: {median:.2f} s of CPU until /healthz answers (median of {runs})")
+        report.add(Figure(f"server start CPU, {label} (demo fleet)", f"{median:.2f} s"))
 
 
 def _import_seconds(code: list[str], env: dict[str, str]) -> float:

@@ -17,7 +17,7 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -172,12 +172,14 @@ def running_server(
     data_dir: Path,
     timeout: float = 120,
     *,
-    fleet: Path = FLEET,
+    fleet: Path | None = FLEET,
     clock: str = "manual",
     extra: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[ServerProcess]:
     """``python -m hyperplan serve`` on the data directory, stopped with SIGTERM when the block ends;
-    `extra`: more of serve's options (--workers 2, --database-url ...)."""
+    `fleet` None: the embedded demo fleet; `extra`: more of serve's options (--workers 2,
+    --database-url ...); `env`: the server's environment (default: this process's)."""
     port = free_port()
     args = [
         sys.executable,
@@ -190,8 +192,7 @@ def running_server(
         str(port),
         "--data-dir",
         str(data_dir),
-        "--fleet",
-        str(fleet),
+        *(["--fleet", str(fleet)] if fleet is not None else []),
         "--clock",
         clock,
         "--log-level",
@@ -205,7 +206,9 @@ def running_server(
     ]
     data_dir.mkdir(parents=True, exist_ok=True)
     with (data_dir / "server.log").open("ab") as log:
-        process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
     server = ServerProcess(data_dir, port, process)
     try:
         _wait_ready(server, timeout)

@@ -14,7 +14,6 @@ from hyperplan.core.buckets import bucket_name_problem
 from hyperplan.core.fleet import Bucket, DirectoryBucket, S3Bucket
 from hyperplan.objects.base import BucketStore
 from hyperplan.objects.directory import DirectoryStore, local_path, resolves_inside
-from hyperplan.objects.s3 import S3Store
 from hyperplan.objects.uris import (
     SCHEME,
     TEMP_PREFIX,
@@ -109,6 +108,10 @@ class Storage:
             return self._backends[bucket]
         where = self._mapped.get(bucket)
         if isinstance(where, S3Bucket):
+            # boto3 only where a bucket lives on an S3 endpoint: importing it is a tenth of the server's
+            # start-up, and most fleets map no such bucket.
+            from hyperplan.objects.s3 import S3Store
+
             return S3Store(bucket, where)
         if isinstance(where, DirectoryBucket):
             return DirectoryStore(bucket, Path(where.path), create_on_write=False)

@@ -241,14 +241,27 @@ def refresh(session: Session, plan: TrainingPlan, now: datetime, kind: str = "st
     _follow_time(session, plan, now, kind)
 
 
-def mark_paid(session: Session, plan: TrainingPlan, now: datetime, message: str) -> None:
-    """Payment settled: the plan leaves Pending for whatever its segments say now."""
+def mark_paid(
+    session: Session,
+    plan: TrainingPlan,
+    now: datetime,
+    message: str,
+    segments: Sequence[ReservedCapacity] | None = None,
+) -> None:
+    """Payment settled: the plan leaves Pending for whatever its segments say now; `segments`: all of
+    the plan's, in order, when the caller has them (saves reading them back), else read from the store."""
     record(session, plan, "paid", message, now)
-    _follow_time(session, plan, now, "scheduled")
+    _follow_time(session, plan, now, "scheduled", segments)
 
 
-def _follow_time(session: Session, plan: TrainingPlan, now: datetime, kind: str) -> None:
-    rcs = segments_of(session, plan.id)
+def _follow_time(
+    session: Session,
+    plan: TrainingPlan,
+    now: datetime,
+    kind: str,
+    segments: Sequence[ReservedCapacity] | None = None,
+) -> None:
+    rcs = list(segments) if segments is not None else segments_of(session, plan.id)
     windows = [Window(rc.start, rc.end) for rc in rcs]
     new = status_at(windows, now)
     message = status_message(windows, new, now)

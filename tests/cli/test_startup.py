@@ -74,3 +74,18 @@ def test_a_client_command_needs_neither_botocore_nor_httpx(args: list[str]) -> N
     assert not modules & {"botocore", "httpx"}
     # The server's own start-up needs (logging, secrets, signals) are imported by `serve` alone.
     assert not modules & {"logging", "secrets", "rich._emoji_codes"}
+
+
+def test_the_server_imports_no_s3_client_unless_a_bucket_lives_on_an_s3_endpoint() -> None:
+    # What `serve` imports to answer its first request. boto3 (with s3transfer) is a tenth of a server's
+    # start-up and serves only buckets a fleet file maps to an S3 endpoint (hyperplan.objects.storage).
+    probe = (
+        "import sys, hyperplan.cli.main, hyperplan.app, hyperplan.server.app, hyperplan.server.serving\n"
+        "print(' '.join(sys.modules))"
+    )
+    process = subprocess.run(
+        [sys.executable, "-c", probe], env=client_env(), capture_output=True, text=True, timeout=60
+    )
+    modules = top_level(set(process.stdout.split()))
+    assert "hyperplan.server.app" in modules  # the probe imported the server
+    assert not modules & {"boto3", "s3transfer"}

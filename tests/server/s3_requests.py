@@ -19,7 +19,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as BotoCredentials
 
 from hyperplan.signing import Credentials
-from tests.harness import ADMIN, REGION
+from tests.harness import ADMIN, RAW_HTTP, REGION
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
@@ -53,7 +53,7 @@ def signed(
     signer = _Signer(BotoCredentials(credentials.access_key, credentials.secret_key), "s3", REGION)
     signer.add_auth(request)
     prepared = request.prepare()
-    answer = httpx.request(method, prepared.url, content=body, headers=dict(prepared.headers), timeout=60)
+    answer = RAW_HTTP.request(method, prepared.url, content=body, headers=dict(prepared.headers))
     return answer, signer, request
 
 
@@ -127,7 +127,7 @@ def streaming_put(
     body += b"\r\n"
     prepared = request.prepare()
     sent = {name: value for name, value in prepared.headers.items() if name.lower() != "content-length"}
-    return httpx.put(prepared.url, content=bytes(body), headers=sent, timeout=60)
+    return RAW_HTTP.put(prepared.url, content=bytes(body), headers=sent)
 
 
 def _key(secret: str, date: str) -> bytes:

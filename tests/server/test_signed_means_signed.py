@@ -17,7 +17,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials as BotocoreCredentials
 
 from hyperplan.signing import Credentials
-from tests.harness import ADMIN, REGION, Server, SignerLeavingOut
+from tests.harness import ADMIN, RAW_HTTP, REGION, Server, SignerLeavingOut
 
 JSON_11 = "application/x-amz-json-1.1"
 ROLE = "arn:aws:iam::123456789012:role/hyperpod"
@@ -62,7 +62,7 @@ def _presigned_url(server: Server, method: str, path: str, *, unsigned_payload: 
 
 
 def _post(server: Server, headers: dict[str, str], body: bytes, path: str = "/") -> httpx.Response:
-    return httpx.post(f"{server.url}{path}", headers=headers, content=body, timeout=60)
+    return RAW_HTTP.post(f"{server.url}{path}", headers=headers, content=body)
 
 
 def _refused(response: httpx.Response, *words: str) -> str:
