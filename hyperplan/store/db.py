@@ -157,6 +157,24 @@ class Database:
                         continue
                     wanted.add(counter)
 
+    def wrote(
+        self, session: Session, model: type, *, inserted: bool = True, columns: Iterable[str] = ()
+    ) -> None:
+        """A transaction that wrote rows of `model` with Core statements, past the session's unit of work,
+        says so here: the change counters (count_changes) and the wakes (on_insert) follow the rules
+        a flush of such rows would. `inserted` False: rows were updated, in these `columns`."""
+        wanted: set[str] = session.info.setdefault(_WANTED, set())
+        changed = frozenset(columns)
+        for counter, ignoring, inserts_only in self._counted.get(model, ()):
+            if inserted or not (inserts_only or changed <= ignoring):
+                wanted.add(counter)
+        if inserted:
+            notified = session.info.setdefault(_NOTIFIED, set())
+            for callback in self._on_insert.get(model, ()):
+                if id(callback) not in notified:
+                    notified.add(id(callback))
+                    after_commit(session, callback)
+
     def _bump_counted(self, session: Session) -> None:
         """Just before the commit: one statement moves every counter this transaction's changes moved
         (held from here to the commit: briefly, on PostgreSQL, where it is a row lock)."""
