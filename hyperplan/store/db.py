@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -126,6 +128,8 @@ class Database:
         self.engine = _make_engine(url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._writer_queue = threading.RLock()  # SQLite: see _writers_turn
+        self._turn_depth = 0  # nested write()s of the thread holding _writer_queue
+        self._turn_file: tuple[int, int] | None = None  # (pid, descriptor) of the writers' lock file
         self._on_insert: dict[type, list[Callable[[], None]]] = {}
         # model -> (counter, columns whose change alone does not count)
         self._counted: dict[type, list[tuple[str, frozenset[str], bool]]] = {}
@@ -290,21 +294,43 @@ class Database:
 
     @contextmanager
     def _writers_turn(self) -> Iterator[None]:
-        """SQLite: this process's writers queue on a lock of its own before BEGIN IMMEDIATE. SQLite's
-        own wait for its write lock is a sleep-and-retry whose sleeps grow to 100 ms: eight threads
-        buying at once spent most of their time asleep with the lock free (purchase p99 of seconds).
-        The queue changes nothing of what is guaranteed: BEGIN IMMEDIATE still takes SQLite's lock, the
-        one other processes on the file respect. Past `_TURN_WAIT` a writer goes on to SQLite's own
-        wait, as before this queue. PostgreSQL's writers wait in the server, which wakes them."""
+        """SQLite: writers queue before BEGIN IMMEDIATE, first on a lock of this process, then on a
+        lock file next to the database that every process on it takes (`flock`, a blocking wait in the
+        kernel). SQLite's own wait for its write lock is a sleep-and-retry whose sleeps grow to 100 ms:
+        eight threads buying at once spent most of their time asleep with the lock free (purchase p99
+        of seconds), and so did the processes of `serve --workers 2` beside one another. The queue
+        changes nothing of what is guaranteed: BEGIN IMMEDIATE still takes SQLite's lock, which a
+        process that does not queue (an older version, the sqlite3 shell) respects too. Past
+        `_TURN_WAIT` in this process's queue a writer goes on to SQLite's own wait, as before the queue.
+        PostgreSQL's writers wait in the server, which wakes them."""
         if not self.is_sqlite:
             yield
             return
         queued = self._writer_queue.acquire(timeout=_TURN_WAIT)
         try:
-            yield
+            # Only the thread at the head of this process's queue touches the file lock: a lock taken
+            # with flock belongs to the open file, which this process's threads share.
+            locked = queued and self._turn_depth == 0 and self._lock_file_turn(fcntl.LOCK_EX)
+            self._turn_depth += queued
+            try:
+                yield
+            finally:
+                self._turn_depth -= queued
+                if locked:
+                    self._lock_file_turn(fcntl.LOCK_UN)
         finally:
             if queued:
                 self._writer_queue.release()
+
+    def _lock_file_turn(self, operation: int) -> bool:
+        """flock the writers' lock file (opened once per process; none for a database in memory)."""
+        if self._turn_file is None or self._turn_file[0] != os.getpid():
+            path = _writers_lock_path(self.url)
+            if path is None:
+                return False
+            self._turn_file = (os.getpid(), os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        fcntl.flock(self._turn_file[1], operation)
+        return True
 
     def compact(self) -> None:
         """Rewrite the database file and empty its write-ahead log, so that no free page or old log frame
@@ -317,6 +343,9 @@ class Database:
 
     def close(self) -> None:
         self.engine.dispose()
+        if self._turn_file is not None and self._turn_file[0] == os.getpid():
+            os.close(self._turn_file[1])
+        self._turn_file = None
 
 
 BUMP = text("UPDATE change_counters SET value = value + 1 WHERE name = :n RETURNING value")
@@ -324,6 +353,17 @@ BUMP_MANY = text(
     "UPDATE change_counters SET value = value + 1 WHERE name IN :names RETURNING name, value"
 ).bindparams(bindparam("names", expanding=True))
 _READ_COUNTERS_SQL = "SELECT name, value FROM change_counters"
+
+
+WRITERS_LOCK_SUFFIX = ".writers-lock"
+
+
+def _writers_lock_path(url: str) -> str | None:
+    """The writers' lock file of a SQLite database on disk: its path with WRITERS_LOCK_SUFFIX."""
+    path = url.removeprefix("sqlite:///").partition("?")[0]
+    if not path or path == ":memory:" or path.startswith("file:") or url == path:
+        return None
+    return path + WRITERS_LOCK_SUFFIX
 
 
 def _changed_beyond(instance: Any, ignoring: frozenset[str]) -> bool:
