@@ -29,8 +29,11 @@ from functools import cache
 from typing import Any, cast
 
 from sqlalchemy import (
+    BindParameter,
+    CompoundSelect,
     Connection,
     Select,
+    String,
     Table,
     and_,
     bindparam,
@@ -44,6 +47,7 @@ from sqlalchemy import (
     union_all,
     update,
 )
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.orm import Session
 
 from hyperplan.clock import utcnow
@@ -127,10 +131,12 @@ class AccountFacts:
 
 
 def _facts_query() -> Select[Any]:
-    account, name, offering = bindparam("account"), bindparam("name"), bindparam("offering")
+    account: BindParameter[str] = bindparam("account")
+    name: BindParameter[str] = bindparam("name")
+    offering: BindParameter[str] = bindparam("offering")
     plans = TrainingPlan
     hooks = (
-        select(func.aggregate_strings(func.cast(Webhook.id, Webhook.account_id.type), ","))
+        select(func.aggregate_strings(sql_cast(Webhook.id, String), ","))
         .where(Webhook.account_id == account, Webhook.deleted_at.is_(None))
         .scalar_subquery()
     )
@@ -155,16 +161,25 @@ _FACTS = _facts_query()
 
 
 def read_facts(connection: Connection, account_id: str, name: str, offering_id: str) -> AccountFacts:
-    row = connection.execute(_FACTS, {"account": account_id, "name": name, "offering": offering_id}).one()
-    *columns, drain, name_taken, offering_taken, active, hooks = row
-    webhook_ids = sorted(int(part) for part in hooks.split(",")) if hooks else []
+    row = connection.execute(
+        _FACTS, {"account": account_id, "name": name, "offering": offering_id}
+    ).one_or_none()
+    if row is None:
+        raise ResourceNotFound(f"No account {account_id!r}.")
     return AccountFacts(
-        *columns,
-        drain=drain,
-        name_taken=bool(name_taken),
-        offering_taken=bool(offering_taken),
-        active_plans=active or 0,
-        webhook_ids=webhook_ids,
+        id=row[0],
+        name=row[1],
+        payment_mode=row[2],
+        budget=row[3],
+        max_active_plans=row[4],
+        max_reserved_instances_per_type=row[5],
+        max_reserved_instance_hours_per_30_days=row[6],
+        max_on_demand_instances_per_type=row[7],
+        drain=row[8],
+        name_taken=bool(row[9]),
+        offering_taken=bool(row[10]),
+        active_plans=row[11] or 0,
+        webhook_ids=sorted(int(part) for part in row[12].split(",")) if row[12] else [],
     )
 
 
@@ -195,7 +210,7 @@ class Holdings:
 
 
 @cache
-def _holdings_query(pool_count: int, every_type: bool) -> Select[Any]:
+def _holdings_query(pool_count: int, every_type: bool) -> CompoundSelect[Any]:
     """Held capacity (segments, then unpaid extensions) in `pool_count` pools between :low and :high,
     then the account's own (of :types, or of every type) between :alow and :ahigh; tagged 0 and 1."""
     rc, ext = ReservedCapacity, PlanExtension
@@ -212,7 +227,9 @@ def _holdings_query(pool_count: int, every_type: bool) -> Select[Any]:
     def of_types(table: Any) -> Any:
         return true() if every_type else table.instance_type.in_(bindparam("types", expanding=True))
 
-    low, high, alow, ahigh = (bindparam(n) for n in ("low", "high", "alow", "ahigh"))
+    low, high, alow, ahigh = (
+        bindparam(n, type_=ReservedCapacity.start.type) for n in ("low", "high", "alow", "ahigh")
+    )
     columns = (rc.instance_type, rc.availability_zone, rc.start, rc_end, rc.count)
     ext_columns = (ext.instance_type, ext.availability_zone, ext.start, ext.end, ext.count)
     return union_all(
@@ -240,7 +257,7 @@ def _holdings_query(pool_count: int, every_type: bool) -> Select[Any]:
             ext.start < ahigh,
             ext.end > alow,
         ),
-    )  # type: ignore[return-value]
+    )
 
 
 def read_holdings(
@@ -259,7 +276,7 @@ def read_holdings(
         params["types"] = sorted({t for t, _ in pools})
     found = Holdings([], [])
     for tag, *row in connection.execute(_holdings_query(len(pools), every_type), params):
-        (found.account if tag else found.pools).append(tuple(row))  # type: ignore[arg-type]
+        (found.account if tag else found.pools).append(tuple(row))
     return found
 
 

@@ -120,7 +120,7 @@ def _check_plans(session: Session, runtime: ServiceContext, account: Account) ->
     check_plans_held(runtime, account, held or 0)
 
 
-def active_plans(account_id: Any) -> Select[tuple[int]]:
+def active_plans(account_id: Any) -> Select[int]:
     """How many plans the account holds that count against its quota (`account_id`: a value, or a
     column to correlate with)."""
     return select(func.count(TrainingPlan.id)).where(
