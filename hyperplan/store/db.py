@@ -310,27 +310,29 @@ class Database:
         try:
             # Only the thread at the head of this process's queue touches the file lock: a lock taken
             # with flock belongs to the open file, which this process's threads share.
-            locked = queued and self._turn_depth == 0 and self._lock_file_turn(fcntl.LOCK_EX)
+            locked = self._lock_turn_file() if queued and self._turn_depth == 0 else None
             self._turn_depth += queued
             try:
                 yield
             finally:
                 self._turn_depth -= queued
-                if locked:
-                    self._lock_file_turn(fcntl.LOCK_UN)
+                if locked is not None:
+                    fcntl.flock(locked, fcntl.LOCK_UN)
         finally:
             if queued:
                 self._writer_queue.release()
 
-    def _lock_file_turn(self, operation: int) -> bool:
-        """flock the writers' lock file (opened once per process; none for a database in memory)."""
+    def _lock_turn_file(self) -> int | None:
+        """flock the writers' lock file (opened once per process), returning its descriptor; None for a
+        database without a file of its own (in memory)."""
         if self._turn_file is None or self._turn_file[0] != os.getpid():
             path = _writers_lock_path(self.url)
             if path is None:
-                return False
+                return None
             self._turn_file = (os.getpid(), os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
-        fcntl.flock(self._turn_file[1], operation)
-        return True
+        descriptor = self._turn_file[1]
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        return descriptor
 
     def compact(self) -> None:
         """Rewrite the database file and empty its write-ahead log, so that no free page or old log frame
@@ -343,9 +345,15 @@ class Database:
 
     def close(self) -> None:
         self.engine.dispose()
-        if self._turn_file is not None and self._turn_file[0] == os.getpid():
-            os.close(self._turn_file[1])
-        self._turn_file = None
+        # After the writers in flight (they unlock the file through its descriptor); past the wait, the
+        # descriptor is left to the process's end rather than closed under a writer.
+        if self._turn_file is not None and self._writer_queue.acquire(timeout=_TURN_WAIT):
+            try:
+                if self._turn_file[0] == os.getpid():
+                    os.close(self._turn_file[1])
+                self._turn_file = None
+            finally:
+                self._writer_queue.release()
 
 
 BUMP = text("UPDATE change_counters SET value = value + 1 WHERE name = :n RETURNING value")
