@@ -111,6 +111,9 @@ _SET_BUDGET = (
 )
 
 
+_PAID_HOW = {"auto": "paid automatically", "budget": "paid from the budget"}  # payments._pay's notes
+
+
 @dataclass(frozen=True)
 class AccountFacts:
     """What one query tells a purchase about its account (quotas.QuotaHolder, and more)."""
@@ -365,14 +368,10 @@ class _Purchase:
         runtime, now, facts, claim, segments = self.runtime, self.now, self.facts, self.claim, self.segments
         db = runtime.db
         fee, currency = price_of(segments, claim.count), segments[0][0].currency
-        mode = facts.payment_mode
-        # As payments.issue settles: auto pays, a budget pays if it can, approval waits for an administrator.
-        how = {"auto": "paid automatically", "budget": "paid from the budget"}.get(mode)
-        if mode == "budget" and facts.budget < fee:
-            how = None
-            fails = True
-        else:
-            fails = False
+        # As payments.issue settles: auto pays, a budget pays if it can, any other mode (approval) waits
+        # for an administrator.
+        fails = facts.payment_mode == "budget" and facts.budget < fee
+        how = None if fails else _PAID_HOW.get(facts.payment_mode)
         paid = how is not None
         status, message = PlanStatus.PENDING, "Awaiting payment of the upfront fee."
         if paid:
