@@ -35,9 +35,14 @@ NOT_DRAINED = DrainState(False)
 
 def current(session: Session) -> DrainState:
     row = session.get(Setting, SETTING)
-    if row is None:
+    return from_setting(row.value if row is not None else None)
+
+
+def from_setting(stored: str | None) -> DrainState:
+    """The state the setting's stored value says (None: no such row, not drained)."""
+    if stored is None:
         return NOT_DRAINED
-    value = json.loads(row.value)
+    value = json.loads(stored)
     return DrainState(
         True, datetime.fromisoformat(value["since"]), bool(value.get("stop_running")), value.get("by", "")
     )
@@ -59,7 +64,11 @@ def store(session: Session, state: DrainState) -> None:
 
 def refuse_if_drained(session: Session, what: str) -> None:
     """Raise ServiceUnavailable when the fleet is drained: `what` (e.g. "CreateTrainingPlan") waits."""
-    state = current(session)
+    refuse_if(current(session), what)
+
+
+def refuse_if(state: DrainState, what: str) -> None:
+    """refuse_if_drained, for a state already read."""
     if state.draining:
         since = f" since {state.since.isoformat()}" if state.since else ""
         raise ServiceUnavailable(

@@ -5,6 +5,8 @@ Every change goes through `transition`, which moves the plan with `hyperplan.ser
 plan's history. Its segments move the same way (`RESERVED_CAPACITY_LIFECYCLE`), recorded as status events.
 Once a plan is paid its status follows from its segments and the service time (`refresh`); the timed
 events (segment start, capacity reclaim, segment end, payment deadline) only say when to look again.
+A plan paid as it is bought is written already moved, with the same history, by services/plan_purchase.py
+(the purchase's few statements); what it writes is what `mark_paid` would.
 """
 
 from __future__ import annotations
@@ -148,26 +150,29 @@ def schedule_segment(
     only_end: bool = False,
 ) -> None:
     """Start, reclaim and end of one segment, and the reminders before its start and its reclaim."""
-    reclaim = max(rc.start, rc.end - policy.reclaim_lead)
+    for kind, when, payload in segment_events(rc.start, rc.end, rc.ordinal, policy, now, only_end=only_end):
+        schedule(session, kind, when, subject=str(plan.id), **payload)
+
+
+def segment_events(
+    start: datetime, end: datetime, ordinal: int, policy: Policies, now: datetime, *, only_end: bool = False
+) -> list[tuple[str, datetime, dict[str, Any]]]:
+    """The timed events of one segment still to come, in the order they are written: (kind, due,
+    payload)."""
+    reclaim = max(start, end - policy.reclaim_lead)
     times = [
         (SEGMENT_RECLAIM, reclaim),
-        (SEGMENT_END, rc.end),
+        (SEGMENT_END, end),
     ]
-    reminder = max(rc.start, reclaim - policy.reclaim_reminder)
+    reminder = max(start, reclaim - policy.reclaim_reminder)
     if not only_end:
-        times += [(SEGMENT_START, rc.start), (START_REMINDER, rc.start - policy.start_reminder)]
-    for kind, when in times:
-        if when > now:
-            schedule(session, kind, when, subject=str(plan.id), segment=rc.ordinal)
+        times += [(SEGMENT_START, start), (START_REMINDER, start - policy.start_reminder)]
+    events: list[tuple[str, datetime, dict[str, Any]]] = [
+        (kind, when, {"segment": ordinal}) for kind, when in times if when > now
+    ]
     if reminder > now:
-        schedule(
-            session,
-            RECLAIM_REMINDER,
-            reminder,
-            subject=str(plan.id),
-            segment=rc.ordinal,
-            reclaim_at=reclaim.isoformat(),
-        )
+        events.append((RECLAIM_REMINDER, reminder, {"segment": ordinal, "reclaim_at": reclaim.isoformat()}))
+    return events
 
 
 def _cancel_segment_end(session: Session, plan: TrainingPlan, ordinal: int) -> None:

@@ -190,6 +190,18 @@ def require_room(session: Session, pool: Pool, start: datetime, end: datetime, c
     Read inside the buyer's write transaction, so two buyers never both see the same free instances.
     """
     intervals = [(s, e, n) for _, s, e, n in held(session, pool.key, start, end)]
+    check_room(pool, intervals, start, end, count)
+
+
+def check_room(
+    pool: Pool,
+    intervals: Iterable[tuple[datetime, datetime, int]],
+    start: datetime,
+    end: datetime,
+    count: int,
+) -> None:
+    """Refuse `count` more instances of `pool` over [start, end) when the pool already holds
+    `intervals` (its held capacity that overlaps the window, as `held` reads it)."""
     booked = peak_booked_slots(intervals, start, end)
     if booked + count > pool.reservable:
         raise ResourceLimitExceeded(

@@ -2,17 +2,15 @@
 
 Buying is one transaction: verify the offering id, check the name, re-check every segment's pool
 against the store's rows under the account's and the pools' locks (store/locks.py), write the plan, its
-segments and their timed events, settle payment. Nothing is written when any step refuses. The live
-calendar is booked after commit.
+segments and their timed events, settle payment (services/plan_purchase.py: a few Core statements).
+Nothing is written when any step refuses. The live calendar is booked after commit.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from sqlalchemy import Select, func, select
@@ -24,24 +22,21 @@ from hyperplan.core.fleet import Pool, PoolKey
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.offering_ids import OfferingClaim, OfferingIdError, OfferingSegment
 from hyperplan.core.paging import decode_token, encode_token
-from hyperplan.core.search import Offering, SearchRequest, segment_price
+from hyperplan.core.search import Offering, SearchRequest
 from hyperplan.errors import Conflict, ResourceInUse, ResourceNotFound, ValidationError
 from hyperplan.services import (
     acting,
     audit,
     capacity_claims,
-    drain_state,
     lifecycle,
     payments,
+    plan_purchase,
     quotas,
     slurm_reservations,
 )
 from hyperplan.services.accounts import Caller, get_account
 from hyperplan.services.context import ServiceContext
-from hyperplan.services.live_calendar import require_room
 from hyperplan.store.changes import CALENDAR, KEYS
-from hyperplan.store.db import after_commit, committed_change
-from hyperplan.store.locks import lock_account, lock_pools
 from hyperplan.store.schema import PlanEvent, ReservedCapacity, TrainingPlan
 
 # -- search -----------------------------------------------------------------------------------------
@@ -105,16 +100,16 @@ def create(runtime: ServiceContext, caller: Caller, name: str, offering_id: str)
     slurm_reservations.check_can_book(runtime, caller.account_id)
     try:
         # Concurrent on PostgreSQL: relies on the account's row lock (its name, quotas and budget), the
-        # pools' locks (capacity) and the unique constraints, all taken in _write_plan (store/locks.py).
+        # pools' locks (capacity) and the unique constraints, all taken in plan_purchase.write
+        # (store/locks.py).
         with runtime.db.write(concurrent=True) as session:
             acting.act(session, caller.user_id)
-            drain_state.refuse_if_drained(session, "CreateTrainingPlan")
-            plan = _write_plan(runtime, session, caller, name, offering_id, claim, segments, now)
+            plan_purchase.write(runtime, session, caller, name, offering_id, claim, segments, now)
     except IntegrityError:
         # A racing buyer committed the same name or offering between our checks and our insert.
         raise ResourceInUse(f"Training plan {name!r} or its offering was just taken; search again.") from None
     runtime.wakes.lifecycle.notify()
-    return plan_arn(runtime, plan)
+    return runtime.arn(caller.account_id, f"training-plan/{name}")
 
 
 def plan_arn(runtime: ServiceContext, plan: TrainingPlan) -> str:
@@ -138,93 +133,6 @@ def _claim_for(runtime: ServiceContext, caller: Caller, offering_id: str, now: d
 
 def _segments_of(runtime: ServiceContext, claim: OfferingClaim) -> list[tuple[Pool, OfferingSegment]]:
     return [(runtime.fleet.pools[s.pool_index], s) for s in claim.segments]
-
-
-def _write_plan(
-    runtime: ServiceContext,
-    session: Session,
-    caller: Caller,
-    name: str,
-    offering_id: str,
-    claim: OfferingClaim,
-    segments: list[tuple[Pool, OfferingSegment]],
-    now: datetime,
-) -> TrainingPlan:
-    # Before any read this purchase checks: what it reads can change only once it commits or rolls back.
-    lock_account(session, caller.account_id)
-    lock_pools(session, [pool.key for pool, _ in segments])
-    _check_name_free(session, caller, name)
-    if session.scalar(select(TrainingPlan.id).where(TrainingPlan.offering_id == offering_id)) is not None:
-        raise ResourceNotFound(f"Training plan offering {offering_id} has already been bought; search again.")
-    quotas.check_plans(session, runtime, caller.account_id)
-    for pool, segment in segments:
-        require_room(session, runtime.calendar.bookable(pool), segment.start, segment.end, claim.count)
-        quotas.check_instances(
-            session, runtime, caller.account_id, pool.instance_type, segment.start, segment.end, claim.count
-        )
-    quotas.check_instance_hours(
-        session, runtime, caller.account_id, [(seg.start, seg.end, claim.count) for _, seg in segments]
-    )
-    fee = price_of(segments, claim.count)
-    plan = TrainingPlan(
-        account_id=caller.account_id,
-        name=name,
-        offering_id=offering_id,
-        target=claim.target,
-        instance_type=segments[0][0].instance_type,
-        status=PlanStatus.PENDING,
-        status_message="Awaiting payment of the upfront fee.",
-        upfront_fee=fee,
-        currency=segments[0][0].currency,
-        created_at=now,
-        updated_at=now,
-    )
-    session.add(plan)
-    session.flush()
-    reserved = [
-        _reserved_capacity(plan, ordinal, pool, segment, claim.count)
-        for ordinal, (pool, segment) in enumerate(segments, start=1)
-    ]
-    session.add_all(reserved)
-    session.flush()
-    lifecycle.record(
-        session, plan, "created", f"Bought offering {offering_id} for {fee} {plan.currency}.", now
-    )
-    lifecycle.schedule_segments(session, runtime.lifecycle, plan, now, reserved)
-    booked = [(pool.key, s.start, s.end, claim.count) for pool, s in segments]
-    # Booked in memory once committed; a payment that fails below releases it again, in that order.
-    after_commit(session, lambda: runtime.calendar.book(booked, committed_change(session, CALENDAR)))
-    payments.issue(session, runtime.lifecycle, plan, now)
-    return plan
-
-
-def _check_name_free(session: Session, caller: Caller, name: str) -> None:
-    taken = select(TrainingPlan.id).where(
-        TrainingPlan.account_id == caller.account_id, TrainingPlan.name == name
-    )
-    if session.scalar(taken) is not None:
-        raise ResourceInUse(f"A training plan named {name!r} already exists in this account.")
-
-
-def price_of(segments: Sequence[tuple[Pool, OfferingSegment]], count: int) -> Decimal:
-    """The fee follows from the segments and the fleet's prices, exactly as the search priced it."""
-    return sum((segment_price(pool, s.start, s.end, count) for pool, s in segments), start=Decimal("0"))
-
-
-def _reserved_capacity(
-    plan: TrainingPlan, ordinal: int, pool: Pool, segment: OfferingSegment, count: int
-) -> ReservedCapacity:
-    return ReservedCapacity(
-        plan_id=plan.id,
-        ordinal=ordinal,
-        instance_type=pool.instance_type,
-        availability_zone=pool.availability_zone,
-        count=count,
-        start=segment.start,
-        end=segment.end,
-        status=PlanStatus.PENDING,
-        holds_capacity=True,
-    )
 
 
 # -- reading -----------------------------------------------------------------------------------------

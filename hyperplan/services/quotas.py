@@ -19,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any, Protocol
 
-from sqlalchemy import func, select, true
+from sqlalchemy import Select, func, select, true
 from sqlalchemy.orm import Session
 
 from hyperplan.core.calendar import peak_booked
@@ -59,7 +60,23 @@ class Limits:
     max_on_demand_share_per_type: float | None = None
 
 
-def limits(runtime: ServiceContext, account: Account) -> Limits:
+class QuotaHolder(Protocol):
+    """What the quotas read of an account: its row (Account), or the columns a purchase read of it in
+    its one query (services/plan_purchase.py)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def max_active_plans(self) -> int | None: ...
+    @property
+    def max_reserved_instances_per_type(self) -> int | None: ...
+    @property
+    def max_reserved_instance_hours_per_30_days(self) -> int | None: ...
+    @property
+    def max_on_demand_instances_per_type(self) -> int | None: ...
+
+
+def limits(runtime: ServiceContext, account: QuotaHolder) -> Limits:
     defaults = runtime.fleet.quotas
     own_instances = account.max_reserved_instances_per_type
     return Limits(
@@ -72,7 +89,7 @@ def limits(runtime: ServiceContext, account: Account) -> Limits:
     )
 
 
-def instances_allowed(runtime: ServiceContext, account: Account, instance_type: str) -> int:
+def instances_allowed(runtime: ServiceContext, account: QuotaHolder, instance_type: str) -> int:
     """The instances of this type the account may hold at any instant."""
     quota = limits(runtime, account)
     allowed = quota.max_reserved_instances_per_type
@@ -99,15 +116,23 @@ def check_plans(session: Session, runtime: ServiceContext, account_id: str) -> N
 
 
 def _check_plans(session: Session, runtime: ServiceContext, account: Account) -> None:
-    account_id = account.id
-    allowed = limits(runtime, account).max_active_plans
-    held = session.scalar(
-        select(func.count(TrainingPlan.id)).where(
-            TrainingPlan.account_id == account_id,
-            TrainingPlan.status.not_in([PlanStatus.EXPIRED, PlanStatus.FAILED]),
-        )
+    held = session.scalar(active_plans(account.id))
+    check_plans_held(runtime, account, held or 0)
+
+
+def active_plans(account_id: Any) -> Select[int]:
+    """How many plans the account holds that count against its quota (`account_id`: a value, or a
+    column to correlate with)."""
+    return select(func.count(TrainingPlan.id)).where(
+        TrainingPlan.account_id == account_id,
+        TrainingPlan.status.not_in([PlanStatus.EXPIRED, PlanStatus.FAILED]),
     )
-    if (held or 0) >= allowed:
+
+
+def check_plans_held(runtime: ServiceContext, account: QuotaHolder, held: int) -> None:
+    """Refuse one more plan to an account that holds `held` plans not Expired or Failed."""
+    allowed = limits(runtime, account).max_active_plans
+    if held >= allowed:
         raise ResourceLimitExceeded(
             f"Quota training-plan-total_count is {allowed} for account {account.name}: it already holds "
             f"{held} plans that are not Expired or Failed. {_RAISE}"
@@ -124,13 +149,28 @@ def check_instances(
     count: int,
 ) -> None:
     account = get_account(session, account_id)
+    intervals = _account_intervals(session, account_id, instance_type, start, end)
+    check_instances_held(runtime, account, instance_type, intervals, start, end, count)
+
+
+def check_instances_held(
+    runtime: ServiceContext,
+    account: QuotaHolder,
+    instance_type: str,
+    held_intervals: Sequence[Interval],
+    start: datetime,
+    end: datetime,
+    count: int,
+) -> None:
+    """Refuse `count` more instances of the type over [start, end) to an account that holds
+    `held_intervals` of that type (any that overlap the window; others count for nothing)."""
     allowed = instances_allowed(runtime, account, instance_type)
-    held = peak_booked(_account_intervals(session, account_id, instance_type, start, end), start, end)
+    held = peak_booked(held_intervals, start, end)
     if held + count > allowed:
         raise ResourceLimitExceeded(_instances_message(account, instance_type, allowed, held, count))
 
 
-def _instances_message(account: Account, instance_type: str, allowed: int, held: int, count: int) -> str:
+def _instances_message(account: QuotaHolder, instance_type: str, allowed: int, held: int, count: int) -> str:
     return (
         f"Quota reserved-capacity-{instance_type} is {allowed} instances for account {account.name}: "
         f"it holds {held} at the busiest instant of this window and asks for {count} more. {_RAISE}"
@@ -142,12 +182,25 @@ def check_instance_hours(
 ) -> None:
     """The reserved instance-hours in any 30 days, with ``adding`` held too, stay within the quota."""
     account = get_account(session, account_id)
+    if limits(runtime, account).max_reserved_instance_hours_per_30_days is None or not adding:
+        return
+    low, high = hours_span(adding)
+    check_hours_held(runtime, account, _account_intervals(session, account_id, None, low, high), adding)
+
+
+def hours_span(adding: Sequence[Interval]) -> tuple[datetime, datetime]:
+    """The span whose holdings the instance-hours quota weighs against `adding`."""
+    return min(s for s, _, _ in adding) - WINDOW, max(e for _, e, _ in adding) + WINDOW
+
+
+def check_hours_held(
+    runtime: ServiceContext, account: QuotaHolder, held: Sequence[Interval], adding: Sequence[Interval]
+) -> None:
+    """Refuse `adding` to an account that holds `held` (every type, over `hours_span(adding)`) when its
+    busiest 30 days would go over its instance-hours quota."""
     allowed = limits(runtime, account).max_reserved_instance_hours_per_30_days
     if allowed is None or not adding:
         return
-    low = min(s for s, _, _ in adding) - WINDOW
-    high = max(e for _, e, _ in adding) + WINDOW
-    held = _account_intervals(session, account_id, None, low, high)
     busiest = busiest_window([*held, *adding], WINDOW, adding)
     if busiest > allowed + 1e-6:
         before = busiest_window(held, WINDOW, adding)

@@ -2,10 +2,11 @@
 
 A process keeps some of the store's state in memory: the capacity calendar, access keys, the manual
 clock. Each transaction that changes such state adds one to its counter (Database.count_changes, in the
-same transaction), and a process reads every counter in one statement before it relies on what it keeps
-(at each request: `Database.counters()`); a value other than the one it last saw means: reload. The
-other counters wake a loop in another process: a timed event or a webhook delivery written by any
-process, a job or node wake, a clock move asked of the leader (services/leadership.py polls them).
+same transaction; Database.wrote for rows written with Core statements), and a process reads every
+counter in one statement before it relies on what it keeps (at each request: `Database.counters()`); a
+value other than the one it last saw means: reload. The other counters wake a loop in another process:
+a timed event or a webhook delivery written by any process, a job or node wake, a clock move asked of
+the leader (services/leadership.py polls them).
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -126,6 +128,8 @@ class Database:
         self.engine = _make_engine(url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._writer_queue = threading.RLock()  # SQLite: see _writers_turn
+        self._turn_depth = 0  # nested write()s of the thread holding _writer_queue
+        self._turn_file: tuple[int, int] | None = None  # (pid, descriptor) of the writers' lock file
         self._on_insert: dict[type, list[Callable[[], None]]] = {}
         # model -> (counter, columns whose change alone does not count)
         self._counted: dict[type, list[tuple[str, frozenset[str], bool]]] = {}
@@ -156,6 +160,24 @@ class Database:
                     if kind == "dirty" and not _changed_beyond(instance, ignoring):
                         continue
                     wanted.add(counter)
+
+    def wrote(
+        self, session: Session, model: type, *, inserted: bool = True, columns: Iterable[str] = ()
+    ) -> None:
+        """A transaction that wrote rows of `model` with Core statements, past the session's unit of work,
+        says so here: the change counters (count_changes) and the wakes (on_insert) follow the rules
+        a flush of such rows would. `inserted` False: rows were updated, in these `columns`."""
+        wanted: set[str] = session.info.setdefault(_WANTED, set())
+        changed = frozenset(columns)
+        for counter, ignoring, inserts_only in self._counted.get(model, ()):
+            if inserted or not (inserts_only or changed <= ignoring):
+                wanted.add(counter)
+        if inserted:
+            notified = session.info.setdefault(_NOTIFIED, set())
+            for callback in self._on_insert.get(model, ()):
+                if id(callback) not in notified:
+                    notified.add(id(callback))
+                    after_commit(session, callback)
 
     def _bump_counted(self, session: Session) -> None:
         """Just before the commit: one statement moves every counter this transaction's changes moved
@@ -272,21 +294,45 @@ class Database:
 
     @contextmanager
     def _writers_turn(self) -> Iterator[None]:
-        """SQLite: this process's writers queue on a lock of its own before BEGIN IMMEDIATE. SQLite's
-        own wait for its write lock is a sleep-and-retry whose sleeps grow to 100 ms: eight threads
-        buying at once spent most of their time asleep with the lock free (purchase p99 of seconds).
-        The queue changes nothing of what is guaranteed: BEGIN IMMEDIATE still takes SQLite's lock, the
-        one other processes on the file respect. Past `_TURN_WAIT` a writer goes on to SQLite's own
-        wait, as before this queue. PostgreSQL's writers wait in the server, which wakes them."""
+        """SQLite: writers queue before BEGIN IMMEDIATE, first on a lock of this process, then on a
+        lock file next to the database that every process on it takes (`flock`, a blocking wait in the
+        kernel). SQLite's own wait for its write lock is a sleep-and-retry whose sleeps grow to 100 ms:
+        eight threads buying at once spent most of their time asleep with the lock free (purchase p99
+        of seconds), and so did the processes of `serve --workers 2` beside one another. The queue
+        changes nothing of what is guaranteed: BEGIN IMMEDIATE still takes SQLite's lock, which a
+        process that does not queue (an older version, the sqlite3 shell) respects too. Past
+        `_TURN_WAIT` in this process's queue a writer goes on to SQLite's own wait, as before the queue.
+        PostgreSQL's writers wait in the server, which wakes them."""
         if not self.is_sqlite:
             yield
             return
         queued = self._writer_queue.acquire(timeout=_TURN_WAIT)
         try:
-            yield
+            # Only the thread at the head of this process's queue touches the file lock: a lock taken
+            # with flock belongs to the open file, which this process's threads share.
+            locked = self._lock_turn_file() if queued and self._turn_depth == 0 else None
+            self._turn_depth += queued
+            try:
+                yield
+            finally:
+                self._turn_depth -= queued
+                if locked is not None:
+                    fcntl.flock(locked, fcntl.LOCK_UN)
         finally:
             if queued:
                 self._writer_queue.release()
+
+    def _lock_turn_file(self) -> int | None:
+        """flock the writers' lock file (opened once per process), returning its descriptor; None for a
+        database without a file of its own (in memory)."""
+        if self._turn_file is None or self._turn_file[0] != os.getpid():
+            path = _writers_lock_path(self.url)
+            if path is None:
+                return None
+            self._turn_file = (os.getpid(), os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        descriptor = self._turn_file[1]
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        return descriptor
 
     def compact(self) -> None:
         """Rewrite the database file and empty its write-ahead log, so that no free page or old log frame
@@ -299,6 +345,15 @@ class Database:
 
     def close(self) -> None:
         self.engine.dispose()
+        # After the writers in flight (they unlock the file through its descriptor); past the wait, the
+        # descriptor is left to the process's end rather than closed under a writer.
+        if self._turn_file is not None and self._writer_queue.acquire(timeout=_TURN_WAIT):
+            try:
+                if self._turn_file[0] == os.getpid():
+                    os.close(self._turn_file[1])
+                self._turn_file = None
+            finally:
+                self._writer_queue.release()
 
 
 BUMP = text("UPDATE change_counters SET value = value + 1 WHERE name = :n RETURNING value")
@@ -306,6 +361,17 @@ BUMP_MANY = text(
     "UPDATE change_counters SET value = value + 1 WHERE name IN :names RETURNING name, value"
 ).bindparams(bindparam("names", expanding=True))
 _READ_COUNTERS_SQL = "SELECT name, value FROM change_counters"
+
+
+WRITERS_LOCK_SUFFIX = ".writers-lock"
+
+
+def _writers_lock_path(url: str) -> str | None:
+    """The writers' lock file of a SQLite database on disk: its path with WRITERS_LOCK_SUFFIX."""
+    path = url.removeprefix("sqlite:///").partition("?")[0]
+    if not path or path == ":memory:" or path.startswith("file:") or url == path:
+        return None
+    return path + WRITERS_LOCK_SUFFIX
 
 
 def _changed_beyond(instance: Any, ignoring: frozenset[str]) -> bool:

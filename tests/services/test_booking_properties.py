@@ -8,12 +8,15 @@ from __future__ import annotations
 import tempfile
 import threading
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from hyperplan.app import AppConfig, Application
 from hyperplan.core.search import SearchRequest
@@ -174,7 +177,13 @@ def test_a_stale_offering_is_refused_when_its_capacity_is_gone(stores: Stores, t
         caller = Caller(admin.id, admin.name, True, "key")
         request = SearchRequest("ml.p5.48xlarge", 4, 24, "training-job", None, None)
         first, second = plans.search(runtime, caller, request)[0], plans.search(runtime, caller, request)[0]
-        plans.create(runtime, caller, "first", first.offering_id)
+        with _statements(runtime) as made:
+            plans.create(runtime, caller, "first", first.offering_id)
+        # A purchase is a handful of statements (services/plan_purchase.py; the bench's purchases/s rest
+        # on it): BEGIN, two reads, one write per table, the change counters; PostgreSQL adds its locks.
+        assert len(made) <= (
+            MAX_PURCHASE_STATEMENTS + 3 if runtime.db.is_postgres else MAX_PURCHASE_STATEMENTS
+        ), made
         try:
             plans.create(runtime, caller, "second", second.offering_id)
         except ResourceLimitExceeded as exc:
@@ -183,6 +192,27 @@ def test_a_stale_offering_is_refused_when_its_capacity_is_gone(stores: Stores, t
             raise AssertionError("the same capacity was sold twice")
     finally:
         application.stop()
+
+
+MAX_PURCHASE_STATEMENTS = 11
+
+
+@contextmanager
+def _statements(runtime: ServiceContext) -> Iterator[list[str]]:
+    """The SQL statements the store's engine sends for this thread while the block runs (the
+    application's background loops have theirs)."""
+    made: list[str] = []
+    mine = threading.get_ident()
+
+    def note(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        if threading.get_ident() == mine:
+            made.append(" ".join(statement.split()[:4]))
+
+    event.listen(runtime.db.engine, "before_cursor_execute", note)
+    try:
+        yield made
+    finally:
+        event.remove(runtime.db.engine, "before_cursor_execute", note)
 
 
 RACE_FLEET = (
