@@ -50,7 +50,7 @@ def serve(
     `request_stop`, which must be safe in a signal handler. `listen_fd`: accept on this inherited
     listening socket (serve --workers) instead of binding host and port."""
     if _above_info(options.get("log_level")):
-        # Its lines would be dropped anyway; without a handler uvicorn does not even format them.
+        # Its lines would be dropped anyway; without a handler uvicorn does not even compute their parts.
         options.setdefault("access_log", False)
     server = _Server(uvicorn.Config(app, **options), request_stop)
     # The socket's own family (uvicorn's `fd` option would take any descriptor for a unix socket).
