@@ -1,10 +1,11 @@
 """Where a request's time goes: the stages the SageMaker endpoint runs, called in-process one by one on
 the filled store (before the server starts), so that what HTTP adds can be read off by subtraction.
 
-The stages are the project's own functions, in the endpoint's order: SigV4 verification with the key
-looked up in the store, body decoding and validation against botocore's model, the operation handler,
-and serialisation to the JSON the response carries. Uvicorn, h11, Starlette routing and the two hops to
-the thread pool are what this leaves out.
+The stages are the project's own functions, in the endpoint's order: authentication as the server runs
+it (`server/auth.authenticate`: the change-counter sync, the access key from the process's key cache,
+read from the store only on a miss, and SigV4 verification), the rate limiter, body decoding and
+validation against botocore's model, the operation handler, and serialisation to the JSON the response
+carries. Uvicorn, h11, Starlette routing and the hop to the thread pool are what this leaves out.
 """
 
 from __future__ import annotations
@@ -18,18 +19,22 @@ from datetime import UTC, datetime
 from functools import partial
 from typing import Any, TypeVar
 
+from starlette.requests import Request
+
 from bench import mix
 from bench.loadgen import CREATE, SEARCH, Endpoint, signed_headers
 from bench.report import line, percentile
 from bench.server import HOST, Store
+from hyperplan.core.rate_limits import sagemaker_class
+from hyperplan.server import auth
 from hyperplan.server.auth import SAGEMAKER_API
-from hyperplan.services import accounts
-from hyperplan.services.context import ServiceContext
-from hyperplan.wire import model, registry, serialize, sigv4, validate
+from hyperplan.services import account_views
+from hyperplan.wire import model, registry, serialize, validate
 from hyperplan.wire.registry import RequestContext
 
 T = TypeVar("T")
-KEY_LOOKUP = "  of which: access key lookup (store)"
+KEY_LOOKUP = "  alone: access key from the key cache"
+COUNTER_SYNC = "  alone: change-counter sync"
 CALENDAR_SEARCH = "  of which: calendar search"
 Stages = dict[str, list[float]]
 
@@ -60,10 +65,20 @@ def _call(
         profiler.disable()
 
 
-def _caller_for_key(runtime: ServiceContext, key_id: str) -> tuple[str, accounts.Caller] | None:
-    """What the server's authentication does to find a key's secret: a read transaction and a query."""
-    with runtime.db.read() as session:
-        return accounts.caller_for_key(session, runtime.secret_box, key_id)
+def _starlette_request(headers: dict[str, str]) -> Request:
+    """The request as the endpoint receives it (its body is passed beside it, as there)."""
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/",
+        "raw_path": b"/",
+        "query_string": b"",
+        "headers": [
+            (name.lower().encode("latin-1"), value.encode("latin-1")) for name, value in headers.items()
+        ],
+        "client": ("127.0.0.1", 40000),
+    }
+    return Request(scope)
 
 
 def _stages(store: Store, endpoint: Endpoint, operation: str, payload: dict[str, Any], stages: Stages) -> Any:
@@ -74,30 +89,25 @@ def _stages(store: Store, endpoint: Endpoint, operation: str, payload: dict[str,
         "sign (client side)",
         lambda: signed_headers(endpoint, f"SageMaker.{operation}", body, datetime.now(UTC)),
     )
-    request = sigv4.SignedRequest("POST", "/", "", headers, body)
-
-    def authenticate() -> accounts.Caller:
-        found: dict[str, accounts.Caller] = {}
-
-        def lookup(key_id: str) -> str | None:
-            entry = _timed(stages, KEY_LOOKUP, partial(_caller_for_key, runtime, key_id))
-            if entry is None:
-                return None
-            found[key_id] = entry[1]
-            return entry[0]
-
-        key_id = sigv4.verify(
-            request,
-            policy=SAGEMAKER_API,
-            lookup_secret=lookup,
-            region=runtime.region,
-            service="sagemaker",
-            now=datetime.now(UTC),
-        )
-        return found[key_id]
-
-    caller = _timed(stages, "authenticate (SigV4 + key lookup)", authenticate)
+    request = _starlette_request(headers)
+    caller = _timed(
+        stages,
+        "authenticate (sync + key cache + SigV4)",
+        lambda: auth.authenticate(runtime, request, body, "sagemaker", SAGEMAKER_API),
+    )
+    # Again, each alone: what they cost of the stage above (the key from the cache, as most requests).
+    _timed(stages, COUNTER_SYNC, runtime.sync)
+    _timed(
+        stages,
+        KEY_LOOKUP,
+        lambda: runtime.keys.get(endpoint.access_key, partial(account_views.caller_for_key, runtime)),
+    )
     op = model.operation_model(operation)
+    _timed(
+        stages,
+        "rate limiter",
+        lambda: runtime.rate_limiter.admit(caller, sagemaker_class(operation), runtime.fleet.rate_limits),
+    )
     params = _timed(
         stages, "decode + validate body", lambda: validate.parse_request(op, validate.decode_body(body))
     )
@@ -178,7 +188,7 @@ def print_stages(title: str, stages: Stages) -> float:
 
 def _in_order(stages: Stages) -> list[str]:
     """Stages in the order they ran, with the sub-stages (indented names) after the stage they are part of."""
-    parent_of = {KEY_LOOKUP: "authenticate", CALENDAR_SEARCH: "handler"}
+    parent_of = {KEY_LOOKUP: "authenticate", COUNTER_SYNC: "authenticate", CALENDAR_SEARCH: "handler"}
     names = [name for name in stages if name not in parent_of]
     for sub, parent in parent_of.items():
         if sub in stages:

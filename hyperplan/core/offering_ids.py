@@ -13,7 +13,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import secrets
+import os
+import random
 import struct
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -49,11 +50,21 @@ class OfferingClaim:
     segments: tuple[OfferingSegment, ...]
 
 
+# Unique, not secret (the MAC is what makes an id unforgeable): drawn from a generator the OS seeds once
+# per process rather than a system call per offering.
+_nonces = random.Random()
+os.register_at_fork(after_in_child=_nonces.seed)
+
+
+def _nonce() -> bytes:
+    return _nonces.getrandbits(32).to_bytes(4, "big")
+
+
 def encode(claim: OfferingClaim, *, key: bytes, fleet: Fleet) -> str:
     body = _HEADER.pack(
         _VERSION,
         fleet.fingerprint(),
-        secrets.token_bytes(4),  # two searches that find the same capacity still get two ids
+        _nonce(),  # two searches that find the same capacity still get two ids
         int(claim.account_id),
         _seconds(claim.expires_at),
         TARGETS.index(claim.target),
@@ -125,7 +136,7 @@ def encode_extension(claim: ExtensionClaim, *, key: bytes, fleet: Fleet) -> str:
     body = _EXTENSION.pack(
         _VERSION,
         fleet.fingerprint(),
-        secrets.token_bytes(4),
+        _nonce(),
         int(claim.account_id),
         _seconds(claim.expires_at),
         claim.plan_id,

@@ -3,7 +3,6 @@ console and the health check."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Protocol
@@ -21,6 +20,7 @@ from hyperplan.server import native, native_buckets, native_ops, native_users, n
 from hyperplan.server.body_limit import BodyLimit
 from hyperplan.server.errors import error_response_for_path
 from hyperplan.server.limits import ServerLimits
+from hyperplan.server.request_ids import new_request_id
 from hyperplan.server.routing import S3Dispatch, aws_endpoint
 from hyperplan.services.context import ServiceContext
 
@@ -41,7 +41,7 @@ async def no_route(request: Request, exc: Exception) -> Response:
         if status == 405
         else UnknownRoute(f"There is no route {request.method} {request.url.path}; docs/API.md lists them.")
     )
-    return error_response_for_path(request.url.path, error, str(uuid.uuid4()))
+    return error_response_for_path(request.url.path, error, new_request_id())
 
 
 async def healthz(request: Request) -> Response:

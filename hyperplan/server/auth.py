@@ -67,8 +67,7 @@ def authenticate(
         method=request.method,
         path=request.scope.get("raw_path", request.url.path.encode()).decode("latin-1").split("?")[0],
         query=request.url.query,
-        # A header sent twice is signed as its values joined by ',' (SigV4's canonical form).
-        headers={key: ",".join(request.headers.getlist(key)) for key in request.headers},
+        headers=_joined_headers(request),
         body=body,
     )
     remote = request.client.host if request.client else ""
@@ -91,6 +90,16 @@ def authenticate(
 
 
 _CLAIMED_KEY = re.compile(r"Credential=([A-Za-z0-9]+)/")
+
+
+def _joined_headers(request: Request) -> dict[str, str]:
+    """The headers by lower-case name; a header sent twice is signed as its values joined by ','
+    (SigV4's canonical form). One pass over the raw list."""
+    joined: dict[str, str] = {}
+    for raw_name, raw_value in request.headers.raw:
+        name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
+        joined[name] = f"{joined[name]},{value}" if name in joined else value
+    return joined
 
 
 def require_admin(caller: Caller) -> None:

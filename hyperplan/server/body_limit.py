@@ -13,13 +13,13 @@ answer instead of reading on to find the next request.
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hyperplan.errors import ProtocolError, RequestTimeout, RequestTooLarge
 from hyperplan.server.errors import error_response_for_path
 from hyperplan.server.limits import ServerLimits, describe_bytes
+from hyperplan.server.request_ids import new_request_id
 
 
 class BodyLimit:
@@ -97,7 +97,7 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 
 async def _refuse(scope: Scope, send: Send, refusal: ProtocolError) -> None:
-    response = error_response_for_path(scope["path"], refusal, str(uuid.uuid4()))
+    response = error_response_for_path(scope["path"], refusal, new_request_id())
     response.headers["connection"] = "close"
 
     async def no_body() -> Message:  # a refusal never reads the request

@@ -6,7 +6,6 @@ docs/API.md documents every route. Handlers here translate; the rules live in hy
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -25,6 +24,7 @@ from hyperplan.errors import AccessDenied, ValidationError
 from hyperplan.server import fields
 from hyperplan.server.auth import authenticate, require_admin
 from hyperplan.server.errors import native_error_response
+from hyperplan.server.request_ids import new_request_id
 from hyperplan.server.request_metrics import counted_request
 from hyperplan.services import (
     account_views,
@@ -89,7 +89,7 @@ def _endpoint(
             return count(await answer(request))
 
     async def answer(request: Request) -> Response:
-        request_id = str(uuid.uuid4())
+        request_id = new_request_id()
         runtime: ServiceContext = request.app.state.runtime
         try:
             raw = await request.body()

@@ -46,7 +46,9 @@ def is_s3(scope: Scope) -> bool:
     and looks like S3's (not the health check, the console or the native API, and a POST only with S3's
     ``?delete``, ``?uploads`` or ``?uploadId``; other POSTs are SageMaker's), so that S3 refuses it with
     its own AccessDenied."""
-    headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+    # Only the Authorization header names a scope (servers give header names in lower case).
+    sent = [value for name, value in scope["headers"] if name == b"authorization"]
+    headers = {"authorization": sent[-1].decode("latin-1")} if sent else {}  # the last, as a dict keeps
     service = credential_service(headers, scope.get("query_string", b"").decode("latin-1"))
     if service is not None:
         return service == S3_SERVICE

@@ -10,7 +10,6 @@ the model's output shape. One adapter, one description per API.
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -22,6 +21,7 @@ from hyperplan.core.rate_limits import RequestClass, sagemaker_class
 from hyperplan.errors import UnknownOperation
 from hyperplan.server import auth
 from hyperplan.server.errors import AMZ_JSON, logs_error_response, sagemaker_error_response
+from hyperplan.server.request_ids import new_request_id
 from hyperplan.server.request_metrics import counted_request
 from hyperplan.services.context import ServiceContext
 from hyperplan.wire import model, registry, serialize, validate
@@ -70,7 +70,7 @@ def _known_operation(request: Request, api: JsonApi) -> str:
 
 
 async def _answer(request: Request, api: JsonApi) -> Response:
-    request_id = str(uuid.uuid4())
+    request_id = new_request_id()
     runtime: ServiceContext = request.app.state.runtime
     try:
         body = await request.body()

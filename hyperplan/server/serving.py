@@ -17,6 +17,7 @@ stops within one event's time.
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
 import sys
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
-from uvicorn.config import STARTUP_FAILURE
+from uvicorn.config import LOG_LEVELS, STARTUP_FAILURE
 
 
 class _Server(uvicorn.Server):
@@ -48,6 +49,9 @@ def serve(
     """``uvicorn.run(app, **options)`` for one process without reload; the stop signal also calls
     `request_stop`, which must be safe in a signal handler. `listen_fd`: accept on this inherited
     listening socket (serve --workers) instead of binding host and port."""
+    if _above_info(options.get("log_level")):
+        # Its lines would be dropped anyway; without a handler uvicorn does not even compute their parts.
+        options.setdefault("access_log", False)
     server = _Server(uvicorn.Config(app, **options), request_stop)
     # The socket's own family (uvicorn's `fd` option would take any descriptor for a unix socket).
     sockets = [socket.socket(fileno=listen_fd)] if listen_fd is not None else None
@@ -55,3 +59,10 @@ def serve(
         server.run(sockets=sockets)
     if not server.started:
         sys.exit(STARTUP_FAILURE)  # the port was taken, or the startup failed: as uvicorn.run exits
+
+
+def _above_info(level: object) -> bool:
+    """Whether uvicorn's access log (at info) is off at this log level."""
+    if isinstance(level, str):
+        return LOG_LEVELS.get(level.lower(), logging.INFO) > logging.INFO
+    return isinstance(level, int) and level > logging.INFO

@@ -7,8 +7,6 @@ result against the output shape and write it as the query protocol's XML.
 
 from __future__ import annotations
 
-import uuid
-
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
@@ -16,13 +14,14 @@ from starlette.responses import Response
 from hyperplan.core.rate_limits import RequestClass
 from hyperplan.server import auth
 from hyperplan.server.errors import STS_NAMESPACE, sts_error_response
+from hyperplan.server.request_ids import new_request_id
 from hyperplan.services.context import ServiceContext
 from hyperplan.wire import model, query, registry, serialize, validate
 from hyperplan.wire.registry import RequestContext
 
 
 async def sts_endpoint(request: Request) -> Response:
-    request_id = str(uuid.uuid4())
+    request_id = new_request_id()
     runtime: ServiceContext = request.app.state.runtime
     try:
         body = await request.body()

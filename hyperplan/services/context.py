@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 
 from hyperplan.backends.base import Backend
-from hyperplan.clock import Clock, ManualClock
+from hyperplan.clock import Clock
 from hyperplan.core.fleet import Fleet
 from hyperplan.services.audit import RefusedSignatures
 from hyperplan.services.job_work import JobLocks, JobSettings
@@ -110,7 +110,3 @@ class ServiceContext:
 
     def arn(self, account_id: str, resource: str) -> str:
         return f"arn:aws:sagemaker:{self.region}:{account_id}:{resource}"
-
-    @property
-    def manual_clock(self) -> ManualClock | None:
-        return self.clock if isinstance(self.clock, ManualClock) else None

@@ -108,7 +108,6 @@ class Leadership:
         self.candidate = candidate
         self.holder = holder or process_id()
         self.is_leader = False
-        self.processes = 1  # live processes sharing the store, this one included (last counted)
         self._held_until = 0.0  # monotonic: when this process's lease ends, as far as it knows
         self._take_over: Callable[[], None] = lambda: None
         self._give_up: Callable[[], None] = lambda: None
@@ -191,7 +190,7 @@ class Leadership:
         return True
 
     def _be_present(self) -> None:
-        """Renew this process's presence row, drop expired ones, count the live."""
+        """Renew this process's presence row and drop expired ones."""
         now = utcnow()
         with self.db.write(concurrent=True) as session:
             name = PRESENCE + self.holder
@@ -202,13 +201,9 @@ class Leadership:
             else:
                 row.expires_at = expires
             session.flush()
-            live = 0
             for other in session.scalars(select(Lease).where(Lease.name.like(PRESENCE + "%"))).all():
                 if other.holder != self.holder and (other.expires_at < now or _gone_here(other.holder)):
                     session.delete(other)  # expired, or a process of this machine that is gone
-                else:
-                    live += 1
-            self.processes = max(1, live)
 
     def _release(self) -> None:
         """A leader stopping hands the lease back at once, so that another need not wait it out."""

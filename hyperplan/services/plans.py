@@ -52,17 +52,17 @@ class SignedOffering:
 def search(runtime: ServiceContext, caller: Caller, request: SearchRequest) -> list[SignedOffering]:
     now = runtime.clock.now()
     # What the check reads (the account and its plans) changes only with the keys and calendar counters:
-    # while they stand still, a check that passed passes again without a trip to the store.
+    # while they stand still, what it found holds, for any count of the type, without a trip to the store.
     shared = runtime.shared
     versions = shared.versions(CALENDAR, KEYS) if shared is not None else None
-    check = ("search", caller.account_id, request.instance_type, request.instance_count)
-    if shared is None or not shared.passed(check, versions):
+    check = ("search", caller.account_id, request.instance_type)
+    allowance = shared.recalled(check, versions) if shared is not None else None
+    if not isinstance(allowance, quotas.SearchAllowance):
         with runtime.db.read() as session:
-            quotas.check_search(
-                session, runtime, caller.account_id, request.instance_type, request.instance_count
-            )
+            allowance = quotas.search_allowance(session, runtime, caller.account_id, request.instance_type)
         if shared is not None:
-            shared.remember(check, versions)
+            shared.remember(check, versions, allowance)
+    quotas.check_search_count(allowance, request.instance_count)
     offerings = runtime.calendar.search(request, now)
     expires = now + runtime.fleet.policy.offering_validity
     index = {pool.key: i for i, pool in enumerate(runtime.fleet.pools)}

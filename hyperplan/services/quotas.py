@@ -100,15 +100,31 @@ def instances_allowed(runtime: ServiceContext, account: QuotaHolder, instance_ty
     return allowed
 
 
-def check_search(
-    session: Session, runtime: ServiceContext, account_id: str, instance_type: str, count: int
-) -> None:
-    """What a search can know: the plan count now, and a count no instance quota could ever allow."""
+def search_allowance(
+    session: Session, runtime: ServiceContext, account_id: str, instance_type: str
+) -> SearchAllowance:
+    """What a search can know from the store, for any count of the type: raises if the account holds
+    its plan quota already; else what `check_search_count` checks a count against."""
     account = get_account(session, account_id)
     _check_plans(session, runtime, account)
-    allowed = instances_allowed(runtime, account, instance_type)
-    if count > allowed:
-        raise ResourceLimitExceeded(_instances_message(account, instance_type, allowed, 0, count))
+    return SearchAllowance(account.name, instance_type, instances_allowed(runtime, account, instance_type))
+
+
+@dataclass(frozen=True)
+class SearchAllowance:
+    """The instances of a type an account may hold at once, read from the store (and its name for the
+    refusal): what a search for any count is checked against."""
+
+    account_name: str
+    instance_type: str
+    allowed: int
+
+
+def check_search_count(allowance: SearchAllowance, count: int) -> None:
+    if count > allowance.allowed:
+        raise ResourceLimitExceeded(
+            _instances_message(allowance.account_name, allowance.instance_type, allowance.allowed, 0, count)
+        )
 
 
 def check_plans(session: Session, runtime: ServiceContext, account_id: str) -> None:
@@ -167,12 +183,12 @@ def check_instances_held(
     allowed = instances_allowed(runtime, account, instance_type)
     held = peak_booked(held_intervals, start, end)
     if held + count > allowed:
-        raise ResourceLimitExceeded(_instances_message(account, instance_type, allowed, held, count))
+        raise ResourceLimitExceeded(_instances_message(account.name, instance_type, allowed, held, count))
 
 
-def _instances_message(account: QuotaHolder, instance_type: str, allowed: int, held: int, count: int) -> str:
+def _instances_message(account_name: str, instance_type: str, allowed: int, held: int, count: int) -> str:
     return (
-        f"Quota reserved-capacity-{instance_type} is {allowed} instances for account {account.name}: "
+        f"Quota reserved-capacity-{instance_type} is {allowed} instances for account {account_name}: "
         f"it holds {held} at the busiest instant of this window and asks for {count} more. {_RAISE}"
     )
 

@@ -38,7 +38,8 @@ class SharedState:
         self._settings_seen: int | None = None
         self._lock = threading.Lock()
         self._last: dict[str, int] = {}  # the counters as last read
-        self._checks: dict[tuple[object, ...], tuple[int, ...]] = {}  # see passed()
+        # check -> (the counters it was made under, what it found): see recalled()
+        self._checks: dict[tuple[object, ...], tuple[tuple[int, ...], object]] = {}
 
     def sync(self) -> dict[str, int]:
         """Read the counters and bring the memory up to date; returns what was read."""
@@ -66,17 +67,22 @@ class SharedState:
             return None
         return tuple(last.get(name, -1) for name in counters)
 
-    def passed(self, check: tuple[object, ...], versions: tuple[int, ...] | None) -> bool:
-        """Whether `check` passed when the counters read `versions`, so that it still holds."""
-        return versions is not None and self._checks.get(check) == versions
+    def recalled(self, check: tuple[object, ...], versions: tuple[int, ...] | None) -> object | None:
+        """What `check` found when the counters read `versions` (None if it was not made under them), so
+        that it still holds."""
+        if versions is None:
+            return None
+        found = self._checks.get(check)
+        return found[1] if found is not None and found[0] == versions else None
 
-    def remember(self, check: tuple[object, ...], versions: tuple[int, ...] | None) -> None:
+    def remember(self, check: tuple[object, ...], versions: tuple[int, ...] | None, found: object) -> None:
+        """Keep what `check` found (never None) under the counters read before it was made."""
         if versions is None:
             return
         with self._lock:
             if len(self._checks) > 10_000:
                 self._checks.clear()
-            self._checks[check] = versions
+            self._checks[check] = (versions, found)
 
     def follow_clock(self) -> None:
         """A manual clock takes the service time stored by whoever moved it last (the leader); an

@@ -37,7 +37,7 @@ def serialize_response(op: OperationModel, result: Mapping[str, Any] | None) -> 
                 f"Bad {op.name} response: the operation has no output, got {sorted(result)}"
             )
         return {}
-    serialized = _serialize(shape, {} if result is None else result, _Path(op.name, ""))
+    serialized = _serialize(shape, {} if result is None else result, _Path(op.name))
     assert isinstance(serialized, dict)
     return serialized
 
@@ -64,26 +64,53 @@ def epoch_seconds(value: datetime) -> int | float:
 
 
 class _Path:
-    """The operation and the wire path being serialized, for handler-bug messages."""
+    """The operation and the wire path being serialized, for handler-bug messages. The path's text is
+    built only for a bug: each step keeps its parent and its own part, a member name, an index or a key."""
 
-    __slots__ = ("op", "path")
+    __slots__ = ("op", "parent", "part")
 
-    def __init__(self, op: str, path: str) -> None:
+    def __init__(self, op: str, parent: _Path | None = None, part: str | int | _MapKey | None = None) -> None:
         self.op = op
-        self.path = path
+        self.parent = parent
+        self.part = part  # str: a member; int: a list index; None: the root; see entry() for keys
 
     def member(self, name: str) -> _Path:
-        return _Path(self.op, f"{self.path}.{name}" if self.path else name)
+        return _Path(self.op, self, name)
 
     def item(self, index: int) -> _Path:
-        return _Path(self.op, f"{self.path}[{index}]")
+        return _Path(self.op, self, index)
 
     def entry(self, key: str) -> _Path:
-        return _Path(self.op, f"{self.path}[{json.dumps(key, ensure_ascii=False)}]")
+        return _Path(self.op, self, _MapKey(key))
+
+    @property
+    def path(self) -> str:
+        parts: list[str] = []
+        step: _Path | None = self
+        while step is not None and step.part is not None:
+            part = step.part
+            if isinstance(part, int):
+                parts.append(f"[{part}]")
+            elif isinstance(part, _MapKey):
+                parts.append(f"[{json.dumps(part.key, ensure_ascii=False)}]")
+            else:
+                parts.append(f".{part}")
+            step = step.parent
+        return "".join(reversed(parts)).removeprefix(".")
 
     def bug(self, problem: str) -> InternalFailure:
-        where = f" at {self.path!r}" if self.path else ""
+        path = self.path
+        where = f" at {path!r}" if path else ""
         return InternalFailure(f"Bad {self.op} response{where}: {problem}")
+
+
+class _MapKey:
+    """A map's key in a path (written ["key"]), told apart from a member's name (written .Name)."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: str) -> None:
+        self.key = key
 
 
 def _serialize(shape: Shape, value: Any, path: _Path) -> Any:

@@ -519,8 +519,16 @@ def _check_scope(claim: _Claim, *, region: str, service: str) -> None:
 
 def _parse_timestamp(value: str) -> datetime:
     if _TIMESTAMP_RE.fullmatch(value):
-        try:
-            return datetime.strptime(value, TIMESTAMP_FORMAT).replace(tzinfo=UTC)
+        try:  # YYYYMMDDTHHMMSSZ by position: what strptime(TIMESTAMP_FORMAT) reads, at a tenth the cost
+            return datetime(
+                int(value[0:4]),
+                int(value[4:6]),
+                int(value[6:8]),
+                int(value[9:11]),
+                int(value[11:13]),
+                int(value[13:15]),
+                tzinfo=UTC,
+            )
         except ValueError:
             pass  # right shape, impossible date (month 13): same answer as a wrong shape
     raise InvalidSignature(
