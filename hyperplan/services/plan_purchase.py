@@ -217,7 +217,6 @@ def _holdings_query(pool_count: int, every_type: bool) -> CompoundSelect[Any]:
     """Held capacity (segments, then unpaid extensions) in `pool_count` pools between :low and :high,
     then the account's own (of :types, or of every type) between :alow and :ahigh; tagged 0 and 1."""
     rc, ext = ReservedCapacity, PlanExtension
-    rc_end = func.coalesce(rc.released_at, rc.end)
 
     def in_pools(table: Any) -> Any:
         return or_(
@@ -233,34 +232,29 @@ def _holdings_query(pool_count: int, every_type: bool) -> CompoundSelect[Any]:
     low, high, alow, ahigh = (
         bindparam(n, type_=ReservedCapacity.start.type) for n in ("low", "high", "alow", "ahigh")
     )
-    columns = (rc.instance_type, rc.availability_zone, rc.start, rc_end, rc.count)
-    ext_columns = (ext.instance_type, ext.availability_zone, ext.start, ext.end, ext.count)
-    return union_all(
-        select(literal(0), *columns).where(
-            rc.holds_capacity.is_(True), in_pools(rc), rc.start < high, rc_end > low
-        ),
-        select(literal(0), *ext_columns).where(
-            ext.holds_capacity.is_(True), in_pools(ext), ext.start < high, ext.end > low
-        ),
-        select(literal(1), *columns)
-        .join(TrainingPlan, TrainingPlan.id == rc.plan_id)
-        .where(
-            TrainingPlan.account_id == bindparam("account"),
-            of_types(rc),
-            rc.holds_capacity.is_(True),
-            rc.start < ahigh,
-            rc_end > alow,
-        ),
-        select(literal(1), *ext_columns)
-        .join(TrainingPlan, TrainingPlan.id == ext.plan_id)
-        .where(
-            TrainingPlan.account_id == bindparam("account"),
-            of_types(ext),
-            ext.holds_capacity.is_(True),
-            ext.start < ahigh,
-            ext.end > alow,
-        ),
-    )
+
+    def held(table: Any, end: Any) -> tuple[Select[Any], Select[Any]]:
+        """Its rows in the pools, then the account's own (the union's tags 0 and 1)."""
+        columns = (table.instance_type, table.availability_zone, table.start, end, table.count)
+        in_pool = select(literal(0), *columns).where(
+            table.holds_capacity.is_(True), in_pools(table), table.start < high, end > low
+        )
+        the_accounts = (
+            select(literal(1), *columns)
+            .join(TrainingPlan, TrainingPlan.id == table.plan_id)
+            .where(
+                TrainingPlan.account_id == bindparam("account"),
+                of_types(table),
+                table.holds_capacity.is_(True),
+                table.start < ahigh,
+                end > alow,
+            )
+        )
+        return in_pool, the_accounts
+
+    segments_in_pool, segments_of_account = held(rc, func.coalesce(rc.released_at, rc.end))
+    extensions_in_pool, extensions_of_account = held(ext, ext.end)
+    return union_all(segments_in_pool, extensions_in_pool, segments_of_account, extensions_of_account)
 
 
 def read_holdings(
