@@ -268,7 +268,7 @@ def _reconcile(runtime: ServiceContext, state: SlurmState) -> list[Note]:
         chosen = placements[want.name].nodes
         if have is None or not chosen:
             continue
-        if tuple(have.nodes) != chosen and not _started(have, real_now):
+        if not _same_nodes(have.nodes, chosen) and not _started(have, real_now):
             try:
                 client.delete_reservation(want.name)
             except SlurmError as error:
@@ -406,6 +406,13 @@ def failed(node: Node) -> bool:
     return node.state in _FAILED_STATES or bool(node.flags & _FAILED_FLAGS)
 
 
+def _same_nodes(held: Sequence[str], chosen: Sequence[str]) -> bool:
+    """Slurm lists a reservation's nodes in its own (slurm.conf) order, and a placement lists them in the
+    order nodes were preferred (on-demand work's nodes last): the same nodes, whatever the order, are no
+    change. Compared as tuples, a reservation over a busy node was deleted and made again every pass."""
+    return set(held) == set(chosen)
+
+
 def _started(reservation: Reservation, real_now: datetime) -> bool:
     return reservation.state == "ACTIVE" or reservation.start <= real_now
 
@@ -450,7 +457,7 @@ def _correct(
 ) -> list[Note]:
     changes: dict[str, object] = {}
     said = []
-    if tuple(have.nodes) != nodes:
+    if not _same_nodes(have.nodes, nodes):
         changes["nodes"] = nodes
         said.append(f"nodes {compress(have.nodes)} -> {compress(nodes)}")
     if tuple(have.users) != (want.user,):
@@ -583,7 +590,7 @@ def _check_read_back(want: Desired, got: Reservation, nodes: tuple[str, ...]) ->
     silently, so we never use it, but say so loudly if anything ever differs). The next pass corrects
     what it can."""
     wrong = []
-    if tuple(got.nodes) != nodes:
+    if not _same_nodes(got.nodes, nodes):
         wrong.append(f"nodes {compress(got.nodes) if got.nodes else 'none'}, not {compress(nodes)}")
     if tuple(got.users) != (want.user,):
         wrong.append(f"users {','.join(got.users) or 'none'}, not {want.user}")

@@ -160,14 +160,15 @@ def _events(server: Server, account: str, plan: str, kind: str, count: int = 1) 
     """The messages of the plan's events of `kind`, once there are `count` (each pass records what it
     did after its Slurm calls)."""
 
-    def messages() -> list[str]:
-        events = server.native().get(f"/api/v1/plans/{plan}/events", account=account)["Events"]
-        return [e["Message"] for e in events if e["Kind"] == kind]
-
-    wait_until(lambda: len(messages()) >= count, timeout=WAIT)
-    found = messages()
+    wait_until(lambda: len(_messages(server, account, plan, kind)) >= count, timeout=WAIT)
+    found = _messages(server, account, plan, kind)
     assert len(found) == count, found
     return found
+
+
+def _messages(server: Server, account: str, plan: str, kind: str) -> list[str]:
+    events = server.native().get(f"/api/v1/plans/{plan}/events", account=account)["Events"]
+    return [e["Message"] for e in events if e["Kind"] == kind]
 
 
 def test_a_plan_is_reservations_from_scheduled_to_cancelled_under_the_wall_clock(
@@ -266,6 +267,10 @@ def _a_plan_from_scheduled_to_cancelled(
     after = _until(cluster, lambda h: rc1 not in h and rc2 not in h)
     assert blocker in after
     _events(server, "team", "split", "slurm-reservation-deleted", 2)
+    # All this while, every pass placed the blocker on the same four nodes (the on-demand one last, as
+    # Slurm does not list them): made once, never deleted and made again.
+    _events(server, "other", "blocker", "slurm-reservation-made", 1)
+    assert _messages(server, "other", "blocker", "slurm-reservation-moved") == []
 
 
 def test_under_the_manual_clock_reservations_follow_segments_and_nodes(
