@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -16,7 +15,9 @@ from sqlalchemy import Connection, Engine, bindparam, create_engine, event, insp
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from hyperplan.errors import StartRefused, ValidationError
+from hyperplan.errors import ServiceUnavailable, StartRefused, ValidationError
+from hyperplan.store.counter_watch import READ_COUNTERS_SQL, CounterWatch
+from hyperplan.store.turn_file import TurnFile
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 
@@ -26,12 +27,13 @@ MIGRATIONS = Path(__file__).with_name("migrations")
 WRITERS_LOCK = {"c": 72_080, "o": 0}
 MIGRATION_LOCK = {"c": 72_080, "o": 1}
 
-_TURN_WAIT = 30.0  # seconds a SQLite writer queues in this process before it waits in SQLite's way
+_TURN_WAIT = 30.0  # seconds a SQLite writer waits in each queue: this process's, then the lock file's
 
 _AFTER_COMMIT = "after_commit"
 _NOTIFIED = "notified_on_insert"
 _BUMPED = "change_counters_bumped"
 _WANTED = "change_counters_wanted"
+_RELAXED = "synchronous_normal"  # a SQLite connection's info: a write(durable=False) lowered its sync
 
 
 def committed_change(session: Session, counter: str) -> int | None:
@@ -129,10 +131,13 @@ class Database:
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._writer_queue = threading.RLock()  # SQLite: see _writers_turn
         self._turn_depth = 0  # nested write()s of the thread holding _writer_queue
-        self._turn_file: tuple[int, int] | None = None  # (pid, descriptor) of the writers' lock file
+        self._turn_file: tuple[int, TurnFile] | None = None  # (pid, the writers' lock file) SQLite
+        self.turn_wait = _TURN_WAIT  # seconds a SQLite writer waits in each queue (see _writers_turn)
         self._on_insert: dict[type, list[Callable[[], None]]] = {}
         # model -> (counter, columns whose change alone does not count)
         self._counted: dict[type, list[tuple[str, frozenset[str], bool]]] = {}
+        own_file = self.is_postgres or (self.is_sqlite and _writers_lock_path(url) is not None)
+        self._watch = CounterWatch(self.engine, sqlite=self.is_sqlite) if own_file else None
         event.listen(self._sessions, "after_flush", self._note_inserts)
         event.listen(self._sessions, "after_flush", self._count_changes)
         event.listen(self._sessions, "before_commit", self._bump_counted)
@@ -196,15 +201,18 @@ class Database:
             session.connection().execute(BUMP, {"n": counter})
 
     def counters(self) -> dict[str, int]:
-        """Every change counter's value, in one statement (store/changes.py)."""
-        # On the driver's connection, past SQLAlchemy's Connection and its statement cache: every request
-        # reads this, and the plain cursor costs a fifth as much. The pool still checks the connection
-        # out (and in, rolling back what PostgreSQL began), as for any other statement.
+        """Every change counter's value, as committed when the call began (store/changes.py): on this
+        process's own connection, which on SQLite reads the table only when something was committed since
+        its last look (store/counter_watch.py)."""
+        if self._watch is not None:
+            return self._watch.read()
+        # A database without a file of its own (in memory): a pooled connection, past SQLAlchemy's
+        # Connection and its statement cache.
         connection = self.engine.raw_connection()
         try:
             cursor = connection.cursor()
             try:
-                cursor.execute(_READ_COUNTERS_SQL)
+                cursor.execute(READ_COUNTERS_SQL)
                 rows = cursor.fetchall()
             finally:
                 cursor.close()
@@ -267,11 +275,17 @@ class Database:
                 session.rollback()
 
     @contextmanager
-    def write(self, *, concurrent: bool = False) -> Iterator[Session]:
+    def write(self, *, concurrent: bool = False, durable: bool = True) -> Iterator[Session]:
         """A transaction that commits when the block ends and rolls back on any error.
 
         Serial by default: no other writer runs meanwhile (see the class). `concurrent=True`: the block
         takes the locks its invariants need itself, before it reads what it checks (store/locks.py).
+
+        `durable=False`: the commit does not wait for the disk (SQLite: synchronous=NORMAL for this
+        transaction, no fsync of the log; PostgreSQL: synchronous_commit off). Only for rows whose loss
+        in a crash of the machine or of the database loses nothing anyone was promised (a rate bucket's
+        lease). Atomicity and order are unchanged: the next durable commit makes it durable too, and a
+        crash may only lose such commits, newest first, never a durable one after them.
 
         Callbacks registered with `after_commit` run once the commit succeeded, never after a rollback:
         in-memory state (the live calendar) follows only what is durably stored.
@@ -279,10 +293,15 @@ class Database:
         with self._sessions() as session:
             with self._writers_turn():
                 if self.is_sqlite:
-                    session.connection().exec_driver_sql("BEGIN IMMEDIATE")
+                    connection = session.connection()
+                    if not durable:  # the pool puts FULL back as the connection returns (_make_engine)
+                        connection.info[_RELAXED] = True
+                        connection.exec_driver_sql("PRAGMA synchronous=NORMAL")
+                    _begin_immediate(connection)
                 elif self.is_postgres:
                     take = "pg_advisory_xact_lock_shared" if concurrent else "pg_advisory_xact_lock"
-                    session.execute(text(f"SELECT {take}(:c, :o)"), WRITERS_LOCK)
+                    relax = "" if durable else ", set_config('synchronous_commit', 'off', true)"
+                    session.execute(text(f"SELECT {take}(:c, :o){relax}"), WRITERS_LOCK)
                 try:
                     yield session
                     session.commit()
@@ -295,18 +314,20 @@ class Database:
     @contextmanager
     def _writers_turn(self) -> Iterator[None]:
         """SQLite: writers queue before BEGIN IMMEDIATE, first on a lock of this process, then on a
-        lock file next to the database that every process on it takes (`flock`, a blocking wait in the
-        kernel). SQLite's own wait for its write lock is a sleep-and-retry whose sleeps grow to 100 ms:
-        eight threads buying at once spent most of their time asleep with the lock free (purchase p99
-        of seconds), and so did the processes of `serve --workers 2` beside one another. The queue
-        changes nothing of what is guaranteed: BEGIN IMMEDIATE still takes SQLite's lock, which a
-        process that does not queue (an older version, the sqlite3 shell) respects too. Past
-        `_TURN_WAIT` in this process's queue a writer goes on to SQLite's own wait, as before the queue.
-        PostgreSQL's writers wait in the server, which wakes them."""
+        lock file next to the database that every process on it takes (`flock`, a wait in the kernel:
+        store/turn_file.py). SQLite's own wait for its write lock is a sleep-and-retry whose sleeps grow
+        to 100 ms: eight threads buying at once spent most of their time asleep with the lock free
+        (purchase p99 of seconds), and so did the processes of `serve --workers 2` beside one another.
+        The queue changes nothing of what is guaranteed: BEGIN IMMEDIATE still takes SQLite's lock,
+        which a process that does not queue (an older version, the sqlite3 shell) respects too. Past
+        `turn_wait` in this process's queue a writer goes on to SQLite's own wait, as before the queue;
+        past `turn_wait` at the lock file (another process holds it: stopped, stuck) it is refused with
+        ServiceUnavailable, which clients retry. PostgreSQL's writers wait in the server, which wakes
+        them."""
         if not self.is_sqlite:
             yield
             return
-        queued = self._writer_queue.acquire(timeout=_TURN_WAIT)
+        queued = self._writer_queue.acquire(timeout=self.turn_wait)
         try:
             # Only the thread at the head of this process's queue touches the file lock: a lock taken
             # with flock belongs to the open file, which this process's threads share.
@@ -317,22 +338,27 @@ class Database:
             finally:
                 self._turn_depth -= queued
                 if locked is not None:
-                    fcntl.flock(locked, fcntl.LOCK_UN)
+                    locked.release()
         finally:
             if queued:
                 self._writer_queue.release()
 
-    def _lock_turn_file(self) -> int | None:
-        """flock the writers' lock file (opened once per process), returning its descriptor; None for a
-        database without a file of its own (in memory)."""
+    def _lock_turn_file(self) -> TurnFile | None:
+        """Take the writers' lock file (opened once per process); None for a database without a file of
+        its own (in memory). ServiceUnavailable past `turn_wait`."""
         if self._turn_file is None or self._turn_file[0] != os.getpid():
             path = _writers_lock_path(self.url)
             if path is None:
                 return None
-            self._turn_file = (os.getpid(), os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600))
-        descriptor = self._turn_file[1]
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        return descriptor
+            descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            self._turn_file = (os.getpid(), TurnFile(descriptor))
+        turn = self._turn_file[1]
+        if not turn.take(self.turn_wait):
+            raise ServiceUnavailable(
+                f"The store is busy: another process has held its writers' lock for more than "
+                f"{self.turn_wait:g} s; try again."
+            )
+        return turn
 
     def compact(self) -> None:
         """Rewrite the database file and empty its write-ahead log, so that no free page or old log frame
@@ -344,13 +370,15 @@ class Database:
             connection.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def close(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
         self.engine.dispose()
         # After the writers in flight (they unlock the file through its descriptor); past the wait, the
         # descriptor is left to the process's end rather than closed under a writer.
-        if self._turn_file is not None and self._writer_queue.acquire(timeout=_TURN_WAIT):
+        if self._turn_file is not None and self._writer_queue.acquire(timeout=self.turn_wait):
             try:
-                if self._turn_file[0] == os.getpid():
-                    os.close(self._turn_file[1])
+                if self._turn_file[0] == os.getpid() and not self._turn_file[1].in_use:
+                    os.close(self._turn_file[1].descriptor)
                 self._turn_file = None
             finally:
                 self._writer_queue.release()
@@ -360,10 +388,22 @@ BUMP = text("UPDATE change_counters SET value = value + 1 WHERE name = :n RETURN
 BUMP_MANY = text(
     "UPDATE change_counters SET value = value + 1 WHERE name IN :names RETURNING name, value"
 ).bindparams(bindparam("names", expanding=True))
-_READ_COUNTERS_SQL = "SELECT name, value FROM change_counters"
 
 
 WRITERS_LOCK_SUFFIX = ".writers-lock"
+
+
+def _begin_immediate(connection: Connection) -> None:
+    """SQLite's write lock, within its busy timeout; past it a retryable ServiceUnavailable, not a 500."""
+    try:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+    except OperationalError as exc:
+        if "locked" not in str(exc.orig):
+            raise
+        raise ServiceUnavailable(
+            "The store is busy: another process has held its write lock for longer than the store "
+            "waits; try again."
+        ) from None
 
 
 def _writers_lock_path(url: str) -> str | None:
@@ -403,5 +443,11 @@ def _make_engine(url: str) -> Engine:
         # a new key leaves no old token in the file.
         cursor.execute("PRAGMA secure_delete=ON")
         cursor.close()
+
+    @event.listens_for(engine, "checkin")
+    def _durable_again(dbapi_connection: Any, record: Any) -> None:
+        # After a write(durable=False), before any other writer can have the connection.
+        if record.info.pop(_RELAXED, False) and dbapi_connection is not None:
+            dbapi_connection.execute("PRAGMA synchronous=FULL")
 
     return engine

@@ -1,0 +1,88 @@
+"""The change counters read at every request (store/changes.py), at the least cost that still sees every
+commit made before the read began, by any process.
+
+SQLite: one long-lived connection of this process's own, kept out of the pool, asks `PRAGMA
+data_version` first. Its value differs from the one it last gave if any other connection (of this
+process or another) committed in between; it reads the shared-memory index of the write-ahead log,
+no table, in microseconds. Only then does the connection read the counters again. The pragma opens a
+read transaction of its own, so what it answers is the state at the time of asking, not a cached one.
+
+PostgreSQL: the same connection idea, in autocommit, so the read is one round trip; a pooled
+connection costs a ping at checkout and a rollback at checkin besides (three). A connection lost
+(the server restarted) is opened again once, in the same call.
+
+One lock serialises the callers of one watch; each call still reads after it was made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import Any
+
+from sqlalchemy import Engine
+
+READ_COUNTERS_SQL = "SELECT name, value FROM change_counters"
+
+
+class CounterWatch:
+    def __init__(self, engine: Engine, *, sqlite: bool) -> None:
+        self._engine = engine
+        self._sqlite = sqlite
+        self._lock = threading.Lock()
+        self._connection: Any = None  # the driver's connection, detached from the pool
+        self._pid = 0  # the process that opened it: a child never uses its parent's
+        self._version: int | None = None  # SQLite's data_version when `_values` was read
+        self._values: dict[str, int] = {}
+
+    def read(self) -> dict[str, int]:
+        """Every counter's value as committed when the call began (a new dict each time)."""
+        with self._lock:
+            try:
+                return dict(self._read())
+            except Exception:
+                if self._sqlite:
+                    raise
+                self._drop()  # PostgreSQL: the connection was lost; one more try on a new one
+                return dict(self._read())
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    def _read(self) -> dict[str, int]:
+        connection = self._open()
+        cursor = connection.cursor()
+        try:
+            if self._sqlite:
+                cursor.execute("PRAGMA data_version")
+                version = cursor.fetchone()[0]
+                if version == self._version:
+                    return self._values
+                # Read after the pragma: a commit in between moves the version again, and the next
+                # call reads once more; never the other way round (values older than the version).
+                cursor.execute(READ_COUNTERS_SQL)
+                self._values, self._version = dict(cursor.fetchall()), version
+                return self._values
+            cursor.execute(READ_COUNTERS_SQL)
+            return dict(cursor.fetchall())
+        finally:
+            cursor.close()
+
+    def _open(self) -> Any:
+        if self._connection is None or self._pid != os.getpid():
+            pooled = self._engine.raw_connection()  # configured as every connection (pragmas, isolation)
+            connection: Any = pooled.driver_connection
+            pooled.detach()  # ours for good: the pool makes another when it needs one
+            if not self._sqlite:
+                connection.rollback()  # whatever the checkout began, then one statement per transaction
+                connection.autocommit = True
+            self._connection, self._pid, self._version = connection, os.getpid(), None
+        return self._connection
+
+    def _drop(self) -> None:
+        if self._connection is not None and self._pid == os.getpid():
+            with contextlib.suppress(Exception):  # already broken: nothing more to give back
+                self._connection.close()
+        self._connection, self._version = None, None

@@ -1,0 +1,159 @@
+"""What every request pays before its handler, on a real store: the change counters read at once after any
+commit by anyone (another connection, another process, through this one), a lease's write that need not
+wait for the disk leaving the next writer durable, and a writer behind a process stuck with the writers'
+lock refused with a retryable error instead of waiting for ever."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from hyperplan.errors import ServiceUnavailable
+from hyperplan.store import changes
+from hyperplan.store.db import WRITERS_LOCK_SUFFIX, Database, sqlite_url
+from hyperplan.store.schema import Setting
+from tests.postgres import Stores
+
+
+def _two(stores: Stores, tmp_path: Path) -> tuple[Database, Database]:
+    url = stores.empty_url(tmp_path)
+    first = Database(url)
+    first.migrate()
+    return first, Database(url)
+
+
+def test_the_counters_follow_every_commit_at_once(stores: Stores, tmp_path: Path) -> None:
+    here, there = _two(stores, tmp_path)  # two processes' worth of connections on one store
+    try:
+        before = here.counters()
+        assert here.counters() == before  # nothing committed: the same values
+        there.bump(changes.KEYS)  # a key revoked through another server
+        assert here.counters()[changes.KEYS] == before[changes.KEYS] + 1
+        here.bump(changes.CALENDAR)  # through this one's own pool
+        assert here.counters()[changes.CALENDAR] == before[changes.CALENDAR] + 1
+        with there.write() as session:  # a commit that moves no counter moves none
+            session.add(Setting(key="unrelated", value="x"))
+        seen = here.counters()
+        seen[changes.KEYS] = -1  # a copy: what a caller does with it changes nothing kept
+        assert here.counters()[changes.KEYS] == before[changes.KEYS] + 1
+        if stores.is_postgres:  # the server dropped every connection (a restart): read on a new one
+            with there.engine.connect() as connection:
+                connection.execute(
+                    text(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+                )
+            there.engine.dispose()
+            there.bump(changes.KEYS)
+            assert here.counters()[changes.KEYS] == before[changes.KEYS] + 2
+    finally:
+        here.close()
+        there.close()
+
+
+def test_the_counters_follow_a_commit_by_another_process(tmp_path: Path) -> None:
+    database = Database(sqlite_url(tmp_path))
+    database.migrate()
+    try:
+        before = database.counters()[changes.SETTINGS]
+        script = (
+            "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+            "c.execute(\"UPDATE change_counters SET value = value + 5 WHERE name = 'settings'\"); c.commit()"
+        )
+        subprocess.run([sys.executable, "-c", script, str(tmp_path / "hyperplan.db")], check=True)
+        assert database.counters()[changes.SETTINGS] == before + 5
+    finally:
+        database.close()
+
+
+def _synchronous(stores: Stores, database: Database, durable: bool) -> str:
+    with database.write(concurrent=True, durable=durable) as session:
+        if stores.is_postgres:
+            return str(session.execute(text("SHOW synchronous_commit")).scalar())
+        return str(session.execute(text("PRAGMA synchronous")).scalar())
+
+
+def test_a_write_that_need_not_be_durable_leaves_the_next_one_durable(stores: Stores, tmp_path: Path) -> None:
+    url = stores.empty_url(tmp_path)
+    if stores.is_postgres:  # the tests' server commits without waiting (scripts/postgres-dev); not here
+        admin = create_engine(url, isolation_level="AUTOCOMMIT")
+        with admin.connect() as connection:
+            name = connection.execute(text("SELECT current_database()")).scalar()
+            connection.execute(text(f'ALTER DATABASE "{name}" SET synchronous_commit TO on'))
+        admin.dispose()
+    database = Database(url)
+    database.migrate()
+    durable, relaxed = ("on", "off") if stores.is_postgres else ("2", "1")  # SQLite: FULL, NORMAL
+    try:
+        assert _synchronous(stores, database, durable=True) == durable
+        assert _synchronous(stores, database, durable=False) == relaxed
+        for _ in range(3):  # one writer at a time: the pool hands back the connection just relaxed
+            assert _synchronous(stores, database, durable=True) == durable
+        with database.write(durable=False) as session:  # and what it wrote is there
+            session.add(Setting(key="lease", value="1"))
+        with database.read() as session:
+            assert session.get(Setting, "lease") is not None
+    finally:
+        database.close()
+
+
+@pytest.fixture
+def stuck_holder(tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process holding the SQLite writers' lock file until its stdin closes (stopped, stuck)."""
+    path = str(tmp_path / "hyperplan.db") + WRITERS_LOCK_SUFFIX
+    script = (
+        "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script, path], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        yield holder
+    finally:
+        if holder.stdin is not None and not holder.stdin.closed:
+            holder.stdin.close()
+        holder.wait(timeout=30)
+
+
+def test_a_writer_behind_a_stuck_process_is_refused_then_served_once_it_lets_go(
+    tmp_path: Path, stuck_holder: subprocess.Popen[str]
+) -> None:
+    database = Database(sqlite_url(tmp_path))
+    database.migrate()  # migrations do not queue: they run before any server writes
+    database.turn_wait = 0.2
+    try:
+        with pytest.raises(ServiceUnavailable) as refused, database.write() as session:
+            session.add(Setting(key="refused", value="x"))
+        assert "writers' lock" in refused.value.message and "try again" in refused.value.message
+        # The next writer comes while the process still holds the lock, and gets it when it lets go.
+        database.turn_wait = 30.0
+        written = threading.Event()
+
+        def write() -> None:
+            with database.write() as session:
+                session.add(Setting(key="served", value="x"))
+            written.set()
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        assert not written.wait(0.2)  # still behind the holder
+        assert stuck_holder.stdin is not None
+        stuck_holder.stdin.close()  # it lets go (exits)
+        writer.join(timeout=30)
+        assert written.is_set()
+        with database.write() as session:  # and the lock is free for the next, nothing left holding it
+            session.add(Setting(key="after", value="x"))
+        with database.read() as session:
+            assert session.get(Setting, "refused") is None  # refused: nothing half-written
+            assert session.get(Setting, "served") is not None and session.get(Setting, "after") is not None
+    finally:
+        database.close()
