@@ -15,6 +15,12 @@ flood costs no store access either. Leased tokens are good for LEASE_LIFE; what 
 to the bucket with the process's next lease of it (in the same write), so a slow client wastes none. A
 process that dies holding a batch loses it: the fleet admits less, never more.
 
+A lease's commit does not wait for the disk (`Database.write(durable=False)`): a lease is a write a
+second per busy (account, class) and process, and its fsync was most of what the limiter cost. What a
+crash can lose is only the newest leases: a crash of the machine takes the processes holding those
+tokens with it; a crash of the PostgreSQL server alone (the servers live on) lets the buckets forget
+at most the leases of its last moments, so once, each process may spend one batch more than the bound.
+
 The bound. The store's bucket grants no more than one bucket would (burst, then rate); the only excess
 is tokens leased before a window and spent in it: over any window the whole fleet admits at most
 burst + rate x window + N x (batch - 1) of an account's requests of one class, N the processes serving
@@ -72,8 +78,9 @@ class SharedBuckets:
     def _lease(
         self, account_id: str, request_class: RequestClass, limit: RateLimit, want: int, returned: int
     ) -> tuple[int, float]:
-        # Concurrent: the row's lock (SQLite: the write lock) is all a lease needs.
-        with self.db.write(concurrent=True) as session:
+        # Concurrent: the row's lock (SQLite: the write lock) is all a lease needs. Not durable: a lease
+        # lost in a crash of the machine or the database only forgets tokens taken (see the module).
+        with self.db.write(concurrent=True, durable=False) as session:
             row = session.get(RateBucket, (account_id, request_class.value), with_for_update=True)
             before = None if row is None else Bucket(row.tokens, row.counted_at)
             after, granted, wait = lease(limit, before, self._clock(), want, returned)
