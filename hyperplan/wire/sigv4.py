@@ -309,9 +309,10 @@ def _verify(
     )
     scope = credential_scope(claim.scope_date, claim.scope_region, claim.scope_service)
     key = signing_key(secret, claim.scope_date, claim.scope_region, claim.scope_service)
-    expected = hmac.new(
-        key, string_to_sign(claim.timestamp, scope, canonical).encode("utf-8"), hashlib.sha256
-    ).hexdigest()
+    # hmac.digest: the one-shot HMAC in C, what hmac.new(...).hexdigest() computes at a fraction of the calls
+    expected = hmac.digest(
+        key, string_to_sign(claim.timestamp, scope, canonical).encode("utf-8"), "sha256"
+    ).hex()
     if not hmac.compare_digest(expected.encode("ascii"), claim.signature.encode("utf-8")):
         raise InvalidSignature(SIGNATURE_MISMATCH)
     return _Verified(claim, key, payload)
