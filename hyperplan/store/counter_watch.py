@@ -7,9 +7,11 @@ process or another) committed in between; it reads the shared-memory index of th
 no table, in microseconds. Only then does the connection read the counters again. The pragma opens a
 read transaction of its own, so what it answers is the state at the time of asking, not a cached one.
 
-PostgreSQL: the same connection idea, in autocommit, so the read is one round trip; a pooled
-connection costs a ping at checkout and a rollback at checkin besides (three). A connection lost
-(the server restarted) is opened again once, in the same call.
+PostgreSQL: the same connection idea, in autocommit, so the read is one round trip (a pooled
+connection cost a ping at checkout and a rollback at checkin besides). A connection lost (the server
+restarted) is opened again once, in the same call, and the pool, whose connections were surely lost
+too and are not pinged at checkout (store/db.py, _make_engine), is emptied first: the request's own
+transactions, which come after this read, get new ones.
 
 One lock serialises the callers of one watch; each call still reads after it was made.
 """
@@ -44,7 +46,11 @@ class CounterWatch:
             except Exception:
                 if self._sqlite:
                     raise
-                self._drop()  # PostgreSQL: the connection was lost; one more try on a new one
+                # PostgreSQL: the connection was lost (the server restarted, say). So were the pool's,
+                # which are not pinged at checkout: the pool starts afresh before this request's
+                # transactions check one out. Then one more try, on a new connection.
+                self._drop()
+                self._engine.dispose()
                 return dict(self._read())
 
     def close(self) -> None:

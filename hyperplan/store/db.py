@@ -12,7 +12,7 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, bindparam, create_engine, event, inspect, text
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from hyperplan.errors import ServiceUnavailable, StartRefused, ValidationError
@@ -261,7 +261,7 @@ class Database:
 
     @contextmanager
     def read(self) -> Iterator[Session]:
-        with self._sessions() as session:
+        with _lost_connection_refused(), self._sessions() as session:
             if self.is_sqlite:
                 session.connection().exec_driver_sql("BEGIN")
             elif self.is_postgres:
@@ -290,7 +290,7 @@ class Database:
         Callbacks registered with `after_commit` run once the commit succeeded, never after a rollback:
         in-memory state (the live calendar) follows only what is durably stored.
         """
-        with self._sessions() as session:
+        with _lost_connection_refused(), self._sessions() as session:
             with self._writers_turn():
                 if self.is_sqlite:
                     connection = session.connection()
@@ -301,7 +301,7 @@ class Database:
                 elif self.is_postgres:
                     take = "pg_advisory_xact_lock_shared" if concurrent else "pg_advisory_xact_lock"
                     relax = "" if durable else ", set_config('synchronous_commit', 'off', true)"
-                    session.execute(text(f"SELECT {take}(:c, :o){relax}"), WRITERS_LOCK)
+                    _first_statement(session, text(f"SELECT {take}(:c, :o){relax}"), WRITERS_LOCK)
                 try:
                     yield session
                     session.commit()
@@ -393,6 +393,31 @@ BUMP_MANY = text(
 WRITERS_LOCK_SUFFIX = ".writers-lock"
 
 
+def _first_statement(session: Session, statement: Any, parameters: dict[str, Any]) -> None:
+    """A transaction's first statement, on PostgreSQL, where the pool does not ping a connection before
+    handing it out (_make_engine): found lost (the server restarted), it runs again on a new connection,
+    once; nothing was done on the lost one."""
+    try:
+        session.execute(statement, parameters)
+    except DBAPIError as exc:
+        if not exc.connection_invalidated:
+            raise
+        session.rollback()  # lets go of the lost connection; the pool drops every one as old
+        session.execute(statement, parameters)
+
+
+@contextmanager
+def _lost_connection_refused() -> Iterator[None]:
+    """A connection to PostgreSQL lost in the middle of a transaction: ServiceUnavailable (503, which
+    clients retry), not a 500. The pool has dropped every connection older than the loss by then."""
+    try:
+        yield
+    except DBAPIError as exc:
+        if not exc.connection_invalidated:
+            raise
+        raise ServiceUnavailable("The connection to the database was lost; try again.") from exc
+
+
 def _begin_immediate(connection: Connection) -> None:
     """SQLite's write lock, within its busy timeout; past it a retryable ServiceUnavailable, not a 500."""
     try:
@@ -423,8 +448,14 @@ def _make_engine(url: str) -> Engine:
     if url.startswith("postgresql"):
         # READ COMMITTED, not stricter: a writer's statements after its locks must see what the
         # transactions it waited for committed. Readers ask for REPEATABLE READ per transaction.
+        # No ping at checkout (a round trip, two with the BEGIN it starts, before every transaction):
+        # each request's first statement is the change counters' read on a connection of their own,
+        # which finds a restarted server first and has the pool drop every older connection
+        # (store/counter_watch.py); a writer's first statement runs again once on a new connection
+        # (_first_statement); anything else lost mid-way is a ServiceUnavailable. Connections are
+        # replaced after pool_recycle seconds, so none outlives what a proxy or firewall keeps open.
         return create_engine(
-            url, pool_pre_ping=True, isolation_level="READ COMMITTED", pool_size=8, max_overflow=24
+            url, pool_recycle=600, isolation_level="READ COMMITTED", pool_size=8, max_overflow=24
         )
     if not url.startswith("sqlite"):
         return create_engine(url, pool_pre_ping=True)

@@ -18,7 +18,7 @@ from hyperplan.errors import ServiceUnavailable
 from hyperplan.store import changes
 from hyperplan.store.db import WRITERS_LOCK_SUFFIX, Database, sqlite_url
 from hyperplan.store.schema import Setting
-from tests.postgres import Stores
+from tests.postgres import PostgresServer, Stores
 
 
 def _two(stores: Stores, tmp_path: Path) -> tuple[Database, Database]:
@@ -43,19 +43,60 @@ def test_the_counters_follow_every_commit_at_once(stores: Stores, tmp_path: Path
         seen[changes.KEYS] = -1  # a copy: what a caller does with it changes nothing kept
         assert here.counters()[changes.KEYS] == before[changes.KEYS] + 1
         if stores.is_postgres:  # the server dropped every connection (a restart): read on a new one
-            with there.engine.connect() as connection:
-                connection.execute(
-                    text(
-                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                    )
-                )
-            there.engine.dispose()
+            _drop_every_connection(there)
             there.bump(changes.KEYS)
             assert here.counters()[changes.KEYS] == before[changes.KEYS] + 2
     finally:
         here.close()
         there.close()
+
+
+def _drop_every_connection(database: Database) -> None:
+    """What a PostgreSQL restart does to every connection to the store but this one."""
+    with database.engine.connect() as connection:
+        connection.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        )
+    database.engine.dispose()
+
+
+@pytest.mark.postgres
+def test_connections_lost_to_a_postgres_restart_cost_a_request_at_most_a_503(
+    postgres_server: PostgresServer,
+) -> None:
+    """The pool does not ping before each transaction: the request's counters read finds the loss and
+    empties the pool, a writer's first statement runs again on a new connection, and a read already
+    under way is refused with a retryable ServiceUnavailable, never a 500."""
+    database, other = Database(postgres_server.new_database()), None
+    try:
+        other = Database(database.url)
+        with database.write() as session:
+            session.add(Setting(key="before", value="x"))
+        with database.read() as one, database.read() as two, database.read() as three:
+            assert one.get(Setting, "before") and two.get(Setting, "before") and three.get(Setting, "before")
+        # the pool holds three connections now, each lost at every drop below
+
+        _drop_every_connection(other)  # a request: the counters first, then its transactions
+        database.counters()
+        with database.read() as session:
+            assert session.get(Setting, "before") is not None
+
+        _drop_every_connection(other)  # a writer with no read before it
+        with database.write() as session:
+            session.add(Setting(key="after", value="x"))
+
+        _drop_every_connection(other)  # a read with no request's counters before it
+        with pytest.raises(ServiceUnavailable, match="try again"), database.read() as session:
+            session.get(Setting, "after")
+        with database.read() as session:  # the next one is served
+            assert session.get(Setting, "after") is not None
+    finally:
+        database.close()
+        if other is not None:
+            other.close()
 
 
 def test_the_counters_follow_a_commit_by_another_process(tmp_path: Path) -> None:
