@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sqlalchemy import bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from hyperplan.core.rate_limits import Bucket, RateLimit, RateLimits, RequestClass, lease, take
@@ -80,15 +81,18 @@ class SharedBuckets:
     ) -> tuple[int, float]:
         # Concurrent: the row's lock (SQLite: the write lock) is all a lease needs. Not durable: a lease
         # lost in a crash of the machine or the database only forgets tokens taken (see the module).
+        # Core statements on the session's connection: the ORM's unit of work cost more than the rest.
+        key = {"account": account_id, "class": request_class.value}
         with self.db.write(concurrent=True, durable=False) as session:
-            row = session.get(RateBucket, (account_id, request_class.value), with_for_update=True)
+            connection = session.connection()
+            row = connection.execute(_READ_BUCKET, key).first()
             before = None if row is None else Bucket(row.tokens, row.counted_at)
             after, granted, wait = lease(limit, before, self._clock(), want, returned)
             if not granted and (row is None or not returned):
                 return 0, wait or 0.0  # nothing taken or given back: the row stays as it was
             if row is None:
-                session.add(
-                    RateBucket(
+                connection.execute(
+                    insert(RateBucket).values(
                         account_id=account_id,
                         request_class=request_class.value,
                         tokens=after.tokens,
@@ -96,8 +100,13 @@ class SharedBuckets:
                     )
                 )
             else:
-                row.tokens, row.counted_at = after.tokens, after.at
+                connection.execute(_SET_BUCKET, {**key, "tokens": after.tokens, "at": after.at})
             return granted, wait or 0.0
+
+
+_KEY = (RateBucket.account_id == bindparam("account")) & (RateBucket.request_class == bindparam("class"))
+_READ_BUCKET = select(RateBucket.tokens, RateBucket.counted_at).where(_KEY).with_for_update()
+_SET_BUCKET = update(RateBucket).where(_KEY).values(tokens=bindparam("tokens"), counted_at=bindparam("at"))
 
 
 @dataclass
