@@ -373,8 +373,9 @@ class Database:
         if self._watch is not None:
             self._watch.close()
         self.engine.dispose()
-        # After the writers in flight (they unlock the file through its descriptor); past the wait, the
-        # descriptor is left to the process's end rather than closed under a writer.
+        # After the writers in flight (they unlock the file through its descriptor); past the wait, or
+        # with a helper still waiting on it for a writer that gave up (store/turn_file.py), the
+        # descriptor is left to the process's end rather than closed under a writer or a wait.
         if self._turn_file is not None and self._writer_queue.acquire(timeout=self.turn_wait):
             try:
                 if self._turn_file[0] == os.getpid() and not self._turn_file[1].in_use:
