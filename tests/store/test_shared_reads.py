@@ -198,3 +198,34 @@ def test_a_writer_behind_a_stuck_process_is_refused_then_served_once_it_lets_go(
             assert session.get(Setting, "served") is not None and session.get(Setting, "after") is not None
     finally:
         database.close()
+
+
+def test_a_writer_behind_sqlite_s_own_lock_held_too_long_is_refused_with_service_unavailable(
+    tmp_path: Path,
+) -> None:
+    """A process that does not queue on the lock file (the sqlite3 shell) holds SQLite's write lock:
+    past SQLite's busy wait the writer gets a retryable 503, not a 500."""
+    database = Database(sqlite_url(tmp_path))
+    database.migrate()
+    script = (
+        "import sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+        "c.execute('BEGIN IMMEDIATE'); print('held', flush=True); sys.stdin.read()"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script, str(tmp_path / "hyperplan.db")],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        # The pool's one connection, the one the next write takes, waits 0.2 s instead of 30.
+        with database.engine.connect() as connection:
+            connection.exec_driver_sql("PRAGMA busy_timeout=200")
+        with pytest.raises(ServiceUnavailable, match="try again"), database.write() as session:
+            session.add(Setting(key="refused", value="x"))
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+        database.close()
