@@ -1,7 +1,9 @@
 """Buying a plan, written as a handful of SQLAlchemy Core statements in the buyer's transaction.
 
 A purchase is the service's busiest write (issue 20). Through the ORM's unit of work it cost ~32
-statements and most of its CPU in SQLAlchemy; here, in one transaction (store/db.py's `write`):
+statements and most of its CPU in SQLAlchemy; here, in one transaction (store/db.py's `write`), with
+each statement compiled once and run on the driver's cursor (store/prepared.py: SQLAlchemy's own
+execution cost several times the driver's):
 
 1. PostgreSQL only: the account's row and the pools' locks (store/locks.py), before any read.
 2. One read of the account: its quotas and payment mode, the drain setting, whether the name or the
@@ -10,8 +12,8 @@ statements and most of its CPU in SQLAlchemy; here, in one transaction (store/db
    holdings the quotas weigh.
 4. The rows as they end up, each table in one statement: the plan (already Scheduled when it is paid at
    once), its segments, the invoice (already settled), the ledger line, the plan's history, the status
-   events, the timed events and any webhook deliveries. The change counters move in the one statement
-   the commit makes (Database.wrote).
+   events, the timed events and any webhook deliveries (one INSERT ... SELECT: each history entry to
+   each live webhook). The change counters move in the one statement the commit makes (Database.wrote).
 
 What is written is what the step-by-step path wrote (lifecycle.py, payments.py): the same rows, the same
 history in the same order, the same messages. A payment that fails at once (a budget short of the fee)
