@@ -25,6 +25,8 @@ from typing import Any
 from sqlalchemy import Connection, Dialect
 from sqlalchemy.sql.elements import ClauseElement
 
+_REQUIRED: Any = object()  # a bind with no value of its own: the caller must give one
+
 
 @dataclass(frozen=True)
 class _Form:
@@ -33,17 +35,15 @@ class _Form:
     sql: str
     positional: bool
     names: tuple[str, ...]  # every bind, in the order a positional driver takes them
-    processors: dict[str, Callable[[Any], Any]]
-    defaults: dict[str, Any]  # binds that carry their own value (literal(0), a constant)
+    # per name in `names`: its type's processor (None: the value as it is), its own value or _REQUIRED
+    steps: tuple[tuple[str, Callable[[Any], Any] | None, Any], ...]
 
     def bind(self, params: Mapping[str, Any]) -> Sequence[Any] | dict[str, Any]:
-        processors, defaults = self.processors, self.defaults
-        values: dict[str, Any] = {}
-        for name in self.names:
-            value = params[name] if name in params else defaults[name]
-            process = processors.get(name)
-            values[name] = value if process is None or value is None else process(value)
-        return tuple(values[name] for name in self.names) if self.positional else values
+        values = []
+        for name, process, default in self.steps:
+            value = params[name] if default is _REQUIRED or name in params else default
+            values.append(value if process is None or value is None else process(value))
+        return tuple(values) if self.positional else dict(zip(self.names, values, strict=True))
 
 
 class Prepared:
@@ -102,10 +102,12 @@ def _compile(statement: ClauseElement, dialect: Dialect) -> _Form:
             raise ValueError(f"{name}: an expanding or literal-execute parameter cannot be prepared")
     positional = bool(compiled.positional)
     names = tuple(compiled.positiontup) if positional else tuple(binds)
-    processors = {}
-    for name in set(names):
-        process = binds[name].type.bind_processor(dialect)
-        if process is not None:
-            processors[name] = process
-    defaults = {name: bind.effective_value for name, bind in binds.items() if not bind.required}
-    return _Form(compiled.string, positional, names, processors, defaults)
+    steps = tuple(
+        (
+            name,
+            binds[name].type.bind_processor(dialect),
+            _REQUIRED if binds[name].required else binds[name].effective_value,
+        )
+        for name in names
+    )
+    return _Form(compiled.string, positional, names, steps)
