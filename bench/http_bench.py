@@ -72,9 +72,9 @@ def _breakdown(store: Store, sizes: Sizes, *, profile: bool) -> None:
     breakdown.print_stages("CreateTrainingPlan (purchase mix; durable commit):", purchases)
     if profile:
         searching, buying = breakdown.profile(store, sizes.breakdown_samples)
-        line("cProfile of the server-side stages of SearchTrainingPlanOfferings:")
+        line("cProfile (CPU time) of the server-side stages of SearchTrainingPlanOfferings:")
         profiling.print_summary(searching)
-        line("cProfile of the server-side stages of CreateTrainingPlan:")
+        line("cProfile (CPU time) of the server-side stages of CreateTrainingPlan:")
         profiling.print_summary(buying)
 
 

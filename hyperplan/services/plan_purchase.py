@@ -1,7 +1,9 @@
 """Buying a plan, written as a handful of SQLAlchemy Core statements in the buyer's transaction.
 
 A purchase is the service's busiest write (issue 20). Through the ORM's unit of work it cost ~32
-statements and most of its CPU in SQLAlchemy; here, in one transaction (store/db.py's `write`):
+statements and most of its CPU in SQLAlchemy; here, in one transaction (store/db.py's `write`), with
+each statement compiled once and run on the driver's cursor (store/prepared.py: SQLAlchemy's own
+execution cost several times the driver's):
 
 1. PostgreSQL only: the account's row and the pools' locks (store/locks.py), before any read.
 2. One read of the account: its quotas and payment mode, the drain setting, whether the name or the
@@ -10,8 +12,8 @@ statements and most of its CPU in SQLAlchemy; here, in one transaction (store/db
    holdings the quotas weigh.
 4. The rows as they end up, each table in one statement: the plan (already Scheduled when it is paid at
    once), its segments, the invoice (already settled), the ledger line, the plan's history, the status
-   events, the timed events and any webhook deliveries. The change counters move in the one statement
-   the commit makes (Database.wrote).
+   events, the timed events and any webhook deliveries (one INSERT ... SELECT: each history entry to
+   each live webhook). The change counters move in the one statement the commit makes (Database.wrote).
 
 What is written is what the step-by-step path wrote (lifecycle.py, payments.py): the same rows, the same
 history in the same order, the same messages. A payment that fails at once (a budget short of the fee)
@@ -30,24 +32,24 @@ from typing import Any, cast
 
 from sqlalchemy import (
     BindParameter,
-    CompoundSelect,
     Connection,
+    Integer,
     Select,
-    String,
     Table,
+    Text,
     and_,
     bindparam,
     exists,
     func,
     insert,
     literal,
+    null,
     or_,
     select,
     true,
     union_all,
     update,
 )
-from sqlalchemy import cast as sql_cast
 from sqlalchemy.orm import Session
 
 from hyperplan.clock import utcnow
@@ -72,6 +74,7 @@ from hyperplan.services.live_calendar import check_room
 from hyperplan.store.changes import CALENDAR
 from hyperplan.store.db import after_commit, committed_change
 from hyperplan.store.locks import lock_account, lock_pools
+from hyperplan.store.prepared import Prepared
 from hyperplan.store.schema import (
     Account,
     Invoice,
@@ -86,6 +89,7 @@ from hyperplan.store.schema import (
     Webhook,
     WebhookDelivery,
 )
+from hyperplan.store.types import from_micros
 
 Segments = Sequence[tuple[Pool, OfferingSegment]]
 
@@ -98,17 +102,72 @@ _STATUS_EVENTS = cast(Table, StatusEvent.__table__)
 _TIMED = cast(Table, ScheduledEvent.__table__)
 _DELIVERIES = cast(Table, WebhookDelivery.__table__)
 _ACCOUNTS = cast(Table, Account.__table__)
+_WEBHOOKS = cast(Table, Webhook.__table__)
 
-# Statements made once: SQLAlchemy then finds their compiled form by a cache key it builds per call, the
-# cheaper the smaller the statement.
-_INSERT_PLAN = insert(_PLANS).returning(_PLANS.c.id)
-_INSERT_SEGMENTS = insert(_SEGMENTS).returning(_SEGMENTS.c.id, _SEGMENTS.c.ordinal)
-_INSERT_INVOICE = insert(_INVOICES).returning(_INVOICES.c.id)
-_INSERT_HISTORY = insert(_HISTORY).returning(_HISTORY.c.id, sort_by_parameter_order=True)
-_INSERT_HISTORY_BLIND = insert(_HISTORY)  # without webhooks nobody needs the events' ids
-_SET_BUDGET = (
+
+def _insert(table: Table, *, returning: Sequence[str] = (), rows: int = 1) -> Prepared:
+    """One row (or `rows` rows, in one statement) of every column but the id, bound by column name
+    (`name_0`, `name_1`... for several rows): a caller that leaves a column out fails at once."""
+    keys = [column.key for column in table.c if column.key != "id"]
+    if rows == 1:
+        values: Any = {key: bindparam(key) for key in keys}
+    else:
+        values = [
+            {key: bindparam(f"{key}_{i}", type_=table.c[key].type) for key in keys} for i in range(rows)
+        ]
+    statement: Any = insert(table).values(values)
+    if returning:
+        statement = statement.returning(*(table.c[name] for name in returning))
+    return Prepared(statement)
+
+
+# Prepared once (store/prepared.py): each runs on the driver's cursor, past SQLAlchemy's execution.
+_INSERT_PLAN = _insert(_PLANS, returning=("id",))
+_INSERT_INVOICE = _insert(_INVOICES, returning=("id",))
+_INSERT_LEDGER = _insert(_LEDGER)
+_INSERT_HISTORY = _insert(_HISTORY)
+_INSERT_STATUS_EVENTS = _insert(_STATUS_EVENTS)
+_INSERT_TIMED = _insert(_TIMED)
+_SET_BUDGET = Prepared(
     update(_ACCOUNTS).where(_ACCOUNTS.c.id == bindparam("account")).values(budget=bindparam("budget"))
 )
+_SET_MESSAGE = Prepared(
+    update(_PLANS).where(_PLANS.c.id == bindparam("plan")).values(status_message=bindparam("message"))
+)
+
+
+@cache
+def _segments_insert(count: int) -> Prepared:
+    """A plan's `count` segments in one statement, returning each one's (id, ordinal)."""
+    return _insert(_SEGMENTS, returning=("id", "ordinal"), rows=count)
+
+
+def _queue_deliveries_statement() -> Any:
+    """A delivery of each of the plan's history entries to each live webhook of its account, in the
+    order the step-by-step path queues them (entry, then webhook): one statement, whatever their number."""
+    events, hooks = _HISTORY, _WEBHOOKS
+    sent_at: BindParameter[datetime] = bindparam("sent_at", type_=_DELIVERIES.c.next_attempt_at.type)
+    rows = (
+        select(
+            hooks.c.id,
+            events.c.plan_id,
+            events.c.id,
+            literal(0, Integer),
+            sent_at,
+            literal("", Text),
+            null(),
+        )
+        .select_from(
+            events.join(hooks, and_(hooks.c.account_id == bindparam("account"), hooks.c.deleted_at.is_(None)))
+        )
+        .where(events.c.plan_id == bindparam("plan"))
+        .order_by(events.c.id, hooks.c.id)
+    )
+    columns = ["webhook_id", "plan_id", "plan_event_id", "attempts", "next_attempt_at", "last_error"]
+    return insert(_DELIVERIES).from_select([*columns, "delivered_at"], rows)
+
+
+_QUEUE_DELIVERIES = Prepared(_queue_deliveries_statement())
 
 
 _PAID_HOW = {"auto": "paid automatically", "budget": "paid from the budget"}  # payments._pay's notes
@@ -130,7 +189,7 @@ class AccountFacts:
     name_taken: bool
     offering_taken: bool
     active_plans: int
-    webhook_ids: list[int]
+    webhooks: int  # live ones
 
 
 def _facts_query() -> Select[Any]:
@@ -139,7 +198,7 @@ def _facts_query() -> Select[Any]:
     offering: BindParameter[str] = bindparam("offering")
     plans = TrainingPlan
     hooks = (
-        select(func.aggregate_strings(sql_cast(Webhook.id, String), ","))
+        select(func.count(Webhook.id))
         .where(Webhook.account_id == account, Webhook.deleted_at.is_(None))
         .scalar_subquery()
     )
@@ -160,20 +219,19 @@ def _facts_query() -> Select[Any]:
     ).where(Account.id == account)
 
 
-_FACTS = _facts_query()
+_FACTS = Prepared(_facts_query())
 
 
 def read_facts(connection: Connection, account_id: str, name: str, offering_id: str) -> AccountFacts:
-    row = connection.execute(
-        _FACTS, {"account": account_id, "name": name, "offering": offering_id}
-    ).one_or_none()
-    if row is None:
+    found = _FACTS.rows(connection, {"account": account_id, "name": name, "offering": offering_id})
+    if not found:
         raise ResourceNotFound(f"No account {account_id!r}.")
+    row = found[0]
     return AccountFacts(
         id=row[0],
         name=row[1],
         payment_mode=row[2],
-        budget=row[3],
+        budget=Decimal(row[3]),
         max_active_plans=row[4],
         max_reserved_instances_per_type=row[5],
         max_reserved_instance_hours_per_30_days=row[6],
@@ -182,7 +240,7 @@ def read_facts(connection: Connection, account_id: str, name: str, offering_id: 
         name_taken=bool(row[9]),
         offering_taken=bool(row[10]),
         active_plans=row[11] or 0,
-        webhook_ids=sorted(int(part) for part in row[12].split(",")) if row[12] else [],
+        webhooks=row[12] or 0,
     )
 
 
@@ -213,9 +271,10 @@ class Holdings:
 
 
 @cache
-def _holdings_query(pool_count: int, every_type: bool) -> CompoundSelect[Any]:
+def _holdings_query(pool_count: int, every_type: bool) -> Prepared:
     """Held capacity (segments, then unpaid extensions) in `pool_count` pools between :low and :high,
-    then the account's own (of :types, or of every type) between :alow and :ahigh; tagged 0 and 1."""
+    then the account's own (of the pools' types, or of every type) between :alow and :ahigh; tagged 0
+    and 1."""
     rc, ext = ReservedCapacity, PlanExtension
 
     def in_pools(table: Any) -> Any:
@@ -227,7 +286,13 @@ def _holdings_query(pool_count: int, every_type: bool) -> CompoundSelect[Any]:
         )
 
     def of_types(table: Any) -> Any:
-        return true() if every_type else table.instance_type.in_(bindparam("types", expanding=True))
+        # The pools' types, one comparison each (a type twice is harmless): no expanding IN list, so
+        # that the statement can be prepared.
+        return (
+            true()
+            if every_type
+            else or_(*(table.instance_type == bindparam(f"t{i}") for i in range(pool_count)))
+        )
 
     low, high, alow, ahigh = (
         bindparam(n, type_=ReservedCapacity.start.type) for n in ("low", "high", "alow", "ahigh")
@@ -254,7 +319,9 @@ def _holdings_query(pool_count: int, every_type: bool) -> CompoundSelect[Any]:
 
     segments_in_pool, segments_of_account = held(rc, func.coalesce(rc.released_at, rc.end))
     extensions_in_pool, extensions_of_account = held(ext, ext.end)
-    return union_all(segments_in_pool, extensions_in_pool, segments_of_account, extensions_of_account)
+    return Prepared(
+        union_all(segments_in_pool, extensions_in_pool, segments_of_account, extensions_of_account)
+    )
 
 
 def read_holdings(
@@ -269,11 +336,16 @@ def read_holdings(
     params: dict[str, Any] = {"low": low, "high": high, "alow": alow, "ahigh": ahigh, "account": account_id}
     for i, (instance_type, zone) in enumerate(pools):
         params[f"t{i}"], params[f"z{i}"] = instance_type, zone
-    if not every_type:
-        params["types"] = sorted({t for t, _ in pools})
     found = Holdings([], [])
-    for tag, *row in connection.execute(_holdings_query(len(pools), every_type), params):
-        (found.account if tag else found.pools).append(tuple(row))
+    times: dict[int, datetime] = {}  # segments mostly share the day grid's few instants
+    for tag, instance_type, zone, start, end, held in _holdings_query(len(pools), every_type).rows(
+        connection, params
+    ):
+        if (begins := times.get(start)) is None:
+            begins = times[start] = from_micros(start)
+        if (ends := times.get(end)) is None:
+            ends = times[end] = from_micros(end)
+        (found.account if tag else found.pools).append((instance_type, zone, begins, ends, held))
     return found
 
 
@@ -372,8 +444,8 @@ class _Purchase:
             status = status_at(self.windows, now)
             PLAN_LIFECYCLE.check(PlanStatus.PENDING, status)
             message = status_message(self.windows, status, now)
-        self.plan_id = self.connection.execute(
-            _INSERT_PLAN,
+        [(self.plan_id,)] = _INSERT_PLAN.rows(
+            self.connection,
             {
                 "account_id": facts.id,
                 "name": name,
@@ -387,7 +459,7 @@ class _Purchase:
                 "created_at": now,
                 "updated_at": now,
             },
-        ).scalar_one()
+        )
         moved = [paid and self._segment_moves(window) for window in self.windows]
         segment_ids = self._insert_segments(moved)
         self._event("created", PlanStatus.PENDING, f"Bought offering {offering_id} for {fee} {currency}.")
@@ -413,7 +485,7 @@ class _Purchase:
             self._await_approval(invoice_id, fee, currency)
         self._flush_history_and_timed()
         if self.status_events:
-            self.connection.execute(insert(_STATUS_EVENTS), self.status_events)
+            _INSERT_STATUS_EVENTS.run_many(self.connection, self.status_events)
             db.wrote(session, StatusEvent)
 
     def _segment_moves(self, window: Window) -> bool:
@@ -421,10 +493,11 @@ class _Purchase:
 
     def _insert_segments(self, moved: list[bool]) -> dict[int, int]:
         """The plan's segments, each in the status it ends up in; returns their ids by ordinal."""
-        rows = [
-            {
+        params: dict[str, Any] = {}
+        for i, ((pool, s), window, move) in enumerate(zip(self.segments, self.windows, moved, strict=True)):
+            row = {
                 "plan_id": self.plan_id,
-                "ordinal": ordinal,
+                "ordinal": i + 1,
                 "instance_type": pool.instance_type,
                 "availability_zone": pool.availability_zone,
                 "count": self.claim.count,
@@ -434,17 +507,17 @@ class _Purchase:
                 "holds_capacity": True,
                 "released_at": None,
             }
-            for ordinal, ((pool, s), window, move) in enumerate(
-                zip(self.segments, self.windows, moved, strict=True), start=1
+            params.update(
+                {f"{key}_{i}": value for key, value in row.items()} if len(self.segments) > 1 else row
             )
-        ]
-        return {ordinal: id_ for id_, ordinal in self.connection.execute(_INSERT_SEGMENTS, rows)}
+        written = _segments_insert(len(self.segments)).rows(self.connection, params)
+        return {ordinal: id_ for id_, ordinal in written}
 
     def _invoice(self, fee: Decimal, currency: str, paid: bool, how: str) -> int:
         first_start = min(s.start for _, s in self.segments)
         self.due_at = payments.payment_deadline(first_start, self.now)
-        invoice_id: int = self.connection.execute(
-            _INSERT_INVOICE,
+        [(invoice_id,)] = _INSERT_INVOICE.rows(
+            self.connection,
             {
                 "account_id": self.facts.id,
                 "plan_id": self.plan_id,
@@ -457,7 +530,7 @@ class _Purchase:
                 "settled_at": self.now if paid else None,
                 "note": how,
             },
-        ).scalar_one()
+        )
         self.runtime.db.wrote(self.session, Invoice)
         return invoice_id
 
@@ -479,10 +552,10 @@ class _Purchase:
         budget = facts.budget
         if facts.payment_mode == "budget":
             budget -= fee
-            self.connection.execute(_SET_BUDGET, {"account": facts.id, "budget": budget})
+            _SET_BUDGET.rows(self.connection, {"account": facts.id, "budget": budget})
             db.wrote(session, Account, inserted=False, columns=("budget",))
-        self.connection.execute(
-            insert(_LEDGER),
+        _INSERT_LEDGER.rows(
+            self.connection,
             {
                 "account_id": facts.id,
                 "invoice_id": invoice_id,
@@ -508,9 +581,7 @@ class _Purchase:
             f"Awaiting an administrator's approval of invoice {invoice_id} ({fee} {currency}, the plan); "
             f"unpaid at {self.due_at:%Y-%m-%d %H:%M} UTC, the plan fails and its capacity is released."
         )
-        self.connection.execute(
-            update(_PLANS).where(_PLANS.c.id == self.plan_id).values(status_message=message)
-        )
+        _SET_MESSAGE.rows(self.connection, {"plan": self.plan_id, "message": message})
         self._event("awaiting-approval", PlanStatus.PENDING, message)
         self._schedule(lifecycle.PAYMENT_DEADLINE, self.due_at, {"invoice": invoice_id})
 
@@ -519,41 +590,24 @@ class _Purchase:
         holds, through the session (the rare case; the rows above are what it reads)."""
         plan = self.session.get(TrainingPlan, self.plan_id)
         assert plan is not None
-        known: dict[str, list[int]] = self.session.info.setdefault("webhook_ids", {})
-        known[self.facts.id] = self.facts.webhook_ids
         payments.issue(self.session, self.runtime.lifecycle, plan, self.now)
 
     def _flush_history_and_timed(self) -> None:
         """The plan's history (and a delivery of each entry to each live webhook), and the timed
         events gathered so far."""
-        connection, hooks = self.connection, self.facts.webhook_ids
+        connection = self.connection
         if self.timed:
-            connection.execute(insert(_TIMED), self.timed)
+            _INSERT_TIMED.run_many(connection, self.timed)
             self.timed = []
         if not self.history:
             return
-        if not hooks:
-            connection.execute(_INSERT_HISTORY_BLIND, self.history)
-            self.history = []
-            return
-        event_ids = [row[0] for row in connection.execute(_INSERT_HISTORY, self.history)]
+        _INSERT_HISTORY.run_many(connection, self.history)
         self.history = []
-        sent_at = utcnow()  # real time: the first attempt is due at once, whatever the service clock says
-        deliveries = [
-            {
-                "webhook_id": hook,
-                "plan_id": self.plan_id,
-                "plan_event_id": event_id,
-                "attempts": 0,
-                "next_attempt_at": sent_at,
-                "last_error": "",
-                "delivered_at": None,
-            }
-            for event_id in event_ids
-            for hook in hooks
-        ]
-        connection.execute(insert(_DELIVERIES), deliveries)
-        self.runtime.db.wrote(self.session, WebhookDelivery)
+        if self.facts.webhooks:
+            # Real time: the first attempt is due at once, whatever the service clock says.
+            params = {"account": self.facts.id, "plan": self.plan_id, "sent_at": utcnow()}
+            _QUEUE_DELIVERIES.rows(connection, params)
+            self.runtime.db.wrote(self.session, WebhookDelivery)
 
     def _event(self, kind: str, status: str, message: str) -> None:
         self.history.append(

@@ -9,6 +9,7 @@ Nothing is written when any step refuses. The live calendar is booked after comm
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -34,8 +35,10 @@ from hyperplan.services import (
     quotas,
     slurm_reservations,
 )
+from hyperplan.services import tags as tag_store
 from hyperplan.services.accounts import Caller, get_account
 from hyperplan.services.context import ServiceContext
+from hyperplan.services.tags import Tag
 from hyperplan.store.changes import CALENDAR, KEYS
 from hyperplan.store.schema import PlanEvent, ReservedCapacity, TrainingPlan
 
@@ -92,12 +95,16 @@ def _sign(
 # -- buy ---------------------------------------------------------------------------------------------
 
 
-def create(runtime: ServiceContext, caller: Caller, name: str, offering_id: str) -> str:
-    """CreateTrainingPlan: buys the offering; returns the new plan's ARN."""
+def create(
+    runtime: ServiceContext, caller: Caller, name: str, offering_id: str, tags: Sequence[Tag] = ()
+) -> str:
+    """CreateTrainingPlan: buys the offering, tagged with `tags` (checked by the caller, tags.check) in
+    the same transaction; returns the new plan's ARN."""
     now = runtime.clock.now()
     claim = _claim_for(runtime, caller, offering_id, now)
     segments = _segments_of(runtime, claim)
     slurm_reservations.check_can_book(runtime, caller.account_id)
+    arn = runtime.arn(caller.account_id, f"training-plan/{name}")
     try:
         # Concurrent on PostgreSQL: relies on the account's row lock (its name, quotas and budget), the
         # pools' locks (capacity) and the unique constraints, all taken in plan_purchase.write
@@ -105,11 +112,14 @@ def create(runtime: ServiceContext, caller: Caller, name: str, offering_id: str)
         with runtime.db.write(concurrent=True) as session:
             acting.act(session, caller.user_id)
             plan_purchase.write(runtime, session, caller, name, offering_id, claim, segments, now)
+            if tags:
+                tag_store.put(session, caller.account_id, arn, tags)
     except IntegrityError:
         # A racing buyer committed the same name or offering between our checks and our insert.
         raise ResourceInUse(f"Training plan {name!r} or its offering was just taken; search again.") from None
-    runtime.wakes.lifecycle.notify()
-    return runtime.arn(caller.account_id, f"training-plan/{name}")
+    # No wake of the lifecycle loop here: the commit woke it, as it inserted timed events
+    # (Database.on_insert).
+    return arn
 
 
 def plan_arn(runtime: ServiceContext, plan: TrainingPlan) -> str:

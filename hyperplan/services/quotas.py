@@ -139,9 +139,11 @@ def _check_plans(session: Session, runtime: ServiceContext, account: Account) ->
 def active_plans(account_id: Any) -> Select[int]:
     """How many plans the account holds that count against its quota (`account_id`: a value, or a
     column to correlate with)."""
+    # Two comparisons, not NOT IN: an expanding list could not be prepared (services/plan_purchase.py).
     return select(func.count(TrainingPlan.id)).where(
         TrainingPlan.account_id == account_id,
-        TrainingPlan.status.not_in([PlanStatus.EXPIRED, PlanStatus.FAILED]),
+        TrainingPlan.status != PlanStatus.EXPIRED,
+        TrainingPlan.status != PlanStatus.FAILED,
     )
 
 

@@ -7,12 +7,12 @@ from typing import Any
 from hyperplan.core.paging import paginate
 from hyperplan.core.search import Offering, SearchRequest, Segment
 from hyperplan.errors import ValidationError
-from hyperplan.services import extensions, plan_views, plans
+from hyperplan.services import extensions, plan_views, plans, tags
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.plan_views import ExtensionView, PlanView, SegmentView
 from hyperplan.services.plans import ListQuery, SignedOffering
 from hyperplan.wire.operations import RequestContext, operation
-from hyperplan.wire.ops.tags import created
+from hyperplan.wire.ops.tags import tags_of
 
 
 @operation("SearchTrainingPlanOfferings")
@@ -148,8 +148,10 @@ def _segment(segment: Segment) -> dict[str, Any]:
 @operation("CreateTrainingPlan")
 def create_training_plan(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
     name, offering = request["TrainingPlanName"], request["TrainingPlanOfferingId"]
-    arn = created(ctx, request, lambda: plans.create(ctx.runtime, ctx.caller, name, offering))
-    return {"TrainingPlanArn": arn}
+    given = tags_of(request)
+    tags.check(given)
+    # The tags are written in the purchase's own transaction: a plan is never bought untagged.
+    return {"TrainingPlanArn": plans.create(ctx.runtime, ctx.caller, name, offering, given)}
 
 
 @operation("DescribeTrainingPlan")

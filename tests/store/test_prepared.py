@@ -1,0 +1,61 @@
+"""A prepared statement (store/prepared.py) writes what SQLAlchemy's own execution would: each value
+through its column's type, rows returned, in the caller's transaction, seen by statement listeners; and
+it refuses at once what one SQL string cannot serve. A real SQLite file, a table of the schema's types."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Column, Integer, MetaData, Table, bindparam, create_engine, event, insert, select
+
+from hyperplan.store.prepared import Prepared
+from hyperplan.store.types import DecimalString, UTCDateTime
+
+METADATA = MetaData()
+ROWS = Table(
+    "rows",
+    METADATA,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", UTCDateTime),
+    Column("amount", DecimalString),
+)
+INSERT = Prepared(
+    insert(ROWS).values(at=bindparam("at"), amount=bindparam("amount")).returning(ROWS.c.id, ROWS.c.at)
+)
+AT = datetime(2027, 1, 2, 11, 30, 0, 250, tzinfo=UTC)
+
+
+def test_values_go_through_their_column_types_in_the_callers_transaction(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path / 'rows.db'}")
+    METADATA.create_all(engine)
+    seen: list[str] = []
+
+    def note(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        seen.append(statement.split()[0])
+
+    event.listen(engine, "before_cursor_execute", note)
+    with engine.connect() as connection:
+        with connection.begin():
+            [(first, stored_at)] = INSERT.rows(connection, {"at": AT, "amount": Decimal("12.50")})
+            assert stored_at == 1798889400000250  # the driver's value: integer microseconds
+        with connection.begin():
+            INSERT.run_many(connection, [{"at": AT, "amount": Decimal("-1")}, {"at": None, "amount": None}])
+            connection.rollback()  # nothing of a rolled-back transaction stays
+        rows = connection.execute(select(ROWS.c.id, ROWS.c.at, ROWS.c.amount)).all()
+    assert [tuple(row) for row in rows] == [(first, AT, Decimal("12.50"))]
+    assert seen[:2] == ["INSERT", "INSERT"]  # listeners counting statements still see them
+    # A parameter left out is an error before anything runs, not a NULL written.
+    with engine.connect() as connection, pytest.raises(KeyError, match="amount"):
+        INSERT.rows(connection, {"at": AT})
+
+
+def test_an_expanding_list_is_refused_when_first_run(tmp_path: Path) -> None:
+    engine = create_engine(f"sqlite:///{tmp_path / 'rows.db'}")
+    METADATA.create_all(engine)
+    listed = Prepared(select(ROWS.c.id).where(ROWS.c.id.in_(bindparam("ids", expanding=True))))
+    with engine.connect() as connection, pytest.raises(ValueError, match="ids: an expanding"):
+        listed.rows(connection, {"ids": [1, 2]})
