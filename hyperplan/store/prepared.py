@@ -18,11 +18,13 @@ logging does not.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Dialect
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ClauseElement
 
 _REQUIRED: Any = object()  # a bind with no value of its own: the caller must give one
@@ -60,8 +62,9 @@ class Prepared:
         try:
             bound = form.bind(params)
             _announce(connection, cursor, form.sql, bound, many=False)
-            cursor.execute(form.sql, bound)
-            return [tuple(row) for row in cursor.fetchall()] if cursor.description else []
+            with _as_sqlalchemy_errors(connection, cursor, form.sql, bound):
+                cursor.execute(form.sql, bound)
+                return [tuple(row) for row in cursor.fetchall()] if cursor.description else []
         finally:
             cursor.close()
 
@@ -74,7 +77,8 @@ class Prepared:
         try:
             bound: Any = [form.bind(row) for row in rows]
             _announce(connection, cursor, form.sql, bound, many=True)
-            cursor.executemany(form.sql, bound)
+            with _as_sqlalchemy_errors(connection, cursor, form.sql, bound):
+                cursor.executemany(form.sql, bound)
         finally:
             cursor.close()
 
@@ -83,6 +87,23 @@ class Prepared:
         if form is None:
             form = self._forms[dialect.name] = _compile(self.statement, dialect)
         return form
+
+
+@contextmanager
+def _as_sqlalchemy_errors(connection: Connection, cursor: Any, sql: str, params: Any) -> Iterator[None]:
+    """The driver's own errors raised as SQLAlchemy raises them for its statements (a racing duplicate
+    is sqlalchemy.exc.IntegrityError, which callers turn into ResourceInUse, not a 500), and a lost
+    connection invalidated, so that the pool does not hand it out again (store/db.py retries on it)."""
+    dialect = connection.dialect
+    try:
+        yield
+    except dialect.loaded_dbapi.Error as error:
+        lost = dialect.is_disconnect(error, connection.connection.dbapi_connection, cursor)
+        if lost:
+            connection.invalidate(error)
+        raise DBAPIError.instance(
+            sql, params, error, dialect.loaded_dbapi.Error, connection_invalidated=lost, dialect=dialect
+        ) from error
 
 
 def _announce(connection: Connection, cursor: Any, sql: str, params: Any, *, many: bool) -> None:

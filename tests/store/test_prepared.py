@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Column, Integer, MetaData, Table, bindparam, create_engine, event, insert, select
+from sqlalchemy.exc import IntegrityError
 
 from hyperplan.store.prepared import Prepared
 from hyperplan.store.types import DecimalString, UTCDateTime
@@ -59,3 +60,19 @@ def test_an_expanding_list_is_refused_when_first_run(tmp_path: Path) -> None:
     listed = Prepared(select(ROWS.c.id).where(ROWS.c.id.in_(bindparam("ids", expanding=True))))
     with engine.connect() as connection, pytest.raises(ValueError, match="ids: an expanding"):
         listed.rows(connection, {"ids": [1, 2]})
+
+
+def test_the_drivers_errors_are_sqlalchemys_so_a_racing_duplicate_is_not_a_500(tmp_path: Path) -> None:
+    """plans.create turns sqlalchemy.exc.IntegrityError (a racing buyer took the name) into
+    ResourceInUse; the driver's own sqlite3.IntegrityError would have passed it by."""
+    engine = create_engine(f"sqlite:///{tmp_path / 'rows.db'}")
+    METADATA.create_all(engine)
+    insert_with_id = Prepared(insert(ROWS).values(id=bindparam("id"), at=bindparam("at"), amount=None))
+    with engine.connect() as connection:
+        with connection.begin():
+            insert_with_id.rows(connection, {"id": 1, "at": AT})
+        with connection.begin(), pytest.raises(IntegrityError) as raised:
+            insert_with_id.rows(connection, {"id": 1, "at": AT})
+        assert "UNIQUE constraint failed: rows.id" in str(raised.value)
+        assert not raised.value.connection_invalidated  # the connection is still good
+        assert connection.execute(select(ROWS.c.id)).scalars().all() == [1]
