@@ -32,8 +32,10 @@ found with k or fewer (AWS: "if one block does not fit, it tries two").
 
 How (N days in the window, P pools of the type, D days asked for, R runs of open days in a pool):
 
-1. Per pool, the minimum free count over each whole day (one numpy reduction over N x 48 slots) and
-   whether the partial day is free; a day is *open* if it holds the count.
+1. Per pool, the minimum free count over each whole day (the calendar keeps each pool's daily peaks
+   between two changes of it: one numpy reduction over the pool's slots after a change, then a slice)
+   and whether the partial day is free; a day is *open* if it holds the count. This is all a search
+   reads of the calendar (:func:`read_days`, under the live calendar's lock); the rest works on values.
 2. ``first(p, d, j)``: the first day a >= j that opens d open days in a row in pool p. It is j when the
    run of open days from j is long enough, else the start of the first long-enough run after j, read
    from a ``next_run[p, d, r]`` table built from the maximal runs (O(P (N + D R)); a few look-ups per
