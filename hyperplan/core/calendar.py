@@ -28,6 +28,7 @@ _SLOT_MICROS = 30 * 60 * 1_000_000
 _FIRST_ALLOCATION = 64 * SLOTS_PER_DAY  # slots; grown by doubling, so growth is amortised O(1)
 
 Counts = npt.NDArray[np.int32]
+Ints = npt.NDArray[np.int64]
 Interval = tuple[datetime, datetime, int]
 
 
@@ -69,6 +70,10 @@ class _Track:
     def __init__(self) -> None:
         self.base = 0
         self.counts: Counts = np.zeros(0, dtype=np.int32)
+        # Per phase (the first slot of a day, mod 48): the first slot of the first day and the peak of
+        # each day from there. Searches read whole days, all starting at the same hour, many times
+        # between two bookings; any change drops them.
+        self._day_peaks: dict[int, tuple[int, Ints]] = {}
 
     @property
     def stop(self) -> int:
@@ -89,6 +94,31 @@ class _Track:
     def add(self, first: int, stop: int, delta: int) -> None:
         self._cover(first, stop)
         self.counts[first - self.base : stop - self.base] += delta
+        self._day_peaks.clear()
+
+    def day_peaks(self, first: int, days: int) -> Ints:
+        """The most booked in each of ``days`` days of 48 slots from slot ``first`` (read-only)."""
+        phase = first % SLOTS_PER_DAY
+        memo = self._day_peaks.get(phase)
+        if memo is None:
+            memo = self._day_peaks[phase] = self._peaks_from(phase)
+        start, peaks = memo
+        result = np.zeros(days, dtype=np.int64)
+        offset = (first - start) // SLOTS_PER_DAY  # a whole number of days: both slots share the phase
+        lo, hi = max(offset, 0), min(offset + days, len(peaks))
+        if lo < hi:
+            result[lo - offset : hi - offset] = peaks[lo:hi]
+        return result
+
+    def _peaks_from(self, phase: int) -> tuple[int, Ints]:
+        """Every day of this phase that the stretch touches, and its peak (slots outside read as 0)."""
+        start = self.base - (self.base - phase) % SLOTS_PER_DAY
+        days = -(-(self.stop - start) // SLOTS_PER_DAY)
+        padded = np.zeros(days * SLOTS_PER_DAY, dtype=np.int64)
+        padded[self.base - start : self.stop - start] = self.counts
+        peaks = padded.reshape(days, SLOTS_PER_DAY).max(axis=1)
+        peaks.flags.writeable = False
+        return start, peaks
 
     def _cover(self, first: int, stop: int) -> None:
         if not len(self.counts):
@@ -174,6 +204,14 @@ class CapacityCalendar:
         """Instances that can still be booked in each slot that ``[start, end)`` touches."""
         free = self.reservable(pool_key) - self.booked(pool_key, start, end)
         return np.maximum(free, 0, dtype=np.int32)
+
+    def free_days(self, pool_key: PoolKey, start: datetime, days: int) -> Ints:
+        """The fewest instances that can still be booked over each of ``days`` days of 24 hours from
+        ``start`` (a slot boundary): what :meth:`free` gives, day by day, at its minimum."""
+        first = slot_of(start)
+        track = self._tracks.get(pool_key)
+        peaks = track.day_peaks(first, days) if track else np.zeros(days, dtype=np.int64)
+        return np.maximum(self.reservable(pool_key) - peaks, 0)
 
     def booked_profile(self, pool_key: PoolKey, start: datetime, end: datetime) -> list[tuple[datetime, int]]:
         """``(slot start, booked)`` at the start of the window and wherever the booked count changes."""

@@ -32,8 +32,10 @@ found with k or fewer (AWS: "if one block does not fit, it tries two").
 
 How (N days in the window, P pools of the type, D days asked for, R runs of open days in a pool):
 
-1. Per pool, the minimum free count over each whole day (one numpy reduction over N x 48 slots) and
-   whether the partial day is free; a day is *open* if it holds the count.
+1. Per pool, the minimum free count over each whole day (the calendar keeps each pool's daily peaks
+   between two changes of it: one numpy reduction over the pool's slots after a change, then a slice)
+   and whether the partial day is free; a day is *open* if it holds the count. This is all a search
+   reads of the calendar (:func:`read_days`, under the live calendar's lock); the rest works on values.
 2. ``first(p, d, j)``: the first day a >= j that opens d open days in a row in pool p. It is j when the
    run of open days from j is long enough, else the start of the first long-enough run after j, read
    from a ``next_run[p, d, r]`` table built from the maximal runs (O(P (N + D R)); a few look-ups per
@@ -64,7 +66,7 @@ from decimal import ROUND_HALF_UP, Decimal
 import numpy as np
 import numpy.typing as npt
 
-from hyperplan.core.calendar import SLOTS_PER_DAY, CapacityCalendar
+from hyperplan.core.calendar import CapacityCalendar
 from hyperplan.core.fleet import SERVED_TARGETS, BookingPolicy, Fleet, Pool, PoolKey
 from hyperplan.errors import ValidationError
 
@@ -151,11 +153,30 @@ def segment_price(pool: Pool, start: datetime, end: datetime, count: int) -> Dec
 def search(fleet: Fleet, calendar: CapacityCalendar, request: SearchRequest, now: datetime) -> list[Offering]:
     """Offerings for ``request`` at ``now``, best first; at most ``policy.max_offerings``; [] if none
     fits. A ValidationError names the request member that is wrong."""
+    return plan_offerings(fleet, read_days(fleet, calendar, request, now))
+
+
+@dataclass(frozen=True)
+class DaysRead:
+    """What a search reads from the calendar: its validated query and each pool's days. A value: the
+    calendar may change once it is read, and the planning (most of a search's time) needs no lock."""
+
+    query: _Query
+    grids: tuple[_PoolDays, ...]
+
+
+def read_days(fleet: Fleet, calendar: CapacityCalendar, request: SearchRequest, now: datetime) -> DaysRead:
+    """The first half of :func:`search`: validate the request and read the calendar (a caller that
+    shares the calendar between threads holds its lock over this only)."""
     query = _query(fleet, request, now)
-    grids = [_PoolDays.read(calendar, pool, query) for pool in query.pools]
-    planner = _Planner(query, grids)
+    return DaysRead(query, tuple(_PoolDays.read(calendar, pool, query) for pool in query.pools))
+
+
+def plan_offerings(fleet: Fleet, read: DaysRead) -> list[Offering]:
+    """The second half of :func:`search`: the offerings, from what :func:`read_days` read."""
+    planner = _Planner(read.query, list(read.grids))
     chosen = _Packer(planner).best() if fleet.policy.ranking == "packing" else planner.best()
-    return [_offering(query, candidate) for candidate in chosen]
+    return [_offering(read.query, candidate) for candidate in chosen]
 
 
 @dataclass(frozen=True)
@@ -315,11 +336,7 @@ class _PoolDays:
 
     @staticmethod
     def read(calendar: CapacityCalendar, pool: Pool, query: _Query) -> _PoolDays:
-        n = query.n_days
-        free = calendar.free(pool.key, query.first_boundary, query.day_start(n)) if n else np.zeros(0)
-        free_days = (
-            free.reshape(n, SLOTS_PER_DAY).min(axis=1).astype(np.int64) if n else np.zeros(0, np.int64)
-        )
+        free_days = calendar.free_days(pool.key, query.first_boundary, query.n_days)
         partial_open = query.has_partial_day and calendar.can_book(
             pool.key, query.soonest, query.first_boundary, query.count
         )
@@ -624,8 +641,10 @@ class _Packer:
     def __init__(self, planner: _Planner) -> None:
         self.planner = planner
         self.query = planner.query
-        self.free = [g.free_days.astype(np.float64) for g in planner.grids]
-        self.free_sum = [np.concatenate([[0.0], np.cumsum(f)]) for f in self.free]
+        # (pools, days): every pool's window has the same days, so that placements in several pools
+        # are scored in one go
+        self.free = np.stack([g.free_days.astype(np.float64) for g in planner.grids])
+        self.free_sum = np.concatenate([np.zeros((len(self.free), 1)), np.cumsum(self.free, axis=1)], axis=1)
 
     def best(self) -> list[_Candidate]:
         if self.planner.fits is None:
@@ -657,13 +676,13 @@ class _Packer:
             chosen[-1:] = [hurry]
         return [c for _, c in sorted(chosen, key=lambda sc: (sc[0], sc[1].finish, sc[1].cost))]
 
-    def _scores(self, pool: int, starts: Ints, stops: Ints) -> Floats:
-        """The scores of placements [start, stop) in one pool (see the class's docstring)."""
-        free, count = self.free[pool], self.query.count
-        held = self.free_sum[pool][stops] - self.free_sum[pool][starts] - count * (stops - starts)
-        before = np.where(starts > 0, free[np.maximum(starts - 1, 0)], 0.0)
-        after = np.where(stops < len(free), free[np.minimum(stops, len(free) - 1)], free[stops - 1])
-        first, last = free[starts], free[stops - 1]
+    def _scores(self, pool: Ints | int, starts: Ints, stops: Ints) -> Floats:
+        """The scores of placements [start, stop), each in its pool (see the class's docstring)."""
+        free, count, days = self.free, self.query.count, self.free.shape[1]
+        held = self.free_sum[pool, stops] - self.free_sum[pool, starts] - count * (stops - starts)
+        before = np.where(starts > 0, free[pool, np.maximum(starts - 1, 0)], 0.0)
+        after = np.where(stops < days, free[pool, np.minimum(stops, days - 1)], free[pool, stops - 1])
+        first, last = free[pool, starts], free[pool, stops - 1]
         steps = np.abs(before - first) + np.abs(last - after)
         steps_then = np.abs(before - first + count) + np.abs(last - count - after)
         return np.asarray(_EDGE_WEIGHT * (steps_then - steps) - held, dtype=np.float64)
@@ -709,11 +728,16 @@ class _Packer:
             found.append(candidate)
             if len(found) == _SPLIT_POOL * self.query.max_offerings:
                 break
+        if not found:
+            return []
+        # Every segment of every candidate scored at once; a candidate's score is its segments' sum.
+        pools, starts, stops = np.array([s for c in found for s in c.segments]).T
+        each = iter(self._scores(pools, starts, stops).tolist())
         scored = []
         for candidate in found:
             score = 0.0
-            for pool, start, stop in candidate.segments:
-                score += float(self._scores(pool, np.array([start]), np.array([stop]))[0])
+            for _ in candidate.segments:
+                score += next(each)
             scored.append((score, candidate))
         return scored
 

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.calendar import CapacityCalendar, peak_booked_slots
 from hyperplan.core.fleet import Fleet, Pool, PoolKey
-from hyperplan.core.search import Offering, SearchRequest, search
+from hyperplan.core.search import Offering, SearchRequest, plan_offerings, read_days
 from hyperplan.errors import ResourceLimitExceeded
 from hyperplan.store import changes
 from hyperplan.store.db import Database
@@ -86,8 +86,9 @@ class LiveCalendar:
 
     def search(self, request: SearchRequest, now: datetime) -> list[Offering]:
         self._fresh()
-        with self._lock:
-            return search(self.fleet, self._calendar, request, now)
+        with self._lock:  # only the read: the planning works on values, and searches run side by side
+            read = read_days(self.fleet, self._calendar, request, now)
+        return plan_offerings(self.fleet, read)
 
     def set_reservable(self, pool_key: PoolKey, count: int) -> None:
         """A pool's bookable count from now on: its fleet file's reservable count, less its nodes a

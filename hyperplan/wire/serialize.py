@@ -15,6 +15,7 @@ import base64
 import enum
 import json
 import math
+import weakref
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -37,7 +38,12 @@ def serialize_response(op: OperationModel, result: Mapping[str, Any] | None) -> 
                 f"Bad {op.name} response: the operation has no output, got {sorted(result)}"
             )
         return {}
-    serialized = _serialize(shape, {} if result is None else result, _Path(op.name))
+    value = {} if result is None else result
+    try:
+        serialized = _compiled(shape)(value)
+    except _Refused:
+        # The walk below does the same checks, and names where the handler's bug is.
+        serialized = _serialize(shape, value, _Path(op.name))
     assert isinstance(serialized, dict)
     return serialized
 
@@ -239,4 +245,163 @@ _SERIALIZERS: dict[str, Callable[[Shape, Any, _Path], Any]] = {
     "boolean": _boolean,
     "timestamp": _timestamp,
     "blob": _blob,
+}
+
+
+# -- the same, compiled: one function per shape, made once -------------------------------------------------
+#
+# Every response of an operation walks the same shapes: a function per shape, with what it reads of the
+# shape looked up once, serialises a search's answer several times faster than the walk above. It checks
+# exactly what the walk checks, but keeps no path: at the first problem it gives up (_Refused) and the
+# walk runs instead, to report it.
+
+
+class _Refused(Exception):
+    pass
+
+
+_Compiled = Callable[[Any], Any]
+# As long as the shape lives (the server's operation models are cached: wire/model.py).
+_compiled_shapes: weakref.WeakKeyDictionary[Shape, _Compiled] = weakref.WeakKeyDictionary()
+
+
+def _compiled(shape: Shape) -> _Compiled:
+    found = _compiled_shapes.get(shape)
+    if found is not None:
+        return found
+    # A recursive shape reaches itself: the entry is in place before its members are compiled.
+    cell: list[_Compiled] = []
+    _compiled_shapes[shape] = lambda value: cell[0](value)
+    function = _COMPILERS.get(shape.type_name, _compile_refused)(shape)
+    cell.append(function)
+    _compiled_shapes[shape] = function
+    return function
+
+
+def _compile_refused(shape: Shape) -> _Compiled:
+    def refused(value: Any) -> Any:
+        raise _Refused
+
+    return refused
+
+
+def _compile_structure(shape: Shape) -> _Compiled:
+    assert isinstance(shape, StructureShape)
+    if shape.is_document_type:
+        return lambda value: value
+    members = {
+        name: (member.serialization.get("name", name), _compiled(member))
+        for name, member in shape.members.items()
+    }
+    required, union = tuple(shape.required_members), shape.is_tagged_union
+
+    def structure(value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise _Refused
+        result: dict[str, Any] = {}
+        for name, item in value.items():
+            member = members.get(name)
+            if member is None:
+                raise _Refused
+            if item is not None:
+                result[member[0]] = member[1](item)
+        for name in required:
+            if value.get(name) is None:
+                raise _Refused
+        if union and len(result) != 1:
+            raise _Refused
+        return result
+
+    return structure
+
+
+def _compile_list(shape: Shape) -> _Compiled:
+    assert isinstance(shape, ListShape)
+    item_of = _compiled(shape.member)
+
+    def items(value: Any) -> Any:
+        if not isinstance(value, list | tuple):
+            raise _Refused
+        result = []
+        for item in value:
+            if item is None:
+                raise _Refused
+            result.append(item_of(item))
+        return result
+
+    return items
+
+
+def _compile_map(shape: Shape) -> _Compiled:
+    assert isinstance(shape, MapShape)
+    key_of, value_of = _compiled(shape.key), _compiled(shape.value)
+
+    def entries(value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            raise _Refused
+        result: dict[str, Any] = {}
+        for key, item in value.items():
+            if item is None:
+                raise _Refused
+            result[key_of(key)] = value_of(item)
+        return result
+
+    return entries
+
+
+def _compile_string(shape: Shape) -> _Compiled:
+    enum_values = frozenset(shape.enum) if isinstance(shape, StringShape) else frozenset()
+
+    def string(value: Any) -> Any:
+        if type(value) is not str:  # the common case first; the rest as the walk does it
+            try:
+                return _string(shape, value, _NOWHERE)
+            except InternalFailure:
+                raise _Refused from None
+        if enum_values and value not in enum_values:
+            raise _Refused
+        return value
+
+    return string
+
+
+def _compile_checked(check: Callable[[Shape, Any, _Path], Any]) -> Callable[[Shape], _Compiled]:
+    def compile_(shape: Shape) -> _Compiled:
+        def checked(value: Any) -> Any:
+            try:
+                return check(shape, value, _NOWHERE)
+            except InternalFailure:
+                raise _Refused from None
+
+        return checked
+
+    return compile_
+
+
+def _compile_integer(shape: Shape) -> _Compiled:
+    def integer(value: Any) -> Any:
+        if type(value) is int:
+            return value
+        try:
+            return _integer(shape, value, _NOWHERE)
+        except InternalFailure:
+            raise _Refused from None
+
+    return integer
+
+
+_NOWHERE = _Path("")
+
+_COMPILERS: dict[str, Callable[[Shape], _Compiled]] = {
+    "structure": _compile_structure,
+    "list": _compile_list,
+    "map": _compile_map,
+    "string": _compile_string,
+    "integer": _compile_integer,
+    "long": _compile_integer,
+    "float": _compile_checked(_float),
+    "double": _compile_checked(_float),
+    "boolean": _compile_checked(_boolean),
+    "timestamp": _compile_checked(_timestamp),
+    "blob": _compile_checked(_blob),
 }

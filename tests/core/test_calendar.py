@@ -206,3 +206,28 @@ def test_free_profile_matches_a_recount_of_the_bookings(rows: Rows, data: st.Dat
         held = sum(n for s, e, n in kept if slot_of(s) <= slot < slot_after(e))
         assert held <= reservable
         assert cal.free(P5A, moment, moment + SLOT).tolist() == [reservable - held]
+
+
+@settings(max_examples=60, deadline=None)
+@given(intervals(max_size=10), st.data())
+def test_free_days_read_between_changes_match_the_slots_of_each_day(rows: Rows, data: st.DataObject) -> None:
+    """Searches read whole days (remembered between changes): every read, made after each booking,
+    release or change of the reservable count, equals the fewest free slots of each day as it stands."""
+    cal = calendar(8)
+    origin = ORIGIN + timedelta(minutes=30 * data.draw(st.integers(-60, 60)))  # any slot of the day
+    days = data.draw(st.integers(1, 6))
+
+    def check() -> None:
+        free = cal.free(P5A, origin, origin + timedelta(days=days))
+        assert cal.free_days(P5A, origin, days).tolist() == free.reshape(days, 48).min(axis=1).tolist()
+
+    check()
+    for s, e, n in rows:
+        cal.restore(P5A, s, e, n)
+        check()
+        if data.draw(st.booleans()):
+            cal.set_reservable(P5A, data.draw(st.integers(0, 10)))
+            check()
+        if data.draw(st.booleans()):
+            cal.release(P5A, s, e, n)
+            check()

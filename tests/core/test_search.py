@@ -118,6 +118,24 @@ def test_one_segment_when_one_fits_best_first_and_varied() -> None:
     assert len({shape(o)[0][1:] for o in offers}) == 3
 
 
+def test_the_next_search_sees_a_booking_and_a_smaller_pool() -> None:
+    """The calendar remembers each pool's days between changes: a booking or a change of a pool's
+    reservable count is seen by the very next search."""
+    fleet = make_fleet(pool("a"), pool("b"))
+    cal = CapacityCalendar(fleet.pools)
+    close(cal, "a", 10)  # both pools already hold bookings, whose days the first search remembers
+    close(cal, "b", 10)
+
+    def best() -> list[tuple[str, int, int]]:
+        return shape(search(fleet, cal, request(days=3), NOW)[0])
+
+    assert best() == [("a", 0, 3)]
+    close(cal, "a", 1)
+    assert best() == [("b", 0, 3)]
+    cal.set_reservable(("ml.p5.48xlarge", "us-west-2b"), 4)
+    assert best() == [("a", 2, 5)]
+
+
 def test_same_stretch_in_other_zones_only_when_no_other_stretch_exists() -> None:
     fleet = make_fleet(pool("a"), pool("b"), pool("c"))
     offers = search(fleet, CapacityCalendar(fleet.pools), request(days=3, end_before=day(3)), NOW)

@@ -160,6 +160,31 @@ def test_a_client_stalling_in_its_headers_is_disconnected(
     assert read_until_closed(connection) == b""
 
 
+def test_a_kept_alive_client_stalling_in_its_next_headers_is_disconnected(
+    impatient_server: Server, sockets: ExitStack
+) -> None:
+    connection = raw_connection(impatient_server, sockets)
+    connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: hyperplan\r\n\r\n")
+    answered = b""
+    while b'"status":"ok"' not in answered:
+        answered += connection.recv(65536)
+    assert answered.startswith(b"HTTP/1.1 200 ")
+    # Bytes of the next request stop uvicorn's keep-alive timer: only the header deadline is left.
+    connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: hyp")
+    assert read_until_closed(connection) == b""
+
+
+def test_request_headers_growing_beyond_16_kib_are_refused_and_disconnected(
+    shared_server: Server, sockets: ExitStack
+) -> None:
+    """A client cannot grow the server's memory by sending ever more of its headers (without ending them)
+    for as long as the header deadline gives it: past 16 KiB it is answered 400, well before that."""
+    connection = raw_connection(shared_server, sockets)
+    connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: hyperplan\r\nX-Padding: " + b"a" * 20_000)
+    assert read_until_closed(connection).startswith(b"HTTP/1.1 400 ")
+    assert httpx.get(f"{shared_server.url}/healthz").status_code == 200
+
+
 def test_a_client_that_sends_nothing_is_disconnected(impatient_server: Server, sockets: ExitStack) -> None:
     connection = raw_connection(impatient_server, sockets)
     assert read_until_closed(connection) == b""
