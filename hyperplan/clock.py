@@ -138,14 +138,35 @@ class AcceleratedClock(Clock):
         self.anchor = Anchor(time.time(), when, self.anchor.scale)
 
 
+def check_clock_options(kind: str, start: datetime | None) -> None:
+    """`serve --clock KIND --clock-start START` make sense together (make_clock's own check, which the
+    CLI also makes before it loads the server's stack, so that a refused start costs little)."""
+    if kind not in CLOCK_KINDS:
+        raise ValidationError(f"--clock must be one of {', '.join(CLOCK_KINDS)}, not {kind!r}")
+    if kind == "wall" and start is not None:
+        raise ValidationError("--clock-start needs --clock manual or accelerated; the wall clock is now.")
+
+
+def parse_instant(text: str) -> datetime:
+    """An ISO 8601 instant with a zone (a bare local time is refused), in UTC."""
+    try:
+        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        if when.tzinfo is None:
+            raise ValidationError(f"Time {text!r} has no zone; add one, e.g. 'Z' or '+02:00'.")
+        return when.astimezone(UTC)
+    except ValueError:
+        raise ValidationError(
+            f"Time {text!r} is not ISO 8601; give it with a zone, e.g. 2026-12-01T11:30:00Z."
+        ) from None
+    except OverflowError:  # such as the year 9999 moved into UTC from a zone behind it
+        raise ValidationError(f"Time {text!r} is out of range once moved into UTC.") from None
+
+
 def make_clock(kind: str, saved: datetime | None, scale: float = 1.0, start: datetime | None = None) -> Clock:
     """The clock of a starting server. `saved` is the service time it had when it last ran; `start`
     (manual and accelerated clocks only) is the first instant of a store that has no service time yet."""
-    if kind not in CLOCK_KINDS:
-        raise ValidationError(f"--clock must be one of {', '.join(CLOCK_KINDS)}, not {kind!r}")
+    check_clock_options(kind, start)
     if kind == "wall":
-        if start is not None:
-            raise ValidationError("--clock-start needs --clock manual or accelerated; the wall clock is now.")
         return WallClock()
     first = saved or start or utcnow()
     if kind == "manual":

@@ -1,9 +1,16 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+# The servers, commands and node agents the tests start run hyperplan as an installed package does, from
+# bytecode compiled once (pip compiles at install) and reused: with PYTHONDONTWRITEBYTECODE set, each of
+# the hundreds of them would compile hyperplan's modules afresh, about half a second of CPU per server
+# start. Read at the start of every interpreter, so it covers the test workers xdist starts after this.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 pytest.register_assert_rewrite("tests.postgres")  # a plugin below, which tests.harness imports first
 

@@ -7,6 +7,7 @@ function or under `if TYPE_CHECKING:`, since a function-level import that dodges
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -86,9 +87,14 @@ def modules() -> dict[str, Path]:
     return {module_name(path): path for path in paths}
 
 
-def import_statements(module: str, path: Path) -> Iterator[tuple[str, str | None, int]]:
+@functools.cache  # several tests read the same modules' imports: each parsed once a run
+def import_statements(module: str, path: Path) -> tuple[tuple[str, str | None, int], ...]:
     """(module, name imported from it or None, line) for every import anywhere in the module, relative
     ones made absolute."""
+    return tuple(_import_statements(module, path))
+
+
+def _import_statements(module: str, path: Path) -> Iterator[tuple[str, str | None, int]]:
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):

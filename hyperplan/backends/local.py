@@ -478,8 +478,8 @@ class LocalBackend:
 
         def strays() -> set[int]:
             found = set()
-            for pid in procfs.snapshot():
-                env = procfs.read_environ(pid)
+            for pid in procfs.all_pids():  # a zombie's environment reads empty: never a stray
+                env = procfs.read_environ(pid, having=f"{ROOT_VARIABLE}={root}")
                 if env.get(ROOT_VARIABLE) == root and env.get(NODE_DIR_VARIABLE) not in keep:
                     found.add(pid)
             found.discard(os.getpid())

@@ -67,11 +67,16 @@ def read_stat(pid: int) -> ProcStat | None:
         return None
 
 
-def read_environ(pid: int) -> dict[str, str]:
+def read_environ(pid: int, having: str | None = None) -> dict[str, str]:
+    """A process's environment; with `having` ("NAME=VALUE"), empty unless it holds that very entry,
+    without parsing the others' (a sweep over every process of the machine reads them all)."""
     try:
-        return parse_environ((PROC / str(pid) / "environ").read_bytes())
+        data = (PROC / str(pid) / "environ").read_bytes()
     except OSError:
         return {}
+    if having is not None and b"\0" + having.encode() + b"\0" not in b"\0" + data + b"\0":
+        return {}
+    return parse_environ(data)
 
 
 def all_pids() -> list[int]:

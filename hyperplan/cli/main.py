@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -36,6 +36,9 @@ from hyperplan.cli.options import (
     ProfileOpt,
 )
 from hyperplan.server.limits import ServerLimits
+
+if TYPE_CHECKING:
+    from datetime import datetime
 
 app = typer.Typer(
     help="hyperplan: bookable accelerator capacity over the SageMaker training-plan API. "
@@ -230,6 +233,13 @@ def serve(
     """Run the server until SIGTERM or Ctrl-C."""
     if metrics_listen is not None and workers > 1 and role == "all":
         _share_metrics_between_processes()  # before anything imports prometheus_client
+    from hyperplan.errors import HyperplanError
+
+    try:
+        starts_at = _refuse_early(clock_kind, clock_start, isolation, data_dir, work_dir, database_url)
+    except HyperplanError as exc:
+        console.print(f"[red]{exc.code}[/red]: {exc.message}")
+        raise typer.Exit(2) from None
     # Imported here, with the runtime: every other command starts without them.
     import logging
     import secrets
@@ -237,10 +247,8 @@ def serve(
 
     from hyperplan.app import AppConfig, Application, default_data_dir
     from hyperplan.backends.layout import MARK_VARIABLE
-    from hyperplan.errors import HyperplanError
     from hyperplan.server.app import create_app
     from hyperplan.server.serving import serve as serve_app
-    from hyperplan.services.clock import parse_instant
     from hyperplan.services.os_users import NOT_ISOLATED
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -269,7 +277,7 @@ def serve(
                 fleet_path=fleet,
                 clock=clock_kind,
                 time_scale=time_scale,
-                clock_start=parse_instant(clock_start) if clock_start is not None else None,
+                clock_start=starts_at,
                 key_file=key_file.expanduser() if key_file is not None else None,
                 database_url=database_url,
                 isolation=isolation,
@@ -339,6 +347,31 @@ def serve(
         )
     finally:
         console.print("hyperplan stopped; every acknowledged change is on disk.")
+
+
+def _refuse_early(
+    clock_kind: str,
+    clock_start: str | None,
+    isolation: str | None,
+    data_dir: Path | None,
+    work_dir: Path | None,
+    database_url: str | None,
+) -> datetime | None:
+    """The refusals that need nothing but the options, made before the server's stack is imported
+    (seconds of CPU): the same checks the application makes again as it opens, with the same messages.
+    Returns --clock-start's instant."""
+    from hyperplan.clock import check_clock_options, parse_instant
+    from hyperplan.services import os_users
+    from hyperplan.store.db import check_url
+
+    starts_at = parse_instant(clock_start) if clock_start is not None else None
+    check_clock_options(clock_kind, starts_at)
+    os_users.choose_isolation(isolation, os.geteuid())
+    if data_dir is not None and work_dir is not None:
+        os_users.check_work_dir_place(work_dir.expanduser(), data_dir.expanduser())
+    if database_url:
+        check_url(database_url)
+    return starts_at
 
 
 def _share_metrics_between_processes() -> None:

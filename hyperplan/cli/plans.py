@@ -20,9 +20,8 @@ app = ClientTyper(help="Training plans: search, buy, list, show.", no_args_is_he
 
 
 def _instant(text: str) -> Any:
-    # The server's own parser, so both ends read a time alike; imported only when a time is given
-    # because its module pulls in the runtime.
-    from hyperplan.services.clock import parse_instant
+    # The server's own parser, so both ends read a time alike; imported only when a time is given.
+    from hyperplan.clock import parse_instant
 
     return parse_instant(text)
 

@@ -218,11 +218,11 @@ def simulate(
 ) -> None:
     """Replay a workload through the real search and booking code under each ranking, in this process
     (manual clock, a temporary store), and compare what each booked with the LP upper bound."""
+    from hyperplan.clock import parse_instant
     from hyperplan.core.fleet import RANKINGS
     from hyperplan.core.fleet_file import parse_fleet
     from hyperplan.core.workloads import read_csv
     from hyperplan.errors import HyperplanError
-    from hyperplan.services.clock import parse_instant
 
     rankings = list(dict.fromkeys(ranking)) if ranking else list(RANKINGS)
     unknown = [r for r in rankings if r not in RANKINGS]

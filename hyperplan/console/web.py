@@ -21,10 +21,9 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-import jinja2
 from markupsafe import Markup
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -74,22 +73,26 @@ class ConsoleRequest:
 Handler = Callable[[ConsoleRequest], Page | Redirect | Response]
 
 
+if TYPE_CHECKING:
+    import jinja2
+
+
 class Console:
     """What every console route shares: the templates and the session codec (its key read from the
-    store on first use)."""
+    store on first use). The templates, and Jinja with them, are loaded by the first page shown, not at
+    every server start."""
 
     def __init__(self) -> None:
-        self.templates = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(HERE / "templates"),
-            autoescape=True,
-            undefined=jinja2.StrictUndefined,
-            trim_blocks=True,
-            lstrip_blocks=True,
-        )
-        self.templates.filters.update(when=when, money=money, price=price, day=day)
-        self.templates.globals.update(url=url)
+        self._templates: jinja2.Environment | None = None
         self._codec: SessionCodec | None = None
         self._lock = threading.Lock()
+
+    @property
+    def templates(self) -> jinja2.Environment:
+        with self._lock:
+            if self._templates is None:
+                self._templates = _environment()
+            return self._templates
 
     def codec(self, runtime: ServiceContext) -> SessionCodec:
         with self._lock:
@@ -100,6 +103,21 @@ class Console:
     def render(self, page: Page, **common: Any) -> HTMLResponse:
         text = self.templates.get_template(page.template).render(**common, **page.context)
         return HTMLResponse(text, status_code=page.status, headers=SECURITY_HEADERS)
+
+
+def _environment() -> jinja2.Environment:
+    import jinja2
+
+    templates = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(HERE / "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    templates.filters.update(when=when, money=money, price=price, day=day)
+    templates.globals.update(url=url)
+    return templates
 
 
 SECURITY_HEADERS = {

@@ -20,7 +20,9 @@ The lifecycle loop never waits on a receiver: it only writes `webhook_deliveries
 
 The loop that finds due rows is a worker (`hyperplan.worker`): woken by `wake()` after a commit that
 queued something, and polling every `poll` seconds (cheap on the `ix_delivery_queue` index) for the
-retries that come due and for rows queued by another process.
+retries that come due and for rows queued by another process. The HTTP client (and httpx with it) is
+made at the first delivery, not at start: most servers never send one, and making it loads the system's
+CA certificates.
 
 Targets. Requests go through `hyperplan.notify.guard`: a connection to an address the fleet file's
 `[webhooks] allowed_networks` does not allow (loopback, private, link-local, ...) is refused when it is
@@ -38,24 +40,26 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-import httpx
 from sqlalchemy import func, select
 
 from hyperplan import metrics
 from hyperplan.clock import utcnow
 from hyperplan.core.webhook_targets import WebhookTargets
 from hyperplan.errors import ValidationError
-from hyperplan.notify.guard import guarded_client
 from hyperplan.services import webhooks
 from hyperplan.store.db import Database
 from hyperplan.store.master_key import SecretBox
 from hyperplan.store.schema import PlanEvent, TrainingPlan, Webhook, WebhookDelivery
 from hyperplan.worker import Wake, Worker
 
+if TYPE_CHECKING:
+    import httpx
+
 log = logging.getLogger(__name__)
 
-HttpFactory = Callable[[], httpx.Client]
+HttpFactory = Callable[[], "httpx.Client"]
 ArnOf = Callable[[str, str], str]  # (account id, resource) -> ARN, as Runtime.arn
 RealClock = Callable[[], datetime]
 
@@ -147,7 +151,7 @@ class Dispatcher:
         self.arn = arn
         self.box = box  # opens the webhooks' signing secrets
         allowed = targets or WebhookTargets()
-        self.http = http or (lambda: guarded_client(allowed))
+        self.http = http or (lambda: _guarded_client(allowed))
         self.now = now
         self.config = config or DispatcherConfig()
         # The loop that finds due heads: a worker woken after a commit that queued deliveries and when a
@@ -161,7 +165,8 @@ class Dispatcher:
         self._cooling: dict[tuple[int, int], float] = {}  # pair -> monotonic time it may run again
         self._jobs: queue.Queue[Head | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
-        self._client: httpx.Client | None = None
+        self._client: httpx.Client | None = None  # the workers' client: made at the first delivery
+        self._client_lock = threading.Lock()
 
     # -- start, stop, wake ----------------------------------------------------------------------
 
@@ -174,7 +179,6 @@ class Dispatcher:
         with self._lock:
             self._in_flight.clear()
             self._per_webhook.clear()
-        self._client = self.http()
         # Daemon threads: a receiver that hangs must never keep the process from exiting.
         self._threads = [
             threading.Thread(target=self._work, name=f"webhook-{n}", daemon=True)
@@ -196,9 +200,10 @@ class Dispatcher:
         for thread in self._threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
         self._threads = []
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        with self._client_lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
 
     def wake(self) -> None:
         """Look for due deliveries now, not at the next poll (call it after a commit that queued some)."""
@@ -315,7 +320,9 @@ class Dispatcher:
 
     def _post(self, outgoing: Outgoing) -> str | None:
         """None if the receiver answered 2xx; otherwise what went wrong, for `last_error`."""
-        client = self._client or self.http()
+        import httpx  # loaded with the first client (_shared_client)
+
+        client = self._shared_client() or self.http()
         try:
             # Streamed and never read: a receiver's answer body is not ours to download.
             with client.stream(
@@ -337,6 +344,14 @@ class Dispatcher:
             if client is not self._client:
                 client.close()
 
+    def _shared_client(self) -> httpx.Client | None:
+        """The workers' client, made by the first delivery of a run; None when not running (a worker
+        still sending once stopped, or a direct `attempt`, then uses a client of its own)."""
+        with self._client_lock:
+            if self._client is None and self._threads and not self._stop.is_set():
+                self._client = self.http()
+            return self._client
+
     def _record(self, delivery_id: int, error: str | None) -> None:
         with self.db.write() as session:
             delivery = session.get(WebhookDelivery, delivery_id)
@@ -352,3 +367,9 @@ class Dispatcher:
             delivery.next_attempt_at = now + backoff(
                 delivery.attempts, self.config.retry_base, self.config.retry_max
             )
+
+
+def _guarded_client(targets: WebhookTargets) -> httpx.Client:
+    from hyperplan.notify.guard import guarded_client  # httpx with it, at the first delivery
+
+    return guarded_client(targets)

@@ -10,9 +10,9 @@ accelerated clock runs on from where it was moved to (events/loop.py).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
-from hyperplan.clock import AcceleratedClock, ManualClock
+from hyperplan.clock import AcceleratedClock, ManualClock, parse_instant
 from hyperplan.core.durations import parse_duration
 from hyperplan.errors import Conflict, ValidationError
 from hyperplan.services import audit_views
@@ -46,20 +46,6 @@ def advance(runtime: ServiceContext, duration_text: str, caller: Caller | None =
 
 def set_time(runtime: ServiceContext, time_text: str, caller: Caller | None = None) -> ClockState:
     return _move(runtime, parse_instant(time_text), f"Time {time_text!r}", caller, "clock.set")
-
-
-def parse_instant(text: str) -> datetime:
-    try:
-        when = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-        if when.tzinfo is None:
-            raise ValidationError(f"Time {text!r} has no zone; add one, e.g. 'Z' or '+02:00'.")
-        return when.astimezone(UTC)
-    except ValueError:
-        raise ValidationError(
-            f"Time {text!r} is not ISO 8601; give it with a zone, e.g. 2026-12-01T11:30:00Z."
-        ) from None
-    except OverflowError:  # such as the year 9999 moved into UTC from a zone behind it
-        raise ValidationError(f"Time {text!r} is out of range once moved into UTC.") from None
 
 
 def _move(

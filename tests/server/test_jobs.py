@@ -135,6 +135,18 @@ def _status(server: Server, name: str) -> tuple[str, str]:
     return job["TrainingJobStatus"], job["SecondaryStatus"]
 
 
+def _output(server: Server, name: str) -> str:
+    """algo-1's standard output, every page, from the native API `hyperplan jobs logs NAME` reads: for
+    polls, which would otherwise start a process each (the tests check the command's own output too)."""
+    client = server.native()
+    text, cursor = "", None
+    while True:
+        page = client.get(f"/api/v1/training-jobs/{name}/logs", host="algo-1", stream="stdout", cursor=cursor)
+        text, cursor = text + page["Data"], page["Cursor"]
+        if not page["Data"]:
+            return text
+
+
 def _wait_status(server: Server, name: str, secondary: str, timeout: float = 90) -> dict[str, Any]:
     job = wait_until(lambda: (d := _describe(server, name))["SecondaryStatus"] == secondary and d, timeout)
     if not job:  # said in full: a repr in an assertion message is cut short
@@ -621,7 +633,7 @@ def test_stop_training_job_and_max_runtime(small: Server) -> None:
         target=lambda: followed.append(small.cli("jobs", "logs", "long", "--follow").stdout), daemon=True
     )
     follower.start()
-    assert wait_until(lambda: "epoch 2:" in small.cli("jobs", "logs", "long").stdout)
+    assert wait_until(lambda: "epoch 2:" in _output(small, "long"))
     began = time.monotonic()
     small.cli("jobs", "stop", "long")
     assert _status(small, "long") in {("Stopping", "Stopping"), ("Stopped", "Stopped")}
@@ -640,7 +652,7 @@ def test_stop_training_job_and_max_runtime(small: Server) -> None:
     # A process that ignores SIGTERM is killed when the grace (5 s in these tests) has passed.
     stubborn = ["sh", "-c", "trap '' TERM; echo ready; while :; do sleep 0.2; done"]
     client.create_training_job(**_job("stubborn", stubborn, instance_type=M5))
-    assert wait_until(lambda: "ready" in small.cli("jobs", "logs", "stubborn").stdout)  # its trap is set
+    assert wait_until(lambda: "ready" in _output(small, "stubborn"))  # its trap is set
     began = time.monotonic()
     client.stop_training_job(TrainingJobName="stubborn")
     assert wait_until(lambda: _status(small, "stubborn") == ("Stopped", "Stopped"), timeout=60)
@@ -780,7 +792,7 @@ def test_a_server_killed_mid_run_reconciles_its_jobs_and_leaves_no_orphan(small:
     client.create_training_job(**_job("brief", ["sh", "-c", BRIEF], instance_type=M5))
     _wait_status(small, "survivor", "Training")
     _wait_status(small, "brief", "Training")
-    assert wait_until(lambda: "epoch 2:" in small.cli("jobs", "logs", "survivor").stdout)
+    assert wait_until(lambda: "epoch 2:" in _output(small, "survivor"))
     before = set(_job_processes(small.work_dir))
 
     small.kill()

@@ -11,6 +11,7 @@ import tarfile
 import time
 from collections.abc import Iterator
 from datetime import timedelta
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,12 @@ import pytest
 
 from tests.harness import ADMIN, BIN, REGION, Server, boundary_after, free_port, service_now, wait_until
 
-pytestmark = pytest.mark.sdk  # a part of its own (tests/parts.py)
-
-pytest.importorskip("sagemaker")
+# Found, not imported: importing the SDK takes seconds, and every run collects this module, the core
+# part's too (a mark deselects tests after their modules are imported). The SDK runs in subprocesses.
+pytestmark = [
+    pytest.mark.sdk,  # a part of its own (tests/parts.py)
+    pytest.mark.skipif(find_spec("sagemaker") is None, reason="the SageMaker Python SDK is not installed"),
+]
 
 ROOT = Path(__file__).parent.parent.parent
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"

@@ -13,7 +13,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import MetaData, inspect, select
 
-from hyperplan.store.db import MIGRATIONS, Database
+from hyperplan.store.db import HEAD_REVISION, MIGRATIONS, VERSION_TABLE, Database
 from hyperplan.store.schema import Base
 from tests.postgres import Stores
 
@@ -28,6 +28,16 @@ def _head() -> str:
     head = ScriptDirectory.from_config(config).get_current_head()
     assert head is not None
     return head
+
+
+def test_the_head_revision_the_store_knows_is_alembics() -> None:
+    assert _head() == HEAD_REVISION  # a new migration names itself in store/db.py too
+
+
+def _version_table(database: Database) -> tuple[Any, ...]:
+    found = inspect(database.engine)
+    columns = [(c["name"], str(c["type"]), c["nullable"]) for c in found.get_columns(VERSION_TABLE.name)]
+    return columns, found.get_pk_constraint(VERSION_TABLE.name), found.get_indexes(VERSION_TABLE.name)
 
 
 def _differences(database: Database) -> list[Any]:
@@ -70,6 +80,8 @@ def test_a_new_store_and_a_migrated_one_have_the_same_schema(stores: Stores, tmp
         tables = set(inspect(created.engine).get_table_names())
         assert tables == set(inspect(replayed.engine).get_table_names())
         assert set(Base.metadata.tables) | {"alembic_version"} == tables
+        # A new store is stamped without Alembic: its version table must be the one Alembic makes.
+        assert _version_table(created) == _version_table(replayed)
         assert _rows(created) == _rows(replayed)
         assert _rows(created)["change_counters"]  # seeded on both roads, not merely empty on both
         created.migrate()  # at the head already: nothing to do

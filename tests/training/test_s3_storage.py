@@ -21,8 +21,6 @@ from typing import Any
 import boto3
 import pytest
 from botocore.stub import Stubber
-from moto.core.authorization import enable_iam_authentication
-from moto.server import ThreadedMotoServer
 
 from hyperplan.core.fleet import S3Bucket
 from hyperplan.core.fleet_file import parse_fleet
@@ -53,6 +51,9 @@ _names = itertools.count()
 
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
+    # moto imported here, at the first test: every run collects this module, the core part's too.
+    from moto.server import ThreadedMotoServer
+
     access_log = logging.getLogger("werkzeug")
     level = access_log.level
     access_log.setLevel(logging.ERROR)  # one line per request otherwise
@@ -395,6 +396,8 @@ def test_access_denied_names_the_uri(
 ) -> None:
     admin.put_object(Bucket=remote, Key="data/1.csv", Body=b"x")
     source = write(tmp_path / "f.txt", "x")
+    from moto.core.authorization import enable_iam_authentication
+
     storage = s3_storage(tmp_path, endpoint, remote, monkeypatch, keys=powerless_keys)
     with enable_iam_authentication():
         for attempt, uri in (
