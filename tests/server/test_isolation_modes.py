@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import stat
 import subprocess
 from datetime import timedelta
@@ -45,7 +46,10 @@ def _serve(*args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=120,
-        env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"},
+        # A bare environment (no HYPERPLAN_ settings of the caller's), but the code under test: a
+        # worktree run with PYTHONPATH would otherwise test the installed tree.
+        env={"COLUMNS": "400", "PATH": "/usr/bin:/bin"}
+        | {name: os.environ[name] for name in ("PYTHONPATH",) if name in os.environ},
     )
 
 
