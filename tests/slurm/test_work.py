@@ -153,14 +153,7 @@ def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reser
 
     sagemaker = server.sagemaker(other)  # boto3: quicker to poll than the CLI
 
-    def od_nodes() -> dict[str, tuple[str, str]]:
-        """The on-demand group's nodes but those shutting down: instance id -> status, Slurm node."""
-        found = sagemaker.list_cluster_nodes(ClusterName="od-cluster")["ClusterNodeSummaries"]
-        return {
-            n["InstanceId"]: (n["InstanceStatus"]["Status"], n["PrivateDnsHostname"].split(".")[1])
-            for n in found
-            if n["InstanceStatus"]["Status"] != "ShuttingDown"
-        }
+    od_nodes = lambda: _live_nodes(sagemaker, "od-cluster")  # noqa: E731
 
     def od_until(check: Callable[[dict[str, tuple[str, str]]], bool]) -> dict[str, tuple[str, str]]:
         wait_until(lambda: check(od_nodes()), timeout=WAIT)
@@ -627,6 +620,16 @@ def _outcome(server: Server, job: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _live_nodes(sagemaker: Any, cluster: str) -> dict[str, tuple[str, str]]:
+    """A cluster's nodes but those shutting down: instance id -> (status, Slurm node)."""
+    found = sagemaker.list_cluster_nodes(ClusterName=cluster)["ClusterNodeSummaries"]
+    return {
+        n["InstanceId"]: (n["InstanceStatus"]["Status"], n["PrivateDnsHostname"].split(".")[1])
+        for n in found
+        if n["InstanceStatus"]["Status"] != "ShuttingDown"
+    }
+
+
 def _output(server: Server, who: Any, name: str) -> str:
     """algo-1's output so far (its first attempt), through the native API: polled, so no CLI process
     each time (`jobs logs` reads the same pages)."""
@@ -830,14 +833,7 @@ def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_ca
     }  # fmt: skip
     client.create_cluster(ClusterName="od-cluster", InstanceGroups=[group])
 
-    def cluster_nodes() -> dict[str, tuple[str, str]]:
-        """Instance id -> status, Slurm node; those shutting down left out."""
-        found = client.list_cluster_nodes(ClusterName="od-cluster")["ClusterNodeSummaries"]
-        return {
-            n["InstanceId"]: (n["InstanceStatus"]["Status"], n["PrivateDnsHostname"].split(".")[1])
-            for n in found
-            if n["InstanceStatus"]["Status"] != "ShuttingDown"
-        }
+    cluster_nodes = lambda: _live_nodes(client, "od-cluster")  # noqa: E731
 
     shown = lambda name: _output(server, team, name)  # noqa: E731
     ready = {}
