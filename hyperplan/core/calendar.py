@@ -12,7 +12,7 @@ checked inside the booking transaction with :func:`peak_booked_slots` (see there
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -97,18 +97,23 @@ class _Track:
         self._day_peaks.clear()
 
     def day_peaks(self, first: int, days: int) -> Ints:
-        """The most booked in each of ``days`` days of 48 slots from slot ``first`` (read-only)."""
+        """The most booked in each of ``days`` days of 48 slots from slot ``first``."""
+        result = np.zeros(days, dtype=np.int64)
+        self.day_peaks_into(first, result)
+        return result
+
+    def day_peaks_into(self, first: int, result: Ints) -> None:
+        """:meth:`day_peaks` written into ``result`` (zeros, one per day), rather than a new array."""
         phase = first % SLOTS_PER_DAY
         memo = self._day_peaks.get(phase)
         if memo is None:
             memo = self._day_peaks[phase] = self._peaks_from(phase)
         start, peaks = memo
-        result = np.zeros(days, dtype=np.int64)
+        days = len(result)
         offset = (first - start) // SLOTS_PER_DAY  # a whole number of days: both slots share the phase
         lo, hi = max(offset, 0), min(offset + days, len(peaks))
         if lo < hi:
             result[lo - offset : hi - offset] = peaks[lo:hi]
-        return result
 
     def _peaks_from(self, phase: int) -> tuple[int, Ints]:
         """Every day of this phase that the stretch touches, and its peak (slots outside read as 0)."""
@@ -212,6 +217,17 @@ class CapacityCalendar:
         track = self._tracks.get(pool_key)
         peaks = track.day_peaks(first, days) if track else np.zeros(days, dtype=np.int64)
         return np.maximum(self.reservable(pool_key) - peaks, 0)
+
+    def free_days_of(self, pool_keys: Sequence[PoolKey], start: datetime, days: int) -> Ints:
+        """:meth:`free_days` of several pools at once: one row per pool, in the order given."""
+        first = slot_of(start)
+        peaks = np.zeros((len(pool_keys), days), dtype=np.int64)
+        for row, pool_key in enumerate(pool_keys):
+            track = self._tracks.get(pool_key)
+            if track:
+                track.day_peaks_into(first, peaks[row])
+        reservable = np.array([self.reservable(pool_key) for pool_key in pool_keys], dtype=np.int64)
+        return np.maximum(reservable[:, None] - peaks, 0)
 
     def booked_profile(self, pool_key: PoolKey, start: datetime, end: datetime) -> list[tuple[datetime, int]]:
         """``(slot start, booked)`` at the start of the window and wherever the booked count changes."""

@@ -162,19 +162,19 @@ class DaysRead:
     calendar may change once it is read, and the planning (most of a search's time) needs no lock."""
 
     query: _Query
-    grids: tuple[_PoolDays, ...]
+    grids: _PoolDays
 
 
 def read_days(fleet: Fleet, calendar: CapacityCalendar, request: SearchRequest, now: datetime) -> DaysRead:
     """The first half of :func:`search`: validate the request and read the calendar (a caller that
     shares the calendar between threads holds its lock over this only)."""
     query = _query(fleet, request, now)
-    return DaysRead(query, tuple(_PoolDays.read(calendar, pool, query) for pool in query.pools))
+    return DaysRead(query, _PoolDays.read(calendar, query))
 
 
 def plan_offerings(fleet: Fleet, read: DaysRead) -> list[Offering]:
     """The second half of :func:`search`: the offerings, from what :func:`read_days` read."""
-    planner = _Planner(read.query, list(read.grids))
+    planner = _Planner(read.query, read.grids)
     chosen = _Packer(planner).best() if fleet.policy.ranking == "packing" else planner.best()
     return [_offering(read.query, candidate) for candidate in chosen]
 
@@ -327,60 +327,85 @@ def _show(moment: datetime) -> str:
 
 @dataclass(frozen=True)
 class _PoolDays:
-    """Which whole days of the window can hold the count in one pool, and whether the partial day can."""
+    """Every pool's whole days of the window, one row per pool of the query: the fewest free instances
+    over each (the packing ranking reads them) and which can hold the count; and whether each pool's
+    partial day can."""
 
-    pool: Pool
-    open_days: npt.NDArray[np.bool_]
-    partial_open: bool
-    free_days: Ints  # the fewest free instances over each whole day (the packing ranking reads them)
+    free_days: Ints  # (P, N)
+    open_days: npt.NDArray[np.bool_]  # (P, N)
+    partial_open: npt.NDArray[np.bool_]  # (P,)
 
     @staticmethod
-    def read(calendar: CapacityCalendar, pool: Pool, query: _Query) -> _PoolDays:
-        free_days = calendar.free_days(pool.key, query.first_boundary, query.n_days)
-        partial_open = query.has_partial_day and calendar.can_book(
-            pool.key, query.soonest, query.first_boundary, query.count
+    def read(calendar: CapacityCalendar, query: _Query) -> _PoolDays:
+        keys = [pool.key for pool in query.pools]
+        free_days = calendar.free_days_of(keys, query.first_boundary, query.n_days)
+        partial_open = np.array(
+            [
+                query.has_partial_day
+                and calendar.can_book(key, query.soonest, query.first_boundary, query.count)
+                for key in keys
+            ],
+            dtype=bool,
         )
-        return _PoolDays(pool, free_days >= query.count, partial_open, free_days)
-
-
-def _run_lengths(open_days: npt.NDArray[np.bool_]) -> Ints:
-    """For each day j (and two padding days past the end), how many open days follow from j on."""
-    n = len(open_days)
-    index = np.arange(n + 2)
-    closed = np.concatenate([~open_days, [True, True]])
-    next_closed = np.minimum.accumulate(np.where(closed, index, n + 2)[::-1])[::-1]
-    return (next_closed - index).astype(np.int64)
+        return _PoolDays(free_days, free_days >= query.count, partial_open)
 
 
 class _Fits:
     """Answers "the first day a >= j that opens d open days in a row, in pool p" for whole arrays of
     (p, d, j) at once, from the maximal runs of open days: either j itself, or the start of the first
-    run after j that is long enough. Building it costs O(P (N + D R)) for R runs, not O(P D N)."""
+    run after j that is long enough. Building it costs O(P (N + D R)) for R runs, not O(P D N); it is
+    built on the first question (a packing search that finds a single segment asks none)."""
 
-    def __init__(self, open_days: list[npt.NDArray[np.bool_]], max_length: int) -> None:
-        days = len(open_days[0])
+    def __init__(self, open_days: npt.NDArray[np.bool_], max_length: int) -> None:
+        pools, days = open_days.shape
         self.last_day = days + 1  # one past the window: never open, so lookups beyond are clipped to it
-        starts = [np.flatnonzero(row & ~np.concatenate([[False], row[:-1]])) for row in open_days]
-        runs = len(max(starts, key=len))
-        self.run_length = np.stack([_run_lengths(row) for row in open_days])  # (P, N + 2), from each day
-        # Per pool, padded to the same number of runs; the extra last run is "none": starts at _NONE.
-        self.run_start = np.full((len(open_days), runs + 1), _NONE, dtype=np.int64)
-        lengths = np.zeros((len(open_days), runs + 1), dtype=np.int64)
-        for p, first_days in enumerate(starts):
-            self.run_start[p, : len(first_days)] = first_days
-            lengths[p, : len(first_days)] = self.run_length[p, first_days]
-        everyday = np.arange(days + 2)
-        self.run_after = np.stack([np.searchsorted(s, everyday, side="right") for s in starts])
-        # next_run[p, d, r]: the first run at or after run r that is at least d days long.
-        long_enough = lengths[:, None, :] >= np.arange(max_length + 1)[None, :, None]
+        self.open_days, self.max_length = open_days, max_length
+        # run_length[p, j]: how many open days follow from day j on (and two padding days past the end)
+        index = np.arange(days + 2)
+        closed = np.ones((pools, days + 2), dtype=bool)
+        closed[:, :days] = ~open_days
+        next_closed = np.minimum.accumulate(np.where(closed, index, days + 2)[:, ::-1], axis=1)[:, ::-1]
+        self.run_length: Ints = next_closed - index
+        self._tables: tuple[Ints, Ints, Ints] | None = None
+
+    def run_lengths(self) -> Ints:
+        """(P, N): the length of each maximal run of open days on the day it starts, 0 elsewhere."""
+        open_days = self.open_days
+        starts = open_days.copy()
+        starts[:, 1:] &= ~open_days[:, :-1]
+        return np.where(starts, self.run_length[:, : open_days.shape[1]], 0)
+
+    def _runs(self) -> tuple[Ints, Ints, Ints]:
+        """(run_start, run_after, next_run): per pool, each run's first day (padded with a last run
+        "none" that starts at _NONE); how many runs start at or before each day; and next_run[p, d, r],
+        the first run at or after run r that is at least d days long."""
+        if self._tables is not None:
+            return self._tables
+        open_days = self.open_days
+        pools, days = open_days.shape
+        starts = np.zeros((pools, days + 2), dtype=bool)
+        starts[:, 0] = open_days[:, 0]
+        starts[:, 1:days] = open_days[:, 1:] & ~open_days[:, :-1]
+        run_after = np.cumsum(starts, axis=1)
+        runs = int(run_after[:, -1].max())
+        pool_of, first_day = np.nonzero(starts)
+        rank = run_after[pool_of, first_day] - 1
+        run_start = np.full((pools, runs + 1), _NONE, dtype=np.int64)
+        run_start[pool_of, rank] = first_day
+        lengths = np.zeros((pools, runs + 1), dtype=np.int64)
+        lengths[pool_of, rank] = self.run_length[pool_of, first_day]
+        long_enough = lengths[:, None, :] >= np.arange(self.max_length + 1)[None, :, None]
         long_enough[:, :, runs] = True
         index = np.where(long_enough, np.arange(runs + 1), runs)
-        self.next_run = np.minimum.accumulate(index[:, :, ::-1], axis=2)[:, :, ::-1]
+        next_run = np.minimum.accumulate(index[:, :, ::-1], axis=2)[:, :, ::-1]
+        self._tables = (run_start, run_after, next_run)
+        return self._tables
 
     def first(self, pool: Ints | int, length: Ints | int, day: Ints | int) -> Ints:
+        run_start, run_after, next_run = self._runs()
         day = np.minimum(day, self.last_day)
         here = self.run_length[pool, day] >= length
-        later = self.run_start[pool, self.next_run[pool, length, self.run_after[pool, day]]]
+        later = run_start[pool, next_run[pool, length, run_after[pool, day]]]
         return np.asarray(np.where(here, day, later), dtype=np.int64)
 
 
@@ -423,26 +448,42 @@ class _Level:
 
 
 class _Planner:
-    def __init__(self, query: _Query, grids: list[_PoolDays]) -> None:
+    def __init__(self, query: _Query, grids: _PoolDays) -> None:
         self.query = query
         self.grids = grids
+        self.pools = len(query.pools)
         self.hyperpod = query.target == "hyperpod-cluster"
         days = query.days
         shape_ok = query.n_days >= days
-        self.fits = _Fits([g.open_days for g in grids], days) if shape_ok else None
-        hourly = np.array([float(g.pool.price_per_instance_hour) * query.count for g in grids])
+        self.fits = _Fits(grids.open_days, days) if shape_ok else None
+        hourly = np.array([float(pool.price_per_instance_hour) * query.count for pool in query.pools])
         self.day_cost = hourly * 24
         partial_hours = (query.first_boundary - query.soonest) / timedelta(hours=1)
         self.partial_cost = hourly * partial_hours
-        self.partial_open = np.array([g.partial_open for g in grids], dtype=bool)
+        self.partial_open = grids.partial_open
         # With no boundary start left in the window, the plan must start at the soonest start.
         self.start_limit = max(query.latest_start_day, 0)
         self.only_partial = query.latest_start_day < 0
         # (first day, stop day) of every candidate handed out so far; the partial day's start is -1.
         self.spans: list[tuple[int, int]] = []
 
-    def best(self) -> list[_Candidate]:
+    def may_fit(self) -> bool:
+        """False when no plan can fit, read off the runs of open days alone: each segment lies in one
+        run of its pool and a run holds at most its length of a plan's days, so a plan of at most K
+        segments needs K runs (of one pool, for a cluster) at least D days long together. Most searches
+        that find nothing stop here rather than combine every split to learn it."""
         if self.fits is None:
+            return False
+        segments, days = min(self.query.max_segments, self.query.days), self.query.days
+        lengths = self.fits.run_lengths()
+        if self.hyperpod:
+            longest = np.sort(lengths, axis=1)[:, -segments:].sum(axis=1).max()
+        else:
+            longest = np.sort(lengths, axis=None)[-segments:].sum()
+        return bool(longest >= days)
+
+    def best(self) -> list[_Candidate]:
+        if not self.may_fit():
             return []
         wanted = self.query.max_offerings
         chosen: list[_Candidate] = []
@@ -475,7 +516,7 @@ class _Planner:
     def _single_segments(self) -> Iterator[_Candidate]:
         assert self.fits is not None
         days = self.query.days
-        for p in range(len(self.grids)):
+        for p in range(self.pools):
             start, found = int(self.fits.first(p, days, 0)), 0
             while start <= self.start_limit and found < self.query.max_offerings:
                 found += 1
@@ -494,7 +535,7 @@ class _Planner:
 
     def _first_level(self) -> _Level:
         assert self.fits is not None
-        pools, totals = len(self.grids), np.arange(self.query.days + 1)
+        pools, totals = self.pools, np.arange(self.query.days + 1)
         starts = self.fits.first(np.arange(pools)[:, None], totals[None, :], 0)
         end = np.where((starts <= self.start_limit) & (totals > 0), starts + totals, _NONE)
         pool_of = np.broadcast_to(np.arange(pools)[:, None], end.shape).copy()
@@ -514,7 +555,7 @@ class _Planner:
         lengths = np.arange(1, total - (k - 1) + 1)
         if not len(lengths):
             return None
-        pools = np.arange(len(self.grids))
+        pools = np.arange(self.pools)
         q, p, d = pools[:, None, None], pools[None, :, None], lengths[None, None, :]
         prefix_end = level.end[q, total - d]
         start = self.fits.first(p, d, prefix_end + (q == p))  # the same pool needs a day's gap
@@ -570,18 +611,18 @@ class _Planner:
         cheapest of those. O(P D^2) look-ups, vectorised."""
         assert self.fits is not None
         after, after_cost, after_pool = self._best_prefixes(level)
-        pools = np.arange(len(self.grids))[:, None, None]
+        pools = np.arange(self.pools)[:, None, None]
         lengths = np.arange(1, self.query.days)[None, None, :]
         prefix = np.arange(self.query.days + 1)[None, :, None] - lengths  # (1, D + 1, D - 1): [total, d]
         usable = prefix >= k - 1
-        prefix = np.broadcast_to(np.maximum(prefix, 0), (len(self.grids), *prefix.shape[1:]))
+        prefix = np.broadcast_to(np.maximum(prefix, 0), (self.pools, *prefix.shape[1:]))
         start = self.fits.first(pools, lengths, after[pools, prefix])
         end = np.where(usable & (start < _NONE), start + lengths, _NONE)
         cost = np.where(end < _NONE, after_cost[pools, prefix] + self.day_cost[pools] * lengths, np.inf)
         # Per (pool, total): the earliest end over the last segment's length, then the cheapest of those.
         pick = np.where(end == end.min(axis=2, keepdims=True), cost, np.inf).argmin(axis=2)[..., None]
         chosen_prefix = np.take_along_axis(prefix, pick, 2)[..., 0]
-        rows = np.arange(len(self.grids))[:, None]
+        rows = np.arange(self.pools)[:, None]
         previous = after_pool[rows, chosen_prefix]
         return _Level(
             end=np.take_along_axis(end, pick, 2)[..., 0],
@@ -596,8 +637,8 @@ class _Planner:
     def _best_prefixes(self, level: _Level) -> tuple[Ints, Floats, Ints]:
         """Per (pool p, total t), the level's prefix of t days after which a segment in pool p can start
         soonest, cheapest of those: (that first day, the prefix's cost, the pool of its last segment)."""
-        q = np.arange(len(self.grids))[:, None, None]
-        p = np.arange(len(self.grids))[None, :, None]
+        q = np.arange(self.pools)[:, None, None]
+        p = np.arange(self.pools)[None, :, None]
         after = level.end[:, None, :] + (q == p)  # (Q, P, D + 1); the same pool needs a day's gap
         possible = (level.end[:, None, :] < _NONE) & ((q == p) | (not self.hyperpod))
         after = np.where(possible, after, _NONE)
@@ -643,8 +684,9 @@ class _Packer:
         self.query = planner.query
         # (pools, days): every pool's window has the same days, so that placements in several pools
         # are scored in one go
-        self.free = np.stack([g.free_days.astype(np.float64) for g in planner.grids])
-        self.free_sum = np.concatenate([np.zeros((len(self.free), 1)), np.cumsum(self.free, axis=1)], axis=1)
+        self.free = planner.grids.free_days.astype(np.float64)
+        self.free_sum = np.zeros((self.free.shape[0], self.free.shape[1] + 1))
+        np.cumsum(self.free, axis=1, out=self.free_sum[:, 1:])
 
     def best(self) -> list[_Candidate]:
         if self.planner.fits is None:
@@ -652,6 +694,8 @@ class _Packer:
         singles = self._singles()
         if singles is not None:
             ranked, hurry = singles
+        elif not self.planner.may_fit():
+            return []
         else:
             scored = self._splits()
             if not scored:
@@ -692,22 +736,21 @@ class _Packer:
         best first, made lazily; and the earliest ranking's first. None if none fits."""
         planner, days = self.planner, self.query.days
         assert planner.fits is not None
-        pools, starts, partial, scores = [], [], [], []
-        for p in range(len(planner.grids)):
-            fitting = np.flatnonzero(planner.fits.run_length[p, : planner.start_limit + 1] >= days)
-            whole = fitting[fitting != 0] if planner.only_partial else fitting
-            with_partial = (
-                fitting[:1] if len(fitting) and fitting[0] == 0 and planner.partial_open[p] else fitting[:0]
-            )
-            for group, flag in ((whole, False), (with_partial, True)):
-                pools.append(np.full(len(group), p))
-                starts.append(group)
-                partial.append(np.full(len(group), flag))
-                scores.append(self._scores(p, group, group + days) if len(group) else np.zeros(0))
-        pool, start = np.concatenate(pools), np.concatenate(starts)
-        if not len(start):
+        # Every pool at once: (pool, start) of the whole-day placements, then the pools whose day-0
+        # placement may take the partial day too. The order they are listed in does not matter: the
+        # sorts below have a key that tells any two placements apart.
+        fitting = planner.fits.run_length[:, : planner.start_limit + 1] >= days
+        with_partial = np.flatnonzero(fitting[:, 0] & planner.partial_open)
+        if planner.only_partial:  # then the window has day 0 only, and only its partial-day variant
+            fitting = fitting[:, :0]
+        whole_pool, whole_start = np.nonzero(fitting)
+        pool = np.concatenate([whole_pool, with_partial])
+        if not len(pool):
             return None
-        is_partial, score = np.concatenate(partial), np.concatenate(scores)
+        start = np.concatenate([whole_start, np.zeros(len(with_partial), dtype=np.int64)])
+        is_partial = np.zeros(len(pool), dtype=bool)
+        is_partial[len(whole_pool) :] = True
+        score = self._scores(pool, start, start + days)
         cost = planner.day_cost[pool] * days + np.where(is_partial, planner.partial_cost[pool], 0.0)
 
         def made(i: int) -> tuple[float, _Candidate]:
