@@ -11,13 +11,15 @@ rather than sold at a stale price. Prices are not carried: they follow from the 
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import os
 import random
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+
+import numpy as np
 
 from hyperplan.core.fleet import Fleet
 
@@ -61,24 +63,53 @@ def _nonce() -> bytes:
 
 
 def encode(claim: OfferingClaim, *, key: bytes, fleet: Fleet) -> str:
-    body = _HEADER.pack(
-        _VERSION,
-        fleet.fingerprint(),
-        _nonce(),  # two searches that find the same capacity still get two ids
-        int(claim.account_id),
-        _seconds(claim.expires_at),
-        TARGETS.index(claim.target),
-        claim.count,
-        len(claim.segments),
-    ) + b"".join(_SEGMENT.pack(s.pool_index, _seconds(s.start), _seconds(s.end)) for s in claim.segments)
-    mac = hmac.new(key, body, hashlib.sha256).digest()[:_MAC_BYTES]
-    return PREFIX + base64.b32encode(body + mac).decode().rstrip("=").lower()
+    return encode_all([claim], key=key, fleet=fleet)[0]
+
+
+def encode_all(claims: Sequence[OfferingClaim], *, key: bytes, fleet: Fleet) -> list[str]:
+    """:func:`encode` of each claim (a search's offerings), spelled out in one go."""
+    fingerprint, raw = fleet.fingerprint(), []
+    for claim in claims:
+        body = _HEADER.pack(
+            _VERSION,
+            fingerprint,
+            _nonce(),  # two searches that find the same capacity still get two ids
+            int(claim.account_id),
+            _seconds(claim.expires_at),
+            TARGETS.index(claim.target),
+            claim.count,
+            len(claim.segments),
+        ) + b"".join(_SEGMENT.pack(s.pool_index, _seconds(s.start), _seconds(s.end)) for s in claim.segments)
+        raw.append(body + _mac(key, body))
+    return [PREFIX + text for text in _base32(raw)]
+
+
+def _mac(key: bytes, body: bytes) -> bytes:
+    return hmac.digest(key, body, "sha256")[:_MAC_BYTES]
+
+
+_ALPHABET = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz234567", dtype=np.uint8)
+_FIVE_BITS = np.array([16, 8, 4, 2, 1], dtype=np.uint8)
+
+
+def _base32(raw: Sequence[bytes]) -> list[str]:
+    """Each of ``raw`` in base32 (RFC 4648), lower case, without the ``=`` padding: what
+    ``base64.b32encode(r).decode().rstrip("=").lower()`` gives, for all at once (the standard library's
+    encoder is written in Python, a loop per 5 bytes; this is a few array operations for a search)."""
+    padded = [r + bytes(-len(r) % 5) for r in raw]
+    bits = np.unpackbits(np.frombuffer(b"".join(padded), dtype=np.uint8))
+    text = _ALPHABET[bits.reshape(-1, 5) @ _FIVE_BITS].tobytes().decode("ascii")
+    found, offset = [], 0
+    for r, p in zip(raw, padded, strict=True):
+        found.append(text[offset : offset + -(-len(r) * 8 // 5)])
+        offset += len(p) * 8 // 5
+    return found
 
 
 def decode(offering_id: str, *, key: bytes, fleet: Fleet) -> OfferingClaim:
     raw = _unpack_text(offering_id)
     body, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]
-    if not hmac.compare_digest(mac, hmac.new(key, body, hashlib.sha256).digest()[:_MAC_BYTES]):
+    if not hmac.compare_digest(mac, _mac(key, body)):
         raise OfferingIdError("signature does not match")
     version, fingerprint, _nonce, account, expires, target, count, n_segments = _HEADER.unpack_from(body)
     if version != _VERSION or fingerprint != fleet.fingerprint():
@@ -143,8 +174,7 @@ def encode_extension(claim: ExtensionClaim, *, key: bytes, fleet: Fleet) -> str:
         _seconds(claim.start),
         _seconds(claim.end),
     )
-    mac = hmac.new(key, body, hashlib.sha256).digest()[:_MAC_BYTES]
-    return EXTENSION_PREFIX + base64.b32encode(body + mac).decode().rstrip("=").lower()
+    return EXTENSION_PREFIX + _base32([body + _mac(key, body)])[0]
 
 
 def decode_extension(offering_id: str, *, key: bytes, fleet: Fleet) -> ExtensionClaim:
@@ -154,7 +184,7 @@ def decode_extension(offering_id: str, *, key: bytes, fleet: Fleet) -> Extension
     body, mac = raw[:-_MAC_BYTES], raw[-_MAC_BYTES:]
     if len(body) != _EXTENSION.size:
         raise OfferingIdError("malformed")
-    if not hmac.compare_digest(mac, hmac.new(key, body, hashlib.sha256).digest()[:_MAC_BYTES]):
+    if not hmac.compare_digest(mac, _mac(key, body)):
         raise OfferingIdError("signature does not match")
     version, fingerprint, _nonce, account, expires, plan_id, start, end = _EXTENSION.unpack(body)
     if version != _VERSION or fingerprint != fleet.fingerprint():

@@ -69,27 +69,19 @@ def search(runtime: ServiceContext, caller: Caller, request: SearchRequest) -> l
     offerings = runtime.calendar.search(request, now)
     expires = now + runtime.fleet.policy.offering_validity
     index = {pool.key: i for i, pool in enumerate(runtime.fleet.pools)}
-    return [
-        SignedOffering(_sign(runtime, caller, offering, expires, index), offering, request)
-        for offering in offerings
-    ]
+    claims = [_claim(caller, offering, expires, index) for offering in offerings]
+    ids = offering_ids.encode_all(claims, key=runtime.offering_key, fleet=runtime.fleet)
+    return [SignedOffering(i, offering, request) for i, offering in zip(ids, offerings, strict=True)]
 
 
-def _sign(
-    runtime: ServiceContext,
-    caller: Caller,
-    offering: Offering,
-    expires: datetime,
-    index: dict[PoolKey, int],
-) -> str:
-    claim = OfferingClaim(
+def _claim(caller: Caller, offering: Offering, expires: datetime, index: dict[PoolKey, int]) -> OfferingClaim:
+    return OfferingClaim(
         account_id=caller.account_id,
         expires_at=expires,
         target=offering.target,
         count=offering.segments[0].count,
         segments=tuple(OfferingSegment(index[s.pool_key], s.start, s.end) for s in offering.segments),
     )
-    return offering_ids.encode(claim, key=runtime.offering_key, fleet=runtime.fleet)
 
 
 # -- buy ---------------------------------------------------------------------------------------------
