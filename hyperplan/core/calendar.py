@@ -12,8 +12,9 @@ checked inside the booking transaction with :func:`peak_booked_slots` (see there
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import TypeVar, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +31,9 @@ _FIRST_ALLOCATION = 64 * SLOTS_PER_DAY  # slots; grown by doubling, so growth is
 Counts = npt.NDArray[np.int32]
 Ints = npt.NDArray[np.int64]
 Interval = tuple[datetime, datetime, int]
+T = TypeVar("T")
+_MISSING = object()
+_DERIVED = 256  # values kept by CapacityCalendar.derived
 
 
 # -- slot arithmetic ---------------------------------------------------------------------------------
@@ -154,6 +158,23 @@ class CapacityCalendar:
     def __init__(self, pools: Iterable[Pool]) -> None:
         self._reservable = {pool.key: pool.reservable for pool in pools}
         self._tracks: dict[PoolKey, _Track] = {}
+        self._derived: dict[Hashable, object] = {}
+
+    def derived(self, key: Hashable, make: Callable[[], T]) -> T:
+        """``make()``, kept until the calendar next changes: for values a reader derives from the
+        calendar as it is (a search's days), which many reads between two bookings ask for again. The
+        key must name everything the value depends on besides the calendar. At most _DERIVED values
+        are kept; the oldest go first."""
+        found = self._derived.get(key, _MISSING)
+        if found is _MISSING:
+            found = make()
+            if len(self._derived) >= _DERIVED:
+                del self._derived[next(iter(self._derived))]
+            self._derived[key] = found
+        return cast(T, found)
+
+    def _changed(self) -> None:
+        self._derived.clear()
 
     def reservable(self, pool_key: PoolKey) -> int:
         return self._reservable.get(pool_key, 0)
@@ -164,6 +185,7 @@ class CapacityCalendar:
         if count < 0:
             raise ValueError(f"a pool holds at least 0 instances, not {count}")
         self._reservable[pool_key] = count
+        self._changed()
 
     @property
     def nbytes(self) -> int:
@@ -185,12 +207,14 @@ class CapacityCalendar:
                 f"{count} were asked for."
             )
         self._track(pool_key).add(first, stop, count)
+        self._changed()
 
     def restore(self, pool_key: PoolKey, start: datetime, end: datetime, count: int) -> None:
         """Hold a booking that already exists (read back from the database) without checking it:
         a fleet file may have shrunk a pool below what was sold. Free capacity then reads as 0."""
         first, stop = _checked_span(start, end, count)
         self._track(pool_key).add(first, stop, count)
+        self._changed()
 
     def release(self, pool_key: PoolKey, start: datetime, end: datetime, count: int) -> None:
         """Undo :meth:`book` (or :meth:`restore`) of exactly these arguments."""
@@ -199,6 +223,7 @@ class CapacityCalendar:
         if track is None or int(track.read(first, stop).min()) < count:
             raise ValueError(f"release of {count} x {pool_key} over [{start}, {end}) that was not booked")
         track.add(first, stop, -count)
+        self._changed()
 
     def booked(self, pool_key: PoolKey, start: datetime, end: datetime) -> Counts:
         """Booked instances in each slot that ``[start, end)`` touches."""

@@ -175,6 +175,8 @@ def read_days(fleet: Fleet, calendar: CapacityCalendar, request: SearchRequest, 
 def plan_offerings(fleet: Fleet, read: DaysRead) -> list[Offering]:
     """The second half of :func:`search`: the offerings, from what :func:`read_days` read."""
     planner = _Planner(read.query, read.grids)
+    if planner.fits is None:  # the window is shorter than the plan
+        return []
     chosen = _Packer(planner).best() if fleet.policy.ranking == "packing" else planner.best()
     return [_offering(read.query, candidate) for candidate in chosen]
 
@@ -328,16 +330,33 @@ def _show(moment: datetime) -> str:
 @dataclass(frozen=True)
 class _PoolDays:
     """Every pool's whole days of the window, one row per pool of the query: the fewest free instances
-    over each (the packing ranking reads them) and which can hold the count; and whether each pool's
-    partial day can."""
+    over each and which can hold the count; whether each pool's partial day can; and what the planning
+    derives from these alone, kept with them (the calendar keeps the whole for searches that read the
+    same days, see :meth:`read`)."""
 
     free_days: Ints  # (P, N)
     open_days: npt.NDArray[np.bool_]  # (P, N)
     partial_open: npt.NDArray[np.bool_]  # (P,)
+    # run_length[p, j]: how many open days follow from day j on (and two padding days past the end)
+    run_length: Ints  # (P, N + 2)
+    run_sizes: Ints  # (P, N): a maximal run's length on the day it starts, 0 on the other days
+    # For the packing ranking's scores: edges[p, 1 + j] is day j's free count; edges[p, 0], the day
+    # before the window, counts as full (0 free); edges[p, N + 1], the day after it, as the last day
+    # (no step there). free_sum[p, j]: the free counts of the days before j, added up.
+    edges: Floats  # (P, N + 2)
+    free_sum: Floats  # (P, N + 1)
 
     @staticmethod
     def read(calendar: CapacityCalendar, query: _Query) -> _PoolDays:
-        keys = [pool.key for pool in query.pools]
+        """The days, as the calendar keeps them between two of its changes for searches that read
+        the same ones (every search of a type and count without a window, in the same minute)."""
+        keys = tuple(pool.key for pool in query.pools)
+        soonest = query.soonest if query.has_partial_day else None
+        key = ("search days", keys, query.count, query.first_boundary, query.n_days, soonest)
+        return calendar.derived(key, lambda: _PoolDays._read(calendar, keys, query))
+
+    @staticmethod
+    def _read(calendar: CapacityCalendar, keys: tuple[PoolKey, ...], query: _Query) -> _PoolDays:
         free_days = calendar.free_days_of(keys, query.first_boundary, query.n_days)
         partial_open = np.array(
             [
@@ -347,7 +366,32 @@ class _PoolDays:
             ],
             dtype=bool,
         )
-        return _PoolDays(free_days, free_days >= query.count, partial_open)
+        return _PoolDays.of(free_days, free_days >= query.count, partial_open)
+
+    @staticmethod
+    def of(
+        free_days: Ints, open_days: npt.NDArray[np.bool_], partial_open: npt.NDArray[np.bool_]
+    ) -> _PoolDays:
+        pools, days = open_days.shape
+        index = np.arange(days + 2)
+        closed = np.ones((pools, days + 2), dtype=bool)
+        closed[:, :days] = ~open_days
+        next_closed = np.minimum.accumulate(np.where(closed, index, days + 2)[:, ::-1], axis=1)[:, ::-1]
+        run_length = next_closed - index
+        starts = open_days.copy()
+        starts[:, 1:] &= ~open_days[:, :-1]
+        run_sizes = np.where(starts, run_length[:, :days], 0)
+        free = free_days.astype(np.float64)
+        edges = np.zeros((pools, days + 2))
+        edges[:, 1:-1] = free
+        if days:
+            edges[:, -1] = free[:, -1]
+        free_sum = np.zeros((pools, days + 1))
+        np.cumsum(free, axis=1, out=free_sum[:, 1:])
+        found = _PoolDays(free_days, open_days, partial_open, run_length, run_sizes, edges, free_sum)
+        for array in (free_days, open_days, partial_open, run_length, run_sizes, edges, free_sum):
+            array.flags.writeable = False  # shared by the searches that read the same days
+        return found
 
 
 class _Fits:
@@ -356,24 +400,11 @@ class _Fits:
     run after j that is long enough. Building it costs O(P (N + D R)) for R runs, not O(P D N); it is
     built on the first question (a packing search that finds a single segment asks none)."""
 
-    def __init__(self, open_days: npt.NDArray[np.bool_], max_length: int) -> None:
-        pools, days = open_days.shape
-        self.last_day = days + 1  # one past the window: never open, so lookups beyond are clipped to it
-        self.open_days, self.max_length = open_days, max_length
-        # run_length[p, j]: how many open days follow from day j on (and two padding days past the end)
-        index = np.arange(days + 2)
-        closed = np.ones((pools, days + 2), dtype=bool)
-        closed[:, :days] = ~open_days
-        next_closed = np.minimum.accumulate(np.where(closed, index, days + 2)[:, ::-1], axis=1)[:, ::-1]
-        self.run_length: Ints = next_closed - index
+    def __init__(self, grids: _PoolDays, max_length: int) -> None:
+        self.last_day = grids.open_days.shape[1] + 1  # one past the window: never open, so lookups
+        # beyond are clipped to it
+        self.open_days, self.run_length, self.max_length = grids.open_days, grids.run_length, max_length
         self._tables: tuple[Ints, Ints, Ints] | None = None
-
-    def run_lengths(self) -> Ints:
-        """(P, N): the length of each maximal run of open days on the day it starts, 0 elsewhere."""
-        open_days = self.open_days
-        starts = open_days.copy()
-        starts[:, 1:] &= ~open_days[:, :-1]
-        return np.where(starts, self.run_length[:, : open_days.shape[1]], 0)
 
     def _runs(self) -> tuple[Ints, Ints, Ints]:
         """(run_start, run_after, next_run): per pool, each run's first day (padded with a last run
@@ -455,7 +486,7 @@ class _Planner:
         self.hyperpod = query.target == "hyperpod-cluster"
         days = query.days
         shape_ok = query.n_days >= days
-        self.fits = _Fits(grids.open_days, days) if shape_ok else None
+        self.fits = _Fits(grids, days) if shape_ok else None
         hourly = np.array([float(pool.price_per_instance_hour) * query.count for pool in query.pools])
         self.day_cost = hourly * 24
         partial_hours = (query.first_boundary - query.soonest) / timedelta(hours=1)
@@ -475,7 +506,7 @@ class _Planner:
         if self.fits is None:
             return False
         segments, days = min(self.query.max_segments, self.query.days), self.query.days
-        lengths = self.fits.run_lengths()
+        lengths = self.grids.run_sizes
         if self.hyperpod:
             longest = np.sort(lengths, axis=1)[:, -segments:].sum(axis=1).max()
         else:
@@ -684,9 +715,7 @@ class _Packer:
         self.query = planner.query
         # (pools, days): every pool's window has the same days, so that placements in several pools
         # are scored in one go
-        self.free = planner.grids.free_days.astype(np.float64)
-        self.free_sum = np.zeros((self.free.shape[0], self.free.shape[1] + 1))
-        np.cumsum(self.free, axis=1, out=self.free_sum[:, 1:])
+        self.edges, self.free_sum = planner.grids.edges, planner.grids.free_sum
 
     def best(self) -> list[_Candidate]:
         if self.planner.fits is None:
@@ -720,13 +749,28 @@ class _Packer:
             chosen[-1:] = [hurry]
         return [c for _, c in sorted(chosen, key=lambda sc: (sc[0], sc[1].finish, sc[1].cost))]
 
-    def _scores(self, pool: Ints | int, starts: Ints, stops: Ints) -> Floats:
+    def _scores(self, pool: Ints, starts: Ints, stops: Ints) -> Floats:
         """The scores of placements [start, stop), each in its pool (see the class's docstring)."""
-        free, count, days = self.free, self.query.count, self.free.shape[1]
-        held = self.free_sum[pool, stops] - self.free_sum[pool, starts] - count * (stops - starts)
-        before = np.where(starts > 0, free[pool, np.maximum(starts - 1, 0)], 0.0)
-        after = np.where(stops < days, free[pool, np.minimum(stops, days - 1)], free[pool, stops - 1])
-        first, last = free[pool, starts], free[pool, stops - 1]
+        edges, free_sum = self.edges, self.free_sum
+        held = free_sum[pool, stops] - free_sum[pool, starts] - self.query.count * (stops - starts)
+        return self._scored(
+            edges[pool, starts], edges[pool, starts + 1], edges[pool, stops], edges[pool, stops + 1], held
+        )
+
+    def _scores_from(self, starts: int, days: int) -> Floats:
+        """(P, starts): the scores of placements of ``days`` days in every pool from each of the first
+        ``starts`` days (each must end in the window)."""
+        edges, free_sum = self.edges, self.free_sum
+        held = free_sum[:, days : days + starts] - free_sum[:, :starts] - self.query.count * days
+        before, first = edges[:, :starts], edges[:, 1 : starts + 1]
+        return self._scored(
+            before, first, edges[:, days : days + starts], edges[:, days + 1 : days + starts + 1], held
+        )
+
+    def _scored(self, before: Floats, first: Floats, last: Floats, after: Floats, held: Floats) -> Floats:
+        """Scores from the free counts the day before a placement, on its first and last days, the day
+        after, and what it leaves free while it holds (see the class's docstring)."""
+        count = self.query.count
         steps = np.abs(before - first) + np.abs(last - after)
         steps_then = np.abs(before - first + count) + np.abs(last - count - after)
         return np.asarray(_EDGE_WEIGHT * (steps_then - steps) - held, dtype=np.float64)
@@ -739,19 +783,24 @@ class _Packer:
         # Every pool at once: (pool, start) of the whole-day placements, then the pools whose day-0
         # placement may take the partial day too. The order they are listed in does not matter: the
         # sorts below have a key that tells any two placements apart.
-        fitting = planner.fits.run_length[:, : planner.start_limit + 1] >= days
+        # Starts past the window's last D days never fit: a run from there would leave the window.
+        starts = min(planner.start_limit, self.query.n_days - days) + 1
+        fitting = planner.fits.run_length[:, :starts] >= days
         with_partial = np.flatnonzero(fitting[:, 0] & planner.partial_open)
-        if planner.only_partial:  # then the window has day 0 only, and only its partial-day variant
-            fitting = fitting[:, :0]
-        whole_pool, whole_start = np.nonzero(fitting)
+        whole = fitting[:, :0] if planner.only_partial else fitting  # only_partial: day 0, partial only
+        whole_pool, whole_start = np.nonzero(whole)
         pool = np.concatenate([whole_pool, with_partial])
         if not len(pool):
             return None
         start = np.concatenate([whole_start, np.zeros(len(with_partial), dtype=np.int64)])
         is_partial = np.zeros(len(pool), dtype=bool)
         is_partial[len(whole_pool) :] = True
-        score = self._scores(pool, start, start + days)
-        cost = planner.day_cost[pool] * days + np.where(is_partial, planner.partial_cost[pool], 0.0)
+        every = self._scores_from(starts, days)
+        score = np.concatenate([every[whole], every[with_partial, 0]])
+        whole_cost = planner.day_cost * days
+        cost = np.concatenate(
+            [whole_cost[whole_pool], whole_cost[with_partial] + planner.partial_cost[with_partial]]
+        )
 
         def made(i: int) -> tuple[float, _Candidate]:
             placed = ((int(pool[i]), int(start[i]), int(start[i]) + days),)
