@@ -62,6 +62,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
+from functools import cached_property, lru_cache
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -77,6 +79,7 @@ _NONE = 1 << 40  # "no such day": larger than any day index, and still so after 
 
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float64]
+A = TypeVar("A", bound=np.ndarray)
 
 
 # -- values in and out -------------------------------------------------------------------------------
@@ -143,8 +146,13 @@ class Offering:
 def segment_price(pool: Pool, start: datetime, end: datetime, count: int) -> Decimal:
     """count x real hours x price, to the cent (half up). An offering's fee is the sum of its
     segments' prices, so that invoices itemised per segment add up to the fee."""
-    minutes = (end - start) // timedelta(minutes=1)
-    return (count * minutes * pool.price_per_instance_hour / 60).quantize(_CENT, rounding=ROUND_HALF_UP)
+    return _price(pool.price_per_instance_hour, (end - start) // timedelta(minutes=1), count)
+
+
+@lru_cache(maxsize=4096)
+def _price(per_instance_hour: Decimal, minutes: int, count: int) -> Decimal:
+    # Kept: a search prices its offerings' segments, and the same lengths come back all the time.
+    return (count * minutes * per_instance_hour / 60).quantize(_CENT, rounding=ROUND_HALF_UP)
 
 
 # -- the search --------------------------------------------------------------------------------------
@@ -337,14 +345,9 @@ class _PoolDays:
     free_days: Ints  # (P, N)
     open_days: npt.NDArray[np.bool_]  # (P, N)
     partial_open: npt.NDArray[np.bool_]  # (P,)
+    count: int
     # run_length[p, j]: how many open days follow from day j on (and two padding days past the end)
     run_length: Ints  # (P, N + 2)
-    run_sizes: Ints  # (P, N): a maximal run's length on the day it starts, 0 on the other days
-    # For the packing ranking's scores: edges[p, 1 + j] is day j's free count; edges[p, 0], the day
-    # before the window, counts as full (0 free); edges[p, N + 1], the day after it, as the last day
-    # (no step there). free_sum[p, j]: the free counts of the days before j, added up.
-    edges: Floats  # (P, N + 2)
-    free_sum: Floats  # (P, N + 1)
 
     @staticmethod
     def read(calendar: CapacityCalendar, query: _Query) -> _PoolDays:
@@ -366,32 +369,42 @@ class _PoolDays:
             ],
             dtype=bool,
         )
-        return _PoolDays.of(free_days, free_days >= query.count, partial_open)
+        return _PoolDays.of(free_days, query.count, partial_open)
 
     @staticmethod
-    def of(
-        free_days: Ints, open_days: npt.NDArray[np.bool_], partial_open: npt.NDArray[np.bool_]
-    ) -> _PoolDays:
+    def of(free_days: Ints, count: int, partial_open: npt.NDArray[np.bool_]) -> _PoolDays:
+        open_days = free_days >= count
         pools, days = open_days.shape
         index = np.arange(days + 2)
         closed = np.ones((pools, days + 2), dtype=bool)
         closed[:, :days] = ~open_days
         next_closed = np.minimum.accumulate(np.where(closed, index, days + 2)[:, ::-1], axis=1)[:, ::-1]
         run_length = next_closed - index
-        starts = open_days.copy()
-        starts[:, 1:] &= ~open_days[:, :-1]
-        run_sizes = np.where(starts, run_length[:, :days], 0)
-        free = free_days.astype(np.float64)
-        edges = np.zeros((pools, days + 2))
-        edges[:, 1:-1] = free
-        if days:
-            edges[:, -1] = free[:, -1]
-        free_sum = np.zeros((pools, days + 1))
-        np.cumsum(free, axis=1, out=free_sum[:, 1:])
-        found = _PoolDays(free_days, open_days, partial_open, run_length, run_sizes, edges, free_sum)
-        for array in (free_days, open_days, partial_open, run_length, run_sizes, edges, free_sum):
-            array.flags.writeable = False  # shared by the searches that read the same days
-        return found
+        return _PoolDays(
+            _shared(free_days), _shared(open_days), _shared(partial_open), count, _shared(run_length)
+        )
+
+    # Derived on first use (each search needs only some), kept for the next search of the same days.
+
+    @cached_property
+    def run_sizes(self) -> Ints:
+        """(P, N): a maximal run's length on the day it starts, 0 on the other days."""
+        starts = self.open_days.copy()
+        starts[:, 1:] &= ~self.open_days[:, :-1]
+        return _shared(np.where(starts, self.run_length[:, : starts.shape[1]], 0))
+
+    @cached_property
+    def score_ends(self) -> tuple[Floats, Floats]:
+        """The packing ranking's score of a placement [s, e) in pool p is opens[p, s] + closes[p, e] +
+        count x (e - s): what its start and its end each add, apart (see :meth:`_Packer.ends`)."""
+        opens, closes = _Packer.ends(self.free_days, self.count)
+        return _shared(opens), _shared(closes)
+
+
+def _shared(array: A) -> A:
+    """The array, made read-only: it is shared by the searches that read the same days."""
+    array.flags.writeable = False
+    return array
 
 
 class _Fits:
@@ -706,16 +719,39 @@ class _Packer:
       (instances; the day before the window counts as full), so that it fills a gap to the level of its
       neighbours rather than cut a ragged edge that only a request of just that size could use.
 
-    With one segment, every start of every pool in the window is scored at once (prefix sums over the
-    daily free counts: O(P N)). With more, the candidates are the first ``_SPLIT_POOL x max_offerings``
-    of the earliest ranking's with that many segments (each placed earliest-first), scored alike."""
+    With one segment, every start of every pool in the window is scored at once. With more, the
+    candidates are the first ``_SPLIT_POOL x max_offerings`` of the earliest ranking's with that many
+    segments (each placed earliest-first), scored alike. A score is a sum of parts that each depend on
+    one end of the placement (see :meth:`ends`), computed once per calendar read: O(P N)."""
 
     def __init__(self, planner: _Planner) -> None:
         self.planner = planner
         self.query = planner.query
-        # (pools, days): every pool's window has the same days, so that placements in several pools
-        # are scored in one go
-        self.edges, self.free_sum = planner.grids.edges, planner.grids.free_sum
+        self.opens, self.closes = planner.grids.score_ends
+
+    @staticmethod
+    def ends(free_days: Ints, count: int) -> tuple[Floats, Floats]:
+        """(opens, closes), each (P, N + 1): a placement [s, e) of ``count`` in pool p scores
+        ``opens[p, s] + closes[p, e] + count * (e - s)``.
+
+        Its score is ``_EDGE_WEIGHT`` x (how much its steps grow) - (what it leaves free while it holds).
+        With ``step[j]`` = free count of day j - 1 - free count of day j (the day before the window
+        counts as full, 0 free; the day after it as the last day, no step), a placement [s, e) turns the
+        step at s into step[s] + count and the one at e into step[e] - count, and leaves free the sum of
+        days s..e-1 less count x (e - s). Every term is a whole number, so the sums are exact in floats
+        and equal the score however they are grouped."""
+        free = free_days.astype(np.float64)
+        pools, days = free.shape
+        edges = np.zeros((pools, days + 2))  # edges[p, 1 + j]: day j's free count
+        edges[:, 1:-1] = free
+        if days:
+            edges[:, -1] = free[:, -1]
+        step = edges[:, :-1] - edges[:, 1:]
+        free_before = np.zeros((pools, days + 1))  # the free counts of the days before j, added up
+        np.cumsum(free, axis=1, out=free_before[:, 1:])
+        opens = _EDGE_WEIGHT * (np.abs(step + count) - np.abs(step)) + free_before
+        closes = _EDGE_WEIGHT * (np.abs(step - count) - np.abs(step)) - free_before
+        return opens, closes
 
     def best(self) -> list[_Candidate]:
         if self.planner.fits is None:
@@ -750,30 +786,16 @@ class _Packer:
         return [c for _, c in sorted(chosen, key=lambda sc: (sc[0], sc[1].finish, sc[1].cost))]
 
     def _scores(self, pool: Ints, starts: Ints, stops: Ints) -> Floats:
-        """The scores of placements [start, stop), each in its pool (see the class's docstring)."""
-        edges, free_sum = self.edges, self.free_sum
-        held = free_sum[pool, stops] - free_sum[pool, starts] - self.query.count * (stops - starts)
-        return self._scored(
-            edges[pool, starts], edges[pool, starts + 1], edges[pool, stops], edges[pool, stops + 1], held
+        """The scores of placements [start, stop), each in its pool (see :meth:`ends`)."""
+        return np.asarray(
+            self.opens[pool, starts] + self.closes[pool, stops] + self.query.count * (stops - starts),
+            dtype=np.float64,
         )
 
     def _scores_from(self, starts: int, days: int) -> Floats:
         """(P, starts): the scores of placements of ``days`` days in every pool from each of the first
         ``starts`` days (each must end in the window)."""
-        edges, free_sum = self.edges, self.free_sum
-        held = free_sum[:, days : days + starts] - free_sum[:, :starts] - self.query.count * days
-        before, first = edges[:, :starts], edges[:, 1 : starts + 1]
-        return self._scored(
-            before, first, edges[:, days : days + starts], edges[:, days + 1 : days + starts + 1], held
-        )
-
-    def _scored(self, before: Floats, first: Floats, last: Floats, after: Floats, held: Floats) -> Floats:
-        """Scores from the free counts the day before a placement, on its first and last days, the day
-        after, and what it leaves free while it holds (see the class's docstring)."""
-        count = self.query.count
-        steps = np.abs(before - first) + np.abs(last - after)
-        steps_then = np.abs(before - first + count) + np.abs(last - count - after)
-        return np.asarray(_EDGE_WEIGHT * (steps_then - steps) - held, dtype=np.float64)
+        return self.opens[:, :starts] + self.closes[:, days : days + starts] + self.query.count * days
 
     def _singles(self) -> tuple[Iterator[tuple[float, _Candidate]], tuple[float, _Candidate]] | None:
         """Every one-segment placement (and the same with the partial day where it starts on day 0),
