@@ -545,10 +545,12 @@ class _Planner:
         chosen.extend(spare[: wanted - len(chosen)])
         return sorted(chosen, key=lambda c: c.rank)
 
-    def _candidates(self) -> Iterator[_Candidate]:
+    def _candidates(self, singles: bool = True) -> Iterator[_Candidate]:
         """Every candidate, level by level, each level best first. The caller stops when it has enough,
-        so deeper levels are only computed when shallower ones did not give enough shapes."""
-        yield from sorted(self._single_segments(), key=lambda c: c.rank)
+        so deeper levels are only computed when shallower ones did not give enough shapes. ``singles``
+        False: the caller knows that no single segment fits."""
+        if singles:
+            yield from sorted(self._single_segments(), key=lambda c: c.rank)
         level = self._first_level()
         for k in range(2, min(self.query.max_segments, self.query.days) + 1):
             yield from self._final_level(level, k)
@@ -836,7 +838,7 @@ class _Packer:
     def _splits(self) -> list[tuple[float, _Candidate]]:
         """The earliest ranking's first candidates with the fewest segments (no single one fits)."""
         found: list[_Candidate] = []
-        for candidate in self.planner._candidates():
+        for candidate in self.planner._candidates(singles=False):
             if found and len(candidate.segments) > len(found[0].segments):
                 break
             found.append(candidate)
