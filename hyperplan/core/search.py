@@ -394,6 +394,11 @@ class _PoolDays:
         return _shared(np.where(starts, self.run_length[:, : starts.shape[1]], 0))
 
     @cached_property
+    def run_tables(self) -> dict[int, tuple[Ints, Ints, Ints]]:
+        """_Fits's tables of the runs, per longest length asked about."""
+        return {}
+
+    @cached_property
     def score_ends(self) -> tuple[Floats, Floats]:
         """The packing ranking's score of a placement [s, e) in pool p is opens[p, s] + closes[p, e] +
         count x (e - s): what its start and its end each add, apart (see :meth:`_Packer.ends`)."""
@@ -416,16 +421,23 @@ class _Fits:
     def __init__(self, grids: _PoolDays, max_length: int) -> None:
         self.last_day = grids.open_days.shape[1] + 1  # one past the window: never open, so lookups
         # beyond are clipped to it
-        self.open_days, self.run_length, self.max_length = grids.open_days, grids.run_length, max_length
+        self.grids, self.run_length, self.max_length = grids, grids.run_length, max_length
         self._tables: tuple[Ints, Ints, Ints] | None = None
 
     def _runs(self) -> tuple[Ints, Ints, Ints]:
         """(run_start, run_after, next_run): per pool, each run's first day (padded with a last run
         "none" that starts at _NONE); how many runs start at or before each day; and next_run[p, d, r],
         the first run at or after run r that is at least d days long."""
-        if self._tables is not None:
-            return self._tables
-        open_days = self.open_days
+        if self._tables is None:
+            # kept with the days, for the next search of them for as many days
+            kept = self.grids.run_tables
+            self._tables = kept.get(self.max_length)
+            if self._tables is None:
+                self._tables = kept[self.max_length] = self._build()
+        return self._tables
+
+    def _build(self) -> tuple[Ints, Ints, Ints]:
+        open_days = self.grids.open_days
         pools, days = open_days.shape
         starts = np.zeros((pools, days + 2), dtype=bool)
         starts[:, 0] = open_days[:, 0]
@@ -442,8 +454,7 @@ class _Fits:
         long_enough[:, :, runs] = True
         index = np.where(long_enough, np.arange(runs + 1), runs)
         next_run = np.minimum.accumulate(index[:, :, ::-1], axis=2)[:, :, ::-1]
-        self._tables = (run_start, run_after, next_run)
-        return self._tables
+        return _shared(run_start), _shared(run_after), _shared(next_run)
 
     def first(self, pool: Ints | int, length: Ints | int, day: Ints | int) -> Ints:
         run_start, run_after, next_run = self._runs()
@@ -595,8 +606,9 @@ class _Planner:
         )
 
     def _extend(self, level: _Level, total: int, k: int) -> tuple[Ints, ...] | None:
-        """Every (previous pool q, pool p, last length d) that ends a k-segment plan of ``total`` days:
-        arrays of shape (Q, P, d) of q, p, d, the last segment's start and the plan's end."""
+        """Every (previous pool q, pool p, last length d) that ends a k-segment plan of ``total`` days,
+        in the order of an array of shape (Q, P, d): q, p, d, the last segment's start and the plan's
+        end, of those that fit."""
         assert self.fits is not None
         lengths = np.arange(1, total - (k - 1) + 1)
         if not len(lengths):
@@ -605,19 +617,27 @@ class _Planner:
         q, p, d = pools[:, None, None], pools[None, :, None], lengths[None, None, :]
         prefix_end = level.end[q, total - d]
         start = self.fits.first(p, d, prefix_end + (q == p))  # the same pool needs a day's gap
-        end = np.where((prefix_end < _NONE) & (start < _NONE), start + d, _NONE)
+        fits = (prefix_end < _NONE) & (start < _NONE)
         if self.hyperpod:
-            end = np.where(q == p, end, _NONE)
-        q, p, d = np.broadcast_arrays(q, p, d)
-        return q, p, d, np.broadcast_to(start, end.shape), end
+            fits &= q == p
+        # The (q, p, d) of each that fits, from its place in the (Q, P, d) array.
+        found = np.flatnonzero(fits)
+        span = len(lengths)
+        found_d = found % span + 1
+        found_start = start.ravel()[found]
+        return (
+            found // (self.pools * span),
+            found // span % self.pools,
+            found_d,
+            found_start,
+            found_start + found_d,
+        )
 
     def _final_level(self, level: _Level, k: int) -> Iterator[_Candidate]:
         extended = self._extend(level, self.query.days, k)
         if extended is None:
             return
-        q, p, d, start, end = (array.ravel() for array in extended)
-        valid = end < _NONE
-        q, p, d, start, end = q[valid], p[valid], d[valid], start[valid], end[valid]
+        q, p, d, start, end = extended
         prefix = self.query.days - d
         cost = level.cost[q, prefix] + self.day_cost[p] * d
         first_start, first_pool = level.first_start[q, prefix], level.first_pool[q, prefix]
@@ -644,13 +664,16 @@ class _Planner:
     ) -> Iterator[_Candidate]:  # fmt: skip
         ends = np.concatenate([end[keep] for end, _, _, keep in rows])
         costs = np.concatenate([cost[keep] for _, cost, _, keep in rows])
-        which = np.concatenate([np.flatnonzero(keep) for *_, keep in rows])
-        partial = np.concatenate([np.full(int(keep.sum()), flag) for _, _, flag, keep in rows])
-        for i in np.lexsort((costs, ends)):
-            j = int(which[i])
-            prefix = self._trace(level, int(q[j]), self.query.days - int(d[j]))
-            last = (int(p[j]), int(start[j]), int(start[j] + d[j]))
-            yield _Candidate((*prefix, last), bool(partial[i]), float(costs[i]))
+        which = np.concatenate([np.flatnonzero(keep) for *_, keep in rows]).tolist()
+        partial = np.concatenate([np.full(int(keep.sum()), flag) for _, _, flag, keep in rows]).tolist()
+        order, cost_of = np.lexsort((costs, ends)).tolist(), costs.tolist()
+        # Python lists from here: the candidates are made one by one, and most callers take a few.
+        q_of, p_of, d_of, start_of = q.tolist(), p.tolist(), d.tolist(), start.tolist()
+        for i in order:
+            j = which[i]
+            prefix = self._trace(level, q_of[j], self.query.days - d_of[j])
+            last = (p_of[j], start_of[j], start_of[j] + d_of[j])
+            yield _Candidate((*prefix, last), partial[i], cost_of[i])
 
     def _middle_level(self, level: _Level, k: int) -> _Level:
         """Level k from level k - 1, for every (pool, total days) at once: the earliest-ending plan,
