@@ -36,11 +36,18 @@ How (N days in the window, P pools of the type, D days asked for, R runs of open
    between two changes of it: one numpy reduction over the pool's slots after a change, then a slice)
    and whether the partial day is free; a day is *open* if it holds the count. This is all a search
    reads of the calendar (:func:`read_days`, under the live calendar's lock); the rest works on values.
+   The calendar keeps what was read, and what the planning derives from it alone (runs of open days,
+   their tables, the packing scores' parts), until it next changes (``CapacityCalendar.derived``),
+   keyed by pools, count and window: searches without a window, which read the same days, share it.
+   Every pool is one row of the same arrays, so that each step below works on all pools at once.
 2. ``first(p, d, j)``: the first day a >= j that opens d open days in a row in pool p. It is j when the
    run of open days from j is long enough, else the start of the first long-enough run after j, read
    from a ``next_run[p, d, r]`` table built from the maximal runs (O(P (N + D R)); a few look-ups per
    query, on whole arrays of queries at once).
 3. One segment: per pool, the first ``max_offerings`` starts ``first(p, D, 0)``, ``first(p, D, a + 1)``...
+   Before combining several: each segment lies in one run of open days, so a plan of at most K
+   segments needs K runs (of one pool, for a cluster) at least D days long together; without them the
+   search stops there, empty (most searches that find nothing).
 4. k segments: placing segments earliest-first (greedy) gives the earliest finish for a given list of
    lengths and pools. Level 1 is ``first(p, t, 0)`` for every pool p and length t. The final level k
    combines each level k - 1 prefix (last pool q, t days) with a last segment (pool p, d = D - t days)
@@ -51,9 +58,10 @@ How (N days in the window, P pools of the type, D days asked for, R runs of open
    than enumerating the compositions of D into K parts (which grow as D^(K-1)). With K > 2 the finish
    stays exact; the price tie-break can miss a cheaper mix of pools with the same finish.
 Total: O(P N 48 + P D R + P^2 D) for K = 2; add O(K P D^2) for K > 2.
-Measured in-process on 6 pools 80 % booked over 120 days: ~0.3-0.4 ms per search (K = 2, D up to 60);
-D = 182 over a 240-day window: ~0.9 ms (K = 2), ~6.5 ms (K = 3), ~13 ms (K = 4), the deeper levels
-only being computed when the shallower ones did not give ``max_offerings`` shapes.
+With P of 1 to 3 and N about 120, the arrays are small and a search's time is mostly the fixed cost of
+each numpy call: the code keeps the number of calls low (whole-array steps, results kept per calendar
+read) rather than the number of elements. The deeper levels are only computed when the shallower ones
+did not give ``max_offerings`` shapes.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def outcome(module: Any, the_fleet: Fleet, calendar: CapacityCalendar, asked: An
 def check_same(
     the_fleet: Fleet, calendar: CapacityCalendar, asked: live.SearchRequest, now: datetime
 ) -> bool:
-    """Asserts both searches agree; returns whether they found an offering (the corpus's own check)."""
+    """Asserts both searches agree; returns what they gave."""
     old_request = reference.SearchRequest(
         *(getattr(asked, f) for f in live.SearchRequest.__dataclass_fields__)
     )
@@ -61,7 +61,11 @@ def check_same(
     expected = outcome(reference, the_fleet, calendar, old_request, now)
     assert first == expected, (asked, now)
     assert again == expected, (asked, now)
-    return bool(expected) and expected[0] != "error"
+    return expected
+
+
+def found(outcome: Outcome) -> bool:
+    return bool(outcome) and outcome[0] != "error"
 
 
 def change(
@@ -139,19 +143,19 @@ def bench_like_request(rng: random.Random, the_fleet: Fleet, now: datetime) -> l
 
 def test_bench_like_calendars_give_the_same_offerings() -> None:
     rng = random.Random(20)
-    found = 0
+    offered = 0
     for case in range(6):
         ranking = ("packing", "earliest")[case % 2]
         the_fleet = bench_like_fleet(ranking, max_segments=2 if case < 4 else 3)
         origin = utc(2026, 12, 31, 23, 50)
         calendar = filled(the_fleet, rng, origin + timedelta(minutes=40), rng.choice((0.6, 0.8, 0.9)))
         held: list[Any] = []
-        for _ in range(60):
+        for _ in range(45):
             now = origin + timedelta(minutes=rng.randint(0, 3 * 24 * 60), seconds=rng.randint(0, 59))
-            found += check_same(the_fleet, calendar, bench_like_request(rng, the_fleet, now), now)
+            offered += found(check_same(the_fleet, calendar, bench_like_request(rng, the_fleet, now), now))
             if rng.random() < 0.2:
                 change(rng, the_fleet, calendar, now, held)
-    assert found > 120  # the corpus is not all empty answers
+    assert offered > 100  # the corpus is not all empty answers
 
 
 # -- small calendars, odd minutes, every policy knob -------------------------------------------------------
@@ -208,7 +212,7 @@ def stripes(rng: random.Random, the_fleet: Fleet, calendar: CapacityCalendar, no
 
 def test_small_calendars_give_the_same_offerings_and_errors() -> None:
     rng = random.Random(10)
-    found = errors = 0
+    offered = errors = 0
     for _ in range(40):
         the_fleet = small_fleet(rng)
         calendar = CapacityCalendar(the_fleet.pools)
@@ -221,12 +225,12 @@ def test_small_calendars_give_the_same_offerings_and_errors() -> None:
         for _ in range(20):
             asked = small_request(rng, now, the_fleet)
             got = check_same(the_fleet, calendar, asked, now)
-            found += got
-            errors += outcome(live, the_fleet, calendar, asked, now)[:1] == ("error",)
+            offered += found(got)
+            errors += got[:1] == ("error",)
             if rng.random() < 0.3:
                 change(rng, the_fleet, calendar, now, held)
             now += timedelta(minutes=rng.choice((0, 1, 29, 30, 31, 600, 24 * 60)), seconds=rng.randint(0, 3))
-    assert found > 150 and errors > 20
+    assert offered > 150 and errors > 20
 
 
 def test_a_plan_fills_the_window_only_from_the_soonest_start() -> None:
