@@ -4,10 +4,8 @@ holds the writers' turn while the writers queue, so that they are sure to form o
 
 from __future__ import annotations
 
-import threading
-import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +17,7 @@ from hyperplan.errors import ServiceUnavailable, ValidationError
 from hyperplan.store import changes
 from hyperplan.store.db import Database, after_commit, committed_change, sqlite_url
 from hyperplan.store.schema import ChangeCounter, Setting
+from tests.batches import together
 
 
 @pytest.fixture
@@ -33,32 +32,7 @@ def db(tmp_path: Path) -> Iterator[Database]:
 
 
 def queued_together(db: Database, works: list[Callable[[Session], Any]]) -> list[Any]:
-    """Each work in a thread of its own, queued in this order while the writers' turn is held here; then
-    the turn is let go. Each thread's result, or the error it raised."""
-    outcomes: list[Any] = [None] * len(works)
-
-    def writer(index: int) -> None:
-        try:
-            outcomes[index] = db.write_grouped(works[index])
-        except Exception as exc:
-            outcomes[index] = exc
-
-    threads = [threading.Thread(target=writer, args=(i,)) for i in range(len(works))]
-    with db.write():  # the turn: the first writer waits for it as the batch's leader, the others queue
-        for number, thread in enumerate(threads, start=1):
-            thread.start()
-            _until(lambda number=number: db.group.waiting == number)  # type: ignore[misc]
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not any(thread.is_alive() for thread in threads)
-    return outcomes
-
-
-def _until(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + 30
-    while not condition():
-        assert time.monotonic() < deadline, "the writers never queued"
-        time.sleep(0.005)
+    return together(db, [partial(db.write_grouped, work) for work in works])
 
 
 def setting_writer(
