@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from hyperplan.errors import HyperplanError, ServiceUnavailable
+from hyperplan.errors import ServiceUnavailable
 
 if TYPE_CHECKING:
     from hyperplan.store.db import Database
@@ -142,10 +142,9 @@ class GroupCommit:
                         _run_in_savepoint(session, work)
         except BaseException as exc:  # nothing of the batch was written
             batch = batch or self._take()  # the turn was refused: to every writer waiting for it
-            failure = exc if alone else _batch_failure(exc)
             for work in batch:
-                if work.error is None:
-                    work.error = failure
+                if work.error is None:  # each its own: every writer raises it in its own thread
+                    work.error = exc if alone else _batch_failure(exc)
                 work.callbacks = []
         else:
             self.batches += 1
@@ -246,10 +245,12 @@ def _after_commit(work: _Work[Any]) -> None:
 
 
 def _batch_failure(exc: BaseException) -> BaseException:
-    if isinstance(exc, HyperplanError):  # the writers' turn refused, a lost connection: already clear
-        return exc
-    failure = ServiceUnavailable(
-        "The store could not commit this request (nothing of it was written); try again."
-    )
+    """What each writer of a batch that failed as a whole is told (a retryable 503)."""
+    if isinstance(exc, ServiceUnavailable):  # the writers' turn refused, a lost connection: already clear
+        failure = ServiceUnavailable(exc.message)
+    else:
+        failure = ServiceUnavailable(
+            "The store could not commit this request (nothing of it was written); try again."
+        )
     failure.__cause__ = exc
     return failure

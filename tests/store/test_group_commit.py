@@ -4,6 +4,8 @@ holds the writers' turn while the writers queue, so that they are sure to form o
 
 from __future__ import annotations
 
+import fcntl
+import os
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -127,3 +129,20 @@ def test_a_batch_holds_at_most_its_bound_and_the_rest_commit_next(db: Database) 
     assert db.group.largest == 2 and db.group.batches == 3
     assert [key for key, _ in ran] == [f"m{i}" for i in range(5)]  # committed in the order they queued
     assert counter(db) == before + 3
+
+
+def test_writers_refused_the_turn_are_told_so_and_nothing_is_written(db: Database, tmp_path: Path) -> None:
+    """Another process holds the writers' lock file past the wait (stopped, stuck): every writer of the
+    batch is refused with a retryable ServiceUnavailable; once it lets go, writers commit again."""
+    ran: list[tuple[str, int | None]] = []
+    db.turn_wait = 0.2
+    other = os.open(tmp_path / "hyperplan.db.writers-lock", os.O_RDWR | os.O_CREAT)  # a file of its own
+    fcntl.flock(other, fcntl.LOCK_EX)
+    try:
+        with pytest.raises(ServiceUnavailable, match="writers' lock"):
+            db.write_grouped(setting_writer("refused", ran))
+    finally:
+        fcntl.flock(other, fcntl.LOCK_UN)
+        os.close(other)
+    assert ran == [] and "refused" not in stored_keys(db)
+    assert db.write_grouped(setting_writer("later", ran)) == "later"
