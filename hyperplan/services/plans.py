@@ -3,7 +3,8 @@
 Buying is one transaction: verify the offering id, check the name, re-check every segment's pool
 against the store's rows under the account's and the pools' locks (store/locks.py), write the plan, its
 segments and their timed events, settle payment (services/plan_purchase.py: a few Core statements).
-Nothing is written when any step refuses. The live calendar is booked after commit.
+Nothing is written when any step refuses. The live calendar is booked after commit. On SQLite, purchases
+that arrive together are committed together (Database.write_grouped), each refused or written alone.
 """
 
 from __future__ import annotations
@@ -97,15 +98,19 @@ def create(
     segments = _segments_of(runtime, claim)
     slurm_reservations.check_can_book(runtime, caller.account_id)
     arn = runtime.arn(caller.account_id, f"training-plan/{name}")
+
+    def buy(session: Session) -> None:
+        acting.act(session, caller.user_id)
+        plan_purchase.write(runtime, session, caller, name, offering_id, claim, segments, now)
+        if tags:
+            tag_store.put(session, caller.account_id, arn, tags)
+
     try:
         # Concurrent on PostgreSQL: relies on the account's row lock (its name, quotas and budget), the
         # pools' locks (capacity) and the unique constraints, all taken in plan_purchase.write
-        # (store/locks.py).
-        with runtime.db.write(concurrent=True) as session:
-            acting.act(session, caller.user_id)
-            plan_purchase.write(runtime, session, caller, name, offering_id, claim, segments, now)
-            if tags:
-                tag_store.put(session, caller.account_id, arn, tags)
+        # (store/locks.py). On SQLite purchases arriving together share one durable commit, each in a
+        # savepoint of its own (store/group_commit.py): a refused one is refused alone.
+        runtime.db.write_grouped(buy)
     except IntegrityError:
         # A racing buyer committed the same name or offering between our checks and our insert.
         raise ResourceInUse(f"Training plan {name!r} or its offering was just taken; search again.") from None

@@ -17,13 +17,22 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable
+from typing import cast
 
-from sqlalchemy import select, text
+from sqlalchemy import Table, bindparam, select, text
 from sqlalchemy.orm import Session
 
+from hyperplan.store.prepared import Prepared
 from hyperplan.store.schema import Account
 
 POOLS_LOCK_CLASS = 72_081  # distinct from Database's WRITERS_LOCK class
+
+# Prepared once (store/prepared.py): every purchase on PostgreSQL runs them, past SQLAlchemy's execution.
+_ACCOUNTS = cast(Table, Account.__table__)
+_LOCK_ACCOUNT = Prepared(
+    select(_ACCOUNTS.c.id).where(_ACCOUNTS.c.id == bindparam("account")).with_for_update()
+)
+_LOCK_POOL = Prepared(text("SELECT pg_advisory_xact_lock(:c, :o)"))
 
 
 def _postgres(session: Session) -> bool:
@@ -33,17 +42,16 @@ def _postgres(session: Session) -> bool:
 def lock_account(session: Session, account_id: str) -> None:
     """Hold the account's row until the transaction ends (PostgreSQL); nothing on SQLite."""
     if _postgres(session):
-        session.execute(select(Account.id).where(Account.id == account_id).with_for_update())
+        _LOCK_ACCOUNT.rows(session.connection(), {"account": account_id})
 
 
 def lock_pools(session: Session, pools: Iterable[tuple[str, str]]) -> None:
     """Hold each pool's lock until the transaction ends (PostgreSQL); nothing on SQLite."""
     if not _postgres(session):
         return
+    connection = session.connection()
     for key in sorted(set(pools)):
-        session.execute(
-            text("SELECT pg_advisory_xact_lock(:c, :o)"), {"c": POOLS_LOCK_CLASS, "o": pool_lock_id(key)}
-        )
+        _LOCK_POOL.rows(connection, {"c": POOLS_LOCK_CLASS, "o": pool_lock_id(key)})
 
 
 def pool_lock_id(pool: tuple[str, str]) -> int:

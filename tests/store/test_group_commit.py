@@ -1,0 +1,148 @@
+"""Group commit (store/group_commit.py): writers of one process arriving together share one transaction
+and one durable commit on SQLite, each in a savepoint of its own. Real SQLite, real threads: the test
+holds the writers' turn while the writers queue, so that they are sure to form one batch."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session
+
+from hyperplan.errors import ServiceUnavailable, ValidationError
+from hyperplan.store import changes
+from hyperplan.store.db import Database, after_commit, committed_change, sqlite_url
+from hyperplan.store.schema import ChangeCounter, Setting
+from tests.batches import together
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[Database]:
+    database = Database(sqlite_url(tmp_path))
+    database.migrate()
+    database.count_changes(Setting, changes.SETTINGS)
+    try:
+        yield database
+    finally:
+        database.close()
+
+
+def queued_together(db: Database, works: list[Callable[[Session], Any]]) -> list[Any]:
+    return together(db, [partial(db.write_grouped, work) for work in works])
+
+
+def setting_writer(
+    key: str, ran: list[tuple[str, int | None]], *, refuse: bool = False
+) -> Callable[[Session], str]:
+    def work(session: Session) -> str:
+        session.add(Setting(key=key, value="written"))
+        session.flush()
+        after_commit(session, lambda: ran.append((key, committed_change(session, changes.SETTINGS))))
+        if refuse:
+            raise ValidationError(f"{key} is refused")
+        return key
+
+    return work
+
+
+def stored_keys(db: Database) -> set[str]:
+    with db.read() as session:
+        return set(session.scalars(select(Setting.key)))
+
+
+def counter(db: Database) -> int:
+    with db.read() as session:
+        value = session.scalar(select(ChangeCounter.value).where(ChangeCounter.name == changes.SETTINGS))
+    assert value is not None
+    return value
+
+
+def test_writers_arriving_together_commit_together_and_a_refused_one_alone(db: Database) -> None:
+    before = counter(db)
+    ran: list[tuple[str, int | None]] = []
+    works = [setting_writer(f"k{i}", ran, refuse=i == 2) for i in range(5)]
+    outcomes = queued_together(db, works)
+    assert outcomes[:2] == ["k0", "k1"] and outcomes[3:] == ["k3", "k4"]
+    assert isinstance(outcomes[2], ValidationError) and outcomes[2].message == "k2 is refused"
+    # One transaction: one batch, one move of the counter, which every callback of it reads.
+    assert (db.group.batches, db.group.largest) == (1, 5)
+    assert counter(db) == before + 1
+    assert ran == [(key, before + 1) for key in ("k0", "k1", "k3", "k4")]  # the refused one's never ran
+    assert stored_keys(db) >= {"k0", "k1", "k3", "k4"} and "k2" not in stored_keys(db)
+
+
+def test_a_work_sees_what_the_works_before_it_in_its_batch_wrote(db: Database) -> None:
+    def first(session: Session) -> None:
+        session.add(Setting(key="shared", value="first"))
+
+    def second(session: Session) -> str | None:
+        return session.scalar(select(Setting.value).where(Setting.key == "shared"))
+
+    assert queued_together(db, [first, second]) == [None, "first"]
+    assert db.group.largest == 2
+
+
+def test_a_failed_commit_fails_every_writer_of_the_batch_and_writes_nothing(db: Database) -> None:
+    before = counter(db)
+    ran: list[tuple[str, int | None]] = []
+
+    def dangling(session: Session) -> None:
+        # A foreign key checked only at COMMIT: the commit itself fails, after every savepoint succeeded.
+        session.execute(text("PRAGMA defer_foreign_keys = ON"))
+        session.execute(
+            text(
+                "INSERT INTO plan_events (plan_id, at, kind, status, message) "
+                "VALUES (999999, 0, 'x', 'x', 'x')"
+            )
+        )
+
+    works = [
+        setting_writer("a", ran),
+        dangling,
+        setting_writer("b", ran),
+        setting_writer("c", ran, refuse=True),
+    ]
+    outcomes = queued_together(db, works)
+    for outcome in outcomes[:3]:
+        assert isinstance(outcome, ServiceUnavailable), outcome
+        assert "nothing of it was written" in outcome.message
+    assert isinstance(outcomes[3], ValidationError)  # refused on its own: its own answer
+    assert ran == [] and stored_keys(db).isdisjoint({"a", "b", "c"})
+    assert counter(db) == before and db.group.batches == 0
+    # The store goes on: the next writer commits alone.
+    assert db.write_grouped(setting_writer("d", ran)) == "d"
+    assert "d" in stored_keys(db) and counter(db) == before + 1
+
+
+def test_a_batch_holds_at_most_its_bound_and_the_rest_commit_next(db: Database) -> None:
+    db.group.max_batch = 2
+    ran: list[tuple[str, int | None]] = []
+    before = counter(db)
+    outcomes = queued_together(db, [setting_writer(f"m{i}", ran) for i in range(5)])
+    assert outcomes == [f"m{i}" for i in range(5)]
+    assert db.group.largest == 2 and db.group.batches == 3
+    assert [key for key, _ in ran] == [f"m{i}" for i in range(5)]  # committed in the order they queued
+    assert counter(db) == before + 3
+
+
+def test_writers_refused_the_turn_are_told_so_and_nothing_is_written(db: Database, tmp_path: Path) -> None:
+    """Another process holds the writers' lock file past the wait (stopped, stuck): every writer of the
+    batch is refused with a retryable ServiceUnavailable; once it lets go, writers commit again."""
+    ran: list[tuple[str, int | None]] = []
+    db.turn_wait = 0.2
+    other = os.open(tmp_path / "hyperplan.db.writers-lock", os.O_RDWR | os.O_CREAT)  # a file of its own
+    fcntl.flock(other, fcntl.LOCK_EX)
+    try:
+        with pytest.raises(ServiceUnavailable, match="writers' lock"):
+            db.write_grouped(setting_writer("refused", ran))
+    finally:
+        fcntl.flock(other, fcntl.LOCK_UN)
+        os.close(other)
+    assert ran == [] and "refused" not in stored_keys(db)
+    assert db.write_grouped(setting_writer("later", ran)) == "later"
