@@ -21,7 +21,7 @@ from hyperplan.server.body_limit import BodyLimit
 from hyperplan.server.errors import error_response_for_path
 from hyperplan.server.limits import ServerLimits
 from hyperplan.server.request_ids import new_request_id
-from hyperplan.server.routing import S3Dispatch, aws_endpoint
+from hyperplan.server.routing import AwsFront, aws_endpoint
 from hyperplan.services.context import ServiceContext
 
 
@@ -84,9 +84,10 @@ def create_app(
     ]
     limits = limits or ServerLimits()
     # Every route's body is capped and read here, once, before any handler or authentication runs; but
-    # S3's, which goes to its own endpoint first (server/routing.py) and streams its bodies to disk.
+    # S3's, which goes to its own endpoint first (server/routing.py) and streams its bodies to disk, and
+    # SageMaker's and CloudWatch Logs' POST /, which the front door answers itself under the same cap.
     middleware = [
-        Middleware(S3Dispatch, context=context, limits=limits),
+        Middleware(AwsFront, context=context, limits=limits),
         Middleware(BodyLimit, limits=limits),
     ]
     handlers = {404: no_route, 405: no_route}

@@ -13,7 +13,9 @@ import dataclasses
 import re
 from collections.abc import Iterable, Mapping
 
+from starlette.datastructures import URL
 from starlette.requests import Request
+from starlette.types import Scope
 
 from hyperplan.clock import utcnow
 from hyperplan.errors import AccessDenied, HyperplanError
@@ -49,6 +51,17 @@ def authenticate(
 ) -> Caller:
     """The caller of a request signed for ``service`` (the credential scope's), under ``policy`` (by
     default the one its path calls for: the native API's or SageMaker's)."""
+    return authenticate_scope(runtime, request.scope, body, service, policy)
+
+
+def authenticate_scope(
+    runtime: ServiceContext,
+    scope: Scope,
+    body: bytes,
+    service: str = SIGNING_SERVICE,
+    policy: sigv4.SigningPolicy | None = None,
+) -> Caller:
+    """:func:`authenticate` for a request known by its ASGI scope alone (the awsJson front door)."""
     runtime.sync()  # keys revoked, capacity booked, the clock moved by another process: seen now
     found: dict[str, Caller] = {}
 
@@ -65,12 +78,13 @@ def authenticate(
 
     # Read from the ASGI scope as the server received it: Starlette's request.url, request.headers and
     # request.client build objects (a URL parsed back out of a string) that cost more than the rest.
-    scope = request.scope
+    # Starlette's URL only where the scope lacks what is needed (no raw_path; a query string, rare here):
+    # the path and query then read exactly as request.url gives them.
     raw_path = scope.get("raw_path")
     signed = sigv4.SignedRequest(
         method=scope["method"],
-        path=(raw_path.decode("latin-1") if raw_path is not None else request.url.path).split("?")[0],
-        query=request.url.query if scope.get("query_string") else "",
+        path=(raw_path.decode("latin-1") if raw_path is not None else URL(scope=scope).path).split("?")[0],
+        query=URL(scope=scope).query if scope.get("query_string") else "",
         headers=_joined_headers(scope["headers"]),
         body=body,
     )

@@ -32,27 +32,39 @@ class BodyLimit:
         if not (declared or chunked):  # no body (h11 has no close-delimited request bodies)
             await self.app(scope, receive, send)
             return
-        try:
-            body = await self._read_body(declared, receive)
-        except ProtocolError as refusal:
-            await _refuse(scope, send, refusal)
-            return
-        await self.app(scope, _replay(body, receive), send)
+        body = await capped_body(scope, receive, send, self.limits)
+        if body is not None:
+            await self.app(scope, _replay(body, receive), send)
 
-    async def _read_body(self, declared: int | None, receive: Receive) -> bytes:
-        cap = self.limits.max_body_bytes
-        if declared is not None and declared > cap:
-            raise RequestTooLarge(
-                f"The request body ({declared} bytes) is over this server's limit of {describe_bytes(cap)}."
-            )
-        deadline = asyncio.get_running_loop().time() + self.limits.body_timeout
-        try:
-            async with asyncio.timeout_at(deadline):
-                return await _read_up_to(receive, cap)
-        except TimeoutError:
-            raise RequestTimeout(
-                f"The request body did not arrive within {self.limits.body_timeout:g} s of its headers."
-            ) from None
+
+async def capped_body(scope: Scope, receive: Receive, send: Send, limits: ServerLimits) -> bytes | None:
+    """The request's whole body, read under the cap and the deadline; None when it was refused (the
+    refusal is sent, in the shape of the path's API). What BodyLimit does for every route, and the
+    awsJson front door (server/routing.py) for POST / itself."""
+    declared, chunked = _framing(scope)
+    if not (declared or chunked):
+        return b""
+    try:
+        return await _read_body(limits, declared, receive)
+    except ProtocolError as refusal:
+        await _refuse(scope, send, refusal)
+        return None
+
+
+async def _read_body(limits: ServerLimits, declared: int | None, receive: Receive) -> bytes:
+    cap = limits.max_body_bytes
+    if declared is not None and declared > cap:
+        raise RequestTooLarge(
+            f"The request body ({declared} bytes) is over this server's limit of {describe_bytes(cap)}."
+        )
+    deadline = asyncio.get_running_loop().time() + limits.body_timeout
+    try:
+        async with asyncio.timeout_at(deadline):
+            return await _read_up_to(receive, cap)
+    except TimeoutError:
+        raise RequestTimeout(
+            f"The request body did not arrive within {limits.body_timeout:g} s of its headers."
+        ) from None
 
 
 async def _read_up_to(receive: Receive, cap: int) -> bytes:

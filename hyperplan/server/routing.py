@@ -12,16 +12,17 @@ like S3's gets S3's AccessDenied.
 
 from __future__ import annotations
 
+from starlette.datastructures import URL
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from hyperplan.server.limits import ServerLimits
 from hyperplan.server.s3 import endpoint as s3_endpoint
-from hyperplan.server.sagemaker import logs_endpoint, sagemaker_endpoint
+from hyperplan.server.sagemaker import LOGS, SAGEMAKER, JsonApi, logs_endpoint, sagemaker_endpoint, serve_json
 from hyperplan.server.sts import sts_endpoint
 from hyperplan.services.context import ServiceContext
-from hyperplan.wire.sigv4 import credential_service
+from hyperplan.wire.sigv4 import credential_service, credential_service_of
 
 S3_SERVICE = "s3"
 
@@ -64,10 +65,17 @@ def _query_names(raw: bytes) -> list[str]:
     return [part.split(b"=", 1)[0].decode("latin-1") for part in raw.split(b"&") if part]
 
 
-class S3Dispatch:
-    """The front of the app: S3's requests (``is_s3``), on any path and method, go to server/s3 before the
-    JSON APIs' body cap (server/body_limit.py): S3 streams its bodies to disk under limits of its own.
-    Everything else goes on to the routes."""
+class AwsFront:
+    """The front of the app, before Starlette's middleware and router:
+
+    - S3's requests (``is_s3``), on any path and method, go to server/s3 before the JSON APIs' body cap
+      (server/body_limit.py): S3 streams its bodies to disk under limits of its own;
+    - POST / for SageMaker or CloudWatch Logs (``json_api``), the busiest requests by far, is answered
+      here from the ASGI scope (``server/sagemaker.serve_json``: the same body cap, request id, metrics
+      and error shapes), without the middleware, router, Request and Response that cost a search more
+      CPU than verifying its signature;
+    - everything else (STS, the native API, the console, /healthz, the 404s and 405s) goes on to the
+      routes, through the body cap."""
 
     def __init__(self, app: ASGIApp, context: ServiceContext, limits: ServerLimits) -> None:
         self.app = app
@@ -75,7 +83,27 @@ class S3Dispatch:
         self.limits = limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and is_s3(scope):
-            await s3_endpoint.serve(scope, receive, send, self.context, self.limits)
-            return
+        if scope["type"] == "http":
+            if is_s3(scope):
+                await s3_endpoint.serve(scope, receive, send, self.context, self.limits)
+                return
+            api = json_api(scope)
+            if api is not None:
+                await serve_json(scope, receive, send, api, self.context, self.limits)
+                return
         await self.app(scope, receive, send)
+
+
+def json_api(scope: Scope) -> JsonApi | None:
+    """The awsJson1.1 API a request that is not S3's is for, if it is one: POST / (as the router matches
+    it) with the credential scope ``logs`` (CloudWatch Logs) or anything but ``sts`` (SageMaker, whose
+    verifier answers an unsigned request or an unknown service as ``aws_endpoint`` would)."""
+    if scope["method"] != "POST" or scope["path"] != "/" or scope.get("root_path"):
+        return None
+    authorizations = [value.decode("latin-1") for name, value in scope["headers"] if name == b"authorization"]
+    # The query as request.url gives it (Starlette's URL), only when there is one.
+    query = URL(scope=scope).query if scope.get("query_string") else ""
+    service = credential_service_of(authorizations, query)
+    if service == "sts":
+        return None
+    return LOGS if service == "logs" else SAGEMAKER

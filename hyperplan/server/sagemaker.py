@@ -4,25 +4,31 @@ Logs (X-Amz-Target: Logs_20140328.<Operation>), told apart by the signature's cr
 
 Protocol only: authenticate for the API's service, find the operation, validate the body against
 botocore's model of that service, call the handler off the event loop, and serialise its result from
-the model's output shape. One adapter, one description per API.
+the model's output shape. One adapter, one description per API. The front door (``server/routing.py``,
+``AwsFront``) hands these requests to `serve_json` straight from ASGI; `json_endpoint` answers the same
+way for a request routed by Starlette.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from hyperplan.core.rate_limits import RequestClass, sagemaker_class
 from hyperplan.errors import UnknownOperation
 from hyperplan.server import auth
+from hyperplan.server.body_limit import capped_body
 from hyperplan.server.errors import AMZ_JSON, logs_error_response, sagemaker_error_response
+from hyperplan.server.limits import ServerLimits
 from hyperplan.server.request_ids import new_request_id
-from hyperplan.server.request_metrics import counted_request
+from hyperplan.server.request_metrics import count_answer
 from hyperplan.services.context import ServiceContext
 from hyperplan.wire import model, registry, serialize, validate
 from hyperplan.wire.registry import RequestContext
@@ -59,34 +65,98 @@ async def logs_endpoint(request: Request) -> Response:
 
 
 async def json_endpoint(request: Request, api: JsonApi) -> Response:
-    with counted_request(api.service, _known_operation(request, api)) as count:
-        return count(await _answer(request, api))
-
-
-def _known_operation(request: Request, api: JsonApi) -> str:
-    """The operation a request names, when the model has it (a label never takes a caller's text)."""
-    name = request.headers.get("x-amz-target", "").removeprefix(api.target_prefix)
-    return name if name in model.operation_names(api.service) else "unknown"
-
-
-async def _answer(request: Request, api: JsonApi) -> Response:
+    """The API's answer to a request that came through Starlette's router (what the front door leaves
+    to it: see `serve_json`)."""
+    target = request.headers.get("x-amz-target", "")
+    started = time.perf_counter()
     request_id = new_request_id()
-    runtime: ServiceContext = request.app.state.runtime
     try:
         body = await request.body()
     except Exception as exc:
-        return api.error_response(exc, request_id)
-    # One hop to the thread pool per request: each hop costs the event loop a task, a queue and a wake
-    # (a good share of a search's CPU), and everything after the body reads nothing from the loop.
-    return await run_in_threadpool(_answer_sync, runtime, request, body, api, request_id)
+        answer = _Answer.of(api.error_response(exc, request_id))
+    else:
+        runtime: ServiceContext = request.app.state.runtime
+        answer = await run_in_threadpool(_answer, runtime, request.scope, body, target, api, request_id)
+    count_answer(api.service, _known_operation(target, api), answer.status, started)
+    return answer.response()
 
 
-def _answer_sync(
-    runtime: ServiceContext, request: Request, body: bytes, api: JsonApi, request_id: str
-) -> Response:
+async def serve_json(
+    scope: Scope, receive: Receive, send: Send, api: JsonApi, runtime: ServiceContext, limits: ServerLimits
+) -> None:
+    """POST / for an awsJson1.1 API, straight from ASGI (``server/routing.AwsFront``): the body read under
+    the front door's cap (``server/body_limit.capped_body``, its refusals as for any route), then the
+    same answer, request id and metrics as through Starlette's router, without its middleware, router,
+    Request and Response objects, which cost a search more CPU than authenticating it."""
+    body = await capped_body(scope, receive, send, limits)
+    if body is None:
+        return  # refused, and answered, before any request id or metric, as for every route
+    target = _first_header(scope, b"x-amz-target")
+    started = time.perf_counter()
+    request_id = new_request_id()
+    # One hop to the thread pool per request, for everything after the body: authentication reads the
+    # change counters (a round trip on PostgreSQL), the rate limiter may lease tokens in a write
+    # transaction, a handler may wait for the writers' turn or reload the calendar. None of that may
+    # block the event loop. Measured (in-process, CPU per call): the hop itself costs about a
+    # microsecond, anyio's and a plain executor alike; what it costs a loaded server is wall time
+    # (the GIL handed between the loop and the pool), not CPU.
+    answer = await run_in_threadpool(_answer, runtime, scope, body, target, api, request_id)
+    count_answer(api.service, _known_operation(target, api), answer.status, started)
+    await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
+    await send({"type": "http.response.body", "body": answer.content})
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """A response as ASGI sends it: status, raw headers, body (as Starlette's Response would have)."""
+
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    content: bytes
+
+    @staticmethod
+    def of(response: Response) -> _Answer:
+        return _Answer(response.status_code, response.raw_headers, bytes(response.body))
+
+    @staticmethod
+    def ok(content: bytes, request_id: str) -> _Answer:
+        # Response(content, media_type=AMZ_JSON, headers={"x-amzn-RequestId": ...})'s headers, in order.
+        headers = [
+            (b"x-amzn-requestid", request_id.encode("latin-1")),
+            (b"content-length", str(len(content)).encode("latin-1")),
+            _AMZ_JSON_HEADER,
+        ]
+        return _Answer(200, headers, content)
+
+    def response(self) -> Response:
+        response = Response(self.content, self.status)
+        response.raw_headers = self.headers
+        return response
+
+
+_AMZ_JSON_HEADER = (b"content-type", AMZ_JSON.encode("latin-1"))
+
+
+def _first_header(scope: Scope, name: bytes) -> str:
+    """A header's first value, as Starlette's request.headers.get gives it ("" when absent)."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return str(value.decode("latin-1"))
+    return ""
+
+
+def _known_operation(target: str, api: JsonApi) -> str:
+    """The operation a request names, when the model has it (a label never takes a caller's text)."""
+    name = target.removeprefix(api.target_prefix)
+    return name if name in model.operation_names(api.service) else "unknown"
+
+
+def _answer(
+    runtime: ServiceContext, scope: Scope, body: bytes, target: str, api: JsonApi, request_id: str
+) -> _Answer:
     try:
-        caller = auth.authenticate(runtime, request, body, api.service, api.policy)
-        operation = model.operation_model(_operation_name(request, api.target_prefix), api.service)
+        caller = auth.authenticate_scope(runtime, scope, body, api.service, api.policy)
+        operation = model.operation_model(_operation_name(target, api.target_prefix), api.service)
         runtime.rate_limiter.admit(caller, api.request_class(operation.name), runtime.fleet.rate_limits)
         handler = registry.handler_for(operation.name, api.service)
         params = validate.parse_request(operation, validate.decode_body(body))
@@ -98,12 +168,11 @@ def _answer_sync(
             payload, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
         ).encode()
     except Exception as exc:  # every error becomes a wire response in one place
-        return api.error_response(exc, request_id)
-    return Response(content, media_type=AMZ_JSON, headers={"x-amzn-RequestId": request_id})
+        return _Answer.of(api.error_response(exc, request_id))
+    return _Answer.ok(content, request_id)
 
 
-def _operation_name(request: Request, prefix: str) -> str:
-    target = request.headers.get("x-amz-target", "")
+def _operation_name(target: str, prefix: str) -> str:
     if not target.startswith(prefix):
         raise UnknownOperation(
             f"X-Amz-Target must be '{prefix}<Operation>'; got {target!r}."

@@ -240,13 +240,19 @@ def credential_service(headers: Mapping[str, str], raw_query: str) -> str | None
     """The service a request's SigV4 credential scope names (``Credential=KEY/DATE/REGION/SERVICE/...``
     in the Authorization header, or the ``X-Amz-Credential`` query parameter), or None if unsigned or
     unreadable: what tells the APIs sharing one endpoint apart, before any signature is checked."""
+    return credential_service_of(
+        (value for name, value in headers.items() if name.lower() == "authorization"), raw_query
+    )
+
+
+def credential_service_of(authorizations: Iterable[str], raw_query: str) -> str | None:
+    """:func:`credential_service` from the Authorization headers' values, in the order sent."""
     credential = None
-    for name, value in headers.items():
-        if name.lower() == "authorization":
-            for part in value.partition(" ")[2].split(","):
-                key, _, found = part.strip().partition("=")
-                if key == "Credential":
-                    credential = found
+    for value in authorizations:
+        for part in value.partition(" ")[2].split(","):
+            key, _, found = part.strip().partition("=")
+            if key == "Credential":
+                credential = found
     if credential is None and "X-Amz-Credential" in raw_query:
         for pair_key, raw in _query_pairs(raw_query):
             if pair_key == b"X-Amz-Credential":
