@@ -229,8 +229,10 @@ def _restore(session: Session, before: _Snapshot) -> None:
         del registered[before.callbacks :]
     session.info[store._WANTED] = set(before.wanted)
     session.info[store._NOTIFIED] = set(before.notified)
+    kept = (store._AFTER_COMMIT, store._WANTED, store._NOTIFIED)
     for key in [key for key in session.info if key not in before.info]:
         del session.info[key]
+    session.info.update({key: value for key, value in before.info.items() if key not in kept})
 
 
 def _after_commit(work: _Work[Any]) -> None:
