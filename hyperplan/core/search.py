@@ -441,7 +441,9 @@ class _Fits:
             kept = self.grids.run_tables
             self._tables = kept.get(self.max_length)
             if self._tables is None:
-                self._tables = kept[self.max_length] = self._build()
+                self._tables = self._build()
+                if len(kept) < _RUN_TABLES_KEPT:
+                    kept[self.max_length] = self._tables
         return self._tables
 
     def _build(self) -> tuple[Ints, Ints, Ints]:
@@ -473,6 +475,9 @@ class _Fits:
 
 
 # -- candidates --------------------------------------------------------------------------------------
+
+# Per calendar read, the run tables of at most this many plan lengths are kept (each is O(P D R)).
+_RUN_TABLES_KEPT = 8
 
 Placed = tuple[int, int, int]  # (pool index, first day, stop day)
 
