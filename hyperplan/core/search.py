@@ -369,14 +369,9 @@ class _PoolDays:
     @staticmethod
     def _read(calendar: CapacityCalendar, keys: tuple[PoolKey, ...], query: _Query) -> _PoolDays:
         free_days = calendar.free_days_of(keys, query.first_boundary, query.n_days)
-        partial_open = np.array(
-            [
-                query.has_partial_day
-                and calendar.can_book(key, query.soonest, query.first_boundary, query.count)
-                for key in keys
-            ],
-            dtype=bool,
-        )
+        partial_open = np.zeros(len(keys), dtype=bool)
+        if query.has_partial_day:
+            partial_open[:] = calendar.can_book_each(keys, query.soonest, query.first_boundary, query.count)
         return _PoolDays.of(free_days, query.count, partial_open)
 
     @staticmethod
