@@ -196,6 +196,13 @@ class CapacityCalendar:
         first, stop = _checked_span(start, end, count)
         return self._peak(pool_key, first, stop) + count <= self.reservable(pool_key)
 
+    def can_book_each(
+        self, pool_keys: Sequence[PoolKey], start: datetime, end: datetime, count: int
+    ) -> list[bool]:
+        """:meth:`can_book` for each of several pools (the span's slots worked out once)."""
+        first, stop = _checked_span(start, end, count)
+        return [self._peak(key, first, stop) + count <= self.reservable(key) for key in pool_keys]
+
     def book(self, pool_key: PoolKey, start: datetime, end: datetime, count: int) -> None:
         """Hold ``count`` instances over ``[start, end)``; ResourceLimitExceeded if they are not free."""
         first, stop = _checked_span(start, end, count)

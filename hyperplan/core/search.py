@@ -369,14 +369,9 @@ class _PoolDays:
     @staticmethod
     def _read(calendar: CapacityCalendar, keys: tuple[PoolKey, ...], query: _Query) -> _PoolDays:
         free_days = calendar.free_days_of(keys, query.first_boundary, query.n_days)
-        partial_open = np.array(
-            [
-                query.has_partial_day
-                and calendar.can_book(key, query.soonest, query.first_boundary, query.count)
-                for key in keys
-            ],
-            dtype=bool,
-        )
+        partial_open = np.zeros(len(keys), dtype=bool)
+        if query.has_partial_day:
+            partial_open[:] = calendar.can_book_each(keys, query.soonest, query.first_boundary, query.count)
         return _PoolDays.of(free_days, query.count, partial_open)
 
     @staticmethod
@@ -441,7 +436,9 @@ class _Fits:
             kept = self.grids.run_tables
             self._tables = kept.get(self.max_length)
             if self._tables is None:
-                self._tables = kept[self.max_length] = self._build()
+                self._tables = self._build()
+                if len(kept) < _RUN_TABLES_KEPT:
+                    kept[self.max_length] = self._tables
         return self._tables
 
     def _build(self) -> tuple[Ints, Ints, Ints]:
@@ -473,6 +470,9 @@ class _Fits:
 
 
 # -- candidates --------------------------------------------------------------------------------------
+
+# Per calendar read, the run tables of at most this many plan lengths are kept (each is O(P D R)).
+_RUN_TABLES_KEPT = 8
 
 Placed = tuple[int, int, int]  # (pool index, first day, stop day)
 
