@@ -41,7 +41,8 @@ def run(report: Report, *, scale: Scale) -> None:
     baseline_argv = [sys.executable, "-c", "import typer, rich"]
     with (
         tempfile.TemporaryDirectory(prefix="hyperplan-bench-cli-") as scratch,
-        running_server(Path(scratch)) as server,
+        # The data directory inside the scratch one: its work directory, made beside it, goes with it.
+        running_server(Path(scratch) / "data") as server,
     ):
         env = _client_env(server.port, server.data_dir / "credentials")
         baselines: list[float] = []
