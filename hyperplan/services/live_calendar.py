@@ -90,6 +90,11 @@ class LiveCalendar:
             read = read_days(self.fleet, self._calendar, request, now)
         return plan_offerings(self.fleet, read)
 
+    def forget_derived(self) -> None:
+        """Searches read the calendar afresh from now on (what they keep is dropped at each change)."""
+        with self._lock:
+            self._calendar.forget_derived()
+
     def set_reservable(self, pool_key: PoolKey, count: int) -> None:
         """A pool's bookable count from now on: its fleet file's reservable count, less its nodes a
         Slurm back end reports unhealthy (services/slurm_reservations.py)."""
