@@ -38,7 +38,7 @@ from hyperplan.store.prepared import Prepared
 from hyperplan.store.turn_file import TurnFile
 
 MIGRATIONS = Path(__file__).with_name("migrations")
-HEAD_REVISION = "0019"
+HEAD_REVISION = "0020"
 """The newest migration's revision: a store stamped with it is at the head (tests/store/test_schema.py
 checks that it is Alembic's head, so a new migration cannot be forgotten here)."""
 

@@ -80,9 +80,13 @@ class AccessKey(Base):
 
 class TrainingPlan(Base):
     __tablename__ = "training_plans"
-    __table_args__ = (UniqueConstraint("account_id", "name"),)
+    __table_args__ = (
+        UniqueConstraint("account_id", "name"),
+        # A purchase counts the account's active plans by status, over those plans only (0020).
+        Index("ix_plan_account_status", "account_id", "status"),
+    )
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"))
     name: Mapped[str] = mapped_column(String(64))
     # An offering is bought once: the id is remembered even when the plan later fails.
     offering_id: Mapped[str] = mapped_column(String(256), unique=True)
@@ -102,7 +106,11 @@ class ReservedCapacity(Base):
     __tablename__ = "reserved_capacities"
     __table_args__ = (
         UniqueConstraint("plan_id", "ordinal"),
-        Index("ix_rc_pool_time", "instance_type", "availability_zone", "start", "end"),
+        # Covering: a purchase reads a pool's holdings from the index alone (0020).
+        Index(
+            "ix_rc_pool_time",
+            *("instance_type", "availability_zone", "start", "end", "holds_capacity", "released_at", "count"),
+        ),
     )
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     plan_id: Mapped[int] = mapped_column(ForeignKey("training_plans.id"), index=True)
