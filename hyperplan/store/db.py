@@ -32,6 +32,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from hyperplan.errors import ServiceUnavailable, StartRefused, ValidationError
+from hyperplan.store import session_marks
 from hyperplan.store.counter_watch import READ_COUNTERS_SQL, CounterWatch
 from hyperplan.store.group_commit import GroupCommit
 from hyperplan.store.prepared import Prepared
@@ -60,10 +61,10 @@ T = TypeVar("T")
 
 _TURN_WAIT = 30.0  # seconds a SQLite writer waits in each queue: this process's, then the lock file's
 
-_AFTER_COMMIT = "after_commit"
-_NOTIFIED = "notified_on_insert"
+_AFTER_COMMIT = session_marks.AFTER_COMMIT
+_NOTIFIED = session_marks.NOTIFIED
 _BUMPED = "change_counters_bumped"
-_WANTED = "change_counters_wanted"
+_WANTED = session_marks.WANTED
 _RELAXED = "synchronous_normal"  # a SQLite connection's info: a write(durable=False) lowered its sync
 
 

@@ -35,16 +35,15 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from hyperplan.errors import ServiceUnavailable
-
-if TYPE_CHECKING:
-    from hyperplan.store.db import Database
+from hyperplan.store import session_marks as marks
 
 T = TypeVar("T")
 
@@ -63,6 +62,12 @@ class _Work(Generic[T]):
     done: bool = False
 
 
+class Writer(Protocol):
+    """What a batch needs of the store (store/db.py's Database): a write transaction, in the writers' turn."""
+
+    def write(self) -> AbstractContextManager[Session]: ...
+
+
 class BatchFailed(Exception):
     """The batch's transaction cannot go on (a savepoint that does not roll back, a lost connection)."""
 
@@ -70,7 +75,7 @@ class BatchFailed(Exception):
 class GroupCommit:
     """The batches of one Database (see the module)."""
 
-    def __init__(self, db: Database, *, max_batch: int = MAX_BATCH) -> None:
+    def __init__(self, db: Writer, *, max_batch: int = MAX_BATCH) -> None:
         self.db = db
         self.max_batch = max_batch
         self._state = threading.Condition()
@@ -160,18 +165,14 @@ class GroupCommit:
 
 def _run(session: Session, work: _Work[Any]) -> None:
     """The work alone in the transaction: what it raises rolls the transaction back (Database.write)."""
-    from hyperplan.store import db as store
-
-    before = len(session.info.get(store._AFTER_COMMIT, []))
+    before = len(session.info.get(marks.AFTER_COMMIT, []))
     work.result = work.run(session)
     _set_callbacks_aside(session, work, before)
 
 
 def _set_callbacks_aside(session: Session, work: _Work[Any], before: int) -> None:
     """The after-commit callbacks the work registered, kept for it (run once the batch committed)."""
-    from hyperplan.store import db as store
-
-    registered: list[Callable[[], None]] = session.info.get(store._AFTER_COMMIT, [])
+    registered: list[Callable[[], None]] = session.info.get(marks.AFTER_COMMIT, [])
     work.callbacks = registered[before:]
     del registered[before:]
 
@@ -210,26 +211,22 @@ class _Snapshot:
 
 
 def _snapshot(session: Session) -> _Snapshot:
-    from hyperplan.store import db as store
-
     return _Snapshot(
-        callbacks=len(session.info.get(store._AFTER_COMMIT, [])),
-        wanted=frozenset(session.info.get(store._WANTED, ())),
-        notified=frozenset(session.info.get(store._NOTIFIED, ())),
+        callbacks=len(session.info.get(marks.AFTER_COMMIT, [])),
+        wanted=frozenset(session.info.get(marks.WANTED, ())),
+        notified=frozenset(session.info.get(marks.NOTIFIED, ())),
         info=dict(session.info),
     )
 
 
 def _restore(session: Session, before: _Snapshot) -> None:
     """A rolled-back work's marks undone: its callbacks, the counters and wakes it asked for."""
-    from hyperplan.store import db as store
-
-    registered = session.info.get(store._AFTER_COMMIT)
+    registered = session.info.get(marks.AFTER_COMMIT)
     if registered is not None:
         del registered[before.callbacks :]
-    session.info[store._WANTED] = set(before.wanted)
-    session.info[store._NOTIFIED] = set(before.notified)
-    kept = (store._AFTER_COMMIT, store._WANTED, store._NOTIFIED)
+    session.info[marks.WANTED] = set(before.wanted)
+    session.info[marks.NOTIFIED] = set(before.notified)
+    kept = (marks.AFTER_COMMIT, marks.WANTED, marks.NOTIFIED)
     for key in [key for key in session.info if key not in before.info]:
         del session.info[key]
     session.info.update({key: value for key, value in before.info.items() if key not in kept})
