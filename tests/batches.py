@@ -9,6 +9,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
 from hyperplan.store.db import Database
 
 
@@ -41,3 +44,12 @@ def _until(condition: Callable[[], bool]) -> None:
     while not condition():
         assert time.monotonic() < deadline, "the writers never queued"
         time.sleep(0.002)
+
+
+def fails_at_commit(session: Session) -> None:
+    """A write whose own statements succeed and whose COMMIT fails: a SQLite foreign key checked only
+    at the commit (deferred), pointing at no plan. Every savepoint of its batch succeeds; the commit not."""
+    session.execute(text("PRAGMA defer_foreign_keys = ON"))
+    session.execute(
+        text("INSERT INTO plan_events (plan_id, at, kind, status, message) VALUES (999999, 0, 'x', 'x', 'x')")
+    )

@@ -12,7 +12,7 @@ from functools import partial
 from pathlib import Path
 
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from hyperplan.app import AppConfig, Application
@@ -23,7 +23,7 @@ from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.store import changes
 from hyperplan.store.schema import ChangeCounter, ReservedCapacity, TrainingPlan
-from tests.batches import together
+from tests.batches import fails_at_commit, together
 from tests.harness import SERVER_START, unisolated
 
 POOL = ("ml.p5.48xlarge", "us-west-2a")
@@ -123,21 +123,11 @@ def test_a_failed_commit_fails_every_purchase_of_its_batch_and_writes_nothing(
     with runtime.db.read() as session:
         before = calendar_counter(session)
 
-    def dangling(session: Session) -> None:
-        # A foreign key checked only at COMMIT: every savepoint succeeds, the commit fails.
-        session.execute(text("PRAGMA defer_foreign_keys = ON"))
-        session.execute(
-            text(
-                "INSERT INTO plan_events (plan_id, at, kind, status, message) "
-                "VALUES (999999, 0, 'x', 'x', 'x')"
-            )
-        )
-
     outcomes = together(
         runtime.db,
         [
             lambda: plans.create(runtime, a, "lost-1", offers[0]),
-            lambda: runtime.db.write_grouped(dangling),
+            lambda: runtime.db.write_grouped(fails_at_commit),
             lambda: plans.create(runtime, b, "lost-2", offers[1]),
         ],
     )

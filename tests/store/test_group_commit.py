@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select, text
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hyperplan.errors import ServiceUnavailable, ValidationError
 from hyperplan.store import changes
 from hyperplan.store.db import Database, after_commit, committed_change, sqlite_url
 from hyperplan.store.schema import ChangeCounter, Setting
-from tests.batches import together
+from tests.batches import fails_at_commit, together
 
 
 @pytest.fixture
@@ -92,19 +92,9 @@ def test_a_failed_commit_fails_every_writer_of_the_batch_and_writes_nothing(db: 
     before = counter(db)
     ran: list[tuple[str, int | None]] = []
 
-    def dangling(session: Session) -> None:
-        # A foreign key checked only at COMMIT: the commit itself fails, after every savepoint succeeded.
-        session.execute(text("PRAGMA defer_foreign_keys = ON"))
-        session.execute(
-            text(
-                "INSERT INTO plan_events (plan_id, at, kind, status, message) "
-                "VALUES (999999, 0, 'x', 'x', 'x')"
-            )
-        )
-
     works = [
         setting_writer("a", ran),
-        dangling,
+        fails_at_commit,
         setting_writer("b", ran),
         setting_writer("c", ran, refuse=True),
     ]
