@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from hyperplan.cli.client import ApiError
-from tests.harness import REGION, Credentials, Server
+from tests.harness import ADMIN, REGION, Credentials, Server, healthy, wait_until
 from tests.inprocess import InProcessServer
 
 FLEETS = Path(__file__).parent.parent / "fleets"
@@ -85,8 +88,6 @@ def test_the_aws_tools_retry_a_throttled_request_by_themselves(
     )
     server = fast_server_factory(data_dir=tmp_path / "data", fleet=fleet).start()
     key = server.new_account("retrier")
-    import boto3
-
     client = boto3.client(
         "sagemaker",
         endpoint_url=server.url,
@@ -148,3 +149,41 @@ def test_the_cli_names_a_malformed_rate_limit(fast_shared_server: InProcessServe
         "accounts", "update", "admin", "--rate-limit", "search=fast", check=False
     )
     assert refused.returncode == 2 and "CLASS=RATE/BURST" in refused.stderr
+
+
+def test_a_search_waiting_for_the_store_stalls_no_other_request(tight: InProcessServer) -> None:
+    """Searches are first tried on the event loop (server/sagemaker.py); one that must wait (here for a
+    lease of its account's tokens, a write, while another connection holds SQLite's write lock) is
+    answered in the thread pool instead, and meanwhile a search that needs nothing from the store and a
+    request on another connection are answered: the loop never waits."""
+    assert tight.runtime is not None
+    limiter = tight.runtime.context.rate_limiter
+    waiting = tight.new_account("waiting")  # limited: its first search leases tokens
+    patient = boto3.client(  # an administrator: never limited; no retry, a stall fails the test
+        "sagemaker",
+        endpoint_url=tight.url,
+        region_name=REGION,
+        aws_access_key_id=ADMIN.access_key,
+        aws_secret_access_key=ADMIN.secret_key,
+        config=Config(retries={"total_max_attempts": 1}, read_timeout=20),
+    )
+    warm = patient.search_training_plan_offerings(**SEARCH)["TrainingPlanOfferings"]
+    holder = sqlite3.connect(tight.data_dir / "hyperplan.db", isolation_level=None)
+    outcome: list[str] = []
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        waiter = threading.Thread(target=lambda: outcome.extend(searches(tight.sagemaker(waiting), 1)))
+        waiter.start()
+        # Its lease has begun (the bucket's lease lock, taken only around the write): it waits for the lock.
+        assert wait_until(lambda: any(lock.locked() for lock in limiter._leasing.values()), timeout=30)
+        again = patient.search_training_plan_offerings(**SEARCH)["TrainingPlanOfferings"]
+        assert [o["ReservedCapacityOfferings"] for o in again] == [
+            o["ReservedCapacityOfferings"] for o in warm
+        ]
+        assert healthy(tight.port)  # a new connection, answered
+        assert waiter.is_alive() and outcome == []  # the search that must write still waits
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    waiter.join(60)
+    assert outcome == ["ok"]
