@@ -14,6 +14,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from hyperplan.cli.client import ApiError
+from hyperplan.store.changes import CALENDAR
 from tests.harness import ADMIN, REGION, Credentials, Server, healthy, wait_until
 from tests.inprocess import InProcessServer
 
@@ -187,3 +188,39 @@ def test_a_search_waiting_for_the_store_stalls_no_other_request(tight: InProcess
         holder.close()
     waiter.join(60)
     assert outcome == ["ok"]
+
+
+def test_searches_whose_caches_went_cold_answer_as_before_and_are_admitted_once_each(
+    tight: InProcessServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search first tried on the event loop takes its token there; when the calendar counter moved (as
+    another process's booking moves it), its quota check and the calendar must be read again, so it is
+    answered in the thread pool instead: the same answer, and the token taken on the loop given back, so
+    an account gets exactly its burst, as when every search ran in the pool."""
+    assert tight.runtime is not None
+    context = tight.runtime.context
+    limiter = context.rate_limiter
+    # Time stands still for the buckets (this process's batches and the store's bucket): no token comes
+    # back while the test runs, so the counts are exact whatever the machine's speed.
+    monkeypatch.setattr(limiter, "_clock", lambda: 1_000.0)
+    assert limiter._store is not None
+    monkeypatch.setattr(limiter._store, "_clock", lambda: 1_800_000_000.0)
+    burst = 12  # leased in batches of 3: a token taken on the loop from a batch, most searches
+    cold = tight.new_account("cold")
+    limits = {"search": {"Rate": 1000, "Burst": burst}}
+    tight.native().call("PATCH", "/api/v1/accounts/cold", body={"RateLimits": limits})
+    client = tight.sagemaker(cold)
+    first = client.search_training_plan_offerings(**SEARCH)["TrainingPlanOfferings"]
+    outcomes = ["ok"]
+    for _ in range(burst + 2):
+        context.db.bump(CALENDAR)  # as a booking by another process moves it
+        try:
+            again = client.search_training_plan_offerings(**SEARCH)["TrainingPlanOfferings"]
+        except ClientError as error:
+            outcomes.append(error.response["Error"]["Code"])
+            continue
+        outcomes.append("ok")
+        assert [o["ReservedCapacityOfferings"] for o in again] == [
+            o["ReservedCapacityOfferings"] for o in first
+        ]
+    assert outcomes == ["ok"] * burst + ["ThrottlingException"] * 3
