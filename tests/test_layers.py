@@ -19,6 +19,7 @@ PACKAGE = Path(hyperplan.__file__).parent
 LAYERS = {
     "hyperplan": "root",
     "hyperplan.errors": "errors",
+    "hyperplan.waits": "errors",  # the guard of answers on the event loop: a leaf, checked from any layer
     "hyperplan.worker": "worker",
     "hyperplan.metrics": "worker",  # Prometheus instruments: nothing of hyperplan, counted from any layer
     "hyperplan.core": "core",

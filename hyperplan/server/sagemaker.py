@@ -3,10 +3,11 @@ Logs (X-Amz-Target: Logs_20140328.<Operation>), told apart by the signature's cr
 (``server/routing.py``).
 
 Protocol only: authenticate for the API's service, find the operation, validate the body against
-botocore's model of that service, call the handler off the event loop, and serialise its result from
-the model's output shape. One adapter, one description per API. The front door (``server/routing.py``,
-``AwsFront``) hands these requests to `serve_json` straight from ASGI; `json_endpoint` answers the same
-way for a request routed by Starlette.
+botocore's model of that service, call the handler (off the event loop, or on it for a search that
+needs nothing from the store: `serve_json`), and serialise its result from the model's output shape.
+One adapter, one description per API. The front door (``server/routing.py``, ``AwsFront``) hands these
+requests to `serve_json` straight from ASGI; `json_endpoint` answers the same way for a request routed
+by Starlette (always in the thread pool).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ from hyperplan.server.limits import ServerLimits
 from hyperplan.server.request_ids import new_request_id
 from hyperplan.server.request_metrics import count_answer
 from hyperplan.services.context import ServiceContext
+from hyperplan.services.rate_limiter import Admission
+from hyperplan.waits import WouldWait, forbid_waits
 from hyperplan.wire import model, registry, serialize, validate
 from hyperplan.wire.registry import RequestContext
 from hyperplan.wire.sigv4 import SigningPolicy
@@ -45,10 +48,20 @@ class JsonApi:
     policy: SigningPolicy
     error_response: Callable[[BaseException, str], Response]
     request_class: Callable[[str], RequestClass]
+    on_the_loop: frozenset[str] = frozenset()
+    """The X-Amz-Target values first tried on the event loop (`serve_json`): operations that, with warm
+    caches, need nothing from the store, and whose work is bounded CPU."""
 
 
 SAGEMAKER = JsonApi(
-    model.SERVICE_NAME, TARGET_PREFIX, auth.SAGEMAKER_API, sagemaker_error_response, sagemaker_class
+    model.SERVICE_NAME,
+    TARGET_PREFIX,
+    auth.SAGEMAKER_API,
+    sagemaker_error_response,
+    sagemaker_class,
+    # A search: the signer from the key cache, the quota check remembered under the change counters, the
+    # live calendar in memory. Nothing else qualifies: every other operation reads the store.
+    on_the_loop=frozenset({TARGET_PREFIX + "SearchTrainingPlanOfferings"}),
 )
 LOGS = JsonApi(
     model.LOGS, "Logs_20140328.", auth.LOGS_API, logs_error_response, lambda _name: RequestClass.READ
@@ -94,16 +107,22 @@ async def serve_json(
     target = _first_header(scope, b"x-amz-target")
     started = time.perf_counter()
     request_id = new_request_id()
-    # One hop to the thread pool per request, for everything after the body. It is dear: measured on a
-    # 2-core VM, 100-150 us of CPU a hop (two thread wake-ups through the kernel), anyio's a little
-    # dearer than loop.run_in_executor's (~20 us), against ~3 us to call inline. It stays, because
-    # nothing tells beforehand that a request will not wait: authentication reads the change counters
-    # (a round trip on PostgreSQL) and may load a key, the rate limiter leases tokens in a write
-    # transaction every few requests, a search reloads the calendar after another process booked and
-    # reads the account's quotas after a change, and any of these may wait for the writers' turn. On
-    # the loop, such a wait would stall every connection of the process. anyio's hop also defers a
-    # cancellation (server shutdown) until the handler returns, so nothing is cut off half-written.
-    answer = await run_in_threadpool(_answer, runtime, scope, body, target, api, request_id)
+    # A hop to the thread pool is dear: on a 2-core VM, 100-150 us of CPU (two thread wake-ups through
+    # the kernel), and more in GIL hand-offs between the loop and the pool's runnable threads (a search
+    # cost ~0.8 ms more of server CPU that way), against ~3 us to call inline. But on the loop a wait
+    # would stall every connection of the process, and nothing tells beforehand that a request will not
+    # wait: authentication reads the change counters (a round trip on PostgreSQL) and may load a key,
+    # the rate limiter leases tokens in a write transaction every few requests, a search reloads the
+    # calendar after another process booked and reads the account's quotas after a change, and any of
+    # these may wait for the writers' turn. So a search is first tried here, on the loop, where each of
+    # those points refuses to wait (hyperplan/waits.py); one that would is answered again, from the
+    # start, in the thread pool, with the same request id (its rate token given back: `_answer`).
+    # Cancellation (server shutdown): the try on the loop is synchronous, with no await in it, so it is
+    # never cut off half-way; anyio's hop defers a cancellation until the handler returns. Either way
+    # nothing is left half-written.
+    answer = _answer_on_the_loop(runtime, scope, body, target, api, request_id)
+    if answer is None:
+        answer = await run_in_threadpool(_answer, runtime, scope, body, target, api, request_id)
     count_answer(api.service, _known_operation(target, api), answer.status, started)
     await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
     await send({"type": "http.response.body", "body": answer.content})
@@ -154,13 +173,30 @@ def _known_operation(target: str, api: JsonApi) -> str:
     return name if name in model.operation_names(api.service) else "unknown"
 
 
+def _answer_on_the_loop(
+    runtime: ServiceContext, scope: Scope, body: bytes, target: str, api: JsonApi, request_id: str
+) -> _Answer | None:
+    """The answer, made on the event loop, for an operation tried there first; None when it is not one,
+    or when it would have waited: then the thread pool answers it, from the start."""
+    if target not in api.on_the_loop:
+        return None
+    try:
+        with forbid_waits():
+            return _answer(runtime, scope, body, target, api, request_id)
+    except WouldWait:
+        return None
+
+
 def _answer(
     runtime: ServiceContext, scope: Scope, body: bytes, target: str, api: JsonApi, request_id: str
 ) -> _Answer:
+    admitted: Admission | None = None
     try:
         caller = auth.authenticate_scope(runtime, scope, body, api.service, api.policy)
         operation = model.operation_model(_operation_name(target, api.target_prefix), api.service)
-        runtime.rate_limiter.admit(caller, api.request_class(operation.name), runtime.fleet.rate_limits)
+        admitted = runtime.rate_limiter.admit(
+            caller, api.request_class(operation.name), runtime.fleet.rate_limits
+        )
         handler = registry.handler_for(operation.name, api.service)
         params = validate.parse_request(operation, validate.decode_body(body))
         context = RequestContext(runtime=runtime, caller=caller, request_id=request_id)
@@ -170,6 +206,10 @@ def _answer(
         content = json.dumps(
             payload, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
         ).encode()
+    except WouldWait:  # tried on the event loop, it must wait: the try in the pool admits it again
+        if admitted is not None:
+            runtime.rate_limiter.give_back(admitted)
+        raise
     except Exception as exc:  # every error becomes a wire response in one place
         return _Answer.of(api.error_response(exc, request_id))
     return _Answer.ok(content, request_id)

@@ -30,6 +30,7 @@ from hyperplan.core.jsonable import jsonable
 from hyperplan.services.accounts import Caller
 from hyperplan.store.db import Database
 from hyperplan.store.schema import Account, AuditEvent
+from hyperplan.waits import may_wait
 
 MAX_LIST = 1000  # records one listing returns at most (the newest, in time order)
 REFUSAL_WINDOW = 60.0  # seconds of real time one record of refused signatures covers
@@ -135,6 +136,9 @@ class RefusedSignatures:
         self._windows: dict[str, _Window] = {}
 
     def note(self, db: Database, now: datetime, remote: str, access_key_id: str, code: str) -> None:
+        # Counts, then may write under the lock: never on the event loop, where it would count twice
+        # (the refused request is answered again in the thread pool: hyperplan/waits.py).
+        may_wait("the refused signatures' count")
         with self._lock:
             self._close_old(db, self._clock())
             window = self._windows.get(remote)

@@ -12,6 +12,10 @@ that already read it does not count it twice, and a change that comes after a ga
 change came between) is not applied to a calendar that may not hold what it changes (another server's
 plan, cancelled here): the calendar is marked stale and the next read reloads it from the store.
 Applying a committed change never raises: the store has decided, this is only its copy.
+
+On the event loop (a search answered there, hyperplan/waits.py) a read never waits: a reload reads the
+store, so it sends the search to the thread pool (Database.read refuses on the loop), and so does the
+lock when a pool thread holds it (`holding`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from hyperplan.errors import ResourceLimitExceeded
 from hyperplan.store import changes
 from hyperplan.store.db import Database
 from hyperplan.store.schema import ChangeCounter, PlanExtension, ReservedCapacity
+from hyperplan.waits import holding, may_wait
 
 Booking = tuple[tuple[str, str], datetime, datetime, int]
 
@@ -82,11 +87,13 @@ class LiveCalendar:
         if db is None or self.version is None:
             return
         if self._stale or (seen is not None and seen > self.version):
+            may_wait("a reload of the live calendar")
             self.load(db)
 
     def search(self, request: SearchRequest, now: datetime) -> list[Offering]:
         self._fresh()
-        with self._lock:  # only the read: the planning works on values, and searches run side by side
+        # Only the read under the lock: the planning works on values, and searches run side by side.
+        with holding(self._lock, "the live calendar's lock"):
             read = read_days(self.fleet, self._calendar, request, now)
         return plan_offerings(self.fleet, read)
 

@@ -28,6 +28,10 @@ burst + rate x window + N x (batch - 1) of an account's requests of one class, N
 
 Without a store (`RateLimiter()`, a context built without one) the buckets live in this process alone.
 Memory is bounded: four entries per account at most.
+
+A request admitted on the event loop that then finds it must wait (hyperplan/waits.py) is answered
+again in the thread pool, and admitted again there: `give_back` first returns the token it took. A lease
+is a wait: on the loop, a request whose batch is spent goes to the pool before it takes anything.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from hyperplan.errors import Throttling
 from hyperplan.services.accounts import Caller
 from hyperplan.store.db import Database
 from hyperplan.store.schema import RateBucket
+from hyperplan.waits import may_wait
 
 LEASE_SPAN = 0.5  # seconds of an account's rate one lease takes
 LEASE_LIFE = 1.0  # seconds a process may spend leased tokens; what is left then is dropped
@@ -109,7 +114,17 @@ _READ_BUCKET = select(RateBucket.tokens, RateBucket.counted_at).where(_KEY).with
 _SET_BUCKET = update(RateBucket).where(_KEY).values(tokens=bindparam("tokens"), counted_at=bindparam("at"))
 
 
-@dataclass
+@dataclass(frozen=True)
+class Admission:
+    """The token `admit` took, for `give_back`: from the bucket `key` of this process (`batch` None) or
+    from a batch leased from the store."""
+
+    key: tuple[str, RequestClass]
+    limit: RateLimit
+    batch: _Held | None
+
+
+@dataclass(eq=False)  # a batch is known by identity: give_back returns a token only to its own batch
 class _Held:
     """What this process holds of a shared bucket: leased tokens until `expires`, or a refusal until
     `refused_until` (monotonic seconds), under the limit they were leased for."""
@@ -132,32 +147,49 @@ class RateLimiter:
         self._leasing: dict[tuple[str, RequestClass], threading.Lock] = {}
         self._lock = threading.Lock()
 
-    def admit(self, caller: Caller, request_class: RequestClass, defaults: RateLimits) -> None:
-        """Take a token for this request, or raise Throttling naming the class, limit and wait."""
+    def admit(self, caller: Caller, request_class: RequestClass, defaults: RateLimits) -> Admission | None:
+        """Take a token for this request, or raise Throttling naming the class, limit and wait. Returns
+        the token taken (None: none is needed, for an administrator or a class without a limit)."""
         if caller.is_admin:
-            return
+            return None
         limit = caller.rate_limits.get(request_class) or defaults.get(request_class)
         if limit is None:
-            return
+            return None
         key = (caller.account_id, request_class)
         if self._store is None:
             with self._lock:
                 bucket, wait = take(limit, self._buckets.get(key), self._clock())
                 self._buckets[key] = bucket
-        else:
-            wait = self._from_held(key, limit)
             if wait is None:
-                return
-            if wait == _LEASE_NOW:
-                wait = self._lease(key, limit)
-        if wait is not None:
-            raise Throttling(
-                f"Rate exceeded: account {caller.account_name!r} made more {request_class.value} requests "
-                f"than its limit ({limit}); try again in {max(wait, 0.001):.3f} s."
-            )
+                return Admission(key, limit, None)
+        else:
+            taken = self._from_held(key, limit)
+            if taken == _LEASE_NOW:
+                taken = self._lease(key, limit)
+            if isinstance(taken, _Held):
+                return Admission(key, limit, taken)
+            wait = taken
+        raise Throttling(
+            f"Rate exceeded: account {caller.account_name!r} made more {request_class.value} requests "
+            f"than its limit ({limit}); try again in {max(wait, 0.001):.3f} s."
+        )
 
-    def _from_held(self, key: tuple[str, RequestClass], limit: RateLimit) -> float | None:
-        """From memory: None (admitted), the wait of a refusal still running, or _LEASE_NOW."""
+    def give_back(self, admission: Admission) -> None:
+        """Return a token `admit` took for a request that was not answered after all (it will be admitted
+        again where it is answered: server/sagemaker.py). A batch leased anew since keeps its count: the
+        token goes back only to the batch it came from, so the process admits one less, never one more."""
+        with self._lock:
+            if admission.batch is None:
+                bucket = self._buckets.get(admission.key)
+                if bucket is not None:
+                    tokens = min(float(admission.limit.burst), bucket.tokens + 1.0)
+                    self._buckets[admission.key] = Bucket(tokens, bucket.at)
+            elif self._held.get(admission.key) is admission.batch:
+                admission.batch.tokens += 1
+
+    def _from_held(self, key: tuple[str, RequestClass], limit: RateLimit) -> _Held | float:
+        """From memory: the batch a token was taken from (admitted), the wait of a refusal still
+        running, or _LEASE_NOW."""
         now = self._clock()
         with self._lock:
             held = self._held.get(key)
@@ -165,15 +197,16 @@ class RateLimiter:
                 return _LEASE_NOW
             if held.tokens > 0 and now < held.expires:
                 held.tokens -= 1
-                return None
+                return held
             if now < held.refused_until:
                 return held.refused_until - now
             return _LEASE_NOW
 
-    def _lease(self, key: tuple[str, RequestClass], limit: RateLimit) -> float | None:
+    def _lease(self, key: tuple[str, RequestClass], limit: RateLimit) -> _Held | float:
         """A batch from the shared bucket (one lease at a time per bucket in this process: the threads
-        that wait for it take from what it brought)."""
+        that wait for it take from what it brought): the batch the token was taken from, or the wait."""
         assert self._store is not None
+        may_wait("a lease of rate tokens")  # before waiting for the bucket's `leasing` lock
         with self._lock:
             leasing = self._leasing.setdefault(key, threading.Lock())
         with leasing:
@@ -188,7 +221,7 @@ class RateLimiter:
             now = self._clock()
             with self._lock:
                 if granted:
-                    self._held[key] = _Held(limit, granted - 1, now + LEASE_LIFE)
-                    return None
+                    batch = self._held[key] = _Held(limit, granted - 1, now + LEASE_LIFE)
+                    return batch
                 self._held[key] = _Held(limit, refused_until=now + wait)
                 return wait

@@ -19,6 +19,7 @@ from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.services.slurm_state import SlurmState, read_health
 from hyperplan.store import changes, settings
 from hyperplan.store.db import Database
+from hyperplan.waits import may_wait
 
 
 class SharedState:
@@ -53,6 +54,9 @@ class SharedState:
             and moved != self._settings_seen
             and (self.clock.kind != "wall" or self.slurm is not None)
         ):
+            # Before it is marked seen: on the event loop the follow-ups' reads send the request to the
+            # thread pool (hyperplan/waits.py), whose new try must still see the counter move.
+            may_wait("following the clock and pools another process moved")
             with self._lock:
                 self._settings_seen = moved
             self.follow_clock()

@@ -25,6 +25,8 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from hyperplan.waits import holding, may_wait
+
 READ_COUNTERS_SQL = "SELECT name, value FROM change_counters"
 
 
@@ -39,8 +41,14 @@ class CounterWatch:
         self._values: dict[str, int] = {}
 
     def read(self) -> dict[str, int]:
-        """Every counter's value as committed when the call began (a new dict each time)."""
-        with self._lock:
+        """Every counter's value as committed when the call began (a new dict each time).
+
+        On the event loop (hyperplan/waits.py): SQLite's read is a look at shared memory (and, after a
+        commit, a read that WAL never makes wait for a writer), fine there, but never a wait for the
+        lock; PostgreSQL's is a round trip, a wait."""
+        if not self._sqlite:
+            may_wait("the change counters' round trip")
+        with holding(self._lock, "the change counters' connection"):
             try:
                 return dict(self._read())
             except Exception:
@@ -78,6 +86,7 @@ class CounterWatch:
 
     def _open(self) -> Any:
         if self._connection is None or self._pid != os.getpid():
+            may_wait("opening the change counters' connection")
             pooled = self._engine.raw_connection()  # configured as every connection (pragmas, isolation)
             connection: Any = pooled.driver_connection
             pooled.detach()  # ours for good: the pool makes another when it needs one

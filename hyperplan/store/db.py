@@ -37,6 +37,7 @@ from hyperplan.store.counter_watch import READ_COUNTERS_SQL, CounterWatch
 from hyperplan.store.group_commit import GroupCommit
 from hyperplan.store.prepared import Prepared
 from hyperplan.store.turn_file import TurnFile
+from hyperplan.waits import may_wait
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 HEAD_REVISION = "0020"
@@ -264,6 +265,7 @@ class Database:
             return self._watch.read()
         # A database without a file of its own (in memory): a pooled connection, past SQLAlchemy's
         # Connection and its statement cache.
+        may_wait("a pooled connection")
         connection = self.engine.raw_connection()
         try:
             cursor = connection.cursor()
@@ -318,6 +320,7 @@ class Database:
 
     @contextmanager
     def read(self) -> Iterator[Session]:
+        may_wait("a read of the store")  # a connection, a lock, a round trip: never on the event loop
         with _lost_connection_refused(), self._sessions() as session:
             if self.is_sqlite:
                 session.connection().exec_driver_sql("BEGIN")
@@ -347,6 +350,7 @@ class Database:
         Callbacks registered with `after_commit` run once the commit succeeded, never after a rollback:
         in-memory state (the live calendar) follows only what is durably stored.
         """
+        may_wait("a write to the store")  # the writers' turn above all (hyperplan/waits.py)
         depth: int = getattr(self._in_write, "depth", 0)
         self._in_write.depth = depth + 1
         try:
@@ -362,6 +366,7 @@ class Database:
         `write(concurrent=True)` block may be: it locks what it checks (store/locks.py); its error rolls
         back only what it wrote, and is raised here. Not batched on PostgreSQL, nor within a write of
         this thread (whose turn a batch led by another thread would wait for)."""
+        may_wait("a write to the store")
         writing: int = getattr(self._in_write, "depth", 0)
         if not self.is_sqlite or writing:
             with self.write(concurrent=True) as session:

@@ -14,6 +14,7 @@ import botocore.session
 from botocore.model import OperationModel, ServiceModel
 
 from hyperplan.errors import UnknownOperation
+from hyperplan.waits import may_wait
 
 SERVICE_NAME = "sagemaker"
 LOGS = "logs"
@@ -27,6 +28,9 @@ def service_model(service: str = SERVICE_NAME) -> ServiceModel:
     Only the services of :data:`SERVICES` are asked for, so the cache stays bounded."""
     if service not in SERVICES:
         raise ValueError(f"hyperplan serves no model of {service!r}")
+    # Too long for the event loop, where a search is first tried (server/sagemaker.py): the first
+    # search of a process is answered in the thread pool, which loads the model (an error is not cached).
+    may_wait(f"loading botocore's model of {service}")
     return botocore.session.get_session().get_service_model(service)
 
 

@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from hyperplan.cli.client import ApiError
-from tests.harness import REGION, Credentials, Server
+from hyperplan.store.changes import CALENDAR
+from tests.harness import ADMIN, REGION, Credentials, Server, healthy, wait_until
 from tests.inprocess import InProcessServer
 
 FLEETS = Path(__file__).parent.parent / "fleets"
@@ -85,8 +89,6 @@ def test_the_aws_tools_retry_a_throttled_request_by_themselves(
     )
     server = fast_server_factory(data_dir=tmp_path / "data", fleet=fleet).start()
     key = server.new_account("retrier")
-    import boto3
-
     client = boto3.client(
         "sagemaker",
         endpoint_url=server.url,
@@ -148,3 +150,79 @@ def test_the_cli_names_a_malformed_rate_limit(fast_shared_server: InProcessServe
         "accounts", "update", "admin", "--rate-limit", "search=fast", check=False
     )
     assert refused.returncode == 2 and "CLASS=RATE/BURST" in refused.stderr
+
+
+def test_a_search_waiting_for_the_store_stalls_no_other_request(fast_shared_server: InProcessServer) -> None:
+    """Searches are first tried on the event loop (server/sagemaker.py); one that must wait (here for a
+    lease of its account's tokens, a write, while another connection holds SQLite's write lock) is
+    answered in the thread pool instead, and meanwhile a search that needs nothing from the store and a
+    request on another connection are answered: the loop never waits."""
+    server = fast_shared_server
+    assert server.runtime is not None
+    limiter = server.runtime.context.rate_limiter
+    waiting = limited_account(server, "waiting")  # batches of one token: its first search leases
+    patient = boto3.client(  # an administrator: never limited; no retry, a stall fails the test
+        "sagemaker",
+        endpoint_url=server.url,
+        region_name=REGION,
+        aws_access_key_id=ADMIN.access_key,
+        aws_secret_access_key=ADMIN.secret_key,
+        config=Config(retries={"total_max_attempts": 1}, read_timeout=20),
+    )
+    warm = patient.search_training_plan_offerings(**SEARCH)["TrainingPlanOfferings"]
+    holder = sqlite3.connect(server.data_dir / "hyperplan.db", isolation_level=None)
+    outcome: list[str] = []
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        waiter = threading.Thread(target=lambda: outcome.extend(searches(server.sagemaker(waiting), 1)))
+        waiter.start()
+        # Its lease has begun (the bucket's lease lock, taken only around the write): it waits for the lock.
+        assert wait_until(lambda: any(lock.locked() for lock in limiter._leasing.values()), timeout=30)
+        again = patient.search_training_plan_offerings(**SEARCH)["TrainingPlanOfferings"]
+        assert [o["ReservedCapacityOfferings"] for o in again] == [
+            o["ReservedCapacityOfferings"] for o in warm
+        ]
+        assert healthy(server.port)  # a new connection, answered
+        assert waiter.is_alive() and outcome == []  # the search that must write still waits
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    waiter.join(60)
+    assert outcome == ["ok"]
+
+
+def test_searches_whose_caches_went_cold_answer_as_before_and_are_admitted_once_each(
+    fast_shared_server: InProcessServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A search first tried on the event loop takes its token there; when the calendar counter moved (as
+    another process's booking moves it), its quota check and the calendar must be read again, so it is
+    answered in the thread pool instead: the same answer, and the token taken on the loop given back, so
+    an account gets exactly its burst, as when every search ran in the pool."""
+    server = fast_shared_server
+    assert server.runtime is not None
+    context = server.runtime.context
+    limiter = context.rate_limiter
+    # Time stands still for the buckets (this process's batches and the store's bucket): no token comes
+    # back while the test runs, so the counts are exact whatever the machine's speed.
+    monkeypatch.setattr(limiter, "_clock", lambda: 1_000.0)
+    assert limiter._store is not None
+    monkeypatch.setattr(limiter._store, "_clock", lambda: 1_800_000_000.0)
+    burst = 12  # leased in batches of 3: a token taken on the loop from a batch, most searches
+    cold = server.new_account("cold")
+    limits = {"search": {"Rate": 1000, "Burst": burst}}
+    server.native().call("PATCH", "/api/v1/accounts/cold", body={"RateLimits": limits})
+    client = server.sagemaker(cold)
+    first = client.search_training_plan_offerings(**SEARCH)["TrainingPlanOfferings"]
+    outcomes = ["ok"]
+    for _ in range(burst + 2):
+        context.db.bump(CALENDAR)  # as a booking by another process moves it
+        try:
+            again = client.search_training_plan_offerings(**SEARCH)["TrainingPlanOfferings"]
+        except ClientError as error:
+            outcomes.append(error.response["Error"]["Code"])
+            continue
+        outcomes.append("ok")
+        assert [o["ReservedCapacityOfferings"] for o in again] == [
+            o["ReservedCapacityOfferings"] for o in first
+        ]
+    assert outcomes == ["ok"] * burst + ["ThrottlingException"] * 3
