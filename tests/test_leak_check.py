@@ -40,11 +40,18 @@ def test_starts_a_process_and_ends_it():
 
 
 def run_inner_pytest(tmp_path: Path, source: str, *options: str) -> subprocess.CompletedProcess[str]:
-    """A pytest run of its own, with only the leak check as a plugin, on one test file."""
+    """A pytest run of its own, with only the leak check as a plugin, on one test file. The plugins
+    installed in the environment (hypothesis, anyio, playwright, timeout...) are not loaded: the run names
+    the ones it needs (-p), and loading the rest in each of its processes doubled its CPU."""
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     test_file = tmp_path / "test_inner.py"
     test_file.write_text(source)
-    env = {**os.environ, "HYPERPLAN_LEAK_SETTLE_SECONDS": "1", "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "HYPERPLAN_LEAK_SETTLE_SECONDS": "1",
+        "PYTHONPATH": str(ROOT),
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+    }
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "tests.leaks", "-c", str(tmp_path / "pytest.ini"),
          "-p", "no:cacheprovider", "-q", *options, str(test_file)],
