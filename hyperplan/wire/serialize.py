@@ -15,6 +15,7 @@ import base64
 import enum
 import json
 import math
+import threading
 import weakref
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -265,17 +266,36 @@ _Compiled = Callable[[Any], Any]
 _compiled_shapes: weakref.WeakKeyDictionary[Shape, _Compiled] = weakref.WeakKeyDictionary()
 
 
+# One compile at a time, and what it makes is published only once all of it is complete: a recursive
+# shape reaches itself through a stand-in that works only once its compile is done, so a thread that
+# found a stand-in, or a member function calling one, while another thread was still compiling, failed
+# (an IndexError: a 500 on the first concurrent requests of a process).
+_compiling = threading.RLock()
+_pending: dict[Shape, _Compiled] = {}  # made by the compile under way (this thread's), not yet published
+
+
 def _compiled(shape: Shape) -> _Compiled:
     found = _compiled_shapes.get(shape)
     if found is not None:
         return found
-    # A recursive shape reaches itself: the entry is in place before its members are compiled.
-    cell: list[_Compiled] = []
-    _compiled_shapes[shape] = lambda value: cell[0](value)
-    function = _COMPILERS.get(shape.type_name, _compile_refused)(shape)
-    cell.append(function)
-    _compiled_shapes[shape] = function
-    return function
+    with _compiling:
+        found = _compiled_shapes.get(shape) or _pending.get(shape)
+        if found is not None:
+            return found
+        outermost = not _pending
+        # A recursive shape reaches itself: the stand-in is in place before its members are compiled.
+        cell: list[_Compiled] = []
+        _pending[shape] = lambda value: cell[0](value)
+        try:
+            function = _COMPILERS.get(shape.type_name, _compile_refused)(shape)
+            cell.append(function)
+            _pending[shape] = function
+            if outermost:
+                _compiled_shapes.update(_pending)
+        finally:
+            if outermost:
+                _pending.clear()
+        return function
 
 
 def _compile_refused(shape: Shape) -> _Compiled:

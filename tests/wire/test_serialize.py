@@ -106,6 +106,49 @@ def test_describe_training_plan_round_trips_through_botocore() -> None:
     assert parsed == expected
 
 
+def test_two_threads_answering_with_a_shape_new_to_both_get_the_same_body(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first two requests of a process answering the same operation at once: the second waits for
+    the first's compile of the shape, and never calls a part of it not yet made (an IndexError: a 500)."""
+    import botocore.session
+
+    from hyperplan.wire import serialize
+
+    # A model of our own: its shapes are new to the compiled cache, whatever ran before in this process.
+    fresh = ServiceModel(botocore.session.get_session().get_service_data("sagemaker"), "sagemaker")
+    op = fresh.operation_model("DescribeTrainingPlan")
+    compiling, go = threading.Event(), threading.Event()
+    compile_structure = serialize._COMPILERS["structure"]
+
+    def slow_for_the_output(shape: Any) -> Any:
+        if shape is op.output_shape:  # the first thread stops here, mid-compile, until told to go on
+            compiling.set()
+            assert go.wait(30)
+        return compile_structure(shape)
+
+    monkeypatch.setitem(serialize._COMPILERS, "structure", slow_for_the_output)
+    bodies: list[Any] = [None, None]
+
+    def answer(i: int) -> None:
+        try:
+            bodies[i] = serialize_response(op, plan())
+        except BaseException as exc:  # what the request would have answered with
+            bodies[i] = exc
+
+    first = threading.Thread(target=answer, args=(0,))
+    first.start()
+    assert compiling.wait(30)
+    second = threading.Thread(target=answer, args=(1,))
+    second.start()
+    second.join(0.3)  # it must not get a half-made function meanwhile (it waits, or it has its body)
+    go.set()
+    first.join(30)
+    second.join(30)
+    expected = serialize_response(operation_model("DescribeTrainingPlan"), plan())
+    assert bodies == [expected, expected]
+
+
 def test_search_offerings_round_trip_with_nested_lists() -> None:
     op = operation_model("SearchTrainingPlanOfferings")
     offering = {
