@@ -283,10 +283,12 @@ class Holdings:
 
 
 @cache
-def _holdings_query(pool_count: int, every_type: bool) -> Prepared:
+def _holdings_query(pool_count: int, every_type: bool, packed: bool) -> Prepared:
     """Held capacity (segments, then unpaid extensions) in `pool_count` pools between :low and :high,
     then the account's own (of the pools' types, or of every type) between :alow and :ahigh; tagged 0
-    and 1."""
+    and 1. `packed` (SQLite): every row in one, as a JSON array of arrays. The driver lets the GIL go
+    for each row it steps to, and takes it back after: in the writers' turn, with the process's other
+    threads at work, each take can wait (a busy pool's window holds tens of rows); one row, one wait."""
     rc, ext = ReservedCapacity, PlanExtension
 
     def in_pools(table: Any) -> Any:
@@ -331,9 +333,11 @@ def _holdings_query(pool_count: int, every_type: bool) -> Prepared:
 
     segments_in_pool, segments_of_account = held(rc, func.coalesce(rc.released_at, rc.end))
     extensions_in_pool, extensions_of_account = held(ext, ext.end)
-    return Prepared(
-        union_all(segments_in_pool, extensions_in_pool, segments_of_account, extensions_of_account)
-    )
+    rows = union_all(segments_in_pool, extensions_in_pool, segments_of_account, extensions_of_account)
+    if not packed:
+        return Prepared(rows)
+    each = rows.subquery()
+    return Prepared(select(func.json_group_array(func.json_array(*each.c))))
 
 
 def read_holdings(
@@ -350,9 +354,11 @@ def read_holdings(
         params[f"t{i}"], params[f"z{i}"] = instance_type, zone
     found = Holdings([], [])
     times: dict[int, datetime] = {}  # segments mostly share the day grid's few instants
-    for tag, instance_type, zone, start, end, held in _holdings_query(len(pools), every_type).rows(
-        connection, params
-    ):
+    packed = connection.dialect.name == "sqlite"
+    rows: Any = _holdings_query(len(pools), every_type, packed).rows(connection, params)
+    if packed:
+        rows = json.loads(rows[0][0])
+    for tag, instance_type, zone, start, end, held in rows:
         if (begins := times.get(start)) is None:
             begins = times[start] = from_micros(start)
         if (ends := times.get(end)) is None:
