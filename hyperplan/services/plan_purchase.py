@@ -125,9 +125,6 @@ def _insert(table: Table, *, returning: Sequence[str] = (), rows: int = 1) -> Pr
 _INSERT_PLAN = _insert(_PLANS, returning=("id",))
 _INSERT_INVOICE = _insert(_INVOICES, returning=("id",))
 _INSERT_LEDGER = _insert(_LEDGER)
-_INSERT_HISTORY = _insert(_HISTORY)
-_INSERT_STATUS_EVENTS = _insert(_STATUS_EVENTS)
-_INSERT_TIMED = _insert(_TIMED)
 _SET_BUDGET = Prepared(
     update(_ACCOUNTS).where(_ACCOUNTS.c.id == bindparam("account")).values(budget=bindparam("budget"))
 )
@@ -140,6 +137,21 @@ _SET_MESSAGE = Prepared(
 def _segments_insert(count: int) -> Prepared:
     """A plan's `count` segments in one statement, returning each one's (id, ordinal)."""
     return _insert(_SEGMENTS, returning=("id", "ordinal"), rows=count)
+
+
+@cache
+def _rows_insert(table: Table, count: int) -> Prepared:
+    return _insert(table, rows=count)
+
+
+def _insert_all(connection: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
+    """`rows` of `table` in one statement (ids given in their order), not one each as executemany runs
+    them: in the writers' turn each statement is a wait for the GIL again (the driver lets it go)."""
+    if len(rows) == 1:
+        _rows_insert(table, 1).rows(connection, rows[0])
+        return
+    params = {f"{key}_{i}": value for i, row in enumerate(rows) for key, value in row.items()}
+    _rows_insert(table, len(rows)).rows(connection, params)
 
 
 def _queue_deliveries_statement() -> Any:
@@ -271,10 +283,12 @@ class Holdings:
 
 
 @cache
-def _holdings_query(pool_count: int, every_type: bool) -> Prepared:
+def _holdings_query(pool_count: int, every_type: bool, packed: bool) -> Prepared:
     """Held capacity (segments, then unpaid extensions) in `pool_count` pools between :low and :high,
     then the account's own (of the pools' types, or of every type) between :alow and :ahigh; tagged 0
-    and 1."""
+    and 1. `packed` (SQLite): every row in one, as a JSON array of arrays. The driver lets the GIL go
+    for each row it steps to, and takes it back after: in the writers' turn, with the process's other
+    threads at work, each take can wait (a busy pool's window holds tens of rows); one row, one wait."""
     rc, ext = ReservedCapacity, PlanExtension
 
     def in_pools(table: Any) -> Any:
@@ -319,9 +333,11 @@ def _holdings_query(pool_count: int, every_type: bool) -> Prepared:
 
     segments_in_pool, segments_of_account = held(rc, func.coalesce(rc.released_at, rc.end))
     extensions_in_pool, extensions_of_account = held(ext, ext.end)
-    return Prepared(
-        union_all(segments_in_pool, extensions_in_pool, segments_of_account, extensions_of_account)
-    )
+    rows = union_all(segments_in_pool, extensions_in_pool, segments_of_account, extensions_of_account)
+    if not packed:
+        return Prepared(rows)
+    each = rows.subquery()
+    return Prepared(select(func.json_group_array(func.json_array(*each.c))))
 
 
 def read_holdings(
@@ -338,9 +354,11 @@ def read_holdings(
         params[f"t{i}"], params[f"z{i}"] = instance_type, zone
     found = Holdings([], [])
     times: dict[int, datetime] = {}  # segments mostly share the day grid's few instants
-    for tag, instance_type, zone, start, end, held in _holdings_query(len(pools), every_type).rows(
-        connection, params
-    ):
+    packed = connection.dialect.name == "sqlite"
+    rows: Any = _holdings_query(len(pools), every_type, packed).rows(connection, params)
+    if packed:
+        rows = json.loads(rows[0][0])
+    for tag, instance_type, zone, start, end, held in rows:
         if (begins := times.get(start)) is None:
             begins = times[start] = from_micros(start)
         if (ends := times.get(end)) is None:
@@ -357,26 +375,61 @@ def price_of(segments: Segments, count: int) -> Decimal:
     return sum((segment_price(pool, s.start, s.end, count) for pool, s in segments), start=Decimal("0"))
 
 
-def write(
-    runtime: ServiceContext,
-    session: Session,
-    caller: Caller,
-    name: str,
-    offering_id: str,
-    claim: OfferingClaim,
-    segments: Segments,
-    now: datetime,
-) -> None:
-    """Check and write the purchase in the caller's write transaction (concurrent=True); refuses, with
-    nothing written, as the checks say."""
-    # Before any read this purchase checks: what it reads can change only once it commits or rolls back.
-    lock_account(session, caller.account_id)
-    lock_pools(session, [pool.key for pool, _ in segments])
-    connection = session.connection()
-    facts = read_facts(connection, caller.account_id, name, offering_id)
-    _check(runtime, connection, facts, name, offering_id, claim, segments)
-    purchase = _Purchase(runtime, session, caller, facts, claim, segments, now)
-    purchase.write(name, offering_id)
+class Purchase:
+    """One purchase (plans.create). What follows from the request alone (the fee, the statuses and
+    messages of a plan paid at once, the segments' timed events) is worked out when it is made, before
+    the purchase asks for the writers' turn; in the turn (Database.write_grouped) `check` reads and
+    refuses, then `write` writes: only what needs the store's rows waits there."""
+
+    def __init__(
+        self,
+        runtime: ServiceContext,
+        caller: Caller,
+        name: str,
+        offering_id: str,
+        claim: OfferingClaim,
+        segments: Segments,
+        now: datetime,
+    ) -> None:
+        self.runtime, self.caller, self.name, self.offering_id = runtime, caller, name, offering_id
+        self.claim, self.segments, self.now = claim, segments, now
+        self.fee, self.currency = price_of(segments, claim.count), segments[0][0].currency
+        self.windows = [Window(s.start, s.end) for _, s in segments]
+        # If it is paid at once (the account's payment mode and budget decide, in the turn):
+        self.paid_status = status_at(self.windows, now)
+        self.paid_message = status_message(self.windows, self.paid_status, now)
+        self.paid_segments = [
+            status_at([window], now) if self._segment_moves(window) else None for window in self.windows
+        ]
+        policy = runtime.lifecycle.policies(claim.target)
+        self.timed = [
+            (kind, when, json.dumps(payload))
+            for ordinal, (_, s) in enumerate(segments, start=1)
+            for kind, when, payload in lifecycle.segment_events(s.start, s.end, ordinal, policy, now)
+        ]
+        self.due_at = payments.payment_deadline(min(s.start for _, s in segments), now)
+        self.bought = f"Bought offering {offering_id} for {self.fee} {self.currency}."
+        self.booked = [(pool.key, s.start, s.end, claim.count) for pool, s in segments]
+        self.facts: AccountFacts | None = None
+
+    def _segment_moves(self, window: Window) -> bool:
+        return RESERVED_CAPACITY_LIFECYCLE.allows(PlanStatus.PENDING, status_at([window], self.now))
+
+    def check(self, session: Session) -> None:
+        """Every refusal the store can give, in the caller's write transaction (concurrent=True); reads
+        only (store/group_commit.py runs it outside the purchase's savepoint)."""
+        # Before any read this purchase checks: what it reads can change only once it commits or rolls back.
+        lock_account(session, self.caller.account_id)
+        lock_pools(session, [pool.key for pool, _ in self.segments])
+        connection = session.connection()
+        facts = read_facts(connection, self.caller.account_id, self.name, self.offering_id)
+        _check(self.runtime, connection, facts, self.name, self.offering_id, self.claim, self.segments)
+        self.facts = facts
+
+    def write(self, session: Session) -> None:
+        """The checked purchase's rows, in the same transaction as `check`."""
+        assert self.facts is not None, "a purchase is checked before it is written"
+        _Rows(self, session, self.facts).write()
 
 
 def _check(
@@ -409,31 +462,24 @@ def _check(
         quotas.check_hours_held(runtime, facts, held.of_account(None, low, high), adding)
 
 
-class _Purchase:
+class _Rows:
     """The rows of one checked purchase, gathered per table and written one statement a table."""
 
-    def __init__(
-        self,
-        runtime: ServiceContext,
-        session: Session,
-        caller: Caller,
-        facts: AccountFacts,
-        claim: OfferingClaim,
-        segments: Segments,
-        now: datetime,
-    ) -> None:
-        self.runtime, self.session, self.connection = runtime, session, session.connection()
-        self.caller, self.facts, self.claim, self.segments, self.now = caller, facts, claim, segments, now
+    def __init__(self, purchase: Purchase, session: Session, facts: AccountFacts) -> None:
+        self.purchase, self.runtime, self.session = purchase, purchase.runtime, session
+        self.connection = session.connection()
+        self.caller, self.facts, self.claim, self.now = purchase.caller, facts, purchase.claim, purchase.now
+        self.segments = purchase.segments
         self.plan_id = 0
         self.history: list[dict[str, Any]] = []
         self.status_events: list[dict[str, Any]] = []
         self.timed: list[dict[str, Any]] = []
-        self.windows = [Window(s.start, s.end) for _, s in segments]
 
-    def write(self, name: str, offering_id: str) -> None:
-        runtime, now, facts, claim, segments = self.runtime, self.now, self.facts, self.claim, self.segments
+    def write(self) -> None:
+        purchase, runtime, now, facts = self.purchase, self.runtime, self.now, self.facts
+        name, offering_id, claim, segments = purchase.name, purchase.offering_id, self.claim, self.segments
         db = runtime.db
-        fee, currency = price_of(segments, claim.count), segments[0][0].currency
+        fee, currency = purchase.fee, purchase.currency
         # As payments.issue settles: auto pays, a budget pays if it can, any other mode (approval) waits
         # for an administrator.
         fails = facts.payment_mode == "budget" and facts.budget < fee
@@ -441,9 +487,9 @@ class _Purchase:
         paid = how is not None
         status, message = PlanStatus.PENDING, "Awaiting payment of the upfront fee."
         if paid:
-            status = status_at(self.windows, now)
+            status = purchase.paid_status
             PLAN_LIFECYCLE.check(PlanStatus.PENDING, status)
-            message = status_message(self.windows, status, now)
+            message = purchase.paid_message
         [(self.plan_id,)] = _INSERT_PLAN.rows(
             self.connection,
             {
@@ -460,14 +506,12 @@ class _Purchase:
                 "updated_at": now,
             },
         )
-        moved = [paid and self._segment_moves(window) for window in self.windows]
-        segment_ids = self._insert_segments(moved)
-        self._event("created", PlanStatus.PENDING, f"Bought offering {offering_id} for {fee} {currency}.")
-        policy = runtime.lifecycle.policies(claim.target)
-        for ordinal, (_, s) in enumerate(segments, start=1):
-            for kind, when, payload in lifecycle.segment_events(s.start, s.end, ordinal, policy, now):
-                self._schedule(kind, when, payload)
-        booked = [(pool.key, s.start, s.end, claim.count) for pool, s in segments]
+        statuses = purchase.paid_segments if paid else [None] * len(segments)
+        segment_ids = self._insert_segments(statuses)
+        self._event("created", PlanStatus.PENDING, purchase.bought)
+        for kind, when, payload in purchase.timed:
+            self._schedule(kind, when, payload)
+        booked = purchase.booked
         # Booked in memory once committed; a payment that fails below releases it again, in that order.
         session = self.session
         after_commit(session, lambda: runtime.calendar.book(booked, committed_change(session, CALENDAR)))
@@ -480,21 +524,19 @@ class _Purchase:
         invoice_id = self._invoice(fee, currency, paid, how or "")
         self._event("invoiced", PlanStatus.PENDING, f"Invoice {invoice_id} for {fee} {currency} (the plan).")
         if paid:
-            self._pay(invoice_id, fee, how or "", name, status, message, segment_ids, moved)
+            self._pay(invoice_id, fee, how or "", name, status, message, segment_ids, statuses)
         else:
             self._await_approval(invoice_id, fee, currency)
         self._flush_history_and_timed()
         if self.status_events:
-            _INSERT_STATUS_EVENTS.run_many(self.connection, self.status_events)
+            _insert_all(self.connection, _STATUS_EVENTS, self.status_events)
             db.wrote(session, StatusEvent)
 
-    def _segment_moves(self, window: Window) -> bool:
-        return RESERVED_CAPACITY_LIFECYCLE.allows(PlanStatus.PENDING, status_at([window], self.now))
-
-    def _insert_segments(self, moved: list[bool]) -> dict[int, int]:
-        """The plan's segments, each in the status it ends up in; returns their ids by ordinal."""
+    def _insert_segments(self, statuses: Sequence[str | None]) -> dict[int, int]:
+        """The plan's segments, each in the status it ends up in (None: still pending); returns their
+        ids by ordinal."""
         params: dict[str, Any] = {}
-        for i, ((pool, s), window, move) in enumerate(zip(self.segments, self.windows, moved, strict=True)):
+        for i, ((pool, s), status) in enumerate(zip(self.segments, statuses, strict=True)):
             row = {
                 "plan_id": self.plan_id,
                 "ordinal": i + 1,
@@ -503,7 +545,7 @@ class _Purchase:
                 "count": self.claim.count,
                 "start": s.start,
                 "end": s.end,
-                "status": status_at([window], self.now) if move else PlanStatus.PENDING,
+                "status": status or PlanStatus.PENDING,
                 "holds_capacity": True,
                 "released_at": None,
             }
@@ -514,8 +556,6 @@ class _Purchase:
         return {ordinal: id_ for id_, ordinal in written}
 
     def _invoice(self, fee: Decimal, currency: str, paid: bool, how: str) -> int:
-        first_start = min(s.start for _, s in self.segments)
-        self.due_at = payments.payment_deadline(first_start, self.now)
         [(invoice_id,)] = _INSERT_INVOICE.rows(
             self.connection,
             {
@@ -526,7 +566,7 @@ class _Purchase:
                 "currency": currency,
                 "status": InvoiceStatus.PAID if paid else InvoiceStatus.PENDING,
                 "created_at": self.now,
-                "due_at": self.due_at,
+                "due_at": self.purchase.due_at,
                 "settled_at": self.now if paid else None,
                 "note": how,
             },
@@ -543,7 +583,7 @@ class _Purchase:
         status: PlanStatus,
         message: str,
         segment_ids: dict[int, int],
-        moved: list[bool],
+        statuses: Sequence[str | None],
     ) -> None:
         """What payments._pay and lifecycle.mark_paid write for a plan paid as it is bought."""
         db, session, now, facts = self.runtime.db, self.session, self.now, self.facts
@@ -567,9 +607,8 @@ class _Purchase:
         )
         db.wrote(session, LedgerEntry)
         self._event("paid", PlanStatus.PENDING, f"Invoice {invoice_id} {how}.")
-        for ordinal, (window, move) in enumerate(zip(self.windows, moved, strict=True), start=1):
-            if move:
-                new = status_at([window], now)
+        for ordinal, new in enumerate(statuses, start=1):
+            if new is not None:
                 self._status_event(
                     RESERVED_CAPACITY_LIFECYCLE.kind, segment_ids[ordinal], PlanStatus.PENDING, new, message
                 )
@@ -577,13 +616,14 @@ class _Purchase:
 
     def _await_approval(self, invoice_id: int, fee: Decimal, currency: str) -> None:
         """What payments.issue writes for an account whose invoices an administrator approves."""
+        due_at = self.purchase.due_at
         message = (
             f"Awaiting an administrator's approval of invoice {invoice_id} ({fee} {currency}, the plan); "
-            f"unpaid at {self.due_at:%Y-%m-%d %H:%M} UTC, the plan fails and its capacity is released."
+            f"unpaid at {due_at:%Y-%m-%d %H:%M} UTC, the plan fails and its capacity is released."
         )
         _SET_MESSAGE.rows(self.connection, {"plan": self.plan_id, "message": message})
         self._event("awaiting-approval", PlanStatus.PENDING, message)
-        self._schedule(lifecycle.PAYMENT_DEADLINE, self.due_at, {"invoice": invoice_id})
+        self._schedule(lifecycle.PAYMENT_DEADLINE, due_at, json.dumps({"invoice": invoice_id}))
 
     def _settle_by_the_step_by_step_path(self) -> None:
         """A payment that fails at once: payments.issue invoices, fails the plan and releases what it
@@ -597,11 +637,11 @@ class _Purchase:
         events gathered so far."""
         connection = self.connection
         if self.timed:
-            _INSERT_TIMED.run_many(connection, self.timed)
+            _insert_all(connection, _TIMED, self.timed)
             self.timed = []
         if not self.history:
             return
-        _INSERT_HISTORY.run_many(connection, self.history)
+        _insert_all(connection, _HISTORY, self.history)
         self.history = []
         if self.facts.webhooks:
             # Real time: the first attempt is due at once, whatever the service clock says.
@@ -633,13 +673,13 @@ class _Purchase:
             }
         )
 
-    def _schedule(self, kind: str, when: datetime, payload: dict[str, Any]) -> None:
+    def _schedule(self, kind: str, when: datetime, payload: str) -> None:
         self.timed.append(
             {
                 "due_at": when,
                 "kind": kind,
                 "subject": str(self.plan_id),
-                "payload": json.dumps(payload),
+                "payload": payload,
                 "done": False,
                 "ran_at": None,
             }

@@ -98,19 +98,22 @@ def create(
     segments = _segments_of(runtime, claim)
     slurm_reservations.check_can_book(runtime, caller.account_id)
     arn = runtime.arn(caller.account_id, f"training-plan/{name}")
+    # What needs no row of the store is worked out here, before the writers' turn.
+    purchase = plan_purchase.Purchase(runtime, caller, name, offering_id, claim, segments, now)
 
     def buy(session: Session) -> None:
         acting.act(session, caller.user_id)
-        plan_purchase.write(runtime, session, caller, name, offering_id, claim, segments, now)
+        purchase.write(session)
         if tags:
             tag_store.put(session, caller.account_id, arn, tags)
 
     try:
         # Concurrent on PostgreSQL: relies on the account's row lock (its name, quotas and budget), the
-        # pools' locks (capacity) and the unique constraints, all taken in plan_purchase.write
+        # pools' locks (capacity) and the unique constraints, all taken in Purchase.check
         # (store/locks.py). On SQLite purchases arriving together share one durable commit, each in a
-        # savepoint of its own (store/group_commit.py): a refused one is refused alone.
-        runtime.db.write_grouped(buy)
+        # savepoint of its own (store/group_commit.py): a refused one is refused alone, most of them
+        # by the check, before any savepoint.
+        runtime.db.write_grouped(buy, check=purchase.check)
     except IntegrityError:
         # A racing buyer committed the same name or offering between our checks and our insert.
         raise ResourceInUse(f"Training plan {name!r} or its offering was just taken; search again.") from None

@@ -359,20 +359,26 @@ class Database:
         finally:
             self._in_write.depth = depth
 
-    def write_grouped(self, work: Callable[[Session], T]) -> T:
-        """`work(session)` in a write transaction, its result once that committed; on SQLite in a batch
-        with the writes of other threads arriving at the same time, committed together in one durable
-        commit, each in a savepoint of its own (store/group_commit.py). `work` must be what a
-        `write(concurrent=True)` block may be: it locks what it checks (store/locks.py); its error rolls
-        back only what it wrote, and is raised here. Not batched on PostgreSQL, nor within a write of
-        this thread (whose turn a batch led by another thread would wait for)."""
+    def write_grouped(
+        self, work: Callable[[Session], T], check: Callable[[Session], object] | None = None
+    ) -> T:
+        """`check(session)` (if given), then `work(session)`, in a write transaction; the work's result
+        once that committed; on SQLite in a batch with the writes of other threads arriving at the same
+        time, committed together in one durable commit, each in a savepoint of its own
+        (store/group_commit.py). Together they must be what a `write(concurrent=True)` block may be:
+        they lock what they check (store/locks.py); `check` only reads (its refusal then needs no
+        savepoint); an error rolls back only what the work wrote, and is raised here. Not batched on
+        PostgreSQL, nor within a write of this thread (whose turn a batch led by another thread would
+        wait for)."""
         may_wait("a write to the store")
         writing: int = getattr(self._in_write, "depth", 0)
         if not self.is_sqlite or writing:
             with self.write(concurrent=True) as session:
+                if check is not None:
+                    check(session)
                 result = work(session)
             return result
-        return self.group.run(work, self.turn_wait)
+        return self.group.run(work, self.turn_wait, check)
 
     @contextmanager
     def _write(self, *, concurrent: bool, durable: bool) -> Iterator[Session]:

@@ -12,6 +12,10 @@ What each writer is promised is unchanged:
 - A work that raises (a refusal: capacity, a quota, a taken name) rolls back to its savepoint alone:
   nothing of it is written, none of its after-commit callbacks runs, the writer gets its own error; the
   batch goes on. The works after it see the store as if it had never run.
+- A work may come with a `check` that only reads (a purchase's checks: most refusals under contention
+  are its capacity, taken since the search). It runs first, outside any savepoint: a refusal there has
+  written nothing, so it costs no SAVEPOINT and no ROLLBACK TO, two statements fewer in the writers'
+  turn that every writer waits for. A check found to have written fails the batch (nothing committed).
 - A work sees everything the works before it in the batch wrote (one transaction): a pool's capacity,
   an account's quotas and names are checked against them as against committed rows.
 - Nothing is acknowledged before the one commit is durable. If the commit fails (or the savepoint of a
@@ -55,6 +59,7 @@ class _Work(Generic[T]):
     """One writer's work and, once its batch is done, its outcome."""
 
     run: Callable[[Session], T]
+    check: Callable[[Session], object] | None = None  # reads only (see the module)
     result: T | None = None
     error: BaseException | None = None
     callbacks: list[Callable[[], None]] = field(default_factory=list)
@@ -90,9 +95,12 @@ class GroupCommit:
         with self._state:
             return len(self._queue)
 
-    def run(self, work: Callable[[Session], T], wait: float) -> T:
-        """Run `work(session)` in a batch's transaction; its result once durably committed, or its error."""
-        mine: _Work[T] = _Work(work)
+    def run(
+        self, work: Callable[[Session], T], wait: float, check: Callable[[Session], object] | None = None
+    ) -> T:
+        """Run `check(session)` (if any: it only reads), then `work(session)`, in a batch's transaction;
+        the work's result once durably committed, or the error of either."""
+        mine: _Work[T] = _Work(work, check)
         deadline = time.monotonic() + wait
         with self._state:
             self._queue.append(mine)
@@ -166,6 +174,8 @@ class GroupCommit:
 def _run(session: Session, work: _Work[Any]) -> None:
     """The work alone in the transaction: what it raises rolls the transaction back (Database.write)."""
     before = len(session.info.get(marks.AFTER_COMMIT, []))
+    if work.check is not None:
+        work.check(session)
     work.result = work.run(session)
     _set_callbacks_aside(session, work, before)
 
@@ -182,6 +192,8 @@ def _run_in_savepoint(session: Session, work: _Work[Any]) -> None:
     those registered outside the works: the wakes of what was inserted)."""
 
     before = _snapshot(session)
+    if work.check is not None and not _checked(session, work, before):
+        return
     savepoint = session.begin_nested()
     try:
         work.result = work.run(session)
@@ -198,6 +210,31 @@ def _run_in_savepoint(session: Session, work: _Work[Any]) -> None:
         work.error = exc
         return
     _set_callbacks_aside(session, work, before.callbacks)
+
+
+def _checked(session: Session, work: _Work[Any], before: _Snapshot) -> bool:
+    """The work's check, outside any savepoint: False, with the work's error set, if it refused. A
+    check that wrote (SQLite counts every row a connection changes) fails the batch: its rows could not
+    be undone alone."""
+    dbapi = session.connection().connection.dbapi_connection
+    changes = getattr(dbapi, "total_changes", None)
+    try:
+        assert work.check is not None
+        work.check(session)
+    except Exception as exc:
+        if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+            raise
+        _unchanged(dbapi, changes)
+        _restore(session, before)
+        work.error = exc
+        return False
+    _unchanged(dbapi, changes)
+    return True
+
+
+def _unchanged(dbapi: Any, changes: int | None) -> None:
+    if changes is not None and dbapi.total_changes != changes:
+        raise BatchFailed("a purchase's check wrote to the store")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
 from sqlalchemy.orm import Session
 
 from hyperplan.errors import ServiceUnavailable, ValidationError
@@ -108,6 +108,56 @@ def test_a_failed_commit_fails_every_writer_of_the_batch_and_writes_nothing(db: 
     # The store goes on: the next writer commits alone.
     assert db.write_grouped(setting_writer("d", ran)) == "d"
     assert "d" in stored_keys(db) and counter(db) == before + 1
+
+
+def reads(key: str, *, refuse: bool = False) -> Callable[[Session], None]:
+    """A check that reads what the works before it in the batch wrote, and refuses if told to."""
+
+    def check(session: Session) -> None:
+        session.scalar(select(Setting.value).where(Setting.key == key))
+        if refuse:
+            raise ValidationError(f"{key} is refused by its check")
+
+    return check
+
+
+def test_a_check_refuses_alone_before_any_savepoint_and_a_check_that_writes_fails_its_batch(
+    db: Database,
+) -> None:
+    ran: list[tuple[str, int | None]] = []
+    made: list[str] = []
+    event.listen(db.engine, "before_cursor_execute", lambda *args: made.append(args[2]))
+    outcomes = together(
+        db,
+        [
+            partial(db.write_grouped, setting_writer("c0", ran), reads("c0")),
+            partial(db.write_grouped, setting_writer("c1", ran), reads("c0", refuse=True)),
+            partial(db.write_grouped, setting_writer("c2", ran), reads("c1")),
+        ],
+    )
+    assert outcomes[0] == "c0" and outcomes[2] == "c2"
+    assert isinstance(outcomes[1], ValidationError) and "by its check" in outcomes[1].message
+    assert stored_keys(db) >= {"c0", "c2"} and "c1" not in stored_keys(db)
+    assert [key for key, _ in ran] == ["c0", "c2"]
+    # The refused check wrote nothing, so nothing was rolled back: a savepoint for each work written.
+    assert sum(sql.startswith("SAVEPOINT") for sql in made) == 2
+    assert not any(sql.startswith("ROLLBACK TO") for sql in made)
+
+    def writes(session: Session) -> None:
+        session.add(Setting(key="by-a-check", value="x"))
+        session.flush()
+        raise ValidationError("refused after it wrote")
+
+    outcomes = together(
+        db,
+        [
+            partial(db.write_grouped, setting_writer("d0", ran)),
+            partial(db.write_grouped, setting_writer("d1", ran), writes),
+        ],
+    )
+    for outcome in outcomes:  # its rows could not be undone alone: the whole batch is refused
+        assert isinstance(outcome, ServiceUnavailable), outcome
+    assert stored_keys(db).isdisjoint({"d0", "d1", "by-a-check"})
 
 
 def test_a_batch_holds_at_most_its_bound_and_the_rest_commit_next(db: Database) -> None:
