@@ -40,6 +40,8 @@ from sqlalchemy.sql.elements import ClauseElement
 _REQUIRED: Any = object()  # a bind with no value of its own: the caller must give one
 DEFERRED = "hyperplan_deferred"  # a connection's info: [(sql, bound)] to send before its next statement
 _IDLE = 0  # libpq's PQTRANS_IDLE: no transaction open, the next statement's BEGIN is still to be sent
+_TUPLES_OK = 2  # libpq's PGRES_TUPLES_OK: a result with rows (perhaps none of them)
+_NO_RESULT: Any = object()
 
 
 @dataclass(frozen=True)
@@ -83,7 +85,7 @@ class Prepared:
                         cursor.execute(form.sql, bound)
                 else:
                     cursor.execute(form.sql, bound)
-                return [tuple(row) for row in cursor.fetchall()] if cursor.description else []
+                return [tuple(row) for row in cursor.fetchall()] if _has_rows(cursor) else []
         finally:
             cursor.close()
 
@@ -147,6 +149,15 @@ def _take_deferred(connection: Connection) -> list[tuple[str, Any]]:
     if connection.dialect.name != "postgresql":
         return []
     return connection.info.pop(DEFERRED, None) or []
+
+
+def _has_rows(cursor: Any) -> bool:
+    """The statement returned rows (psycopg: read from its result's status, without building the
+    cursor's description, a Column object per column and call)."""
+    result = getattr(cursor, "pgresult", _NO_RESULT)
+    if result is _NO_RESULT:  # another driver
+        return cursor.description is not None
+    return result is not None and result.status == _TUPLES_OK
 
 
 def _opens_transaction(connection: Connection) -> bool:
