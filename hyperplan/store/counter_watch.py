@@ -13,7 +13,10 @@ restarted) is opened again once, in the same call, and the pool, whose connectio
 too and are not pinged at checkout (store/db.py, _make_engine), is emptied first: the request's own
 transactions, which come after this read, get new ones.
 
-One lock serialises the callers of one watch; each call still reads after it was made.
+One lock serialises the callers of one watch; each call still reads after it was made. On PostgreSQL,
+where a read is a round trip, callers arriving while one is under way share the next one: it begins
+after each of them called, so it answers each of them, and N requests arriving together cost two
+reads, not N one after another.
 """
 
 from __future__ import annotations
@@ -39,6 +42,17 @@ class CounterWatch:
         self._pid = 0  # the process that opened it: a child never uses its parent's
         self._version: int | None = None  # SQLite's data_version when `_values` was read
         self._values: dict[str, int] = {}
+        self._share_anew()
+
+    def _share_anew(self) -> None:
+        """PostgreSQL's shared reads: how many began, the newest finished one's number and values (in
+        this process: a child starts afresh)."""
+        self._turns = threading.Condition(threading.Lock())
+        self._turns_pid = os.getpid()
+        self._began = 0
+        self._finished = 0
+        self._reading = False
+        self._latest: dict[str, int] = {}
 
     def read(self) -> dict[str, int]:
         """Every counter's value as committed when the call began (a new dict each time).
@@ -48,18 +62,47 @@ class CounterWatch:
         lock; PostgreSQL's is a round trip, a wait."""
         if not self._sqlite:
             may_wait("the change counters' round trip")
+            return self._read_shared()
         with holding(self._lock, "the change counters' connection"):
-            try:
-                return dict(self._read())
-            except Exception:
-                if self._sqlite:
-                    raise
-                # PostgreSQL: the connection was lost (the server restarted, say). So were the pool's,
-                # which are not pinged at checkout: the pool starts afresh before this request's
-                # transactions check one out. Then one more try, on a new connection.
-                self._drop()
-                self._engine.dispose()
-                return dict(self._read())
+            return dict(self._read())
+
+    def _read_shared(self) -> dict[str, int]:
+        """A read that began after this call did: one under way already began too early, so wait for
+        it to end, then take the next one, the caller's own or one begun by a caller that came while
+        the same one was under way."""
+        if self._turns_pid != os.getpid():
+            self._share_anew()
+        with self._turns:
+            wanted = self._began + 1
+            while self._finished < wanted:
+                if not self._reading:
+                    self._reading, self._began = True, self._began + 1
+                    number = self._began
+                    break
+                self._turns.wait()
+            else:
+                return dict(self._latest)
+        try:
+            with self._lock:
+                values = self._read_or_reopen()
+            with self._turns:
+                self._latest, self._finished = values, number
+        finally:
+            with self._turns:
+                self._reading = False
+                self._turns.notify_all()
+        return dict(values)
+
+    def _read_or_reopen(self) -> dict[str, int]:
+        try:
+            return self._read()
+        except Exception:
+            # The connection was lost (the server restarted, say). So were the pool's, which are not
+            # pinged at checkout: the pool starts afresh before this request's transactions check one
+            # out. Then one more try, on a new connection.
+            self._drop()
+            self._engine.dispose()
+            return self._read()
 
     def close(self) -> None:
         with self._lock:

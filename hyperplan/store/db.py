@@ -32,7 +32,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from hyperplan.errors import ServiceUnavailable, StartRefused, ValidationError
-from hyperplan.store import session_marks
+from hyperplan.store import prepared, session_marks
 from hyperplan.store.counter_watch import READ_COUNTERS_SQL, CounterWatch
 from hyperplan.store.group_commit import GroupCommit
 from hyperplan.store.prepared import Prepared
@@ -390,10 +390,8 @@ class Database:
                         connection.info[_RELAXED] = True
                         connection.exec_driver_sql("PRAGMA synchronous=NORMAL")
                     _begin_immediate(connection)
-                elif self.is_postgres:
-                    take = "pg_advisory_xact_lock_shared" if concurrent else "pg_advisory_xact_lock"
-                    relax = "" if durable else ", set_config('synchronous_commit', 'off', true)"
-                    _first_statement(session, text(f"SELECT {take}(:c, :o){relax}"), WRITERS_LOCK)
+                elif self.is_postgres:  # with the BEGIN, in one round trip (store/prepared.py)
+                    _first_statement(session, _TAKE_WRITERS_LOCK[concurrent, durable], WRITERS_LOCK)
                 try:
                     yield session
                     session.commit()
@@ -490,20 +488,29 @@ def _bump_many(count: int) -> Prepared:
     )
 
 
+def _writers_lock(concurrent: bool, durable: bool) -> Prepared:
+    take = "pg_advisory_xact_lock_shared" if concurrent else "pg_advisory_xact_lock"
+    relax = "" if durable else ", set_config('synchronous_commit', 'off', true)"
+    return Prepared(text(f"SELECT {take}(:c, :o){relax}"))
+
+
+# A PostgreSQL writer's first statement, by (concurrent, durable).
+_TAKE_WRITERS_LOCK = {(c, d): _writers_lock(c, d) for c in (True, False) for d in (True, False)}
+
 WRITERS_LOCK_SUFFIX = ".writers-lock"
 
 
-def _first_statement(session: Session, statement: Any, parameters: dict[str, Any]) -> None:
+def _first_statement(session: Session, statement: Prepared, parameters: dict[str, Any]) -> None:
     """A transaction's first statement, on PostgreSQL, where the pool does not ping a connection before
     handing it out (_make_engine): found lost (the server restarted), it runs again on a new connection,
     once; nothing was done on the lost one."""
     try:
-        session.execute(statement, parameters)
+        statement.rows(session.connection(), parameters)
     except DBAPIError as exc:
         if not exc.connection_invalidated:
             raise
         session.rollback()  # lets go of the lost connection; the pool drops every one as old
-        session.execute(statement, parameters)
+        statement.rows(session.connection(), parameters)
 
 
 @contextmanager
@@ -554,9 +561,12 @@ def _make_engine(url: str) -> Engine:
         # (store/counter_watch.py); a writer's first statement runs again once on a new connection
         # (_first_statement); anything else lost mid-way is a ServiceUnavailable. Connections are
         # replaced after pool_recycle seconds, so none outlives what a proxy or firewall keeps open.
-        return create_engine(
+        engine = create_engine(
             url, pool_recycle=600, isolation_level="READ COMMITTED", pool_size=8, max_overflow=24
         )
+        engine.dialect.do_rollback = _rollback_keeping_prepared  # type: ignore[method-assign]
+        _deferred_statements_sent_in_time(engine)
+        return engine
     if not url.startswith("sqlite"):
         return create_engine(url, pool_pre_ping=True)
     engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=16)
@@ -584,6 +594,55 @@ def _make_engine(url: str) -> Engine:
             dbapi_connection.execute("PRAGMA synchronous=FULL")
 
     return engine
+
+
+def _deferred_statements_sent_in_time(engine: Engine) -> None:
+    """A transaction's deferred statements (store/prepared.py: its locks) go to the server before any
+    statement SQLAlchemy runs and before the commit; a rollback, or the connection's return to the
+    pool, forgets them."""
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def _before(connection: Connection, *_args: Any) -> None:
+        if prepared.DEFERRED in connection.info:
+            prepared.run_deferred(connection)
+
+    @event.listens_for(engine, "commit")
+    def _before_commit(connection: Connection) -> None:
+        prepared.run_deferred(connection)
+
+    @event.listens_for(engine, "rollback")
+    def _rolled_back(connection: Connection) -> None:
+        if not connection.invalidated:  # an invalidated one's info goes with its driver connection
+            prepared.drop_deferred(connection.info)
+
+    @event.listens_for(engine, "checkin")
+    def _returned(_dbapi_connection: Any, record: Any) -> None:
+        prepared.drop_deferred(record.info)
+
+
+def _rollback_keeping_prepared(dbapi_connection: Any) -> None:
+    """PostgreSQL: ROLLBACK, leaving the statements psycopg prepared on the server prepared.
+
+    psycopg prepares a statement on the server once a connection has run it a few times
+    (prepare_threshold), so that PostgreSQL parses and plans it once. But its own rollback() forgets
+    every prepared statement, and sends DEALLOCATE ALL before the connection's next statement: it guards
+    against DDL rolled back under a prepared statement. Here every read ends in a rollback (Database.read),
+    and so does each refused purchase: nothing stayed prepared, and each statement was parsed and
+    planned afresh, a purchase's capacity read ~1 ms of the database's CPU each time (issue 20). Our DDL
+    runs only in migrations, at a server's start, and a DROP or ALTER still clears psycopg's cache as it
+    runs. The ROLLBACK goes straight to libpq (which waits without holding the GIL); if it does not
+    answer as a rollback does, the driver's own rollback runs, and raises as it would have."""
+    from psycopg import pq
+
+    pgconn = dbapi_connection.pgconn
+    if pgconn.transaction_status == pq.TransactionStatus.IDLE:
+        return
+    try:
+        result = pgconn.exec_(b"ROLLBACK")
+    except Exception:  # no result at all: the driver's rollback says what is wrong
+        result = None
+    if result is None or result.status != pq.ExecStatus.COMMAND_OK:
+        dbapi_connection.rollback()
 
 
 def _savepoints_as_plain_sql(dialect: Any) -> None:

@@ -14,12 +14,22 @@ literal_execute), so that one SQL string serves every call; `Prepared` refuses a
 They are announced to the engine's before_cursor_execute listeners as SQLAlchemy's own are (with no
 execution context), so that a test counting a path's statements still sees them; SQLAlchemy's echo
 logging does not.
+
+Round trips (PostgreSQL). Each statement waits for its answer, and under load each wait costs more
+than the statement (a thread switch to the database and back, and the GIL to take again). Two are
+spared without changing what runs in which order: a statement whose result nobody reads, only its
+effect on what follows (a lock), may be `defer`red: it goes to the server just before the connection's
+next statement, in the same round trip when that one is a Prepared one (psycopg's pipeline mode: the
+statements still run one after another, each with its own snapshot, and the first error stops the
+rest). And a Prepared statement that opens its transaction goes with the BEGIN psycopg sends first.
+Whatever runs the next statement otherwise (SQLAlchemy, the commit) sends the deferred ones first
+(`run_deferred`, which store/db.py calls from the engine's events); a rollback forgets them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +38,10 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ClauseElement
 
 _REQUIRED: Any = object()  # a bind with no value of its own: the caller must give one
+DEFERRED = "hyperplan_deferred"  # a connection's info: [(sql, bound)] to send before its next statement
+_IDLE = 0  # libpq's PQTRANS_IDLE: no transaction open, the next statement's BEGIN is still to be sent
+_TUPLES_OK = 2  # libpq's PGRES_TUPLES_OK: a result with rows (perhaps none of them)
+_NO_RESULT: Any = object()
 
 
 @dataclass(frozen=True)
@@ -58,13 +72,20 @@ class Prepared:
     def rows(self, connection: Connection, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """Execute once; the rows it returns (none for a statement without RETURNING or a result)."""
         form = self._form(connection.dialect)
+        bound = form.bind(params)
+        deferred = _take_deferred(connection)
         cursor = connection.connection.cursor()
         try:
-            bound = form.bind(params)
+            for sql, earlier in deferred:
+                _announce(connection, cursor, sql, earlier, many=False)
             _announce(connection, cursor, form.sql, bound, many=False)
             with _as_sqlalchemy_errors(connection, cursor, form.sql, bound):
-                cursor.execute(form.sql, bound)
-                return [tuple(row) for row in cursor.fetchall()] if cursor.description else []
+                if deferred or _opens_transaction(connection):
+                    with _pipeline(connection, deferred):
+                        cursor.execute(form.sql, bound)
+                else:
+                    cursor.execute(form.sql, bound)
+                return [tuple(row) for row in cursor.fetchall()] if _has_rows(cursor) else []
         finally:
             cursor.close()
 
@@ -73,20 +94,89 @@ class Prepared:
         if not rows:
             return
         form = self._form(connection.dialect)
+        deferred = _take_deferred(connection)
         cursor = connection.connection.cursor()
         try:
             bound: Any = [form.bind(row) for row in rows]
+            for sql, earlier in deferred:
+                _announce(connection, cursor, sql, earlier, many=False)
             _announce(connection, cursor, form.sql, bound, many=True)
-            with _as_sqlalchemy_errors(connection, cursor, form.sql, bound):
+            pipelined = _pipeline(connection, deferred) if deferred else nullcontext()
+            with _as_sqlalchemy_errors(connection, cursor, form.sql, bound), pipelined:
                 cursor.executemany(form.sql, bound)
         finally:
             cursor.close()
+
+    def defer(self, connection: Connection, params: Mapping[str, Any]) -> None:
+        """Run just before the connection's next statement, on PostgreSQL in the same round trip when
+        that one is a Prepared one (see the module); at once on any other database. For a statement
+        whose result nobody reads (a lock): an error it meets is raised by the next statement."""
+        if connection.dialect.name != "postgresql":
+            self.rows(connection, params)
+            return
+        form = self._form(connection.dialect)
+        connection.info.setdefault(DEFERRED, []).append((form.sql, form.bind(params)))
 
     def _form(self, dialect: Dialect) -> _Form:
         form = self._forms.get(dialect.name)
         if form is None:
             form = self._forms[dialect.name] = _compile(self.statement, dialect)
         return form
+
+
+def run_deferred(connection: Connection) -> None:
+    """Send the connection's deferred statements now, in one round trip (before a statement that is not
+    a Prepared one, or the commit)."""
+    deferred = _take_deferred(connection)
+    if not deferred:
+        return
+    sql, bound = deferred[-1]
+    cursor = connection.connection.cursor()
+    try:
+        with _as_sqlalchemy_errors(connection, cursor, sql, bound), _pipeline(connection, deferred[:-1]):
+            cursor.execute(sql, bound)
+    finally:
+        cursor.close()
+
+
+def drop_deferred(info: dict[Any, Any]) -> None:
+    """Forget a connection's deferred statements (its transaction rolled back; it goes back to the
+    pool)."""
+    info.pop(DEFERRED, None)
+
+
+def _take_deferred(connection: Connection) -> list[tuple[str, Any]]:
+    if connection.dialect.name != "postgresql":
+        return []
+    return connection.info.pop(DEFERRED, None) or []
+
+
+def _has_rows(cursor: Any) -> bool:
+    """The statement returned rows (psycopg: read from its result's status, without building the
+    cursor's description, a Column object per column and call)."""
+    result = getattr(cursor, "pgresult", _NO_RESULT)
+    if result is _NO_RESULT:  # another driver
+        return cursor.description is not None
+    return result is not None and result.status == _TUPLES_OK
+
+
+def _opens_transaction(connection: Connection) -> bool:
+    """PostgreSQL: the statement opens the transaction, so psycopg sends a BEGIN before it."""
+    if connection.dialect.name != "postgresql":
+        return False
+    driver: Any = connection.connection.dbapi_connection
+    return bool(driver.pgconn.transaction_status == _IDLE and not driver.autocommit)
+
+
+@contextmanager
+def _pipeline(connection: Connection, deferred: Sequence[tuple[str, Any]]) -> Iterator[None]:
+    """psycopg's pipeline: the deferred statements, then what the block executes, sent together; their
+    answers (and the first error) once the block ends."""
+    driver: Any = connection.connection.dbapi_connection
+    with driver.pipeline():
+        for sql, bound in deferred:
+            driver.cursor().execute(sql, bound)
+        yield
 
 
 @contextmanager

@@ -51,6 +51,42 @@ def test_the_counters_follow_every_commit_at_once(stores: Stores, tmp_path: Path
         there.close()
 
 
+def test_readers_arriving_together_each_see_what_was_committed_before_they_asked(
+    stores: Stores, tmp_path: Path
+) -> None:
+    """Threads that each commit, then read the counters at once, all at the same time: on PostgreSQL
+    they share reads (store/counter_watch.py), and none may be answered by a read that began before its
+    own commit (every writer here moves the same counter: each must see at least its own value)."""
+    here, there = _two(stores, tmp_path)
+    stale: list[tuple[int, int]] = []
+    start = threading.Barrier(8)
+
+    def commit_then_read() -> None:
+        start.wait(timeout=60)
+        for _ in range(25):
+            with there.write(concurrent=True) as session:
+                [(mine,)] = session.execute(
+                    text("UPDATE change_counters SET value = value + 1 WHERE name = :n RETURNING value"),
+                    {"n": changes.KEYS},
+                ).all()
+            seen = here.counters()[changes.KEYS]
+            if seen < mine:
+                stale.append((mine, seen))
+
+    try:
+        threads = [threading.Thread(target=commit_then_read) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+        assert not any(thread.is_alive() for thread in threads)
+        assert stale == []
+        assert here.counters()[changes.KEYS] == 200
+    finally:
+        here.close()
+        there.close()
+
+
 def _drop_every_connection(database: Database) -> None:
     """What a PostgreSQL restart does to every connection to the store but this one."""
     with database.engine.connect() as connection:
