@@ -286,6 +286,16 @@ def uploads_root(data_dir: Path) -> Path:
     return Path(data_dir) / "s3-uploads"
 
 
+def new_upload_id() -> str:
+    """32 random URL-safe characters, never starting with '-': the aws CLI reads an argument that starts
+    with one as an option (`s3api abort-multipart-upload --upload-id -x...` fails as "expected one
+    argument"), and one id in 64 would."""
+    while True:
+        upload_id = secrets.token_urlsafe(24)
+        if not upload_id.startswith("-"):
+            return upload_id
+
+
 def start_upload(
     data_dir: Path,
     bucket: str,
@@ -294,7 +304,7 @@ def start_upload(
     content_type: str | None,
     metadata: Mapping[str, str],
 ) -> Upload:
-    upload_id = secrets.token_urlsafe(24)
+    upload_id = new_upload_id()
     directory = uploads_root(data_dir) / upload_id
     directory.mkdir(parents=True, mode=0o700)
     description = {
