@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 import numpy as np
 
 from hyperplan.core.fleet import Fleet
+from hyperplan.core.keyed_hash import hmac_sha256
 
 PREFIX = "tpo-"
 _VERSION = 1
@@ -85,7 +86,7 @@ def encode_all(claims: Sequence[OfferingClaim], *, key: bytes, fleet: Fleet) -> 
 
 
 def _mac(key: bytes, body: bytes) -> bytes:
-    return hmac.digest(key, body, "sha256")[:_MAC_BYTES]
+    return hmac_sha256(key)(body)[:_MAC_BYTES]
 
 
 _ALPHABET = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz234567", dtype=np.uint8)

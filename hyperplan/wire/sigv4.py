@@ -34,6 +34,7 @@ from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from urllib.parse import quote, unquote_to_bytes
 
+from hyperplan.core.keyed_hash import hmac_sha256
 from hyperplan.errors import (
     InvalidSignature,
     MissingAuthenticationToken,
@@ -315,10 +316,8 @@ def _verify(
     )
     scope = credential_scope(claim.scope_date, claim.scope_region, claim.scope_service)
     key = signing_key(secret, claim.scope_date, claim.scope_region, claim.scope_service)
-    # hmac.digest: the one-shot HMAC in C, what hmac.new(...).hexdigest() computes at a fraction of the calls
-    expected = hmac.digest(
-        key, string_to_sign(claim.timestamp, scope, canonical).encode("utf-8"), "sha256"
-    ).hex()
+    # The signing key's HMAC, its key blocks hashed once for every request signed with it that day.
+    expected = hmac_sha256(key)(string_to_sign(claim.timestamp, scope, canonical).encode("utf-8")).hex()
     if not hmac.compare_digest(expected.encode("ascii"), claim.signature.encode("utf-8")):
         raise InvalidSignature(SIGNATURE_MISMATCH)
     return _Verified(claim, key, payload)
