@@ -164,13 +164,16 @@ class CapacityCalendar:
         """``make()``, kept until the calendar next changes: for values a reader derives from the
         calendar as it is (a search's days), which many reads between two bookings ask for again. The
         key must name everything the value depends on besides the calendar. At most _DERIVED values
-        are kept; the oldest go first."""
-        found = self._derived.get(key, _MISSING)
+        are kept; the least recently asked for go first (a value asked for again moves to the end: the
+        days of a search without a window, asked for again and again, outlive the many windows' days
+        that are asked for once)."""
+        derived = self._derived
+        found = derived.pop(key, _MISSING)
         if found is _MISSING:
             found = make()
-            if len(self._derived) >= _DERIVED:
-                del self._derived[next(iter(self._derived))]
-            self._derived[key] = found
+            if len(derived) >= _DERIVED:
+                del derived[next(iter(derived))]
+        derived[key] = found
         return cast(T, found)
 
     def _changed(self) -> None:

@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hyperplan.core.calendar import (
+    _DERIVED,
     SLOT,
     CapacityCalendar,
     peak_booked,
@@ -231,3 +232,22 @@ def test_free_days_read_between_changes_match_the_slots_of_each_day(rows: Rows, 
         if data.draw(st.booleans()):
             cal.release(P5A, s, e, n)
             check()
+
+
+def test_derived_values_asked_for_again_are_kept_longest_and_dropped_at_a_change() -> None:
+    a = pool("a", reservable=4)
+    calendar = CapacityCalendar([a])
+    made: list[int] = []
+
+    def make(n: int) -> int:
+        made.append(n)
+        return n
+
+    for n in range(_DERIVED):
+        calendar.derived(n, lambda n=n: make(n))
+    assert calendar.derived(0, lambda: make(-1)) == 0  # kept, and now the most recently asked for
+    calendar.derived(_DERIVED, lambda: make(_DERIVED))  # one too many: the least recently asked goes
+    assert calendar.derived(0, lambda: make(-1)) == 0
+    assert calendar.derived(1, lambda: make(1)) == 1 and made.count(1) == 2
+    calendar.book(a.key, utc(2030, 1, 1), utc(2030, 1, 2), 1)
+    assert calendar.derived(0, lambda: make(-1)) == -1  # a change drops them all
