@@ -1,3 +1,4 @@
+import functools
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -244,7 +245,7 @@ def test_derived_values_asked_for_again_are_kept_longest_and_dropped_at_a_change
         return n
 
     for n in range(_DERIVED):
-        calendar.derived(n, lambda n=n: make(n))
+        calendar.derived(n, functools.partial(make, n))
     assert calendar.derived(0, lambda: make(-1)) == 0  # kept, and now the most recently asked for
     calendar.derived(_DERIVED, lambda: make(_DERIVED))  # one too many: the least recently asked goes
     assert calendar.derived(0, lambda: make(-1)) == 0
