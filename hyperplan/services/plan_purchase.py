@@ -421,10 +421,14 @@ class Purchase:
         # Before any read this purchase checks: what it reads can change only once it commits or rolls back.
         lock_account(session, self.caller.account_id)
         lock_pools(session, [pool.key for pool, _ in self.segments])
-        connection = session.connection()
+        self.facts = self.refusals(session.connection())
+
+    def refusals(self, connection: Connection) -> AccountFacts:
+        """The checks of `check` on `connection` (which takes no lock): on SQLite also run on a
+        snapshot before the writers' turn (Database.write_grouped's `early`); the account's facts read."""
         facts = read_facts(connection, self.caller.account_id, self.name, self.offering_id)
         _check(self.runtime, connection, facts, self.name, self.offering_id, self.claim, self.segments)
-        self.facts = facts
+        return facts
 
     def write(self, session: Session) -> None:
         """The checked purchase's rows, in the same transaction as `check`."""

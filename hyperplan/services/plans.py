@@ -111,9 +111,9 @@ def create(
         # Concurrent on PostgreSQL: relies on the account's row lock (its name, quotas and budget), the
         # pools' locks (capacity) and the unique constraints, all taken in Purchase.check
         # (store/locks.py). On SQLite purchases arriving together share one durable commit, each in a
-        # savepoint of its own (store/group_commit.py): a refused one is refused alone, most of them
-        # by the check, before any savepoint.
-        runtime.db.write_grouped(buy, check=purchase.check)
+        # savepoint of its own (store/group_commit.py); most refusals are found on a snapshot before
+        # the writers' turn (`early`), the rest by the check in the turn, before any savepoint.
+        runtime.db.write_grouped(buy, check=purchase.check, early=purchase.refusals)
     except IntegrityError:
         # A racing buyer committed the same name or offering between our checks and our insert.
         raise ResourceInUse(f"Training plan {name!r} or its offering was just taken; search again.") from None
