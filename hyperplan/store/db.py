@@ -360,10 +360,7 @@ class Database:
             self._in_write.depth = depth
 
     def write_grouped(
-        self,
-        work: Callable[[Session], T],
-        check: Callable[[Session], object] | None = None,
-        early: Callable[[Connection], object] | None = None,
+        self, work: Callable[[Session], T], check: Callable[[Session], object] | None = None
     ) -> T:
         """`check(session)` (if given), then `work(session)`, in a write transaction; the work's result
         once that committed; on SQLite in a batch with the writes of other threads arriving at the same
@@ -372,11 +369,7 @@ class Database:
         they lock what they check (store/locks.py); `check` only reads (its refusal then needs no
         savepoint); an error rolls back only what the work wrote, and is raised here. Not batched on
         PostgreSQL, nor within a write of this thread (whose turn a batch led by another thread would
-        wait for).
-
-        `early(connection)`: the refusals of `check`, on SQLite tried first on a snapshot, outside the
-        writers' turn (`_refuse_at_a_snapshot`); what it raises is raised at once, without the turn.
-        When it passes, `check` runs in the turn as ever, against the rows as they are then."""
+        wait for)."""
         may_wait("a write to the store")
         writing: int = getattr(self._in_write, "depth", 0)
         if not self.is_sqlite or writing:
@@ -385,14 +378,18 @@ class Database:
                     check(session)
                 result = work(session)
             return result
-        if early is not None:
-            self._refuse_at_a_snapshot(early)
         return self.group.run(work, self.turn_wait, check)
 
-    def _refuse_at_a_snapshot(self, early: Callable[[Connection], object]) -> None:
-        """`early(connection)` in a read transaction (WAL's snapshot, which readers take side by side,
-        beside the writer and one another), on a pooled connection past the session (a session's
-        setup and teardown cost about what the reads do).
+    def refuse_early(self, refusals: Callable[[Connection], object]) -> None:
+        """SQLite: `refusals(connection)` (what a write_grouped `check` refuses, read without its locks)
+        on a snapshot, before the writers' turn: what it raises is raised here, without the turn; a
+        write_grouped that follows checks again in the turn, against the rows as they are then. Nothing
+        on PostgreSQL (its writers check under their own locks, side by side), nor within a write of
+        this thread (a snapshot would not see what that write has done so far).
+
+        It reads in a read transaction (WAL's snapshot, which readers take side by side, beside the
+        writer and one another), on a pooled connection past the session (a session's setup and
+        teardown cost about what the reads do).
 
         Most purchases under contention are refused (capacity taken since the search: 82% of the
         bench's buy-only answers), and in the writers' turn each refusal was a wait for every writer of
@@ -400,12 +397,16 @@ class Database:
         at that snapshot, which is taken after the request arrived and before it is answered: a valid
         place for it among the other writes (linearizable). It only reads: nothing is written either
         way."""
+        writing: int = getattr(self._in_write, "depth", 0)
+        if not self.is_sqlite or writing:
+            return
+        may_wait("a read of the store")
         with self.engine.connect() as connection:
             driver = connection.connection.dbapi_connection
             assert driver is not None
             driver.execute("BEGIN")  # deferred: the snapshot is taken at the first read
             try:
-                early(connection)
+                refusals(connection)
             finally:
                 driver.execute("ROLLBACK")
 

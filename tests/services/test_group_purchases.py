@@ -146,7 +146,7 @@ def test_a_failed_commit_fails_every_purchase_of_its_batch_and_writes_nothing(
 def test_a_purchase_the_store_already_refuses_is_answered_without_the_writers_turn(
     runtime: ServiceContext,
 ) -> None:
-    """Refused on a snapshot (Database.write_grouped's `early`): while a writer holds the turn (here
+    """Refused on a snapshot (Database.refuse_early): while a writer holds the turn (here
     this thread, as another process's writer would), a purchase of a pool already full and one of a
     name already taken get their refusals; nothing of them is queued or written."""
     a, b = buyers(runtime, 2)
