@@ -375,11 +375,57 @@ def price_of(segments: Segments, count: int) -> Decimal:
     return sum((segment_price(pool, s.start, s.end, count) for pool, s in segments), start=Decimal("0"))
 
 
+@dataclass(frozen=True)
+class Terms:
+    """What follows from the request alone: the fee, the statuses and messages of a plan paid at once
+    (the account's payment mode and budget decide, in the turn), the segments' timed events (kind, due,
+    JSON payload), the payment deadline and the history's first message."""
+
+    fee: Decimal
+    currency: str
+    paid_status: PlanStatus
+    paid_message: str
+    paid_segments: list[PlanStatus | None]
+    timed: list[tuple[str, datetime, str]]
+    due_at: datetime
+    bought: str
+
+
+def _terms(
+    runtime: ServiceContext, offering_id: str, claim: OfferingClaim, segments: Segments, now: datetime
+) -> Terms:
+    fee, currency = price_of(segments, claim.count), segments[0][0].currency
+    windows = [Window(s.start, s.end) for _, s in segments]
+    paid_status = status_at(windows, now)
+    policy = runtime.lifecycle.policies(claim.target)
+    return Terms(
+        fee=fee,
+        currency=currency,
+        paid_status=paid_status,
+        paid_message=status_message(windows, paid_status, now),
+        paid_segments=[
+            status_at([window], now) if _segment_moves(window, now) else None for window in windows
+        ],
+        timed=[
+            (kind, when, json.dumps(payload))
+            for ordinal, (_, s) in enumerate(segments, start=1)
+            for kind, when, payload in lifecycle.segment_events(s.start, s.end, ordinal, policy, now)
+        ],
+        due_at=payments.payment_deadline(min(s.start for _, s in segments), now),
+        bought=f"Bought offering {offering_id} for {fee} {currency}.",
+    )
+
+
+def _segment_moves(window: Window, now: datetime) -> bool:
+    return RESERVED_CAPACITY_LIFECYCLE.allows(PlanStatus.PENDING, status_at([window], now))
+
+
 class Purchase:
-    """One purchase (plans.create). What follows from the request alone (the fee, the statuses and
-    messages of a plan paid at once, the segments' timed events) is worked out when it is made, before
-    the purchase asks for the writers' turn; in the turn (Database.write_grouped) `check` reads and
-    refuses, then `write` writes: only what needs the store's rows waits there."""
+    """One purchase (plans.create). Its `refusals` need only the request and the store's rows (on
+    SQLite they are read first on a snapshot, Database.refuse_early); what follows from the request
+    alone (`Terms`) is worked out once the purchase is not refused there (`work_out`), before it asks for
+    the writers' turn; in the turn (Database.write_grouped) `check` reads and refuses, then `write`
+    writes: only what needs the store's rows waits there."""
 
     def __init__(
         self,
@@ -393,27 +439,15 @@ class Purchase:
     ) -> None:
         self.runtime, self.caller, self.name, self.offering_id = runtime, caller, name, offering_id
         self.claim, self.segments, self.now = claim, segments, now
-        self.fee, self.currency = price_of(segments, claim.count), segments[0][0].currency
-        self.windows = [Window(s.start, s.end) for _, s in segments]
-        # If it is paid at once (the account's payment mode and budget decide, in the turn):
-        self.paid_status = status_at(self.windows, now)
-        self.paid_message = status_message(self.windows, self.paid_status, now)
-        self.paid_segments = [
-            status_at([window], now) if self._segment_moves(window) else None for window in self.windows
-        ]
-        policy = runtime.lifecycle.policies(claim.target)
-        self.timed = [
-            (kind, when, json.dumps(payload))
-            for ordinal, (_, s) in enumerate(segments, start=1)
-            for kind, when, payload in lifecycle.segment_events(s.start, s.end, ordinal, policy, now)
-        ]
-        self.due_at = payments.payment_deadline(min(s.start for _, s in segments), now)
-        self.bought = f"Bought offering {offering_id} for {self.fee} {self.currency}."
         self.booked = [(pool.key, s.start, s.end, claim.count) for pool, s in segments]
         self.facts: AccountFacts | None = None
+        self._terms: Terms | None = None
 
-    def _segment_moves(self, window: Window) -> bool:
-        return RESERVED_CAPACITY_LIFECYCLE.allows(PlanStatus.PENDING, status_at([window], self.now))
+    def work_out(self) -> Terms:
+        """The purchase's terms, worked out once (a refused purchase needs none of them)."""
+        if self._terms is None:
+            self._terms = _terms(self.runtime, self.offering_id, self.claim, self.segments, self.now)
+        return self._terms
 
     def check(self, session: Session) -> None:
         """Every refusal the store can give, in the caller's write transaction (concurrent=True); reads
@@ -421,10 +455,14 @@ class Purchase:
         # Before any read this purchase checks: what it reads can change only once it commits or rolls back.
         lock_account(session, self.caller.account_id)
         lock_pools(session, [pool.key for pool, _ in self.segments])
-        connection = session.connection()
+        self.facts = self.refusals(session.connection())
+
+    def refusals(self, connection: Connection) -> AccountFacts:
+        """The checks of `check` on `connection` (which takes no lock): on SQLite also run on a
+        snapshot before the writers' turn (Database.refuse_early); the account's facts read."""
         facts = read_facts(connection, self.caller.account_id, self.name, self.offering_id)
         _check(self.runtime, connection, facts, self.name, self.offering_id, self.claim, self.segments)
-        self.facts = facts
+        return facts
 
     def write(self, session: Session) -> None:
         """The checked purchase's rows, in the same transaction as `check`."""
@@ -479,7 +517,8 @@ class _Rows:
         purchase, runtime, now, facts = self.purchase, self.runtime, self.now, self.facts
         name, offering_id, claim, segments = purchase.name, purchase.offering_id, self.claim, self.segments
         db = runtime.db
-        fee, currency = purchase.fee, purchase.currency
+        terms = purchase.work_out()
+        fee, currency = terms.fee, terms.currency
         # As payments.issue settles: auto pays, a budget pays if it can, any other mode (approval) waits
         # for an administrator.
         fails = facts.payment_mode == "budget" and facts.budget < fee
@@ -487,9 +526,9 @@ class _Rows:
         paid = how is not None
         status, message = PlanStatus.PENDING, "Awaiting payment of the upfront fee."
         if paid:
-            status = purchase.paid_status
+            status = terms.paid_status
             PLAN_LIFECYCLE.check(PlanStatus.PENDING, status)
-            message = purchase.paid_message
+            message = terms.paid_message
         [(self.plan_id,)] = _INSERT_PLAN.rows(
             self.connection,
             {
@@ -506,10 +545,10 @@ class _Rows:
                 "updated_at": now,
             },
         )
-        statuses = purchase.paid_segments if paid else [None] * len(segments)
+        statuses = terms.paid_segments if paid else [None] * len(segments)
         segment_ids = self._insert_segments(statuses)
-        self._event("created", PlanStatus.PENDING, purchase.bought)
-        for kind, when, payload in purchase.timed:
+        self._event("created", PlanStatus.PENDING, terms.bought)
+        for kind, when, payload in terms.timed:
             self._schedule(kind, when, payload)
         booked = purchase.booked
         # Booked in memory once committed; a payment that fails below releases it again, in that order.
@@ -566,7 +605,7 @@ class _Rows:
                 "currency": currency,
                 "status": InvoiceStatus.PAID if paid else InvoiceStatus.PENDING,
                 "created_at": self.now,
-                "due_at": self.purchase.due_at,
+                "due_at": self.purchase.work_out().due_at,
                 "settled_at": self.now if paid else None,
                 "note": how,
             },
@@ -616,7 +655,7 @@ class _Rows:
 
     def _await_approval(self, invoice_id: int, fee: Decimal, currency: str) -> None:
         """What payments.issue writes for an account whose invoices an administrator approves."""
-        due_at = self.purchase.due_at
+        due_at = self.purchase.work_out().due_at
         message = (
             f"Awaiting an administrator's approval of invoice {invoice_id} ({fee} {currency}, the plan); "
             f"unpaid at {due_at:%Y-%m-%d %H:%M} UTC, the plan fails and its capacity is released."

@@ -98,8 +98,12 @@ def create(
     segments = _segments_of(runtime, claim)
     slurm_reservations.check_can_book(runtime, caller.account_id)
     arn = runtime.arn(caller.account_id, f"training-plan/{name}")
-    # What needs no row of the store is worked out here, before the writers' turn.
     purchase = plan_purchase.Purchase(runtime, caller, name, offering_id, claim, segments, now)
+    # SQLite: most refusals under contention (capacity taken since the search) are found here, on a
+    # snapshot, and answered without the writers' turn; then what needs no row of the store is worked
+    # out, before the turn.
+    runtime.db.refuse_early(purchase.refusals)
+    purchase.work_out()
 
     def buy(session: Session) -> None:
         acting.act(session, caller.user_id)
@@ -111,8 +115,8 @@ def create(
         # Concurrent on PostgreSQL: relies on the account's row lock (its name, quotas and budget), the
         # pools' locks (capacity) and the unique constraints, all taken in Purchase.check
         # (store/locks.py). On SQLite purchases arriving together share one durable commit, each in a
-        # savepoint of its own (store/group_commit.py): a refused one is refused alone, most of them
-        # by the check, before any savepoint.
+        # savepoint of its own (store/group_commit.py): a refused one (the refusals the snapshot above
+        # did not see) is refused alone, by the check, before any savepoint.
         runtime.db.write_grouped(buy, check=purchase.check)
     except IntegrityError:
         # A racing buyer committed the same name or offering between our checks and our insert.

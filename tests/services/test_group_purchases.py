@@ -6,6 +6,7 @@ segments). Real SQLite, real threads; tests/batches.py makes the buyers arrive t
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -17,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.app import AppConfig, Application
 from hyperplan.core.search import SearchRequest
-from hyperplan.errors import ResourceLimitExceeded, ServiceUnavailable
+from hyperplan.errors import ResourceInUse, ResourceLimitExceeded, ServiceUnavailable
 from hyperplan.services import accounts, plans
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
@@ -140,6 +141,45 @@ def test_a_failed_commit_fails_every_purchase_of_its_batch_and_writes_nothing(
     # Nothing was booked in memory either: the whole pool is still offered, and can be bought.
     plans.create(runtime, a, "after", offering(runtime, a, RESERVABLE))
     assert plan_names(runtime) == {"after"}
+
+
+def test_a_purchase_the_store_already_refuses_is_answered_without_the_writers_turn(
+    runtime: ServiceContext,
+) -> None:
+    """Refused on a snapshot (Database.refuse_early): while a writer holds the turn (here
+    this thread, as another process's writer would), a purchase of a pool already full and one of a
+    name already taken get their refusals; nothing of them is queued or written."""
+    a, b = buyers(runtime, 2)
+    stale = offering(runtime, b, 1)  # searched while the pool was empty
+    plans.create(runtime, a, "all", offering(runtime, a, RESERVABLE))
+    plans.create(runtime, b, "mine", offering(runtime, b, 1, hours=48))  # another window
+    batches = runtime.db.group.batches
+    with runtime.db.write():
+        full = _answered(lambda: plans.create(runtime, b, "late", stale))
+        taken = _answered(lambda: plans.create(runtime, b, "mine", stale))
+        assert runtime.db.group.waiting == 0
+    assert isinstance(full, ResourceLimitExceeded), full
+    assert isinstance(taken, ResourceInUse), taken
+    assert runtime.db.group.batches == batches
+    assert plan_names(runtime) == {"all", "mine"}
+
+
+def _answered(call: Callable[[], object]) -> object:
+    """What `call` returned or raised, in a thread of its own that must be answered while this
+    thread holds the writers' turn (a writer would wait for it: the bound is only there to fail)."""
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except Exception as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=20)
+    assert outcome, "the purchase waited for the writers' turn"
+    return outcome[0]
 
 
 def test_batched_buyers_never_overbook(runtime: ServiceContext) -> None:
