@@ -62,7 +62,7 @@ class ReadsAhead:
     def close(self) -> None:
         connection, self._connection = self._connection, None
         if connection is not None and self._pid == os.getpid():
-            if self._reading and self._loop is not None and not self._loop.is_closed():
+            if self._loop is not None and not self._loop.is_closed():
                 with contextlib.suppress(Exception):
                     self._loop.remove_reader(connection.socket)
                     self._loop.remove_writer(connection.socket)
@@ -96,8 +96,16 @@ class ReadsAhead:
 
     def _opened(self, opened: asyncio.Future[Any]) -> None:
         self._opening = False
-        if not opened.cancelled() and opened.exception() is None:
-            self._connection = opened.result()  # else the next ask tries again
+        if opened.cancelled() or opened.exception() is not None:
+            return  # the next ask tries again
+        if opened.get_loop() is not self._loop or self._pid != os.getpid():
+            opened.result().finish()  # opened for a loop since replaced (a test's earlier server)
+            return
+        self._connection = opened.result()
+        assert self._loop is not None
+        # Watched for as long as it is open (two system calls a read fewer than adding and removing it
+        # each time): an answer, or the server closing the connection between reads.
+        self._loop.add_reader(self._connection.socket, self._on_readable)
 
     # -- one read, from the loop's callbacks ---------------------------------------------------------
 
@@ -110,8 +118,6 @@ class ReadsAhead:
             connection.send_query_prepared(_PREPARED, None)
             if connection.flush():  # 1: some of it still to send, when the socket can take it
                 self._loop.add_writer(connection.socket, self._on_writable)
-                return
-            self._loop.add_reader(connection.socket, self._on_readable)
         except Exception:
             self._end(None, lost=True)
 
@@ -119,10 +125,8 @@ class ReadsAhead:
         assert self._loop is not None
         connection = self._connection
         try:
-            if connection.flush():
-                return
-            self._loop.remove_writer(connection.socket)
-            self._loop.add_reader(connection.socket, self._on_readable)
+            if not connection.flush():
+                self._loop.remove_writer(connection.socket)
         except Exception:
             self._end(None, lost=True)
 
@@ -131,7 +135,9 @@ class ReadsAhead:
 
         connection = self._connection
         try:
-            connection.consume_input()
+            connection.consume_input()  # raises when the connection was lost
+            if not self._reading:
+                return  # nothing asked: a notice, say
             while not connection.is_busy():  # busy: the rest of the answer is still to come
                 result = connection.get_result()
                 if result is None:  # the answer is complete
@@ -149,12 +155,6 @@ class ReadsAhead:
             self._end(None, lost=True)
 
     def _end(self, values: Values, *, lost: bool = False) -> None:
-        assert self._loop is not None
-        connection = self._connection
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                self._loop.remove_reader(connection.socket)
-                self._loop.remove_writer(connection.socket)
         if lost:
             self.close()
         self._reading = False
