@@ -120,7 +120,12 @@ async def serve_json(
     # Cancellation (server shutdown): the try on the loop is synchronous, with no await in it, so it is
     # never cut off half-way; anyio's hop defers a cancellation until the handler returns. Either way
     # nothing is left half-written.
-    answer = _answer_on_the_loop(runtime, scope, body, target, api, request_id)
+    # On PostgreSQL the change counters' read is a round trip: made ahead, asynchronously, it leaves the
+    # try on the loop nothing to wait for (store/counter_watch.py).
+    answer = None
+    if target in api.on_the_loop:
+        async with runtime.db.counters_read_ahead():
+            answer = _answer_on_the_loop(runtime, scope, body, target, api, request_id)
     if answer is None:
         answer = await run_in_threadpool(_answer, runtime, scope, body, target, api, request_id)
     count_answer(api.service, _known_operation(target, api), answer.status, started)

@@ -17,6 +17,14 @@ One lock serialises the callers of one watch; each call still reads after it was
 where a read is a round trip, callers arriving while one is under way share the next one: it begins
 after each of them called, so it answers each of them, and N requests arriving together cost two
 reads, not N one after another.
+
+A search answered on the event loop (hyperplan/waits.py) cannot make that round trip there: it would
+stall every connection of the process. So the server reads ahead (`reading_ahead`) before the
+synchronous answer begins: a read on the loop, on a third connection of this process's own
+(store/reads_ahead.py), which the request's synchronous reads then take as theirs. It too begins after
+the request arrived, so the request sees every commit acknowledged before it began, on any server. When
+there is none (the connection still opening, or lost), the request's synchronous read, which may not
+wait on the loop, sends it to the thread pool, whose read reopens.
 """
 
 from __future__ import annotations
@@ -24,13 +32,22 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import AsyncIterator
+from contextvars import ContextVar
 from typing import Any
 
 from sqlalchemy import Engine
 
+from hyperplan.store.reads_ahead import ReadsAhead
 from hyperplan.waits import holding, may_wait
 
 READ_COUNTERS_SQL = "SELECT name, value FROM change_counters"
+
+# The counters a request read ahead, asynchronously (`CounterWatch.reading_ahead`), and the watch that
+# read them: a context variable, so only that request's own synchronous reads take them.
+_READ_AHEAD: ContextVar[tuple[CounterWatch, dict[str, int]] | None] = ContextVar(
+    "hyperplan_counters_read_ahead", default=None
+)
 
 
 class CounterWatch:
@@ -43,6 +60,13 @@ class CounterWatch:
         self._version: int | None = None  # SQLite's data_version when `_values` was read
         self._values: dict[str, int] = {}
         self._share_anew()
+        self._reads_ahead = (
+            None
+            if sqlite
+            else ReadsAhead(
+                engine.url.set(drivername="postgresql").render_as_string(False), READ_COUNTERS_SQL
+            )
+        )
 
     def _share_anew(self) -> None:
         """PostgreSQL's shared reads: how many began, the newest finished one's number and values (in
@@ -59,7 +83,10 @@ class CounterWatch:
 
         On the event loop (hyperplan/waits.py): SQLite's read is a look at shared memory (and, after a
         commit, a read that WAL never makes wait for a writer), fine there, but never a wait for the
-        lock; PostgreSQL's is a round trip, a wait."""
+        lock; PostgreSQL's is a round trip, a wait, unless the request read ahead (`reading_ahead`)."""
+        ahead = _READ_AHEAD.get()
+        if ahead is not None and ahead[0] is self:
+            return dict(ahead[1])
         if not self._sqlite:
             may_wait("the change counters' round trip")
             return self._read_shared()
@@ -107,6 +134,25 @@ class CounterWatch:
     def close(self) -> None:
         with self._lock:
             self._drop()
+        if self._reads_ahead is not None:
+            self._reads_ahead.close()
+
+    # -- reading ahead, on the event loop (PostgreSQL) -------------------------------------------------
+
+    @contextlib.asynccontextmanager
+    async def reading_ahead(self) -> AsyncIterator[None]:
+        """Within the block, this context's `read()` answers what an asynchronous read made on entry
+        found (on PostgreSQL; SQLite's read never waits, and is left as it is). A read that failed
+        leaves `read()` as it is."""
+        values = None if self._reads_ahead is None else await self._reads_ahead.read()
+        if values is None:
+            yield
+            return
+        token = _READ_AHEAD.set((self, values))
+        try:
+            yield
+        finally:
+            _READ_AHEAD.reset(token)
 
     def _read(self) -> dict[str, int]:
         connection = self._open()

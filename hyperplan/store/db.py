@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractAsyncContextManager, contextmanager, nullcontext
 from functools import cache
 from pathlib import Path
 from typing import Any, TypeVar
@@ -277,6 +277,14 @@ class Database:
         finally:
             connection.close()
         return {name: value for name, value in rows}
+
+    def counters_read_ahead(self) -> AbstractAsyncContextManager[None]:
+        """For a request answered on the event loop: within the block, `counters()` answers a read made
+        asynchronously on entry, after the request arrived (PostgreSQL: store/counter_watch.py); as it
+        is elsewhere."""
+        if self._watch is None or self.is_sqlite:
+            return nullcontext()
+        return self._watch.reading_ahead()
 
     def on_insert(self, model: type, callback: Callable[[], None]) -> None:
         """Call `callback` once after each commit of a transaction that inserted rows of `model`: how a

@@ -5,6 +5,7 @@ lock refused with a retryable error instead of waiting for ever."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import threading
@@ -18,6 +19,7 @@ from hyperplan.errors import ServiceUnavailable
 from hyperplan.store import changes
 from hyperplan.store.db import WRITERS_LOCK_SUFFIX, Database, sqlite_url
 from hyperplan.store.schema import Setting
+from hyperplan.waits import WouldWait, forbid_waits
 from tests.postgres import PostgresServer, Stores
 
 
@@ -85,6 +87,135 @@ def test_readers_arriving_together_each_see_what_was_committed_before_they_asked
     finally:
         here.close()
         there.close()
+
+
+async def _counters_on_the_loop(database: Database) -> dict[str, int] | None:
+    """A request's counters as a search answered on the event loop reads them (server/sagemaker.py):
+    read ahead, then taken where no wait is allowed; None when that read would have waited (the request
+    would go to the thread pool)."""
+    async with database.counters_read_ahead():
+        try:
+            with forbid_waits():
+                return database.counters()
+        except WouldWait:
+            return None
+
+
+async def _until_read_ahead(database: Database) -> dict[str, int]:
+    """The first requests of a process go to the thread pool while the loop's connection opens."""
+    for _ in range(500):
+        values = await _counters_on_the_loop(database)
+        if values is not None:
+            return values
+        await asyncio.sleep(0.02)
+    raise AssertionError("the counters were never read on the event loop")
+
+
+@pytest.mark.postgres
+def test_reads_on_the_event_loop_each_see_what_was_committed_before_they_asked(
+    postgres_server: PostgresServer,
+) -> None:
+    """Searches on the event loop read PostgreSQL's counters ahead, without waiting on the loop, and
+    requests arriving together share those reads: none may be answered by a read that began before a
+    commit acknowledged before it asked, whoever committed (another server here)."""
+    here = Database(postgres_server.new_database())
+    there = Database(here.url)
+    stale: list[tuple[int, int]] = []
+    refused: list[int] = []
+
+    def commit() -> int:
+        with there.write(concurrent=True) as session:
+            [(mine,)] = session.execute(
+                text("UPDATE change_counters SET value = value + 1 WHERE name = :n RETURNING value"),
+                {"n": changes.KEYS},
+            ).all()
+        return int(mine)
+
+    async def commit_then_read() -> None:
+        for _ in range(20):
+            mine = await asyncio.to_thread(commit)
+            seen = await _counters_on_the_loop(here)
+            if seen is None:
+                refused.append(mine)
+            elif seen[changes.KEYS] < mine:
+                stale.append((mine, seen[changes.KEYS]))
+
+    async def run() -> None:
+        before = await _until_read_ahead(here)
+        assert before[changes.KEYS] == here.counters()[changes.KEYS]
+        await asyncio.gather(*(commit_then_read() for _ in range(8)))
+        after = await _counters_on_the_loop(here)
+        assert after is not None and after[changes.KEYS] == before[changes.KEYS] + 160
+
+    try:
+        asyncio.run(run())
+        assert stale == []
+        assert refused == []  # once open, the loop's reads never sent a request to the thread pool
+    finally:
+        here.close()
+        there.close()
+
+
+@pytest.mark.postgres
+def test_a_request_arriving_while_a_read_is_under_way_on_the_loop_waits_for_the_next_one(
+    postgres_server: PostgresServer,
+) -> None:
+    """A read sent before a commit was acknowledged may miss it: a request that arrives after that
+    acknowledgement, while the read is still under way, must not take its answer."""
+    here = Database(postgres_server.new_database())
+    there = Database(here.url)
+
+    def commit() -> int:
+        with there.write(concurrent=True) as session:
+            [(mine,)] = session.execute(
+                text("UPDATE change_counters SET value = value + 1 WHERE name = :n RETURNING value"),
+                {"n": changes.KEYS},
+            ).all()
+        return int(mine)
+
+    async def run() -> list[tuple[int, int]]:
+        await _until_read_ahead(here)
+        stale = []
+        for _ in range(20):
+            first = asyncio.ensure_future(_counters_on_the_loop(here))
+            await asyncio.sleep(0)  # the first request's read is sent, its answer not yet taken
+            mine = commit()  # acknowledged while that read is under way (the loop waits meanwhile)
+            second = await _counters_on_the_loop(here)
+            assert second is not None and (await first) is not None
+            if second[changes.KEYS] < mine:
+                stale.append((mine, second[changes.KEYS]))
+        return stale
+
+    try:
+        assert asyncio.run(run()) == []
+    finally:
+        here.close()
+        there.close()
+
+
+@pytest.mark.postgres
+def test_a_read_on_the_event_loop_that_lost_its_connection_sends_the_request_to_the_pool(
+    postgres_server: PostgresServer,
+) -> None:
+    """A PostgreSQL restart: the read ahead fails, the request goes to the thread pool (never answered
+    from older values, never an error), whose read reopens; later requests are read on the loop again."""
+    database = Database(postgres_server.new_database())
+    other = Database(database.url)
+
+    async def run() -> None:
+        before = await _until_read_ahead(database)
+        _drop_every_connection(other)
+        with other.write() as session:
+            session.execute(text("UPDATE change_counters SET value = value + 1 WHERE name = 'keys'"))
+        assert await _counters_on_the_loop(database) is None
+        assert database.counters()[changes.KEYS] == before[changes.KEYS] + 1  # the pool's read
+        assert (await _until_read_ahead(database))[changes.KEYS] == before[changes.KEYS] + 1
+
+    try:
+        asyncio.run(run())
+    finally:
+        database.close()
+        other.close()
 
 
 def _drop_every_connection(database: Database) -> None:
