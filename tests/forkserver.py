@@ -257,6 +257,9 @@ class ForkServer:
             stderr=subprocess.DEVNULL,
             pass_fds=[theirs.fileno()],
             cwd=Path(__file__).resolve().parent.parent,  # where `tests` is found
+            # Out of the terminal's process group: a Ctrl-C meant for pytest must not end the process
+            # that reaps the servers (it ends when the worker closes its socket, or dies).
+            start_new_session=True,
         )
         theirs.close()
         self.sock = ours
