@@ -14,11 +14,18 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 pytest.register_assert_rewrite("tests.postgres")  # a plugin below, which tests.harness imports first
 
+from tests.forkserver import stop_fork_server  # noqa: E402
 from tests.harness import Server  # noqa: E402
 from tests.inprocess import InProcessServer, Templates  # noqa: E402
 
 # nothing outlives the run; each part's time; both stores (the `stores` fixture)
 pytest_plugins = ["tests.leaks", "tests.parts", "tests.postgres"]
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish() -> None:
+    # Before tests/leaks.py looks for processes left running: the fork server ends with its session.
+    stop_fork_server()
 
 
 @pytest.fixture

@@ -38,6 +38,7 @@ from hyperplan.signing import Credentials
 from hyperplan.wire import s3_xml
 from hyperplan.wire.s3_responses import ENVIRONMENT as CHECK_RESPONSES
 from hyperplan.wire.validate import check_output
+from tests.forkserver import ForkedProcess, start_server_process
 from tests.postgres import default_database_url
 from tests.processes import end_marked
 
@@ -152,7 +153,7 @@ class Server:
     bootstrap: bool = True  # False: the first start makes the administrator's keys itself
     database_url: str | None = None  # the store (serve --database-url); None: SQLite in the data directory
     port: int = field(default_factory=free_port)
-    process: subprocess.Popen[bytes] | None = None
+    process: subprocess.Popen[bytes] | ForkedProcess | None = None
     # The run mark (tests/leaks.py) this server and everything it starts carry: the test's own, and one
     # of the server's, so that close() can end the server's nodes and jobs, which outlive it by design.
     mark: str = field(
@@ -202,10 +203,8 @@ class Server:
             env["HYPERPLAN_BOOTSTRAP_ACCESS_KEY_ID"] = ADMIN.access_key
             env["HYPERPLAN_BOOTSTRAP_SECRET_ACCESS_KEY"] = ADMIN.secret_key
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-        )
+        with self.log_path.open("ab") as log:
+            self.process = start_server_process(args, env, log)
         self._wait_ready(timeout)
         return self
 

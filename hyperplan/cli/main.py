@@ -9,23 +9,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from hyperplan.cli import (
-    accounts,
-    backup,
-    buckets,
-    clock,
-    clusters,
-    fleet,
-    invoices,
-    jobs,
-    keys,
-    ops,
-    plans,
-    simulate,
-    users,
-    webhooks,
-)
 from hyperplan.cli.common import console
+from hyperplan.cli.lazy import Later, Settings, lazy_root
 from hyperplan.cli.options import (
     PLAIN_HELP,
     ClientCommand,
@@ -40,30 +25,42 @@ from hyperplan.server.limits import ServerLimits
 if TYPE_CHECKING:
     from datetime import datetime
 
+# The subcommands but `serve` (below), each imported and built only when used (hyperplan/cli/lazy.py):
+# a command line runs one of them.
+COMMANDS = {
+    "usage": Later("hyperplan.cli.ops", "usage", cls=ClientCommand),
+    "backup": Later("hyperplan.cli.backup", "backup"),
+    "restore": Later("hyperplan.cli.backup", "restore"),
+    "simulate": Later("hyperplan.cli.simulate", "simulate"),
+}
+GROUPS = {
+    "accounts": Later("hyperplan.cli.accounts", "app"),
+    "clock": Later("hyperplan.cli.clock", "app"),
+    "fleet": Later("hyperplan.cli.fleet", "app"),
+    "plans": Later("hyperplan.cli.plans", "app"),
+    "invoices": Later("hyperplan.cli.invoices", "app"),
+    "clusters": Later("hyperplan.cli.clusters", "app"),
+    "jobs": Later("hyperplan.cli.jobs", "app"),
+    "webhooks": Later("hyperplan.cli.webhooks", "app"),
+    "buckets": Later("hyperplan.cli.buckets", "app"),
+    "users": Later("hyperplan.cli.users", "app"),
+    "keys": Later("hyperplan.cli.keys", "app"),
+    "audit": Later("hyperplan.cli.ops", "audit_app"),
+    "admin": Later("hyperplan.cli.ops", "admin_app"),
+}
+HELP_ORDER = [*COMMANDS, "serve", *GROUPS]  # Typer's: the commands as registered, then the groups
+_ROOT = Settings(pretty_exceptions_short=True, rich_markup_mode=PLAIN_HELP, suggest_commands=True)
+
 app = typer.Typer(
     help="hyperplan: bookable accelerator capacity over the SageMaker training-plan API. "
     "Client options go before the command or after it.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    rich_markup_mode=PLAIN_HELP,
+    pretty_exceptions_short=_ROOT.pretty_exceptions_short,
+    rich_markup_mode=_ROOT.rich_markup_mode,
+    suggest_commands=_ROOT.suggest_commands,
+    cls=lazy_root(_ROOT, {**COMMANDS, **GROUPS}, HELP_ORDER),
 )
-app.add_typer(accounts.app, name="accounts")
-app.add_typer(clock.app, name="clock")
-app.add_typer(fleet.app, name="fleet")
-app.add_typer(plans.app, name="plans")
-app.add_typer(invoices.app, name="invoices")
-app.add_typer(clusters.app, name="clusters")
-app.add_typer(jobs.app, name="jobs")
-app.add_typer(webhooks.app, name="webhooks")
-app.add_typer(buckets.app, name="buckets")
-app.add_typer(users.app, name="users")
-app.add_typer(keys.app, name="keys")
-app.add_typer(ops.audit_app, name="audit")
-app.add_typer(ops.admin_app, name="admin")
-app.command("usage", cls=ClientCommand)(ops.usage)
-app.command("backup")(backup.backup)
-app.command("restore")(backup.restore)
-app.command("simulate")(simulate.simulate)
 
 
 def _print_version(asked: bool) -> None:

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from hyperplan.cli.main import COMMANDS, GROUPS
 from tests.cli.support import client_env, closed_port
 
 SERVER_STACK = (
@@ -74,6 +75,11 @@ def test_a_client_command_needs_neither_botocore_nor_httpx(args: list[str]) -> N
     assert not modules & {"botocore", "httpx"}
     # The server's own start-up needs (logging, secrets, signals) are imported by `serve` alone.
     assert not modules & {"logging", "secrets", "rich._emoji_codes"}
+    # Of the command groups, only the one named is imported and built (hyperplan/cli/lazy.py).
+    group = f"hyperplan.cli.{args[0]}"
+    assert group in modules
+    others = {later.module for later in [*GROUPS.values(), *COMMANDS.values()]} - {group}
+    assert len(others) > 10 and not modules & others
 
 
 def test_the_server_imports_no_s3_client_unless_a_bucket_lives_on_an_s3_endpoint() -> None:
