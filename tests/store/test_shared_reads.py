@@ -111,6 +111,16 @@ async def _until_read_ahead(database: Database) -> dict[str, int]:
     raise AssertionError("the counters were never read on the event loop")
 
 
+def _bump_keys(store: Database) -> int:
+    """One commit through `store` (another server) that moves the keys' counter; its new value."""
+    with store.write(concurrent=True) as session:
+        [(mine,)] = session.execute(
+            text("UPDATE change_counters SET value = value + 1 WHERE name = :n RETURNING value"),
+            {"n": changes.KEYS},
+        ).all()
+    return int(mine)
+
+
 @pytest.mark.postgres
 def test_reads_on_the_event_loop_each_see_what_was_committed_before_they_asked(
     postgres_server: PostgresServer,
@@ -123,17 +133,9 @@ def test_reads_on_the_event_loop_each_see_what_was_committed_before_they_asked(
     stale: list[tuple[int, int]] = []
     refused: list[int] = []
 
-    def commit() -> int:
-        with there.write(concurrent=True) as session:
-            [(mine,)] = session.execute(
-                text("UPDATE change_counters SET value = value + 1 WHERE name = :n RETURNING value"),
-                {"n": changes.KEYS},
-            ).all()
-        return int(mine)
-
     async def commit_then_read() -> None:
         for _ in range(20):
-            mine = await asyncio.to_thread(commit)
+            mine = await asyncio.to_thread(_bump_keys, there)
             seen = await _counters_on_the_loop(here)
             if seen is None:
                 refused.append(mine)
@@ -165,21 +167,13 @@ def test_a_request_arriving_while_a_read_is_under_way_on_the_loop_waits_for_the_
     here = Database(postgres_server.new_database())
     there = Database(here.url)
 
-    def commit() -> int:
-        with there.write(concurrent=True) as session:
-            [(mine,)] = session.execute(
-                text("UPDATE change_counters SET value = value + 1 WHERE name = :n RETURNING value"),
-                {"n": changes.KEYS},
-            ).all()
-        return int(mine)
-
     async def run() -> list[tuple[int, int]]:
         await _until_read_ahead(here)
         stale = []
         for _ in range(20):
             first = asyncio.ensure_future(_counters_on_the_loop(here))
             await asyncio.sleep(0)  # the first request's read is sent, its answer not yet taken
-            mine = commit()  # acknowledged while that read is under way (the loop waits meanwhile)
+            mine = _bump_keys(there)  # acknowledged while that read is under way (the loop waits meanwhile)
             second = await _counters_on_the_loop(here)
             assert second is not None and (await first) is not None
             if second[changes.KEYS] < mine:
