@@ -37,13 +37,15 @@ How (N days in the window, P pools of the type, D days asked for, R runs of open
    and whether the partial day is free; a day is *open* if it holds the count. This is all a search
    reads of the calendar (:func:`read_days`, under the live calendar's lock); the rest works on values.
    The calendar keeps what was read, and what the planning derives from it alone (runs of open days,
-   their tables, the packing scores' parts), until it next changes (``CapacityCalendar.derived``),
-   keyed by pools, count and window: searches without a window, which read the same days, share it.
+   their tables, the packing scores' parts, and the offerings planned from them), until it next
+   changes (``CapacityCalendar.derived``), keyed by pools, count and window: searches without a window,
+   which read the same days, share it, and the same search asked again is not planned again.
    Every pool is one row of the same arrays, so that each step below works on all pools at once.
 2. ``first(p, d, j)``: the first day a >= j that opens d open days in a row in pool p. It is j when the
-   run of open days from j is long enough, else the start of the first long-enough run after j, read
-   from a ``next_run[p, d, r]`` table built from the maximal runs (O(P (N + D R)); a few look-ups per
-   query, on whole arrays of queries at once).
+   run of open days from j is long enough, else the start of the first long-enough run after j. Usually
+   read from a table of every answer (O(P D N), one numpy pass; one look-up per query); when that table
+   would be large (long plans in long windows), from a ``next_run[p, d, r]`` table built from the
+   maximal runs (O(P (N + D R)); a few look-ups per query). Either way on whole arrays of queries.
 3. One segment: per pool, the first ``max_offerings`` starts ``first(p, D, 0)``, ``first(p, D, a + 1)``...
    Before combining several: each segment lies in one run of open days, so a plan of at most K
    segments needs K runs (of one pool, for a cluster) at least D days long together; without them the
@@ -189,12 +191,50 @@ def read_days(fleet: Fleet, calendar: CapacityCalendar, request: SearchRequest, 
 
 
 def plan_offerings(fleet: Fleet, read: DaysRead) -> list[Offering]:
-    """The second half of :func:`search`: the offerings, from what :func:`read_days` read."""
+    """The second half of :func:`search`: the offerings, from what :func:`read_days` read.
+
+    The offerings are a function of the days read and the query alone, so they are kept with the days
+    (which the calendar keeps until it next changes): the same search asked again before the next
+    change (the same type, count, length and target, without a window, in the same minute) is answered
+    from there rather than planned again."""
+    kept, key = read.grids.plans, _plan_key(fleet.policy.ranking, read.query)
+    found = kept.get(key)
+    if found is None:
+        found = _plan(fleet.policy.ranking, read)
+        if len(kept) < _PLANS_KEPT:
+            kept[key] = found
+    return list(found)
+
+
+# Per calendar read, the offerings of at most this many searches are kept (a few Offering values each).
+_PLANS_KEPT = 64
+
+
+def _plan_key(ranking: str, query: _Query) -> tuple[object, ...]:
+    """Everything the planning reads besides the days: the query, with its pools as what the planning
+    reads of them (a pool's node list can be long, and the days read already name the pools)."""
+    pools = tuple((pool.key, pool.price_per_instance_hour, pool.currency) for pool in query.pools)
+    return (
+        ranking,
+        query.target,
+        query.count,
+        query.days,
+        pools,
+        query.soonest,
+        query.first_boundary,
+        query.n_days,
+        query.latest_start_day,
+        query.max_segments,
+        query.max_offerings,
+    )
+
+
+def _plan(ranking: str, read: DaysRead) -> tuple[Offering, ...]:
     planner = _Planner(read.query, read.grids)
     if planner.fits is None:  # the window is shorter than the plan
-        return []
-    chosen = _Packer(planner).best() if fleet.policy.ranking == "packing" else planner.best()
-    return [_offering(read.query, candidate) for candidate in chosen]
+        return ()
+    chosen = _Packer(planner).best() if ranking == "packing" else planner.best()
+    return tuple(_offering(read.query, candidate) for candidate in chosen)
 
 
 @dataclass(frozen=True)
@@ -397,8 +437,18 @@ class _PoolDays:
         return _shared(np.where(starts, self.run_length[:, : starts.shape[1]], 0))
 
     @cached_property
+    def plans(self) -> dict[tuple[object, ...], tuple[Offering, ...]]:
+        """:func:`plan_offerings`'s answers from these days, per query (see there)."""
+        return {}
+
+    @cached_property
     def run_tables(self) -> dict[int, tuple[Ints, Ints, Ints]]:
         """_Fits's tables of the runs, per longest length asked about."""
+        return {}
+
+    @cached_property
+    def answer_tables(self) -> dict[int, Ints]:
+        """_Fits's tables of every answer, per longest length asked about."""
         return {}
 
     @cached_property
@@ -417,15 +467,41 @@ def _shared(array: A) -> A:
 
 class _Fits:
     """Answers "the first day a >= j that opens d open days in a row, in pool p" for whole arrays of
-    (p, d, j) at once, from the maximal runs of open days: either j itself, or the start of the first
-    run after j that is long enough. Building it costs O(P (N + D R)) for R runs, not O(P D N); it is
-    built on the first question (a packing search that finds a single segment asks none)."""
+    (p, d, j) at once: the first day a >= j whose run of open days is at least d long (a day inside a
+    shorter run is followed only by shorter ones in it, so that day is j itself or the start of a later
+    run). Built on the first question (a packing search that finds a single segment asks none).
+
+    Two ways to the same answers, by size. When the table of every answer, ``first[p, d, j]``, is
+    small (up to _DENSE_FITS entries: the usual windows and lengths), it is built in one numpy pass over
+    ``run_length`` and each question is one look-up. Otherwise (long plans in long windows) the answers
+    come from the maximal runs: j itself, or the start of the first run after j that is long enough,
+    from tables that cost O(P (N + D R)) for R runs, not O(P D N), and a few look-ups per question."""
 
     def __init__(self, grids: _PoolDays, max_length: int) -> None:
         self.last_day = grids.open_days.shape[1] + 1  # one past the window: never open, so lookups
         # beyond are clipped to it
         self.grids, self.run_length, self.max_length = grids, grids.run_length, max_length
+        pools, width = grids.run_length.shape
+        self.dense = pools * (max_length + 1) * width <= _DENSE_FITS
         self._tables: tuple[Ints, Ints, Ints] | None = None
+        self._answers: Ints | None = None
+
+    def _table(self) -> Ints:
+        """first[p, d, j] for every pool, length 0..max_length and day 0..N + 1; _NONE where none."""
+        if self._answers is None:
+            kept = self.grids.answer_tables  # kept with the days, as the runs' tables are
+            self._answers = kept.get(self.max_length)
+            if self._answers is None:
+                self._answers = self._build_table()
+                if len(kept) < _RUN_TABLES_KEPT:
+                    kept[self.max_length] = self._answers
+        return self._answers
+
+    def _build_table(self) -> Ints:
+        width = self.run_length.shape[1]
+        long_enough = self.run_length[:, None, :] >= np.arange(self.max_length + 1)[None, :, None]
+        day_if = np.where(long_enough, np.arange(width), _NONE)
+        return _shared(np.minimum.accumulate(day_if[:, :, ::-1], axis=2)[:, :, ::-1])
 
     def _runs(self) -> tuple[Ints, Ints, Ints]:
         """(run_start, run_after, next_run): per pool, each run's first day (padded with a last run
@@ -462,8 +538,10 @@ class _Fits:
         return _shared(run_start), _shared(run_after), _shared(next_run)
 
     def first(self, pool: Ints | int, length: Ints | int, day: Ints | int) -> Ints:
-        run_start, run_after, next_run = self._runs()
         day = np.minimum(day, self.last_day)
+        if self.dense:
+            return np.asarray(self._table()[pool, length, day], dtype=np.int64)
+        run_start, run_after, next_run = self._runs()
         here = self.run_length[pool, day] >= length
         later = run_start[pool, next_run[pool, length, run_after[pool, day]]]
         return np.asarray(np.where(here, day, later), dtype=np.int64)
@@ -473,6 +551,8 @@ class _Fits:
 
 # Per calendar read, the run tables of at most this many plan lengths are kept (each is O(P D R)).
 _RUN_TABLES_KEPT = 8
+# _Fits answers from a table of every answer when it holds at most this many (8 bytes each: 256 KiB).
+_DENSE_FITS = 32_768
 
 Placed = tuple[int, int, int]  # (pool index, first day, stop day)
 

@@ -1,14 +1,17 @@
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 from datetime import UTC, datetime, time, timedelta, timezone
 from decimal import Decimal
 from itertools import product
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hyperplan.core import search as planner
 from hyperplan.core.calendar import CapacityCalendar, peak_booked_slots
 from hyperplan.core.fleet import BookingPolicy, Fleet, Pool
 from hyperplan.core.search import Offering, SearchRequest, Segment, search, segment_price
@@ -534,3 +537,33 @@ def test_searching_and_buying_never_books_a_pool_above_its_reservable_count(data
         held = cal.booked(p.key, ORIGIN - DAY, ORIGIN + 40 * DAY)
         assert held.max() <= p.reservable
         assert peak_booked_slots(rows, ORIGIN - DAY, ORIGIN + 40 * DAY) <= held.max()
+
+
+# -- the planner's look-up of where a run of open days starts ---------------------------------------------
+
+
+def test_both_ways_of_finding_the_first_fitting_day_agree() -> None:
+    """_Fits answers from a table of every answer when it is small, from the runs' tables otherwise:
+    on random calendars (runs of every length, pools all open or all closed) both give, for every pool,
+    length and day asked about, the first day from which that many days in a row are open."""
+    rng = random.Random(20)
+    for _ in range(40):
+        pools, days = rng.randint(1, 4), rng.randint(1, 40)
+        booked = rng.random()
+        open_ = [[rng.random() > booked for _ in range(days)] for _ in range(pools)]
+        grids = planner._PoolDays.of(np.array(open_, dtype=np.int64), 1, np.zeros(pools, dtype=bool))
+        longest = rng.randint(1, days)
+        dense, runs = planner._Fits(grids, longest), planner._Fits(grids, longest)
+        dense.dense, runs.dense = True, False
+        p, d, j = np.meshgrid(np.arange(pools), np.arange(longest + 1), np.arange(days + 3), indexing="ij")
+        from_table, from_runs = dense.first(p, d, j).ravel().tolist(), runs.first(p, d, j).ravel().tolist()
+        assert from_table == from_runs
+        # The definition: open days in a row from each day (the day after the window opens none).
+        in_a_row = [[0] * (days + 2) for _ in range(pools)]
+        for pool_, a in product(range(pools), reversed(range(days))):
+            in_a_row[pool_][a] = in_a_row[pool_][a + 1] + 1 if open_[pool_][a] else 0
+        asked = zip(p.ravel().tolist(), d.ravel().tolist(), j.ravel().tolist(), from_table, strict=True)
+        for pool_, length, day_, found in asked:
+            after = range(min(day_, days + 1), days + 2)  # a day past the window is asked as the next
+            expected = next((a for a in after if in_a_row[pool_][a] >= length), planner._NONE)
+            assert found == expected
