@@ -310,7 +310,7 @@ def _compile_structure(shape: Shape) -> _Compiled:
     if shape.is_document_type:
         return lambda value: value
     members = {
-        name: (member.serialization.get("name", name), _compiled(member))
+        name: (member.serialization.get("name", name), _compiled(member), _kept_as_is(member))
         for name, member in shape.members.items()
     }
     required, union = tuple(shape.required_members), shape.is_tagged_union
@@ -324,7 +324,8 @@ def _compile_structure(shape: Shape) -> _Compiled:
             if member is None:
                 raise _Refused
             if item is not None:
-                result[member[0]] = member[1](item)
+                # A plain str or int that its member's function would hand back as it is: no call.
+                result[member[0]] = item if type(item) is member[2] else member[1](item)
         for name in required:
             if value.get(name) is None:
                 raise _Refused
@@ -333,6 +334,28 @@ def _compile_structure(shape: Shape) -> _Compiled:
         return result
 
     return structure
+
+
+def _kept_as_is(shape: Shape) -> type | None:
+    """The type whose values the shape's compiled function returns unchanged, without a check that
+    could refuse them (a string shape with an enum checks its values): None if there is none."""
+    if shape.type_name == "string" and not (isinstance(shape, StringShape) and shape.enum):
+        return str
+    if shape.type_name in ("integer", "long"):
+        return int
+    return None
+
+
+def _compile_timestamp(shape: Shape) -> _Compiled:
+    def timestamp(value: Any) -> Any:
+        if type(value) is datetime and value.tzinfo is UTC:  # the common case first: aware, in UTC
+            return epoch_seconds(value)
+        try:
+            return _timestamp(shape, value, _NOWHERE)
+        except InternalFailure:
+            raise _Refused from None
+
+    return timestamp
 
 
 def _compile_list(shape: Shape) -> _Compiled:
@@ -422,6 +445,6 @@ _COMPILERS: dict[str, Callable[[Shape], _Compiled]] = {
     "float": _compile_checked(_float),
     "double": _compile_checked(_float),
     "boolean": _compile_checked(_boolean),
-    "timestamp": _compile_checked(_timestamp),
+    "timestamp": _compile_timestamp,
     "blob": _compile_checked(_blob),
 }

@@ -209,6 +209,13 @@ def test_epoch_seconds_whole_and_fractional() -> None:
     assert epoch_seconds(datetime(1970, 1, 1, 2, tzinfo=timezone(timedelta(hours=2)))) == 0
 
 
+def test_a_time_in_another_zone_is_the_same_instant_as_in_utc() -> None:
+    op = operation_model("DescribeTrainingPlan")
+    pst = datetime(2026, 1, 1, 3, 30, tzinfo=timezone(timedelta(hours=-8)))
+    for moment in (pst, pst.astimezone(UTC), pst.astimezone(timezone(timedelta(0)))):
+        assert serialize_response(op, plan(StartTime=moment))["StartTime"] == 1767267000
+
+
 @given(st.datetimes(min_value=datetime(1970, 1, 1), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)))
 def test_epoch_seconds_match_botocore_and_parse_back_exactly(moment: datetime) -> None:
     op = operation_model("ListTrainingPlans")
