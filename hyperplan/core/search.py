@@ -551,6 +551,8 @@ class _Fits:
 
 # Per calendar read, the run tables of at most this many plan lengths are kept (each is O(P D R)).
 _RUN_TABLES_KEPT = 8
+# Ranked candidates of several segments are traced back through their levels this many at a time.
+_TRACED_AT_ONCE = 16
 # _Fits answers from a table of every answer when it holds at most this many (8 bytes each: 256 KiB).
 _DENSE_FITS = 32_768
 
@@ -752,16 +754,20 @@ class _Planner:
     ) -> Iterator[_Candidate]:  # fmt: skip
         ends = np.concatenate([end[keep] for end, _, _, keep in rows])
         costs = np.concatenate([cost[keep] for _, cost, _, keep in rows])
-        which = np.concatenate([np.flatnonzero(keep) for *_, keep in rows]).tolist()
-        partial = np.concatenate([np.full(int(keep.sum()), flag) for _, _, flag, keep in rows]).tolist()
-        order, cost_of = np.lexsort((costs, ends)).tolist(), costs.tolist()
-        # Python lists from here: the candidates are made one by one, and most callers take a few.
-        q_of, p_of, d_of, start_of = q.tolist(), p.tolist(), d.tolist(), start.tolist()
-        for i in order:
-            j = which[i]
-            prefix = self._trace(level, q_of[j], self.query.days - d_of[j])
-            last = (p_of[j], start_of[j], start_of[j] + d_of[j])
-            yield _Candidate((*prefix, last), partial[i], cost_of[i])
+        which = np.concatenate([np.flatnonzero(keep) for *_, keep in rows])
+        partial = np.concatenate([np.full(int(keep.sum()), flag) for _, _, flag, keep in rows])
+        order = np.lexsort((costs, ends))
+        # Most callers take a few: the candidates are traced a batch at a time, each batch at once.
+        for first in range(0, len(order), _TRACED_AT_ONCE):
+            batch = order[first : first + _TRACED_AT_ONCE]
+            j = which[batch]
+            last_start = start[j]
+            parts = self._traced(level, q[j], self.query.days - d[j])
+            parts.append((p[j].tolist(), last_start.tolist(), (last_start + d[j]).tolist()))
+            segments = zip(*(zip(*part, strict=True) for part in parts), strict=True)
+            flags, cost_of = partial[batch].tolist(), costs[batch].tolist()
+            for placed, flag, cost in zip(segments, flags, cost_of, strict=True):
+                yield _Candidate(placed, flag, cost)
 
     def _middle_level(self, level: _Level, k: int) -> _Level:
         """Level k from level k - 1, for every (pool, total days) at once: the earliest-ending plan,
@@ -804,16 +810,18 @@ class _Planner:
         best_q = np.where(after == soonest, cost, np.inf).argmin(axis=0)
         return soonest, np.take_along_axis(cost, best_q[None], 0)[0], best_q
 
-    def _trace(self, level: _Level, pool: int, total: int) -> tuple[Placed, ...]:
-        """The segments of the level's prefix ending in ``pool`` with ``total`` days, in time order."""
-        segments: list[Placed] = []
+    def _traced(self, level: _Level, pool: Ints, total: Ints) -> list[tuple[list[int], list[int], list[int]]]:
+        """The segments of the level's prefixes ending in ``pool`` with ``total`` days, for arrays of
+        them at once: per segment, in time order, (pools, first days, stop days) of the prefixes."""
+        parts = []
         current: _Level | None = level
         while current is not None:
-            start, end = int(current.last_start[pool, total]), int(current.end[pool, total])
-            segments.append((pool, start, end))
-            pool, total = int(current.previous_pool[pool, total]), total - (end - start)
+            start, end = current.last_start[pool, total], current.end[pool, total]
+            parts.append((pool.tolist(), start.tolist(), end.tolist()))
+            pool, total = current.previous_pool[pool, total], total - (end - start)
             current = current.parent
-        return tuple(reversed(segments))
+        parts.reverse()
+        return parts
 
 
 # -- the packing ranking -----------------------------------------------------------------------------
