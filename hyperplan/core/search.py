@@ -85,6 +85,7 @@ from hyperplan.errors import ValidationError
 DAY = timedelta(days=1)
 UNSERVED_TARGETS = ("endpoint", "studio-apps")
 _CENT = Decimal("0.01")
+_MINUTE = timedelta(minutes=1)
 _NONE = 1 << 40  # "no such day": larger than any day index, and still so after adding a length
 
 Ints = npt.NDArray[np.int64]
@@ -156,7 +157,7 @@ class Offering:
 def segment_price(pool: Pool, start: datetime, end: datetime, count: int) -> Decimal:
     """count x real hours x price, to the cent (half up). An offering's fee is the sum of its
     segments' prices, so that invoices itemised per segment add up to the fee."""
-    return _price(pool.price_per_instance_hour, (end - start) // timedelta(minutes=1), count)
+    return _price(pool.price_per_instance_hour, (end - start) // _MINUTE, count)
 
 
 @lru_cache(maxsize=4096)
