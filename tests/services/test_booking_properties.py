@@ -8,7 +8,7 @@ from __future__ import annotations
 import tempfile
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -16,7 +16,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import event, select
+from sqlalchemy import event, func, select
 
 from hyperplan.app import AppConfig, Application
 from hyperplan.core.search import SearchRequest
@@ -24,7 +24,7 @@ from hyperplan.errors import ResourceLimitExceeded
 from hyperplan.services import accounts, plans
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
-from hyperplan.store.schema import ReservedCapacity
+from hyperplan.store.schema import ReservedCapacity, TrainingPlan
 from tests.harness import SERVER_START, unisolated
 from tests.instants import at_awkward_instants
 from tests.postgres import Stores
@@ -180,17 +180,39 @@ def test_a_stale_offering_is_refused_when_its_capacity_is_gone(stores: Stores, t
         with _statements(runtime) as made:
             plans.create(runtime, caller, "first", first.offering_id)
         # A purchase is a handful of statements (services/plan_purchase.py; the bench's purchases/s rest
-        # on it): BEGIN, two reads, one write per table, the change counters; PostgreSQL adds its locks,
-        # SQLite the two reads made first on a snapshot, outside the writers' turn (its refusals).
-        assert len(made) <= MAX_PURCHASE_STATEMENTS + (3 if runtime.db.is_postgres else 2), made
-        try:
-            plans.create(runtime, caller, "second", second.offering_id)
-        except ResourceLimitExceeded as exc:
-            assert "Search again" in exc.message
-        else:
-            raise AssertionError("the same capacity was sold twice")
+        # on it): BEGIN, two reads, one write per table, the change counters; both stores add the two
+        # reads made first on a snapshot, before the write (its refusals), PostgreSQL its locks.
+        assert len(made) <= MAX_PURCHASE_STATEMENTS + 2 + (3 if runtime.db.is_postgres else 0), made
+        # Refused on a snapshot before any lock (Database.refuse_early): answered while a serial writer
+        # (this thread) holds the store, which a purchase's write, and its locks, would wait for.
+        with runtime.db.write():
+            refused = _answered_in_a_thread(
+                lambda: plans.create(runtime, caller, "second", second.offering_id)
+            )
+        assert isinstance(refused, ResourceLimitExceeded), "the same capacity was sold twice"
+        assert "Search again" in refused.message
+        with runtime.db.read() as session:
+            assert session.scalar(select(func.count()).select_from(TrainingPlan)) == 1
     finally:
         application.stop()
+
+
+def _answered_in_a_thread(call: Callable[[], object]) -> object:
+    """What `call` returned or raised, in a thread of its own that must be answered while this thread
+    holds a write (the bound is only there to fail, not a timing)."""
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except Exception as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=30)
+    assert outcome, "the refused purchase waited for the store's writer"
+    return outcome[0]
 
 
 MAX_PURCHASE_STATEMENTS = 11
