@@ -301,12 +301,10 @@ def _holdings_query(pool_count: int, every_type: bool, packed: bool) -> Prepared
 
 
 @cache
-def _facts_and_holdings_query(pool_count: int) -> Prepared:
+def _facts_and_holdings_query(pool_count: int, every_type: bool) -> Prepared:
     """PostgreSQL: the account's facts and what is held, in one statement (one round trip, one
-    snapshot), the holdings packed as one JSON array of arrays in the facts' row. The account's own
-    are read of every type over the instance-hours span (`every_type`): whether its quotas weigh them
-    is known only from its facts, and a superset changes no check (each picks its type and window)."""
-    each = _holdings_rows(pool_count, every_type=True).subquery()
+    snapshot), the holdings packed as one JSON array of arrays in the facts' row."""
+    each = _holdings_rows(pool_count, every_type).subquery()
     packed = select(func.json_agg(func.json_build_array(*each.c))).scalar_subquery()
     return Prepared(_facts_query().add_columns(packed))
 
@@ -386,12 +384,18 @@ def read_holdings(
 
 
 def read_facts_and_holdings(
-    connection: Connection, account_id: str, name: str, offering_id: str, segments: Segments, count: int
+    connection: Connection,
+    account_id: str,
+    name: str,
+    offering_id: str,
+    segments: Segments,
+    count: int,
+    every_type: bool,
 ) -> tuple[AccountFacts, Holdings]:
-    """PostgreSQL: read_facts and read_holdings (of every type) in one statement."""
-    pool_count, params = _holdings_params(account_id, segments, count, every_type=True)
+    """PostgreSQL: read_facts and read_holdings in one statement."""
+    pool_count, params = _holdings_params(account_id, segments, count, every_type)
     params.update(name=name, offering=offering_id)
-    found = _facts_and_holdings_query(pool_count).rows(connection, params)
+    found = _facts_and_holdings_query(pool_count, every_type).rows(connection, params)
     if not found:
         raise ResourceNotFound(f"No account {account_id!r}.")
     return _facts_of(found[0]), _holdings_of(found[0][-1] or [])
@@ -503,10 +507,14 @@ class Purchase:
         """The checks of `check` on `connection` (which takes no lock): on SQLite also run on a
         snapshot before the writers' turn (Database.refuse_early); the account's facts read."""
         account, held = self.caller.account_id, None
-        if connection.dialect.name == "postgresql":  # one round trip (and one snapshot) for both reads
-            facts, held = read_facts_and_holdings(
-                connection, account, self.name, self.offering_id, self.segments, self.claim.count
+        if connection.dialect.name == "postgresql":  # one round trip for both reads
+            # Whether the quotas weigh the account's holdings of every type is known from its facts;
+            # read as the fleet's default says, read again (in the same transaction) when they differ.
+            every_type = self.runtime.fleet.quotas.max_reserved_instance_hours_per_30_days is not None
+            facts, read = read_facts_and_holdings(
+                connection, account, self.name, self.offering_id, self.segments, self.claim.count, every_type
             )
+            held = (read, every_type)
         else:
             facts = read_facts(connection, account, self.name, self.offering_id)
         _check(self.runtime, connection, facts, self.name, self.offering_id, self.claim, self.segments, held)
@@ -526,10 +534,10 @@ def _check(
     offering_id: str,
     claim: OfferingClaim,
     segments: Segments,
-    held: Holdings | None = None,
+    already: tuple[Holdings, bool] | None = None,
 ) -> None:
     """Every refusal a purchase can meet in the store, in the order the wire has always given them;
-    `held`: what is held, already read (of every type, read_facts_and_holdings), or None to read it."""
+    `already`: what is held, already read (read_facts_and_holdings), and whether of every type."""
     drain_state.refuse_if(drain_state.from_setting(facts.drain), "CreateTrainingPlan")
     if facts.name_taken:
         raise ResourceInUse(f"A training plan named {name!r} already exists in this account.")
@@ -537,7 +545,9 @@ def _check(
         raise ResourceNotFound(f"Training plan offering {offering_id} has already been bought; search again.")
     quotas.check_plans_held(runtime, facts, facts.active_plans)
     every_type = quotas.limits(runtime, facts).max_reserved_instance_hours_per_30_days is not None
-    if held is None:
+    if already is not None and already[1] == every_type:
+        held = already[0]
+    else:
         held = read_holdings(connection, facts.id, segments, claim.count, every_type)
     for pool, s in segments:
         check_room(

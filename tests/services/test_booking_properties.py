@@ -21,7 +21,7 @@ from sqlalchemy import event, func, select
 from hyperplan.app import AppConfig, Application
 from hyperplan.core.search import SearchRequest
 from hyperplan.errors import ResourceLimitExceeded
-from hyperplan.services import accounts, plans
+from hyperplan.services import accounts, plans, quotas
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
@@ -304,5 +304,53 @@ def test_concurrent_buyers_in_separate_accounts_never_overbook(stores: Stores, t
         reservable = {pool.key: pool.reservable for pool in runtime.fleet.pools}
         for pool, peak in _peaks(runtime).items():
             assert peak <= reservable[pool], (pool, peak, outcomes)
+    finally:
+        application.stop()
+
+
+def test_an_accounts_own_hours_quota_weighs_its_plans_of_every_type(stores: Stores, tmp_path: Path) -> None:
+    """The fleet sets no instance-hours quota, the account its own: its plans of one type count against
+    a purchase of another (on PostgreSQL the first read, of the pools' types only, is read again)."""
+    fleet_path = tmp_path / "fleet.toml"
+    pools = "".join(
+        f'[[pools]]\ninstance_type = "{kind}"\nzone = "us-west-2a"\ncount = 8\n'
+        'price_per_instance_hour = "10"\n'
+        for kind in ("ml.p5.48xlarge", "ml.p4d.24xlarge")
+    )
+    fleet_path.write_text(
+        'region = "us-west-2"\ncurrency = "USD"\n[[zones]]\nname = "us-west-2a"\nzone_id = "usw2-az1"\n'
+        f'subnets = []\n{pools}[policy]\nallowed_counts = "any"\n'
+    )
+    application = Application(
+        AppConfig(
+            data_dir=tmp_path / "data",
+            fleet_path=fleet_path,
+            clock="manual",
+            clock_start=SERVER_START,
+            database_url=stores.url(),
+            **unisolated(tmp_path / "data"),
+        )
+    )
+    application.start()
+    runtime = application.context
+    try:
+        with runtime.db.write() as session:
+            key = accounts.create_account(session, "hours", box=runtime.secret_box, now=runtime.clock.now())
+            quotas.set_limits(
+                session, key.account_id, max_plans=None, max_instances=None, max_instance_hours=100
+            )
+        caller = Caller(key.account_id, "hours", False, key.access_key_id)
+
+        def first_offering(instance_type: str, count: int) -> str:
+            request = SearchRequest(instance_type, count, 24, "training-job", None, None)
+            return plans.search(runtime, caller, request)[0].offering_id
+
+        plans.create(runtime, caller, "p5", first_offering("ml.p5.48xlarge", 2))  # 48 instance-hours
+        try:
+            plans.create(runtime, caller, "p4d", first_offering("ml.p4d.24xlarge", 3))  # 72 more
+        except ResourceLimitExceeded as exc:
+            assert "reserved-instance-hours-per-30-days is 100" in exc.message, exc.message
+        else:
+            raise AssertionError("the account's plans of another type were not weighed")
     finally:
         application.stop()
