@@ -9,7 +9,8 @@ execution cost several times the driver's):
 2. One read of the account: its quotas and payment mode, the drain setting, whether the name or the
    offering is taken, the plans it holds and its live webhooks.
 3. One read of what is held: the pools' capacity over the segments' windows and the account's own
-   holdings the quotas weigh.
+   holdings the quotas weigh. On PostgreSQL 2 and 3 are one statement (read_facts_and_holdings), sent
+   with the locks of 1: one round trip.
 4. The rows as they end up, each table in one statement: the plan (already Scheduled when it is paid at
    once), its segments, the invoice (already settled), the ledger line, the plan's history, the status
    events, the timed events and any webhook deliveries (one INSERT ... SELECT: each history entry to
@@ -238,7 +239,10 @@ def read_facts(connection: Connection, account_id: str, name: str, offering_id: 
     found = _FACTS.rows(connection, {"account": account_id, "name": name, "offering": offering_id})
     if not found:
         raise ResourceNotFound(f"No account {account_id!r}.")
-    row = found[0]
+    return _facts_of(found[0])
+
+
+def _facts_of(row: Sequence[Any]) -> AccountFacts:
     return AccountFacts(
         id=row[0],
         name=row[1],
@@ -289,6 +293,24 @@ def _holdings_query(pool_count: int, every_type: bool, packed: bool) -> Prepared
     and 1. `packed` (SQLite): every row in one, as a JSON array of arrays. The driver lets the GIL go
     for each row it steps to, and takes it back after: in the writers' turn, with the process's other
     threads at work, each take can wait (a busy pool's window holds tens of rows); one row, one wait."""
+    rows = _holdings_rows(pool_count, every_type)
+    if not packed:
+        return Prepared(rows)
+    each = rows.subquery()
+    return Prepared(select(func.json_group_array(func.json_array(*each.c))))
+
+
+@cache
+def _facts_and_holdings_query(pool_count: int, every_type: bool) -> Prepared:
+    """PostgreSQL: the account's facts and what is held, in one statement (one round trip, one
+    snapshot), the holdings packed as one JSON array of arrays in the facts' row."""
+    each = _holdings_rows(pool_count, every_type).subquery()
+    packed = select(func.json_agg(func.json_build_array(*each.c))).scalar_subquery()
+    return Prepared(_facts_query().add_columns(packed))
+
+
+def _holdings_rows(pool_count: int, every_type: bool) -> Any:
+    """The union _holdings_query reads (see there)."""
     rc, ext = ReservedCapacity, PlanExtension
 
     def in_pools(table: Any) -> Any:
@@ -333,16 +355,13 @@ def _holdings_query(pool_count: int, every_type: bool, packed: bool) -> Prepared
 
     segments_in_pool, segments_of_account = held(rc, func.coalesce(rc.released_at, rc.end))
     extensions_in_pool, extensions_of_account = held(ext, ext.end)
-    rows = union_all(segments_in_pool, extensions_in_pool, segments_of_account, extensions_of_account)
-    if not packed:
-        return Prepared(rows)
-    each = rows.subquery()
-    return Prepared(select(func.json_group_array(func.json_array(*each.c))))
+    return union_all(segments_in_pool, extensions_in_pool, segments_of_account, extensions_of_account)
 
 
-def read_holdings(
-    connection: Connection, account_id: str, segments: Segments, count: int, every_type: bool
-) -> Holdings:
+def _holdings_params(
+    account_id: str, segments: Segments, count: int, every_type: bool
+) -> tuple[int, dict[str, Any]]:
+    """The holdings query's pool count and parameters."""
     pools = sorted({pool.key for pool, _ in segments})
     low = min(s.start for _, s in segments)
     high = max(s.end for _, s in segments)
@@ -352,12 +371,39 @@ def read_holdings(
     params: dict[str, Any] = {"low": low, "high": high, "alow": alow, "ahigh": ahigh, "account": account_id}
     for i, (instance_type, zone) in enumerate(pools):
         params[f"t{i}"], params[f"z{i}"] = instance_type, zone
+    return len(pools), params
+
+
+def read_holdings(
+    connection: Connection, account_id: str, segments: Segments, count: int, every_type: bool
+) -> Holdings:
+    pool_count, params = _holdings_params(account_id, segments, count, every_type)
+    packed = connection.dialect.name == "sqlite"
+    rows: Any = _holdings_query(pool_count, every_type, packed).rows(connection, params)
+    return _holdings_of(json.loads(rows[0][0]) if packed else rows)
+
+
+def read_facts_and_holdings(
+    connection: Connection,
+    account_id: str,
+    name: str,
+    offering_id: str,
+    segments: Segments,
+    count: int,
+    every_type: bool,
+) -> tuple[AccountFacts, Holdings]:
+    """PostgreSQL: read_facts and read_holdings in one statement."""
+    pool_count, params = _holdings_params(account_id, segments, count, every_type)
+    params.update(name=name, offering=offering_id)
+    found = _facts_and_holdings_query(pool_count, every_type).rows(connection, params)
+    if not found:
+        raise ResourceNotFound(f"No account {account_id!r}.")
+    return _facts_of(found[0]), _holdings_of(found[0][-1] or [])
+
+
+def _holdings_of(rows: Any) -> Holdings:
     found = Holdings([], [])
     times: dict[int, datetime] = {}  # segments mostly share the day grid's few instants
-    packed = connection.dialect.name == "sqlite"
-    rows: Any = _holdings_query(len(pools), every_type, packed).rows(connection, params)
-    if packed:
-        rows = json.loads(rows[0][0])
     for tag, instance_type, zone, start, end, held in rows:
         if (begins := times.get(start)) is None:
             begins = times[start] = from_micros(start)
@@ -460,8 +506,18 @@ class Purchase:
     def refusals(self, connection: Connection) -> AccountFacts:
         """The checks of `check` on `connection` (which takes no lock): on SQLite also run on a
         snapshot before the writers' turn (Database.refuse_early); the account's facts read."""
-        facts = read_facts(connection, self.caller.account_id, self.name, self.offering_id)
-        _check(self.runtime, connection, facts, self.name, self.offering_id, self.claim, self.segments)
+        account, held = self.caller.account_id, None
+        if connection.dialect.name == "postgresql":  # one round trip for both reads
+            # Whether the quotas weigh the account's holdings of every type is known from its facts;
+            # read as the fleet's default says, read again (in the same transaction) when they differ.
+            every_type = self.runtime.fleet.quotas.max_reserved_instance_hours_per_30_days is not None
+            facts, read = read_facts_and_holdings(
+                connection, account, self.name, self.offering_id, self.segments, self.claim.count, every_type
+            )
+            held = (read, every_type)
+        else:
+            facts = read_facts(connection, account, self.name, self.offering_id)
+        _check(self.runtime, connection, facts, self.name, self.offering_id, self.claim, self.segments, held)
         return facts
 
     def write(self, session: Session) -> None:
@@ -478,8 +534,10 @@ def _check(
     offering_id: str,
     claim: OfferingClaim,
     segments: Segments,
+    already: tuple[Holdings, bool] | None = None,
 ) -> None:
-    """Every refusal a purchase can meet in the store, in the order the wire has always given them."""
+    """Every refusal a purchase can meet in the store, in the order the wire has always given them;
+    `already`: what is held, already read (read_facts_and_holdings), and whether of every type."""
     drain_state.refuse_if(drain_state.from_setting(facts.drain), "CreateTrainingPlan")
     if facts.name_taken:
         raise ResourceInUse(f"A training plan named {name!r} already exists in this account.")
@@ -487,7 +545,10 @@ def _check(
         raise ResourceNotFound(f"Training plan offering {offering_id} has already been bought; search again.")
     quotas.check_plans_held(runtime, facts, facts.active_plans)
     every_type = quotas.limits(runtime, facts).max_reserved_instance_hours_per_30_days is not None
-    held = read_holdings(connection, facts.id, segments, claim.count, every_type)
+    if already is not None and already[1] == every_type:
+        held = already[0]
+    else:
+        held = read_holdings(connection, facts.id, segments, claim.count, every_type)
     for pool, s in segments:
         check_room(
             runtime.calendar.bookable(pool), held.in_pool(pool, s.start, s.end), s.start, s.end, claim.count

@@ -389,24 +389,30 @@ class Database:
         return self.group.run(work, self.turn_wait, check)
 
     def refuse_early(self, refusals: Callable[[Connection], object]) -> None:
-        """SQLite: `refusals(connection)` (what a write_grouped `check` refuses, read without its locks)
-        on a snapshot, before the writers' turn: what it raises is raised here, without the turn; a
-        write_grouped that follows checks again in the turn, against the rows as they are then. Nothing
-        on PostgreSQL (its writers check under their own locks, side by side), nor within a write of
-        this thread (a snapshot would not see what that write has done so far).
+        """`refusals(connection)` (what a write_grouped `check` refuses, read without its locks) on a
+        snapshot, before the write: what it raises is raised here, without the write; a write_grouped
+        that follows checks again, under its locks, against the rows as they are then. Nothing within a
+        write of this thread (a snapshot would not see what that write has done so far).
 
-        It reads in a read transaction (WAL's snapshot, which readers take side by side, beside the
-        writer and one another), on a pooled connection past the session (a session's setup and
-        teardown cost about what the reads do).
+        It reads in a read transaction, on a pooled connection past the session (a session's setup and
+        teardown cost about what the reads do): on SQLite WAL's snapshot, which readers take side by
+        side, beside the writer and one another; on PostgreSQL a REPEATABLE READ, READ ONLY one, which
+        takes no lock (`_refuse_early_postgres`).
 
         Most purchases under contention are refused (capacity taken since the search: 82% of the
-        bench's buy-only answers), and in the writers' turn each refusal was a wait for every writer of
-        every process behind it. A refusal read on a snapshot is the answer the turn would have given
-        at that snapshot, which is taken after the request arrived and before it is answered: a valid
-        place for it among the other writes (linearizable). It only reads: nothing is written either
-        way."""
+        bench's buy-only answers). On SQLite each refusal in the writers' turn was a wait for every
+        writer of every process behind it; on PostgreSQL each held its account's and pools' locks for
+        its reads, which every buyer of those pools waited for, and cost a write transaction. A refusal
+        read on a snapshot is the answer the write would have given at that snapshot, which is taken
+        after the request arrived and before it is answered: a valid place for it among the other
+        writes (linearizable). It only reads: nothing is written either way."""
         writing: int = getattr(self._in_write, "depth", 0)
-        if not self.is_sqlite or writing:
+        if writing:
+            return
+        if self.is_postgres:
+            self._refuse_early_postgres(refusals)
+            return
+        if not self.is_sqlite:
             return
         may_wait("a read of the store")
         with self.engine.connect() as connection:
@@ -417,6 +423,25 @@ class Database:
                 refusals(connection)
             finally:
                 driver.execute("ROLLBACK")
+
+    def _refuse_early_postgres(self, refusals: Callable[[Connection], object]) -> None:
+        """refuse_early on PostgreSQL: one snapshot for every read (REPEATABLE READ: a refusal never
+        weighs an account's limits read at one instant against its holdings read at another), READ
+        ONLY (nothing to write, and nothing written by mistake). psycopg sends the BEGIN with the
+        first read (store/prepared.py); the rollback keeps the statements prepared. A connection found
+        lost answers nothing here: the write that follows opens a new one (_first_statement)."""
+        may_wait("a read of the store")
+        try:
+            with self.engine.connect() as connection:
+                connection.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
+                try:
+                    refusals(connection)
+                finally:
+                    if not connection.invalidated:
+                        _rollback_keeping_prepared(connection.connection.dbapi_connection)
+        except DBAPIError as exc:
+            if not exc.connection_invalidated:
+                raise
 
     @contextmanager
     def _write(self, *, concurrent: bool, durable: bool) -> Iterator[Session]:

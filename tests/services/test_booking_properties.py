@@ -8,7 +8,7 @@ from __future__ import annotations
 import tempfile
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -16,15 +16,15 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import event, select
+from sqlalchemy import event, func, select
 
 from hyperplan.app import AppConfig, Application
 from hyperplan.core.search import SearchRequest
 from hyperplan.errors import ResourceLimitExceeded
-from hyperplan.services import accounts, plans
+from hyperplan.services import accounts, plans, quotas
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
-from hyperplan.store.schema import ReservedCapacity
+from hyperplan.store.schema import ReservedCapacity, TrainingPlan
 from tests.harness import SERVER_START, unisolated
 from tests.instants import at_awkward_instants
 from tests.postgres import Stores
@@ -180,17 +180,40 @@ def test_a_stale_offering_is_refused_when_its_capacity_is_gone(stores: Stores, t
         with _statements(runtime) as made:
             plans.create(runtime, caller, "first", first.offering_id)
         # A purchase is a handful of statements (services/plan_purchase.py; the bench's purchases/s rest
-        # on it): BEGIN, two reads, one write per table, the change counters; PostgreSQL adds its locks,
-        # SQLite the two reads made first on a snapshot, outside the writers' turn (its refusals).
-        assert len(made) <= MAX_PURCHASE_STATEMENTS + (3 if runtime.db.is_postgres else 2), made
-        try:
-            plans.create(runtime, caller, "second", second.offering_id)
-        except ResourceLimitExceeded as exc:
-            assert "Search again" in exc.message
-        else:
-            raise AssertionError("the same capacity was sold twice")
+        # on it): BEGIN, two reads, one write per table, the change counters; both stores add the reads
+        # made first on a snapshot, before the write (its refusals). PostgreSQL adds its three locks,
+        # and reads the account's facts and holdings in one statement, first and again under the locks.
+        assert len(made) <= MAX_PURCHASE_STATEMENTS + 2, made
+        # Refused on a snapshot before any lock (Database.refuse_early): answered while a serial writer
+        # (this thread) holds the store, which a purchase's write, and its locks, would wait for.
+        with runtime.db.write():
+            refused = _answered_in_a_thread(
+                lambda: plans.create(runtime, caller, "second", second.offering_id)
+            )
+        assert isinstance(refused, ResourceLimitExceeded), "the same capacity was sold twice"
+        assert "Search again" in refused.message
+        with runtime.db.read() as session:
+            assert session.scalar(select(func.count()).select_from(TrainingPlan)) == 1
     finally:
         application.stop()
+
+
+def _answered_in_a_thread(call: Callable[[], object]) -> object:
+    """What `call` returned or raised, in a thread of its own that must be answered while this thread
+    holds a write (the bound is only there to fail, not a timing)."""
+    outcome: list[object] = []
+
+    def run() -> None:
+        try:
+            outcome.append(call())
+        except Exception as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(timeout=30)
+    assert outcome, "the refused purchase waited for the store's writer"
+    return outcome[0]
 
 
 MAX_PURCHASE_STATEMENTS = 11
@@ -282,5 +305,53 @@ def test_concurrent_buyers_in_separate_accounts_never_overbook(stores: Stores, t
         reservable = {pool.key: pool.reservable for pool in runtime.fleet.pools}
         for pool, peak in _peaks(runtime).items():
             assert peak <= reservable[pool], (pool, peak, outcomes)
+    finally:
+        application.stop()
+
+
+def test_an_accounts_own_hours_quota_weighs_its_plans_of_every_type(stores: Stores, tmp_path: Path) -> None:
+    """The fleet sets no instance-hours quota, the account its own: its plans of one type count against
+    a purchase of another (on PostgreSQL the first read, of the pools' types only, is read again)."""
+    fleet_path = tmp_path / "fleet.toml"
+    pools = "".join(
+        f'[[pools]]\ninstance_type = "{kind}"\nzone = "us-west-2a"\ncount = 8\n'
+        'price_per_instance_hour = "10"\n'
+        for kind in ("ml.p5.48xlarge", "ml.p4d.24xlarge")
+    )
+    fleet_path.write_text(
+        'region = "us-west-2"\ncurrency = "USD"\n[[zones]]\nname = "us-west-2a"\nzone_id = "usw2-az1"\n'
+        f'subnets = []\n{pools}[policy]\nallowed_counts = "any"\n'
+    )
+    application = Application(
+        AppConfig(
+            data_dir=tmp_path / "data",
+            fleet_path=fleet_path,
+            clock="manual",
+            clock_start=SERVER_START,
+            database_url=stores.url(),
+            **unisolated(tmp_path / "data"),
+        )
+    )
+    application.start()
+    runtime = application.context
+    try:
+        with runtime.db.write() as session:
+            key = accounts.create_account(session, "hours", box=runtime.secret_box, now=runtime.clock.now())
+            quotas.set_limits(
+                session, key.account_id, max_plans=None, max_instances=None, max_instance_hours=100
+            )
+        caller = Caller(key.account_id, "hours", False, key.access_key_id)
+
+        def first_offering(instance_type: str, count: int) -> str:
+            request = SearchRequest(instance_type, count, 24, "training-job", None, None)
+            return plans.search(runtime, caller, request)[0].offering_id
+
+        plans.create(runtime, caller, "p5", first_offering("ml.p5.48xlarge", 2))  # 48 instance-hours
+        try:
+            plans.create(runtime, caller, "p4d", first_offering("ml.p4d.24xlarge", 3))  # 72 more
+        except ResourceLimitExceeded as exc:
+            assert "reserved-instance-hours-per-30-days is 100" in exc.message, exc.message
+        else:
+            raise AssertionError("the account's plans of another type were not weighed")
     finally:
         application.stop()
