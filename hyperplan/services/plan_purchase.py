@@ -53,6 +53,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from hyperplan.clock import utcnow
+from hyperplan.core.calendar import micros, micros_slot_span, peak_in_slots, slot_span
 from hyperplan.core.fleet import Pool
 from hyperplan.core.lifecycle import (
     PLAN_LIFECYCLE,
@@ -70,7 +71,7 @@ from hyperplan.errors import ResourceInUse, ResourceNotFound
 from hyperplan.services import drain_state, lifecycle, payments, quotas
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
-from hyperplan.services.live_calendar import check_room
+from hyperplan.services.live_calendar import refuse_if_full
 from hyperplan.store.changes import CALENDAR
 from hyperplan.store.db import after_commit, committed_change
 from hyperplan.store.locks import lock_account, lock_pools
@@ -262,17 +263,23 @@ def read_facts(connection: Connection, account_id: str, name: str, offering_id: 
 @dataclass(frozen=True)
 class Holdings:
     """Capacity held in the purchase's pools over its windows, and what the account holds that its
-    quotas weigh: (instance type, availability zone, start, end, count) each."""
+    quotas weigh: (instance type, availability zone, start, end, count) each. The pools' times stay in
+    the store's microseconds: the capacity check works in slots, and a datetime per row, converted back
+    to microseconds there, cost more than the check's sweep."""
 
-    pools: list[tuple[str, str, datetime, datetime, int]]
+    pools: list[tuple[str, str, int, int, int]]
     account: list[tuple[str, str, datetime, datetime, int]]
 
-    def in_pool(self, pool: Pool, start: datetime, end: datetime) -> list[Interval]:
-        return [
-            (s, e, n)
+    def booked_in_pool(self, pool: Pool, start: datetime, end: datetime) -> int:
+        """peak_booked_slots of what `pool` holds that overlaps [start, end): the most instances held
+        in any of the window's slots."""
+        low, high = micros(start), micros(end)
+        spans = (
+            (*micros_slot_span(s, e), n)
             for t, z, s, e, n in self.pools
-            if (t, z) == pool.key and s < end and e > start and e > s
-        ]
+            if (t, z) == pool.key and s < high and e > low and e > s
+        )
+        return peak_in_slots(spans, *slot_span(start, end))
 
     def of_account(self, instance_type: str | None, start: datetime, end: datetime) -> list[Interval]:
         return [
@@ -359,11 +366,14 @@ def read_holdings(
     if packed:
         rows = json.loads(rows[0][0])
     for tag, instance_type, zone, start, end, held in rows:
+        if not tag:
+            found.pools.append((instance_type, zone, start, end, held))
+            continue
         if (begins := times.get(start)) is None:
             begins = times[start] = from_micros(start)
         if (ends := times.get(end)) is None:
             ends = times[end] = from_micros(end)
-        (found.account if tag else found.pools).append((instance_type, zone, begins, ends, held))
+        found.account.append((instance_type, zone, begins, ends, held))
     return found
 
 
@@ -489,9 +499,8 @@ def _check(
     every_type = quotas.limits(runtime, facts).max_reserved_instance_hours_per_30_days is not None
     held = read_holdings(connection, facts.id, segments, claim.count, every_type)
     for pool, s in segments:
-        check_room(
-            runtime.calendar.bookable(pool), held.in_pool(pool, s.start, s.end), s.start, s.end, claim.count
-        )
+        booked = held.booked_in_pool(pool, s.start, s.end)
+        refuse_if_full(runtime.calendar.bookable(pool), booked, s.start, s.end, claim.count)
         mine = held.of_account(pool.instance_type, s.start, s.end)
         quotas.check_instances_held(runtime, facts, pool.instance_type, mine, s.start, s.end, claim.count)
     if every_type:
