@@ -51,6 +51,8 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import UnaryExpression
+from sqlalchemy.sql.operators import custom_op
 
 from hyperplan.clock import utcnow
 from hyperplan.core.calendar import micros, micros_slot_span, peak_in_slots, slot_span
@@ -289,6 +291,9 @@ class Holdings:
         ]
 
 
+_UNINDEXED: custom_op[Any] = custom_op("+")  # SQLite's unary +: the value as it is, from no index
+
+
 @cache
 def _holdings_query(pool_count: int, every_type: bool, packed: bool) -> Prepared:
     """Held capacity (segments, then unpaid extensions) in `pool_count` pools between :low and :high,
@@ -308,11 +313,16 @@ def _holdings_query(pool_count: int, every_type: bool, packed: bool) -> Prepared
 
     def of_types(table: Any) -> Any:
         # The pools' types, one comparison each (a type twice is harmless): no expanding IN list, so
-        # that the statement can be prepared.
+        # that the statement can be prepared. On SQLite the type is compared as `+instance_type`, which
+        # no index serves: without statistics its planner otherwise read every segment of the type,
+        # any account's (the pools' index leads with the type), to keep the account's few; this way it
+        # reads the account's plans, then their segments (0.37 -> 0.12 ms on the bench's store).
+        # PostgreSQL plans from its statistics, and has no unary + on text.
+        instance_type = (
+            UnaryExpression(table.instance_type, operator=_UNINDEXED) if packed else table.instance_type
+        )
         return (
-            true()
-            if every_type
-            else or_(*(table.instance_type == bindparam(f"t{i}") for i in range(pool_count)))
+            true() if every_type else or_(*(instance_type == bindparam(f"t{i}") for i in range(pool_count)))
         )
 
     low, high, alow, ahigh = (
