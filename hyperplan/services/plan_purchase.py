@@ -276,11 +276,12 @@ class Holdings:
         """peak_booked_slots of what `pool` holds that overlaps [start, end): the most instances held
         in any of the window's slots."""
         low, high = micros(start), micros(end)
-        spans = (
-            (*micros_slot_span(s, e), n)
+        instance_type, zone = pool.key
+        spans = [
+            micros_slot_span(s, e, n)
             for t, z, s, e, n in self.pools
-            if (t, z) == pool.key and s < high and e > low and e > s
-        )
+            if s < high and e > low and e > s and t == instance_type and z == zone
+        ]
         return peak_in_slots(spans, *slot_span(start, end))
 
     def of_account(self, instance_type: str | None, start: datetime, end: datetime) -> list[Interval]:
