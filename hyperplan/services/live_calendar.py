@@ -215,7 +215,12 @@ def check_room(
 ) -> None:
     """Refuse `count` more instances of `pool` over [start, end) when the pool already holds
     `intervals` (its held capacity that overlaps the window, as `held` reads it)."""
-    booked = peak_booked_slots(intervals, start, end)
+    refuse_if_full(pool, peak_booked_slots(intervals, start, end), start, end, count)
+
+
+def refuse_if_full(pool: Pool, booked: int, start: datetime, end: datetime, count: int) -> None:
+    """Refuse `count` more instances of `pool` over [start, end) when `booked` of them are held at the
+    window's busiest slot (peak_booked_slots of what the pool holds)."""
     if booked + count > pool.reservable:
         raise ResourceLimitExceeded(
             f"The capacity of this offering was taken since the search: {pool.instance_type} in "

@@ -185,6 +185,26 @@ def test_the_store_check_accepts_exactly_what_the_calendar_accepts(
     assert (peak_booked_slots(rows, *window) + count <= reservable) == cal.can_book(P5A, *window, count)
 
 
+@settings(max_examples=100, deadline=None)
+@given(intervals(), intervals(max_size=4), st.lists(minutes, max_size=3), minutes, st.integers(1, 600))
+def test_the_purchase_check_on_the_stores_microseconds_agrees_with_the_datetime_check(
+    rows: Rows, elsewhere: Rows, released_early: list[int], start: int, length: int
+) -> None:
+    """plan_purchase.Holdings weighs the store's rows in microseconds: the same peak as
+    peak_booked_slots on those of the pool that overlap the window, as datetimes (rows of another pool,
+    and segments released before they began, count for nothing)."""
+    from hyperplan.core.calendar import micros
+    from hyperplan.services.plan_purchase import Holdings
+
+    ended = [(at(m + 30), at(m), 2) for m in released_early]  # released_at before start
+    mine = [(*P5A, micros(s), micros(e), n) for s, e, n in [*rows, *ended]]
+    other = [("ml.p4d.24xlarge", "us-west-2a", micros(s), micros(e), n) for s, e, n in elsewhere]
+    window = (at(start), at(start + length))
+    overlapping = [(s, e, n) for s, e, n in [*rows, *ended] if s < window[1] and e > window[0] and e > s]
+    holdings = Holdings(pools=[*other, *mine], account=[])
+    assert holdings.booked_in_pool(pool("a", 8), *window) == peak_booked_slots(overlapping, *window)
+
+
 @settings(max_examples=80, deadline=None)
 @given(intervals(max_size=20), st.data())
 def test_free_profile_matches_a_recount_of_the_bookings(rows: Rows, data: st.DataObject) -> None:
