@@ -306,7 +306,7 @@ def _holdings_query(pool_count: int, every_type: bool, packed: bool) -> Prepared
     and 1. `packed` (SQLite): every row in one, as a JSON array of arrays. The driver lets the GIL go
     for each row it steps to, and takes it back after: in the writers' turn, with the process's other
     threads at work, each take can wait (a busy pool's window holds tens of rows); one row, one wait."""
-    rows = _holdings_rows(pool_count, every_type)
+    rows = _holdings_rows(pool_count, every_type, unindexed_type=packed)
     if not packed:
         return Prepared(rows)
     each = rows.subquery()
@@ -317,13 +317,14 @@ def _holdings_query(pool_count: int, every_type: bool, packed: bool) -> Prepared
 def _facts_and_holdings_query(pool_count: int, every_type: bool) -> Prepared:
     """PostgreSQL: the account's facts and what is held, in one statement (one round trip, one
     snapshot), the holdings packed as one JSON array of arrays in the facts' row."""
-    each = _holdings_rows(pool_count, every_type).subquery()
+    each = _holdings_rows(pool_count, every_type, unindexed_type=False).subquery()
     packed = select(func.json_agg(func.json_build_array(*each.c))).scalar_subquery()
     return Prepared(_facts_query().add_columns(packed))
 
 
-def _holdings_rows(pool_count: int, every_type: bool) -> Any:
-    """The union _holdings_query reads (see there)."""
+def _holdings_rows(pool_count: int, every_type: bool, *, unindexed_type: bool) -> Any:
+    """The union _holdings_query reads (see there); `unindexed_type` (SQLite): the account's rows
+    compared on their type as `+instance_type` (see of_types)."""
     rc, ext = ReservedCapacity, PlanExtension
 
     def in_pools(table: Any) -> Any:
@@ -341,9 +342,9 @@ def _holdings_rows(pool_count: int, every_type: bool) -> Any:
         # any account's (the pools' index leads with the type), to keep the account's few; this way it
         # reads the account's plans, then their segments (0.37 -> 0.12 ms on the bench's store).
         # PostgreSQL plans from its statistics, and has no unary + on text.
-        instance_type = (
-            UnaryExpression(table.instance_type, operator=_UNINDEXED) if packed else table.instance_type
-        )
+        instance_type = table.instance_type
+        if unindexed_type:
+            instance_type = UnaryExpression(instance_type, operator=_UNINDEXED)
         return (
             true() if every_type else or_(*(instance_type == bindparam(f"t{i}") for i in range(pool_count)))
         )
