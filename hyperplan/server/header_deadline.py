@@ -10,16 +10,15 @@ server's memory while it is being slow.
 
 Two protocols, the same rules: on httptools (a C parser, installed with hyperplan: about a quarter of a
 millisecond less CPU per request than the pure-Python h11, a good share of a search's cost) the header
-size bound is added here too, as h11's (16 KiB received while the headers are incomplete), and each
-response's head goes out with its body in one write (server/one_write.py); on h11 where httptools is
-not installed.
+size bound is added here too, as h11's (16 KiB received while the headers are incomplete); on h11
+where httptools is not installed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, cast
+from typing import Any
 
 import h11
 from uvicorn.config import Config
@@ -27,7 +26,6 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
 from hyperplan.server.limits import ServerLimits
-from hyperplan.server.one_write import HeadWithBody
 
 log = logging.getLogger(__name__)
 
@@ -122,12 +120,7 @@ def _httptools_protocol() -> type[Any] | None:
         def on_headers_complete(self) -> None:
             self.awaiting_headers = False
             self._cancel_deadline()
-            before = self.cycle
             super().on_headers_complete()
-            cycle = self.cycle
-            if cycle is not before and cycle is not None:  # a request's cycle (not an upgrade)
-                # Its answer's head and body in one write (server/one_write.py).
-                cycle.transport = cast(asyncio.Transport, HeadWithBody(cycle.transport, cycle))
 
         def on_message_complete(self) -> None:
             self.awaiting_headers, self.header_bytes = True, 0  # what follows is the next request
