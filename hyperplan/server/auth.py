@@ -130,10 +130,11 @@ _REMOTE_CALLERS_MAX = 4096
 _CLAIMED_KEY = re.compile(r"Credential=([A-Za-z0-9]+)/")
 
 
-def _joined_headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[str, str]:
+def _joined_headers(raw: Iterable[tuple[bytes, bytes]]) -> sigv4.FoldedHeaders:
     """The headers by lower-case name (ASGI's raw list: names already lower case); a header sent twice
-    is signed as its values joined by ',' (SigV4's canonical form). One pass."""
-    joined: dict[str, str] = {}
+    is signed as its values joined by ',' (SigV4's canonical form). One pass, and SigV4 folds them no
+    more (sigv4.FoldedHeaders)."""
+    joined = sigv4.FoldedHeaders()
     for raw_name, raw_value in raw:
         name, value = raw_name.decode("latin-1").lower(), raw_value.decode("latin-1")
         joined[name] = f"{joined[name]},{value}" if name in joined else value

@@ -70,6 +70,8 @@ _TIMESTAMP_RE = re.compile(r"\d{8}T\d{6}Z")
 _HEX64_RE = re.compile(r"[0-9a-fA-F]{64}")
 # RFC 3986 unreserved characters: the only ones SigV4 leaves unencoded in the query string.
 _QUERY_SAFE = "-_.~"
+_PRESIGNED_EXCLUDE = frozenset({b"X-Amz-Signature"})
+_NOTHING: frozenset[bytes] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -103,7 +105,7 @@ class SignedRequest:
     body: bytes
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Claim:
     """What the client says about its signature, from the Authorization header or the query string."""
 
@@ -264,7 +266,7 @@ def credential_service_of(authorizations: Iterable[str], raw_query: str) -> str 
     return parts[3] if len(parts) == 5 else None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Verified:
     claim: _Claim
     key: bytes
@@ -302,7 +304,7 @@ def _verify(
         raise UnrecognizedClient(UNKNOWN_KEY)
 
     # A presigned URL's own signature is not part of what it signs.
-    exclude = frozenset({b"X-Amz-Signature"}) if claim.presigned else frozenset()
+    exclude = _PRESIGNED_EXCLUDE if claim.presigned else _NOTHING
     payload = payload_hash(claim)
     canonical = "\n".join(
         [
@@ -474,6 +476,7 @@ def _parse_credential(credential: str) -> tuple[str, str, str, str]:
     return access_key, date, region, service
 
 
+@lru_cache(maxsize=256)  # one client signs the same headers in every request
 def _parse_signed_headers(value: str) -> tuple[str, ...]:
     names = [name.strip().lower() for name in value.split(";")]
     if not all(names):
@@ -523,6 +526,7 @@ def _check_scope(claim: _Claim, *, region: str, service: str) -> None:
         )
 
 
+@lru_cache(maxsize=256)  # requests signed in the same second share it
 def _parse_timestamp(value: str) -> datetime:
     if _TIMESTAMP_RE.fullmatch(value):
         try:  # YYYYMMDDTHHMMSSZ by position: what strptime(TIMESTAMP_FORMAT) reads, at a tenth the cost
@@ -580,8 +584,15 @@ def _fmt(moment: datetime) -> str:
 # --------------------------------------------------------------------------------------------------
 
 
+class FoldedHeaders(dict[str, str]):
+    """Headers already folded as `fold_headers` folds them (lower-case names, each once): what a server
+    that reads them off the wire builds in the same pass (server/auth.py), so they are not folded again."""
+
+
 def fold_headers(headers: Mapping[str, str]) -> dict[str, str]:
     """Lower-case header names; the same name in different cases is one header sent twice."""
+    if isinstance(headers, FoldedHeaders):
+        return headers
     folded: dict[str, str] = {}
     for name, value in headers.items():
         key = name.lower()
@@ -589,6 +600,7 @@ def fold_headers(headers: Mapping[str, str]) -> dict[str, str]:
     return folded
 
 
+@lru_cache(maxsize=1024)  # a server sees few paths (POST / above all); each costs a quote and a split
 def canonical_uri(raw_path: str) -> str:
     """Canonical URI for a non-S3 service, as botocore computes it.
 

@@ -57,7 +57,7 @@ def decode_body(raw: bytes) -> object:
     except UnicodeDecodeError:
         raise SerializationError("request body is not valid UTF-8") from None
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return _DECODER.decode(text)
     except (ValueError, RecursionError) as exc:
         # JSONDecodeError is a ValueError; RecursionError comes from absurdly deep nesting.
         raise SerializationError(f"request body is not valid JSON: {exc}") from None
@@ -66,6 +66,10 @@ def decode_body(raw: bytes) -> object:
 def _reject_constant(name: str) -> object:
     # NaN and Infinity are not JSON, although Python's json module accepts them by default.
     raise ValueError(f"{name} is not a valid JSON value")
+
+
+# One decoder for every body: json.loads with an option builds a new one per call, a quarter of its cost.
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
 
 
 def parse_request(op: OperationModel, body: object) -> dict[str, Any]:
@@ -192,7 +196,7 @@ def _check_structure(shape: Shape, value: Any, where: _Where) -> Any:
     if not isinstance(value, dict):
         where.fail(value, shape, f"Member must be an object, got {json_type(value)}")
         return None
-    by_wire_name = {m.serialization.get("name", name): name for name, m in shape.members.items()}
+    by_wire_name = _wire_names(shape)
     result: dict[str, Any] = {}
     for key, item in value.items():
         name = by_wire_name.get(key)
@@ -210,6 +214,21 @@ def _check_structure(shape: Shape, value: Any, where: _Where) -> Any:
         given = ", ".join(sorted(result)) or "none"
         where.fail(value, shape, f"Union must have exactly one member set, got {len(result)} ({given})")
     return result
+
+
+def _wire_names(shape: StructureShape) -> dict[str, str]:
+    """A structure's member names by the names its members have on the wire, worked out once per shape
+    (the model's shapes live as long as the process; botocore's are compared by identity)."""
+    found = _WIRE_NAMES.get(shape)
+    if found is None:
+        found = {m.serialization.get("name", name): name for name, m in shape.members.items()}
+        if len(_WIRE_NAMES) >= 10_000:  # shapes made afresh (not the cached models'): bounded all the same
+            _WIRE_NAMES.clear()
+        _WIRE_NAMES[shape] = found
+    return found
+
+
+_WIRE_NAMES: dict[StructureShape, dict[str, str]] = {}
 
 
 def _check_list(shape: Shape, value: Any, where: _Where) -> Any:
