@@ -8,7 +8,7 @@ from __future__ import annotations
 import tempfile
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -25,6 +25,7 @@ from hyperplan.services import accounts, plans, quotas
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
+from tests.beside import answered_beside
 from tests.harness import SERVER_START, unisolated
 from tests.instants import at_awkward_instants
 from tests.postgres import Stores
@@ -153,23 +154,13 @@ def _play(runtime: ServiceContext, script: list[tuple]) -> None:
 
 
 def test_a_stale_offering_is_refused_when_its_capacity_is_gone(stores: Stores, tmp_path: Path) -> None:
-    fleet_path = tmp_path / "fleet.toml"
-    fleet_path.write_text(
+    application = _started(
+        stores,
+        tmp_path,
         'region = "us-west-2"\ncurrency = "USD"\n[[zones]]\nname = "us-west-2a"\nzone_id = "usw2-az1"\n'
         'subnets = []\n[[pools]]\ninstance_type = "ml.p5.48xlarge"\nzone = "us-west-2a"\ncount = 4\n'
-        'price_per_instance_hour = "10"\n'
+        'price_per_instance_hour = "10"\n',
     )
-    application = Application(
-        AppConfig(
-            data_dir=tmp_path / "data",
-            fleet_path=fleet_path,
-            clock="manual",
-            clock_start=SERVER_START,
-            database_url=stores.url(),
-            **unisolated(tmp_path / "data"),
-        )
-    )
-    application.start()
     runtime = application.context
     try:
         with runtime.db.read() as session:
@@ -187,8 +178,8 @@ def test_a_stale_offering_is_refused_when_its_capacity_is_gone(stores: Stores, t
         # Refused on a snapshot before any lock (Database.refuse_early): answered while a serial writer
         # (this thread) holds the store, which a purchase's write, and its locks, would wait for.
         with runtime.db.write():
-            refused = _answered_in_a_thread(
-                lambda: plans.create(runtime, caller, "second", second.offering_id)
+            refused = answered_beside(
+                lambda: plans.create(runtime, caller, "second", second.offering_id), "the store's writer"
             )
         assert isinstance(refused, ResourceLimitExceeded), "the same capacity was sold twice"
         assert "Search again" in refused.message
@@ -198,22 +189,22 @@ def test_a_stale_offering_is_refused_when_its_capacity_is_gone(stores: Stores, t
         application.stop()
 
 
-def _answered_in_a_thread(call: Callable[[], object]) -> object:
-    """What `call` returned or raised, in a thread of its own that must be answered while this thread
-    holds a write (the bound is only there to fail, not a timing)."""
-    outcome: list[object] = []
-
-    def run() -> None:
-        try:
-            outcome.append(call())
-        except Exception as exc:
-            outcome.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(timeout=30)
-    assert outcome, "the refused purchase waited for the store's writer"
-    return outcome[0]
+def _started(stores: Stores, tmp_path: Path, fleet_text: str) -> Application:
+    """An application on `fleet_text`, in the store under test, on the manual clock; the caller stops it."""
+    fleet_path = tmp_path / "fleet.toml"
+    fleet_path.write_text(fleet_text)
+    application = Application(
+        AppConfig(
+            data_dir=tmp_path / "data",
+            fleet_path=fleet_path,
+            clock="manual",
+            clock_start=SERVER_START,
+            database_url=stores.url(),
+            **unisolated(tmp_path / "data"),
+        )
+    )
+    application.start()
+    return application
 
 
 MAX_PURCHASE_STATEMENTS = 11
@@ -254,19 +245,7 @@ def test_concurrent_buyers_in_separate_accounts_never_overbook(stores: Stores, t
     """Eight buyers, each in an account of its own (so nothing per account orders them), race for two
     small pools. On PostgreSQL their purchases run as concurrent transactions (Database.write(concurrent=
     True)): only the pools' locks stand between them and an overbooking."""
-    fleet_path = tmp_path / "fleet.toml"
-    fleet_path.write_text(RACE_FLEET)
-    application = Application(
-        AppConfig(
-            data_dir=tmp_path / "data",
-            fleet_path=fleet_path,
-            clock="manual",
-            clock_start=SERVER_START,
-            database_url=stores.url(),
-            **unisolated(tmp_path / "data"),
-        )
-    )
-    application.start()
+    application = _started(stores, tmp_path, RACE_FLEET)
     runtime = application.context
     try:
         callers = []
@@ -312,27 +291,17 @@ def test_concurrent_buyers_in_separate_accounts_never_overbook(stores: Stores, t
 def test_an_accounts_own_hours_quota_weighs_its_plans_of_every_type(stores: Stores, tmp_path: Path) -> None:
     """The fleet sets no instance-hours quota, the account its own: its plans of one type count against
     a purchase of another (on PostgreSQL the first read, of the pools' types only, is read again)."""
-    fleet_path = tmp_path / "fleet.toml"
     pools = "".join(
         f'[[pools]]\ninstance_type = "{kind}"\nzone = "us-west-2a"\ncount = 8\n'
         'price_per_instance_hour = "10"\n'
         for kind in ("ml.p5.48xlarge", "ml.p4d.24xlarge")
     )
-    fleet_path.write_text(
+    application = _started(
+        stores,
+        tmp_path,
         'region = "us-west-2"\ncurrency = "USD"\n[[zones]]\nname = "us-west-2a"\nzone_id = "usw2-az1"\n'
-        f'subnets = []\n{pools}[policy]\nallowed_counts = "any"\n'
+        f'subnets = []\n{pools}[policy]\nallowed_counts = "any"\n',
     )
-    application = Application(
-        AppConfig(
-            data_dir=tmp_path / "data",
-            fleet_path=fleet_path,
-            clock="manual",
-            clock_start=SERVER_START,
-            database_url=stores.url(),
-            **unisolated(tmp_path / "data"),
-        )
-    )
-    application.start()
     runtime = application.context
     try:
         with runtime.db.write() as session:

@@ -6,7 +6,6 @@ segments). Real SQLite, real threads; tests/batches.py makes the buyers arrive t
 
 from __future__ import annotations
 
-import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -25,6 +24,7 @@ from hyperplan.services.context import ServiceContext
 from hyperplan.store import changes
 from hyperplan.store.schema import ChangeCounter, ReservedCapacity, TrainingPlan
 from tests.batches import fails_at_commit, together
+from tests.beside import answered_beside
 from tests.harness import SERVER_START, unisolated
 
 POOL = ("ml.p5.48xlarge", "us-west-2a")
@@ -155,31 +155,13 @@ def test_a_purchase_the_store_already_refuses_is_answered_without_the_writers_tu
     plans.create(runtime, b, "mine", offering(runtime, b, 1, hours=48))  # another window
     batches = runtime.db.group.batches
     with runtime.db.write():
-        full = _answered(lambda: plans.create(runtime, b, "late", stale))
-        taken = _answered(lambda: plans.create(runtime, b, "mine", stale))
+        full = answered_beside(lambda: plans.create(runtime, b, "late", stale), "the writers' turn")
+        taken = answered_beside(lambda: plans.create(runtime, b, "mine", stale), "the writers' turn")
         assert runtime.db.group.waiting == 0
     assert isinstance(full, ResourceLimitExceeded), full
     assert isinstance(taken, ResourceInUse), taken
     assert runtime.db.group.batches == batches
     assert plan_names(runtime) == {"all", "mine"}
-
-
-def _answered(call: Callable[[], object]) -> object:
-    """What `call` returned or raised, in a thread of its own that must be answered while this
-    thread holds the writers' turn (a writer would wait for it: the bound is only there to fail)."""
-    outcome: list[object] = []
-
-    def run() -> None:
-        try:
-            outcome.append(call())
-        except Exception as exc:
-            outcome.append(exc)
-
-    thread = threading.Thread(target=run)
-    thread.start()
-    thread.join(timeout=20)
-    assert outcome, "the purchase waited for the writers' turn"
-    return outcome[0]
 
 
 def test_batched_buyers_never_overbook(runtime: ServiceContext) -> None:
