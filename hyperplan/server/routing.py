@@ -47,19 +47,10 @@ def is_s3(scope: Scope) -> bool:
     and looks like S3's (not the health check, the console or the native API, and a POST only with S3's
     ``?delete``, ``?uploads`` or ``?uploadId``; other POSTs are SageMaker's), so that S3 refuses it with
     its own AccessDenied."""
-    return _is_s3(scope, _s3_service(scope))
-
-
-def _s3_service(scope: Scope) -> str | None:
-    """The credential scope's service as S3's routing reads it: the last Authorization header (as a
-    dict of headers keeps it), the query string as latin-1."""
     # Only the Authorization header names a scope (servers give header names in lower case).
     sent = [value for name, value in scope["headers"] if name == b"authorization"]
     headers = {"authorization": sent[-1].decode("latin-1")} if sent else {}  # the last, as a dict keeps
-    return credential_service(headers, scope.get("query_string", b"").decode("latin-1"))
-
-
-def _is_s3(scope: Scope, service: str | None) -> bool:
+    service = credential_service(headers, scope.get("query_string", b"").decode("latin-1"))
     if service is not None:
         return service == S3_SERVICE
     path = scope["path"]
@@ -93,11 +84,10 @@ class AwsFront:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            s3_service, json_service = _services(scope)
-            if _is_s3(scope, s3_service):
+            if is_s3(scope):
                 await s3_endpoint.serve(scope, receive, send, self.context, self.limits)
                 return
-            api = _json_api(scope, json_service)
+            api = json_api(scope)
             if api is not None:
                 await serve_json(scope, receive, send, api, self.context, self.limits)
                 return
@@ -108,36 +98,12 @@ def json_api(scope: Scope) -> JsonApi | None:
     """The awsJson1.1 API a request that is not S3's is for, if it is one: POST / (as the router matches
     it) with the credential scope ``logs`` (CloudWatch Logs) or anything but ``sts`` (SageMaker, whose
     verifier answers an unsigned request or an unknown service as ``aws_endpoint`` would)."""
-    return _json_api(scope, _UNREAD)
-
-
-_UNREAD = "\0unread"  # a service not read from the scope yet (None means unsigned)
-
-
-def _json_service(scope: Scope) -> str | None:
-    """The credential scope's service as the JSON APIs' routing reads it: every Authorization header
-    in the order sent, the query as request.url gives it (Starlette's URL), only when there is one."""
-    authorizations = [value.decode("latin-1") for name, value in scope["headers"] if name == b"authorization"]
-    query = URL(scope=scope).query if scope.get("query_string") else ""
-    return credential_service_of(authorizations, query)
-
-
-def _services(scope: Scope) -> tuple[str | None, str | None]:
-    """The service for S3's routing and, when it is the same reading, for the JSON APIs' (else _UNREAD,
-    read when needed). Without a query string and with at most one Authorization header, which is every
-    AWS client's request, both readings parse the same header alone: it is parsed once."""
-    authorizations = [value for name, value in scope["headers"] if name == b"authorization"]
-    if len(authorizations) > 1 or scope.get("query_string"):
-        return _s3_service(scope), _UNREAD
-    service = credential_service_of([authorizations[0].decode("latin-1")] if authorizations else [], "")
-    return service, service
-
-
-def _json_api(scope: Scope, service: str | None) -> JsonApi | None:
     if scope["method"] != "POST" or scope["path"] != "/" or scope.get("root_path"):
         return None
-    if service == _UNREAD:
-        service = _json_service(scope)
+    authorizations = [value.decode("latin-1") for name, value in scope["headers"] if name == b"authorization"]
+    # The query as request.url gives it (Starlette's URL), only when there is one.
+    query = URL(scope=scope).query if scope.get("query_string") else ""
+    service = credential_service_of(authorizations, query)
     if service == "sts":
         return None
     return LOGS if service == "logs" else SAGEMAKER
