@@ -526,8 +526,8 @@ class Purchase:
         self.facts = self.refusals(session.connection())
 
     def refusals(self, connection: Connection) -> AccountFacts:
-        """The checks of `check` on `connection` (which takes no lock): on SQLite also run on a
-        snapshot before the writers' turn (Database.refuse_early); the account's facts read."""
+        """The checks of `check` on `connection` (which takes no lock): also run on a snapshot before
+        the write (Database.refuse_early); the account's facts read."""
         account, held = self.caller.account_id, None
         if connection.dialect.name == "postgresql":  # one round trip for both reads
             # Whether the quotas weigh the account's holdings of every type is known from its facts;
