@@ -3,19 +3,21 @@ signing its own requests with the CLI's SigV4 signer (``hyperplan.signing``, not
 cost per call would dominate what is measured).
 
 A phase starts every client process, lets each prepare (connect, warm up, maybe search for offerings to
-buy later), releases them together through a barrier, and collects per-request latencies and outcomes.
+buy later, then sign and frame the requests it will send: `Client`), releases them together through a
+barrier, and collects per-request latencies and outcomes.
 """
 
 from __future__ import annotations
 
-import http.client
+import itertools
 import json
 import multiprocessing as mp
 import queue
 import random
+import socket
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -51,32 +53,89 @@ def signed_headers(endpoint: Endpoint, target: str, body: bytes, when: datetime)
     )
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """One request, signed and framed ahead of its sending: the bytes that go on the wire."""
+
+    operation: str
+    data: bytes
+
+
 class Client:
-    """One keep-alive connection to the SageMaker endpoint."""
+    """One keep-alive connection to the SageMaker endpoint, spoken to over a plain socket.
+
+    The load generator shares the machine with the server it measures: every microsecond of a client's
+    CPU, and every cache line it dirties, is taken from the server (on this 2-core machine a request's
+    handler, called in-process, cost 2.5 times its own CPU with four busy processes beside it). So the
+    timed part of a phase does
+    as little as it can: requests are signed and framed before it (`prepare`; the server still checks
+    every signature, and its clock-skew window spans any phase), a response is read by its
+    Content-Length with no HTTP library, and its body is parsed only when the caller needs it."""
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
-        self.connection = http.client.HTTPConnection(endpoint.host, endpoint.port, timeout=120)
-        self.connection.connect()
+        self.host = f"{endpoint.host}:{endpoint.port}"
+        self.socket: socket.socket | None = None
+        self.pending = b""  # bytes read past the last response (none, from a server that waits)
 
-    def call(self, operation: str, payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        """(outcome, response body); the outcome is "ok", the error's ``__type``, or a transport error."""
+    def prepare(self, operation: str, payload: dict[str, Any]) -> Prepared:
         body = json.dumps(payload).encode()
         headers = signed_headers(self.endpoint, f"SageMaker.{operation}", body, datetime.now(UTC))
+        lines = [f"POST / HTTP/1.1\r\nHost: {self.host}\r\nContent-Length: {len(body)}\r\n"]
+        lines.extend(f"{name}: {value}\r\n" for name, value in headers.items() if name.lower() != "host")
+        return Prepared(operation, ("".join(lines) + "\r\n").encode("latin-1") + body)
+
+    def send(self, request: Prepared) -> tuple[str, bytes]:
+        """(outcome, response body): the outcome is "ok", the error's ``__type``, or a transport error."""
         try:
-            self.connection.request("POST", "/", body, headers)
-            response = self.connection.getresponse()
-            data = response.read()
-        except (OSError, http.client.HTTPException) as exc:
-            self.connection.close()  # reopened by the next request
-            return f"transport: {type(exc).__name__}", {}
-        parsed = json.loads(data) if data else {}
-        if response.status == 200:
-            return "ok", parsed
-        return str(parsed.get("__type", f"HTTP {response.status}")), parsed
+            status, content = self._exchange(request.data)
+        except (OSError, ValueError) as exc:
+            self.close()  # reopened by the next request
+            return f"transport: {type(exc).__name__}", b""
+        if status == 200:
+            return "ok", content
+        parsed = json.loads(content) if content else {}
+        return str(parsed.get("__type", f"HTTP {status}")), content
+
+    def call(self, operation: str, payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """(outcome, parsed response body)."""
+        outcome, content = self.send(self.prepare(operation, payload))
+        return outcome, (json.loads(content) if content else {})
+
+    def _exchange(self, data: bytes) -> tuple[int, bytes]:
+        if self.socket is None:
+            self.socket = socket.create_connection((self.endpoint.host, self.endpoint.port), timeout=120)
+            self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.pending = b""
+        self.socket.sendall(data)
+        received = self.pending
+        while (end := received.find(b"\r\n\r\n")) < 0:
+            received += self._recv()
+        head, received = received[:end].lower(), received[end + 4 :]
+        status = int(head[9:12])
+        at = head.find(b"\r\ncontent-length:")
+        if at < 0:
+            raise ValueError("a response without Content-Length")
+        line_end = head.find(b"\r\n", at + 17)
+        length = int(head[at + 17 : line_end if line_end >= 0 else len(head)])
+        while len(received) < length:
+            received += self._recv()
+        self.pending = received[length:]
+        if b"\r\nconnection: close" in head:
+            self.close()
+        return status, received[:length]
+
+    def _recv(self) -> bytes:
+        assert self.socket is not None
+        chunk = self.socket.recv(1 << 16)
+        if not chunk:
+            raise ConnectionResetError("the server closed the connection")
+        return chunk
 
     def close(self) -> None:
-        self.connection.close()
+        if self.socket is not None:
+            self.socket.close()
+            self.socket = None
 
 
 # -- what each client does ---------------------------------------------------------------------------
@@ -92,12 +151,17 @@ class Tally:
     finished: float = 0.0
     cpu: float = 0.0  # this client's CPU seconds over the timed part
 
-    def timed_call(self, client: Client, operation: str, payload: dict[str, Any]) -> dict[str, Any]:
+    def timed_send(self, client: Client, request: Prepared, *, parse: bool = False) -> dict[str, Any]:
+        """Send a prepared request, timed; its parsed body when asked for and answered "ok", else {}."""
         began = time.perf_counter()
-        outcome, body = client.call(operation, payload)
-        self.latencies.setdefault(operation, []).append(time.perf_counter() - began)
-        self.outcomes[(operation, outcome)] += 1
-        return body if outcome == "ok" else {}
+        outcome, content = client.send(request)
+        self.latencies.setdefault(request.operation, []).append(time.perf_counter() - began)
+        self.outcomes[(request.operation, outcome)] += 1
+        return json.loads(content) if parse and outcome == "ok" else {}
+
+    def timed_call(self, client: Client, operation: str, payload: dict[str, Any]) -> dict[str, Any]:
+        """Prepare (untimed), then send (timed); the parsed body when answered "ok", else {}."""
+        return self.timed_send(client, client.prepare(operation, payload), parse=True)
 
 
 @dataclass(frozen=True)
@@ -121,9 +185,26 @@ SEARCH = "SearchTrainingPlanOfferings"
 CREATE = "CreateTrainingPlan"
 
 
+PREPARED_PER_SECOND = 400
+"""Requests a client prepares before the timed part, per second of it: more than one client is answered
+in a second here (~150/s each, with eight); past them, it prepares each as it goes."""
+
+
+def _ahead(job: ClientJob, make: Callable[[], Prepared]) -> Iterator[Prepared]:
+    """Requests made now, before the timed part, as many as it can send; then made as they are needed.
+    Each is a new one of the mix, never a repeat, so the server's caches see what they would see."""
+    count = int(job.duration * PREPARED_PER_SECOND)
+    made = [make() for _ in range(count if job.limit is None else min(count, job.limit))]
+    return itertools.chain(made, iter(make, None))
+
+
 def _searching(job: ClientJob, client: Client, rng: random.Random, tally: Tally) -> Callable[[], bool]:
+    searches = _ahead(
+        job, lambda: client.prepare(SEARCH, mix.wire_search(mix.search_request(rng, job.context)))
+    )
+
     def step() -> bool:
-        tally.timed_call(client, SEARCH, mix.wire_search(mix.search_request(rng, job.context)))
+        tally.timed_send(client, next(searches))
         return True
 
     return step
@@ -133,9 +214,12 @@ def _searching_and_buying(
     job: ClientJob, client: Client, rng: random.Random, tally: Tally
 ) -> Callable[[], bool]:
     names = iter(range(10**9))
+    searches = _ahead(
+        job, lambda: client.prepare(SEARCH, mix.wire_search(mix.purchase_request(rng, job.context)))
+    )
 
     def step() -> bool:
-        found = tally.timed_call(client, SEARCH, mix.wire_search(mix.purchase_request(rng, job.context)))
+        found = tally.timed_send(client, next(searches), parse=True)
         offerings = found.get("TrainingPlanOfferings", [])
         if not offerings:
             tally.outcomes[(CREATE, "skipped: no offering")] += 1
@@ -155,23 +239,25 @@ def _buying(job: ClientJob, client: Client, rng: random.Random, tally: Tally) ->
             SEARCH, mix.wire_search(mix.purchase_request(rng, job.context, spread_share=1.0))
         )
         stock.extend(found.get("TrainingPlanOfferings", [])[:1])
-    names = iter(range(10**9))
+    orders = [_order(client, f"{job.name}-{number}", offering) for number, offering in enumerate(stock)]
+    orders.reverse()
 
     def step() -> bool:
-        if not stock:
+        if not orders:
             return False
-        _buy(tally, client, f"{job.name}-{next(names)}", stock.pop())
+        tally.timed_send(client, orders.pop())
         return True
 
     return step
 
 
+def _order(client: Client, name: str, offering: dict[str, Any]) -> Prepared:
+    payload = {"TrainingPlanName": name, "TrainingPlanOfferingId": offering["TrainingPlanOfferingId"]}
+    return client.prepare(CREATE, payload)
+
+
 def _buy(tally: Tally, client: Client, name: str, offering: dict[str, Any]) -> None:
-    tally.timed_call(
-        client,
-        CREATE,
-        {"TrainingPlanName": name, "TrainingPlanOfferingId": offering["TrainingPlanOfferingId"]},
-    )
+    tally.timed_send(client, _order(client, name, offering))
 
 
 _KINDS = {"search": _searching, "search_buy": _searching_and_buying, "buy": _buying}
