@@ -12,6 +12,12 @@ process. Nothing tells beforehand whether a request will wait, so the code that 
 - the server then gives back what the attempt took (its rate token) and answers the request again, from
   the start, in the thread pool.
 
+A request tried on the loop and answered again in the pool need not do twice what the try on the loop
+did and the answer does not depend on: the server runs both tries of one request in one `answering()`
+block; the try on the loop notes a step done (`note_done_on_the_loop`), and the pool's try skips it
+(`done_on_the_loop`). A purchase's refusals read on a snapshot are such a step (store/db.py
+`refuse_early`): only a shortcut to an answer the writers' turn would give too.
+
 `WouldWait` is a BaseException, like GeneratorExit, and outside the service error tree
 (hyperplan/errors.py): no `except Exception` on the way (the one place that turns errors into wire
 responses, a retry on a lost connection) can take it for a failure; it always reaches the server.
@@ -28,6 +34,7 @@ from contextvars import ContextVar
 from types import TracebackType
 
 _FORBIDDEN: ContextVar[bool] = ContextVar("hyperplan_waits_forbidden", default=False)
+_DONE_ON_THE_LOOP: ContextVar[set[str] | None] = ContextVar("hyperplan_done_on_the_loop", default=None)
 
 
 class WouldWait(BaseException):
@@ -50,6 +57,30 @@ def forbid_waits() -> Iterator[None]:
 
 def waits_forbidden() -> bool:
     return _FORBIDDEN.get()
+
+
+@contextmanager
+def answering() -> Iterator[None]:
+    """The span of one request's tries, on the loop and then in the pool (whose thread runs in a copy
+    of this context, so it sees the same set of steps done)."""
+    token = _DONE_ON_THE_LOOP.set(set())
+    try:
+        yield
+    finally:
+        _DONE_ON_THE_LOOP.reset(token)
+
+
+def note_done_on_the_loop(step: str) -> None:
+    """Under `forbid_waits()` within `answering()`: `step` was done, and a try in the pool may skip it."""
+    done = _DONE_ON_THE_LOOP.get()
+    if done is not None and _FORBIDDEN.get():
+        done.add(step)
+
+
+def done_on_the_loop(step: str) -> bool:
+    """Whether this request's try on the loop did `step` (never true on the loop itself)."""
+    done = _DONE_ON_THE_LOOP.get()
+    return done is not None and step in done and not _FORBIDDEN.get()
 
 
 def may_wait(what: str) -> None:

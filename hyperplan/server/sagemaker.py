@@ -32,7 +32,7 @@ from hyperplan.server.request_ids import new_request_id
 from hyperplan.server.request_metrics import count_answer
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.rate_limiter import Admission
-from hyperplan.waits import WouldWait, forbid_waits
+from hyperplan.waits import WouldWait, answering, forbid_waits
 from hyperplan.wire import model, registry, serialize, validate
 from hyperplan.wire.registry import RequestContext
 from hyperplan.wire.sigv4 import SigningPolicy
@@ -51,6 +51,12 @@ class JsonApi:
     on_the_loop: frozenset[str] = frozenset()
     """The X-Amz-Target values first tried on the event loop (`serve_json`): operations that, with warm
     caches, need nothing from the store, and whose work is bounded CPU."""
+    on_the_loop_with_sqlite: frozenset[str] = frozenset()
+    """Those tried there too when the store is SQLite: their answer is most often a refusal read on a
+    WAL snapshot, which waits for nothing (store/db.py `refuse_early`)."""
+
+    def tried_on_the_loop(self, target: str, runtime: ServiceContext) -> bool:
+        return target in self.on_the_loop or (target in self.on_the_loop_with_sqlite and runtime.db.is_sqlite)
 
 
 SAGEMAKER = JsonApi(
@@ -62,6 +68,9 @@ SAGEMAKER = JsonApi(
     # A search: the signer from the key cache, the quota check remembered under the change counters, the
     # live calendar in memory. Nothing else qualifies: every other operation reads the store.
     on_the_loop=frozenset({TARGET_PREFIX + "SearchTrainingPlanOfferings"}),
+    # A purchase: under contention most are refused (capacity taken since the search), and a refusal is
+    # found on a snapshot; one that passes waits for the writers' turn, in the pool.
+    on_the_loop_with_sqlite=frozenset({TARGET_PREFIX + "CreateTrainingPlan"}),
 )
 LOGS = JsonApi(
     model.LOGS, "Logs_20140328.", auth.LOGS_API, logs_error_response, lambda _name: RequestClass.READ
@@ -122,12 +131,13 @@ async def serve_json(
     # nothing is left half-written.
     # On PostgreSQL the change counters' read is a round trip: made ahead, asynchronously, it leaves the
     # try on the loop nothing to wait for (store/counter_watch.py).
-    answer = None
-    if target in api.on_the_loop:
-        async with runtime.db.counters_read_ahead():
-            answer = _answer_on_the_loop(runtime, scope, body, target, api, request_id)
-    if answer is None:
-        answer = await run_in_threadpool(_answer, runtime, scope, body, target, api, request_id)
+    with answering():  # what the try on the loop did, the try in the pool may skip (hyperplan/waits.py)
+        answer = None
+        if api.tried_on_the_loop(target, runtime):
+            async with runtime.db.counters_read_ahead():
+                answer = _answer_on_the_loop(runtime, scope, body, target, api, request_id)
+        if answer is None:
+            answer = await run_in_threadpool(_answer, runtime, scope, body, target, api, request_id)
     count_answer(api.service, _known_operation(target, api), answer.status, started)
     await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
     await send({"type": "http.response.body", "body": answer.content})
@@ -181,10 +191,8 @@ def _known_operation(target: str, api: JsonApi) -> str:
 def _answer_on_the_loop(
     runtime: ServiceContext, scope: Scope, body: bytes, target: str, api: JsonApi, request_id: str
 ) -> _Answer | None:
-    """The answer, made on the event loop, for an operation tried there first; None when it is not one,
-    or when it would have waited: then the thread pool answers it, from the start."""
-    if target not in api.on_the_loop:
-        return None
+    """The answer, made on the event loop, for an operation tried there first; None when it would have
+    waited: then the thread pool answers it, from the start."""
     try:
         with forbid_waits():
             return _answer(runtime, scope, body, target, api, request_id)

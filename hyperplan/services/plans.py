@@ -42,6 +42,7 @@ from hyperplan.services.context import ServiceContext
 from hyperplan.services.tags import Tag
 from hyperplan.store.changes import CALENDAR, KEYS
 from hyperplan.store.schema import PlanEvent, ReservedCapacity, TrainingPlan
+from hyperplan.waits import may_wait
 
 # -- search -----------------------------------------------------------------------------------------
 
@@ -103,6 +104,9 @@ def create(
     # snapshot, and answered without the writers' turn; then what needs no row of the store is worked
     # out, before the turn.
     runtime.db.refuse_early(purchase.refusals)
+    # Tried on the event loop (server/sagemaker.py), a purchase not refused there goes on in the pool:
+    # before its terms are worked out, which the pool would only work out again.
+    may_wait("the writers' turn")
     purchase.work_out()
 
     def buy(session: Session) -> None:

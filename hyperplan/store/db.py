@@ -7,6 +7,7 @@ CPU each)."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager, nullcontext
@@ -30,6 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import QueuePool
 
 from hyperplan.errors import ServiceUnavailable, StartRefused, ValidationError
 from hyperplan.store import prepared, session_marks
@@ -37,7 +39,13 @@ from hyperplan.store.counter_watch import READ_COUNTERS_SQL, CounterWatch
 from hyperplan.store.group_commit import GroupCommit
 from hyperplan.store.prepared import Prepared
 from hyperplan.store.turn_file import TurnFile
-from hyperplan.waits import may_wait
+from hyperplan.waits import (
+    WouldWait,
+    done_on_the_loop,
+    may_wait,
+    note_done_on_the_loop,
+    waits_forbidden,
+)
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 HEAD_REVISION = "0020"
@@ -405,7 +413,15 @@ class Database:
         its reads, which every buyer of those pools waited for, and cost a write transaction. A refusal
         read on a snapshot is the answer the write would have given at that snapshot, which is taken
         after the request arrived and before it is answered: a valid place for it among the other
-        writes (linearizable). It only reads: nothing is written either way."""
+        writes (linearizable). It only reads: nothing is written either way.
+
+        On SQLite it may run on the event loop (server/sagemaker.py tries a purchase there): the snapshot
+        read waits for no lock (a busy store is a WouldWait at once, not SQLite's busy timeout) and is
+        two indexed reads of a file the page cache holds; its connection must be open and idle in the
+        pool (a pool thread may take it first: then one is opened, the one wait left, and a rare one). Most
+        refusals are then answered with no hop to the thread pool, which under load cost a request more
+        CPU than these reads. A purchase that passes them is answered in the pool, which skips them
+        (hyperplan/waits.py `done_on_the_loop`)."""
         writing: int = getattr(self._in_write, "depth", 0)
         if writing:
             return
@@ -414,15 +430,27 @@ class Database:
             return
         if not self.is_sqlite:
             return
-        may_wait("a read of the store")
+        if done_on_the_loop(_SNAPSHOT_REFUSALS):
+            return  # this request's try on the event loop read them, on a snapshot taken after it arrived
+        on_the_loop = waits_forbidden()
+        if on_the_loop and not self._idle_connection():
+            may_wait("a pooled connection")
         with self.engine.connect() as connection:
             driver = connection.connection.dbapi_connection
             assert driver is not None
-            driver.execute("BEGIN")  # deferred: the snapshot is taken at the first read
-            try:
-                refusals(connection)
-            finally:
-                driver.execute("ROLLBACK")
+            with _no_busy_wait(driver, on_the_loop):
+                driver.execute("BEGIN")  # deferred: the snapshot is taken at the first read
+                try:
+                    refusals(connection)
+                finally:
+                    driver.execute("ROLLBACK")
+        note_done_on_the_loop(_SNAPSHOT_REFUSALS)
+
+    def _idle_connection(self) -> bool:
+        """Whether a connection waits idle in the pool, opened already: a checkout on the event loop must
+        neither wait for one nor open one (whose setup waits for a lock the busy timeout long)."""
+        pool = self.engine.pool
+        return isinstance(pool, QueuePool) and pool.checkedin() > 0
 
     def _refuse_early_postgres(self, refusals: Callable[[Connection], object]) -> None:
         """refuse_early on PostgreSQL: one snapshot for every read (REPEATABLE READ: a refusal never
@@ -632,7 +660,9 @@ def _make_engine(url: str) -> Engine:
         return engine
     if not url.startswith("sqlite"):
         return create_engine(url, pool_pre_ping=True)
-    engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30}, pool_size=16)
+    engine = create_engine(
+        url, connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000}, pool_size=16
+    )
 
     @event.listens_for(engine, "connect")
     def _configure(dbapi_connection: Any, _record: Any) -> None:
@@ -642,7 +672,7 @@ def _make_engine(url: str) -> Engine:
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=FULL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA busy_timeout=30000")
+        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
         # What a row no longer holds is overwritten, not left in a free page: a secret re-sealed under
         # a new key leaves no old token in the file.
         cursor.execute("PRAGMA secure_delete=ON")
@@ -681,6 +711,32 @@ def _deferred_statements_sent_in_time(engine: Engine) -> None:
     @event.listens_for(engine, "checkin")
     def _returned(_dbapi_connection: Any, record: Any) -> None:
         prepared.drop_deferred(record.info)
+
+
+BUSY_TIMEOUT_MS = 30_000
+"""How long a SQLite statement waits for another connection's lock before it fails (on the event loop:
+not at all, `_no_busy_wait`)."""
+_SNAPSHOT_REFUSALS = "a purchase's refusals read on a snapshot"
+_SQLITE_BUSY_CODES = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
+
+
+@contextmanager
+def _no_busy_wait(driver: Any, on_the_loop: bool) -> Iterator[None]:
+    """On the event loop, a SQLite connection that fails at once where it would wait for a lock: the
+    failure is a WouldWait (the request is answered in the pool); elsewhere, nothing changes."""
+    if not on_the_loop:
+        yield
+        return
+    driver.execute("PRAGMA busy_timeout=0")
+    try:
+        yield
+    except (sqlite3.OperationalError, OperationalError) as exc:
+        cause = exc.orig if isinstance(exc, OperationalError) else exc
+        if getattr(cause, "sqlite_errorcode", None) in _SQLITE_BUSY_CODES:
+            raise WouldWait("a lock on the store") from None
+        raise
+    finally:
+        driver.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
 
 
 def _rollback_keeping_prepared(dbapi_connection: Any) -> None:

@@ -5,15 +5,18 @@ stored rows by brute force). Concurrent buyers: tests/server/test_concurrency.py
 
 from __future__ import annotations
 
+import contextvars
 import tempfile
 import threading
 from collections import defaultdict
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import event, func, select
@@ -25,6 +28,7 @@ from hyperplan.services import accounts, plans, quotas
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
+from hyperplan.waits import WouldWait, answering, forbid_waits
 from tests.beside import answered_beside
 from tests.harness import SERVER_START, unisolated
 from tests.instants import at_awkward_instants
@@ -322,5 +326,50 @@ def test_an_accounts_own_hours_quota_weighs_its_plans_of_every_type(stores: Stor
             assert "reserved-instance-hours-per-30-days is 100" in exc.message, exc.message
         else:
             raise AssertionError("the account's plans of another type were not weighed")
+    finally:
+        application.stop()
+
+
+ONE_POOL_OF_FOUR = (
+    'region = "us-west-2"\ncurrency = "USD"\n[[zones]]\nname = "us-west-2a"\nzone_id = "usw2-az1"\n'
+    'subnets = []\n[[pools]]\ninstance_type = "ml.p5.48xlarge"\nzone = "us-west-2a"\ncount = 4\n'
+    'price_per_instance_hour = "10"\n'
+)
+
+
+def test_on_sqlite_a_refused_purchase_is_answered_on_the_event_loop_and_one_that_passes_goes_on_in_the_pool(
+    tmp_path: Path,
+) -> None:
+    """server/sagemaker.py tries a purchase on the event loop when the store is SQLite: a refusal read on
+    a snapshot is answered there; one that passes is a WouldWait there, with nothing written, then bought
+    in the pool (a copy of the loop's context, as anyio's threads run) without its snapshot reads again."""
+    application = _started(Stores("sqlite", None), tmp_path, ONE_POOL_OF_FOUR)
+    runtime = application.context
+    try:
+        with runtime.db.read() as session:
+            admin = accounts.list_accounts(session)[0]
+        caller = Caller(admin.id, admin.name, True, "key")
+        request = SearchRequest("ml.p5.48xlarge", 4, 24, "training-job", None, None)
+        first, stale = plans.search(runtime, caller, request)[0], plans.search(runtime, caller, request)[0]
+        plans.create(runtime, caller, "first", first.offering_id)
+        later = plans.search(runtime, caller, request)[0]  # the next free day
+        with answering():
+            with forbid_waits(), pytest.raises(ResourceLimitExceeded, match="Search again"):
+                plans.create(runtime, caller, "stale", stale.offering_id)
+            with forbid_waits(), pytest.raises(WouldWait):
+                plans.create(runtime, caller, "later", later.offering_id)
+            with runtime.db.read() as session:
+                assert session.scalar(select(func.count()).select_from(TrainingPlan)) == 1
+
+            def in_the_pool() -> tuple[str, list[str]]:
+                with _statements(runtime) as made:
+                    return plans.create(runtime, caller, "later", later.offering_id), made
+
+            with ThreadPoolExecutor(1) as pool:
+                arn, made = pool.submit(contextvars.copy_context().run, in_the_pool).result()
+        assert arn.endswith("training-plan/later")
+        assert len(made) <= MAX_PURCHASE_STATEMENTS, made  # no snapshot reads: the loop made them
+        with runtime.db.read() as session:
+            assert session.scalar(select(func.count()).select_from(TrainingPlan)) == 2
     finally:
         application.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sqlite3
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
@@ -18,8 +19,11 @@ from sqlalchemy.orm import Session
 from hyperplan.errors import ServiceUnavailable, ValidationError
 from hyperplan.store import changes
 from hyperplan.store.db import Database, after_commit, committed_change, sqlite_url
+from hyperplan.store.db import _no_busy_wait as no_busy_wait
 from hyperplan.store.schema import ChangeCounter, Setting
+from hyperplan.waits import WouldWait, answering, forbid_waits
 from tests.batches import fails_at_commit, together
+from tests.beside import answered_beside
 
 
 @pytest.fixture
@@ -186,3 +190,65 @@ def test_writers_refused_the_turn_are_told_so_and_nothing_is_written(db: Databas
         os.close(other)
     assert ran == [] and "refused" not in stored_keys(db)
     assert db.write_grouped(setting_writer("later", ran)) == "later"
+
+
+def test_on_the_event_loop_a_purchase_snapshot_read_waits_for_no_connection_and_no_lock(
+    tmp_path: Path,
+) -> None:
+    """A purchase's refusals read on the event loop (Database.refuse_early) never wait: with no pooled
+    connection open and idle (opening one waits for a lock SQLite's busy timeout long, 30 s here), it is
+    a WouldWait at once, which sends the request to the pool; off the loop the same read is made."""
+    database = Database(sqlite_url(tmp_path))
+    try:
+        database.migrate()
+        read: list[object] = []
+
+        def refusals(connection: Any) -> None:
+            read.append(connection.exec_driver_sql("SELECT count(*) FROM settings").scalar())
+
+        database.engine.dispose()  # no connection open: the lock below can be taken
+        locker = sqlite3.connect(tmp_path / "hyperplan.db", isolation_level=None)
+        try:
+            locker.execute("PRAGMA locking_mode=EXCLUSIVE")  # in WAL mode: new readers are locked out too
+            locker.execute("BEGIN EXCLUSIVE")
+            locker.execute("DELETE FROM settings")
+
+            def on_the_loop() -> WouldWait | None:
+                with answering(), forbid_waits():
+                    try:
+                        database.refuse_early(refusals)
+                    except WouldWait as exc:  # a BaseException: answered_beside takes Exceptions only
+                        return exc
+                return None
+
+            refused = answered_beside(on_the_loop, "a lock on the store")
+            assert isinstance(refused, WouldWait) and refused.what == "a pooled connection", refused
+            assert read == []
+        finally:
+            locker.close()
+        database.refuse_early(refusals)
+        assert read == [0]  # the settings the locker deleted, then rolled back by closing
+    finally:
+        database.close()
+
+
+def test_a_sqlite_connection_made_not_to_wait_is_a_would_wait_on_a_lock_and_waits_again_after(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "locked.db"
+    owner = sqlite3.connect(path, isolation_level=None)
+    owner.execute("PRAGMA journal_mode=WAL")
+    owner.execute("CREATE TABLE t (x)")
+    reader = sqlite3.connect(path, isolation_level=None, timeout=30)  # not read through yet
+    try:
+        owner.execute("PRAGMA locking_mode=EXCLUSIVE")
+        owner.execute("BEGIN EXCLUSIVE")
+        owner.execute("INSERT INTO t VALUES (1)")
+        with pytest.raises(WouldWait, match="a lock on the store"), no_busy_wait(reader, True):
+            reader.execute("SELECT count(*) FROM t")  # at once: after the busy timeout, another error
+        assert reader.execute("PRAGMA busy_timeout").fetchone() == (30_000,)
+        with no_busy_wait(reader, False):  # off the loop: nothing changes
+            assert reader.execute("PRAGMA busy_timeout").fetchone() == (30_000,)
+    finally:
+        owner.close()
+        reader.close()
