@@ -94,7 +94,10 @@ class Client:
             return f"transport: {type(exc).__name__}", b""
         if status == 200:
             return "ok", content
-        parsed = json.loads(content) if content else {}
+        try:
+            parsed = json.loads(content) if content else {}
+        except ValueError:  # not the wire's JSON error (a 500's plain text)
+            parsed = {}
         return str(parsed.get("__type", f"HTTP {status}")), content
 
     def call(self, operation: str, payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
