@@ -849,7 +849,15 @@ class _Packer:
     def __init__(self, planner: _Planner) -> None:
         self.planner = planner
         self.query = planner.query
-        self.opens, self.closes = planner.grids.score_ends
+
+    # Read on first use: a search where nothing fits scores nothing, and need not derive them.
+    @property
+    def opens(self) -> Floats:
+        return self.planner.grids.score_ends[0]
+
+    @property
+    def closes(self) -> Floats:
+        return self.planner.grids.score_ends[1]
 
     @staticmethod
     def ends(free_days: Ints, count: int) -> tuple[Floats, Floats]:
@@ -862,17 +870,23 @@ class _Packer:
         step at s into step[s] + count and the one at e into step[e] - count, and leaves free the sum of
         days s..e-1 less count x (e - s). Every term is a whole number, so the sums are exact in floats
         and equal the score however they are grouped."""
-        free = free_days.astype(np.float64)
-        pools, days = free.shape
-        edges = np.zeros((pools, days + 2))  # edges[p, 1 + j]: day j's free count
-        edges[:, 1:-1] = free
-        if days:
-            edges[:, -1] = free[:, -1]
-        step = edges[:, :-1] - edges[:, 1:]
-        free_before = np.zeros((pools, days + 1))  # the free counts of the days before j, added up
-        np.cumsum(free, axis=1, out=free_before[:, 1:])
-        opens = _EDGE_WEIGHT * (np.abs(step + count) - np.abs(step)) + free_before
-        closes = _EDGE_WEIGHT * (np.abs(step - count) - np.abs(step)) - free_before
+        # Few array steps, both parts at once (each step is a numpy call, the arrays are small). Every
+        # value is a whole number far below 2**53, so these floats are exact whatever the order.
+        pools, days = free_days.shape
+        step = np.zeros((pools, days + 1))
+        if days:  # step[j] = free[j - 1] - free[j]: 0 - free[0] on day 0, nothing after the last day
+            step[:, :days] = free_days
+            step[:, 1:days] -= free_days[:, :-1]
+            np.negative(step, out=step)
+        free_before = np.zeros((pools, days + 1))
+        np.cumsum(free_days, axis=1, out=free_before[:, 1:])
+        both = step + np.array([count, -count], dtype=np.float64)[:, None, None]  # (2, P, N + 1)
+        np.abs(both, out=both)
+        both -= np.abs(step)
+        both *= _EDGE_WEIGHT
+        both[0] += free_before
+        both[1] -= free_before
+        opens, closes = both[0], both[1]
         return opens, closes
 
     def best(self) -> list[_Candidate]:
