@@ -637,11 +637,12 @@ class _Planner:
         spare: list[_Candidate] = []
         seen: set[tuple[tuple[int, int], ...]] = set()
         for candidate in self._candidates():
-            self.spans.append((candidate.shape[0][0], candidate.finish))
-            if candidate.shape in seen:
+            shape = candidate.shape  # made anew at each read: read once
+            self.spans.append((shape[0][0], candidate.finish))
+            if shape in seen:
                 spare.append(candidate)
                 continue
-            seen.add(candidate.shape)
+            seen.add(shape)
             chosen.append(candidate)
             if len(chosen) == wanted:
                 break
@@ -917,11 +918,12 @@ class _Packer:
         shapes: set[tuple[tuple[int, int], ...]] = set()
         wanted = self.query.max_offerings
         for score, candidate in ranked:
-            if candidate.shape in shapes:
+            shape = candidate.shape  # made anew at each read: read once
+            if shape in shapes:
                 if len(spare) < wanted:
                     spare.append((score, candidate))
                 continue
-            shapes.add(candidate.shape)
+            shapes.add(shape)
             chosen.append((score, candidate))
             if len(chosen) == wanted:
                 break
