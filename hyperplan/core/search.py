@@ -73,7 +73,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 from functools import cached_property, lru_cache
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -552,16 +552,17 @@ class _Fits:
 
 # Per calendar read, the run tables of at most this many plan lengths are kept (each is O(P D R)).
 _RUN_TABLES_KEPT = 8
-# Ranked candidates of several segments are traced back through their levels this many at a time.
-_TRACED_AT_ONCE = 16
+# Ranked candidates of several segments are traced back through their levels this many at a time: as
+# many as the packing ranking asks for (_SPLIT_POOL x the default max_offerings), in one batch.
+_TRACED_AT_ONCE = 24
 # _Fits answers from a table of every answer when it holds at most this many (8 bytes each: 256 KiB).
 _DENSE_FITS = 32_768
 
 Placed = tuple[int, int, int]  # (pool index, first day, stop day)
 
 
-@dataclass(frozen=True)
-class _Candidate:
+class _Candidate(NamedTuple):
+    # A named tuple: a search makes dozens, and a tuple is made for less than a frozen dataclass.
     segments: tuple[Placed, ...]
     partial: bool  # the first segment starts at the soonest start, holding the partial day too
     cost: float  # for ranking only; the fee is computed exactly from the segments
@@ -636,11 +637,12 @@ class _Planner:
         spare: list[_Candidate] = []
         seen: set[tuple[tuple[int, int], ...]] = set()
         for candidate in self._candidates():
-            self.spans.append((candidate.shape[0][0], candidate.finish))
-            if candidate.shape in seen:
+            shape = candidate.shape  # made anew at each read: read once
+            self.spans.append((shape[0][0], candidate.finish))
+            if shape in seen:
                 spare.append(candidate)
                 continue
-            seen.add(candidate.shape)
+            seen.add(shape)
             chosen.append(candidate)
             if len(chosen) == wanted:
                 break
@@ -732,12 +734,17 @@ class _Planner:
         prefix = self.query.days - d
         cost = level.cost[q, prefix] + self.day_cost[p] * d
         first_start, first_pool = level.first_start[q, prefix], level.first_pool[q, prefix]
-        variant = (first_start == 0) & self.partial_open[first_pool] & ~self._dominated(-1, end)
-        variant_cost = cost + self.partial_cost[first_pool]
-        rows = [(end, cost, False, ~self._dominated(first_start, end)), (end, variant_cost, True, variant)]
+        variant = (first_start == 0) & self.partial_open[first_pool]
         if self.only_partial:
-            rows = rows[1:]
-        yield from self._ranked(level, q, p, d, start, rows)
+            whole = np.zeros(len(end), dtype=bool)
+        elif self.spans:
+            whole = ~self._dominated(first_start, end)
+        else:
+            whole = np.ones(len(end), dtype=bool)
+        if self.spans:
+            variant &= ~self._dominated(-1, end)
+        variant_cost = cost + self.partial_cost[first_pool]
+        yield from self._ranked(level, q, p, d, start, end, (cost, variant_cost), (whole, variant))
 
     def _dominated(self, first_day: Ints | int, stop_day: Ints) -> npt.NDArray[np.bool_]:
         """Whether an offering with fewer segments, already handed out, starts no later and finishes no
@@ -750,13 +757,16 @@ class _Planner:
         return np.asarray((starts_later & finishes_later).any(axis=1), dtype=bool)
 
     def _ranked(
-        self, level: _Level, q: Ints, p: Ints, d: Ints, start: Ints,
-        rows: list[tuple[Ints, Floats, bool, npt.NDArray[np.bool_]]],
+        self, level: _Level, q: Ints, p: Ints, d: Ints, start: Ints, end: Ints,
+        cost: tuple[Floats, Floats], keep: tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]],
     ) -> Iterator[_Candidate]:  # fmt: skip
-        ends = np.concatenate([end[keep] for end, _, _, keep in rows])
-        costs = np.concatenate([cost[keep] for _, cost, _, keep in rows])
-        which = np.concatenate([np.flatnonzero(keep) for *_, keep in rows])
-        partial = np.concatenate([np.full(int(keep.sum()), flag) for _, _, flag, keep in rows])
+        """The plans kept of each (q, p, d), with whole days only (cost[0], keep[0]) and with the partial
+        day (cost[1], keep[1]), in the order of the earliest ranking: end, then cost, then that order."""
+        listed = np.flatnonzero(np.concatenate(keep))  # the whole-day ones first, then the partial
+        ends = np.concatenate((end, end))[listed]
+        costs = np.concatenate(cost)[listed]
+        partial = listed >= len(end)
+        which = listed - len(end) * partial
         order = np.lexsort((costs, ends))
         # Most callers take a few: the candidates are traced a batch at a time, each batch at once.
         for first in range(0, len(order), _TRACED_AT_ONCE):
@@ -767,8 +777,8 @@ class _Planner:
             parts.append((p[j].tolist(), last_start.tolist(), (last_start + d[j]).tolist()))
             segments = zip(*(zip(*part, strict=True) for part in parts), strict=True)
             flags, cost_of = partial[batch].tolist(), costs[batch].tolist()
-            for placed, flag, cost in zip(segments, flags, cost_of, strict=True):
-                yield _Candidate(placed, flag, cost)
+            for placed, flag, ranked_cost in zip(segments, flags, cost_of, strict=True):
+                yield _Candidate(placed, flag, ranked_cost)
 
     def _middle_level(self, level: _Level, k: int) -> _Level:
         """Level k from level k - 1, for every (pool, total days) at once: the earliest-ending plan,
@@ -849,7 +859,15 @@ class _Packer:
     def __init__(self, planner: _Planner) -> None:
         self.planner = planner
         self.query = planner.query
-        self.opens, self.closes = planner.grids.score_ends
+
+    # Read on first use: a search where nothing fits scores nothing, and need not derive them.
+    @property
+    def opens(self) -> Floats:
+        return self.planner.grids.score_ends[0]
+
+    @property
+    def closes(self) -> Floats:
+        return self.planner.grids.score_ends[1]
 
     @staticmethod
     def ends(free_days: Ints, count: int) -> tuple[Floats, Floats]:
@@ -862,17 +880,23 @@ class _Packer:
         step at s into step[s] + count and the one at e into step[e] - count, and leaves free the sum of
         days s..e-1 less count x (e - s). Every term is a whole number, so the sums are exact in floats
         and equal the score however they are grouped."""
-        free = free_days.astype(np.float64)
-        pools, days = free.shape
-        edges = np.zeros((pools, days + 2))  # edges[p, 1 + j]: day j's free count
-        edges[:, 1:-1] = free
-        if days:
-            edges[:, -1] = free[:, -1]
-        step = edges[:, :-1] - edges[:, 1:]
-        free_before = np.zeros((pools, days + 1))  # the free counts of the days before j, added up
-        np.cumsum(free, axis=1, out=free_before[:, 1:])
-        opens = _EDGE_WEIGHT * (np.abs(step + count) - np.abs(step)) + free_before
-        closes = _EDGE_WEIGHT * (np.abs(step - count) - np.abs(step)) - free_before
+        # Few array steps, both parts at once (each step is a numpy call, the arrays are small). Every
+        # value is a whole number far below 2**53, so these floats are exact whatever the order.
+        pools, days = free_days.shape
+        step = np.zeros((pools, days + 1))
+        if days:  # step[j] = free[j - 1] - free[j]: 0 - free[0] on day 0, nothing after the last day
+            step[:, :days] = free_days
+            step[:, 1:days] -= free_days[:, :-1]
+            np.negative(step, out=step)
+        free_before = np.zeros((pools, days + 1))
+        np.cumsum(free_days, axis=1, out=free_before[:, 1:])
+        both = step + np.array([count, -count], dtype=np.float64)[:, None, None]  # (2, P, N + 1)
+        np.abs(both, out=both)
+        both -= np.abs(step)
+        both *= _EDGE_WEIGHT
+        both[0] += free_before
+        both[1] -= free_before
+        opens, closes = both[0], both[1]
         return opens, closes
 
     def best(self) -> list[_Candidate]:
@@ -894,11 +918,12 @@ class _Packer:
         shapes: set[tuple[tuple[int, int], ...]] = set()
         wanted = self.query.max_offerings
         for score, candidate in ranked:
-            if candidate.shape in shapes:
+            shape = candidate.shape  # made anew at each read: read once
+            if shape in shapes:
                 if len(spare) < wanted:
                     spare.append((score, candidate))
                 continue
-            shapes.add(candidate.shape)
+            shapes.add(shape)
             chosen.append((score, candidate))
             if len(chosen) == wanted:
                 break
@@ -950,9 +975,14 @@ class _Packer:
             placed = ((int(pool[i]), int(start[i]), int(start[i]) + days),)
             return float(score[i]), _Candidate(placed, bool(is_partial[i]), float(cost[i]))
 
-        # The earliest ranking's order among equals is by pool, then start, the whole day first.
-        order = np.lexsort((is_partial, start, pool, cost, start, score))
-        hurry = made(int(np.lexsort((is_partial, start, pool, cost, start))[0]))
+        # Best first: score, start, cost, then (as the earliest ranking's order among equals) pool, the
+        # whole day first. Each key of a lexsort is a sort of its own, so keys are paired up where that
+        # keeps the order: a score is a whole number and a start lies in [0, N], so score x (N + 1) +
+        # start orders as (score, start), exactly in floats; so does 2 pool + partial as (pool, partial).
+        pool_then_partial = 2 * pool + is_partial
+        score_then_start = score * (self.query.n_days + 1) + start
+        order = np.lexsort((pool_then_partial, cost, score_then_start))
+        hurry = made(int(np.lexsort((pool_then_partial, cost, start))[0]))
         return (made(int(i)) for i in order), hurry
 
     def _splits(self) -> list[tuple[float, _Candidate]]:

@@ -1,7 +1,8 @@
 """The rankings (docs/PLANNING.md), over small random calendars: no ranking offers a placement that does
 not fit or that would book a pool above its count; the earliest ranking's first offering is always among
 the packing ranking's; the same calendar and request give the same offerings. And the LP upper bound is
-at least the best booking found by brute force on small random instances."""
+at least the best booking found by brute force on small random instances; a packing score, added up from
+its parts, is what its definition gives."""
 
 from __future__ import annotations
 
@@ -9,13 +10,14 @@ import itertools
 from dataclasses import replace
 from datetime import timedelta
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hyperplan.core.bound import Job, exact_optimum, lp_bound
 from hyperplan.core.calendar import CapacityCalendar
 from hyperplan.core.fleet import BookingPolicy, Fleet
-from hyperplan.core.search import Offering, SearchRequest, search
+from hyperplan.core.search import _EDGE_WEIGHT, Offering, SearchRequest, _Packer, search
 from tests.core.support import fleet, pool, utc
 
 NOW = utc(2026, 3, 2, 9, 17, 23)  # not on a slot, a minute or a day boundary
@@ -169,6 +171,29 @@ def best_by_brute_force(jobs: list[Job], capacity: list[int], contiguous: bool) 
 
 
 @settings(max_examples=30, deadline=None)
+@given(
+    st.integers(1, 3).flatmap(
+        lambda pools: st.lists(
+            st.lists(st.integers(0, 40), min_size=pools, max_size=pools), min_size=1, max_size=12
+        )
+    ),
+    st.integers(1, 8),
+)
+def test_a_packing_score_is_the_sum_of_its_parts(columns: list[list[int]], count: int) -> None:
+    """opens[p, s] + closes[p, e] + count x (e - s) is, for every placement [s, e) of every pool, the
+    score as docs/PLANNING.md defines it: the edge weight x how much the free count's steps at its two
+    ends grow (the day before the window full, none after it), less what it leaves free while it holds."""
+    free = np.array(columns, dtype=np.int64).T  # (pools, days)
+    opens, closes = _Packer.ends(free, count)
+    for p, row in enumerate(free.tolist()):
+        before = [0, *row]  # the free count of the day before each day, the day before the window full
+        step = [before[j] - row[j] for j in range(len(row))] + [0]
+        for s, e in itertools.combinations(range(len(row) + 1), 2):
+            grows = abs(step[s] + count) - abs(step[s]) + abs(step[e] - count) - abs(step[e])
+            left_free = sum(row[s:e]) - count * (e - s)
+            assert opens[p, s] + closes[p, e] + count * (e - s) == _EDGE_WEIGHT * grows - left_free
+
+
 @given(instances())
 def test_the_lp_bound_is_at_least_the_best_booking(instance: tuple[list[Job], list[int]]) -> None:
     jobs, capacity = instance
