@@ -36,6 +36,11 @@ from tests.postgres import Stores
 
 TYPES = ("ml.p5.48xlarge", "ml.p4d.24xlarge")
 ZONES = ("us-west-2a", "us-west-2b")
+ONE_POOL_OF_FOUR = (
+    'region = "us-west-2"\ncurrency = "USD"\n[[zones]]\nname = "us-west-2a"\nzone_id = "usw2-az1"\n'
+    'subnets = []\n[[pools]]\ninstance_type = "ml.p5.48xlarge"\nzone = "us-west-2a"\ncount = 4\n'
+    'price_per_instance_hour = "10"\n'
+)
 
 
 @st.composite
@@ -158,19 +163,13 @@ def _play(runtime: ServiceContext, script: list[tuple]) -> None:
 
 
 def test_a_stale_offering_is_refused_when_its_capacity_is_gone(stores: Stores, tmp_path: Path) -> None:
-    application = _started(
-        stores,
-        tmp_path,
-        'region = "us-west-2"\ncurrency = "USD"\n[[zones]]\nname = "us-west-2a"\nzone_id = "usw2-az1"\n'
-        'subnets = []\n[[pools]]\ninstance_type = "ml.p5.48xlarge"\nzone = "us-west-2a"\ncount = 4\n'
-        'price_per_instance_hour = "10"\n',
-    )
+    application = _started(stores, tmp_path, ONE_POOL_OF_FOUR)
     runtime = application.context
     try:
-        with runtime.db.read() as session:
-            admin = accounts.list_accounts(session)[0]
-        caller = Caller(admin.id, admin.name, True, "key")
-        request = SearchRequest("ml.p5.48xlarge", 4, 24, "training-job", None, None)
+        caller, request = (
+            _administrator(runtime),
+            SearchRequest("ml.p5.48xlarge", 4, 24, "training-job", None, None),
+        )
         first, second = plans.search(runtime, caller, request)[0], plans.search(runtime, caller, request)[0]
         with _statements(runtime) as made:
             plans.create(runtime, caller, "first", first.offering_id)
@@ -212,6 +211,13 @@ def _started(stores: Stores, tmp_path: Path, fleet_text: str) -> Application:
 
 
 MAX_PURCHASE_STATEMENTS = 11
+
+
+def _administrator(runtime: ServiceContext) -> Caller:
+    """The bootstrap's administrator, as a caller."""
+    with runtime.db.read() as session:
+        admin = accounts.list_accounts(session)[0]
+    return Caller(admin.id, admin.name, True, "key")
 
 
 @contextmanager
@@ -330,13 +336,6 @@ def test_an_accounts_own_hours_quota_weighs_its_plans_of_every_type(stores: Stor
         application.stop()
 
 
-ONE_POOL_OF_FOUR = (
-    'region = "us-west-2"\ncurrency = "USD"\n[[zones]]\nname = "us-west-2a"\nzone_id = "usw2-az1"\n'
-    'subnets = []\n[[pools]]\ninstance_type = "ml.p5.48xlarge"\nzone = "us-west-2a"\ncount = 4\n'
-    'price_per_instance_hour = "10"\n'
-)
-
-
 def test_on_sqlite_a_refused_purchase_is_answered_on_the_event_loop_and_one_that_passes_goes_on_in_the_pool(
     tmp_path: Path,
 ) -> None:
@@ -346,10 +345,10 @@ def test_on_sqlite_a_refused_purchase_is_answered_on_the_event_loop_and_one_that
     application = _started(Stores("sqlite", None), tmp_path, ONE_POOL_OF_FOUR)
     runtime = application.context
     try:
-        with runtime.db.read() as session:
-            admin = accounts.list_accounts(session)[0]
-        caller = Caller(admin.id, admin.name, True, "key")
-        request = SearchRequest("ml.p5.48xlarge", 4, 24, "training-job", None, None)
+        caller, request = (
+            _administrator(runtime),
+            SearchRequest("ml.p5.48xlarge", 4, 24, "training-job", None, None),
+        )
         first, stale = plans.search(runtime, caller, request)[0], plans.search(runtime, caller, request)[0]
         plans.create(runtime, caller, "first", first.offering_id)
         later = plans.search(runtime, caller, request)[0]  # the next free day
