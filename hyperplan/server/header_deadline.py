@@ -1,5 +1,4 @@
-"""uvicorn's HTTP/1.1 protocols, plus a deadline for a request's headers (and a response's head sent
-with its body: server/coalesced_writes.py).
+"""uvicorn's HTTP/1.1 protocols, plus a deadline for a request's headers.
 
 uvicorn arms no timer between accepting a connection and the end of a request's headers: its keep-alive
 timer runs only after a response, and is dropped at the first byte of the next request. A client that
@@ -26,7 +25,6 @@ from uvicorn.config import Config
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.server import ServerState
 
-from hyperplan.server.coalesced_writes import CoalescingTransport
 from hyperplan.server.limits import ServerLimits
 
 log = logging.getLogger(__name__)
@@ -46,7 +44,7 @@ class HeaderDeadlineProtocol(H11Protocol):
         self.header_deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+        super().connection_made(transport)
         self._follow_request()
 
     def data_received(self, data: bytes) -> None:
@@ -107,7 +105,7 @@ def _httptools_protocol() -> type[Any] | None:
             self.header_bytes = 0
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(CoalescingTransport(transport, self.loop))  # type: ignore[arg-type]
+            super().connection_made(transport)
             self._arm()
 
         def data_received(self, data: bytes) -> None:
