@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager, nullcontext
 from functools import cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from sqlalchemy import (
     Column,
@@ -37,11 +37,15 @@ from hyperplan.errors import ServiceUnavailable, StartRefused, ValidationError
 from hyperplan.store import prepared, session_marks
 from hyperplan.store.counter_watch import READ_COUNTERS_SQL, CounterWatch
 from hyperplan.store.group_commit import GroupCommit
-from hyperplan.store.prepared import Prepared
+from hyperplan.store.loop_connection import libpq_url
+from hyperplan.store.loop_reads import LoopReads
+from hyperplan.store.prepared import Prepared, ReadsOnTheLoop
 from hyperplan.store.turn_file import TurnFile
 from hyperplan.waits import (
+    ReadFirst,
     WouldWait,
     done_on_the_loop,
+    keep_read,
     may_wait,
     note_done_on_the_loop,
     waits_forbidden,
@@ -200,6 +204,7 @@ class Database:
         self._counted: dict[type, list[tuple[str, frozenset[str], bool]]] = {}
         own_file = self.is_postgres or (self.is_sqlite and _writers_lock_path(url) is not None)
         self._watch = CounterWatch(self.engine, sqlite=self.is_sqlite) if own_file else None
+        self._loop_reads = LoopReads(libpq_url(self.engine)) if self.is_postgres else None
         event.listen(self._sessions, "after_flush", self._note_inserts)
         event.listen(self._sessions, "after_flush", self._count_changes)
         event.listen(self._sessions, "before_commit", self._bump_counted)
@@ -423,16 +428,18 @@ class Database:
         CPU than these reads. A purchase that passes them is answered in the pool, which skips them
         (hyperplan/waits.py `done_on_the_loop`)."""
         writing: int = getattr(self._in_write, "depth", 0)
-        if writing:
-            return
-        if self.is_postgres:
-            self._refuse_early_postgres(refusals)
-            return
-        if not self.is_sqlite:
+        if writing or not (self.is_sqlite or self.is_postgres):
             return
         if done_on_the_loop(_SNAPSHOT_REFUSALS):
             return  # this request's try on the event loop read them, on a snapshot taken after it arrived
         on_the_loop = waits_forbidden()
+        if self.is_postgres:
+            if on_the_loop:  # each read made ahead, asynchronously (`read_first`)
+                refusals(cast(Connection, ReadsOnTheLoop(self.engine.dialect)))
+                note_done_on_the_loop(_SNAPSHOT_REFUSALS)
+            else:
+                self._refuse_early_postgres(refusals)
+            return
         if on_the_loop and not self._idle_connection():
             may_wait("a pooled connection")
         with self.engine.connect() as connection:
@@ -445,6 +452,15 @@ class Database:
                 finally:
                     driver.execute("ROLLBACK")
         note_done_on_the_loop(_SNAPSHOT_REFUSALS)
+
+    async def read_first(self, read: ReadFirst) -> bool:
+        """On the event loop: the read a try there asked for (PostgreSQL: store/loop_reads.py), made and
+        kept for the request's next try; False when it was not (the request goes to the thread pool)."""
+        rows = None if self._loop_reads is None else await self._loop_reads.rows(read.sql, read.params)
+        if rows is None:
+            return False
+        keep_read(read.sql, read.params, rows)
+        return True
 
     def _idle_connection(self) -> bool:
         """Whether a connection waits idle in the pool, opened already: a checkout on the event loop must
@@ -553,6 +569,8 @@ class Database:
     def close(self) -> None:
         if self._watch is not None:
             self._watch.close()
+        if self._loop_reads is not None:
+            self._loop_reads.close()
         self.engine.dispose()
         # After the writers in flight (they unlock the file through its descriptor); past the wait, or
         # with a helper still waiting on it for a writer that gave up (store/turn_file.py), the
