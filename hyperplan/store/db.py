@@ -420,13 +420,16 @@ class Database:
         after the request arrived and before it is answered: a valid place for it among the other
         writes (linearizable). It only reads: nothing is written either way.
 
-        On SQLite it may run on the event loop (server/sagemaker.py tries a purchase there): the snapshot
-        read waits for no lock (a busy store is a WouldWait at once, not SQLite's busy timeout) and is
-        two indexed reads of a file the page cache holds; its connection must be open and idle in the
-        pool (a pool thread may take it first: then one is opened, the one wait left, and a rare one). Most
-        refusals are then answered with no hop to the thread pool, which under load cost a request more
-        CPU than these reads. A purchase that passes them is answered in the pool, which skips them
-        (hyperplan/waits.py `done_on_the_loop`)."""
+        It may run on the event loop (server/sagemaker.py tries a purchase there). On SQLite the
+        snapshot read waits for no lock (a busy store is a WouldWait at once, not SQLite's busy timeout)
+        and is two indexed reads of a file the page cache holds; its connection must be open and idle in
+        the pool (a pool thread may take it first: then one is opened, the one wait left, and a rare
+        one). On PostgreSQL `refusals` gets a stand-in for its connection (prepared.ReadsOnTheLoop): its
+        one statement is a ReadFirst, which the loop reads asynchronously (`read_first`) before the
+        request is tried again; a second statement would be another snapshot, so it sends the request to
+        the pool. Most refusals are then answered with no hop to the thread pool, which under load cost a
+        request more CPU than these reads. A purchase that passes them is answered in the pool, which
+        skips them (hyperplan/waits.py `done_on_the_loop`)."""
         writing: int = getattr(self._in_write, "depth", 0)
         if writing or not (self.is_sqlite or self.is_postgres):
             return
