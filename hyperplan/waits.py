@@ -18,10 +18,6 @@ block; the try on the loop notes a step done (`note_done_on_the_loop`), and the 
 (`done_on_the_loop`). A purchase's refusals read on a snapshot are such a step (store/db.py
 `refuse_early`): only a shortcut to an answer the writers' turn would give too.
 
-A read the try on the loop cannot wait for, but the loop can make asynchronously (a round trip to
-PostgreSQL), is asked for with `ReadFirst` (a WouldWait): the server makes it, keeps its rows for the
-request (`keep_read`), and tries again on the loop, where the same read now finds them (`read_ahead`).
-
 `WouldWait` is a BaseException, like GeneratorExit, and outside the service error tree
 (hyperplan/errors.py): no `except Exception` on the way (the one place that turns errors into wire
 responses, a retry on a lost connection) can take it for a failure; it always reaches the server.
@@ -36,13 +32,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from types import TracebackType
-from typing import Any
 
 _FORBIDDEN: ContextVar[bool] = ContextVar("hyperplan_waits_forbidden", default=False)
 _DONE_ON_THE_LOOP: ContextVar[set[str] | None] = ContextVar("hyperplan_done_on_the_loop", default=None)
-_READ_AHEAD: ContextVar[dict[tuple[str, tuple[Any, ...]], list[Any]] | None] = ContextVar(
-    "hyperplan_read_ahead", default=None
-)
 
 
 class WouldWait(BaseException):
@@ -51,15 +43,6 @@ class WouldWait(BaseException):
     def __init__(self, what: str) -> None:
         super().__init__(what)
         self.what = what
-
-
-class ReadFirst(WouldWait):
-    """Code under `forbid_waits()` needs the rows of `sql` read with `params`, which the event loop can
-    read without waiting (see the module)."""
-
-    def __init__(self, what: str, sql: str, params: tuple[Any, ...]) -> None:
-        super().__init__(what)
-        self.sql, self.params = sql, params
 
 
 @contextmanager
@@ -81,25 +64,10 @@ def answering() -> Iterator[None]:
     """The span of one request's tries, on the loop and then in the pool (whose thread runs in a copy
     of this context, so it sees the same set of steps done)."""
     token = _DONE_ON_THE_LOOP.set(set())
-    reads = _READ_AHEAD.set({})
     try:
         yield
     finally:
-        _READ_AHEAD.reset(reads)
         _DONE_ON_THE_LOOP.reset(token)
-
-
-def keep_read(sql: str, params: tuple[Any, ...], rows: list[Any]) -> None:
-    """Within `answering()`: the rows a `ReadFirst` asked for, read, for this request's next try."""
-    kept = _READ_AHEAD.get()
-    if kept is not None:
-        kept[sql, params] = rows
-
-
-def read_ahead(sql: str, params: tuple[Any, ...]) -> list[Any] | None:
-    """The rows `keep_read` kept for this request's read of `sql` with `params`; None when none were."""
-    kept = _READ_AHEAD.get()
-    return None if kept is None else kept.get((sql, params))
 
 
 def note_done_on_the_loop(step: str) -> None:

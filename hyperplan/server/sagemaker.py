@@ -32,7 +32,7 @@ from hyperplan.server.request_ids import new_request_id
 from hyperplan.server.request_metrics import count_answer
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.rate_limiter import Admission
-from hyperplan.waits import ReadFirst, WouldWait, answering, forbid_waits
+from hyperplan.waits import WouldWait, answering, forbid_waits
 from hyperplan.wire import model, registry, serialize, validate
 from hyperplan.wire.registry import RequestContext
 from hyperplan.wire.sigv4 import SigningPolicy
@@ -51,16 +51,12 @@ class JsonApi:
     on_the_loop: frozenset[str] = frozenset()
     """The X-Amz-Target values first tried on the event loop (`serve_json`): operations that, with warm
     caches, need nothing from the store, and whose work is bounded CPU."""
-    on_the_loop_reading_the_store: frozenset[str] = frozenset()
-    """Those tried there too when the store is SQLite or PostgreSQL: their answer is most often a
-    refusal read on a snapshot, which there waits for nothing: SQLite's WAL snapshot, PostgreSQL's
-    statement read ahead on the loop (store/db.py `refuse_early`)."""
+    on_the_loop_with_sqlite: frozenset[str] = frozenset()
+    """Those tried there too when the store is SQLite: their answer is most often a refusal read on a
+    WAL snapshot, which waits for nothing (store/db.py `refuse_early`)."""
 
     def tried_on_the_loop(self, target: str, runtime: ServiceContext) -> bool:
-        if target in self.on_the_loop:
-            return True
-        db = runtime.db
-        return target in self.on_the_loop_reading_the_store and (db.is_sqlite or db.is_postgres)
+        return target in self.on_the_loop or (target in self.on_the_loop_with_sqlite and runtime.db.is_sqlite)
 
 
 SAGEMAKER = JsonApi(
@@ -74,7 +70,7 @@ SAGEMAKER = JsonApi(
     on_the_loop=frozenset({TARGET_PREFIX + "SearchTrainingPlanOfferings"}),
     # A purchase: under contention most are refused (capacity taken since the search), and a refusal is
     # found on a snapshot; one that passes waits for the writers' turn, in the pool.
-    on_the_loop_reading_the_store=frozenset({TARGET_PREFIX + "CreateTrainingPlan"}),
+    on_the_loop_with_sqlite=frozenset({TARGET_PREFIX + "CreateTrainingPlan"}),
 )
 LOGS = JsonApi(
     model.LOGS, "Logs_20140328.", auth.LOGS_API, logs_error_response, lambda _name: RequestClass.READ
@@ -134,13 +130,12 @@ async def serve_json(
     # never cut off half-way; anyio's hop defers a cancellation until the handler returns. Either way
     # nothing is left half-written.
     # On PostgreSQL the change counters' read is a round trip: made ahead, asynchronously, it leaves the
-    # try on the loop nothing to wait for (store/counter_watch.py); so is a purchase's read of its
-    # refusals, which the try asks for, and gets before it is tried again (`_answer_on_the_loop`).
+    # try on the loop nothing to wait for (store/counter_watch.py).
     with answering():  # what the try on the loop did, the try in the pool may skip (hyperplan/waits.py)
         answer = None
         if api.tried_on_the_loop(target, runtime):
             async with runtime.db.counters_read_ahead():
-                answer = await _answer_on_the_loop(runtime, scope, body, target, api, request_id)
+                answer = _answer_on_the_loop(runtime, scope, body, target, api, request_id)
         if answer is None:
             answer = await run_in_threadpool(_answer, runtime, scope, body, target, api, request_id)
     count_answer(api.service, _known_operation(target, api), answer.status, started)
@@ -193,29 +188,16 @@ def _known_operation(target: str, api: JsonApi) -> str:
     return name if name in model.operation_names(api.service) else "unknown"
 
 
-async def _answer_on_the_loop(
+def _answer_on_the_loop(
     runtime: ServiceContext, scope: Scope, body: bytes, target: str, api: JsonApi, request_id: str
 ) -> _Answer | None:
     """The answer, made on the event loop, for an operation tried there first; None when it would have
-    waited: then the thread pool answers it, from the start. A try that asks for a read the loop can
-    make asynchronously (ReadFirst: PostgreSQL) is made again once it is, from the start (each try is
-    synchronous, with no await in it: never cut off half-way), at most `_READS_ON_THE_LOOP` times."""
-    for _ in range(_READS_ON_THE_LOOP + 1):
-        try:
-            with forbid_waits():
-                return _answer(runtime, scope, body, target, api, request_id)
-        except ReadFirst as read:
-            if not await runtime.db.read_first(read):
-                return None
-        except WouldWait:
-            return None
-    return None
-
-
-_READS_ON_THE_LOOP = 1
-"""One statement, one snapshot: a refusal never weighs what one snapshot holds against another's. A
-purchase reads its facts and holdings in one; one that needs a second read (its account's quotas weigh
-what is held otherwise than the fleet's default: services/plan_purchase.py) goes to the pool."""
+    waited: then the thread pool answers it, from the start."""
+    try:
+        with forbid_waits():
+            return _answer(runtime, scope, body, target, api, request_id)
+    except WouldWait:
+        return None
 
 
 def _answer(

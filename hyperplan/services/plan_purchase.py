@@ -489,8 +489,8 @@ def _segment_moves(window: Window, now: datetime) -> bool:
 
 
 class Purchase:
-    """One purchase (plans.create). Its `refusals` need only the request and the store's rows (they
-    are read first on a snapshot, Database.refuse_early); what follows from the request
+    """One purchase (plans.create). Its `refusals` need only the request and the store's rows (on
+    SQLite they are read first on a snapshot, Database.refuse_early); what follows from the request
     alone (`Terms`) is worked out once the purchase is not refused there (`work_out`), before it asks for
     the writers' turn; in the turn (Database.write_grouped) `check` reads and refuses, then `write`
     writes: only what needs the store's rows waits there."""

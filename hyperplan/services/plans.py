@@ -100,9 +100,9 @@ def create(
     slurm_reservations.check_can_book(runtime, caller.account_id)
     arn = runtime.arn(caller.account_id, f"training-plan/{name}")
     purchase = plan_purchase.Purchase(runtime, caller, name, offering_id, claim, segments, now)
-    # Most refusals under contention (capacity taken since the search) are found here, on a snapshot,
-    # and answered without the writers' turn (on the event loop, when tried there); then what needs no
-    # row of the store is worked out, before the turn.
+    # SQLite: most refusals under contention (capacity taken since the search) are found here, on a
+    # snapshot, and answered without the writers' turn; then what needs no row of the store is worked
+    # out, before the turn.
     runtime.db.refuse_early(purchase.refusals)
     # Tried on the event loop (server/sagemaker.py), a purchase not refused there goes on in the pool:
     # before its terms are worked out, which the pool would only work out again.

@@ -38,7 +38,6 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from hyperplan.store.loop_connection import libpq_url
 from hyperplan.store.reads_ahead import ReadsAhead
 from hyperplan.waits import holding, may_wait
 
@@ -61,7 +60,13 @@ class CounterWatch:
         self._version: int | None = None  # SQLite's data_version when `_values` was read
         self._values: dict[str, int] = {}
         self._share_anew()
-        self._reads_ahead = None if sqlite else ReadsAhead(libpq_url(engine), READ_COUNTERS_SQL)
+        self._reads_ahead = (
+            None
+            if sqlite
+            else ReadsAhead(
+                engine.url.set(drivername="postgresql").render_as_string(False), READ_COUNTERS_SQL
+            )
+        )
 
     def _share_anew(self) -> None:
         """PostgreSQL's shared reads: how many began, the newest finished one's number and values (in

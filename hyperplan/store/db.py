@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager, nullcontext
 from functools import cache
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Column,
@@ -37,15 +37,11 @@ from hyperplan.errors import ServiceUnavailable, StartRefused, ValidationError
 from hyperplan.store import prepared, session_marks
 from hyperplan.store.counter_watch import READ_COUNTERS_SQL, CounterWatch
 from hyperplan.store.group_commit import GroupCommit
-from hyperplan.store.loop_connection import libpq_url
-from hyperplan.store.loop_reads import LoopReads
-from hyperplan.store.prepared import Prepared, ReadsOnTheLoop
+from hyperplan.store.prepared import Prepared
 from hyperplan.store.turn_file import TurnFile
 from hyperplan.waits import (
-    ReadFirst,
     WouldWait,
     done_on_the_loop,
-    keep_read,
     may_wait,
     note_done_on_the_loop,
     waits_forbidden,
@@ -204,7 +200,6 @@ class Database:
         self._counted: dict[type, list[tuple[str, frozenset[str], bool]]] = {}
         own_file = self.is_postgres or (self.is_sqlite and _writers_lock_path(url) is not None)
         self._watch = CounterWatch(self.engine, sqlite=self.is_sqlite) if own_file else None
-        self._loop_reads = LoopReads(libpq_url(self.engine)) if self.is_postgres else None
         event.listen(self._sessions, "after_flush", self._note_inserts)
         event.listen(self._sessions, "after_flush", self._count_changes)
         event.listen(self._sessions, "before_commit", self._bump_counted)
@@ -420,29 +415,24 @@ class Database:
         after the request arrived and before it is answered: a valid place for it among the other
         writes (linearizable). It only reads: nothing is written either way.
 
-        It may run on the event loop (server/sagemaker.py tries a purchase there). On SQLite the
-        snapshot read waits for no lock (a busy store is a WouldWait at once, not SQLite's busy timeout)
-        and is two indexed reads of a file the page cache holds; its connection must be open and idle in
-        the pool (a pool thread may take it first: then one is opened, the one wait left, and a rare
-        one). On PostgreSQL `refusals` gets a stand-in for its connection (prepared.ReadsOnTheLoop): its
-        one statement is a ReadFirst, which the loop reads asynchronously (`read_first`) before the
-        request is tried again; a second statement would be another snapshot, so it sends the request to
-        the pool. Most refusals are then answered with no hop to the thread pool, which under load cost a
-        request more CPU than these reads. A purchase that passes them is answered in the pool, which
-        skips them (hyperplan/waits.py `done_on_the_loop`)."""
+        On SQLite it may run on the event loop (server/sagemaker.py tries a purchase there): the snapshot
+        read waits for no lock (a busy store is a WouldWait at once, not SQLite's busy timeout) and is
+        two indexed reads of a file the page cache holds; its connection must be open and idle in the
+        pool (a pool thread may take it first: then one is opened, the one wait left, and a rare one). Most
+        refusals are then answered with no hop to the thread pool, which under load cost a request more
+        CPU than these reads. A purchase that passes them is answered in the pool, which skips them
+        (hyperplan/waits.py `done_on_the_loop`)."""
         writing: int = getattr(self._in_write, "depth", 0)
-        if writing or not (self.is_sqlite or self.is_postgres):
+        if writing:
+            return
+        if self.is_postgres:
+            self._refuse_early_postgres(refusals)
+            return
+        if not self.is_sqlite:
             return
         if done_on_the_loop(_SNAPSHOT_REFUSALS):
             return  # this request's try on the event loop read them, on a snapshot taken after it arrived
         on_the_loop = waits_forbidden()
-        if self.is_postgres:
-            if on_the_loop:  # each read made ahead, asynchronously (`read_first`)
-                refusals(cast(Connection, ReadsOnTheLoop(self.engine.dialect)))
-                note_done_on_the_loop(_SNAPSHOT_REFUSALS)
-            else:
-                self._refuse_early_postgres(refusals)
-            return
         if on_the_loop and not self._idle_connection():
             may_wait("a pooled connection")
         with self.engine.connect() as connection:
@@ -455,15 +445,6 @@ class Database:
                 finally:
                     driver.execute("ROLLBACK")
         note_done_on_the_loop(_SNAPSHOT_REFUSALS)
-
-    async def read_first(self, read: ReadFirst) -> bool:
-        """On the event loop: the read a try there asked for (PostgreSQL: store/loop_reads.py), made and
-        kept for the request's next try; False when it was not (the request goes to the thread pool)."""
-        rows = None if self._loop_reads is None else await self._loop_reads.rows(read.sql, read.params)
-        if rows is None:
-            return False
-        keep_read(read.sql, read.params, rows)
-        return True
 
     def _idle_connection(self) -> bool:
         """Whether a connection waits idle in the pool, opened already: a checkout on the event loop must
@@ -572,8 +553,6 @@ class Database:
     def close(self) -> None:
         if self._watch is not None:
             self._watch.close()
-        if self._loop_reads is not None:
-            self._loop_reads.close()
         self.engine.dispose()
         # After the writers in flight (they unlock the file through its descriptor); past the wait, or
         # with a helper still waiting on it for a writer that gave up (store/turn_file.py), the

@@ -24,10 +24,6 @@ statements still run one after another, each with its own snapshot, and the firs
 rest). And a Prepared statement that opens its transaction goes with the BEGIN psycopg sends first.
 Whatever runs the next statement otherwise (SQLAlchemy, the commit) sends the deferred ones first
 (`run_deferred`, which store/db.py calls from the engine's events); a rollback forgets them.
-
-On the event loop (PostgreSQL), code that reads only Prepared statements may be given `ReadsOnTheLoop`
-for its connection: each read is then one the server made ahead, asynchronously, for the request
-(store/loop_reads.py), or a `ReadFirst` asking for it (hyperplan/waits.py).
 """
 
 from __future__ import annotations
@@ -38,19 +34,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, Dialect
-from sqlalchemy.dialects.postgresql.psycopg import dialect as psycopg_dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ClauseElement
-
-from hyperplan.waits import ReadFirst, read_ahead
 
 _REQUIRED: Any = object()  # a bind with no value of its own: the caller must give one
 DEFERRED = "hyperplan_deferred"  # a connection's info: [(sql, bound)] to send before its next statement
 _IDLE = 0  # libpq's PQTRANS_IDLE: no transaction open, the next statement's BEGIN is still to be sent
 _TUPLES_OK = 2  # libpq's PGRES_TUPLES_OK: a result with rows (perhaps none of them)
 _NO_RESULT: Any = object()
-# PostgreSQL's statements as libpq takes them ($1, $2...: store/loop_reads.py), with psycopg's types.
-_LIBPQ: Dialect = psycopg_dialect(paramstyle="numeric_dollar")
 
 
 @dataclass(frozen=True)
@@ -80,8 +71,6 @@ class Prepared:
 
     def rows(self, connection: Connection, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
         """Execute once; the rows it returns (none for a statement without RETURNING or a result)."""
-        if type(connection) is ReadsOnTheLoop:
-            return self._read_ahead(params)
         form = self._form(connection.dialect)
         bound = form.bind(params)
         deferred = _take_deferred(connection)
@@ -128,28 +117,11 @@ class Prepared:
         form = self._form(connection.dialect)
         connection.info.setdefault(DEFERRED, []).append((form.sql, form.bind(params)))
 
-    def _read_ahead(self, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        form = self._form(_LIBPQ, "libpq")
-        bound = tuple(form.bind(params))
-        rows = read_ahead(form.sql, bound)
-        if rows is None:
-            raise ReadFirst("a read of the store", form.sql, bound)
-        return rows
-
-    def _form(self, dialect: Dialect, name: str | None = None) -> _Form:
-        name = name or dialect.name
-        form = self._forms.get(name)
+    def _form(self, dialect: Dialect) -> _Form:
+        form = self._forms.get(dialect.name)
         if form is None:
-            form = self._forms[name] = _compile(self.statement, dialect)
+            form = self._forms[dialect.name] = _compile(self.statement, dialect)
         return form
-
-
-class ReadsOnTheLoop:
-    """A stand-in for the connection of code that only reads Prepared statements, tried on the event
-    loop on PostgreSQL (see the module): what it offers of a Connection is its dialect."""
-
-    def __init__(self, dialect: Dialect) -> None:
-        self.dialect = dialect
 
 
 def run_deferred(connection: Connection) -> None:

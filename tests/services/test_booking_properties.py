@@ -5,7 +5,6 @@ stored rows by brute force). Concurrent buyers: tests/server/test_concurrency.py
 
 from __future__ import annotations
 
-import asyncio
 import contextvars
 import tempfile
 import threading
@@ -29,11 +28,11 @@ from hyperplan.services import accounts, plans, quotas
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
-from hyperplan.waits import ReadFirst, WouldWait, answering, forbid_waits
+from hyperplan.waits import WouldWait, answering, forbid_waits
 from tests.beside import answered_beside
 from tests.harness import SERVER_START, unisolated
 from tests.instants import at_awkward_instants
-from tests.postgres import PostgresServer, Stores
+from tests.postgres import Stores
 
 TYPES = ("ml.p5.48xlarge", "ml.p4d.24xlarge")
 ZONES = ("us-west-2a", "us-west-2b")
@@ -373,67 +372,3 @@ def test_on_sqlite_a_refused_purchase_is_answered_on_the_event_loop_and_one_that
             assert session.scalar(select(func.count()).select_from(TrainingPlan)) == 2
     finally:
         application.stop()
-
-
-@pytest.mark.postgres
-def test_on_postgres_a_purchase_tried_on_the_event_loop_reads_its_refusals_there_asynchronously(
-    postgres_server: PostgresServer, tmp_path: Path
-) -> None:
-    """On PostgreSQL the try on the loop asks for its one snapshot read (ReadFirst), which the loop makes
-    on its own connection (store/loop_reads.py) before trying again: a refusal is then answered there; a
-    purchase that passes is a WouldWait, with nothing written, then bought in the pool without reading
-    its refusals again; a stale offering's second try finds nothing else to read."""
-    stores = Stores("postgres", postgres_server)
-    application = _started(stores, tmp_path, ONE_POOL_OF_FOUR)
-    runtime = application.context
-    caller = _administrator(runtime)
-    request = SearchRequest("ml.p5.48xlarge", 4, 24, "training-job", None, None)
-
-    def on_the_loop(name: str, offering_id: str) -> BaseException:
-        with forbid_waits():
-            try:
-                plans.create(runtime, caller, name, offering_id)
-            except BaseException as exc:
-                return exc
-        raise AssertionError(f"{name}: the try on the loop neither waited nor was refused")
-
-    async def read_on_the_loop(read: BaseException) -> None:
-        assert isinstance(read, ReadFirst), read
-        for _ in range(500):  # the loop's connection opens in a thread, at the first ask
-            if await runtime.db.read_first(read):
-                return
-            await asyncio.sleep(0.02)
-        raise AssertionError("the read was never made on the event loop")
-
-    async def tries() -> tuple[BaseException, BaseException]:
-        first, stale = plans.search(runtime, caller, request)[0], plans.search(runtime, caller, request)[0]
-        plans.create(runtime, caller, "first", first.offering_id)
-        later = plans.search(runtime, caller, request)[0]  # the next free day
-        await read_on_the_loop(on_the_loop("stale", stale.offering_id))
-        refused = on_the_loop("stale", stale.offering_id)
-        await read_on_the_loop(on_the_loop("later", later.offering_id))
-        passed = on_the_loop("later", later.offering_id)
-        with runtime.db.read() as session:
-            assert session.scalar(select(func.count()).select_from(TrainingPlan)) == 1
-
-        def in_the_pool() -> tuple[str, list[str]]:
-            with _statements(runtime) as made:
-                return plans.create(runtime, caller, "later", later.offering_id), made
-
-        with ThreadPoolExecutor(1) as pool:
-            arn, made = pool.submit(contextvars.copy_context().run, in_the_pool).result()
-        assert arn.endswith("training-plan/later")
-        facts_read = [statement for statement in made if statement.startswith("SELECT accounts.id,")]
-        assert len(facts_read) == 1, made  # the write's own check, under its locks: no snapshot read
-        return refused, passed
-
-    try:
-        with answering():
-            refused, passed = asyncio.run(tries())
-        assert isinstance(refused, ResourceLimitExceeded) and "Search again" in str(refused)
-        assert type(passed) is WouldWait and passed.what == "the writers' turn"
-        with runtime.db.read() as session:
-            assert session.scalar(select(func.count()).select_from(TrainingPlan)) == 2
-    finally:
-        application.stop()
-        stores.drop_all()

@@ -10,35 +10,16 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from decimal import Decimal
 from pathlib import Path
-from typing import cast
 
 import pytest
-from sqlalchemy import (
-    BigInteger,
-    Connection,
-    Integer,
-    Numeric,
-    String,
-    bindparam,
-    create_engine,
-    func,
-    literal,
-    null,
-    select,
-    text,
-)
-from sqlalchemy import cast as cast_
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy import create_engine, text
 
 from hyperplan.errors import ServiceUnavailable
 from hyperplan.store import changes
 from hyperplan.store.db import WRITERS_LOCK_SUFFIX, Database, sqlite_url
-from hyperplan.store.prepared import Prepared, ReadsOnTheLoop
 from hyperplan.store.schema import Setting
-from hyperplan.store.types import DecimalString
-from hyperplan.waits import ReadFirst, WouldWait, answering, forbid_waits
+from hyperplan.waits import WouldWait, forbid_waits
 from tests.postgres import PostgresServer, Stores
 
 
@@ -408,83 +389,4 @@ def test_a_writer_behind_sqlite_s_own_lock_held_too_long_is_refused_with_service
         assert holder.stdin is not None
         holder.stdin.close()
         holder.wait(timeout=30)
-        database.close()
-
-
-_TYPED = Prepared(
-    select(
-        bindparam("micros", type_=BigInteger),
-        bindparam("name", type_=String),
-        bindparam("name", type_=String) == "b",
-        cast_(bindparam("price", type_=DecimalString), Numeric(10, 2)),
-        func.json_build_array(bindparam("micros", type_=BigInteger), bindparam("name", type_=String)),
-        null(),
-        literal(100) // bindparam("divisor", type_=Integer),
-    )
-)
-
-
-async def _read_on_the_loop(database: Database, params: dict[str, object]) -> list[tuple[object, ...]] | None:
-    """`_TYPED` read as a try on the event loop reads it (server/sagemaker.py): asked for, read ahead
-    asynchronously, then taken; None when the loop could not read it (the request would go to the pool)."""
-    reads_on_the_loop = cast(Connection, ReadsOnTheLoop(database.engine.dialect))
-    with answering():
-        try:
-            with forbid_waits():
-                _TYPED.rows(reads_on_the_loop, params)
-        except ReadFirst as read:
-            if not await database.read_first(read):
-                return None
-        with forbid_waits():
-            return _TYPED.rows(reads_on_the_loop, params)
-
-
-async def _until_read_on_the_loop(database: Database, params: dict[str, object]) -> list[tuple[object, ...]]:
-    for _ in range(500):  # the loop's connection opens in a thread, at the first ask
-        rows = await _read_on_the_loop(database, params)
-        if rows is not None:
-            return rows
-        await asyncio.sleep(0.02)
-    raise AssertionError("the statement was never read on the event loop")
-
-
-@pytest.mark.postgres
-def test_a_statement_read_on_the_event_loop_gives_the_rows_the_synchronous_read_gives(
-    postgres_server: PostgresServer,
-) -> None:
-    """store/loop_reads.py: the values sent and the rows loaded by psycopg's adapters, as its cursor does
-    (an integer, text, a boolean, a decimal, JSON, NULL), each of several reads asked together its own;
-    a statement that fails there is not read (the pool's read meets the error and says it); a lost
-    connection sends the requests of the moment to the pool, and is opened anew for later ones."""
-    database = Database(postgres_server.new_database())
-    asked = [
-        {"micros": 1_798_803_000_000_000 + n, "name": "ab"[n % 2], "divisor": 1 + n, "price": Decimal("1.50")}
-        for n in range(6)
-    ]
-
-    def read_in_the_pool(params: dict[str, object]) -> list[tuple[object, ...]]:
-        with database.engine.connect() as connection:
-            return _TYPED.rows(connection, params)
-
-    async def run() -> None:
-        first = await _until_read_on_the_loop(database, asked[0])
-        assert first == read_in_the_pool(asked[0])
-        assert first == [
-            (asked[0]["micros"], "a", False, Decimal("1.50"), [asked[0]["micros"], "a"], None, 100)
-        ]
-        together = await asyncio.gather(*(_read_on_the_loop(database, params) for params in asked))
-        assert together == [read_in_the_pool(params) for params in asked]
-        refused = {**asked[0], "divisor": 0}
-        assert await _read_on_the_loop(database, refused) is None
-        with pytest.raises(DBAPIError, match="division by zero"):
-            read_in_the_pool(refused)
-        assert await _read_on_the_loop(database, asked[1]) == read_in_the_pool(asked[1])
-        _drop_every_connection(Database(database.url))
-        assert await _read_on_the_loop(database, asked[2]) is None
-        database.engine.dispose()  # as the pool's read does once it finds the server lost
-        assert await _until_read_on_the_loop(database, asked[2]) == read_in_the_pool(asked[2])
-
-    try:
-        asyncio.run(run())
-    finally:
         database.close()
