@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from bench import cli, fairness, http_bench, lifecycle, memory, planner, scaleout, search
-from bench.report import Report, line, load_average, machine_banner
+from bench.report import Report, line, load_average, machine_banner, speed_check
 from bench.scale import Scale
 
 SECTIONS = ("search", "http", "scale", "memory", "lifecycle", "cli", "fairness", "planner")
@@ -76,6 +76,7 @@ def main(argv: list[str]) -> int:
             shutil.rmtree(workdir, ignore_errors=True)
     report.print_summary()
     line(f"took {time.monotonic() - began:.0f} s; load average after: {load_average()}")
+    speed_check("after")
     line("figures are printed, never judged: the exit code does not depend on them")
     return 0
 

@@ -6,6 +6,7 @@ import math
 import os
 import platform
 import sys
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -103,10 +104,32 @@ def machine_banner(command: str) -> None:
     )
     line(f"python {platform.python_version()} ({sys.executable}), numpy {numpy.__version__}")
     line(f"load average before: {load_average()} (other work on the machine shares its 2 cores)")
+    speed_check("before")
 
 
 def load_average() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+SPEED_CHECK_LOOPS = 1_000_000
+
+
+def speed_check(when: str) -> float:
+    """Print and return the CPU milliseconds a fixed pure-Python loop takes here (best of three). On a
+    virtual machine the host's other tenants change how fast a core runs from one minute to the next,
+    and neither the load average nor the kernel's steal time shows it: on the 2-core machine the issues
+    were measured on, idle, eight checks in half a minute took 53 to 98 ms. Every CPU figure (ms per
+    request) moves with it; comparing two runs means comparing these too."""
+    best = math.inf
+    for _ in range(3):
+        began = time.process_time()
+        total = 0
+        for i in range(SPEED_CHECK_LOOPS):
+            total += i * i
+        best = min(best, time.process_time() - began)
+    ms = best * 1000
+    line(f"speed check {when}: a fixed Python loop took {ms:.0f} ms of CPU (best of 3; lower is faster)")
+    return ms
 
 
 def at_most(value: float, limit: float, unit: str, label: str, note: str = "") -> Figure:

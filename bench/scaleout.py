@@ -25,7 +25,7 @@ from sqlalchemy import create_engine, text
 from bench.fill import FillSpec
 from bench.loadgen import CREATE, SEARCH, ClientJob, PhaseResult, run_phase
 from bench.phases import Sizes, describe_phase
-from bench.report import Figure, Report, at_least, at_most, heading, line, percentile
+from bench.report import Figure, Report, at_least, at_most, heading, line, percentile, speed_check
 from bench.scale import Scale
 from bench.server import ServerProcess, Store, prepare_store, running_server, snapshot, tree_cpu_seconds
 
@@ -135,6 +135,7 @@ def _phase(
 def _table(report: Report, store: Store, sizes: Sizes, what: str, servers: Servers) -> None:
     line(f"{what}: search throughput, {sizes.clients} client processes, {sizes.seconds:g} s, the search mix")
     with servers("search") as running:
+        speed_check(f"the searches ({what})")
         result = _phase(store, running, sizes, "search")
         describe_phase(result, (SEARCH,))
         searches = max(result.completed(SEARCH), 1)
@@ -144,6 +145,7 @@ def _table(report: Report, store: Store, sizes: Sizes, what: str, servers: Serve
         search_cells(report, what, result)
         line(f"{what}: buy only, {sizes.clients} client processes, {sizes.offerings} offerings each")
     with servers("buy") as running:
+        speed_check(f"the purchases ({what})")
         result = _phase(store, running, sizes, "buy", offerings=sizes.offerings)
         describe_phase(result, (CREATE,))
         bought = max(result.completed(CREATE), 1)

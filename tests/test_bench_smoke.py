@@ -4,6 +4,7 @@ each section is a test of its own, so that a parallel run spreads them."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -98,6 +99,13 @@ def test_each_bench_section_runs_and_prints_its_figures(section: str) -> None:
         for row in TABLE_ROWS:
             assert f"\n  {row} " in table, f"{row!r} missing from the table:\n{table}"
     assert "failed unexpectedly" not in process.stdout, process.stdout
+    # The host's speed beside the figures, at both ends (bench/report.py speed_check), and before each
+    # phase of the scale-out table.
+    checks = re.findall(r"speed check (.+?): a fixed Python loop took (\d+) ms of CPU", process.stdout)
+    assert len(checks) >= 2 and (checks[0][0], checks[-1][0]) == ("before", "after"), checks
+    assert all(int(ms) > 0 for _, ms in checks), checks
+    if section == "scale":
+        assert "the purchases (workers 2, SQLite)" in [when for when, _ in checks], checks
 
 
 def test_every_section_of_the_bench_is_run_here() -> None:
