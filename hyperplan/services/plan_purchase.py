@@ -148,14 +148,21 @@ def _rows_insert(table: Table, count: int) -> Prepared:
     return _insert(table, rows=count)
 
 
-def _insert_all(connection: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
+def _insert_all(
+    connection: Connection, table: Table, rows: Sequence[dict[str, Any]], *, deferred: bool = False
+) -> None:
     """`rows` of `table` in one statement (ids given in their order), not one each as executemany runs
-    them: in the writers' turn each statement is a wait for the GIL again (the driver lets it go)."""
+    them: in the writers' turn each statement is a wait for the GIL again (the driver lets it go).
+    `deferred`: sent with the transaction's next statement (store/prepared.py `defer`)."""
     if len(rows) == 1:
-        _rows_insert(table, 1).rows(connection, rows[0])
-        return
-    params = {f"{key}_{i}": value for i, row in enumerate(rows) for key, value in row.items()}
-    _rows_insert(table, len(rows)).rows(connection, params)
+        statement, params = _rows_insert(table, 1), rows[0]
+    else:
+        statement = _rows_insert(table, len(rows))
+        params = {f"{key}_{i}": value for i, row in enumerate(rows) for key, value in row.items()}
+    if deferred:
+        statement.defer(connection, params)
+    else:
+        statement.rows(connection, params)
 
 
 def _queue_deliveries_statement() -> Any:
@@ -650,7 +657,7 @@ class _Rows:
             self._await_approval(invoice_id, fee, currency)
         self._flush_history_and_timed()
         if self.status_events:
-            _insert_all(self.connection, _STATUS_EVENTS, self.status_events)
+            _insert_all(self.connection, _STATUS_EVENTS, self.status_events, deferred=True)
             db.wrote(session, StatusEvent)
 
     def _insert_segments(self, statuses: Sequence[str | None]) -> dict[int, int]:
@@ -713,9 +720,9 @@ class _Rows:
         budget = facts.budget
         if facts.payment_mode == "budget":
             budget -= fee
-            _SET_BUDGET.rows(self.connection, {"account": facts.id, "budget": budget})
+            _SET_BUDGET.defer(self.connection, {"account": facts.id, "budget": budget})
             db.wrote(session, Account, inserted=False, columns=("budget",))
-        _INSERT_LEDGER.rows(
+        _INSERT_LEDGER.defer(
             self.connection,
             {
                 "account_id": facts.id,
@@ -758,11 +765,11 @@ class _Rows:
         events gathered so far."""
         connection = self.connection
         if self.timed:
-            _insert_all(connection, _TIMED, self.timed)
+            _insert_all(connection, _TIMED, self.timed, deferred=True)
             self.timed = []
         if not self.history:
             return
-        _insert_all(connection, _HISTORY, self.history)
+        _insert_all(connection, _HISTORY, self.history, deferred=True)
         self.history = []
         if self.facts.webhooks:
             # Real time: the first attempt is due at once, whatever the service clock says.

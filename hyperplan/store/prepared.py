@@ -18,7 +18,8 @@ logging does not.
 Round trips (PostgreSQL). Each statement waits for its answer, and under load each wait costs more
 than the statement (a thread switch to the database and back, and the GIL to take again). Two are
 spared without changing what runs in which order: a statement whose result nobody reads, only its
-effect on what follows (a lock), may be `defer`red: it goes to the server just before the connection's
+effect on what follows and on the commit (a lock; a purchase's history, timed events, ledger entry),
+may be `defer`red: it goes to the server just before the connection's
 next statement, in the same round trip when that one is a Prepared one (psycopg's pipeline mode: the
 statements still run one after another, each with its own snapshot, and the first error stops the
 rest). And a Prepared statement that opens its transaction goes with the BEGIN psycopg sends first.

@@ -6,6 +6,7 @@ stored rows by brute force). Concurrent buyers: tests/server/test_concurrency.py
 from __future__ import annotations
 
 import contextvars
+import os
 import tempfile
 import threading
 from collections import defaultdict
@@ -32,7 +33,7 @@ from hyperplan.waits import WouldWait, answering, forbid_waits
 from tests.beside import answered_beside
 from tests.harness import SERVER_START, unisolated
 from tests.instants import at_awkward_instants
-from tests.postgres import Stores
+from tests.postgres import PostgresServer, Stores
 
 TYPES = ("ml.p5.48xlarge", "ml.p4d.24xlarge")
 ZONES = ("us-west-2a", "us-west-2b")
@@ -372,3 +373,59 @@ def test_on_sqlite_a_refused_purchase_is_answered_on_the_event_loop_and_one_that
             assert session.scalar(select(func.count()).select_from(TrainingPlan)) == 2
     finally:
         application.stop()
+
+
+MAX_PURCHASE_ROUND_TRIPS = 11
+"""A bought purchase's synchronisation points with PostgreSQL: its snapshot read (the BEGIN, the read,
+the rollback), then its write (the BEGIN, the writers' lock, the account's and pools' locks with its
+read, the plan, its segments, its invoice, the change counters with everything deferred before them,
+the commit). Before its history, timed events, ledger entry and status events were deferred: 15."""
+
+
+@pytest.mark.postgres
+def test_on_postgres_a_bought_purchase_waits_for_the_server_no_more_than_it_must(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """Each wait for PostgreSQL's answer costs a purchase more under load than its statement (a thread
+    switch to the server and back, the GIL taken again), and the pools' locks are held across those of
+    its write: the statements whose results nobody reads (its locks; its history, timed events, ledger
+    entry and status events) go with the next one (store/prepared.py `defer`). Counted as libpq sees
+    them: the server answers each synchronisation point with a ReadyForQuery (psycopg's pipeline may
+    send a BEGIN's and the next statement's in one round trip: the count is an upper bound of those)."""
+    from psycopg import pq  # PostgreSQL's driver: only a PostgreSQL store needs it
+
+    stores = Stores("postgres", postgres_server)
+    application = _started(stores, tmp_path, ONE_POOL_OF_FOUR)
+    runtime = application.context
+    caller = _administrator(runtime)
+    request = SearchRequest("ml.p5.48xlarge", 1, 24, "training-job", None, None)
+    trace = tmp_path / "libpq-trace"
+
+    def traced(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+        dbapi_connection.pgconn.trace(descriptor)
+        dbapi_connection.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+
+    def untraced(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.pgconn.untrace()
+
+    try:
+        for n in range(6):  # psycopg prepares a statement on the server once it has run a few times
+            plans.create(runtime, caller, f"warm-{n}", plans.search(runtime, caller, request)[0].offering_id)
+        offering = plans.search(runtime, caller, request)[0]
+        descriptor = os.open(trace, os.O_WRONLY | os.O_CREAT, 0o600)
+        event.listen(runtime.db.engine, "checkout", traced)
+        event.listen(runtime.db.engine, "checkin", untraced)
+        try:
+            plans.create(runtime, caller, "traced", offering.offering_id)
+        finally:
+            event.remove(runtime.db.engine, "checkout", traced)
+            event.remove(runtime.db.engine, "checkin", untraced)
+            os.close(descriptor)
+        messages = trace.read_text().splitlines()
+        answers = [line for line in messages if line.startswith("B") and "ReadyForQuery" in line]
+        done = [line.split("\t")[-1].strip(' "') for line in messages if "\tCommandComplete\t" in line]
+        assert "COMMIT" in done and "INSERT 0 1" in done, "\n".join(messages)  # its write was traced
+        assert len(answers) <= MAX_PURCHASE_ROUND_TRIPS, "\n".join(messages)
+    finally:
+        application.stop()
+        stores.drop_all()
