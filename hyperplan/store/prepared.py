@@ -21,9 +21,10 @@ spared without changing what runs in which order: a statement whose result nobod
 effect on what follows and on the commit (a lock; a purchase's history, timed events, ledger entry),
 may be `defer`red: it goes to the server just before the connection's next statement, in the same
 round trip when that one is a Prepared one (psycopg's pipeline mode: the statements still run one
-after another, each with its own snapshot, and the first error stops the rest). And a Prepared statement that opens its transaction goes with the BEGIN psycopg sends first.
-Whatever runs the next statement otherwise (SQLAlchemy, the commit) sends the deferred ones first
-(`run_deferred`, which store/db.py calls from the engine's events); a rollback forgets them.
+after another, each with its own snapshot, and the first error stops the rest). And a Prepared
+statement that opens its transaction goes with the BEGIN psycopg sends first. Whatever runs the next
+statement otherwise (SQLAlchemy, the commit) sends the deferred ones first (`run_deferred`, which
+store/db.py calls from the engine's events); a rollback forgets them.
 """
 
 from __future__ import annotations

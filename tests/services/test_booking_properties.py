@@ -42,6 +42,9 @@ ONE_POOL_OF_FOUR = (
     'subnets = []\n[[pools]]\ninstance_type = "ml.p5.48xlarge"\nzone = "us-west-2a"\ncount = 4\n'
     'price_per_instance_hour = "10"\n'
 )
+THE_WHOLE_POOL_FOR_A_DAY = SearchRequest("ml.p5.48xlarge", 4, 24, "training-job", None, None)
+"""A search on ONE_POOL_OF_FOUR whose every offering takes the pool whole: any two of them overlapping
+in time cannot both be bought."""
 
 
 @st.composite
@@ -167,10 +170,7 @@ def test_a_stale_offering_is_refused_when_its_capacity_is_gone(stores: Stores, t
     application = _started(stores, tmp_path, ONE_POOL_OF_FOUR)
     runtime = application.context
     try:
-        caller, request = (
-            _administrator(runtime),
-            SearchRequest("ml.p5.48xlarge", 4, 24, "training-job", None, None),
-        )
+        caller, request = _administrator(runtime), THE_WHOLE_POOL_FOR_A_DAY
         first, second = plans.search(runtime, caller, request)[0], plans.search(runtime, caller, request)[0]
         with _statements(runtime) as made:
             plans.create(runtime, caller, "first", first.offering_id)
@@ -346,10 +346,7 @@ def test_on_sqlite_a_refused_purchase_is_answered_on_the_event_loop_and_one_that
     application = _started(Stores("sqlite", None), tmp_path, ONE_POOL_OF_FOUR)
     runtime = application.context
     try:
-        caller, request = (
-            _administrator(runtime),
-            SearchRequest("ml.p5.48xlarge", 4, 24, "training-job", None, None),
-        )
+        caller, request = _administrator(runtime), THE_WHOLE_POOL_FOR_A_DAY
         first, stale = plans.search(runtime, caller, request)[0], plans.search(runtime, caller, request)[0]
         plans.create(runtime, caller, "first", first.offering_id)
         later = plans.search(runtime, caller, request)[0]  # the next free day
