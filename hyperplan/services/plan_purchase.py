@@ -10,11 +10,13 @@ execution cost several times the driver's):
    offering is taken, the plans it holds and its live webhooks.
 3. One read of what is held: the pools' capacity over the segments' windows and the account's own
    holdings the quotas weigh. On PostgreSQL 2 and 3 are one statement (read_facts_and_holdings), sent
-   with the locks of 1: one round trip.
+   with the locks of 1: one round trip; it also draws the ids the rows of 4 take (NewIds).
 4. The rows as they end up, each table in one statement: the plan (already Scheduled when it is paid at
    once), its segments, the invoice (already settled), the ledger line, the plan's history, the status
    events, the timed events and any webhook deliveries (one INSERT ... SELECT: each history entry to
    each live webhook). The change counters move in the one statement the commit makes (Database.wrote).
+   On PostgreSQL every row but the deliveries goes with that statement, in its round trip
+   (store/prepared.py `defer`): none waits for an answer with the pools' locks held.
 
 What is written is what the step-by-step path wrote (lifecycle.py, payments.py): the same rows, the same
 history in the same order, the same messages. A payment that fails at once (a budget short of the fee)
@@ -51,6 +53,7 @@ from sqlalchemy import (
     union_all,
     update,
 )
+from sqlalchemy.dialects.postgresql import REGCLASS
 from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import UnaryExpression
 from sqlalchemy.sql.operators import custom_op
@@ -109,10 +112,11 @@ _ACCOUNTS = cast(Table, Account.__table__)
 _WEBHOOKS = cast(Table, Webhook.__table__)
 
 
-def _insert(table: Table, *, returning: Sequence[str] = (), rows: int = 1) -> Prepared:
-    """One row (or `rows` rows, in one statement) of every column but the id, bound by column name
-    (`name_0`, `name_1`... for several rows): a caller that leaves a column out fails at once."""
-    keys = [column.key for column in table.c if column.key != "id"]
+def _insert(table: Table, *, returning: Sequence[str] = (), rows: int = 1, with_id: bool = False) -> Prepared:
+    """One row (or `rows` rows, in one statement) of every column but the id (`with_id`: the id too),
+    bound by column name (`name_0`, `name_1`... for several rows): a caller that leaves a column out
+    fails at once."""
+    keys = [column.key for column in table.c if with_id or column.key != "id"]
     if rows == 1:
         values: Any = {key: bindparam(key) for key in keys}
     else:
@@ -128,6 +132,8 @@ def _insert(table: Table, *, returning: Sequence[str] = (), rows: int = 1) -> Pr
 # Prepared once (store/prepared.py): each runs on the driver's cursor, past SQLAlchemy's execution.
 _INSERT_PLAN = _insert(_PLANS, returning=("id",))
 _INSERT_INVOICE = _insert(_INVOICES, returning=("id",))
+_INSERT_PLAN_WITH_ID = _insert(_PLANS, with_id=True)  # PostgreSQL: its id drawn already (NewIds)
+_INSERT_INVOICE_WITH_ID = _insert(_INVOICES, with_id=True)
 _INSERT_LEDGER = _insert(_LEDGER)
 _SET_BUDGET = Prepared(
     update(_ACCOUNTS).where(_ACCOUNTS.c.id == bindparam("account")).values(budget=bindparam("budget"))
@@ -138,8 +144,11 @@ _SET_MESSAGE = Prepared(
 
 
 @cache
-def _segments_insert(count: int) -> Prepared:
-    """A plan's `count` segments in one statement, returning each one's (id, ordinal)."""
+def _segments_insert(count: int, with_id: bool) -> Prepared:
+    """A plan's `count` segments in one statement; without `with_id`, returning each one's (id,
+    ordinal)."""
+    if with_id:
+        return _insert(_SEGMENTS, rows=count, with_id=True)
     return _insert(_SEGMENTS, returning=("id", "ordinal"), rows=count)
 
 
@@ -243,6 +252,7 @@ def _facts_query() -> Select[Any]:
 
 
 _FACTS = Prepared(_facts_query())
+_FACTS_COLUMNS = len(_facts_query().selected_columns)
 
 
 def read_facts(connection: Connection, account_id: str, name: str, offering_id: str) -> AccountFacts:
@@ -321,12 +331,36 @@ def _holdings_query(pool_count: int, every_type: bool, packed: bool) -> Prepared
 
 
 @cache
-def _facts_and_holdings_query(pool_count: int, every_type: bool) -> Prepared:
+def _facts_and_holdings_query(pool_count: int, every_type: bool, segment_ids: int) -> Prepared:
     """PostgreSQL: the account's facts and what is held, in one statement (one round trip, one
-    snapshot), the holdings packed as one JSON array of arrays in the facts' row."""
+    snapshot), the holdings packed as one JSON array of arrays in the facts' row; then, when
+    `segment_ids` > 0, the new plan's id, its invoice's and its `segment_ids` segments' (NewIds)."""
     each = _holdings_rows(pool_count, every_type, unindexed_type=False).subquery()
     packed = select(func.json_agg(func.json_build_array(*each.c))).scalar_subquery()
-    return Prepared(_facts_query().add_columns(packed))
+    query = _facts_query().add_columns(packed)
+    if segment_ids:
+        query = query.add_columns(
+            _next_id(_PLANS), _next_id(_INVOICES), *(_next_id(_SEGMENTS) for _ in range(segment_ids))
+        )
+    return Prepared(query)
+
+
+def _next_id(table: Table) -> Any:
+    """PostgreSQL: the next value of the sequence that numbers `table`'s rows (its SERIAL id)."""
+    sequence = func.pg_get_serial_sequence(table.name, table.c.id.name)
+    return func.nextval(sequence.cast(REGCLASS))
+
+
+@dataclass(frozen=True)
+class NewIds:
+    """A PostgreSQL purchase's rows' ids, drawn from their sequences in its locked read: its rows then
+    need no answer from the server, and go with its commit (store/prepared.py `defer`), not one wait
+    each with its pools' locks held. A purchase refused after the read leaves its ids unused (a
+    sequence has gaps anyway: a rolled-back insert leaves one too)."""
+
+    plan: int
+    invoice: int
+    segments: tuple[int, ...]  # by ordinal
 
 
 def _holdings_rows(pool_count: int, every_type: bool, *, unindexed_type: bool) -> Any:
@@ -417,14 +451,24 @@ def read_facts_and_holdings(
     segments: Segments,
     count: int,
     every_type: bool,
-) -> tuple[AccountFacts, Holdings]:
-    """PostgreSQL: read_facts and read_holdings in one statement."""
+    *,
+    new_ids: bool = False,
+) -> tuple[AccountFacts, Holdings, NewIds | None]:
+    """PostgreSQL: read_facts and read_holdings in one statement; with `new_ids` (a write transaction:
+    a read-only one cannot draw from a sequence), the ids of the purchase's rows too."""
     pool_count, params = _holdings_params(account_id, segments, count, every_type)
     params.update(name=name, offering=offering_id)
-    found = _facts_and_holdings_query(pool_count, every_type).rows(connection, params)
+    query = _facts_and_holdings_query(pool_count, every_type, len(segments) if new_ids else 0)
+    found = query.rows(connection, params)
     if not found:
         raise ResourceNotFound(f"No account {account_id!r}.")
-    return _facts_of(found[0]), _holdings_of(found[0][-1] or [])
+    row = found[0]
+    facts, ids = row[:_FACTS_COLUMNS], None
+    held = _holdings_of(row[_FACTS_COLUMNS] or [])
+    if new_ids:
+        plan, invoice, *segment_ids = row[_FACTS_COLUMNS + 1 :]
+        ids = NewIds(plan, invoice, tuple(sorted(segment_ids)))
+    return _facts_of(facts), held, ids
 
 
 def _holdings_of(rows: Any) -> Holdings:
@@ -495,6 +539,9 @@ def _segment_moves(window: Window, now: datetime) -> bool:
     return RESERVED_CAPACITY_LIFECYCLE.allows(PlanStatus.PENDING, status_at([window], now))
 
 
+_FACTS_READS = 3  # PostgreSQL: the account's facts and holdings read together at most this often
+
+
 class Purchase:
     """One purchase (plans.create). Its `refusals` need only the request and the store's rows (on
     SQLite they are read first on a snapshot, Database.refuse_early); what follows from the request
@@ -516,6 +563,7 @@ class Purchase:
         self.claim, self.segments, self.now = claim, segments, now
         self.booked = [(pool.key, s.start, s.end, claim.count) for pool, s in segments]
         self.facts: AccountFacts | None = None
+        self.new_ids: NewIds | None = None  # PostgreSQL: drawn in the check
         self._terms: Terms | None = None
 
     def work_out(self) -> Terms:
@@ -526,28 +574,59 @@ class Purchase:
 
     def check(self, session: Session) -> None:
         """Every refusal the store can give, in the caller's write transaction (concurrent=True); reads
-        only (store/group_commit.py runs it outside the purchase's savepoint)."""
+        only (store/group_commit.py runs it outside the purchase's savepoint), and on PostgreSQL draws
+        the ids its rows will take (NewIds)."""
         # Before any read this purchase checks: what it reads can change only once it commits or rolls back.
         lock_account(session, self.caller.account_id)
         lock_pools(session, [pool.key for pool, _ in self.segments])
-        self.facts = self.refusals(session.connection())
+        self.facts = self._refusals(session.connection(), in_the_write=True)
+        assert self.facts is not None, "under the account's lock its quotas do not change between reads"
 
-    def refusals(self, connection: Connection) -> AccountFacts:
-        """The checks of `check` on `connection` (which takes no lock): also run on a snapshot before
-        the write (Database.refuse_early); the account's facts read."""
+    def refusals(self, connection: Connection) -> AccountFacts | None:
+        """The checks of `check` on `connection` (which takes no lock), run before the write
+        (Database.refuse_early: on PostgreSQL outside any transaction, each statement its own snapshot);
+        the account's facts read. None: not decided here (PostgreSQL: the account's quotas changed
+        between each of its reads; the write decides, under the account's lock)."""
+        return self._refusals(connection, in_the_write=False)
+
+    def _refusals(self, connection: Connection, *, in_the_write: bool) -> AccountFacts | None:
         account, held = self.caller.account_id, None
-        if connection.dialect.name == "postgresql":  # one round trip for both reads
-            # Whether the quotas weigh the account's holdings of every type is known from its facts;
-            # read as the fleet's default says, read again (in the same transaction) when they differ.
-            every_type = self.runtime.fleet.quotas.max_reserved_instance_hours_per_30_days is not None
-            facts, read = read_facts_and_holdings(
-                connection, account, self.name, self.offering_id, self.segments, self.claim.count, every_type
-            )
-            held = (read, every_type)
+        if connection.dialect.name == "postgresql":
+            found = self._facts_and_holdings(connection, new_ids=in_the_write)
+            if found is None:
+                return None
+            facts, held, self.new_ids = found
         else:
             facts = read_facts(connection, account, self.name, self.offering_id)
         _check(self.runtime, connection, facts, self.name, self.offering_id, self.claim, self.segments, held)
         return facts
+
+    def _facts_and_holdings(
+        self, connection: Connection, *, new_ids: bool
+    ) -> tuple[AccountFacts, tuple[Holdings, bool], NewIds | None] | None:
+        """PostgreSQL: the account's facts and what is held, read together in one statement (one round
+        trip, one snapshot: the account's limits are never weighed against holdings read at another
+        instant), with `new_ids` the ids of its rows too. Whether the quotas weigh the account's
+        holdings of every type is known only from its facts: read as the fleet's default says, and read
+        again, all together, when the account's own quota says otherwise. None: it said otherwise again
+        (its quotas changed between the reads; under the account's lock they cannot)."""
+        every_type = self.runtime.fleet.quotas.max_reserved_instance_hours_per_30_days is not None
+        for _ in range(_FACTS_READS):
+            facts, read, ids = read_facts_and_holdings(
+                connection,
+                self.caller.account_id,
+                self.name,
+                self.offering_id,
+                self.segments,
+                self.claim.count,
+                every_type,
+                new_ids=new_ids,
+            )
+            weighed = quotas.limits(self.runtime, facts).max_reserved_instance_hours_per_30_days is not None
+            if weighed == every_type:
+                return facts, (read, every_type), ids
+            every_type = weighed
+        return None
 
     def write(self, session: Session) -> None:
         """The checked purchase's rows, in the same transaction as `check`."""
@@ -597,6 +676,7 @@ class _Rows:
         self.connection = session.connection()
         self.caller, self.facts, self.claim, self.now = purchase.caller, facts, purchase.claim, purchase.now
         self.segments = purchase.segments
+        self.ids = purchase.new_ids  # PostgreSQL: every row deferred, none waits for its id
         self.plan_id = 0
         self.history: list[dict[str, Any]] = []
         self.status_events: list[dict[str, Any]] = []
@@ -618,22 +698,24 @@ class _Rows:
             status = terms.paid_status
             PLAN_LIFECYCLE.check(PlanStatus.PENDING, status)
             message = terms.paid_message
-        [(self.plan_id,)] = _INSERT_PLAN.rows(
-            self.connection,
-            {
-                "account_id": facts.id,
-                "name": name,
-                "offering_id": offering_id,
-                "target": claim.target,
-                "instance_type": segments[0][0].instance_type,
-                "status": status,
-                "status_message": message,
-                "upfront_fee": fee,
-                "currency": currency,
-                "created_at": now,
-                "updated_at": now,
-            },
-        )
+        plan = {
+            "account_id": facts.id,
+            "name": name,
+            "offering_id": offering_id,
+            "target": claim.target,
+            "instance_type": segments[0][0].instance_type,
+            "status": status,
+            "status_message": message,
+            "upfront_fee": fee,
+            "currency": currency,
+            "created_at": now,
+            "updated_at": now,
+        }
+        if self.ids is None:
+            [(self.plan_id,)] = _INSERT_PLAN.rows(self.connection, plan)
+        else:
+            self.plan_id = self.ids.plan
+            _INSERT_PLAN_WITH_ID.defer(self.connection, {"id": self.plan_id, **plan})
         statuses = terms.paid_segments if paid else [None] * len(segments)
         segment_ids = self._insert_segments(statuses)
         self._event("created", PlanStatus.PENDING, terms.bought)
@@ -664,8 +746,10 @@ class _Rows:
         """The plan's segments, each in the status it ends up in (None: still pending); returns their
         ids by ordinal."""
         params: dict[str, Any] = {}
+        ids = self.ids
         for i, ((pool, s), status) in enumerate(zip(self.segments, statuses, strict=True)):
-            row = {
+            row: dict[str, Any] = {} if ids is None else {"id": ids.segments[i]}
+            row |= {
                 "plan_id": self.plan_id,
                 "ordinal": i + 1,
                 "instance_type": pool.instance_type,
@@ -680,27 +764,32 @@ class _Rows:
             params.update(
                 {f"{key}_{i}": value for key, value in row.items()} if len(self.segments) > 1 else row
             )
-        written = _segments_insert(len(self.segments)).rows(self.connection, params)
+        statement = _segments_insert(len(self.segments), ids is not None)
+        if ids is not None:
+            statement.defer(self.connection, params)
+            return dict(enumerate(ids.segments, start=1))
+        written = statement.rows(self.connection, params)
         return {ordinal: id_ for id_, ordinal in written}
 
     def _invoice(self, fee: Decimal, currency: str, paid: bool, how: str) -> int:
-        [(invoice_id,)] = _INSERT_INVOICE.rows(
-            self.connection,
-            {
-                "account_id": self.facts.id,
-                "plan_id": self.plan_id,
-                "extension_id": None,
-                "amount": fee,
-                "currency": currency,
-                "status": InvoiceStatus.PAID if paid else InvoiceStatus.PENDING,
-                "created_at": self.now,
-                "due_at": self.purchase.work_out().due_at,
-                "settled_at": self.now if paid else None,
-                "note": how,
-            },
-        )
+        invoice = {
+            "account_id": self.facts.id,
+            "plan_id": self.plan_id,
+            "extension_id": None,
+            "amount": fee,
+            "currency": currency,
+            "status": InvoiceStatus.PAID if paid else InvoiceStatus.PENDING,
+            "created_at": self.now,
+            "due_at": self.purchase.work_out().due_at,
+            "settled_at": self.now if paid else None,
+            "note": how,
+        }
         self.runtime.db.wrote(self.session, Invoice)
-        return invoice_id
+        if self.ids is None:
+            [(invoice_id,)] = _INSERT_INVOICE.rows(self.connection, invoice)
+            return int(invoice_id)
+        _INSERT_INVOICE_WITH_ID.defer(self.connection, {"id": self.ids.invoice, **invoice})
+        return self.ids.invoice
 
     def _pay(
         self,
@@ -749,7 +838,7 @@ class _Rows:
             f"Awaiting an administrator's approval of invoice {invoice_id} ({fee} {currency}, the plan); "
             f"unpaid at {due_at:%Y-%m-%d %H:%M} UTC, the plan fails and its capacity is released."
         )
-        _SET_MESSAGE.rows(self.connection, {"plan": self.plan_id, "message": message})
+        _SET_MESSAGE.defer(self.connection, {"plan": self.plan_id, "message": message})
         self._event("awaiting-approval", PlanStatus.PENDING, message)
         self._schedule(lifecycle.PAYMENT_DEADLINE, due_at, json.dumps({"invoice": invoice_id}))
 

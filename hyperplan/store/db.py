@@ -404,8 +404,9 @@ class Database:
 
         It reads in a read transaction, on a pooled connection past the session (a session's setup and
         teardown cost about what the reads do): on SQLite WAL's snapshot, which readers take side by
-        side, beside the writer and one another; on PostgreSQL a REPEATABLE READ, READ ONLY one, which
-        takes no lock (`_refuse_early_postgres`).
+        side, beside the writer and one another; on PostgreSQL outside any transaction, where each
+        statement is a snapshot of its own, so that `refusals` must read what it weighs together in one
+        statement (`_refuse_early_postgres`).
 
         Most purchases under contention are refused (capacity taken since the search: 82% of the
         bench's buy-only answers). On SQLite each refusal in the writers' turn was a wait for every
@@ -453,20 +454,17 @@ class Database:
         return isinstance(pool, QueuePool) and pool.checkedin() > 0
 
     def _refuse_early_postgres(self, refusals: Callable[[Connection], object]) -> None:
-        """refuse_early on PostgreSQL: one snapshot for every read (REPEATABLE READ: a refusal never
-        weighs an account's limits read at one instant against its holdings read at another), READ
-        ONLY (nothing to write, and nothing written by mistake). psycopg sends the BEGIN with the
-        first read (store/prepared.py); the rollback keeps the statements prepared. A connection found
-        lost answers nothing here: the write that follows opens a new one (_first_statement)."""
+        """refuse_early on PostgreSQL: outside any transaction (autocommit), so that a read is one round
+        trip, with no BEGIN before it nor ROLLBACK after; each statement is then its own snapshot, and
+        `refusals` reads what it weighs together in one statement (plan_purchase.Purchase). It only
+        reads: it takes no lock, and has nothing to roll back. A connection found lost answers nothing
+        here: the write that follows opens a new one (_first_statement)."""
         may_wait("a read of the store")
         try:
             with self.engine.connect() as connection:
-                connection.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
-                try:
-                    refusals(connection)
-                finally:
-                    if not connection.invalidated:
-                        _rollback_keeping_prepared(connection.connection.dbapi_connection)
+                # Only the driver's flag (psycopg's autocommit): no statement; the pool puts it back.
+                connection.execution_options(isolation_level="AUTOCOMMIT")
+                refusals(connection)
         except DBAPIError as exc:
             if not exc.connection_invalidated:
                 raise

@@ -9,6 +9,7 @@ import contextvars
 import os
 import tempfile
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,11 +21,11 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import event, func, select
+from sqlalchemy import event, func, select, text
 
 from hyperplan.app import AppConfig, Application
 from hyperplan.core.search import SearchRequest
-from hyperplan.errors import ResourceLimitExceeded
+from hyperplan.errors import ResourceInUse, ResourceLimitExceeded
 from hyperplan.services import accounts, plans, quotas
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
@@ -372,11 +373,12 @@ def test_on_sqlite_a_refused_purchase_is_answered_on_the_event_loop_and_one_that
         application.stop()
 
 
-MAX_PURCHASE_ROUND_TRIPS = 11
-"""A bought purchase's synchronisation points with PostgreSQL: its snapshot read (the BEGIN, the read,
-the rollback), then its write (the BEGIN, the writers' lock, the account's and pools' locks with its
-read, the plan, its segments, its invoice, the change counters with everything deferred before them,
-the commit). Before its history, timed events, ledger entry and status events were deferred: 15."""
+MAX_PURCHASE_ROUND_TRIPS = 6
+"""A bought purchase's synchronisation points with PostgreSQL: its refusals' read (autocommit: the
+read alone), then its write (the BEGIN, the writers' lock, the account's and pools' locks with its read,
+which draws its rows' ids, the change counters with every row deferred before them, the commit). Before
+its history, timed events, ledger entry and status events were deferred: 15; before its refusals were
+read outside a transaction and its plan, segments and invoice deferred: 11."""
 
 
 @pytest.mark.postgres
@@ -426,3 +428,66 @@ def test_on_postgres_a_bought_purchase_waits_for_the_server_no_more_than_it_must
     finally:
         application.stop()
         stores.drop_all()
+
+
+@pytest.mark.postgres
+def test_on_postgres_a_name_taken_while_a_purchase_commits_is_refused_and_nothing_of_it_is_written(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """A bought plan's rows go to PostgreSQL only with its commit (their ids were drawn in its read):
+    a plan of the same name, inserted by a transaction the purchase's checks could not see yet and
+    committed while the purchase waits on it, is found by the unique constraint there. The buyer gets
+    ResourceInUse, not a 500, and nothing of its purchase is written nor booked."""
+    stores = Stores("postgres", postgres_server)
+    application = _started(stores, tmp_path, ONE_POOL_OF_FOUR)
+    runtime = application.context
+    caller = _administrator(runtime)
+    try:
+        offering = plans.search(runtime, caller, THE_WHOLE_POOL_FOR_A_DAY)[0]
+        plans_table, now = TrainingPlan.__table__, runtime.clock.now()
+        racer = runtime.db.engine.connect()
+        try:
+            racer.execute(  # not committed yet: invisible to the purchase's reads
+                plans_table.insert().values(
+                    account_id=caller.account_id,
+                    name="raced",
+                    offering_id="tpo-inserted-by-the-racer",
+                    target="training-job",
+                    instance_type="ml.p5.48xlarge",
+                    status="Pending",
+                    status_message="",
+                    upfront_fee="0",
+                    currency="USD",
+                    created_at=now,
+                    updated_at=now,
+                )
+            )
+            with ThreadPoolExecutor(1) as pool:
+                buying = pool.submit(plans.create, runtime, caller, "raced", offering.offering_id)
+                _wait_until_a_statement_waits_for_a_lock(runtime)
+                racer.commit()
+                with pytest.raises(ResourceInUse, match="'raced'"):
+                    buying.result(timeout=60)
+        finally:
+            racer.close()
+        with runtime.db.read() as session:
+            assert session.scalars(select(TrainingPlan.offering_id)).all() == ["tpo-inserted-by-the-racer"]
+            assert session.scalar(select(func.count()).select_from(ReservedCapacity)) == 0
+        # Nothing was booked in memory either: the pool is whole, and the offering still for sale.
+        assert plans.search(runtime, caller, THE_WHOLE_POOL_FOR_A_DAY)
+        plans.create(runtime, caller, "after-the-race", offering.offering_id)
+    finally:
+        application.stop()
+        stores.drop_all()
+
+
+def _wait_until_a_statement_waits_for_a_lock(runtime: ServiceContext) -> None:
+    """Until some session of the store waits for a lock another holds (pg_locks), within a minute."""
+    for _ in range(600):
+        with runtime.db.engine.connect() as connection:
+            if connection.execute(
+                select(func.count()).select_from(text("pg_locks")).where(text("NOT granted"))
+            ).scalar():
+                return
+        time.sleep(0.1)
+    raise AssertionError("no statement waited for the racer's uncommitted plan")
