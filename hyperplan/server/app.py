@@ -23,6 +23,7 @@ from hyperplan.server.limits import ServerLimits
 from hyperplan.server.request_ids import new_request_id
 from hyperplan.server.routing import AwsFront, aws_endpoint
 from hyperplan.services.context import ServiceContext
+from hyperplan.wire import model
 
 
 class Lifespan(Protocol):
@@ -64,6 +65,8 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        # Before the first request, not by it: the first requests of a new server arrive together.
+        model.load_every_model()
         if life is not None:
             life.start()  # missed events run here, before the first request is served
         try:

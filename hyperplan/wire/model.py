@@ -8,6 +8,7 @@ without a hand-copied schema that could drift.
 
 from __future__ import annotations
 
+import threading
 from functools import cache
 
 import botocore.session
@@ -22,16 +23,36 @@ STS = "sts"
 SERVICES = frozenset({SERVICE_NAME, LOGS, STS})
 
 
-@cache
+_loaded: dict[str, ServiceModel] = {}
+_loading = threading.Lock()
+
+
 def service_model(service: str = SERVICE_NAME) -> ServiceModel:
-    """A model bundled with the installed botocore (loaded once each: SageMaker's takes a few hundred ms).
-    Only the services of :data:`SERVICES` are asked for, so the cache stays bounded."""
+    """A model bundled with the installed botocore, loaded once per process (SageMaker's takes a
+    hundred ms of CPU or more; `load_every_model` loads them as a server starts). Only the services of
+    :data:`SERVICES` are asked for, so what is kept stays bounded."""
     if service not in SERVICES:
         raise ValueError(f"hyperplan serves no model of {service!r}")
-    # Too long for the event loop, where a search is first tried (server/sagemaker.py): the first
-    # search of a process is answered in the thread pool, which loads the model (an error is not cached).
+    found = _loaded.get(service)
+    if found is not None:
+        return found
+    # Too long for the event loop, where a search is first tried (server/sagemaker.py): a first search
+    # before the model is loaded is answered in the thread pool, which loads it (an error is not kept).
     may_wait(f"loading botocore's model of {service}")
-    return botocore.session.get_session().get_service_model(service)
+    # One load, whoever asks: the first requests of a server arrive together, and each thread loading
+    # its own copy cost a new server's first second several loads' CPU, every request waiting for it.
+    with _loading:
+        found = _loaded.get(service)
+        if found is None:
+            found = _loaded[service] = botocore.session.get_session().get_service_model(service)
+    return found
+
+
+def load_every_model() -> None:
+    """Every model served, loaded now: a server calls this as it starts, before it takes a request, so
+    that its first requests wait for no model."""
+    for service in sorted(SERVICES):
+        _operation_names(service)
 
 
 @cache
