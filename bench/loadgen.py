@@ -150,6 +150,8 @@ class Tally:
 
     latencies: dict[str, list[float]] = field(default_factory=dict)
     outcomes: Counter[tuple[str, str]] = field(default_factory=Counter)
+    # the same latencies by (operation, outcome): a purchase bought and one refused take different paths
+    by_outcome: dict[tuple[str, str], list[float]] = field(default_factory=dict)
     started: float = 0.0
     finished: float = 0.0
     cpu: float = 0.0  # this client's CPU seconds over the timed part
@@ -158,7 +160,9 @@ class Tally:
         """Send a prepared request, timed; its parsed body when asked for and answered "ok", else {}."""
         began = time.perf_counter()
         outcome, content = client.send(request)
-        self.latencies.setdefault(request.operation, []).append(time.perf_counter() - began)
+        took = time.perf_counter() - began
+        self.latencies.setdefault(request.operation, []).append(took)
+        self.by_outcome.setdefault((request.operation, outcome), []).append(took)
         self.outcomes[(request.operation, outcome)] += 1
         return json.loads(content) if parse and outcome == "ok" else {}
 
@@ -299,6 +303,7 @@ class PhaseResult:
     outcomes: Counter[tuple[str, str]]
     clients_cpu: float  # CPU seconds of every client over the timed part
     server_cpu: float = 0.0  # CPU seconds of the server over the same span, when measured
+    by_outcome: dict[tuple[str, str], list[float]] = field(default_factory=dict)  # latencies
 
     def completed(self, operation: str) -> int:
         """Requests answered as the benchmark means them to be: success, or a purchase refused because
@@ -364,10 +369,15 @@ def _collect(results: Any, processes: list[Any], timeout: float) -> list[Tally]:
 
 def _merge(tallies: list[Tally]) -> PhaseResult:
     latencies: dict[str, list[float]] = {}
+    by_outcome: dict[tuple[str, str], list[float]] = {}
     outcomes: Counter[tuple[str, str]] = Counter()
     for tally in tallies:
         for operation, values in tally.latencies.items():
             latencies.setdefault(operation, []).extend(values)
+        for key, values in tally.by_outcome.items():
+            by_outcome.setdefault(key, []).extend(values)
         outcomes.update(tally.outcomes)
     wall = max(t.finished for t in tallies) - min(t.started for t in tallies)
-    return PhaseResult(len(tallies), wall, latencies, outcomes, sum(t.cpu for t in tallies))
+    return PhaseResult(
+        len(tallies), wall, latencies, outcomes, sum(t.cpu for t in tallies), by_outcome=by_outcome
+    )

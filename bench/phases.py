@@ -53,6 +53,10 @@ def describe_phase(result: PhaseResult, operations: Sequence[str]) -> None:
             f"latency {latency_summary(result.latencies.get(op, []))}"
         )
         line(f"    outcomes: {result.breakdown(op)}")
+        outcomes = sorted(outcome for (each, outcome) in result.by_outcome if each == op)
+        if len(outcomes) > 1:  # each outcome's own path: a purchase bought, one refused
+            for outcome in outcomes:
+                line(f"      {outcome}: latency {latency_summary(result.by_outcome[(op, outcome)])}")
         if result.failed(op):
             line(
                 f"    !! {result.failed(op):,} {op} calls failed unexpectedly; they are left out of the rate"
