@@ -248,7 +248,13 @@ class Database:
 
     def _bump_counted(self, session: Session) -> None:
         """Just before the commit: one statement moves every counter this transaction's changes moved
-        (held from here to the commit: briefly, on PostgreSQL, where it is a row lock)."""
+        (held from here to the commit: briefly, on PostgreSQL, where it is a row lock).
+
+        On PostgreSQL the COMMIT goes in that statement's round trip, with whatever was deferred before
+        it (store/prepared.py): the session's commit that follows finds the connection idle and sends
+        nothing. A write that holds locks (a purchase's pools) then waits once for the server between
+        its last read and its end, not twice. So this must be the session's last before_commit
+        listener (it is its only one), and it commits only once the session is flushed and clean."""
         if not self._counted or session.in_nested_transaction():
             return  # a savepoint's release (store/group_commit.py): the transaction's commit counts it
         session.flush()  # what is still pending is part of the transaction too
@@ -256,7 +262,9 @@ class Database:
         if wanted:
             names = sorted(wanted)
             rows = _bump_many(len(names)).rows(
-                session.connection(), {f"n{i}": name for i, name in enumerate(names)}
+                session.connection(),
+                {f"n{i}": name for i, name in enumerate(names)},
+                then_commit=self.is_postgres,
             )
             session.info.setdefault(_BUMPED, {}).update({name: value for name, value in rows})
 

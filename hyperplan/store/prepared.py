@@ -24,7 +24,9 @@ round trip when that one is a Prepared one (psycopg's pipeline mode: the stateme
 after another, each with its own snapshot, and the first error stops the rest). And a Prepared
 statement that opens its transaction goes with the BEGIN psycopg sends first. Whatever runs the next
 statement otherwise (SQLAlchemy, the commit) sends the deferred ones first (`run_deferred`, which
-store/db.py calls from the engine's events); a rollback forgets them.
+store/db.py calls from the engine's events); a rollback forgets them. The last statement of a
+transaction may take the COMMIT with it (`rows(..., then_commit=True)`: store/db.py's change counters),
+so that a write's last wait is its commit's.
 """
 
 from __future__ import annotations
@@ -70,8 +72,13 @@ class Prepared:
         self.statement = statement
         self._forms: dict[str, _Form] = {}
 
-    def rows(self, connection: Connection, params: Mapping[str, Any]) -> list[tuple[Any, ...]]:
-        """Execute once; the rows it returns (none for a statement without RETURNING or a result)."""
+    def rows(
+        self, connection: Connection, params: Mapping[str, Any], *, then_commit: bool = False
+    ) -> list[tuple[Any, ...]]:
+        """Execute once; the rows it returns (none for a statement without RETURNING or a result).
+        `then_commit` (PostgreSQL only): the transaction's COMMIT goes in the same round trip, after
+        it; the caller's own commit then has nothing left to send (psycopg sends nothing to commit an
+        idle connection). If anything before it fails, nothing is committed and the error is raised."""
         form = self._form(connection.dialect)
         bound = form.bind(params)
         deferred = _take_deferred(connection)
@@ -81,9 +88,13 @@ class Prepared:
                 _announce(connection, cursor, sql, earlier, many=False)
             _announce(connection, cursor, form.sql, bound, many=False)
             with _as_sqlalchemy_errors(connection, cursor, form.sql, bound):
-                if deferred or _opens_transaction(connection):
+                if deferred or then_commit or _opens_transaction(connection):
                     with _pipeline(connection, deferred):
                         cursor.execute(form.sql, bound)
+                        if then_commit:
+                            # As a statement: psycopg's commit() would sync the pipeline, and its end
+                            # sync it again, an empty round trip.
+                            connection.connection.dbapi_connection.cursor().execute("COMMIT")  # type: ignore[union-attr]
                 else:
                     cursor.execute(form.sql, bound)
                 return [tuple(row) for row in cursor.fetchall()] if _has_rows(cursor) else []

@@ -373,12 +373,13 @@ def test_on_sqlite_a_refused_purchase_is_answered_on_the_event_loop_and_one_that
         application.stop()
 
 
-MAX_PURCHASE_ROUND_TRIPS = 6
+MAX_PURCHASE_ROUND_TRIPS = 5
 """A bought purchase's synchronisation points with PostgreSQL: its refusals' read (autocommit: the
 read alone), then its write (the BEGIN, the writers' lock, the account's and pools' locks with its read,
-which draws its rows' ids, the change counters with every row deferred before them, the commit). Before
-its history, timed events, ledger entry and status events were deferred: 15; before its refusals were
-read outside a transaction and its plan, segments and invoice deferred: 11."""
+which draws its rows' ids, then every row deferred, the change counters and the COMMIT, together).
+Before its history, timed events, ledger entry and status events were deferred: 15; before its refusals
+were read outside a transaction, its plan, segments and invoice deferred and its COMMIT sent with the
+counters: 11."""
 
 
 @pytest.mark.postgres
@@ -387,10 +388,11 @@ def test_on_postgres_a_bought_purchase_waits_for_the_server_no_more_than_it_must
 ) -> None:
     """Each wait for PostgreSQL's answer costs a purchase more under load than its statement (a thread
     switch to the server and back, the GIL taken again), and the pools' locks are held across those of
-    its write: the statements whose results nobody reads (its locks; its history, timed events, ledger
-    entry and status events) go with the next one (store/prepared.py `defer`). Counted as libpq sees
-    them: the server answers each synchronisation point with a ReadyForQuery (psycopg's pipeline may
-    send a BEGIN's and the next statement's in one round trip: the count is an upper bound of those)."""
+    its write: the statements whose results nobody reads (its locks; its rows, whose ids its read
+    drew) go with the next one (store/prepared.py `defer`), and the last with the COMMIT. Counted as
+    libpq sees them: the server answers each synchronisation point with a ReadyForQuery (psycopg's
+    pipeline may send a BEGIN's and the next statement's in one round trip: the count is an upper
+    bound of those)."""
     from psycopg import pq  # PostgreSQL's driver: only a PostgreSQL store needs it
 
     stores = Stores("postgres", postgres_server)
