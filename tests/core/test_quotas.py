@@ -76,6 +76,43 @@ def test_the_busiest_window_is_the_most_any_30_days_touching_the_new_intervals_h
     assert abs(found - brute) < 1e-6
 
 
+minute_intervals = st.lists(
+    st.tuples(st.integers(0, 90 * 24 * 60), st.integers(0, 40 * 24 * 60), st.integers(1, 8)).map(
+        lambda t: (T0 + timedelta(minutes=t[0]), T0 + timedelta(minutes=t[0] + t[1]), t[2])
+    ),
+    max_size=40,
+)
+
+
+def _weighed_at_every_breakpoint(held: list[Interval], added: list[Interval]) -> float:
+    """The definition, directly: every interval weighed at every breakpoint that lies where a span
+    meets an added interval (O(n²); busiest_window sweeps them once)."""
+    reaches = [(s - WINDOW, e) for s, e, _ in added]
+    starts = {edge for reach in reaches for edge in reach}
+    for s, e, _ in held:
+        starts.update((s, e, s - WINDOW, e - WINDOW))
+    return max(
+        (
+            sum(instance_hours(i, start, start + WINDOW) for i in held)
+            for start in starts
+            if any(first <= start <= last for first, last in reaches)
+        ),
+        default=0.0,
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(held=minute_intervals, added=minute_intervals)
+def test_the_busiest_window_of_intervals_at_any_minute_is_the_most_weighed_at_any_breakpoint(
+    held: list[Interval], added: list[Interval]
+) -> None:
+    everything = [*held, *added]
+    assert (
+        abs(busiest_window(everything, WINDOW, added) - _weighed_at_every_breakpoint(everything, added))
+        < 1e-6
+    )
+
+
 def test_the_on_demand_cap_is_the_accounts_own_else_the_fleets_count_and_share() -> None:
     assert on_demand_cap(8, None, None, None) is None  # the built-in default: no quota
     assert on_demand_cap(8, None, None, 0.5) == 4
