@@ -52,6 +52,7 @@ def load_every_model() -> None:
     """Every model served, loaded now: a server calls this as it starts, before it takes a request, so
     that its first requests wait for no model."""
     for service in sorted(SERVICES):
+        service_model(service)
         _operation_names(service)
 
 
