@@ -7,11 +7,14 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from bench.__main__ import SECTIONS
+from bench.loadgen import PhaseResult
+from bench.phases import describe_phase
 
 pytestmark = pytest.mark.bench  # a part of its own: its sections start servers and floods
 
@@ -106,6 +109,27 @@ def test_each_bench_section_runs_and_prints_its_figures(section: str) -> None:
     assert all(int(ms) > 0 for _, ms in checks), checks
     if section == "scale":
         assert "the purchases (workers 2, SQLite)" in [when for when, _ in checks], checks
+
+
+def test_a_phase_answered_in_two_ways_prints_each_outcomes_latencies(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A buy-only phase's purchases take two paths (bought, refused): each one's latencies are printed
+    beside those of all of them."""
+    bought, refused = ("CreateTrainingPlan", "ok"), ("CreateTrainingPlan", "ResourceLimitExceeded")
+    by_outcome = {bought: [0.020, 0.030], refused: [0.002]}
+    result = PhaseResult(
+        clients=1,
+        wall=1.0,
+        latencies={"CreateTrainingPlan": [0.020, 0.030, 0.002]},
+        outcomes=Counter({key: len(values) for key, values in by_outcome.items()}),
+        clients_cpu=0.1,
+        by_outcome=by_outcome,
+    )
+    describe_phase(result, ("CreateTrainingPlan",))
+    printed = [text.strip() for text in capsys.readouterr().out.splitlines()]
+    assert "ResourceLimitExceeded: latency p50 2.00 / p90 2.00 / p99 2.00 / max 2.00 ms over 1" in printed
+    assert "ok: latency p50 20.00 / p90 30.00 / p99 30.00 / max 30.00 ms over 2" in printed
 
 
 def test_every_section_of_the_bench_is_run_here() -> None:
