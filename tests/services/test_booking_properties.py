@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from sqlalchemy import event, func, select, text
+from sqlalchemy import event, func, insert, select, text
 
 from hyperplan.app import AppConfig, Application
 from hyperplan.core.search import SearchRequest
@@ -462,11 +462,11 @@ def test_on_postgres_a_name_taken_while_a_purchase_commits_is_refused_and_nothin
     caller = _administrator(runtime)
     try:
         offering = plans.search(runtime, caller, THE_WHOLE_POOL_FOR_A_DAY)[0]
-        plans_table, now = TrainingPlan.__table__, runtime.clock.now()
+        now = runtime.clock.now()
         racer = runtime.db.engine.connect()
         try:
             racer.execute(  # not committed yet: invisible to the purchase's reads
-                plans_table.insert().values(
+                insert(TrainingPlan).values(
                     account_id=caller.account_id,
                     name="raced",
                     offering_id="tpo-inserted-by-the-racer",
