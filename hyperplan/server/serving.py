@@ -39,6 +39,14 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
 
 
+SWITCH_INTERVAL = 0.001
+"""Seconds a thread may keep the GIL once another asks for it (Python's default: 0.005). A request takes
+the GIL again after each wait for the store; behind a thread that computes (the event loop parsing and
+signing, a pool thread checking a purchase) it waited up to the whole interval each time. Two servers on
+one PostgreSQL, buy only, alternated pairs with the machine slow: more purchases per second in 7 of 9
+pairs and less server CPU per purchase in 7 of 9 (by 3% to 18% on average over a set of pairs)."""
+
+
 def serve(
     request_stop: Callable[[], None],
     app: Starlette,
@@ -52,6 +60,7 @@ def serve(
     if _above_info(options.get("log_level")):
         # Its lines would be dropped anyway; without a handler uvicorn does not even compute their parts.
         options.setdefault("access_log", False)
+    sys.setswitchinterval(SWITCH_INTERVAL)
     server = _Server(uvicorn.Config(app, **options), request_stop)
     # The socket's own family (uvicorn's `fd` option would take any descriptor for a unix socket).
     sockets = [socket.socket(fileno=listen_fd)] if listen_fd is not None else None
