@@ -43,8 +43,9 @@ SWITCH_INTERVAL = 0.001
 """Seconds a thread may keep the GIL once another asks for it (Python's default: 0.005). A request takes
 the GIL again after each wait for the store; behind a thread that computes (the event loop parsing and
 signing, a pool thread checking a purchase) it waited up to the whole interval each time. Two servers on
-one PostgreSQL, buy only, alternated pairs with the machine slow: more purchases per second in 7 of 9
-pairs and less server CPU per purchase in 7 of 9 (by 3% to 18% on average over a set of pairs)."""
+one PostgreSQL, buy only, alternated pairs with the machine slow: more purchases per second in 8 of 9
+pairs (one by 1/s) and less server CPU per purchase in 7 of 9 (by 3% and 18% on average over the two
+sets of pairs)."""
 
 
 def serve(
