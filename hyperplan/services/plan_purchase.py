@@ -130,10 +130,6 @@ def _insert(table: Table, *, returning: Sequence[str] = (), rows: int = 1, with_
 
 
 # Prepared once (store/prepared.py): each runs on the driver's cursor, past SQLAlchemy's execution.
-_INSERT_PLAN = _insert(_PLANS, returning=("id",))
-_INSERT_INVOICE = _insert(_INVOICES, returning=("id",))
-_INSERT_PLAN_WITH_ID = _insert(_PLANS, with_id=True)  # PostgreSQL: its id drawn already (NewIds)
-_INSERT_INVOICE_WITH_ID = _insert(_INVOICES, with_id=True)
 _INSERT_LEDGER = _insert(_LEDGER)
 _SET_BUDGET = Prepared(
     update(_ACCOUNTS).where(_ACCOUNTS.c.id == bindparam("account")).values(budget=bindparam("budget"))
@@ -141,6 +137,22 @@ _SET_BUDGET = Prepared(
 _SET_MESSAGE = Prepared(
     update(_PLANS).where(_PLANS.c.id == bindparam("plan")).values(status_message=bindparam("message"))
 )
+
+
+@cache
+def _one_row_insert(table: Table, with_id: bool) -> Prepared:
+    """One row of `table`: its id given (drawn already, NewIds), or returned by the insert."""
+    return _insert(table, with_id=True) if with_id else _insert(table, returning=("id",))
+
+
+def _insert_one(connection: Connection, table: Table, row: dict[str, Any], drawn_id: int | None) -> int:
+    """Insert `row` into `table`; its id. With `drawn_id` (PostgreSQL) the insert is deferred
+    (store/prepared.py `defer`): it goes with the transaction's next statement, and nothing waits for it."""
+    if drawn_id is None:
+        [(new_id,)] = _one_row_insert(table, False).rows(connection, row)
+        return int(new_id)
+    _one_row_insert(table, True).defer(connection, {"id": drawn_id, **row})
+    return drawn_id
 
 
 @cache
@@ -711,11 +723,7 @@ class _Rows:
             "created_at": now,
             "updated_at": now,
         }
-        if self.ids is None:
-            [(self.plan_id,)] = _INSERT_PLAN.rows(self.connection, plan)
-        else:
-            self.plan_id = self.ids.plan
-            _INSERT_PLAN_WITH_ID.defer(self.connection, {"id": self.plan_id, **plan})
+        self.plan_id = _insert_one(self.connection, _PLANS, plan, None if self.ids is None else self.ids.plan)
         statuses = terms.paid_segments if paid else [None] * len(segments)
         segment_ids = self._insert_segments(statuses)
         self._event("created", PlanStatus.PENDING, terms.bought)
@@ -785,11 +793,8 @@ class _Rows:
             "note": how,
         }
         self.runtime.db.wrote(self.session, Invoice)
-        if self.ids is None:
-            [(invoice_id,)] = _INSERT_INVOICE.rows(self.connection, invoice)
-            return int(invoice_id)
-        _INSERT_INVOICE_WITH_ID.defer(self.connection, {"id": self.ids.invoice, **invoice})
-        return self.ids.invoice
+        drawn = None if self.ids is None else self.ids.invoice
+        return _insert_one(self.connection, _INVOICES, invoice, drawn)
 
     def _pay(
         self,

@@ -254,7 +254,7 @@ class Database:
         it (store/prepared.py): the session's commit that follows finds the connection idle and sends
         nothing. A write that holds locks (a purchase's pools) then waits once for the server between
         its last read and its end, not twice. So this must be the session's last before_commit
-        listener (it is its only one), and it commits only once the session is flushed and clean."""
+        listener (it is its only one), and it flushes the session first."""
         if not self._counted or session.in_nested_transaction():
             return  # a savepoint's release (store/group_commit.py): the transaction's commit counts it
         session.flush()  # what is still pending is part of the transaction too
