@@ -375,10 +375,18 @@ class Database:
         in-memory state (the live calendar) follows only what is durably stored.
         """
         may_wait("a write to the store")  # the writers' turn above all (hyperplan/waits.py)
+        with self._counted_write(concurrent=concurrent, durable=durable) as session:
+            yield session
+
+    @contextmanager
+    def _counted_write(
+        self, *, concurrent: bool, durable: bool, first: Callable[[Session], object] | None = None
+    ) -> Iterator[Session]:
+        """`_write`, counted as this thread's write (write_grouped within it is not batched)."""
         depth: int = getattr(self._in_write, "depth", 0)
         self._in_write.depth = depth + 1
         try:
-            with self._write(concurrent=concurrent, durable=durable) as session:
+            with self._write(concurrent=concurrent, durable=durable, first=first) as session:
                 yield session
         finally:
             self._in_write.depth = depth
@@ -397,9 +405,7 @@ class Database:
         may_wait("a write to the store")
         writing: int = getattr(self._in_write, "depth", 0)
         if not self.is_sqlite or writing:
-            with self.write(concurrent=True) as session:
-                if check is not None:
-                    check(session)
+            with self._counted_write(concurrent=True, durable=True, first=check) as session:
                 result = work(session)
             return result
         return self.group.run(work, self.turn_wait, check)
@@ -478,18 +484,16 @@ class Database:
                 raise
 
     @contextmanager
-    def _write(self, *, concurrent: bool, durable: bool) -> Iterator[Session]:
+    def _write(
+        self, *, concurrent: bool, durable: bool, first: Callable[[Session], object] | None = None
+    ) -> Iterator[Session]:
+        """A write transaction; `first(session)`, when given, runs in it before the block. It only reads
+        (and takes locks): on PostgreSQL the writers' lock then goes with its first statement, in that
+        round trip, and it runs again on a new connection if that one is found lost."""
         with _lost_connection_refused(), self._sessions() as session:
             with self._writers_turn():
-                if self.is_sqlite:
-                    connection = session.connection()
-                    if not durable:  # the pool puts FULL back as the connection returns (_make_engine)
-                        connection.info[_RELAXED] = True
-                        connection.exec_driver_sql("PRAGMA synchronous=NORMAL")
-                    _begin_immediate(connection)
-                elif self.is_postgres:  # with the BEGIN, in one round trip (store/prepared.py)
-                    _first_statement(session, _TAKE_WRITERS_LOCK[concurrent, durable], WRITERS_LOCK)
                 try:
+                    self._begin_write(session, concurrent, durable, first)
                     yield session
                     session.commit()
                 except BaseException:
@@ -497,6 +501,26 @@ class Database:
                     raise
             for callback in session.info.pop(_AFTER_COMMIT, []):
                 callback()
+
+    def _begin_write(
+        self, session: Session, concurrent: bool, durable: bool, first: Callable[[Session], object] | None
+    ) -> None:
+        """The transaction's start (the writers' lock), then `first(session)` if given."""
+        if self.is_postgres:
+            writers_lock = _TAKE_WRITERS_LOCK[concurrent, durable]
+            if first is None:  # with the BEGIN, in one round trip (store/prepared.py)
+                _first_statement(session, lambda: writers_lock.rows(session.connection(), WRITERS_LOCK))
+            else:  # with the BEGIN and `first`'s own first statement, in one round trip
+                _first_statement(session, lambda: _locked_first(session, writers_lock, first))
+            return
+        if self.is_sqlite:
+            connection = session.connection()
+            if not durable:  # the pool puts FULL back as the connection returns (_make_engine)
+                connection.info[_RELAXED] = True
+                connection.exec_driver_sql("PRAGMA synchronous=NORMAL")
+            _begin_immediate(connection)
+        if first is not None:
+            first(session)
 
     @contextmanager
     def _writers_turn(self) -> Iterator[None]:
@@ -597,17 +621,26 @@ _TAKE_WRITERS_LOCK = {(c, d): _writers_lock(c, d) for c in (True, False) for d i
 WRITERS_LOCK_SUFFIX = ".writers-lock"
 
 
-def _first_statement(session: Session, statement: Prepared, parameters: dict[str, Any]) -> None:
-    """A transaction's first statement, on PostgreSQL, where the pool does not ping a connection before
-    handing it out (_make_engine): found lost (the server restarted), it runs again on a new connection,
-    once; nothing was done on the lost one."""
+def _first_statement(session: Session, run: Callable[[], object]) -> None:
+    """A transaction's first statements (`run`, which only reads and locks), on PostgreSQL, where the
+    pool does not ping a connection before handing it out (_make_engine): its connection found lost (the
+    server restarted), they run again on a new connection, once; nothing was done on the lost one."""
     try:
-        statement.rows(session.connection(), parameters)
+        run()
     except DBAPIError as exc:
         if not exc.connection_invalidated:
             raise
-        session.rollback()  # lets go of the lost connection; the pool drops every one as old
-        statement.rows(session.connection(), parameters)
+        session.rollback()  # lets go of the lost connection (and what was deferred on it)
+        run()
+
+
+def _locked_first(session: Session, writers_lock: Prepared, first: Callable[[Session], object]) -> None:
+    """The writers' lock deferred (store/prepared.py), then `first`: its first statement takes the lock
+    with it, after the BEGIN, before anything it locks or reads. A purchase's write waits for the
+    server once less (the lock was a round trip of its own, every buyer's, with the pools' locks still
+    to take)."""
+    writers_lock.defer(session.connection(), WRITERS_LOCK)
+    first(session)
 
 
 @contextmanager

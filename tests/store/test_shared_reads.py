@@ -9,11 +9,13 @@ import asyncio
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
+from sqlalchemy.orm import Session
 
 from hyperplan.errors import ServiceUnavailable
 from hyperplan.store import changes
@@ -249,6 +251,19 @@ def test_connections_lost_to_a_postgres_restart_cost_a_request_at_most_a_503(
         with database.write() as session:
             session.add(Setting(key="after", value="x"))
 
+        _drop_every_connection(other)  # a grouped writer (a purchase): the writers' lock goes with its check
+        checks: list[str] = []
+
+        def check(session: Session) -> None:
+            checks.append("began")
+            assert session.get(Setting, "after") is not None
+            checks.append("read")
+
+        database.write_grouped(lambda session: session.add(Setting(key="grouped", value="x")), check=check)
+        assert checks == ["began", "began", "read"]  # its connection found lost, it ran again on a new one
+        with database.read() as session:
+            assert session.get(Setting, "grouped") is not None
+
         _drop_every_connection(other)  # a read with no request's counters before it
         with pytest.raises(ServiceUnavailable, match="try again"), database.read() as session:
             session.get(Setting, "after")
@@ -258,6 +273,66 @@ def test_connections_lost_to_a_postgres_restart_cost_a_request_at_most_a_503(
         database.close()
         if other is not None:
             other.close()
+
+
+@pytest.mark.postgres
+def test_a_grouped_write_on_postgres_checks_only_once_a_serial_writer_has_committed(
+    postgres_server: PostgresServer,
+) -> None:
+    """A grouped write (a purchase) takes the writers' lock shared with its check's first statement, in
+    one round trip: a serial writer holding it exclusively (a change of the fleet's state that every
+    purchase must see) makes the check wait, and the check then reads what that writer committed."""
+    database = Database(postgres_server.new_database())
+    database.migrate()
+    serial_holds_the_lock, serial_may_commit = threading.Event(), threading.Event()
+    seen: list[str | None] = []
+
+    def serial_writer() -> None:
+        with database.write() as session:
+            session.add(Setting(key="drain", value="on"))
+            session.flush()
+            serial_holds_the_lock.set()
+            serial_may_commit.wait(timeout=60)
+
+    def check(session: Session) -> None:
+        found = session.get(Setting, "drain")
+        seen.append(None if found is None else found.value)
+
+    serial = threading.Thread(target=serial_writer)
+    grouped = threading.Thread(target=lambda: database.write_grouped(lambda session: None, check=check))
+    try:
+        serial.start()
+        assert serial_holds_the_lock.wait(timeout=60)
+        grouped.start()
+        _until_waiting_for_a_lock(database, "pg_advisory_xact_lock_shared")
+        assert seen == []
+        serial_may_commit.set()
+        grouped.join(timeout=60)
+        assert seen == ["on"]
+    finally:
+        serial_may_commit.set()
+        serial.join(timeout=60)
+        grouped.join(timeout=60)
+        database.close()
+
+
+def _until_waiting_for_a_lock(database: Database, statement: str) -> None:
+    """Until some connection to the store waits for a lock in a statement containing `statement`."""
+    deadline = time.monotonic() + 60
+    with database.engine.connect() as connection:
+        while time.monotonic() < deadline:
+            waiting = connection.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND wait_event_type = 'Lock' AND position(:statement in query) > 0"
+                ),
+                {"statement": statement},
+            ).scalar()
+            connection.rollback()
+            if waiting:
+                return
+            time.sleep(0.05)
+    raise AssertionError(f"no connection waited for a lock in {statement!r}")
 
 
 def test_the_counters_follow_a_commit_by_another_process(tmp_path: Path) -> None:
