@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import json
 import os
 import select
 import shutil
@@ -336,13 +337,15 @@ class Agent:
         # given; the program, as the node's user, writes only into the wrapper's pipes.
         paths = (log(LogStream.STDOUT), log(LogStream.STDERR), timed)
         fds = [os.open(path, flags, RECORD_MODE) for path in paths]
-        wrapped = [sys.executable, "-I", "-S", timedlog.__file__, "--log-fd", "3", "--cwd", str(cwd)]
+        fds.append(_environment_file(env))
+        wrapped = [sys.executable, "-I", "-S", timedlog.__file__, "--log-fd", "3", "--env-fd", "4"]
+        wrapped += ["--cwd", str(cwd)]
         if self.run_as is not None:
             wrapped += ["--run-as", f"{self.run_as.uid}:{self.run_as.gid}"]
         try:
             pid = os.fork()
             if pid == 0:
-                _become([*wrapped, "--", *argv], env, fds)
+                _become([*wrapped, "--", *argv], self._wrapper_env(), fds)
         finally:
             for fd in fds:
                 os.close(fd)
@@ -350,6 +353,14 @@ class Agent:
         with contextlib.suppress(OSError):
             os.setpgid(pid, pid)
         return pid
+
+    def _wrapper_env(self) -> dict[str, str]:
+        """The wrapper's own environment, built here from the agent's and nothing of the tenant's: the
+        wrapper runs as root until the program's fork drops to the node's user, and the dynamic loader
+        obeys LD_PRELOAD and the like at its execve. The node's variables (its directory, the run mark)
+        are there so that the wrapper counts among the node's processes."""
+        base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": os.environ.get("LANG", "C.UTF-8")}
+        return {**base, **self._own_variables()}
 
     def _env(self) -> dict[str, str]:
         base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": os.environ.get("LANG", "C.UTF-8")}
@@ -376,23 +387,35 @@ class Agent:
             write_record(self.files.state, StateRecord(state, message))
 
 
+def _environment_file(env: dict[str, str]) -> int:
+    """The program's environment as JSON in an anonymous memory file (no name on any file system, gone
+    with its last descriptor), read back from the start by the wrapper (``--env-fd``)."""
+    fd = os.memfd_create("hyperplan-env", os.MFD_CLOEXEC)
+    data = json.dumps(env).encode()
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 def _become(argv: list[str], env: dict[str, str], fds: list[int]) -> NoReturn:
-    """In the forked child: a process group of its own, default signals, /dev/null and the three logs
-    on 0/1/2/3 and no other descriptor, then exec the wrapper (which becomes the node's user for the
-    program and enters its directory as that user, so that one it may not enter is refused)."""
+    """In the forked child: a process group of its own, default signals, /dev/null, the three logs and
+    the program's environment on 0/1/2/3/4 and no other descriptor, then exec the wrapper (which becomes
+    the node's user for the program and enters its directory as that user, so that one it may not enter
+    is refused) in ``env``, the wrapper's own."""
     try:
         os.setpgid(0, 0)
         signal.set_wakeup_fd(-1)
         for sig in CHILD_DEFAULT_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
         os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
-        for target, fd in enumerate(fds, start=1):
-            if fd == target:
-                os.set_inheritable(fd, True)
-            else:
-                os.dup2(fd, target)
+        # Each moved above the targets first, so that no dup2 overwrites a descriptor still to be moved.
+        above = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, len(fds) + 1) for fd in fds]
+        for target, fd in enumerate(above, start=1):
+            os.dup2(fd, target)  # (dup2 clears CLOEXEC on the target)
         # Nothing of the agent's (lock, wakeup pipe, logs) reaches the program, CLOEXEC or not.
-        os.closerange(4, os.sysconf("SC_OPEN_MAX"))
+        os.closerange(len(fds) + 1, os.sysconf("SC_OPEN_MAX"))
         os.execve(argv[0], argv, env)
     except BaseException as error:
         with contextlib.suppress(OSError):

@@ -5,7 +5,7 @@ local node agent execs it; a Slurm job step can run it as ``python3 -m hyperplan
 or as a plain script file, ``python3 timedlog.py``)::
 
     timedlog.py (--log PATH | --log-fd N) [--stdout PATH] [--stderr PATH]
-                [--run-as UID:GID] [--cwd DIR] -- PROGRAM [ARG ...]
+                [--run-as UID:GID] [--cwd DIR] [--env-fd N] -- PROGRAM [ARG ...]
 
 It runs PROGRAM with its standard output and error on pipes of its own, copies every byte unchanged to
 its own standard output and error (or to ``--stdout``/``--stderr``), and appends one record per line to
@@ -38,6 +38,12 @@ pid. PROGRAM starts with default dispositions, but for signals the wrapper found
 ``--run-as UID:GID`` (the wrapper started as root): PROGRAM drops to that user and group for good, with
 no supplementary groups, before it changes to ``--cwd`` and runs; the wrapper keeps writing the logs it
 was given, which that user cannot reach.
+
+``--env-fd N``: PROGRAM's whole environment, a JSON object of strings read from descriptor N (then
+closed). The wrapper itself keeps the environment it was started with, which its starter builds: the
+tenant's variables (``LD_PRELOAD``, ``LD_LIBRARY_PATH``, ``GCONV_PATH`` and the like, which the dynamic
+loader and libc obey before any line of Python runs) reach only PROGRAM's ``execve``, after the change
+of user, where they can do no more than the user could. Without it PROGRAM inherits the wrapper's.
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
+import json
 import os
 import re
 import resource
@@ -222,9 +229,11 @@ def run(
     stdout_fd: int = 1,
     stderr_fd: int = 2,
     prepare: Callable[[], None] | None = None,
+    env: dict[str, str] | None = None,
 ) -> int:
-    """Run ``argv`` with its output timed into ``log_fd``; return its wait status once it has ended and
-    its pipes are drained (or have been quiet :data:`DRAIN_AFTER_EXIT` after its exit)."""
+    """Run ``argv`` (in ``env``, or the wrapper's own environment) with its output timed into ``log_fd``;
+    return its wait status once it has ended and its pipes are drained (or have been quiet
+    :data:`DRAIN_AFTER_EXIT` after its exit)."""
     ignored_before = {sig for sig in _IGNORED if signal.getsignal(sig) == signal.SIG_IGN}
     for sig in _IGNORED:
         signal.signal(sig, signal.SIG_IGN)
@@ -233,7 +242,7 @@ def run(
     die_with = _death_signal_setter()  # loaded here: the child may be a user who cannot read the library
     pid = os.fork()
     if pid == 0:
-        _exec(argv, out_write, err_write, ignored_before, prepare, die_with)
+        _exec(argv, out_write, err_write, ignored_before, prepare, die_with, env)
     os.close(out_write)
     os.close(err_write)
     streams = {out_read: (stdout_fd, LineCutter(STDOUT_TAG)), err_read: (stderr_fd, LineCutter(STDERR_TAG))}
@@ -330,10 +339,11 @@ def _exec(
     ignored_before: set[signal.Signals],
     prepare: Callable[[], None] | None,
     die_with: Callable[[int], None],
+    env: dict[str, str] | None = None,
 ) -> NoReturn:
     """In the forked child: the pipes on 1 and 2, the wrapper's own descriptors closed, default signal
     dispositions (but for those the wrapper found ignored: a ``nohup`` holds), then ``prepare`` (the
-    user, the directory) and exec."""
+    user, the directory) and exec, in ``env`` when given (its PATH finds the program)."""
     try:
         for sig in (*_IGNORED, signal.SIGXFSZ):
             # Python itself ignores SIGPIPE and SIGXFSZ: never pass that on.
@@ -346,7 +356,9 @@ def _exec(
         if prepare is not None:
             prepare()
         die_with(wrapper)  # after prepare: a change of user clears the setting
-        os.execvp(argv[0], list(argv))
+        if env is None:
+            os.execvp(argv[0], list(argv))
+        os.execvpe(argv[0], list(argv), env)
     except BaseException as error:
         with contextlib.suppress(OSError):
             os.write(2, f"hyperplan: cannot start {argv[0]!r}: {error}\n".encode())
@@ -385,6 +397,34 @@ def end_as(status: int) -> NoReturn:
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
+MAX_ENV_BYTES = 4 * 1024 * 1024
+"""The most an ``--env-fd`` environment may hold: more than execve takes (ARG_MAX) on Linux."""
+
+
+def read_env(fd: int) -> dict[str, str]:
+    """The environment given on descriptor ``fd`` (a JSON object of strings), which is then closed.
+    ValueError when it is not one, or holds a name execve cannot carry."""
+    chunks: list[bytes] = []
+    size = 0
+    with contextlib.suppress(OSError):  # a pipe cannot seek: it is read from where it is
+        os.lseek(fd, 0, os.SEEK_SET)
+    try:
+        while chunk := os.read(fd, 1 << 16):
+            size += len(chunk)
+            if size > MAX_ENV_BYTES:
+                raise ValueError(f"the environment on descriptor {fd} is over {MAX_ENV_BYTES} bytes")
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    value = json.loads(b"".join(chunks) or b"{}")
+    if not isinstance(value, dict):
+        raise ValueError("the environment must be a JSON object")
+    for name, text in value.items():
+        if not isinstance(text, str) or not name or "=" in name or "\0" in name or "\0" in text:
+            raise ValueError(f"environment variable {name!r}: a name without '=' or NUL, a string value")
+    return value
+
+
 def _open_append(path: str) -> int:
     return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
 
@@ -400,6 +440,9 @@ def main(args: Sequence[str] | None = None) -> NoReturn:
     parser.add_argument("--stderr", help="where the program's error output goes unchanged (default: ours)")
     parser.add_argument("--run-as", help="UID:GID the program runs as (the wrapper started as root)")
     parser.add_argument("--cwd", help="the program's working directory (entered as the --run-as user)")
+    parser.add_argument(
+        "--env-fd", type=int, help="a descriptor to read the program's whole environment from (JSON)"
+    )
     parser.add_argument("argv", nargs=argparse.REMAINDER, help="-- PROGRAM [ARG ...]")
     options = parser.parse_args(args)
     argv = options.argv[1:] if options.argv[:1] == ["--"] else options.argv
@@ -411,6 +454,10 @@ def main(args: Sequence[str] | None = None) -> NoReturn:
         if not (uid.isdigit() and gid.isdigit()):
             parser.error(f"--run-as must be UID:GID in numbers, not {options.run_as!r}")
         run_as = (int(uid), int(gid))
+    try:
+        env = read_env(options.env_fd) if options.env_fd is not None else None
+    except (OSError, ValueError) as error:
+        parser.error(f"--env-fd {options.env_fd}: {error}")
     log_fd = options.log_fd if options.log_fd is not None else _open_append(options.log)
     stdout_fd = _open_append(options.stdout) if options.stdout else 1
     stderr_fd = _open_append(options.stderr) if options.stderr else 2
@@ -421,7 +468,7 @@ def main(args: Sequence[str] | None = None) -> NoReturn:
         if options.cwd:
             os.chdir(options.cwd)
 
-    end_as(run(argv, log_fd=log_fd, stdout_fd=stdout_fd, stderr_fd=stderr_fd, prepare=prepare))
+    end_as(run(argv, log_fd=log_fd, stdout_fd=stdout_fd, stderr_fd=stderr_fd, prepare=prepare, env=env))
 
 
 if __name__ == "__main__":

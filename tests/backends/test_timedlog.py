@@ -3,6 +3,7 @@ real processes, a plain script file and ``python3 -m``; the records it writes an
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -53,6 +54,60 @@ def test_it_ends_as_its_program_ended(tmp_path: Path) -> None:
     assert subprocess.run([*module, "sh", "-c", "kill -9 $$"], timeout=30).returncode == -signal.SIGKILL
     missing = subprocess.run([*module, "no-such-program-here"], timeout=30, capture_output=True)
     assert missing.returncode == 127 and b"cannot start 'no-such-program-here'" in missing.stderr
+
+
+def test_the_program_gets_the_environment_on_env_fd_and_the_wrapper_keeps_its_own(tmp_path: Path) -> None:
+    """What comes on --env-fd is the program's whole environment (its PATH finds the program); the
+    wrapper runs in the one it was started with, so a tenant's LD_PRELOAD never reaches its execve."""
+    log = tmp_path / "timed.log"
+    given = {"PATH": "/usr/bin:/bin", "ONLY_THE_PROGRAMS": "yes", "LD_PRELOAD": "/no/such/library.so"}
+    read_end, write_end = os.pipe()
+    os.write(write_end, json.dumps(given).encode())
+    os.close(write_end)
+    wrapper = [sys.executable, "-I", "-S", str(SCRIPT), "--log", str(log), "--env-fd", str(read_end)]
+    wrapper_env = {"PATH": "/usr/bin:/bin", "WRAPPERS_OWN": "yes"}
+    printed = subprocess.run(
+        [*wrapper, "--", "sh", "-c", "env; cat /proc/$PPID/environ | tr '\\0' '\\n' | sed s/^/wrapper:/"],
+        env=wrapper_env,
+        pass_fds=(read_end,),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    os.close(read_end)
+    assert printed.returncode == 0, printed.stderr
+    lines = printed.stdout.splitlines()
+    program = {line for line in lines if not line.startswith("wrapper:")}
+    assert {"ONLY_THE_PROGRAMS=yes", "LD_PRELOAD=/no/such/library.so"} <= program
+    assert "WRAPPERS_OWN=yes" not in program
+    wrapper_seen = {line.removeprefix("wrapper:") for line in lines if line.startswith("wrapper:")}
+    assert "WRAPPERS_OWN=yes" in wrapper_seen
+    assert not any(line.startswith(("LD_PRELOAD", "ONLY_THE_PROGRAMS")) for line in wrapper_seen)
+
+
+def test_an_environment_that_is_not_an_object_of_strings_is_refused(tmp_path: Path) -> None:
+    for text in ("[1, 2]", '{"A": 1}', '{"A=B": "c"}', "not json"):
+        read_end, write_end = os.pipe()
+        os.write(write_end, text.encode())
+        os.close(write_end)
+        refused = subprocess.run(
+            [
+                sys.executable,
+                str(SCRIPT),
+                "--log",
+                str(tmp_path / "log"),
+                "--env-fd",
+                str(read_end),
+                "--",
+                "true",
+            ],
+            pass_fds=(read_end,),
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        os.close(read_end)
+        assert refused.returncode == 2 and f"--env-fd {read_end}" in refused.stderr, (text, refused.stderr)
 
 
 def test_a_signal_to_the_group_reaches_the_program_once_and_its_last_lines_are_kept(tmp_path: Path) -> None:
