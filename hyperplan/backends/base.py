@@ -420,6 +420,13 @@ class Backend(Protocol):
         Raises :class:`NodeUnavailable` for work that has not ended; an unknown ref is fine."""
         ...
 
+    def clear_user(self, run_as: RunAs) -> None:
+        """An account's OS user is going (``accounts delete``): end every process it has on the machines
+        this back end runs work on, and remove every file it owns in their scratch directories
+        (``/tmp``, ``/var/tmp``, ``/dev/shm``: ``backends/scratch.py``). The caller has ended and
+        forgotten the account's nodes and tasks first. Never for uid 0."""
+        ...
+
     def close(self) -> None:
         """Release the back end's own resources. Never stops any node or task: they outlive the server."""
         ...

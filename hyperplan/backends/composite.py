@@ -27,6 +27,7 @@ from hyperplan.backends.base import (
     NodeSpec,
     NodeStatus,
     Ref,
+    RunAs,
     TaskRef,
     TaskSpec,
     TaskStatus,
@@ -114,6 +115,9 @@ class RoutingBackend:
 
     def forget(self, ref: Ref) -> None:
         self._for(ref).forget(ref)
+
+    def clear_user(self, run_as: RunAs) -> None:
+        self.primary.clear_user(run_as)  # one machine: the legacy root's work ran on it too
 
     def close(self) -> None:
         self.legacy.close()

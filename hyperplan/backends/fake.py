@@ -25,6 +25,7 @@ from signal import SIGKILL, SIGTERM, Signals
 from hyperplan.backends.base import (
     EXEC_OUTPUT_LIMIT,
     AdoptReport,
+    BackendError,
     ExecResult,
     LogChunk,
     LogStream,
@@ -34,6 +35,7 @@ from hyperplan.backends.base import (
     NodeStatus,
     NodeUnavailable,
     Ref,
+    RunAs,
     SpecConflict,
     TaskRef,
     TaskSpec,
@@ -185,6 +187,7 @@ class FakeWorld:
         self.programs: dict[str, Program] = {}
         self.lifecycles: dict[Path, Program] = {}
         self.execs: list[tuple[str, tuple[str, ...], dict[str, str]]] = []
+        self.cleared: list[RunAs] = []  # users whose leftovers a back end was asked to clear
         self._tokens = itertools.count(1)
 
     def command(self, program: Program) -> tuple[str, ...]:
@@ -404,6 +407,13 @@ class FakeBackend:
             if not state.is_final():
                 raise NodeUnavailable(f"task {ref.task_id} is {state}: terminate it first")
             self._drop_task(ref.task_id)
+
+    def clear_user(self, run_as: RunAs) -> None:
+        """Remembered (``cleared``): the fake has no machine, so nothing of a user lingers on one."""
+        if run_as.uid == 0:
+            raise BackendError(f"cannot clear {run_as.user}: uid 0 is root")
+        with self.world.lock:
+            self.world.cleared.append(run_as)
 
     def close(self) -> None:
         """Nothing to release: the world goes on."""

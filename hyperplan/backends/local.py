@@ -49,7 +49,7 @@ from pathlib import Path
 from signal import SIGKILL, SIGUSR1, Signals
 
 import hyperplan
-from hyperplan.backends import procfs, tenant_files
+from hyperplan.backends import procfs, scratch, tenant_files
 from hyperplan.backends.base import (
     EXEC_OUTPUT_LIMIT,
     AdoptReport,
@@ -314,6 +314,13 @@ class LocalBackend:
         if not status.state.is_final():
             raise NodeUnavailable(f"task {ref.task_id} is {status.state}: terminate it first")
         self._kill_task(task)
+
+    def clear_user(self, run_as: RunAs) -> None:
+        """This machine is the only one: its processes of the user, then its files in the scratch
+        directories (what it owns under the work directory is the caller's to remove)."""
+        if run_as.uid == 0:
+            raise BackendError(f"cannot clear {run_as.user}: uid 0 is root")
+        scratch.clear_user(run_as.uid, scratch.SCRATCH_DIRS)
 
     def close(self) -> None:
         with self._timers_lock:

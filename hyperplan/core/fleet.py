@@ -14,6 +14,7 @@ from decimal import Decimal
 from types import MappingProxyType
 
 from hyperplan.core.durations import format_duration
+from hyperplan.core.id_ranges import DEFAULT_OS_IDS, IdRange
 from hyperplan.core.rate_limits import DEFAULT_RATE_LIMITS, RateLimits
 from hyperplan.core.webhook_targets import WebhookTargets
 
@@ -193,6 +194,9 @@ class Fleet:
     buckets: Mapping[str, Bucket] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     quotas: Quotas = Quotas()
     default_payment_mode: str = "auto"
+    # [accounts] os_ids: the uids and gids the server gives the OS users it makes for accounts
+    # (core/id_ranges.py); each handed out once, ever.
+    os_ids: IdRange = DEFAULT_OS_IDS
     notifications: Notifications = Notifications()
     webhooks: WebhookTargets = field(default_factory=WebhookTargets)
     # Training image (exact, or a prefix ending in "*") -> the Python that runs its programs.

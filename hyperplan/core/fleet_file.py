@@ -23,7 +23,8 @@ In brief::
                  [buckets.<bucket name>] endpoint_url, region, bucket, access_key_id_env,
                  secret_access_key_env (or access_key_id, secret_access_key), accounts
                  (accounts: the names or ids of the accounts that own it; none: administrators)
-    [accounts]   default_payment_mode = "auto" | "budget" | "approval"
+    [accounts]   default_payment_mode = "auto" | "budget" | "approval"; os_ids = "70000-99999" (the uids
+                 and gids of the OS users the server makes for accounts, each handed out once)
     [webhooks]   allowed_networks = ["10.20.0.0/16", ...]   non-public networks webhooks may reach
     [images]     <training image or prefix*> = <absolute path of a Python>
     [backend]    kind = "local" | "slurm"; work_dir = "/srv/hyperplan-work" (nodes' homes, sandboxes, job
@@ -66,6 +67,7 @@ from hyperplan.core.fleet import (
     S3Bucket,
 )
 from hyperplan.core.hostlist import expand
+from hyperplan.core.id_ranges import DEFAULT_OS_IDS, IdRange, parse_id_range
 from hyperplan.core.rate_limits import DEFAULT_RATE_LIMITS, RateLimit, RateLimits, RequestClass
 from hyperplan.core.webhook_targets import WebhookTargets, parse_networks
 from hyperplan.errors import ValidationError
@@ -206,6 +208,7 @@ def parse_fleet(text: str) -> Fleet:
         buckets=_buckets(top.table("buckets") or {}),
         quotas=_quotas(top.table("quotas") or {}),
         default_payment_mode=_payment_mode(top.table("accounts") or {}),
+        os_ids=_os_ids(top.table("accounts") or {}),
         notifications=_notifications(top.table("notifications") or {}),
         images=_images(top.table("images") or {}),
         webhooks=_webhooks(top.table("webhooks") or {}),
@@ -675,9 +678,23 @@ def _notifications(values: Mapping[str, Any]) -> Notifications:
     )
 
 
+_ACCOUNTS_KEYS = ("default_payment_mode", "os_ids")
+
+
 def _payment_mode(values: Mapping[str, Any]) -> str:
-    table = _Table(values, "accounts", ("default_payment_mode",))
+    table = _Table(values, "accounts", _ACCOUNTS_KEYS)
     mode = table.text("default_payment_mode", "auto")
     if mode not in PAYMENT_MODES:
         raise table.fail("default_payment_mode", f"{mode!r} is not one of {', '.join(PAYMENT_MODES)}")
     return mode
+
+
+def _os_ids(values: Mapping[str, Any]) -> IdRange:
+    """``[accounts] os_ids = "70000-99999"``: where the uids and gids of accounts' OS users come from."""
+    table = _Table(values, "accounts", _ACCOUNTS_KEYS)
+    if "os_ids" not in values:
+        return DEFAULT_OS_IDS
+    try:
+        return parse_id_range(table.text("os_ids"))
+    except ValueError as error:
+        raise table.fail("os_ids", str(error)) from None

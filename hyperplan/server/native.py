@@ -371,6 +371,10 @@ def _account_json(account: AccountView) -> dict[str, Any]:
         "Spend": account.spend,
         "CreatedAt": account.created_at,
         "OsUser": account.os_user,
+        # The OS user's uid and gid (the server's pick, from the fleet's [accounts] os_ids, for a user
+        # it made): a Slurm site creates the user with these on every node (docs/SLURM.md).
+        "OsUid": account.os_ids[0] if account.os_ids else None,
+        "OsGid": account.os_ids[1] if account.os_ids else None,
         "RateLimits": {
             request_class.value: {
                 "Rate": limit.rate,

@@ -15,8 +15,18 @@ from sqlalchemy.orm import Session
 
 from hyperplan.clock import utcnow
 from hyperplan.core.rate_limits import RateLimit, RequestClass, effective
-from hyperplan.errors import HyperplanError
-from hyperplan.services import accounts, acting, audit, metering, os_users, payments, plans, quotas
+from hyperplan.services import (
+    account_files,
+    accounts,
+    acting,
+    audit,
+    metering,
+    os_ids,
+    os_users,
+    payments,
+    plans,
+    quotas,
+)
 from hyperplan.services.accounts import Caller, NewKey
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.quotas import Limits
@@ -46,6 +56,7 @@ class AccountView:
     created_at: datetime
     keys: tuple[KeyView, ...]
     os_user: str | None = None
+    os_ids: tuple[int, int] | None = None  # the OS user's uid and gid
     # Every class's limit in force (the fleet's, or the account's own), and which classes are its own.
     rate_limits: Mapping[RequestClass, RateLimit] = field(default_factory=lambda: MappingProxyType({}))
     own_rate_limits: frozenset[RequestClass] = frozenset()
@@ -138,16 +149,25 @@ def create_account(
 
 def _os_user_choice(runtime: ServiceContext, named: str | None) -> accounts.OsUserChoice | None:
     if named is not None:
-        return lambda _account_id: (named, False)
+        return lambda _session, _account_id: (named, False)
     if not runtime.settings.isolated:
         return None
 
-    def make(account_id: str) -> tuple[str, bool]:
-        user = os_users.user_name_for(account_id)
-        os_users.create_user(user)
-        return user, True
+    def make(session: Session, account_id: str) -> tuple[str, bool]:
+        return _make_os_user(runtime, session, account_id), True
 
     return make
+
+
+def _make_os_user(runtime: ServiceContext, session: Session, account_id: str) -> str:
+    """The account's own OS user, ``hp-<id>``, with a uid (and gid) of the fleet's range that no account
+    ever had, recorded first (within the caller's write): a user made then lost to a failed commit
+    holds its id on the system, so the next allocation skips it."""
+    user = os_users.user_name_for(account_id)
+    with os_users.making_users():
+        uid = os_ids.allocate_user_id(session, account_id, runtime.fleet.os_ids, runtime.clock.now())
+        os_users.create_user(user, uid)
+    return user
 
 
 def delete_account(runtime: ServiceContext, caller: Caller, account_ref: str) -> AccountView:
@@ -166,26 +186,28 @@ def delete_account(runtime: ServiceContext, caller: Caller, account_ref: str) ->
             target=account.name,
             detail={"KeysRevoked": revoked},
         )
-        made = account.os_user if account.os_user_made else None
     for key_id in revoked:
         runtime.keys.forget(key_id)
-    if made is not None and runtime.settings.isolated:
-        try:
-            os_users.remove_user(made)
-        except HyperplanError as error:  # the account is deleted; the user is left for an operator
-            log.warning("account %s deleted, but its OS user stays: %s", view.name, error.message)
+    account_files.clear_deleted_account(runtime, view.id)
     return view
 
 
 def ensure_os_users(runtime: ServiceContext) -> int:
-    """At a start in isolation mode `users`: every account has its OS user, made now if needed (an
-    account created in mode `none`, a user removed by hand). Returns how many were made."""
+    """At a start in isolation mode `users`: a deletion cut short is finished (account_files.py), and
+    every account has its OS user, made now if needed (an account created in mode `none`, a user removed
+    by hand), with an id recorded. Returns how many users were made."""
+    for account_id in account_files.pending(runtime):
+        account_files.clear_deleted_account(runtime, account_id)
     made = 0
     with runtime.db.write() as session:
         for account in accounts.list_accounts(session):
             if account.os_user is None:
                 account.os_user, account.os_user_made = os_users.user_name_for(account.id), True
             if os_users.exists(account.os_user):
+                if account.os_user_made and os_ids.user_id_of(session, account.id) is None:
+                    # made before ids were recorded (by useradd's own pick): recorded now, kept
+                    found = os_users.run_as(account.os_user).uid
+                    os_ids.record(session, account.id, found, runtime.clock.now())
                 continue
             if not account.os_user_made:
                 log.warning(
@@ -194,7 +216,16 @@ def ensure_os_users(runtime: ServiceContext) -> int:
                     account.os_user,
                 )
                 continue
-            os_users.create_user(account.os_user)
+            uid = os_ids.user_id_of(session, account.id)
+            if uid is None:
+                _make_os_user(runtime, session, account.id)
+            else:
+                with os_users.making_users():
+                    if os_ids.in_use(uid, but=account.os_user):  # someone else's now: a new one
+                        uid = os_ids.allocate_user_id(
+                            session, account.id, runtime.fleet.os_ids, runtime.clock.now()
+                        )
+                    os_users.create_user(account.os_user, uid)  # its own id again, never another's
             made += 1
     return made
 
@@ -294,9 +325,23 @@ def _account_view(runtime: ServiceContext, session: Session, account: Account) -
         created_at=account.created_at,
         keys=_key_views(session, account),
         os_user=account.os_user,
+        os_ids=_os_ids_of(session, account),
         rate_limits=effective(runtime.fleet.rate_limits, own),
         own_rate_limits=frozenset(own),
     )
+
+
+def _os_ids_of(session: Session, account: Account) -> tuple[int, int] | None:
+    """The uid and gid of the account's OS user: the ones the server handed out for a user it made,
+    else (a named user) what this machine says; None when neither is known."""
+    if account.os_user_made:
+        uid = os_ids.user_id_of(session, account.id)
+        if uid is not None:
+            return uid, uid
+    if account.os_user is not None and os_users.exists(account.os_user):
+        found = os_users.run_as(account.os_user)
+        return found.uid, found.gid
+    return None
 
 
 def _key_views(session: Session, account: Account) -> tuple[KeyView, ...]:

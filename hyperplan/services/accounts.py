@@ -56,9 +56,10 @@ class Caller:
     remote_address: str = ""
 
 
-# (the new account's id) -> (its OS user, whether the server made it); may run useradd, inside the
-# transaction that creates the account, so that a failure leaves no account behind.
-OsUserChoice = Callable[[str], tuple[str, bool]]
+# (the creating write, the new account's id) -> (its OS user, whether the server made it); may record
+# the user's ids and run useradd, inside the transaction that creates the account, so that a failure
+# leaves no account behind.
+OsUserChoice = Callable[[Session, str], tuple[str, bool]]
 
 
 def _new_account_id(session: Session) -> str:
@@ -102,7 +103,7 @@ def create_account(
     session.add(account)
     session.flush()
     if os_user is not None:
-        account.os_user, account.os_user_made = os_user(account.id)
+        account.os_user, account.os_user_made = os_user(session, account.id)
     owner = users.add_user(session, account, name, owner=True, now=now)
     return users.add_key(
         session, account, owner, box=box, now=now, access_key_id=access_key_id, secret=secret_access_key

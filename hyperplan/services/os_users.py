@@ -14,6 +14,9 @@ The checks here look at permission bits, as the kernel will: "can others run thi
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import grp
 import logging
 import os
 import pwd
@@ -23,6 +26,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 
@@ -33,7 +37,6 @@ log = logging.getLogger(__name__)
 
 ISOLATION_ENV = "HYPERPLAN_ISOLATION"
 USER_PREFIX = "hp-"
-ROOT_WORK_DIR = Path("/var/lib/hyperplan/work")
 SYSTEM_PYTHON = "/usr/bin/python3"
 WORK_DIR_MODE = 0o711  # every account's user passes through to its own trees; nobody lists them
 NOT_ISOLATED = (
@@ -72,15 +75,6 @@ def choose_isolation(requested: str | None, euid: int) -> Isolation:
 # -- the work directory -------------------------------------------------------------------------------
 
 
-def default_work_dir(data_dir: Path, euid: int) -> Path:
-    """Where nodes' homes, sandboxes and job trees live unless told: /var/lib/hyperplan/work for a
-    server run as root, DATA_DIR-work beside the data directory otherwise."""
-    if euid == 0:
-        return ROOT_WORK_DIR
-    absolute = Path(os.path.abspath(data_dir))
-    return absolute.with_name(absolute.name + "-work")
-
-
 def check_work_dir_place(work_dir: Path, data_dir: Path) -> Path:
     """The work directory, absolute; refused inside the data directory (or as the data directory)."""
     work = Path(os.path.realpath(work_dir))
@@ -113,9 +107,9 @@ def make_work_dir(work_dir: Path, isolation: Isolation) -> None:
 # -- interpreters -------------------------------------------------------------------------------------
 
 
-def closed_to_others(path: str | Path) -> str | None:
+def closed_to_others(path: str | Path, *, run: bool = True) -> str | None:
     """Why other users cannot run the program at ``path`` (o+x on every directory on its way, o+rx on
-    the file, links followed), or None when they can."""
+    the file, links followed), or with ``run=False`` read the file (o+r), or None when they can."""
     target = Path(os.path.realpath(path))
     try:
         mode = os.stat(target).st_mode
@@ -124,9 +118,20 @@ def closed_to_others(path: str | Path) -> str | None:
     for directory in reversed(target.parents):
         if not os.stat(directory).st_mode & stat.S_IXOTH:
             return f"{path}: the directory {directory} does not let other users pass (no o+x)"
-    if not stat.S_ISREG(mode) or mode & (stat.S_IROTH | stat.S_IXOTH) != stat.S_IROTH | stat.S_IXOTH:
-        return f"{path}: other users may not read and run it (needs o+rx)"
+    needed = stat.S_IROTH | (stat.S_IXOTH if run else 0)
+    if not stat.S_ISREG(mode) or mode & needed != needed:
+        what = "read and run it (needs o+rx)" if run else "read it (needs o+r)"
+        return f"{path}: other users may not {what}"
     return None
+
+
+def check_open_to_tenants(paths: list[tuple[str, bool]], used_by: str) -> None:
+    """At a start in mode ``users``: each of ``paths`` (True: a program accounts' processes run, False:
+    a file they read) must be open to other users. StartRefused names the first that is not."""
+    for path, run in paths:
+        why = closed_to_others(path, run=run)
+        if why is not None:
+            raise StartRefused(f"{used_by}: {why}; accounts' users could not run their work")
 
 
 def default_interpreter(isolation: Isolation) -> str | None:
@@ -226,21 +231,93 @@ def exists(user: str) -> bool:
     return True
 
 
-def create_user(user: str) -> RunAs:
-    """``useradd --system``: no home directory, no login shell, a group of its own, no other group."""
+USERS_LOCK = Path("/run/hyperplan-os-users.lock")
+"""Held while a user is made (:func:`making_users`); in /run, which only root writes (unlike /run/lock,
+where a tenant could make the file first and hold it)."""
+
+
+@contextlib.contextmanager
+def making_users() -> Iterator[None]:
+    """One maker of OS users at a time on this machine, whichever server it is: groupadd and useradd check
+    that an id is free before they lock the account files, so two at once can both take one id. Hold
+    this from the look for a free id to the user's creation."""
+    fd = os.open(USERS_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+IDS_GIVEN = Path("/var/lib/hyperplan/os-ids-given")
+"""This machine's record of every id any hyperplan server on it handed out (one number a line): a store
+knows its own, and a user another store removed leaves its id free in /etc/passwd, where this one would
+otherwise find it free to hand out again. Read and appended only inside :func:`making_users`."""
+
+
+def ids_given_here() -> set[int]:
+    """Every id a server on this machine handed out, as its record says (none: an empty set)."""
+    try:
+        text = IDS_GIVEN.read_text()
+    except FileNotFoundError:
+        return set()
+    return {int(line) for line in text.split() if line.isdigit()}
+
+
+def note_given_here(value: int) -> None:
+    """Add ``value`` to this machine's record, durably, before the user that has it is made."""
+    # Its directory may be made here first, under the server's umask of 077: 0755 like /var/lib, since
+    # the default work roots live below it and accounts' users must pass through to them.
+    for directory in reversed([p for p in IDS_GIVEN.parents if not p.exists()]):
+        directory.mkdir(exist_ok=True)
+        os.chmod(directory, 0o755)
+    fd = os.open(IDS_GIVEN, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    try:
+        os.write(fd, f"{value}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def create_user(user: str, uid: int) -> RunAs:
+    """A group of its own with gid ``uid``, then the user with that uid in it and no other group, no
+    home directory and no login shell (``groupadd``, ``useradd``: ids the server chose, never the tools'
+    own pick, which would hand a deleted account's uid to the next). A user that exists is kept."""
     if not exists(user):
         shell = shutil.which("nologin", path="/usr/sbin:/sbin:/usr/bin:/bin") or "/bin/false"
-        argv = ["useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent", "--shell", shell]
-        _run_user_tool([*argv, "--user-group", user], f"could not create the OS user {user!r}")
-        log.info("created the OS user %s", user)
+        what = f"could not create the OS user {user!r} with uid and gid {uid}"
+        if not _group_exists(user, uid):  # (a user removed by hand may have left its group)
+            _run_user_tool(["groupadd", "--gid", str(uid), user], what)
+        argv = ["useradd", "--uid", str(uid), "--gid", str(uid), "--no-user-group", "--no-create-home"]
+        argv += ["--home-dir", "/nonexistent", "--shell", shell, user]
+        try:
+            _run_user_tool(argv, what)
+        except InternalFailure:
+            _run_user_tool(
+                ["groupdel", user], f"could not remove the group {user!r} left by a failed useradd"
+            )
+            raise
+        log.info("created the OS user %s (uid and gid %d)", user, uid)
     return run_as(user)
 
 
 def remove_user(user: str) -> None:
-    """``userdel`` (its own group goes with it); a user already gone is fine."""
+    """``userdel``, then its own group (made before the user, so userdel may leave it); a user or group
+    already gone is fine."""
     if exists(user):
         _run_user_tool(["userdel", user], f"could not remove the OS user {user!r}")
         log.info("removed the OS user %s", user)
+    if _group_exists(user):
+        _run_user_tool(["groupdel", user], f"could not remove the group {user!r}")
+
+
+def _group_exists(group: str, gid: int | None = None) -> bool:
+    """Whether the group exists (with that gid, when one is given)."""
+    try:
+        found = grp.getgrnam(group)
+    except KeyError:
+        return False
+    return gid is None or found.gr_gid == gid
 
 
 def _run_user_tool(argv: list[str], what: str) -> None:

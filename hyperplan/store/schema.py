@@ -60,6 +60,19 @@ class Account(Base):
     max_on_demand_instances_per_type: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
+class OsIdBlock(Base):
+    """OS ids the server handed to an account (services/os_ids.py): `kind` "user" is the uid of the OS
+    user it made for the account, which is its group's gid too. Rows are never deleted, not even with
+    the account, so that no id is handed out twice (core/id_ranges.py)."""
+
+    __tablename__ = "os_id_blocks"
+    kind: Mapped[str] = mapped_column(String(16), primary_key=True)
+    first: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    count: Mapped[int] = mapped_column(BigInteger)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    allocated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
 class AccessKey(Base):
     __tablename__ = "access_keys"
     access_key_id: Mapped[str] = mapped_column(String(128), primary_key=True)

@@ -174,6 +174,8 @@ VIEWS: dict[str, RenderableType] = {
                 "PaymentMode": "budget",
                 "Budget": "250000.00",
                 "OsUser": "hp-123456789012",
+                "OsUid": 70001,
+                "OsGid": 70001,
                 "AccessKeys": [
                     {"AccessKeyId": "AKID1", "RevokedAt": None},
                     {"AccessKeyId": "AKID2", "RevokedAt": "2026-11-30T10:00:00Z"},

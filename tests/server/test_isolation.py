@@ -20,6 +20,7 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ import pytest
 
 from hyperplan.services.os_users import exists
 from hyperplan.signing import Credentials
+from tests import uid_probe
 from tests.harness import Server, wait_until
 
 pytestmark = [
@@ -266,3 +268,183 @@ def test_a_lifecycle_script_and_an_exec_of_an_account_are_refused_the_servers_se
         answer = native.post(path, {"Command": ["cat", str(target)]})
         assert answer["ExitCode"] != 0 and "Permission denied" in answer["Stderr"], answer
     assert native.post(path, {"Command": ["id", "-u"]})["Stdout"].strip() == str(uid)
+
+
+def test_a_tenants_loader_variables_reach_only_its_own_processes(isolated: Server, open_dir: Path) -> None:
+    """LD_PRELOAD, LD_LIBRARY_PATH and GCONV_PATH, set by a job's Environment, exported by a lifecycle
+    script, and given to an `exec`: the library they name is loaded by the account's user's processes
+    alone. Before the agent built the wrapper's environment itself, the job's variables reached the
+    execve of the log wrapper, still root, and the library's constructor ran as uid 0."""
+    if uid_probe.compiler() is None:
+        pytest.skip("no C compiler to build the probe library with")
+    server = isolated
+    probe = uid_probe.build(open_dir / "probe")
+    variables = probe.environment()
+    team = server.new_account("loader")
+    user = {a["Name"]: a for a in server.native().get("/api/v1/accounts")["Accounts"]}["loader"]["OsUser"]
+    uid = pwd.getpwnam(user).pw_uid
+
+    # A job: its Environment is the tenant's to set; GCONV_PATH is obeyed by a program converting text.
+    job = _job("preload", ["sh", "-c", "printf x | iconv -t PROBE// > /dev/null 2>&1; true"])
+    job["Environment"] = variables
+    server.sagemaker(team).create_training_job(**job)
+    assert _ended(server, team, "preload")["TrainingJobStatus"] == "Completed"
+    assert probe.uids() == {uid}, probe.lines()
+
+    # A lifecycle script that exports them for what it starts, then an exec that sets them.
+    exports = " ".join(f"{name}={value}" for name, value in variables.items())
+    script = server.data_dir / "s3" / "lifecycle" / "preload" / "on_create.sh"
+    script.parent.mkdir(parents=True)
+    script.write_text(f"#!/bin/sh\nexport {exports}\nid -u > /dev/null\n")
+    before = len(probe.lines())
+    client = server.sagemaker(team)
+    client.create_cluster(
+        ClusterName="preload",
+        InstanceGroups=[
+            {
+                "InstanceGroupName": "workers",
+                "InstanceType": M5,
+                "InstanceCount": 1,
+                "LifeCycleConfig": {"SourceS3Uri": "s3://lifecycle/preload", "OnCreate": "on_create.sh"},
+                "ExecutionRole": ROLE,
+                "ThreadsPerCore": 1,
+            }
+        ],
+    )
+    nodes = wait_until(
+        lambda: [
+            n
+            for n in client.list_cluster_nodes(ClusterName="preload")["ClusterNodeSummaries"]
+            if n["InstanceStatus"]["Status"] == "Running"
+        ],
+        timeout=120,
+    )
+    assert nodes, client.list_cluster_nodes(ClusterName="preload")
+    after_script = len(probe.lines())
+    assert after_script > before, "the lifecycle script's child did not load the library"
+    path = f"/api/v1/clusters/preload/nodes/{nodes[0]['InstanceId']}/exec"
+    answer = server.native(team).post(path, {"Command": ["env", *exports.split(" "), "id", "-u"]})
+    assert answer["Stdout"].strip() == str(uid), answer
+    assert len(probe.lines()) > after_script, "the exec did not load the library"
+    assert probe.uids() == {uid}, probe.lines()
+
+
+def _accounts(server: Server) -> dict[str, dict[str, Any]]:
+    return {a["Name"]: a for a in server.native().get("/api/v1/accounts")["Accounts"]}
+
+
+def _processes_of(uid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                status = (entry / "status").read_text()
+            except OSError:
+                continue
+            uids = next(line.split()[1:4] for line in status.splitlines() if line.startswith("Uid:"))
+            if str(uid) in uids:
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_deleted_accounts_files_and_processes_go_with_it_and_its_uid_is_never_handed_out_again(
+    isolated: Server, open_dir: Path
+) -> None:
+    server = isolated
+    carol = server.new_account("carol")
+    listed = _accounts(server)["carol"]
+    carol_uid = listed["OsUid"]
+    assert 70000 <= carol_uid <= 99999 and listed["OsGid"] == carol_uid  # the fleet's default range
+    entry = pwd.getpwnam(listed["OsUser"])
+    assert (entry.pw_uid, entry.pw_gid) == (carol_uid, carol_uid)
+
+    token = uuid.uuid4().hex[:12]
+    left = [
+        Path(f"/tmp/hp-{token}-secret"),
+        Path(f"/var/tmp/hp-{token}-secret"),
+        Path(f"/dev/shm/hp-{token}"),
+    ]
+    writes = (
+        f"umask 077; echo secret > {left[0]}; echo secret > {left[1]}; mkdir {left[2]}; "
+        f"echo secret > {left[2]}/inside; echo mine > own.txt; "
+        # a process that outlives the job, forked away from it: it must not outlive the account
+        f"(setsid sleep 600 > /dev/null 2>&1 &)"
+    )
+    server.sagemaker(carol).create_training_job(**_job("carol-writes", ["sh", "-c", writes]))
+    assert _ended(server, carol, "carol-writes")["TrainingJobStatus"] == "Completed"
+    trees = list((open_dir / "work" / "jobs").glob("*/attempt-1/algo-1"))
+    assert len(trees) == 1 and (trees[0] / "own.txt").exists()
+    for path in left:
+        assert path.stat().st_uid == carol_uid
+    # The job's end killed its instance's processes; one that escaped would show here.
+    lingering = _processes_of(carol_uid)
+
+    deleted = server.native().delete("/api/v1/accounts/carol")
+    assert deleted["OsUser"] == listed["OsUser"]
+    assert not exists(listed["OsUser"])
+    with pytest.raises(KeyError):
+        grp.getgrgid(carol_uid)
+    assert [path for path in left if os.path.lexists(path)] == []
+    assert not trees[0].parent.parent.exists()  # the whole job tree, WORK/jobs/<id>
+    assert _processes_of(carol_uid) == [], lingering
+
+    dave = server.new_account("dave")
+    dave_uid = _accounts(server)["dave"]["OsUid"]
+    assert dave_uid > carol_uid  # carol's uid is free on the system, and never handed out again
+    looks = "".join(f"[ -e {path} ] && echo FOUND {path}\n" for path in left)
+    script = open_dir / "looks.sh"
+    script.write_text(f"echo looked\n{looks}find /tmp /var/tmp /dev/shm -xdev -uid {carol_uid} 2>/dev/null\n")
+    script.chmod(0o644)
+    server.sagemaker(dave).create_training_job(
+        **_job("dave-looks", ["sh", "-c", f"sh {script} > output/failure; exit 3"])
+    )
+    reason = _ended(server, dave, "dave-looks")["FailureReason"]
+    assert reason.endswith(": looked"), reason  # nothing found
+
+
+def test_a_deletion_cut_short_is_finished_at_the_next_start(isolated: Server) -> None:
+    """The account is marked deleted in the store, but the server died before its user went: the next
+    start removes the user (and whatever it owns)."""
+    server = isolated
+    server.new_account("cut")
+    listed = _accounts(server)["cut"]
+    leftover = Path(f"/var/tmp/hp-{uuid.uuid4().hex[:12]}-cut")
+    leftover.write_text("x")
+    os.chown(leftover, listed["OsUid"], listed["OsGid"])
+    server.stop()
+    with sqlite3.connect(server.data_dir / "hyperplan.db") as connection:
+        connection.execute("UPDATE accounts SET deleted_at = created_at WHERE name = 'cut'")
+    assert exists(listed["OsUser"])
+    server.start()
+    assert not exists(listed["OsUser"])
+    assert not leftover.exists()
+
+
+def test_an_id_another_store_on_the_machine_freed_is_not_handed_out_again(
+    isolated: Server, server_factory: type[Server], tmp_path: Path, open_dir: Path
+) -> None:
+    """Two servers of different stores on one machine: one deletes an account (its uid is free in
+    /etc/passwd again); the other's next account does not get that uid."""
+    first = isolated
+    first.new_account("leaving")
+    freed = _accounts(first)["leaving"]["OsUid"]
+    first.native().delete("/api/v1/accounts/leaving")
+    with pytest.raises(KeyError):
+        pwd.getpwuid(freed)
+    data_dir = tmp_path / "second"
+    second = server_factory(
+        data_dir=data_dir,
+        fleet=SMALL_FLEET,
+        extra_args=("--isolation", "users", "--work-dir", str(open_dir / "second-work")),
+    )
+    try:
+        second.start()
+        second.new_account("arriving")
+        ids = {a["Name"]: a["OsUid"] for a in second.native().get("/api/v1/accounts")["Accounts"]}
+        assert freed not in ids.values(), ids
+        assert ids["arriving"] > freed
+    finally:
+        users = _made_users(data_dir)
+        second.close()
+        for user in users:
+            subprocess.run(["userdel", user], capture_output=True, check=False, timeout=60)

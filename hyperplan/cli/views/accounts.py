@@ -39,7 +39,7 @@ class AccountsTable:
                 "yes" if account["Admin"] else "",
                 account["PaymentMode"],
                 account["Budget"],
-                account.get("OsUser") or "",
+                _os_user(account),
                 _keys(account["AccessKeys"]),
             ]
             for account in self.accounts
@@ -47,6 +47,12 @@ class AccountsTable:
         return TableView(
             "Accounts", ["Name", "Account id", "Admin", "Payment", "Budget", "OS user", "Access keys"], rows
         )
+
+
+def _os_user(account: dict[str, Any]) -> str:
+    user = account.get("OsUser") or ""
+    uid = account.get("OsUid")
+    return f"{user} ({uid})" if user and uid is not None else user
 
 
 @dataclass(frozen=True)

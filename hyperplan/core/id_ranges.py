@@ -1,0 +1,72 @@
+"""The OS ids the server hands accounts' users: a range of the fleet's, and the rule that picks the next.
+
+An id is never handed out twice. ``useradd`` picks the lowest free uid, so a user it made for a deleted
+account freed its uid for the next account, which then owned every file the first one left behind. The
+server instead takes ids from a range of its own (``[accounts] os_ids`` in the fleet file, default
+:data:`DEFAULT_OS_IDS`), records each in the store, and always goes on above the highest it ever gave
+from that range, skipping ids the system already has (a user or group made by someone else).
+
+The default, 70000-99999, lies where nothing else hands out ids on a usual Linux machine: above the
+regular users' 1000-60000 and the 16-bit "nobody" ids 65534-65535, below 100000 where ``useradd`` starts
+subordinate ids (``/etc/subuid``) for user namespaces.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+LOWEST = 1000
+"""Below this are the system's own users (root, daemons): never an account's."""
+HIGHEST = 2**31 - 2
+"""Ids at 2**31 and above are read as negative by some tools; 2**32-1 is (uid_t)-1."""
+NEVER = frozenset({65534, 65535})
+"""The 16-bit "nobody" and (uint16)-1: never handed out even inside a range."""
+
+_RANGE = re.compile(r"\s*([0-9]{1,10})\s*-\s*([0-9]{1,10})\s*")
+
+
+@dataclass(frozen=True)
+class IdRange:
+    first: int
+    last: int
+
+    def __contains__(self, value: object) -> bool:
+        return isinstance(value, int) and self.first <= value <= self.last
+
+    def __str__(self) -> str:
+        return f"{self.first}-{self.last}"
+
+    @property
+    def size(self) -> int:
+        return self.last - self.first + 1
+
+
+DEFAULT_OS_IDS = IdRange(70000, 99999)
+
+
+def parse_id_range(text: str) -> IdRange:
+    """``"FIRST-LAST"``, both inclusive. ValueError names what is wrong."""
+    match = _RANGE.fullmatch(text)
+    if match is None:
+        raise ValueError(f'{text!r} is not a range of ids such as "70000-99999"')
+    first, last = int(match[1]), int(match[2])
+    if first > last:
+        raise ValueError(f"{text!r}: the first id is above the last")
+    if first < LOWEST:
+        raise ValueError(f"{text!r}: ids below {LOWEST} are the system's own (root, daemons)")
+    if last > HIGHEST:
+        raise ValueError(f"{text!r}: ids above {HIGHEST} are read as negative by some tools")
+    return IdRange(first, last)
+
+
+def next_id(id_range: IdRange, given: Iterable[int], taken: Callable[[int], bool]) -> int | None:
+    """The id to hand out next: the lowest in ``id_range`` above every id ``given`` from it (ever, in any
+    store this range served), that ``taken`` does not say the system already has. None when the range
+    has none left."""
+    highest = max((value for value in given if value in id_range), default=id_range.first - 1)
+    for candidate in range(highest + 1, id_range.last + 1):
+        if candidate not in NEVER and not taken(candidate):
+            return candidate
+    return None
