@@ -8,6 +8,7 @@
 set -euo pipefail
 HP=.venv/bin/hyperplan
 export HYPERPLAN_DATA_DIR=${HYPERPLAN_DATA_DIR:-$(mktemp -d)}
+mkdir -p "$HYPERPLAN_DATA_DIR"  # one given that does not exist yet: the server's log goes in it
 export HYPERPLAN_ENDPOINT_URL=http://127.0.0.1:${PORT:-8090}
 PORT=${PORT:-8090}
 export AWS_SHARED_CREDENTIALS_FILE=$HYPERPLAN_DATA_DIR/credentials AWS_PROFILE=hyperplan
@@ -15,7 +16,16 @@ export AWS_SHARED_CREDENTIALS_FILE=$HYPERPLAN_DATA_DIR/credentials AWS_PROFILE=h
 serve() {
   $HP serve --port "$PORT" --log-level warning "$@" >>"$HYPERPLAN_DATA_DIR/server.log" 2>&1 &
   SERVER=$!
-  until curl -fs "$HYPERPLAN_ENDPOINT_URL/healthz" >/dev/null 2>&1; do sleep 0.2; done
+  until curl -fs "$HYPERPLAN_ENDPOINT_URL/healthz" >/dev/null 2>&1; do
+    if ! kill -0 "$SERVER" 2>/dev/null; then  # it exited (refused to start, say): never ready
+      status=0
+      wait "$SERVER" || status=$?
+      echo "the server exited (status $status) before it was ready; the end of its log:" >&2
+      tail -n 20 "$HYPERPLAN_DATA_DIR/server.log" >&2
+      exit 1
+    fi
+    sleep 0.2
+  done
 }
 trap 'kill $SERVER 2>/dev/null || true' EXIT
 

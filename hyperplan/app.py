@@ -53,6 +53,7 @@ from hyperplan.services import (
     payments,
     sealed_secrets,
     slurm_reservations,
+    work_root,
 )
 from hyperplan.services.context import ServiceContext, Settings, Wakes
 from hyperplan.services.job_runner import JobRunner
@@ -129,6 +130,19 @@ def with_legacy_work(backend: Backend, data_dir: Path) -> Backend:
     return RoutingBackend(backend, LocalBackend(legacy_root), legacy_root)
 
 
+def with_old_default_root(backend: Backend, old_root: Path) -> Backend:
+    """A store upgraded from a version before store ids, whose nodes and tasks still run under that
+    version's default work root (services/work_root.py): a second local back end over it adopts and
+    serves them until they end, as the accounts' users they ran as; new work goes to ``backend``."""
+    legacy_root = old_root / LEGACY_BACKEND
+    log.warning(
+        "adopting the nodes and tasks this store started under %s before store ids; new work goes to the "
+        "store's own work directory",
+        legacy_root,
+    )
+    return RoutingBackend(backend, LocalBackend(legacy_root), legacy_root)
+
+
 @dataclass(frozen=True)
 class AppConfig:
     data_dir: Path
@@ -145,7 +159,7 @@ class AppConfig:
     # "users" or "none" (services/os_users.py); None: "users" when run as root, else "none".
     isolation: str | None = None
     # Nodes' homes, sandboxes, job trees; None: the fleet file's [backend] work_dir, else the default
-    # (/var/lib/hyperplan/work as root, DATA_DIR-work otherwise).
+    # (/var/lib/hyperplan/work/STORE_ID as root, DATA_DIR-work otherwise: services/work_root.py).
     work_dir: Path | None = None
     # The fleet itself, already read (`hyperplan simulate` runs one fleet under several rankings); None:
     # read from fleet_path.
@@ -212,7 +226,9 @@ class Application:
         os.chmod(config.data_dir, 0o700)  # before anything is written in it
         fleet = config.fleet if config.fleet is not None else parse_fleet(read_fleet_text(config.fleet_path))
         slurm = slurm_state(fleet, isolation)
-        work_dir = os_users.check_work_dir_place(_work_dir(config, fleet), config.data_dir)
+        configured_work_dir = _work_dir(config, fleet)  # None: the default, which needs the store's id
+        if configured_work_dir is not None:
+            os_users.check_work_dir_place(configured_work_dir, config.data_dir)  # before the store opens
         interpreter = os_users.default_interpreter(isolation)
         if isolation is os_users.Isolation.USERS:
             os_users.check_interpreters(dict(fleet.images), interpreter)
@@ -230,10 +246,19 @@ class Application:
             raise
         try:
             clock = _load_clock(db, config)
-            os_users.make_work_dir(work_dir, isolation)  # once everything else said yes
+            # Once everything else said yes: the work root, refused if another store's (work_root.py).
+            roots = work_root.take(
+                db,
+                config.data_dir,
+                configured_work_dir,
+                isolation,
+                slurm=slurm is not None,
+                local=slurm is None and config.backend is local_backend,
+            )
         except BaseException:
             db.close()
             raise
+        work_dir = roots.work_dir
         lease = config.leader_lease if config.leader_lease is not None else leadership.lease_from_env()
         leader = leadership.Leadership(db, lease=lease, candidate=config.role != "api")
         forwarder = leadership.WakeForwarder(db, leader)
@@ -253,13 +278,19 @@ class Application:
         calendar = LiveCalendar(fleet)
         keys = KeyCache()
         events = TimedEventLoop(db, clock, {}, wake=wakes.lifecycle)
-        if slurm is not None and config.backend is local_backend:
-            # [backend] kind = "slurm": nodes and job instances are Slurm jobs (backends/slurm.py)
-            backend: Backend = SlurmBackend(work_dir / "slurm", slurm.client)
-        else:
-            backend = config.backend(work_dir)
+        try:
+            if slurm is not None and config.backend is local_backend:
+                # [backend] kind = "slurm": nodes and job instances are Slurm jobs (backends/slurm.py)
+                backend: Backend = slurm_backend(work_dir / "slurm", slurm, fleet)
+            else:
+                backend = config.backend(work_dir)
+        except BaseException:  # a start refused (the tenants' paths): the store goes with it
+            db.close()
+            raise
         if config.backend is local_backend:
             backend = with_legacy_work(backend, config.data_dir)
+        if roots.old_root is not None:
+            backend = with_old_default_root(backend, roots.old_root)
         context = ServiceContext(
             settings=Settings(config.data_dir, config.time_scale, work_dir, isolation.value, interpreter),
             fleet=fleet,
@@ -460,12 +491,23 @@ def slurm_state(fleet: Fleet, isolation: os_users.Isolation) -> SlurmState | Non
     return SlurmState(SlurmClient(fleet.backend.slurm_conf))
 
 
-def _work_dir(config: AppConfig, fleet: Fleet) -> Path:
+def slurm_backend(root: Path, slurm: SlurmState, fleet: Fleet) -> SlurmBackend:
+    """The Slurm back end over ``root`` (on the shared work root), sweeping the pools' nodes when an
+    account goes. Its work runs as the accounts' users (mode users): the start is refused when they
+    could not run what every step starts with (its interpreter, runner and wrapper)."""
+    machines = [node for pool in fleet.pools for node in pool.nodes]
+    backend = SlurmBackend(root, slurm.client, machines=machines, partition=fleet.backend.partition)
+    os_users.check_open_to_tenants(backend.tenant_paths(), "the Slurm back end's step runner")
+    return backend
+
+
+def _work_dir(config: AppConfig, fleet: Fleet) -> Path | None:
+    """The work root configured (the flag, else the fleet file); None: the default (work_root.py)."""
     if config.work_dir is not None:
         return config.work_dir.expanduser()
     if fleet.work_dir is not None:
         return Path(fleet.work_dir)
-    return os_users.default_work_dir(config.data_dir, os.geteuid())
+    return None
 
 
 def close_data_dir(data_dir: Path) -> None:

@@ -151,6 +151,9 @@ class Server:
     fleet: Path | None = None
     extra_args: Sequence[str] = ()
     bootstrap: bool = True  # False: the first start makes the administrator's keys itself
+    # True: no --work-dir, the server's default (as root BASE/<store id>: services/work_root.py); the
+    # test removes that root itself.
+    default_work_dir: bool = False
     database_url: str | None = None  # the store (serve --database-url); None: SQLite in the data directory
     port: int = field(default_factory=free_port)
     process: subprocess.Popen[bytes] | ForkedProcess | None = None
@@ -213,7 +216,9 @@ class Server:
         CI runs as root, where the default would be mode users in /var/lib/hyperplan/work."""
         given = " ".join(self.extra_args)
         args = [] if "--isolation" in given else ["--isolation", "none"]
-        return args if "--work-dir" in given else [*args, "--work-dir", str(self.work_dir)]
+        if "--work-dir" in given or self.default_work_dir:
+            return args
+        return [*args, "--work-dir", str(self.work_dir)]
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -191,8 +191,8 @@ def serve(
         typer.Option(
             envvar="HYPERPLAN_WORK_DIR",
             help="Where nodes' homes, sandboxes and job trees live, outside the data directory (default: "
-            "the fleet file's [backend] work_dir, else /var/lib/hyperplan/work as root, DATA_DIR-work "
-            "otherwise).",
+            "the fleet file's [backend] work_dir, else /var/lib/hyperplan/work/STORE_ID as root, "
+            "DATA_DIR-work otherwise). One store's: another store's server refuses it.",
         ),
     ] = None,
     log_level: Annotated[str, typer.Option(help="Server log level.")] = "info",
@@ -230,12 +230,14 @@ def serve(
     """Run the server until SIGTERM or Ctrl-C."""
     if metrics_listen is not None and workers > 1 and role == "all":
         _share_metrics_between_processes()  # before anything imports prometheus_client
+    from rich.markup import escape  # a refusal names "[backend] work_dir" or "[images]": text, not markup
+
     from hyperplan.errors import HyperplanError
 
     try:
         starts_at = _refuse_early(clock_kind, clock_start, isolation, data_dir, work_dir, database_url)
     except HyperplanError as exc:
-        console.print(f"[red]{exc.code}[/red]: {exc.message}")
+        console.print(f"[red]{exc.code}[/red]: {escape(exc.message)}")
         raise typer.Exit(2) from None
     # Imported here, with the runtime: every other command starts without them.
     import logging
@@ -287,7 +289,7 @@ def serve(
         context = application.open()  # the data directory, the fleet file, the migration, the clock
         bootstrapped = application.bootstrap()
     except HyperplanError as exc:
-        console.print(f"[red]{exc.code}[/red]: {exc.message}")
+        console.print(f"[red]{exc.code}[/red]: {escape(exc.message)}")
         raise typer.Exit(2) from None
     credentials = application.credentials_path
     limits = ServerLimits(

@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, func, select, text
 
+from hyperplan.services import work_root
+from hyperplan.store import settings
 from hyperplan.store.schema import ScheduledEvent
 from tests.harness import ADMIN, Server, service_now
 from tests.postgres import PostgresServer
@@ -181,8 +183,13 @@ def test_the_leaders_death_hands_its_work_over_with_nothing_lost_or_doubled(
                 .where(ScheduledEvent.done.is_(False), ScheduledEvent.due_at <= due)
             ).scalar_one()
             holder = connection.execute(text("SELECT holder FROM leases WHERE name = 'leader'")).scalar_one()
+            store_id = connection.execute(
+                text("SELECT value FROM settings WHERE key = :key"), {"key": settings.STORE_ID}
+            ).scalar_one()
     finally:
         engine.dispose()
+    # One store, one work root: both servers started on it, and its marker names their store.
+    assert leader.work_dir == follower.work_dir and work_root.owner_of(follower.work_dir) == store_id
     assert pending == 0  # every due event ran
     assert holder.split(":")[1] == str(follower.process.pid if follower.process else "")
     for name in ("one", "two"):

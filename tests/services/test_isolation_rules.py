@@ -17,7 +17,7 @@ from hyperplan.app import AppConfig, Application, close_data_dir
 from hyperplan.backends.base import RunAs
 from hyperplan.backends.fake import FakeBackend, FakeWorld
 from hyperplan.errors import StartRefused, ValidationError
-from hyperplan.services import os_users
+from hyperplan.services import os_users, work_root
 from hyperplan.services.os_users import Isolation
 from tests.harness import SERVER_START
 from tests.services.test_job_restarts import SMALL_FLEET
@@ -39,11 +39,17 @@ def test_mode_users_without_root_and_an_unknown_mode_are_refused() -> None:
         os_users.choose_isolation("both", 0)
 
 
-def test_the_work_directory_defaults_beside_the_data_directory_or_under_var_lib_as_root(
-    tmp_path: Path,
+def test_the_work_directory_defaults_beside_the_data_directory_or_to_the_store_s_own_under_var_lib(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert os_users.default_work_dir(tmp_path / "data", 1000) == tmp_path / "data-work"
-    assert os_users.default_work_dir(tmp_path / "data", 0) == Path("/var/lib/hyperplan/work")
+    store = "0123456789abcdef0123456789abcdef"
+    base = work_root.default_base()
+    assert work_root.default_root(tmp_path / "data", 1000, store, base) == tmp_path / "data-work"
+    assert work_root.default_root(tmp_path / "data", 0, store, base) == base / store
+    monkeypatch.delenv(work_root.BASE_VARIABLE, raising=False)
+    assert work_root.default_base() == Path("/var/lib/hyperplan/work")
+    monkeypatch.setenv(work_root.BASE_VARIABLE, str(tmp_path / "base"))
+    assert work_root.default_base() == tmp_path / "base"
 
 
 def test_a_work_directory_inside_the_data_directory_is_refused(tmp_path: Path) -> None:
