@@ -23,6 +23,9 @@ The files live under ``root`` (on the work root, which every node mounts at the 
                           (the server's)  run.json (the runner's spec)  out/{started,exit}.json
                           {stdout,stderr}.log (the runner's)
     ROOT/groups/GROUP/    group.json (the members' task directories, in order) job.json group.sh
+    ROOT/tools/           the step runner, the timed-log wrapper and the scratch sweeper every node runs
+                          (copied at each start, readable by all: the package may be closed to them)
+    ROOT/clears/          the output of ``clear_user``'s clearing jobs, one per uid and node (root's)
 
 Slurm's record is the truth about jobs: a status call reads ``scontrol show job`` (once per short
 interval, shared by all calls) and, for steps, ``squeue --steps``. How a program ended comes from what
@@ -145,7 +148,19 @@ slurmd silent past SlurmdTimeout) is requeued and later restarted from its start
 (a training job's attempt; a cluster node that would run OnCreate again unseen). Without requeue it
 ends NODE_FAIL, which the task's or node's status then says; hyperplan, not Slurm, decides what runs
 again: a job in a plan's next segment, from its checkpoints; a node through automatic node recovery."""
-RUNNER = Path(slurm_runner.__file__).resolve()
+PACKAGE_DIR = Path(slurm_runner.__file__).resolve().parent
+RUNNER_FILE, TIMEDLOG_FILE, SCRATCH_FILE = "slurm_runner.py", "timedlog.py", "scratch.py"
+TOOLS = (RUNNER_FILE, TIMEDLOG_FILE, SCRATCH_FILE)
+"""The scripts that run on the nodes (standard library only, importing nothing of hyperplan): the step
+runner, the timed-log wrapper it runs every program under (found beside it), and the scratch sweeper
+``clear_user`` runs. The back end runs copies of them (``install_tools``), never the package's own."""
+CLEAR_TIME_LIMIT = 5
+"""Minutes a node's clearing job (``clear_user``) may run: a sweep of its scratch directories takes
+seconds; a short limit lets Slurm fit it in before a reservation that starts soon."""
+CLEAR_WAIT_SECONDS = 30.0
+"""How long ``clear_user`` waits for its clearing jobs to end (the nodes free: a few seconds) before it
+returns and leaves the rest queued. The caller removes the OS user next, which ``userdel`` refuses
+while a process of it runs on the server's machine (a node too, on a one-machine cluster)."""
 RECORD_LIMIT = 1 << 20
 """The most bytes of one of the server's own records read (they are a few hundred)."""
 SYSTEM_PYTHON = "/usr/bin/python3"
@@ -162,12 +177,23 @@ def job_prefix(root: Path) -> str:
     return "hp." + hashlib.sha256(str(root).encode()).hexdigest()[:10] + "."
 
 
-def step_argv(python: str, task_dir: Path, group_dir: Path | None = None) -> list[str]:
-    """What a Slurm step (or batch script) runs for a task: the step runner on its directory (which runs
-    the program under the timed-log wrapper). The one place that builds it."""
+def step_argv(python: str, runner: Path, task_dir: Path, group_dir: Path | None = None) -> list[str]:
+    """What a Slurm step (or batch script) runs for a task: the step runner (the back end's copy) on its
+    directory, which runs the program under the timed-log wrapper. The one place that builds it. The
+    interpreter runs isolated (``-I -S``): the runner needs nothing but the standard library."""
     if group_dir is not None:
-        return [python, str(RUNNER), "--group", str(group_dir)]
-    return [python, str(RUNNER), str(task_dir)]
+        return [python, "-I", "-S", str(runner), "--group", str(group_dir)]
+    return [python, "-I", "-S", str(runner), str(task_dir)]
+
+
+def install_tools(directory: Path) -> None:
+    """Copy ``TOOLS`` into ``directory`` (root's, 0755; each file 0644, replaced whole by a rename at every
+    start, so that an upgrade reaches the nodes and a step starting meanwhile reads one version or the
+    other). The package itself may lie where the accounts' users cannot pass (a clone in a 0700 home, a
+    virtual environment under /root): a runner run from there dies before its first line, exit code 2."""
+    make_dir(directory, READABLE_DIR_MODE)
+    for name in TOOLS:
+        write_atomically(directory / name, (PACKAGE_DIR / name).read_bytes(), READABLE_FILE_MODE)
 
 
 # --- records ---------------------------------------------------------------------------------------
@@ -218,14 +244,30 @@ class _Terminate:
 class SlurmBackend:
     """Nodes and tasks as Slurm jobs under ``root`` (see the module docstring)."""
 
-    def __init__(self, root: Path, client: SlurmClient, python: str | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        client: SlurmClient,
+        python: str | None = None,
+        machines: Sequence[str] | None = None,
+        partition: str | None = None,
+    ) -> None:
+        """``machines``: the Slurm nodes its work runs on (the fleet's pools'; None: every node Slurm
+        knows), where ``clear_user`` sweeps; ``partition``: theirs (None: the cluster's default)."""
         self.root = root.resolve()
         self.client = client
         self.python = python or runner_python()
+        self.machines = tuple(machines) if machines is not None else None
+        self.partition = partition
         self.prefix = job_prefix(self.root)
         self.nodes, self.tasks, self.groups = self.root / "nodes", self.root / "tasks", self.root / "groups"
+        self.clears = self.root / "clears"
         for directory in (self.root, self.nodes, self.tasks, self.groups):
             make_dir(directory, PASSAGE_MODE)
+        make_dir(self.clears, 0o700)  # root's: the clearing jobs' output
+        self.tools = self.root / "tools"
+        install_tools(self.tools)
+        self.runner = self.tools / RUNNER_FILE
         self._lock = threading.RLock()
         self._cache: tuple[float, dict[int, Job]] = (0.0, {})
         self._steps: tuple[float, dict[str, str]] = (0.0, {})  # live steps: id (J.S) -> name
@@ -292,7 +334,7 @@ class SlurmBackend:
         quoted = shlex.quote(str(directory))
         lines = ["#!/bin/sh", f"node={quoted}"]
         if on_create:
-            runner = shlex.join(step_argv(self.python, directory / "oncreate"))
+            runner = shlex.join(step_argv(self.python, self.runner, directory / "oncreate"))
             lines += [f"{runner} || exit $?"]
         # Held until a SIGTERM reaches the batch script: only terminate sends one (``--full``; a plain
         # signal to the node goes to its steps), or Slurm when it cancels the job or its time is up.
@@ -522,7 +564,7 @@ class SlurmBackend:
         self._write_runner_spec(directory, list(spec.argv), env, cwd, spec.run_as, directory / "env")
         write_atomically(
             directory / "task.sh",
-            ("#!/bin/sh\nexec " + shlex.join(step_argv(self.python, directory)) + "\n").encode(),
+            ("#!/bin/sh\nexec " + shlex.join(step_argv(self.python, self.runner, directory)) + "\n").encode(),
             READABLE_FILE_MODE,
         )
         _write(directory / "task.json", {**record, "created_at": time.time(), "nonce": _nonce()})
@@ -600,7 +642,7 @@ class SlurmBackend:
             members[index] = path.read_text()
         task_dirs = [str(self.tasks / members[i]) for i in range(placement.group_size)]
         _write(group / "group.json", {"members": task_dirs}, READABLE_FILE_MODE)
-        runner = shlex.join(step_argv(self.python, directory, group))
+        runner = shlex.join(step_argv(self.python, self.runner, directory, group))
         script = (
             "#!/bin/sh\n"
             f"exec srun --nodes={placement.group_size} --ntasks-per-node=1 --kill-on-bad-exit=0 "
@@ -647,7 +689,7 @@ class SlurmBackend:
             "--error=/dev/null",
             "--input=none",
             f"--immediate={STEP_TRY_SECONDS}",
-            *step_argv(self.python, directory),
+            *step_argv(self.python, self.runner, directory),
         ]
         earlier = _read(directory / "launch.json") or {}
         with open(directory / "srun.log", "ab") as srun_log:
@@ -655,6 +697,7 @@ class SlurmBackend:
             process = subprocess.Popen(
                 command,
                 env=self._tool_env(),
+                cwd=self.root,  # srun's is its step's until the runner's own: one the user may enter
                 stdin=subprocess.DEVNULL,
                 stdout=srun_log,
                 stderr=srun_log,
@@ -1031,6 +1074,96 @@ class SlurmBackend:
                 raise NodeUnavailable(f"task {ref.task_id} is {status.state}: terminate it first")
             self._destroy_task(directory)
 
+    # --- an account's user going ---------------------------------------------------------------
+
+    def tenant_paths(self) -> list[tuple[str, bool]]:
+        """Every file an account's process runs (True) or reads (False) on the nodes before its own
+        program starts: the interpreter, the step runner and the timed-log wrapper. Each must be open to
+        other users, else every step dies at once (a start in mode users checks them)."""
+        return [(self.python, True), (str(self.runner), False), (str(self.tools / TIMEDLOG_FILE), False)]
+
+    def clear_user(self, run_as: RunAs) -> None:
+        """The user's Slurm jobs cancelled, then on each of the back end's nodes one short batch job of
+        root's (``--nodelist``, ``CLEAR_TIME_LIMIT``) runs the copied ``scratch.py`` on the user's uid:
+        every process of it killed, every file it owns in /tmp, /var/tmp and /dev/shm removed.
+
+        Asynchronous where it must be: this waits up to ``CLEAR_WAIT_SECONDS`` for the jobs to end (on
+        free nodes they do in seconds), then returns, leaving the others queued; each runs when Slurm
+        can place it on its node. A node that another job holds whole (every job of this back end is
+        ``--exclusive``) is swept once that job ends; a node in another account's reservation once the
+        reservation has ended (Slurm refuses root a reservation that does not name it, so the job waits
+        outside it), or earlier in a gap before one starts; a drained or down node once it is back. The
+        uid is never given to another account, so a sweep that comes late removes nothing of anyone
+        else's. Each job's output is kept in ``ROOT/clears``. BackendError when Slurm refuses a job (the
+        others are submitted first)."""
+        if run_as.uid == 0 or run_as.gid == 0:
+            raise BackendError(f"cannot clear {run_as.user}: uid 0 is root")
+        try:
+            self._cancel_jobs_of(run_as.user)
+            machines = self.machines if self.machines is not None else [n.name for n in self.client.nodes()]
+        except SlurmError as error:
+            raise BackendError(f"Slurm does not answer: {error}") from None
+        refused, submitted = [], {}
+        for machine in machines:
+            try:
+                submitted[self._submit_clear(run_as.uid, machine)] = machine
+            except SlurmError as error:
+                refused.append(f"{machine}: {error.detail}")
+        if refused:
+            raise BackendError(f"cannot clear uid {run_as.uid} on every node: {'; '.join(refused)}")
+        queued = self._wait_for_jobs(submitted, CLEAR_WAIT_SECONDS)
+        if queued:
+            log.warning(
+                "uid %s: its sweep still waits for nodes %s (Slurm jobs %s)",
+                run_as.uid,
+                ",".join(sorted(submitted[job_id] for job_id in queued)),
+                ",".join(map(str, sorted(queued))),
+            )
+
+    def _wait_for_jobs(self, job_ids: Iterable[int], seconds: float) -> set[int]:
+        """Wait until Slurm says each job has ended, for up to ``seconds``; those still live then."""
+        live, until = set(job_ids), time.monotonic() + seconds
+        while live:
+            try:
+                live &= {job.id for job in self.client.jobs() if job.state in LIVE_JOB_STATES}
+            except SlurmError as error:
+                log.info("%s", error)  # (not for us to wait on, then: the jobs go on by themselves)
+                break
+            if not live or time.monotonic() >= until:
+                break
+            time.sleep(0.5)
+        return live
+
+    def _cancel_jobs_of(self, user: str) -> None:
+        """Every job of ``user``: those the server ran have ended, but the user may have submitted its
+        own from inside them (its jobs left pending would start later, as nobody)."""
+        try:
+            self.client.run("scancel", f"--user={user}")
+        except SlurmError as error:
+            if "invalid user" not in error.detail.lower():
+                raise  # (a user already gone from this machine has no job Slurm could name)
+
+    def _submit_clear(self, uid: int, machine: str) -> int:
+        """One node's clearing job, as root (the server's own user: no ``runuser``)."""
+        command = shlex.join([self.python, "-I", "-S", str(self.tools / SCRATCH_FILE), str(uid)])
+        options = [
+            f"--job-name=hp-clear.{uid}.{machine}",  # outside the prefix: adopt never cancels it
+            f"--nodelist={machine}",
+            "--nodes=1",
+            "--ntasks=1",
+            NO_REQUEUE,
+            f"--time={CLEAR_TIME_LIMIT}",
+            f"--chdir={self.clears}",
+            f"--output={self.clears / f'{uid}.{machine}.log'}",
+            *([f"--partition={self.partition}"] if self.partition else []),
+            f"--wrap={command}",
+        ]
+        text = self._tool(["sbatch", "--parsable", *options])
+        try:
+            return int(text.strip().split(";")[0])
+        except ValueError:
+            raise SlurmError(["sbatch"], f"unreadable job id {text.strip()!r}") from None
+
     def close(self) -> None:
         with self._lock:
             for timer in self._timers:
@@ -1233,6 +1366,7 @@ class SlurmBackend:
             result = subprocess.run(
                 command,
                 env=self._tool_env(),
+                cwd=self.root,  # one the account's user may enter (the server's own may be closed to it)
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 text=True,
