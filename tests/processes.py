@@ -1,4 +1,5 @@
-"""Processes found by their run mark (hyperplan.backends.layout.MARK_VARIABLE), read from /proc."""
+"""Processes found by their run mark (hyperplan.backends.layout.MARK_VARIABLE), or by their owner, read
+from /proc."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import signal
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 
 from hyperplan.backends import procfs
 from hyperplan.backends.layout import MARK_VARIABLE
@@ -57,3 +59,13 @@ def _command(pid: int) -> str:
     except OSError:
         return "?"
     return raw.replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+def owned_by(uid: int) -> list[int]:
+    """The pids of live processes owned by ``uid`` (the owner of their /proc entry: the effective uid)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if entry.name.isdigit() and entry.stat().st_uid == uid:
+                found.append(int(entry.name))
+    return found

@@ -29,7 +29,7 @@ import pytest
 
 from hyperplan.services.os_users import exists
 from hyperplan.signing import Credentials
-from tests import uid_probe
+from tests import processes, uid_probe
 from tests.harness import Server, wait_until
 
 pytestmark = [
@@ -333,20 +333,6 @@ def _accounts(server: Server) -> dict[str, dict[str, Any]]:
     return {a["Name"]: a for a in server.native().get("/api/v1/accounts")["Accounts"]}
 
 
-def _processes_of(uid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                status = (entry / "status").read_text()
-            except OSError:
-                continue
-            uids = next(line.split()[1:4] for line in status.splitlines() if line.startswith("Uid:"))
-            if str(uid) in uids:
-                found.append(int(entry.name))
-    return found
-
-
 def test_a_deleted_accounts_files_and_processes_go_with_it_and_its_uid_is_never_handed_out_again(
     isolated: Server, open_dir: Path
 ) -> None:
@@ -377,7 +363,7 @@ def test_a_deleted_accounts_files_and_processes_go_with_it_and_its_uid_is_never_
     for path in left:
         assert path.stat().st_uid == carol_uid
     # The job's end killed its instance's processes; one that escaped would show here.
-    lingering = _processes_of(carol_uid)
+    lingering = processes.owned_by(carol_uid)
 
     deleted = server.native().delete("/api/v1/accounts/carol")
     assert deleted["OsUser"] == listed["OsUser"]
@@ -386,7 +372,7 @@ def test_a_deleted_accounts_files_and_processes_go_with_it_and_its_uid_is_never_
         grp.getgrgid(carol_uid)
     assert [path for path in left if os.path.lexists(path)] == []
     assert not trees[0].parent.parent.exists()  # the whole job tree, WORK/jobs/<id>
-    assert _processes_of(carol_uid) == [], lingering
+    assert processes.owned_by(carol_uid) == [], lingering
 
     dave = server.new_account("dave")
     dave_uid = _accounts(server)["dave"]["OsUid"]

@@ -36,7 +36,7 @@ from hyperplan.backends.slurm import SlurmBackend
 from hyperplan.errors import StartRefused
 from hyperplan.services.os_users import check_open_to_tenants, closed_to_others, exists
 from hyperplan.signing import Credentials
-from tests import uid_probe
+from tests import processes, uid_probe
 from tests.harness import SERVER_START, Server, wait_until
 from tests.slurm.cluster import Cluster, reachable_directory
 from tests.slurm.test_reservations import _accounts, _user_of, slurm_server
@@ -174,11 +174,13 @@ def test_deleting_an_account_sweeps_what_its_work_left_on_the_nodes(
         assert _ended(server, leaver, "leaves")["TrainingJobStatus"] == "Completed"
         assert all(path.exists() and path.stat().st_uid == uid for path in left), left
         assert wait_until(lambda: not _jobs_of(cluster, user), timeout=30), _jobs_of(cluster, user)
-        assert _pids_of(uid), "the detached process did not outlive its job"
+        assert processes.owned_by(uid), "the detached process did not outlive its job"
 
         server.native().delete("/api/v1/accounts/leaver")  # swept before it answers: the nodes are free
         assert [path for path in left if os.path.lexists(path)] == []
-        assert wait_until(lambda: not _pids_of(uid), timeout=10), _pids_of(uid)  # (reaped by init)
+        assert wait_until(lambda: not processes.owned_by(uid), timeout=10), processes.owned_by(
+            uid
+        )  # (reaped by init)
         assert not exists(user)  # userdel went through: no process of it was left
         logs = sorted((_work_root(server) / "slurm" / "clears").glob(f"{uid}.*.log"))
         assert len(logs) == 8, logs  # one clearing job per node of the pools
@@ -190,20 +192,11 @@ def test_deleting_an_account_sweeps_what_its_work_left_on_the_nodes(
         assert not [job for job in cluster.client.jobs() if job.name.startswith("hp-clear.")
                     and job.state in ("PENDING", "RUNNING", "COMPLETING")]  # fmt: skip
     finally:
-        for pid in _pids_of(uid):  # (what a failed sweep left: the detached process)
+        for pid in processes.owned_by(uid):  # (what a failed sweep left: the detached process)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         for path in left:
             subprocess.run(["rm", "-rf", str(path)], check=False)
-
-
-def _pids_of(uid: int) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        with contextlib.suppress(OSError):
-            if entry.name.isdigit() and entry.stat().st_uid == uid:
-                found.append(int(entry.name))
-    return found
 
 
 # -- the package where other users cannot pass --------------------------------------------------------

@@ -23,6 +23,7 @@ import pytest
 
 from hyperplan.backends.local import LocalBackend
 from hyperplan.slurm.devcluster import NODES
+from tests import processes
 from tests.harness import SERVER_START, Server, boundary_after, service_now, wait_until
 from tests.slurm.cluster import Cluster, dev_cluster
 from tests.slurm.test_reservations import (
@@ -911,14 +912,6 @@ def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_ca
     }
     assert listed == {"survivor": "Completed", "casualty": "Failed"}
     assert wait_until(lambda: not _jobs_of(cluster, user), timeout=WAIT), _jobs_of(cluster, user)
-    assert wait_until(lambda: not _processes_of(user), timeout=WAIT), _processes_of(user)
-
-
-def _processes_of(user: str) -> list[int]:
-    uid = pwd.getpwnam(user).pw_uid
-    found = []
-    for entry in Path("/proc").iterdir():
-        with contextlib.suppress(OSError):
-            if entry.name.isdigit() and entry.stat().st_uid == uid:
-                found.append(int(entry.name))
-    return found
+    assert wait_until(lambda: not processes.owned_by(pwd.getpwnam(user).pw_uid), timeout=WAIT), (
+        processes.owned_by(pwd.getpwnam(user).pw_uid)
+    )
