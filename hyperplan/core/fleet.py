@@ -14,6 +14,7 @@ from decimal import Decimal
 from types import MappingProxyType
 
 from hyperplan.core.durations import format_duration
+from hyperplan.core.exec_limits import ExecLimits
 from hyperplan.core.id_ranges import DEFAULT_OS_IDS, IdRange
 from hyperplan.core.rate_limits import DEFAULT_RATE_LIMITS, RateLimits
 from hyperplan.core.webhook_targets import WebhookTargets
@@ -205,6 +206,9 @@ class Fleet:
     work_dir: str | None = None
     # Request rate limits per account and class (core/rate_limits.py); administrators are exempt.
     rate_limits: RateLimits = field(default_factory=lambda: DEFAULT_RATE_LIMITS, hash=False)
+    # [rate_limits] concurrent_exec, concurrent_exec_total: execs at once per server process, an
+    # account's and in all (core/exec_limits.py).
+    exec_limits: ExecLimits = field(default_factory=ExecLimits)
     backend: BackendSettings = BackendSettings()
     # [retention] period: ended jobs' files and terminated nodes' homes are removed this long after they
     # ended (services/retention.py); None: kept for ever.

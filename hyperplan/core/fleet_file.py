@@ -18,7 +18,9 @@ In brief::
     [quotas]     max_active_plans, max_reserved_instances_per_type, max_reserved_share_per_type,
                  max_reserved_instance_hours_per_30_days, max_on_demand_instances_per_type,
                  max_on_demand_share_per_type
-    [rate_limits]  search, purchase, read, write: each { rate = per second, burst = requests }
+    [rate_limits]  search, purchase, read, write: each { rate = per second, burst = requests };
+                 concurrent_exec (an account's execs at once, default 8), concurrent_exec_total (all
+                 accounts', default 64): per server process
     [buckets]    <bucket name> = <directory>, or { path = <directory>, accounts = [...] }, or
                  [buckets.<bucket name>] endpoint_url, region, bucket, access_key_id_env,
                  secret_access_key_env (or access_key_id, secret_access_key), accounts
@@ -49,6 +51,7 @@ from typing import Any
 
 from hyperplan.core.buckets import bucket_name_problem
 from hyperplan.core.durations import format_duration, parse_duration
+from hyperplan.core.exec_limits import DEFAULT_PER_ACCOUNT, DEFAULT_TOTAL, MAX_TOTAL, ExecLimits
 from hyperplan.core.fleet import (
     BACKEND_KINDS,
     PAYMENT_MODES,
@@ -214,6 +217,7 @@ def parse_fleet(text: str) -> Fleet:
         webhooks=_webhooks(top.table("webhooks") or {}),
         work_dir=_work_dir(top.table("backend") or {}),
         rate_limits=_rate_limits(top.table("rate_limits") or {}),
+        exec_limits=_exec_limits(top.table("rate_limits") or {}),
         backend=backend,
         retention=_retention(top.table("retention") or {}),
     )
@@ -625,8 +629,11 @@ def _share(table: _Table, key: str) -> float | None:
     return None if share is None else float(share)
 
 
+_RATE_LIMIT_KEYS = (*(c.value for c in RequestClass), "concurrent_exec", "concurrent_exec_total")
+
+
 def _rate_limits(values: Mapping[str, Any]) -> RateLimits:
-    table = _Table(values, "rate_limits", [c.value for c in RequestClass])
+    table = _Table(values, "rate_limits", _RATE_LIMIT_KEYS)
     limits = dict(DEFAULT_RATE_LIMITS)
     for request_class in RequestClass:
         entry = table.table(request_class.value)
@@ -641,6 +648,21 @@ def _rate_limits(values: Mapping[str, Any]) -> RateLimits:
         except ValidationError as error:
             raise ValidationError(f"{path}: {error.message}") from None
     return MappingProxyType(limits)
+
+
+def _exec_limits(values: Mapping[str, Any]) -> ExecLimits:
+    """``[rate_limits] concurrent_exec`` and ``concurrent_exec_total``: the execs one server process runs
+    at once, an account's and every account's."""
+    table = _Table(values, "rate_limits", _RATE_LIMIT_KEYS)
+    total = table.integer("concurrent_exec_total", DEFAULT_TOTAL, minimum=1)
+    if total > MAX_TOTAL:
+        raise table.fail("concurrent_exec_total", f"{total} is more than {MAX_TOTAL}")
+    per_account = table.integer("concurrent_exec", min(DEFAULT_PER_ACCOUNT, total), minimum=1)
+    if per_account > total:
+        raise table.fail(
+            "concurrent_exec", f"{per_account} is more than concurrent_exec_total, {total} (all accounts')"
+        )
+    return ExecLimits(per_account=per_account, total=total)
 
 
 def _images(values: Mapping[str, Any]) -> Mapping[str, str]:

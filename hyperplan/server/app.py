@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from hyperplan.console.app import routes as console_routes
 from hyperplan.errors import HyperplanError, MethodNotAllowed, UnknownRoute
-from hyperplan.server import native, native_buckets, native_ops, native_users, native_webhooks
+from hyperplan.server import native, native_buckets, native_exec, native_ops, native_users, native_webhooks
 from hyperplan.server.body_limit import BodyLimit
 from hyperplan.server.errors import error_response_for_path
 from hyperplan.server.limits import ServerLimits
@@ -79,6 +79,7 @@ def create_app(
         Route("/", aws_endpoint, methods=["POST"]),  # SageMaker, CloudWatch Logs, STS: server/routing.py
         Route("/healthz", healthz, methods=["GET"]),
         *native.routes(),
+        *native_exec.routes(),  # exec: waits on threads of its own, not the shared pool
         *native_webhooks.routes(),
         *native_buckets.routes(),
         *native_users.routes(),

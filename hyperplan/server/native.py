@@ -6,9 +6,9 @@ docs/API.md documents every route. Handlers here translate; the rules live in hy
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -29,7 +29,6 @@ from hyperplan.server.request_metrics import counted_request
 from hyperplan.services import (
     account_views,
     audit_views,
-    cluster_exec,
     payments,
     plans,
     quotas,
@@ -52,6 +51,8 @@ class NativeRequest:
 
 
 NativeHandler = Callable[[NativeRequest], Any]
+"""A handler runs on the threads every request shares; one that is a coroutine function runs on the event
+loop and chooses where its parts run (server/native_exec.py: a command waited for on a thread of its own)."""
 
 
 class NativeRoute(Route):
@@ -102,7 +103,10 @@ def _endpoint(
             params = dict(request.query_params)
             fields.only_members(params, query, "The query string")
             native = NativeRequest(runtime, caller, parsed, dict(request.path_params), params)
-            result = await run_in_threadpool(handler, native)
+            if inspect.iscoroutinefunction(handler):
+                result = await handler(native)
+            else:
+                result = await run_in_threadpool(handler, native)
         except Exception as exc:
             return native_error_response(exc, request_id)
         return JSONResponse(jsonable(result, zulu_time), headers={"x-amzn-RequestId": request_id})
@@ -436,9 +440,12 @@ def plan_events(request: NativeRequest) -> dict[str, Any]:
     owner = fields.query_text(request.query, "account")
     if owner:
         _own_account_or_admin(request.caller, owner, "read other accounts' plans")
-    name, events = account_views.plan_events(request.runtime, request.caller, owner, request.path["name"])
-    return {
-        "TrainingPlanName": name,
+    start = fields.query_whole(request.query, "cursor", 0, fields.MAX_ROW_ID) or 0
+    page = account_views.plan_events(
+        request.runtime, request.caller, owner, request.path["name"], start=start
+    )
+    answer: dict[str, Any] = {
+        "TrainingPlanName": page.plan_name,
         "Events": [
             {
                 "At": e.at,
@@ -447,40 +454,17 @@ def plan_events(request: NativeRequest) -> dict[str, Any]:
                 "Message": e.message,
                 "User": {"UserName": e.user_name, "AccountName": e.user_account} if e.user_name else None,
             }
-            for e in events
+            for e in page.events
         ],
     }
+    if page.next_cursor is not None:
+        answer["NextCursor"] = str(page.next_cursor)  # a page ends at 1,000 events or 1 MiB of them
+    return answer
 
 
 # -- clusters -------------------------------------------------------------------------------------
 
-DEFAULT_EXEC_SECONDS = 300
-MAX_EXEC_SECONDS = 3600
-MAX_COMMAND_ARGUMENTS = 1024
-MAX_COMMAND_ARGUMENT_LENGTH = 32 * 1024
-
-
-def exec_on_node(request: NativeRequest) -> dict[str, Any]:
-    command = fields.text_list(
-        request.body, "Command", max_items=MAX_COMMAND_ARGUMENTS, max_length=MAX_COMMAND_ARGUMENT_LENGTH
-    )
-    timeout = fields.whole(request.body, "TimeoutSeconds", 1, MAX_EXEC_SECONDS) or DEFAULT_EXEC_SECONDS
-    result = cluster_exec.exec_on_node(
-        request.runtime,
-        request.caller,
-        request.path["cluster"],
-        request.path["node"],
-        command,
-        timedelta(seconds=timeout),
-    )
-    return {
-        "ExitCode": result.exit_code,
-        "Stdout": result.stdout.decode(errors="replace"),
-        "Stderr": result.stderr.decode(errors="replace"),
-        "TimedOut": result.timed_out,
-        "StdoutTruncated": result.stdout_truncated,  # the output went on past the server's limit
-        "StderrTruncated": result.stderr_truncated,
-    }
+# The exec route is server/native_exec.py: it waits on a thread of its own.
 
 
 # -- training jobs --------------------------------------------------------------------------------
@@ -554,13 +538,7 @@ def routes() -> list[Route]:
         NativeRoute(
             "POST", "/api/v1/invoices/{invoice}/reject", reject_invoice, admin=True, body=("Reason",)
         ),
-        NativeRoute("GET", "/api/v1/plans/{name}/events", plan_events, query=("account",)),
-        NativeRoute(
-            "POST",
-            "/api/v1/clusters/{cluster}/nodes/{node}/exec",
-            exec_on_node,
-            body=("Command", "TimeoutSeconds"),
-        ),
+        NativeRoute("GET", "/api/v1/plans/{name}/events", plan_events, query=("account", "cursor")),
         NativeRoute(
             "GET", "/api/v1/training-jobs/{name}/logs", job_logs, query=("host", "stream", "cursor", "timed")
         ),

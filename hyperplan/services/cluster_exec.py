@@ -34,14 +34,9 @@ def exec_output_limit(env: Mapping[str, str] | None = None) -> int:
     return int(text)
 
 
-def exec_on_node(
-    runtime: ServiceContext,
-    caller: Caller,
-    cluster_name: str,
-    node_ref: str,
-    argv: list[str],
-    timeout: timedelta,
-) -> ExecResult:
+def running_node(runtime: ServiceContext, caller: Caller, cluster_name: str, node_ref: str) -> str:
+    """The back end's id of the caller's node (by instance id or host name) in a cluster, if it runs: a
+    short read, before the command's long wait (`run_on_node`)."""
     with runtime.db.read() as session:
         cluster = get(session, runtime, caller, cluster_name)
         node = next((n for n in nodes_of(session, cluster) if node_ref in (n.instance_id, n.hostname)), None)
@@ -49,7 +44,15 @@ def exec_on_node(
             raise ResourceNotFound(f"Cluster {cluster.name} has no node {node_ref}.")
         if node.status != NodeStatus.RUNNING:
             raise Conflict(f"Node {node.instance_id} is {node.status}; commands run on Running nodes only.")
-        backend_id = node.backend_id
+        return node.backend_id
+
+
+def run_on_node(
+    runtime: ServiceContext, backend_id: str, node_ref: str, argv: list[str], timeout: timedelta
+) -> ExecResult:
+    """The command run on the node found by `running_node`, waited for up to `timeout`: this blocks for
+    as long as the tenant's command runs, so it belongs on an exec thread (services/exec_slots.py), never
+    on the threads every request shares."""
     try:
         return runtime.backend.exec(backend_id, argv, timeout, output_limit=exec_output_limit())
     except NodeUnavailable as refused:  # it stopped running meanwhile, or the command was lost

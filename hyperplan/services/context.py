@@ -16,6 +16,8 @@ from hyperplan.backends.base import Backend
 from hyperplan.clock import Clock
 from hyperplan.core.fleet import Fleet
 from hyperplan.services.audit import RefusedSignatures
+from hyperplan.services.console_sessions import ConsoleSessions
+from hyperplan.services.exec_slots import ExecSlots
 from hyperplan.services.job_work import JobLocks, JobSettings
 from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.lifecycle import LifecycleContext
@@ -87,9 +89,12 @@ class ServiceContext:
     job_settings: JobSettings
     job_locks: JobLocks
     rate_limiter: RateLimiter = field(default_factory=RateLimiter)  # the store's shared buckets (app.py)
+    exec_slots: ExecSlots = field(default_factory=ExecSlots)  # this process's running execs, counted
     slurm: SlurmState | None = None  # the Slurm back end's client and what it last read; None: local
     refusals: RefusedSignatures = field(default_factory=RefusedSignatures)  # refused signatures, counted
     shared: SharedState | None = None  # brings this process's memory up to date with the store
+    # The console's sessions as the store records them; the idle timeout from the server's environment.
+    console_sessions: ConsoleSessions = field(default_factory=ConsoleSessions.from_environment)
 
     def sync(self) -> None:
         """Before a request relies on what this process keeps in memory (services/shared_state.py)."""
