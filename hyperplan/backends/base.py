@@ -404,10 +404,14 @@ class Backend(Protocol):
         follow a log, call again from ``next_offset`` until the task is final and nothing more comes."""
         ...
 
-    def read_lines(self, ref: Ref, cursor: int = 0, limit: int = 1000) -> TimedLines:
+    def read_lines(
+        self, ref: Ref, cursor: int = 0, limit: int = 1000, max_bytes: int | None = None
+    ) -> TimedLines:
         """Up to ``limit`` timed lines of a task's output (for a node: its OnCreate's), both streams in the
-        order they were read, from ``cursor`` (0: the start). Follow as with ``read_log``; a line still
-        being written is not returned until it is whole (or cut: see the module docstring)."""
+        order they were read, from ``cursor`` (0: the start). With ``max_bytes`` the read also stops once
+        its lines' texts hold that many bytes as written (the line that reaches it is the last), so that
+        it holds at most ``max_bytes`` and one line. Follow as with ``read_log``; a line still being
+        written is not returned until it is whole (or cut: see the module docstring)."""
         ...
 
     def adopt(self, known: Iterable[Ref]) -> AdoptReport:

@@ -96,8 +96,10 @@ class RoutingBackend:
     def read_log(self, ref: Ref, stream: LogStream, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
         return self._for(ref).read_log(ref, stream, offset, limit)
 
-    def read_lines(self, ref: Ref, cursor: int = 0, limit: int = 1000) -> TimedLines:
-        return self._for(ref).read_lines(ref, cursor, limit)
+    def read_lines(
+        self, ref: Ref, cursor: int = 0, limit: int = 1000, max_bytes: int | None = None
+    ) -> TimedLines:
+        return self._for(ref).read_lines(ref, cursor, limit, max_bytes)
 
     def adopt(self, known: Iterable[Ref]) -> AdoptReport:
         """Each back end adopts the known refs that live in it (and kills what it holds unknown)."""

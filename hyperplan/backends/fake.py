@@ -172,6 +172,19 @@ def _timed(data: bytes, stream: LogStream, at: datetime) -> list[TimedLine]:
     return [TimedLine(at, stream, piece.decode(errors="replace")) for piece in pieces]
 
 
+def _up_to_bytes(lines: list[TimedLine], max_bytes: int | None) -> list[TimedLine]:
+    """The leading lines a read bounded by `max_bytes` returns: it stops once their texts hold that many
+    bytes (the line that reaches it is the last), as the timed log's reader does."""
+    if max_bytes is None:
+        return lines
+    held = 0
+    for count, line in enumerate(lines, start=1):
+        held += len(line.text.encode())
+        if held >= max_bytes:
+            return lines[:count]
+    return lines
+
+
 class FakeWorld:
     """The machine the fake back ends run on: survives them, as real processes survive the server."""
 
@@ -349,7 +362,9 @@ class FakeBackend:
             chunk = data[offset : offset + limit]
             return LogChunk(chunk, offset + len(chunk))
 
-    def read_lines(self, ref: Ref, cursor: int = 0, limit: int = 1000) -> TimedLines:
+    def read_lines(
+        self, ref: Ref, cursor: int = 0, limit: int = 1000, max_bytes: int | None = None
+    ) -> TimedLines:
         with self.world.lock:
             self._advance()
             if isinstance(ref, NodeRef):
@@ -357,7 +372,7 @@ class FakeBackend:
             else:
                 proc = self._task(ref.task_id).proc
             lines = [] if proc is None else proc.timed_lines()
-            chunk = lines[cursor : cursor + limit]
+            chunk = _up_to_bytes(lines[cursor : cursor + limit], max_bytes)
             return TimedLines(tuple(chunk), cursor + len(chunk))
 
     def adopt(self, known: Iterable[Ref]) -> AdoptReport:

@@ -247,13 +247,15 @@ class LocalBackend:
         data = tenant_files.read_at(path, offset, limit)
         return LogChunk(data, offset + len(data))
 
-    def read_lines(self, ref: Ref, cursor: int = 0, limit: int = 1000) -> TimedLines:
+    def read_lines(
+        self, ref: Ref, cursor: int = 0, limit: int = 1000, max_bytes: int | None = None
+    ) -> TimedLines:
         # Imported here: `python3 -m hyperplan.backends.timedlog` imports this package first, and a
         # module it had already imported would run twice.
         from hyperplan.backends import timedlog
 
         files = self._node(ref.node_id) if isinstance(ref, NodeRef) else self._task(ref.task_id)
-        records, next_cursor = timedlog.read_records(files.timed, cursor, limit)
+        records, next_cursor = timedlog.read_records(files.timed, cursor, limit, max_bytes)
         return TimedLines(tuple(timed_line(*found) for found in records), next_cursor)
 
     # --- restart ---------------------------------------------------------------------------------

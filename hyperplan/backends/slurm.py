@@ -979,13 +979,15 @@ class SlurmBackend:
         data = tenant_files.read_at(self._out_dir(ref) / f"{stream.value}.log", offset, limit)
         return LogChunk(data, offset + len(data))
 
-    def read_lines(self, ref: Ref, cursor: int = 0, limit: int = 1000) -> TimedLines:
+    def read_lines(
+        self, ref: Ref, cursor: int = 0, limit: int = 1000, max_bytes: int | None = None
+    ) -> TimedLines:
         # Imported here, as the local back end does: `python3 -m hyperplan.backends.timedlog` imports
         # this package first, and a module it had already imported would run twice.
         from hyperplan.backends import timedlog
 
         out = self._out_dir(ref)
-        records, next_cursor = timedlog.read_records(out / "timed.log", cursor, limit)
+        records, next_cursor = timedlog.read_records(out / "timed.log", cursor, limit, max_bytes)
         return TimedLines(tuple(timed_line(*found) for found in records), next_cursor)
 
     def _out_dir(self, ref: Ref) -> Path:

@@ -181,11 +181,13 @@ _OPEN_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEX
 
 
 def read_records(
-    path: str | os.PathLike[str], cursor: int = 0, limit: int = 1000
+    path: str | os.PathLike[str], cursor: int = 0, limit: int = 1000, max_bytes: int | None = None
 ) -> tuple[list[tuple[int, str, bytes]], int]:
     """Up to ``limit`` records from byte offset ``cursor``: (epoch microseconds, ``"o"`` or ``"e"``,
-    text), and the cursor after the last one read. A record still being written is left for later; a
-    missing file reads as empty. A damaged record (not of the format) is skipped.
+    text), and the cursor after the last one read. With ``max_bytes``, the read also stops once the
+    texts it returns hold that many bytes (the record that reaches it is the last): it holds at most
+    ``max_bytes`` and one record. A record still being written is left for later; a missing file reads
+    as empty. A damaged record (not of the format) is skipped.
 
     The log may be a tenant's (the Slurm back end's runner writes it as the account's user): it is
     opened without following a link and without waiting on a FIFO, anything but a regular file with one
@@ -200,9 +202,10 @@ def read_records(
         os.close(fd)
         return records, cursor
     budget = READ_BUDGET
+    room = max_bytes
     with os.fdopen(fd, "rb") as log:
         log.seek(cursor)
-        while len(records) < limit and budget > 0:
+        while len(records) < limit and budget > 0 and (room is None or room > 0):
             line = log.readline(MAX_LINE + 64)
             budget -= max(LINE_COST, len(line))
             if not line.endswith(b"\n"):
@@ -215,7 +218,10 @@ def read_records(
             if match is None:
                 continue
             micros = int(match[1]) * 1_000_000 + int(match[2])
-            records.append((micros, match[3].decode(), line[match.end() : -1]))
+            text = line[match.end() : -1]
+            records.append((micros, match[3].decode(), text))
+            if room is not None:
+                room -= len(text)
     return records, cursor
 
 

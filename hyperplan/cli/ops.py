@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from hyperplan.cli.common import emit, native_client, reporting_errors
+from hyperplan.cli.common import emit, json_output, native_client, reporting_errors
 from hyperplan.cli.options import ClientTyper
 
 audit_app = ClientTyper(help="The audit trail (administrators).", no_args_is_help=True)
@@ -18,13 +18,17 @@ admin_app = ClientTyper(help="Fleet maintenance (administrators): drain and resu
 def list_audit(
     since: Annotated[str | None, typer.Option(help="From this instant on (ISO 8601, service time).")] = None,
     account: Annotated[str | None, typer.Option(help="Records made by or concerning this account.")] = None,
+    before: Annotated[int | None, typer.Option(help="Only records listed before this one (its id).")] = None,
 ) -> None:
-    """Administrator actions and security-relevant events, oldest first."""
+    """Administrator actions and security-relevant events, oldest first: the newest page of them (1,000
+    records or 1 MiB); --before the first one's id for the page before."""
     from hyperplan.cli.views.ops import AuditTable
 
     with reporting_errors():
-        result = native_client().get("/api/v1/audit", since=since, account=account)
+        result = native_client().get("/api/v1/audit", since=since, account=account, before=before)
     emit(result["Events"], AuditTable)
+    if result.get("Truncated") and result["Events"] and not json_output():
+        typer.echo(f"Older records: --before {result['Events'][0]['Id']}", err=True)
 
 
 @admin_app.command("drain")

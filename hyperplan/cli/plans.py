@@ -120,7 +120,13 @@ def events(
     from hyperplan.cli.views.plans import PlanHistory
 
     with reporting_errors():
-        result = native_client().get(f"/api/v1/plans/{name}/events", account=account)
+        client, path = native_client(), f"/api/v1/plans/{name}/events"
+        result = client.get(path, account=account)
+        while "NextCursor" in result:  # the server answers a page at a time: every page, in order
+            page = client.get(path, account=account, cursor=result.pop("NextCursor"))
+            result["Events"] += page["Events"]
+            if "NextCursor" in page:
+                result["NextCursor"] = page["NextCursor"]
     emit(result, PlanHistory)
 
 

@@ -185,7 +185,7 @@ def _quoted(name: str) -> str:
 def _plan_page(request: ConsoleRequest, **extra: Any) -> Page:
     runtime, caller, name = request.runtime, request.caller, request.path["name"]
     plan = plan_views.describe(runtime, caller, name)
-    _, events = account_views.plan_events(runtime, caller, None, plan.name)
+    history = account_views.plan_events(runtime, caller, None, plan.name, start=None)  # the newest page
     _, extended = plan_views.extension_history(runtime, caller, plan.name)
     invoices = [
         invoice
@@ -195,7 +195,8 @@ def _plan_page(request: ConsoleRequest, **extra: Any) -> Page:
     window = Window.around([(s.start, s.end) for s in plan.segments])
     context: dict[str, Any] = {
         "plan": plan,
-        "events": events,
+        "events": history.events,
+        "earlier_events": history.before,
         "extensions": extended,
         "invoices": invoices,
         "window": window,

@@ -22,17 +22,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from hyperplan.core.page_bytes import utf8_bytes
 from hyperplan.errors import InvalidParameter
 
 T = TypeVar("T")
 
 MAX_EVENTS = 10_000
-"""GetLogEvents' and FilterLogEvents' most events an answer (AWS: 10,000 or 1 MB)."""
+"""GetLogEvents' and FilterLogEvents' most events an answer (AWS: 10,000 or 1 MB: core/page_bytes.py)."""
+EVENT_OVERHEAD = 26
+"""What an event weighs beyond its message: AWS's own allowance for the fields around a message when it
+counts a batch of events (PutLogEvents: the messages' UTF-8 bytes plus 26 bytes an event)."""
 
 Position = tuple[int, int]
 
 _TOKEN = re.compile(r"([fb])/([0-9]{1,9})/([0-9]{1,15})/([0-9a-f]{32})")
 _INVALID = "The specified nextToken is invalid."
+
+
+def event_bytes(message: str) -> int:
+    """An event's weight on a page: its message's UTF-8 bytes and EVENT_OVERHEAD."""
+    return utf8_bytes(message) + EVENT_OVERHEAD
 
 
 def token_key(server_key: bytes) -> bytes:

@@ -40,8 +40,9 @@ def list_audit(request: NativeRequest) -> dict[str, Any]:
     since_text = fields.query_text(request.query, "since", max_length=64)
     since = parse_instant(since_text) if since_text else None
     account = fields.query_text(request.query, "account", max_length=64)
-    events = audit_views.list_events(request.runtime, since, account or None)
-    return {"Events": [_audit_json(view) for view in events]}
+    before = fields.query_whole(request.query, "before", 1, fields.MAX_ROW_ID)
+    page = audit_views.list_events(request.runtime, since, account or None, before)
+    return {"Events": [_audit_json(view) for view in page.events], "Truncated": page.truncated}
 
 
 def _drain_json(state: DrainState) -> dict[str, Any]:
@@ -98,7 +99,7 @@ def show_usage(request: NativeRequest) -> dict[str, Any]:
 
 def routes() -> list[Route]:
     return [
-        NativeRoute("GET", "/api/v1/audit", list_audit, admin=True, query=("since", "account")),
+        NativeRoute("GET", "/api/v1/audit", list_audit, admin=True, query=("since", "account", "before")),
         NativeRoute("GET", "/api/v1/drain", show_drain, admin=True),
         NativeRoute("POST", "/api/v1/drain", start_drain, admin=True, body=("StopRunning",)),
         NativeRoute("POST", "/api/v1/resume", resume, admin=True),

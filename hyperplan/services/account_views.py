@@ -10,10 +10,11 @@ from datetime import datetime
 from decimal import Decimal
 from types import MappingProxyType
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from hyperplan.clock import utcnow
+from hyperplan.core.page_bytes import fitting, utf8_bytes
 from hyperplan.core.rate_limits import RateLimit, RequestClass, effective
 from hyperplan.services import (
     account_files,
@@ -30,7 +31,7 @@ from hyperplan.services import (
 from hyperplan.services.accounts import Caller, NewKey
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.quotas import Limits
-from hyperplan.store.schema import Account, Invoice, TrainingPlan, User
+from hyperplan.store.schema import Account, Invoice, PlanEvent, TrainingPlan, User
 
 log = logging.getLogger(__name__)
 
@@ -446,21 +447,83 @@ def _invoice_view(session: Session, invoice: Invoice) -> InvoiceView:
 # -- plan events --------------------------------------------------------------------------------------
 
 
+PLAN_EVENTS_PAGE = 1000
+"""A plan's events one page holds at most; and at most 1 MiB of them (core/page_bytes.py): a plan's
+history only grows (each segment, reminder, payment and Slurm note adds to it), and a message may carry
+text of a person's (a cancellation's reason, up to 1,024 characters)."""
+PLAN_EVENT_OVERHEAD = 256
+"""What an event weighs beyond its message: its time, kind, status and who acted (names of at most 64
+characters), and the answer's names for them."""
+
+
+@dataclass(frozen=True)
+class PlanEventsPage:
+    plan_name: str
+    events: list[PlanEventView]  # oldest first
+    before: int  # the plan's events before this page
+    next_cursor: int | None  # where the next page starts (`start`); None: this page is the last
+
+
 def plan_events(
-    runtime: ServiceContext, caller: Caller, owner: str | None, name: str
-) -> tuple[str, list[PlanEventView]]:
-    """The plan's name and its events; an administrator may name the account that owns it."""
+    runtime: ServiceContext, caller: Caller, owner: str | None, name: str, *, start: int | None = 0
+) -> PlanEventsPage:
+    """A page of the plan's events, oldest first: from its `start`-th event (0: the first), or with
+    `start` None the newest page; an administrator may name the account that owns it."""
     with runtime.db.read() as session:
         if owner and caller.is_admin:
             account = accounts.get_account(session, owner)
             caller = Caller(account.id, account.name, False, caller.access_key_id)
         plan = plans.get(session, runtime, caller, name)
-        events = plans.history(session, plan.id)
+        if start is None:
+            events, before, more = _newest_events(session, plan.id)
+        else:
+            events, before, more = _events_from(session, plan.id, start)
         actors = _actors(session, {e.actor_user_id for e in events if e.actor_user_id is not None})
-        return plan.name, [
+        views = [
             PlanEventView(e.at, e.kind, e.status, e.message, *actors.get(e.actor_user_id, (None, None)))
             for e in events
         ]
+        return PlanEventsPage(plan.name, views, before, before + len(views) if more else None)
+
+
+def _event_bytes(event: PlanEvent) -> int:
+    return utf8_bytes(event.message) + PLAN_EVENT_OVERHEAD
+
+
+def _events_from(session: Session, plan_id: int, start: int) -> tuple[list[PlanEvent], int, bool]:
+    """The events one page holds from the `start`-th on, `start`, and whether more follow them."""
+    rows = list(
+        session.scalars(
+            select(PlanEvent)
+            .where(PlanEvent.plan_id == plan_id)
+            .order_by(PlanEvent.id)
+            .offset(start)
+            .limit(PLAN_EVENTS_PAGE + 1)
+        )
+    )
+    held = min(PLAN_EVENTS_PAGE, fitting(_event_bytes(row) for row in rows))
+    return rows[:held], start, held < len(rows)
+
+
+def _newest_events(session: Session, plan_id: int) -> tuple[list[PlanEvent], int, bool]:
+    """The newest events one page holds, the number of events before them, and False (none follow)."""
+    rows = list(
+        session.scalars(
+            select(PlanEvent)
+            .where(PlanEvent.plan_id == plan_id)
+            .order_by(PlanEvent.id.desc())
+            .limit(PLAN_EVENTS_PAGE)
+        )
+    )
+    rows = rows[: fitting(_event_bytes(row) for row in rows)][::-1]
+    if not rows:
+        return [], 0, False
+    before = session.scalar(
+        select(func.count())
+        .select_from(PlanEvent)
+        .where(PlanEvent.plan_id == plan_id, PlanEvent.id < rows[0].id)
+    )
+    return rows, int(before or 0), False
 
 
 def _actors(session: Session, user_ids: set[int]) -> dict[int | None, tuple[str, str]]:

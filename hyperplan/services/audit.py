@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import and_, or_, select
 from sqlalchemy.orm import Session
 
 from hyperplan.clock import utcnow
@@ -82,13 +82,26 @@ def record(
 
 
 def list_events(
-    session: Session, *, since: datetime | None, account_id: str | None, limit: int = MAX_LIST
+    session: Session,
+    *,
+    since: datetime | None,
+    account_id: str | None,
+    limit: int = MAX_LIST,
+    before: int | None = None,
 ) -> list[AuditView]:
-    """Records from `since` on (service time), concerning or made by `account_id` when given; the
-    newest `limit` of them, oldest first."""
+    """Records from `since` on (service time), concerning or made by `account_id` when given, and with
+    `before` (a record's id) only those listed before that record; the newest `limit` of them, oldest
+    first."""
     query = select(AuditEvent)
     if since is not None:
         query = query.where(AuditEvent.at >= since)
+    if before is not None:
+        mark = session.get(AuditEvent, before)
+        if mark is None:
+            return []
+        query = query.where(
+            or_(AuditEvent.at < mark.at, and_(AuditEvent.at == mark.at, AuditEvent.id < mark.id))
+        )
     if account_id is not None:
         query = query.where(
             or_(AuditEvent.account_id == account_id, AuditEvent.actor_account_id == account_id)

@@ -1,5 +1,10 @@
 """A training job's logs for one host, read from the back end page by page, across its attempts: the
-bytes as written (read_logs) or the lines with the times they were written (read_timed_logs)."""
+bytes as written (read_logs) or the lines with the times they were written (read_timed_logs).
+
+Both pages are bounded in bytes (core/page_bytes.py): a page of bytes holds LOG_PAGE (64 KiB) as
+written, at most three times that once bad bytes are shown as U+FFFD (three bytes each), far under the
+1 MiB bound; a page of timed lines stops at LINES_PAGE lines or 1 MiB of them, each weighing its text's
+UTF-8 bytes and TIMED_LINE_OVERHEAD, and its cursor goes on from the first line left out."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from dataclasses import dataclass
 
 from hyperplan.backends.base import LogStream, TaskRef, TimedLine, TimedLines, UnknownResource
 from hyperplan.core.jobs import FINAL, Secondary
+from hyperplan.core.page_bytes import MAX_PAGE_BYTES, PageBytes, utf8_bytes
 from hyperplan.errors import ValidationError
 from hyperplan.services import job_records
 from hyperplan.services.accounts import Caller
@@ -56,6 +62,8 @@ def read_logs(
 
 
 LINES_PAGE = 1000
+TIMED_LINE_OVERHEAD = 64
+"""What a timed line weighs beyond its text: its time, its stream and the answer's names for them."""
 
 
 @dataclass(frozen=True)
@@ -82,10 +90,8 @@ def read_timed_logs(
     attempt, offset = position or (attempts[0] if attempts else 1, 0)
     while attempts:
         if attempt in tasks:
-            found = TimedLines((), offset)
-            with contextlib.suppress(UnknownResource):
-                found = runtime.backend.read_lines(TaskRef(tasks[attempt]), offset, LINES_PAGE)
-            if found.lines:
+            found = _timed_page(runtime, TaskRef(tasks[attempt]), offset, kind)
+            if found.lines or found.next_cursor != offset:
                 lines = tuple(line for line in found.lines if kind is None or line.stream is kind)
                 return TimedPage(lines, f"{attempt}:{found.next_cursor}", attempt, False)
         later = [a for a in attempts if a > attempt]
@@ -93,6 +99,32 @@ def read_timed_logs(
             break
         attempt, offset = later[0], 0
     return TimedPage((), f"{attempt}:{offset}", attempt, final)
+
+
+def _timed_page(runtime: ServiceContext, ref: TaskRef, cursor: int, kind: LogStream | None) -> TimedLines:
+    """The lines from `cursor` that one page holds (of them, those of `kind` are shown and weighed) and
+    the cursor after them. A read holds at most a page and one line; when the page ends before the read
+    does, the lines it holds are read again, to learn the back end's cursor after them (a log is never
+    rewritten, so they are the same lines)."""
+    try:
+        found = runtime.backend.read_lines(ref, cursor, LINES_PAGE, max_bytes=MAX_PAGE_BYTES)
+        held = _lines_held(found.lines, kind)
+        if held == len(found.lines):
+            return found
+        del found  # before the second read: never two pages at once
+        return runtime.backend.read_lines(ref, cursor, held, max_bytes=MAX_PAGE_BYTES)
+    except UnknownResource:
+        return TimedLines((), cursor)
+
+
+def _lines_held(lines: tuple[TimedLine, ...], kind: LogStream | None) -> int:
+    """How many of the leading lines one page holds (another stream's lines are passed over, unweighed)."""
+    page = PageBytes()
+    for count, line in enumerate(lines):
+        shown = kind is None or line.stream is kind
+        if shown and not page.take(utf8_bytes(line.text) + TIMED_LINE_OVERHEAD):
+            return count
+    return len(lines)
 
 
 def _stream(stream: str) -> LogStream:

@@ -9,7 +9,10 @@ stderr alike) with the time it was written (``backends/base.py``: ``read_lines``
 
 Nothing is copied: each read goes to the back end, from a position (services/log_reading.py), so that
 a page costs what it holds, not the stream: GetLogEvents' tokens carry a position, FilterLogEvents' one
-per stream, signed (core/log_events.py); a start time is found by the index's times. An account sees
+per stream, signed (core/log_events.py); a start time is found by the index's times. A page ends at
+its limit of events or at 1 MiB of them (core/page_bytes.py; an event weighs its message's UTF-8 bytes
+and 26, core/log_events.event_bytes), and its token goes on from the first event left out, forward and
+backward alike; a read holds the page and a bounded read of the back end, never the stream. An account sees
 only its own jobs and clusters, so another account's group or stream is not found, as one that does not
 exist, and a token given for one stream reads no other.
 """
@@ -27,6 +30,7 @@ from sqlalchemy import select
 from hyperplan.backends.base import NodeRef, Ref, TaskRef, TimedLine
 from hyperplan.core import log_events
 from hyperplan.core.log_events import FilterPattern, Position
+from hyperplan.core.page_bytes import PageBytes
 from hyperplan.errors import InvalidParameter, ResourceNotFound
 from hyperplan.services import cluster_records, job_records, log_reading
 from hyperplan.services.accounts import Caller
@@ -37,6 +41,9 @@ JOBS_GROUP = "/aws/sagemaker/TrainingJobs"
 CLUSTERS_GROUP = "/aws/sagemaker/Clusters/"
 MAX_SCANNED = 100_000
 """The most lines one FilterLogEvents call reads: past them it answers what it found and a token."""
+MAX_SCANNED_BYTES = 64 << 20
+"""The most bytes of lines (by their events' weight) one FilterLogEvents call reads, likewise: 100,000
+lines of 64 KiB would be 6.4 GB read for one call."""
 
 
 @dataclass(frozen=True)
@@ -200,7 +207,7 @@ def get_events(
     if direction == "f":
         found, after = _forward_page(runtime, refs, position, bounds, limit)
     else:
-        read = log_reading.backward(backend, refs, position, limit)
+        read = log_reading.backward(backend, refs, position, limit, _line_bytes)
         found = [
             (at, line) for at, line in read if not bounds.before(line.time) and not bounds.past(line.time)
         ]
@@ -217,17 +224,25 @@ def get_events(
 def _forward_page(
     runtime: ServiceContext, refs: tuple[Ref, ...], position: Position, bounds: TimeBounds, limit: int
 ) -> tuple[list[tuple[Position, TimedLine]], Position]:
-    """Up to `limit` lines within the bounds from `position`, and the position after the last one read
-    (a line past the end time is not read: the next page starts and stops there)."""
+    """Up to `limit` lines within the bounds from `position`, as many as one page holds, and the position
+    after the last one read (a line past the end time, or one the page has no room for, is not read: the
+    next page starts there)."""
     found: list[tuple[Position, TimedLine]] = []
+    page = PageBytes()
     after = position
     for at, line in log_reading.forward(runtime.backend, refs, position):
         if len(found) >= limit or bounds.past(line.time):
             return found, at
-        after = (at[0], at[1] + 1)
         if not bounds.before(line.time):
+            if not page.take(_line_bytes(line)):
+                return found, at
             found.append((at, line))
+        after = (at[0], at[1] + 1)
     return found, after
+
+
+def _line_bytes(line: TimedLine) -> int:
+    return log_events.event_bytes(line.text)
 
 
 def filter_events(
@@ -261,11 +276,20 @@ def filter_events(
     given = log_events.read_streams_token(_key(runtime), scope, token) if token else {}
     merge = _Merge(runtime, sources, given, bounds)
     found: list[LogEventView] = []
-    scanned = 0
-    while len(found) < limit and scanned < MAX_SCANNED and (head := merge.take()) is not None:
-        scanned += 1
+    page = PageBytes()
+    scanned = scanned_bytes = 0
+    while len(found) < limit and scanned < MAX_SCANNED and scanned_bytes < MAX_SCANNED_BYTES:
+        head = merge.peek()
+        if head is None:
+            break
         name, at, line = head
-        if not bounds.before(line.time) and pattern.matches(line.text):
+        wanted = not bounds.before(line.time) and pattern.matches(line.text)
+        if wanted and not page.take(_line_bytes(line)):
+            break  # left unread: the token goes on from it
+        merge.take()
+        scanned += 1
+        scanned_bytes += _line_bytes(line)
+        if wanted:
             found.append(LogEventView(name, line.time, line.text, _event_id(name, at)))
     positions = merge.positions()
     more = not merge.finished()
@@ -317,6 +341,13 @@ class _Merge:
             heapq.heappush(self.heads, (line.time, rank, at, line))
             return
         self.ended.add(name)
+
+    def peek(self) -> tuple[str, Position, TimedLine] | None:
+        """The next line in time order, left where it is."""
+        if not self.heads:
+            return None
+        _time, rank, at, line = self.heads[0]
+        return self.names[rank], at, line
 
     def take(self) -> tuple[str, Position, TimedLine] | None:
         if not self.heads:

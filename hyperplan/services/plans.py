@@ -41,7 +41,7 @@ from hyperplan.services.accounts import Caller, get_account
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.tags import Tag
 from hyperplan.store.changes import CALENDAR, KEYS
-from hyperplan.store.schema import PlanEvent, ReservedCapacity, TrainingPlan
+from hyperplan.store.schema import ReservedCapacity, TrainingPlan
 from hyperplan.waits import may_wait
 
 # -- search -----------------------------------------------------------------------------------------
@@ -299,7 +299,3 @@ def cancel(
             detail={"Reason": reason.strip(), "Status": plan.status},
         )
         return PlanStatusView(plan.name, plan.status, plan.status_message)
-
-
-def history(session: Session, plan_id: int) -> list[PlanEvent]:
-    return list(session.scalars(select(PlanEvent).where(PlanEvent.plan_id == plan_id).order_by(PlanEvent.id)))

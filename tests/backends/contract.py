@@ -243,6 +243,11 @@ class BackendContract:
         assert before <= on_create[0].time <= after
         # The bytes as written are still there, unchanged, for whoever reads them by offset.
         assert backend.read_log(TaskRef("job-algo-1"), LogStream.STDOUT).data == b"one\ntwo\nthree"
+        # A read bounded in bytes stops at the line that reaches the bound, and goes on right after it.
+        bounded = backend.read_lines(TaskRef("job-algo-1"), max_bytes=4)
+        assert [line.text for line in bounded.lines] in (["one", "two"], ["one", "careful"], ["careful"])
+        after = backend.read_lines(TaskRef("job-algo-1"), bounded.next_cursor)
+        assert bounded.lines + after.lines == lines
 
     # --- signals and terminate -------------------------------------------------------------------
 

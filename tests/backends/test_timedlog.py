@@ -138,3 +138,19 @@ def test_a_long_line_is_cut_into_records_and_its_newline_makes_no_empty_one() ->
     records = cutter.feed(b"x" * timedlog.MAX_LINE, 1_000_000) + cutter.feed(b"\nnext\n", 2_000_000)
     assert [len(r) for r in records] == [len(b"1.000000 o \n") + timedlog.MAX_LINE, len(b"2.000000 o next\n")]
     assert cutter.flush() == []
+
+
+def test_a_read_bounded_in_bytes_stops_at_the_record_that_reaches_the_bound(tmp_path: Path) -> None:
+    """What a log reader holds at once (services/log_reading.py): ``max_bytes`` of text and one record
+    at most, and the cursor goes on exactly after the last record returned."""
+    log = tmp_path / "timed.log"
+    texts = [b"a" * 40, b"b" * 40, b"c" * 40, b"d" * 10]
+    log.write_bytes(b"".join(timedlog.record(1_000_000 + n, b"o", text) for n, text in enumerate(texts)))
+    first, cursor = timedlog.read_records(log, 0, max_bytes=50)
+    assert [text for _, _, text in first] == texts[:2]  # 80 bytes: the second reached the bound
+    second, cursor = timedlog.read_records(log, cursor, max_bytes=40)
+    assert [text for _, _, text in second] == texts[2:3]  # exactly the bound
+    rest, end = timedlog.read_records(log, cursor, max_bytes=1)
+    assert [text for _, _, text in rest] == texts[3:] and end == log.stat().st_size
+    assert timedlog.read_records(log, 0, max_bytes=0)[0] == []
+    assert [text for _, _, text in timedlog.read_records(log, 0)[0]] == texts  # no bound: all of them

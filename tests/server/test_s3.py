@@ -27,6 +27,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from hyperplan.objects import served as files
 from hyperplan.server.limits import MIB, ServerLimits
 from hyperplan.signing import Credentials
 from hyperplan.wire import s3_model
@@ -544,3 +545,79 @@ def test_unfinished_uploads_are_listed_to_abort_parts_copied_and_objects_tagged(
         lambda: a.get_object_acl(Bucket="unfinished", Key="source.bin"),
     ):
         assert _error(call)[:2] == (501, "NotImplemented")
+
+
+def _long_key(n: int) -> str:
+    """About 1,000 bytes (S3's keys are at most 1,024), longer once written: each '&' is 3 bytes
+    URL-encoded (boto3 asks for encoding-type=url) and 5 as XML, each 'é' 6 URL-encoded."""
+    return f"{n:04d}/" + "a" * 250 + "/" + "&" * 250 + "/" + "é" * 120 + "/" + "z" * 240
+
+
+def _answers_sizes(client: Any, operation: str) -> list[int]:
+    """The byte size of each answer `operation` gets, as sent."""
+    sizes: list[int] = []
+    client.meta.events.register(
+        f"after-call.s3.{operation}", lambda http_response, **_: sizes.append(len(http_response.content))
+    )
+    return sizes
+
+
+def test_listings_of_long_keys_come_a_page_of_at_most_1_mib_and_go_on_exactly(
+    server: InProcessServer,
+) -> None:
+    """ListObjectsV2, ListObjects and ListMultipartUploads end a page at 1 MiB of entries (issue 42;
+    core/s3_listing.py), truncated as by their count, and their tokens and markers go on exactly."""
+    owner = server.new_account("long-keys")
+    client = s3(server, owner)
+    client.create_bucket(Bucket="long-keys")
+    keys = [_long_key(n) for n in range(1200)]
+    root = server.data_dir / "s3" / "long-keys"
+    for key in keys:  # written in place: the bucket is a directory (a PUT a key would take a second)
+        (root / key).parent.mkdir(parents=True)
+        (root / key).write_bytes(b"x")
+
+    sizes = _answers_sizes(client, "ListObjectsV2")
+    listed, asked = [], {}
+    while True:
+        page = client.list_objects_v2(Bucket="long-keys", **asked)
+        assert 0 < page["KeyCount"] < 1000  # the bytes ended the page, not the count
+        listed += [item["Key"] for item in page["Contents"]]
+        if not page["IsTruncated"]:
+            break
+        asked = {"ContinuationToken": page["NextContinuationToken"]}
+    assert listed == keys and len(sizes) == 3 and max(sizes) <= MIB + 1024  # the entries and the header
+
+    sizes = _answers_sizes(client, "ListObjects")
+    listed, marker = [], ""
+    while True:
+        old = client.list_objects(Bucket="long-keys", Marker=marker)
+        listed += [item["Key"] for item in old["Contents"]]
+        if not old["IsTruncated"]:
+            break
+        marker = old.get("NextMarker", listed[-1])  # S3: NextMarker with a delimiter, else the last key
+    assert listed == keys and len(sizes) == 3 and max(sizes) <= MIB + 1024
+
+    account_id = server.native(owner).get("/api/v1/whoami")["AccountId"]
+    uploads = [  # started in place too, as CreateMultipartUpload starts one
+        files.start_upload(server.data_dir, "long-keys", key, account_id, None, {}) for key in keys[:900]
+    ]
+    sizes = _answers_sizes(client, "ListMultipartUploads")
+    seen, asked = [], {}
+    while True:
+        found = client.list_multipart_uploads(Bucket="long-keys", **asked)
+        seen += [upload["UploadId"] for upload in found["Uploads"]]
+        if not found["IsTruncated"]:
+            break
+        asked = {"KeyMarker": found["NextKeyMarker"], "UploadIdMarker": found["NextUploadIdMarker"]}
+    assert seen == [upload.upload_id for upload in uploads] and len(sizes) == 3 and max(sizes) <= MIB + 1024
+
+
+def test_list_parts_is_bounded_in_bytes_by_its_count(server: InProcessServer) -> None:
+    """ListParts needs no cut by bytes: its page holds at most 1,000 parts of under 200 bytes each
+    (server/s3/endpoint.py), whatever max-parts asks."""
+    client = s3(server)
+    client.create_bucket(Bucket="parted")
+    upload = client.create_multipart_upload(Bucket="parted", Key="k" * 1024)["UploadId"]
+    client.upload_part(Bucket="parted", Key="k" * 1024, UploadId=upload, PartNumber=1, Body=b"x")
+    parts = client.list_parts(Bucket="parted", Key="k" * 1024, UploadId=upload, MaxParts=5000)
+    assert parts["MaxParts"] == 1000 and [part["PartNumber"] for part in parts["Parts"]] == [1]

@@ -14,7 +14,7 @@ from typing import Any, cast
 import pytest
 
 from hyperplan.backends import timedlog
-from hyperplan.backends.base import Backend, TaskRef, TimedLines, timed_line
+from hyperplan.backends.base import Backend, TaskRef, TimedLine, TimedLines, timed_line
 from hyperplan.core import log_events
 from hyperplan.errors import InvalidParameter
 from hyperplan.services import log_reading
@@ -45,10 +45,16 @@ class TimedFiles:
                 at = T0 + timedelta(seconds=number)
                 log.write(f"{int(at.timestamp())}.000000 o line {number}\n")
 
-    def read_lines(self, ref: TaskRef, cursor: int = 0, limit: int = 1000) -> TimedLines:
-        records, next_cursor = timedlog.read_records(self.root / ref.task_id, cursor, limit)
+    def read_lines(
+        self, ref: TaskRef, cursor: int = 0, limit: int = 1000, max_bytes: int | None = None
+    ) -> TimedLines:
+        records, next_cursor = timedlog.read_records(self.root / ref.task_id, cursor, limit, max_bytes)
         self.lines_read += len(records)
         return TimedLines(tuple(timed_line(*record) for record in records), next_cursor)
+
+
+def _weight(line: TimedLine) -> int:
+    return len(line.text.encode())
 
 
 def _texts(found: list[tuple[Any, Any]]) -> list[str]:
@@ -88,9 +94,9 @@ def test_pages_cost_what_they_hold_once_the_index_is_built(tmp_path: Path) -> No
     assert found == (1, 2 * BATCH - TAIL + 7)
     assert next(log_reading.forward(backend, refs, found))[1].time == moment
     before = files.lines_read
-    latest = log_reading.backward(backend, refs, log_reading.end(backend, refs), 3)
+    latest = log_reading.backward(backend, refs, log_reading.end(backend, refs), 3, _weight)
     assert _texts(latest) == [f"line {n}" for n in range(total - 3, total)]
-    across = log_reading.backward(backend, refs, (1, 2), 4)  # back over the attempts' seam
+    across = log_reading.backward(backend, refs, (1, 2), 4, _weight)  # back over the attempts' seam
     assert _texts(across) == [f"line {n}" for n in range(2 * BATCH + TAIL - 2, 2 * BATCH + TAIL + 2)]
     assert files.lines_read - before <= 6 * BATCH
     assert log_reading.seek(backend, refs, T0 + timedelta(days=1)) == log_reading.end(backend, refs)
@@ -133,3 +139,72 @@ def test_tokens_cannot_be_forged_altered_or_used_elsewhere() -> None:
             log_events.read_streams_token(key, group_scope, bad)
     with pytest.raises(InvalidParameter):
         log_events.read_streams_token(key, ("222222222222", scope[1]), many)
+
+
+class CountingBytes(TimedFiles):
+    """The same reader, also counting the bytes of text it returns and the most one read returned."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.bytes_read = 0
+        self.largest_read = 0
+
+    def write_texts(self, ref: TaskRef, texts: list[str]) -> None:
+        with (self.root / ref.task_id).open("ab") as log:
+            for number, text in enumerate(texts):
+                log.write(timedlog.record(int(T0.timestamp() * 1e6) + number, b"o", text.encode()))
+
+    def read_lines(
+        self, ref: TaskRef, cursor: int = 0, limit: int = 1000, max_bytes: int | None = None
+    ) -> TimedLines:
+        found = super().read_lines(ref, cursor, limit, max_bytes)
+        held = sum(len(line.text.encode()) for line in found.lines)
+        self.bytes_read += held
+        self.largest_read = max(self.largest_read, held)
+        return found
+
+
+def test_reads_and_pages_are_bounded_in_bytes_whatever_the_lines(tmp_path: Path) -> None:
+    """Lines of up to 64 KiB (a timed log's largest record), some of a three-byte character: the back end
+    is never asked for more than READ_BYTES and a line at once, checkpoints come at least every
+    SPAN_BYTES (so reaching a position costs about a span), and a backward page holds what the bound
+    lets it, every line once across the pages."""
+    files = CountingBytes(tmp_path)
+    backend = cast(Backend, files)
+    big = 64 * 1024 - 8
+    texts = [
+        f"{n:07d} " + ("€" * (big // 3) if n % 3 == 0 else "x" * (big if n % 3 == 1 else 300))
+        for n in range(120)
+    ]
+    refs = (TaskRef("attempt-1"), TaskRef("attempt-2"))
+    files.write_texts(refs[0], texts[:70])
+    files.write_texts(refs[1], texts[70:])
+    # Forward: every line once; no read larger than READ_BYTES and one line.
+    assert _texts(list(log_reading.forward(backend, refs, (0, 0)))) == texts
+    assert files.largest_read <= log_reading.READ_BYTES + 64 * 1024
+    # Checkpoints by bytes, though BATCH (40 here) lines would hold 1.7 MB: a position is reached by
+    # reading at most a span (and a read past it).
+    before = files.bytes_read
+    assert next(log_reading.forward(backend, refs, (0, 63)))[1].text == texts[63]
+    assert files.bytes_read - before <= log_reading.SPAN_BYTES + log_reading.READ_BYTES + 2 * 64 * 1024
+    # Backward pages of at most 1 MiB by the weight given, from the end to the start, across the refs.
+    pages: list[list[str]] = []
+    position = log_reading.end(backend, refs)
+    while True:
+        page = log_reading.backward(backend, refs, position, 10_000, _weight, max_bytes=1 << 20)
+        if not page:
+            break
+        assert sum(_weight(line) for _at, line in page) <= 1 << 20
+        # Full: the line before it would not have fitted.
+        if page[0][0] != (0, 0):
+            earlier = log_reading.backward(backend, refs, page[0][0], 1, _weight)
+            assert sum(_weight(line) for _at, line in page) + _weight(earlier[0][1]) > 1 << 20
+        pages.append(_texts(page))
+        position = page[0][0]
+    assert [text for page in reversed(pages) for text in page] == texts
+    assert len(pages) > 4
+    # A line larger than the bound comes alone, whole: paging moves on.
+    alone = log_reading.backward(backend, refs, log_reading.end(backend, refs), 10, _weight, max_bytes=10)
+    assert _texts(alone) == texts[-1:]
+    # The limit in lines holds too.
+    assert _texts(log_reading.backward(backend, refs, (1, 2), 3, _weight)) == texts[69:72]

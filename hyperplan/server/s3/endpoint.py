@@ -497,6 +497,12 @@ def _listed(encode: bool) -> Callable[[str], str]:
     return (lambda text: quote(text, safe="/")) if encode else (lambda text: text)
 
 
+def _written(shown: Callable[[str], str]) -> Callable[[str], int]:
+    """A key's bytes as the answer writes it (URL-encoded when asked, XML-escaped): what a listing's page
+    weighs it by (core/s3_listing.py)."""
+    return lambda key: len(escape(shown(key)).encode("utf-8", "surrogatepass"))
+
+
 def _contents(page: s3_listing.Page[files.ObjectInfo], shown: Callable[[str], str]) -> str:
     items = "".join(
         "<Contents>"
@@ -525,9 +531,11 @@ async def list_objects_v2(call: Call) -> Response:
         after = decoded
     max_keys = _max_keys(call)
     entries = await _listing(call, prefix)
-    page = s3_listing.page(entries, prefix=prefix, delimiter=delimiter, after=after, max_keys=max_keys)
     encode = query.get("encoding-type") == "url"
     shown = _listed(encode)
+    page = s3_listing.page(
+        entries, prefix=prefix, delimiter=delimiter, after=after, max_keys=max_keys, weigh=_written(shown)
+    )
     inner = _el("Name", call.bucket) + _el("Prefix", shown(prefix))
     if delimiter:
         inner += _el("Delimiter", shown(delimiter))
@@ -549,9 +557,11 @@ async def list_objects(call: Call) -> Response:
     prefix, delimiter, marker = query.get("prefix", ""), query.get("delimiter", ""), query.get("marker", "")
     max_keys = _max_keys(call)
     entries = await _listing(call, prefix)
-    page = s3_listing.page(entries, prefix=prefix, delimiter=delimiter, after=marker, max_keys=max_keys)
     encode = query.get("encoding-type") == "url"
     shown = _listed(encode)
+    page = s3_listing.page(
+        entries, prefix=prefix, delimiter=delimiter, after=marker, max_keys=max_keys, weigh=_written(shown)
+    )
     inner = _el("Name", call.bucket) + _el("Prefix", shown(prefix)) + _el("Marker", shown(marker))
     if delimiter:
         inner += _el("Delimiter", shown(delimiter))
@@ -886,6 +896,9 @@ async def abort_multipart_upload(call: Call) -> Response:
 
 
 async def list_parts(call: Call) -> Response:
+    # Bounded in bytes by its count alone: at most 1,000 parts a page (max-parts is capped), each under
+    # 200 bytes of XML (a number, a date, an ETag, a size), and the key once: under 200 KB, so no cut by
+    # bytes is needed (core/page_bytes.py's 1 MiB).
     await call.bucket_for(Right.READ)
     upload = await _upload(call)
     marker = _count(call, "part-number-marker", 0, cap=files.MAX_PARTS)
@@ -918,6 +931,8 @@ async def list_multipart_uploads(call: Call) -> Response:
         (u for u in found if u.account_id == call.caller.account_id or call.caller.is_admin),
         key=lambda u: (s3_listing.sort_key(u.key), u.initiated_ns, u.upload_id),
     )
+    encode = query.get("encoding-type") == "url"
+    shown = _listed(encode)
     page = s3_listing.uploads_page(
         ((u.key, u.upload_id, u) for u in mine),
         prefix=prefix,
@@ -925,9 +940,8 @@ async def list_multipart_uploads(call: Call) -> Response:
         key_marker=key_marker,
         upload_id_marker=id_marker if key_marker else "",
         max_uploads=max_uploads,
+        weigh=_written(shown),
     )
-    encode = query.get("encoding-type") == "url"
-    shown = _listed(encode)
     inner = (
         _el("Bucket", call.bucket) + _el("KeyMarker", shown(key_marker)) + _el("UploadIdMarker", id_marker)
     )
