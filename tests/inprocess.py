@@ -34,7 +34,7 @@ from hyperplan.app import BOOTSTRAP_KEY_ENV, BOOTSTRAP_SECRET_ENV, AppConfig, Ap
 from hyperplan.backends.base import Backend
 from hyperplan.backends.fake import FakeBackend, FakeWorld
 from hyperplan.server.app import create_app
-from hyperplan.server.header_deadline import header_deadline_protocol
+from hyperplan.server.header_deadline import front_door_protocol
 from hyperplan.server.limits import ServerLimits
 from hyperplan.wire.s3_responses import ENVIRONMENT as CHECK_RESPONSES
 from tests.harness import ADMIN, SERVER_START, Server
@@ -187,8 +187,8 @@ class InProcessServer(Server):
                 app,
                 log_level="warning",
                 timeout_graceful_shutdown=10,
-                http=header_deadline_protocol(self.limits.header_timeout),
-                limit_concurrency=self.limits.max_connections,
+                http=front_door_protocol(self.limits),
+                proxy_headers=False,  # X-Forwarded-For counts from --trusted-proxy alone (none here)
             )
         )
         server = self._uvicorn

@@ -140,11 +140,37 @@ def serve(
     max_connections: Annotated[
         int,
         typer.Option(
-            min=1,
+            min=2,
             envvar="HYPERPLAN_MAX_CONNECTIONS",
             help="Open connections beyond which a new request is answered 503 at once.",
         ),
     ] = ServerLimits.max_connections,
+    max_connections_per_address: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            envvar="HYPERPLAN_MAX_CONNECTIONS_PER_ADDRESS",
+            help="Open connections one client address may hold; one more is answered 503 as it opens. "
+            "Below --max-connections; default: a quarter of it.",
+        ),
+    ] = None,
+    max_pending_per_address: Annotated[
+        int | None,
+        typer.Option(
+            min=1,
+            envvar="HYPERPLAN_MAX_PENDING_PER_ADDRESS",
+            help="Of those, connections waiting for a request's headers (new, or idle between requests); "
+            "one more is answered 503 as it opens. Default: half of --max-connections-per-address.",
+        ),
+    ] = None,
+    trusted_proxy: Annotated[
+        list[str] | None,
+        typer.Option(
+            envvar="HYPERPLAN_TRUSTED_PROXY",
+            help="Address or CIDR block of a reverse proxy whose X-Forwarded-For names the client, for the "
+            "caps per address and the audit trail (repeat it, or separate with commas). Default: none.",
+        ),
+    ] = None,
     s3_max_body_bytes: Annotated[
         int,
         typer.Option(
@@ -233,9 +259,22 @@ def serve(
     from rich.markup import escape  # a refusal names "[backend] work_dir" or "[images]": text, not markup
 
     from hyperplan.errors import HyperplanError
+    from hyperplan.server.fair_connections import TrustedProxies
 
     try:
         starts_at = _refuse_early(clock_kind, clock_start, isolation, data_dir, work_dir, database_url)
+        limits = ServerLimits(
+            max_body_bytes,
+            header_timeout,
+            body_timeout,
+            max_connections,
+            s3_max_body_bytes,
+            s3_body_timeout,
+            max_connections_per_address,
+            max_pending_per_address,
+        )
+        limits.check()
+        proxies = TrustedProxies.parse(trusted_proxy or ())
     except HyperplanError as exc:
         console.print(f"[red]{exc.code}[/red]: {escape(exc.message)}")
         raise typer.Exit(2) from None
@@ -292,12 +331,9 @@ def serve(
         console.print(f"[red]{exc.code}[/red]: {escape(exc.message)}")
         raise typer.Exit(2) from None
     credentials = application.credentials_path
-    limits = ServerLimits(
-        max_body_bytes, header_timeout, body_timeout, max_connections, s3_max_body_bytes, s3_body_timeout
-    )
     if role == "api":
         from hyperplan.server.app import create_app as create_api
-        from hyperplan.server.header_deadline import header_deadline_protocol as deadline_protocol
+        from hyperplan.server.header_deadline import front_door_protocol as api_protocol
         from hyperplan.server.processes import wait_for_the_gate
 
         wait_for_the_gate()
@@ -309,8 +345,7 @@ def serve(
             port=port,
             log_level=log_level,
             timeout_graceful_shutdown=10,
-            http=deadline_protocol(limits.header_timeout),
-            limit_concurrency=limits.max_connections,
+            http=api_protocol(limits, proxies),
         )
         return
     if not context.settings.isolated:
@@ -331,7 +366,7 @@ def serve(
     # place before it started; this one makes that a clean exit, as service managers expect.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        from hyperplan.server.header_deadline import header_deadline_protocol
+        from hyperplan.server.header_deadline import front_door_protocol
 
         app = create_app(context, application, limits)
         serve_app(
@@ -341,8 +376,7 @@ def serve(
             port=port,
             log_level=log_level,
             timeout_graceful_shutdown=10,
-            http=header_deadline_protocol(limits.header_timeout),
-            limit_concurrency=limits.max_connections,
+            http=front_door_protocol(limits, proxies),
         )
     finally:
         console.print("hyperplan stopped; every acknowledged change is on disk.")
@@ -403,6 +437,9 @@ def _api_args(options: dict[str, object]) -> list[str]:
         "header_timeout",
         "body_timeout",
         "max_connections",
+        "max_connections_per_address",
+        "max_pending_per_address",
+        "trusted_proxy",
         "s3_max_body_bytes",
         "s3_body_timeout",
         "database_url",
@@ -413,6 +450,8 @@ def _api_args(options: dict[str, object]) -> list[str]:
         "leader_lease",
     ):
         value = options[name]
+        if isinstance(value, list):  # --trusted-proxy: all in one, comma-separated
+            value = ",".join(value) or None
         if value is not None:
             flag = "--clock" if name == "clock_kind" else "--" + name.replace("_", "-")
             args += [flag, str(value)]

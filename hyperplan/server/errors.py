@@ -118,6 +118,25 @@ def error_response_for_path(path: str, exc: BaseException, request_id: str) -> J
     return sagemaker_error_response(exc, request_id)
 
 
+def before_any_request_error_response(exc: BaseException, request_id: str) -> JSONResponse:
+    """For a refusal before a request is read (a connection over its address's share, answered as it
+    opens): which API it is for is unknown, so one JSON body carries both JSON shapes, awsJson1.1's
+    (``__type``, ``message``, ``x-amzn-ErrorType``: botocore's JSON parser) and the native API's
+    (``Error``, ``RequestId``). botocore's S3 parser reads its status alone; its query parser (STS) fails."""
+    error = as_hyperplan_error(exc, request_id)
+    return JSONResponse(
+        {
+            "__type": error.code,
+            "message": error.message,
+            "Error": {"Code": error.code, "Message": error.message},
+            "RequestId": request_id,
+        },
+        status_code=error.status,
+        media_type=AMZ_JSON,
+        headers={"x-amzn-RequestId": request_id, "x-amzn-ErrorType": error.code},
+    )
+
+
 S3_XML = "application/xml"
 
 

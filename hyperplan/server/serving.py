@@ -61,6 +61,10 @@ def serve(
     if _above_info(options.get("log_level")):
         # Its lines would be dropped anyway; without a handler uvicorn does not even compute their parts.
         options.setdefault("access_log", False)
+    # The protocol (header_deadline.front_door_protocol) reads X-Forwarded-For from --trusted-proxy alone.
+    # uvicorn's own reading of it trusts loopback unless told otherwise, so any local process (a tenant's
+    # job on a local node, say) could name any client, for the connection caps and the audit trail alike.
+    options.setdefault("proxy_headers", False)
     sys.setswitchinterval(SWITCH_INTERVAL)
     server = _Server(uvicorn.Config(app, **options), request_stop)
     # The socket's own family (uvicorn's `fd` option would take any descriptor for a unix socket).

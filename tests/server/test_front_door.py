@@ -49,9 +49,12 @@ def peak_rss_mib(server: Server) -> int:
     raise AssertionError("no VmHWM in /proc status")
 
 
-def raw_connection(server: Server, sockets: ExitStack) -> socket.socket:
-    """A plain TCP connection to the server, closed when `sockets` closes (at the end of the test)."""
-    connection = sockets.enter_context(socket.create_connection(("127.0.0.1", server.port), timeout=10))
+def raw_connection(server: Server, sockets: ExitStack, source: str = "127.0.0.1") -> socket.socket:
+    """A plain TCP connection to the server from `source` (any loopback address), closed when `sockets`
+    closes (at the end of the test)."""
+    connection = sockets.enter_context(
+        socket.create_connection(("127.0.0.1", server.port), timeout=10, source_address=(source, 0))
+    )
     connection.settimeout(STALL_BOUND)
     return connection
 
@@ -229,10 +232,11 @@ def test_beyond_the_connection_cap_requests_are_refused_until_idle_connections_a
     cap = 4
     args = ["--max-connections", str(cap), "--header-timeout", "4"]
     server = server_factory(data_dir=tmp_path / "data", extra_args=args).start()
-    idle = [raw_connection(server, sockets) for _ in range(cap + 3)]
+    # One connection an address: the cap per address (a quarter of 4) refuses a second as it opens.
+    idle = [raw_connection(server, sockets, source=f"127.0.0.{n}") for n in range(2, cap + 5)]
 
     refused = httpx.get(f"{server.url}/healthz", timeout=10)  # a hang would raise here
-    assert refused.status_code == 503
+    assert refused.status_code == 503 and refused.json()["__type"] == "ServiceUnavailable"
 
     for connection in idle:  # the server drops them itself: nobody can hold a place for ever
         assert read_until_closed(connection) == b""
