@@ -3,7 +3,9 @@
 The sign-in form carries a CSRF token too, tied to an anonymous session (a cookie with a nonce and no
 key), so that another site cannot sign a browser into an account of its choosing. A key pair is checked
 against the store's live keys (the same lookup as SigV4); a success starts a new session with a new
-nonce. A wrong pair is answered with the same words whether the key exists or not.
+nonce, recorded in the store (services/console_sessions.py), and ends the one it replaces. A wrong pair
+is answered with the same words whether the key exists or not. Sign-out deletes the session's record,
+so that its cookie, replayed, signs nobody in on any server sharing the store.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from hyperplan.console.session import (
     Session,
     SessionCodec,
 )
-from hyperplan.console.web import CSRF_FIELD, PREFIX, Console, Page, caller_of, render, secret_matches
+from hyperplan.console.web import CSRF_FIELD, PREFIX, Console, Page, render, secret_matches, signed_in_caller
 from hyperplan.services.context import ServiceContext
 
 HOME = f"{PREFIX}/plans"
@@ -52,7 +54,7 @@ def sign_in_form(
     console: Console, codec: SessionCodec, runtime: ServiceContext, request: Request, body: bytes
 ) -> Response:
     session = codec.decode(request.cookies.get(COOKIE))
-    if session is not None and session.identity is not None and caller_of(runtime, session.identity):
+    if session is not None and signed_in_caller(runtime, session):
         return RedirectResponse(_next(request.query_params.get("next", "")), status_code=303)
     session = codec.new(None)
     page = Page("sign_in.html", {"values": {"next": request.query_params.get("next", "")}, "errors": {}})
@@ -85,7 +87,10 @@ def sign_in(
         errors = errors or {"secret_access_key": WRONG_PAIR}
         page = Page("sign_in.html", {"values": values, "errors": errors}, status=400)
         return render(console, codec, session, None, page)
+    if session.identity is not None:  # signed in again over a session: the old one ends
+        runtime.console_sessions.end(runtime.db, session.nonce)
     signed_in = codec.new(Identity(key_id))
+    runtime.console_sessions.open(runtime.db, signed_in.nonce, key_id, signed_in.expires_at)
     response = RedirectResponse(_next(values["next"]), status_code=303)
     return _with_cookie(response, request, codec, signed_in)
 
@@ -95,12 +100,15 @@ def sign_out(
 ) -> Response:
     session = codec.decode(request.cookies.get(COOKIE))
     if not codec.csrf_ok(session, Form.parse(body).get(CSRF_FIELD)):
-        caller = caller_of(runtime, session.identity) if session and session.identity else None
+        caller = signed_in_caller(runtime, session) if session else None
         message = (
             "This form's security token is missing or stale; you are still signed in. Reload and try again."
         )
         page = Page("error.html", {"message": message, "status": 403}, status=403)
         return render(console, codec, session, caller, page)
+    assert session is not None  # its CSRF token matched
+    if session.identity is not None:  # ended in the store: the cookie, kept or copied, signs nobody in
+        runtime.console_sessions.end(runtime.db, session.nonce)
     response = RedirectResponse(f"{PREFIX}/sign-in", status_code=303)
     response.delete_cookie(COOKIE, path=PATH, httponly=True, samesite="lax")
     return response

@@ -1,13 +1,14 @@
 """The console's one way in: session, CSRF, authentication, rate limit, then the page's handler.
 
 Every console route is a :class:`ConsoleRoute`. Before its handler runs, the request's session cookie is
-read and its access key looked up through the same key cache the SigV4 path uses (a revoked key signs
-nobody in); a POST must carry the form's CSRF token; the caller takes a token from the same rate limiter
-as the APIs (``services/rate_limiter.py``: a read for a page, the route's class for an action); an
-administrators' route refuses others. The handler runs off the event loop with the caller and calls
-the same services as the API; what it returns (a page, a redirect, a JSON answer) is written here, and so
-is every error: a refusal from the error tree as a page that says it, with its status; a bug as a 500
-that says so (logged with its traceback), never its text.
+read, its access key looked up through the same key cache the SigV4 path uses (a revoked key signs
+nobody in) and the session found still open in the store (services/console_sessions.py: not signed
+out, not idle too long); a POST must carry the form's CSRF token; the caller takes a token from the same
+rate limiter as the APIs (``services/rate_limiter.py``: a read for a page, the route's class for an
+action); an administrators' route refuses others. The handler runs off the event loop with the caller
+and calls the same services as the API; what it returns (a page, a redirect, a JSON answer) is written
+here, and so is every error: a refusal from the error tree as a page that says it, with its status; a
+bug as a 500 that says so (logged with its traceback), never its text.
 """
 
 from __future__ import annotations
@@ -138,6 +139,22 @@ def caller_of(runtime: ServiceContext, identity: Identity) -> Caller | None:
     return None if entry is None else entry[1]
 
 
+def signed_in_caller(runtime: ServiceContext, session: Session) -> Caller | None:
+    """Who a session signs in now: None before sign-in, once its key no longer signs, and once the
+    session has ended (signed out on any server, idle too long, or past its lifetime)."""
+    identity = session.identity
+    if identity is None:
+        return None
+    caller = caller_of(runtime, identity)  # after the change counters' read, which the next check uses
+    if caller is None:
+        return None
+    if not runtime.console_sessions.is_open(
+        runtime.db, session.nonce, identity.access_key_id, runtime.shared
+    ):
+        return None
+    return caller
+
+
 def secret_matches(runtime: ServiceContext, access_key_id: str, secret: str) -> Caller | None:
     """The caller of a key pair whose secret is `secret` (compared in constant time), else None."""
     runtime.sync()
@@ -179,7 +196,7 @@ def _endpoint(route: ConsoleRoute, console: Console) -> Callable[[Request], Any]
         session = codec.decode(request.cookies.get(COOKIE))
         caller = None
         if session is not None and session.identity is not None:
-            caller = await run_in_threadpool(caller_of, runtime, session.identity)
+            caller = await run_in_threadpool(signed_in_caller, runtime, session)
             if caller is not None and request.client is not None:  # from where, for the audit trail
                 caller = replace(caller, remote_address=request.client.host)
         if session is None or caller is None:

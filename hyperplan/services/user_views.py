@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.clock import utcnow
 from hyperplan.errors import AccessDenied, ResourceNotFound
-from hyperplan.services import accounts, audit, users
+from hyperplan.services import accounts, audit, console_sessions, users
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.users import ACTIVE, INACTIVE, NewKey
@@ -208,6 +208,8 @@ def set_key_status(
         account, user, key = _key_for(session, caller, access_key_id)
         before = key.status
         users.set_status(session, account, key, ACTIVE if active else INACTIVE)
+        if not active:  # its console sessions end for good, not only while it is inactive
+            console_sessions.end_for_key(session, access_key_id)
         view = _key_view(account, user, key)
         detail = {"UserName": user.name, "Status": {"From": before, "To": key.status}}
         _audit(

@@ -48,7 +48,7 @@ from hyperplan.waits import (
 )
 
 MIGRATIONS = Path(__file__).with_name("migrations")
-HEAD_REVISION = "0021"
+HEAD_REVISION = "0022"
 """The newest migration's revision: a store stamped with it is at the head (tests/store/test_schema.py
 checks that it is Alembic's head, so a new migration cannot be forgotten here)."""
 

@@ -563,3 +563,19 @@ class ClockMove(Base):
     done: Mapped[bool] = mapped_column(server_default=false())
     events_run: Mapped[int | None] = mapped_column(Integer, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+
+class ConsoleSession(Base):
+    """A console session signed in and not yet ended (services/console_sessions.py): its cookie is valid
+    only while this row exists. Sign-out and a deactivated key delete it; a sign-in removes every row
+    past its idle end or its absolute end. Times are real wall time, never the service clock."""
+
+    __tablename__ = "console_sessions"
+    # The SHA-256 of the cookie's nonce (hex): the store never holds what the forms' CSRF tokens are
+    # made from.
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    access_key_id: Mapped[str] = mapped_column(String(128), index=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_seen_at: Mapped[datetime] = mapped_column(UTCDateTime)  # written at most every minute or so
+    idle_ends_at: Mapped[datetime] = mapped_column(UTCDateTime)  # last seen plus the idle timeout
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)  # sign-in plus the session's lifetime
