@@ -87,24 +87,10 @@ CLUSTER_LIFECYCLE = Lifecycle(
 
 
 class InstanceGroupStatus(StrEnum):
-    """The InstanceGroupStatus values hyperplan would set. No group status is stored today: a group
-    is InService on the wire from its creation until its cluster is gone (docs/DECISIONS.md,
-    "Consumers": the group stays InService), so nothing moves it yet."""
+    """The InstanceGroupStatus hyperplan answers. A group has no stored status and so no lifecycle: it
+    is InService from its creation until its cluster is gone (docs/DECISIONS.md, "Consumers")."""
 
     IN_SERVICE = "InService"
-    DELETING = "Deleting"
-
-
-INSTANCE_GROUP_LIFECYCLE = Lifecycle(
-    kind="instance-group",
-    noun="instance group",
-    states=InstanceGroupStatus,
-    initial=InstanceGroupStatus.IN_SERVICE,
-    moves={
-        InstanceGroupStatus.IN_SERVICE: frozenset({InstanceGroupStatus.DELETING}),
-        InstanceGroupStatus.DELETING: frozenset(),
-    },
-)
 
 
 class NodeStatus(StrEnum):
