@@ -17,6 +17,9 @@
   anyone, never count against it. :func:`reached_at` says when a limit will be reached.
 - **Running time.** It counts from the moment a job is given its instances (``Downloading``) until it
   gives them back or is told to stop; :data:`RUNNING` names those statuses.
+- **Attempts and instances.** Each time a job is given instances (once per segment it runs in) is an
+  attempt, with a state of its own (:data:`ATTEMPT_LIFECYCLE`), and each of its instances too
+  (:data:`INSTANCE_LIFECYCLE`).
 """
 
 from __future__ import annotations
@@ -103,6 +106,76 @@ RUNNING = frozenset({Secondary.DOWNLOADING, Secondary.TRAINING})
 """Running time counts in these: the job holds its instances and has not been told to stop."""
 WAITING = frozenset({Secondary.STARTING, Secondary.PENDING})
 """A job in these holds nothing and may be given capacity."""
+
+
+class AttemptState(StrEnum):
+    """Where a job's current attempt is (``TrainingJob.attempt_state``, :data:`NO_ATTEMPT` before the
+    first): its instances claimed and its tasks being handed to the back end (launching), followed by the
+    watcher (running), its tasks ended while the runner stores its checkpoints and model (ending), over
+    (ended). The next attempt, in a later segment, is a new one: it starts launching again."""
+
+    LAUNCHING = "launching"
+    RUNNING = "running"
+    ENDING = "ending"
+    ENDED = "ended"
+
+
+NO_ATTEMPT = ""
+"""A job's attempt state before its first attempt."""
+
+ATTEMPT_LIFECYCLE = Lifecycle(
+    kind="training-job-attempt",
+    noun="training job attempt",
+    states=AttemptState,
+    initial=AttemptState.LAUNCHING,
+    moves={
+        # ended at once when none of its tasks could be started (a stop or a reclaim came first)
+        AttemptState.LAUNCHING: frozenset({AttemptState.RUNNING, AttemptState.ENDED}),
+        AttemptState.RUNNING: frozenset({AttemptState.ENDING}),
+        AttemptState.ENDING: frozenset({AttemptState.ENDED}),
+        AttemptState.ENDED: frozenset(),
+    },
+)
+
+HOLDING = frozenset({AttemptState.LAUNCHING, AttemptState.RUNNING})
+"""Attempt states in which a job's instances are in use."""
+BETWEEN_ATTEMPTS = frozenset({NO_ATTEMPT, AttemptState.ENDED})
+"""Attempt states in which a job holds nothing and may be given a new attempt."""
+
+
+class InstanceState(StrEnum):
+    """One instance of an attempt (a back-end task): recorded before the back end has it, then as the
+    back end reports it, or NotStarted when the attempt ended before it was handed over."""
+
+    RECORDED = "Recorded"
+    RUNNING = "Running"
+    EXITED = "Exited"
+    KILLED = "Killed"
+    LOST = "Lost"
+    NOT_STARTED = "NotStarted"
+
+
+_INSTANCE_ENDS = frozenset({InstanceState.EXITED, InstanceState.KILLED, InstanceState.LOST})
+
+INSTANCE_LIFECYCLE = Lifecycle(
+    kind="training-job-instance",
+    noun="training job instance",
+    states=InstanceState,
+    initial=InstanceState.RECORDED,
+    moves={
+        InstanceState.RECORDED: frozenset(
+            {InstanceState.RUNNING, InstanceState.NOT_STARTED, *_INSTANCE_ENDS}
+        ),
+        InstanceState.RUNNING: _INSTANCE_ENDS,
+        InstanceState.EXITED: frozenset(),
+        InstanceState.KILLED: frozenset(),
+        InstanceState.LOST: frozenset(),
+        InstanceState.NOT_STARTED: frozenset(),
+    },
+)
+
+LIVE_INSTANCE = frozenset({InstanceState.RECORDED, InstanceState.RUNNING})
+"""Instance states whose task may still run."""
 
 
 class StopReason(StrEnum):

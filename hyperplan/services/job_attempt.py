@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hyperplan.core.jobs import AttemptState
 from hyperplan.objects.storage import Storage
 from hyperplan.services import bucket_rights, job_records
 from hyperplan.services.context import ServiceContext
@@ -25,7 +26,7 @@ class Attempt:
         return self.request.instance(host, self.job.segment_end, interpreter)
 
 
-def read_attempt(runtime: ServiceContext, job_id: int, attempt: int, state: str) -> Attempt | None:
+def read_attempt(runtime: ServiceContext, job_id: int, attempt: int, state: AttemptState) -> Attempt | None:
     with runtime.db.read() as session:
         job = session.get(TrainingJob, job_id)
         if job is None or job.attempt != attempt or job.attempt_state != state:

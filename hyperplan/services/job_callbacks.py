@@ -9,12 +9,18 @@ from datetime import datetime
 
 from sqlalchemy.orm import Session
 
-from hyperplan.core.jobs import FINAL_FOR_STOP, RUNNING, Secondary, StopReason
+from hyperplan.core.jobs import FINAL_FOR_STOP, RUNNING, AttemptState, InstanceState, Secondary, StopReason
 from hyperplan.services import capacity_claims, metering
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_clocks import max_runtime
 from hyperplan.services.job_queue import schedule_plan
-from hyperplan.services.job_records import FAILURE_REASON_MAX, consumer, request_of, settings_of
+from hyperplan.services.job_records import (
+    FAILURE_REASON_MAX,
+    consumer,
+    move_attempt,
+    request_of,
+    settings_of,
+)
 from hyperplan.services.job_status import move, note, terminate_instances
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import TrainingJob, TrainingJobInstance, TrainingPlan
@@ -44,13 +50,13 @@ def tasks_ended(
     tasks ended decides whether the job uploads its model or fails. The runner then stores the last
     checkpoints (and the model) and calls :func:`attempt_ended`."""
     now = runtime.clock.now()
-    job.attempt_state = "ending"
+    move_attempt(job, AttemptState.ENDING)
     capacity_claims.give_back(session, consumer(job), now)
     if job.plan_id is None:  # on-demand instances given back: no later hour is metered
         metering.stop(session, metering.job_holder(job), now)
     current = Secondary(job.secondary_status)
     if current in RUNNING and not job.stop_reason:
-        bad = [i for i in instances if i.state != "Exited" or i.exit_code != 0]
+        bad = [i for i in instances if i.state != InstanceState.EXITED or i.exit_code != 0]
         if bad:
             job.stop_reason = StopReason.FAILED
             job.failure_reason = failure_reason(bad[0])
@@ -75,7 +81,7 @@ def attempt_ended(
     """The runner is done with an attempt (its checkpoints and model are stored, or it never ran): the job
     takes its final status, or waits for the next segment."""
     now = runtime.clock.now()
-    job.attempt_state = "ended"
+    move_attempt(job, AttemptState.ENDED)
     capacity_claims.give_back(session, consumer(job), now)
     if job.plan_id is None:
         metering.stop(session, metering.job_holder(job), now)
@@ -127,11 +133,11 @@ def failure_reason(instance: TrainingJobInstance) -> str:
     code (an exit code, a signal), ``InternalServerError:`` for the platform. An instance the back end
     lost (its machine failed, as Slurm's NODE_FAIL; its process ended with nothing watching it; the back
     end no longer has it) is the platform's failure, not the training code's."""
-    if instance.state == "Exited":
+    if instance.state == InstanceState.EXITED:
         what = f"exited with code {instance.exit_code}"
-    elif instance.state == "Killed":
+    elif instance.state == InstanceState.KILLED:
         what = "was killed by a signal"
-    elif instance.state == "NotStarted":
+    elif instance.state == InstanceState.NOT_STARTED:
         what = "was not started"
     else:
         return _with_detail(f"InternalServerError: instance {instance.host} was lost", instance)

@@ -9,12 +9,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from hyperplan.core.jobs import Secondary
+from hyperplan.core.jobs import LIVE_INSTANCE, AttemptState, InstanceState, Secondary
 from hyperplan.objects.uris import BucketAccessError, StorageError
 from hyperplan.services import job_callbacks, refused_transfers
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_attempt import read_attempt, storage_of
-from hyperplan.services.job_records import LIVE_INSTANCE
 from hyperplan.store.schema import TrainingJob
 from hyperplan.training.contract import Layout
 from hyperplan.training.workspace import pack_model, sync_checkpoints
@@ -23,12 +22,12 @@ log = logging.getLogger(__name__)
 
 
 def sync(runtime: ServiceContext, job_id: int, attempt: int) -> None:
-    current = read_attempt(runtime, job_id, attempt, "running")
+    current = read_attempt(runtime, job_id, attempt, AttemptState.RUNNING)
     if current is None:
         return
     storage = storage_of(runtime, current.job.account_id)
     with runtime.job_locks.store_lock(job_id):
-        if read_attempt(runtime, job_id, attempt, "running") is None:
+        if read_attempt(runtime, job_id, attempt, AttemptState.RUNNING) is None:
             return  # the attempt ended while this waited: its final store has been made
         for instance in current.instances:
             if instance.state in LIVE_INSTANCE:
@@ -43,14 +42,14 @@ def sync(runtime: ServiceContext, job_id: int, attempt: int) -> None:
 
 def finish(runtime: ServiceContext, job_id: int, attempt: int) -> None:
     """Store the attempt's last checkpoints and, when wanted, its model; then settle the job."""
-    current = read_attempt(runtime, job_id, attempt, "ending")
+    current = read_attempt(runtime, job_id, attempt, AttemptState.ENDING)
     if current is None:
         return
     storage = storage_of(runtime, current.job.account_id)
     model_uri = error = None
     with runtime.job_locks.store_lock(job_id):
         for instance in current.instances:
-            if instance.state == "NotStarted":
+            if instance.state == InstanceState.NOT_STARTED:
                 continue
             try:
                 sync_checkpoints(Path(instance.root), current.instance_spec(instance.host), storage)
@@ -65,7 +64,7 @@ def finish(runtime: ServiceContext, job_id: int, attempt: int) -> None:
                 error = f"ClientError: the model could not be stored: {exc}"
     with runtime.db.write() as session:
         job = session.get(TrainingJob, job_id)
-        if job is None or job.attempt != attempt or job.attempt_state != "ending":
+        if job is None or job.attempt != attempt or job.attempt_state != AttemptState.ENDING:
             return
         job_callbacks.attempt_ended(session, runtime, job, model_uri, error)
 

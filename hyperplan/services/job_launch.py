@@ -12,12 +12,11 @@ from sqlalchemy.orm import Session
 
 from hyperplan import metrics
 from hyperplan.backends.base import BackendError, TaskSpec, UnknownResource
-from hyperplan.core.jobs import RUNNING, Secondary
+from hyperplan.core.jobs import LIVE_INSTANCE, RUNNING, AttemptState, InstanceState, Secondary
 from hyperplan.objects.uris import StorageError
 from hyperplan.services import job_callbacks, job_records, job_status, slurm_placement, tenancy
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_attempt import read_attempt, storage_of
-from hyperplan.services.job_records import LIVE_INSTANCE
 from hyperplan.services.job_request import TrainingJobSpec
 from hyperplan.store.schema import TrainingJob
 from hyperplan.training.contract import NoCommand, UnsupportedInput
@@ -30,7 +29,7 @@ def _wants_instances(runtime: ServiceContext, job_id: int, attempt: int) -> bool
         return (
             job is not None
             and job.attempt == attempt
-            and job.attempt_state == "launching"
+            and job.attempt_state == AttemptState.LAUNCHING
             and job.secondary_status == Secondary.DOWNLOADING
             and not job.stop_reason
         )
@@ -45,7 +44,7 @@ def _known(runtime: ServiceContext, task_id: str) -> bool:
 
 
 def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
-    current = read_attempt(runtime, job_id, attempt, "launching")
+    current = read_attempt(runtime, job_id, attempt, AttemptState.LAUNCHING)
     if current is None:
         return
     storage = storage_of(runtime, current.job.account_id)
@@ -118,13 +117,13 @@ def _launched(runtime: ServiceContext, job_id: int, attempt: int) -> None:
     where = "on loopback" if runtime.slurm is None else "as one Slurm job"
     with runtime.db.write() as session:
         job = session.get(TrainingJob, job_id)
-        if job is None or job.attempt != attempt or job.attempt_state != "launching":
+        if job is None or job.attempt != attempt or job.attempt_state != AttemptState.LAUNCHING:
             return
         started = _mark_unstarted(session, job_id, attempt, known)
         if not started:
             job_callbacks.attempt_ended(session, runtime, job, None, None)
             return
-        job.attempt_state = "running"
+        job_records.move_attempt(job, AttemptState.RUNNING)
         if job.secondary_status == Secondary.DOWNLOADING and not job.stop_reason:
             job_status.move(
                 session,
@@ -154,7 +153,8 @@ def _mark_unstarted(session: Session, job_id: int, attempt: int, known: set[str]
         if instance.task_id in known:
             started += 1
         else:
-            instance.state, instance.message = "NotStarted", "the attempt ended before it was started"
+            job_records.move_instance(instance, InstanceState.NOT_STARTED)
+            instance.message = "the attempt ended before it was started"
     return started
 
 
@@ -163,7 +163,7 @@ def _launch_failed(runtime: ServiceContext, job_id: int, attempt: int, reason: s
     known = _known_tasks(runtime, job_id, attempt)
     with runtime.db.write() as session:
         job = session.get(TrainingJob, job_id)
-        if job is None or job.attempt != attempt or job.attempt_state != "launching":
+        if job is None or job.attempt != attempt or job.attempt_state != AttemptState.LAUNCHING:
             return
         if not job.stop_reason and Secondary(job.secondary_status) in RUNNING:
             job.stop_reason, job.failure_reason = "failed", reason[: job_records.FAILURE_REASON_MAX]
@@ -171,7 +171,7 @@ def _launch_failed(runtime: ServiceContext, job_id: int, attempt: int, reason: s
         if not started:
             job_callbacks.attempt_ended(session, runtime, job, None, reason)
             return
-        job.attempt_state = "running"
+        job_records.move_attempt(job, AttemptState.RUNNING)
         job_status.terminate_instances(session, runtime, job, runtime.job_settings.reclaim_grace)
 
 

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from hyperplan.backends.base import LogStream, TaskRef, TimedLine, TimedLines, UnknownResource
-from hyperplan.core.jobs import FINAL, Secondary
+from hyperplan.core.jobs import BETWEEN_ATTEMPTS, FINAL, Secondary
 from hyperplan.core.page_bytes import MAX_PAGE_BYTES, PageBytes, utf8_bytes
 from hyperplan.errors import ValidationError
 from hyperplan.services import job_records
@@ -41,7 +41,7 @@ def read_logs(
     with runtime.db.read() as session:
         job = job_records.get(session, runtime, caller, name)
         tasks = {i.attempt: i.task_id for i in job_records.instances_of(session, job.id) if i.host == host}
-        final = Secondary(job.secondary_status) in FINAL and job.attempt_state in ("", "ended")
+        final = Secondary(job.secondary_status) in FINAL and job.attempt_state in BETWEEN_ATTEMPTS
     _check_host(host, job.instance_count)
     attempts = sorted(tasks)
     attempt, offset = position or (attempts[0] if attempts else 1, 0)
@@ -84,7 +84,7 @@ def read_timed_logs(
     with runtime.db.read() as session:
         job = job_records.get(session, runtime, caller, name)
         tasks = {i.attempt: i.task_id for i in job_records.instances_of(session, job.id) if i.host == host}
-        final = Secondary(job.secondary_status) in FINAL and job.attempt_state in ("", "ended")
+        final = Secondary(job.secondary_status) in FINAL and job.attempt_state in BETWEEN_ATTEMPTS
     _check_host(host, job.instance_count)
     attempts = sorted(tasks)
     attempt, offset = position or (attempts[0] if attempts else 1, 0)

@@ -9,12 +9,19 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hyperplan import metrics
-from hyperplan.core.jobs import TARGET, WAITING, Secondary, select_to_start
+from hyperplan.core.jobs import BETWEEN_ATTEMPTS, TARGET, WAITING, InstanceState, Secondary, select_to_start
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.services import capacity_claims, drain_state, metering
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_clocks import windows_of
-from hyperplan.services.job_records import consumer, instance_root, plan_name_of, request_of, when
+from hyperplan.services.job_records import (
+    begin_attempt,
+    consumer,
+    instance_root,
+    plan_name_of,
+    request_of,
+    when,
+)
 from hyperplan.services.job_status import move, note
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import ReservedCapacity, TrainingJob, TrainingJobInstance, TrainingPlan
@@ -57,7 +64,7 @@ def schedule_plan(session: Session, runtime: ServiceContext, plan: TrainingPlan,
     if draining:
         started = set()  # a drained fleet starts nothing (services/drain_state.py); resume serves the queue
     for job in waiting:
-        if job.attempt_state not in ("", "ended"):
+        if job.attempt_state not in BETWEEN_ATTEMPTS:
             continue  # draining: placed once its last attempt has ended
         if job.id in started:
             place(session, runtime, job, segment, now)
@@ -120,8 +127,7 @@ def place(
             (now - job.pending_since).total_seconds() if job.pending_since else 0.0
         )
         after_commit(session, lambda: metrics.JOB_PENDING.observe(max(waited, 0.0)))
-    job.attempt += 1
-    job.attempt_state = "launching"
+    begin_attempt(job)
     if segment is None:  # on-demand: metered while it holds its instances (services/metering.py)
         assert job.availability_zone is not None
         pool = metering.pool_of(runtime, job.instance_type, job.availability_zone)
@@ -138,7 +144,7 @@ def place(
                 host=host,
                 task_id=f"job-{job.id}-a{job.attempt}-{host}",
                 root=str(instance_root(runtime, job, job.attempt, host)),
-                state="Recorded",
+                state=InstanceState.RECORDED,
             )
         )
     where = (

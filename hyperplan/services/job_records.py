@@ -9,6 +9,14 @@ from pathlib import Path
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from hyperplan.core.jobs import (
+    ATTEMPT_LIFECYCLE,
+    BETWEEN_ATTEMPTS,
+    INSTANCE_LIFECYCLE,
+    AttemptState,
+    InstanceState,
+)
+from hyperplan.core.status import IllegalTransition
 from hyperplan.errors import ResourceNotFound
 from hyperplan.services.accounts import Caller
 from hyperplan.services.context import ServiceContext
@@ -20,9 +28,25 @@ from hyperplan.training.contract import JobSpec
 FAILURE_REASON_MAX = 1024
 
 
-# Instance states: Recorded (the task id is known, the task may not be started yet), Running, and the
-# back end's final ones (Exited, Killed, Lost), or NotStarted when the attempt ended before it ran.
-LIVE_INSTANCE = ("Recorded", "Running")
+def move_attempt(job: TrainingJob, new: AttemptState) -> None:
+    """The one write of an attempt's state: a move its lifecycle lists (core/jobs.py), or
+    IllegalTransition."""
+    ATTEMPT_LIFECYCLE.check(AttemptState(job.attempt_state), new)
+    job.attempt_state = new
+
+
+def begin_attempt(job: TrainingJob) -> None:
+    """The job's next attempt, launching: only between attempts (none yet, or the last one ended)."""
+    if job.attempt_state not in BETWEEN_ATTEMPTS:
+        raise IllegalTransition(f"a training job cannot begin an attempt while one is {job.attempt_state}")
+    job.attempt += 1
+    job.attempt_state = ATTEMPT_LIFECYCLE.initial
+
+
+def move_instance(instance: TrainingJobInstance, new: InstanceState) -> None:
+    """The one write of an instance's state: a move its lifecycle lists, or IllegalTransition."""
+    INSTANCE_LIFECYCLE.check(InstanceState(instance.state), new)
+    instance.state = new
 
 
 def settings_of(runtime: ServiceContext) -> JobSettings:

@@ -44,7 +44,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from sqlalchemy import select
 
-from hyperplan.core.jobs import FINAL, Secondary
+from hyperplan.core.jobs import BETWEEN_ATTEMPTS, FINAL, AttemptState, Secondary
 from hyperplan.services import job_records
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_finish import finish, sync
@@ -98,7 +98,7 @@ class JobRunner:
         self._forget_ended()
         with self.runtime.db.read() as session:
             running = session.scalar(
-                select(TrainingJob.id).where(TrainingJob.attempt_state == "running").limit(1)
+                select(TrainingJob.id).where(TrainingJob.attempt_state == AttemptState.RUNNING).limit(1)
             )
         if running is None:
             return next_sync
@@ -112,11 +112,13 @@ class JobRunner:
             pending = [
                 (job.id, job.attempt, job.attempt_state)
                 for job in session.scalars(
-                    select(TrainingJob).where(TrainingJob.attempt_state.in_(("launching", "ending")))
+                    select(TrainingJob).where(
+                        TrainingJob.attempt_state.in_((AttemptState.LAUNCHING, AttemptState.ENDING))
+                    )
                 )
             ]
         for job_id, attempt, state in pending:
-            if state == "launching":
+            if state == AttemptState.LAUNCHING:
                 self._submit(job_id, "launch", launch, attempt)
             else:
                 self._submit(job_id, "finish", finish, attempt)
@@ -167,7 +169,7 @@ class JobRunner:
         live = {
             job_id
             for job_id, status, state in rows
-            if Secondary(status) not in FINAL or state not in ("", "ended")
+            if Secondary(status) not in FINAL or state not in BETWEEN_ATTEMPTS
         }
         ended = tracked - live
         self.runtime.job_locks.forget(ended)

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hyperplan.backends.base import BackendError, TaskRef
-from hyperplan.core.jobs import FINAL, JOB_LIFECYCLE, PRIMARY, RUNNING, Secondary, StopReason
+from hyperplan.core.jobs import FINAL, JOB_LIFECYCLE, LIVE_INSTANCE, PRIMARY, RUNNING, Secondary, StopReason
 from hyperplan.services import capacity_claims, status
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_clocks import (
@@ -24,7 +24,7 @@ from hyperplan.services.job_clocks import (
     plan_pending_limits,
     plan_runtime_limit,
 )
-from hyperplan.services.job_records import LIVE_INSTANCE, consumer, instances_of
+from hyperplan.services.job_records import consumer, instances_of
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import TrainingJob, TrainingJobTransition
 

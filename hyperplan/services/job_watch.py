@@ -12,9 +12,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hyperplan.backends.base import AdoptReport, TaskRef, UnknownResource
+from hyperplan.core.jobs import LIVE_INSTANCE, AttemptState, InstanceState
 from hyperplan.services import job_callbacks, job_records
 from hyperplan.services.context import ServiceContext
-from hyperplan.services.job_records import LIVE_INSTANCE
 from hyperplan.store.schema import TrainingJob, TrainingJobInstance
 from hyperplan.training.workspace import read_failure
 
@@ -24,7 +24,7 @@ FAILURE_FILE_LIMIT = 4096
 @dataclass(frozen=True)
 class _Seen:
     instance_id: int
-    state: str
+    state: InstanceState
     exit_code: int | None
     message: str
 
@@ -33,7 +33,9 @@ def watch(runtime: ServiceContext) -> int:
     """One pass: the back end's state of every live task of a running attempt into the store; returns how
     many changed."""
     with runtime.db.read() as session:
-        running = list(session.scalars(select(TrainingJob).where(TrainingJob.attempt_state == "running")))
+        running = list(
+            session.scalars(select(TrainingJob).where(TrainingJob.attempt_state == AttemptState.RUNNING))
+        )
         attempts = {job.id: job_records.instances_of(session, job.id, job.attempt) for job in running}
     seen: list[_Seen] = []
     settle: list[int] = []
@@ -58,12 +60,12 @@ def _look(runtime: ServiceContext, instance: TrainingJobInstance) -> _Seen | Non
     try:
         status = runtime.backend.task_status(instance.task_id)
     except UnknownResource:
-        return _Seen(instance.id, "Lost", None, "the back end has no such task")
+        return _Seen(instance.id, InstanceState.LOST, None, "the back end has no such task")
     if status.state.is_final():
         message = _failure_file(Path(instance.root)) or status.message
-        return _Seen(instance.id, status.state.value, status.exit_code, message)
-    if status.state.value == "Running" and instance.state != "Running":
-        return _Seen(instance.id, "Running", None, "")
+        return _Seen(instance.id, InstanceState(status.state.value), status.exit_code, message)
+    if status.state.value == InstanceState.RUNNING and instance.state != InstanceState.RUNNING:
+        return _Seen(instance.id, InstanceState.RUNNING, None, "")
     return None
 
 
@@ -83,11 +85,14 @@ def _apply(runtime: ServiceContext, seen: list[_Seen]) -> None:
             instance = session.get(TrainingJobInstance, change.instance_id)
             if instance is None or instance.state not in LIVE_INSTANCE:
                 continue
-            instance.state, instance.exit_code = change.state, change.exit_code
-            if change.state != "Running":
+            job_records.move_instance(instance, change.state)
+            instance.exit_code = change.exit_code
+            if change.state != InstanceState.RUNNING:
                 instance.message, instance.ended_at = change.message, now
             touched.add(instance.job_id)
-        for job in session.scalars(select(TrainingJob).where(TrainingJob.attempt_state == "running")):
+        for job in session.scalars(
+            select(TrainingJob).where(TrainingJob.attempt_state == AttemptState.RUNNING)
+        ):
             _settle(runtime, session, job)
 
 
@@ -96,13 +101,13 @@ def _settle(runtime: ServiceContext, session: Session, job: TrainingJob) -> None
     live = [i for i in instances if i.state in LIVE_INSTANCE]
     if not live:
         job_callbacks.tasks_ended(
-            session, runtime, job, [i for i in instances if i.state != "NotStarted"] or instances
+            session, runtime, job, [i for i in instances if i.state != InstanceState.NOT_STARTED] or instances
         )
         return
     failed = [
         i
         for i in instances
-        if i.state not in LIVE_INSTANCE and not (i.state == "Exited" and i.exit_code == 0)
+        if i.state not in LIVE_INSTANCE and not (i.state == InstanceState.EXITED and i.exit_code == 0)
     ]
     if failed:
         job_callbacks.instance_failed(session, runtime, job, failed[0])
@@ -128,7 +133,8 @@ def settle_adoption(runtime: ServiceContext, report: AdoptReport) -> None:
             job = session.get(TrainingJob, instance.job_id)
             if instance.state not in LIVE_INSTANCE or job is None:
                 continue
-            if job.attempt_state == "launching" and job.attempt == instance.attempt:
+            if job.attempt_state == AttemptState.LAUNCHING and job.attempt == instance.attempt:
                 continue
-            instance.state, instance.ended_at = "Lost", now
+            job_records.move_instance(instance, InstanceState.LOST)
+            instance.ended_at = now
             instance.message = "the back end did not have it after the server restarted"

@@ -62,6 +62,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.backends.base import EXPIRATION_VARIABLE
 from hyperplan.core.jobs import (
+    BETWEEN_ATTEMPTS,
     FINAL,
     RUNNING,
     TARGET,
@@ -267,7 +268,7 @@ def reconcile_plan(session: Session, runtime: ServiceContext, plan_id: int, now:
             message = waiting_message(session, runtime, plan, None, 0, job, now)
             if current == Secondary.STARTING:
                 move(session, runtime, job, Secondary.PENDING, message, now)
-            elif job.attempt_state in ("", "ended") and job.attempt == 0:
+            elif job.attempt_state in BETWEEN_ATTEMPTS and job.attempt == 0:
                 note(session, job, message, now)
 
 

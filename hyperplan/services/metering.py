@@ -25,12 +25,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hyperplan.core.fleet import Pool
+from hyperplan.core.jobs import HOLDING
 from hyperplan.core.metering import HOUR, hour_start, hours_started
 from hyperplan.errors import ResourceLimitExceeded
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
 from hyperplan.services.accounts import get_account
 from hyperplan.services.context import ServiceContext
-from hyperplan.services.on_demand import JOB_HOLDING, NODE_GONE
+from hyperplan.services.on_demand import NODE_GONE
 from hyperplan.services.payments import currency_places
 from hyperplan.store.schema import Account, ClusterNode, LedgerEntry, OnDemandMeter, TrainingJob
 
@@ -145,7 +146,7 @@ def _still_holding(session: Session, meter: OnDemandMeter) -> bool:
         return node is not None and node.status != NODE_GONE
     job_id, _, attempt = rest.partition(":")
     job = session.get(TrainingJob, int(job_id))
-    return job is not None and job.attempt == int(attempt) and job.attempt_state in JOB_HOLDING
+    return job is not None and job.attempt == int(attempt) and job.attempt_state in HOLDING
 
 
 def _catch_up(session: Session, meter: OnDemandMeter, now: datetime) -> None:

@@ -12,11 +12,11 @@ from sqlalchemy import ColumnElement, func, select, true
 from sqlalchemy.orm import Session
 
 from hyperplan.core.fleet import Pool
+from hyperplan.core.jobs import HOLDING
 from hyperplan.core.status import ClusterStatus, NodeStatus
 from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, TrainingJob
 
 NODE_GONE = NodeStatus.TERMINATED
-JOB_HOLDING = ("launching", "running")  # attempt states in which a job's instances are in use
 
 
 def used_by_groups(session: Session, pool: Pool, exclude_group: int | None = None) -> int:
@@ -73,7 +73,7 @@ def _held_by_groups(
 def used_by_jobs(session: Session, pool: Pool) -> int:
     query = select(func.coalesce(func.sum(TrainingJob.instance_count), 0)).where(
         TrainingJob.plan_id.is_(None),
-        TrainingJob.attempt_state.in_(JOB_HOLDING),
+        TrainingJob.attempt_state.in_(HOLDING),
         TrainingJob.availability_zone == pool.availability_zone,
         TrainingJob.instance_type == pool.instance_type,
     )
@@ -104,7 +104,7 @@ def held_by_account(
         select(func.coalesce(func.sum(TrainingJob.instance_count), 0)).where(
             TrainingJob.account_id == account_id,
             TrainingJob.plan_id.is_(None),
-            TrainingJob.attempt_state.in_(JOB_HOLDING),
+            TrainingJob.attempt_state.in_(HOLDING),
             TrainingJob.instance_type == instance_type,
         )
     )

@@ -8,7 +8,7 @@ as its FailureReason, and its instances are stopped.
 
 from __future__ import annotations
 
-from hyperplan.core.jobs import RUNNING, Secondary, StopReason
+from hyperplan.core.jobs import RUNNING, AttemptState, Secondary, StopReason
 from hyperplan.services import job_records, job_status
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import TrainingJob
@@ -18,7 +18,12 @@ def fail_job(runtime: ServiceContext, job_id: int, attempt: int, reason: str) ->
     """The running attempt fails with `reason`; its instances get SIGTERM (the watcher settles the job)."""
     with runtime.db.write() as session:
         job = session.get(TrainingJob, job_id)
-        if job is None or job.attempt != attempt or job.attempt_state != "running" or job.stop_reason:
+        if (
+            job is None
+            or job.attempt != attempt
+            or job.attempt_state != AttemptState.RUNNING
+            or job.stop_reason
+        ):
             return
         if Secondary(job.secondary_status) not in RUNNING:
             return

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 
 from hyperplan.backends.base import NodeRef, TaskRef
-from hyperplan.core.jobs import JobStatus
+from hyperplan.core.jobs import BETWEEN_ATTEMPTS, JobStatus
 from hyperplan.core.status import NodeStatus
 from hyperplan.services.context import ServiceContext
 from hyperplan.store import settings as stored
@@ -56,7 +56,7 @@ def run_once(runtime: ServiceContext) -> Pass:
             return Pass(0, 0)
         jobs = select(TrainingJob).where(
             TrainingJob.status.in_([s.value for s in ENDED_JOBS]),
-            TrainingJob.attempt_state.in_(("", "ended")),
+            TrainingJob.attempt_state.in_(BETWEEN_ATTEMPTS),
             TrainingJob.updated_at <= cutoff,
         )
         if since is not None:

@@ -322,8 +322,7 @@ class TrainingJob(Base):
     """A training job: on a plan's capacity (queued until it has room) or on the pool's on-demand capacity.
 
     `attempt` counts the runs it was given (one per segment it ran in); `attempt_state` says where the
-    current one is: "" (never run), "launching" (instances being prepared and started), "running" (their
-    tasks are the back end's), "ending" (all tasks ended; checkpoints and model being stored), "ended".
+    current one is ("" before the first; core/jobs.py AttemptState and its lifecycle).
     Pending and running time are kept as closed seconds plus the start of the open stretch.
     """
 

@@ -14,7 +14,7 @@ from typing import Any
 import botocore.session
 import pytest
 
-from hyperplan.core.jobs import JOB_LIFECYCLE
+from hyperplan.core.jobs import ATTEMPT_LIFECYCLE, INSTANCE_LIFECYCLE, JOB_LIFECYCLE
 from hyperplan.core.lifecycle import FINAL, PLAN_LIFECYCLE, RESERVED_CAPACITY_LIFECYCLE, PlanStatus
 from hyperplan.core.status import (
     CLUSTER_LIFECYCLE,
@@ -31,6 +31,8 @@ MACHINES: list[Lifecycle[Any]] = [
     PLAN_LIFECYCLE,
     RESERVED_CAPACITY_LIFECYCLE,
     JOB_LIFECYCLE,
+    ATTEMPT_LIFECYCLE,
+    INSTANCE_LIFECYCLE,
     CLUSTER_LIFECYCLE,
     NODE_LIFECYCLE,
     INVOICE_LIFECYCLE,
@@ -73,6 +75,25 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
         "Stopped": set(),
         "Interrupted": set(),
         "MaxRuntimeExceeded": set(),
+    },
+    # services/jobs.py: an attempt is launched (its tasks handed to the back end), runs while the watcher
+    # follows them, ends (checkpoints and model stored) and is over; one none of whose tasks could start is
+    # over at once. The next attempt is a new one.
+    "training-job-attempt": {
+        "launching": {"running", "ended"},
+        "running": {"ending"},
+        "ending": {"ended"},
+        "ended": set(),
+    },
+    # An instance is recorded, then as its back-end task goes (backends/base.py TaskState: Running, then
+    # Exited, Killed or Lost), or NotStarted when its attempt ended before the back end had it.
+    "training-job-instance": {
+        "Recorded": {"Running", "Exited", "Killed", "Lost", "NotStarted"},
+        "Running": {"Exited", "Killed", "Lost"},
+        "Exited": set(),
+        "Killed": set(),
+        "Lost": set(),
+        "NotStarted": set(),
     },
     "cluster": {"InService": {"Deleting"}, "Deleting": set()},  # Deleting until its last node is gone
     # A node follows its back end (docs/ARCHITECTURE.md): a live one may fail or end; ShuttingDown only ends.
