@@ -55,11 +55,10 @@ from hyperplan.services import (
     slurm_reservations,
     work_root,
 )
-from hyperplan.services.context import ServiceContext, Settings, Wakes
+from hyperplan.services.context import LifecycleContext, ServiceContext, Settings, Wakes
 from hyperplan.services.job_runner import JobRunner
 from hyperplan.services.job_work import JobLocks, JobSettings
 from hyperplan.services.key_cache import KeyCache
-from hyperplan.services.lifecycle import LifecycleContext
 from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.services.node_watcher import NodeWatcher
 from hyperplan.services.rate_limiter import RateLimiter, SharedBuckets

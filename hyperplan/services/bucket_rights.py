@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import shutil
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,11 +49,8 @@ from hyperplan.objects.storage import Storage
 from hyperplan.objects.uris import SCHEME, TEMP_PREFIX, BucketAccessError, parse_s3_uri
 from hyperplan.services import accounts, audit
 from hyperplan.services.accounts import Caller
-from hyperplan.services.cluster_request import InstanceGroupSpec
 from hyperplan.services.context import ServiceContext
-from hyperplan.services.job_request import TrainingJobSpec
 from hyperplan.store.schema import Account, BucketGrant, BucketOwner, Cluster
-from hyperplan.training.contract import script_mode
 
 Use = tuple[str, str, Right]
 """(the request member that names it, the URI, what the request does with it)."""
@@ -102,31 +99,6 @@ def _owners(session: Session, runtime: ServiceContext) -> dict[str, frozenset[st
 
 
 # -- create time --------------------------------------------------------------------------------------
-
-
-def job_uses(request: TrainingJobSpec) -> list[Use]:
-    """The URIs of a CreateTrainingJob request and the right each needs."""
-    uses: list[Use] = [
-        (f"InputDataConfig[{index}].DataSource.S3DataSource.S3Uri", channel.uri, Right.READ)
-        for index, channel in enumerate(request.channels)
-    ]
-    uses.append(("OutputDataConfig.S3OutputPath", request.output_path, Right.WRITE))
-    if request.checkpoint_uri:
-        uses.append(("CheckpointConfig.S3Uri", request.checkpoint_uri, Right.WRITE))  # read and write
-    script = script_mode(request.hyperparameters)
-    if script is not None and script.submit_directory.startswith(SCHEME):
-        uses.append(("HyperParameters.sagemaker_submit_directory", script.submit_directory, Right.READ))
-    return uses
-
-
-def cluster_uses(groups: Sequence[InstanceGroupSpec], where: str = "InstanceGroups") -> list[Use]:
-    """The lifecycle-script sources of a CreateCluster or UpdateCluster request's groups: read."""
-    uses: list[Use] = []
-    for index, group in enumerate(groups):
-        source = group.lifecycle.source_uri
-        if source:
-            uses.append((f"{where}[{index}].LifeCycleConfig.SourceS3Uri", source, Right.READ))
-    return uses
 
 
 def require(session: Session, runtime: ServiceContext, caller: Caller, uses: Iterable[Use]) -> None:

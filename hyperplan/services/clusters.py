@@ -23,6 +23,7 @@ from collections.abc import Iterable, Sequence
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from hyperplan.core.bucket_rights import Right
 from hyperplan.core.clusters import check_lifecycle_script
 from hyperplan.core.status import CLUSTER_LIFECYCLE, ClusterStatus, NodeStatus
 from hyperplan.errors import Conflict, ResourceInUse, ValidationError
@@ -67,7 +68,7 @@ def create(runtime: ServiceContext, caller: Caller, request: ClusterSpec) -> str
         _check_lifecycle_scripts(groups, "InstanceGroups")
         for index, spec in enumerate(groups):
             add_group(session, runtime, caller, cluster, spec, f"InstanceGroups[{index}]", now)
-        bucket_rights.require(session, runtime, caller, bucket_rights.cluster_uses(groups))
+        bucket_rights.require(session, runtime, caller, cluster_uses(groups))
         session.flush()
         reconcile(session, runtime, groups_of(session, cluster), now, actions)
         after_commit(session, lambda: run_actions(runtime, actions))
@@ -105,7 +106,7 @@ def update(runtime: ServiceContext, caller: Caller, request: ClusterUpdate) -> s
             else:
                 change_group(session, runtime, caller, cluster, group, spec, where)
                 touched.append(group)
-        bucket_rights.require(session, runtime, caller, bucket_rights.cluster_uses(specs))
+        bucket_rights.require(session, runtime, caller, cluster_uses(specs))
         for name in doomed:
             remove_group(session, existing[name], actions, now)
         session.flush()
@@ -166,6 +167,18 @@ def delete_nodes(
         reconcile(session, runtime, groups_of(session, cluster), now, actions)
         after_commit(session, lambda: run_actions(runtime, actions))
     return done, failed
+
+
+def cluster_uses(
+    groups: Sequence[InstanceGroupSpec], where: str = "InstanceGroups"
+) -> list[bucket_rights.Use]:
+    """The lifecycle-script sources of a CreateCluster or UpdateCluster request's groups: read."""
+    uses: list[bucket_rights.Use] = []
+    for index, group in enumerate(groups):
+        source = group.lifecycle.source_uri
+        if source:
+            uses.append((f"{where}[{index}].LifeCycleConfig.SourceS3Uri", source, Right.READ))
+    return uses
 
 
 def _check_in_service(cluster: Cluster) -> None:

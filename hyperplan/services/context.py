@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
+
+from sqlalchemy.orm import Session
 
 from hyperplan.backends.base import Backend
 from hyperplan.clock import Clock
@@ -20,7 +22,6 @@ from hyperplan.services.console_sessions import ConsoleSessions
 from hyperplan.services.exec_slots import ExecSlots
 from hyperplan.services.job_work import JobLocks, JobSettings
 from hyperplan.services.key_cache import KeyCache
-from hyperplan.services.lifecycle import LifecycleContext
 from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.services.rate_limiter import RateLimiter
 from hyperplan.services.shared_state import SharedState
@@ -28,6 +29,35 @@ from hyperplan.services.slurm_state import SlurmState
 from hyperplan.store.db import Database
 from hyperplan.store.master_key import SecretBox
 from hyperplan.worker import LocalWake, Wake
+
+
+@dataclass(frozen=True)
+class Policies:
+    """The settings the lifecycle of one plan follows (from the fleet file)."""
+
+    reclaim_lead: timedelta
+    start_reminder: timedelta
+    reclaim_reminder: timedelta
+
+
+@dataclass(frozen=True)
+class LifecycleContext:
+    """What lifecycle changes need besides the session: the live calendar and the fleet's settings."""
+
+    calendar: LiveCalendar
+    fleet: Fleet
+    # Consumers (cluster groups, jobs) follow a plan: called in the transaction of every change to it.
+    consumers: tuple[Callable[[Session, int, datetime], None], ...] = ()
+
+    def plan_changed(self, session: Session, plan_id: int, now: datetime) -> None:
+        for follow in self.consumers:
+            follow(session, plan_id, now)
+
+    def policies(self, target: str) -> Policies:
+        notes = self.fleet.notifications
+        return Policies(
+            self.fleet.policy.reclaim_lead_for(target), notes.start_reminder, notes.reclaim_reminder
+        )
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hyperplan.backends.base import EXPIRATION_VARIABLE
+from hyperplan.core.bucket_rights import Right
 from hyperplan.core.jobs import (
     BETWEEN_ATTEMPTS,
     FINAL,
@@ -75,6 +76,7 @@ from hyperplan.core.jobs import (
     has_capacity_left,
 )
 from hyperplan.errors import ResourceInUse, ResourceLimitExceeded, ValidationError
+from hyperplan.objects.uris import SCHEME
 from hyperplan.services import (
     bucket_rights,
     capacity_claims,
@@ -101,6 +103,22 @@ from hyperplan.services.job_records import (
 from hyperplan.services.job_request import TrainingJobSpec
 from hyperplan.services.job_status import begin_stop, move, note, open_transition, terminate_instances
 from hyperplan.store.schema import ReservedCapacity, TrainingJob, TrainingPlan
+from hyperplan.training.contract import script_mode
+
+
+def job_uses(request: TrainingJobSpec) -> list[bucket_rights.Use]:
+    """The URIs of a CreateTrainingJob request and the right each needs."""
+    uses: list[bucket_rights.Use] = [
+        (f"InputDataConfig[{index}].DataSource.S3DataSource.S3Uri", channel.uri, Right.READ)
+        for index, channel in enumerate(request.channels)
+    ]
+    uses.append(("OutputDataConfig.S3OutputPath", request.output_path, Right.WRITE))
+    if request.checkpoint_uri:
+        uses.append(("CheckpointConfig.S3Uri", request.checkpoint_uri, Right.WRITE))  # read and write
+    script = script_mode(request.hyperparameters)
+    if script is not None and script.submit_directory.startswith(SCHEME):
+        uses.append(("HyperParameters.sagemaker_submit_directory", script.submit_directory, Right.READ))
+    return uses
 
 
 def create(runtime: ServiceContext, caller: Caller, checked: TrainingJobSpec) -> str:
@@ -118,7 +136,7 @@ def create(runtime: ServiceContext, caller: Caller, checked: TrainingJobSpec) ->
             raise ResourceInUse(f"A training job named {name!r} already exists in this account.")
         plan = _bound_plan(session, runtime, caller, checked) if checked.plan_arn else None
         zone = None if plan else _on_demand_zone(session, runtime, caller, checked)
-        bucket_rights.require(session, runtime, caller, bucket_rights.job_uses(checked))
+        bucket_rights.require(session, runtime, caller, job_uses(checked))
         job = TrainingJob(
             account_id=caller.account_id,
             name=name,

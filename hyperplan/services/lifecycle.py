@@ -12,15 +12,13 @@ A plan paid as it is bought is written already moved, with the same history, by 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from hyperplan.core.fleet import Fleet
 from hyperplan.core.lifecycle import (
     PLAN_LIFECYCLE,
     RESERVED_CAPACITY_LIFECYCLE,
@@ -32,7 +30,7 @@ from hyperplan.core.lifecycle import (
 from hyperplan.core.status import EXTENSION_LIFECYCLE, ExtensionPaymentStatus
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
 from hyperplan.services import acting, capacity_claims, status, webhooks
-from hyperplan.services.live_calendar import LiveCalendar
+from hyperplan.services.context import LifecycleContext, Policies
 from hyperplan.store.changes import CALENDAR
 from hyperplan.store.db import after_commit, committed_change
 from hyperplan.store.schema import PlanEvent, PlanExtension, ReservedCapacity, ScheduledEvent, TrainingPlan
@@ -43,35 +41,6 @@ SEGMENT_END = "segment.end"
 PAYMENT_DEADLINE = "payment.deadline"
 START_REMINDER = "reminder.start"
 RECLAIM_REMINDER = "reminder.reclaim"
-
-
-@dataclass(frozen=True)
-class Policies:
-    """The settings the lifecycle of one plan follows (from the fleet file)."""
-
-    reclaim_lead: timedelta
-    start_reminder: timedelta
-    reclaim_reminder: timedelta
-
-
-@dataclass(frozen=True)
-class LifecycleContext:
-    """What lifecycle changes need besides the session: the live calendar and the fleet's settings."""
-
-    calendar: LiveCalendar
-    fleet: Fleet
-    # Consumers (cluster groups, jobs) follow a plan: called in the transaction of every change to it.
-    consumers: tuple[Callable[[Session, int, datetime], None], ...] = ()
-
-    def plan_changed(self, session: Session, plan_id: int, now: datetime) -> None:
-        for follow in self.consumers:
-            follow(session, plan_id, now)
-
-    def policies(self, target: str) -> Policies:
-        notes = self.fleet.notifications
-        return Policies(
-            self.fleet.policy.reclaim_lead_for(target), notes.start_reminder, notes.reclaim_reminder
-        )
 
 
 def segments_of(session: Session, plan_id: int) -> list[ReservedCapacity]:

@@ -24,7 +24,7 @@ from hyperplan.errors import Conflict, ResourceNotFound, ValidationError
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
 from hyperplan.services import lifecycle, status
 from hyperplan.services.accounts import PAYMENT_MODES, get_account
-from hyperplan.services.lifecycle import LifecycleContext
+from hyperplan.services.context import LifecycleContext
 from hyperplan.store.schema import (
     Account,
     Invoice,

@@ -34,7 +34,7 @@ from hyperplan.services import (
     payments,
     plan_purchase,
     quotas,
-    slurm_reservations,
+    slurm_placement,
 )
 from hyperplan.services import tags as tag_store
 from hyperplan.services.accounts import Caller, get_account
@@ -97,7 +97,7 @@ def create(
     now = runtime.clock.now()
     claim = _claim_for(runtime, caller, offering_id, now)
     segments = _segments_of(runtime, claim)
-    slurm_reservations.check_can_book(runtime, caller.account_id)
+    slurm_placement.check_can_book(runtime, caller.account_id)
     arn = runtime.arn(caller.account_id, f"training-plan/{name}")
     purchase = plan_purchase.Purchase(runtime, caller, name, offering_id, claim, segments, now)
     # SQLite: most refusals under contention (capacity taken since the search) are found here, on a

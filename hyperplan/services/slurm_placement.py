@@ -8,8 +8,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hyperplan.backends.base import Placement
+from hyperplan.errors import ValidationError
+from hyperplan.services import os_users
 from hyperplan.services.context import ServiceContext
-from hyperplan.store.schema import ReservedCapacity, TrainingPlan
+from hyperplan.store.schema import Account, ReservedCapacity, TrainingPlan
 
 PREFIX = "hp-"  # of every reservation hyperplan makes (services/slurm_reservations.py)
 
@@ -55,3 +57,20 @@ def placement(
         group_size=group_size if group_size > 1 else 1,
         group_index=group_index if group_size > 1 else 0,
     )
+
+
+def check_can_book(runtime: ServiceContext, account_id: str) -> None:
+    """On a Slurm back end an account's work runs as its OS user, who must exist: refuse to book
+    otherwise, saying so."""
+    if runtime.slurm is None:
+        return
+    with runtime.db.read() as session:
+        account = session.get(Account, account_id)
+        user = account.os_user if account is not None else None
+    if user is None or not os_users.exists(user):
+        who = f"'s OS user {user} does not exist on this machine" if user else " has no OS user"
+        raise ValidationError(
+            f"Account {account_id}{who}: on the Slurm back end every plan is a Slurm reservation for "
+            "the account's OS user, who must exist on the cluster. Ask an administrator to create the "
+            "user (a server run as root makes it at start), then buy again."
+        )

@@ -48,8 +48,8 @@ from hyperplan.core.hostlist import compress
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.node_assignment import Assignment, Placement, Wanted, assign
 from hyperplan.core.status import NodeStatus
-from hyperplan.errors import StartRefused, ValidationError
-from hyperplan.services import cluster_nodes, cluster_reconcile, lifecycle, os_users, slurm_on_demand
+from hyperplan.errors import StartRefused
+from hyperplan.services import cluster_nodes, cluster_reconcile, lifecycle, slurm_on_demand
 from hyperplan.services.cluster_nodes import NodeActions, shut_down
 from hyperplan.services.cluster_records import LIVE
 from hyperplan.services.cluster_request import ClusterSettings
@@ -111,23 +111,6 @@ def check_cluster(client: SlurmClient, fleet: Fleet) -> None:
                 problems.append(f"{where}: node {name} is not in partition {partition} (it is in {parts})")
     if problems:
         raise StartRefused("the fleet file does not match the Slurm cluster: " + "; ".join(problems))
-
-
-def check_can_book(runtime: ServiceContext, account_id: str) -> None:
-    """On a Slurm back end an account's work runs as its OS user, who must exist: refuse to book
-    otherwise, saying so."""
-    if runtime.slurm is None:
-        return
-    with runtime.db.read() as session:
-        account = session.get(Account, account_id)
-        user = account.os_user if account is not None else None
-    if user is None or not os_users.exists(user):
-        who = f"'s OS user {user} does not exist on this machine" if user else " has no OS user"
-        raise ValidationError(
-            f"Account {account_id}{who}: on the Slurm back end every plan is a Slurm reservation for "
-            "the account's OS user, who must exist on the cluster. Ask an administrator to create the "
-            "user (a server run as root makes it at start), then buy again."
-        )
 
 
 # -- what there should be --------------------------------------------------------------------------------
