@@ -30,8 +30,9 @@ from hyperplan.app import AppConfig, Application
 from hyperplan.core.calendar import CapacityCalendar
 from hyperplan.core.fleet import Fleet
 from hyperplan.core.offering_ids import OfferingClaim, OfferingSegment, encode
-from hyperplan.services import accounts, plans
-from hyperplan.services.accounts import Caller, NewKey
+from hyperplan.services import plans
+from hyperplan.services.accounts import accounts
+from hyperplan.services.accounts.accounts import Caller, NewKey
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.master_key import KEY_FILE_NAME
 

@@ -23,8 +23,9 @@ from typing import Any
 from bench.fill import Booking
 from bench.server import offering_for, unisolated
 from hyperplan.app import AppConfig, Application
-from hyperplan.services import accounts, plans
-from hyperplan.services.accounts import Caller
+from hyperplan.services import plans
+from hyperplan.services.accounts import accounts
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.master_key import KEY_FILE_NAME
 

@@ -40,7 +40,6 @@ from hyperplan.events.loop import EventHandler, TimedEventLoop
 from hyperplan.notify.dispatcher import Dispatcher, DispatcherConfig
 from hyperplan.services import (
     account_views,
-    accounts,
     adoption,
     cluster_reconcile,
     demo_load,
@@ -49,16 +48,14 @@ from hyperplan.services import (
     leadership,
     lifecycle,
     metering,
-    os_users,
     payments,
-    sealed_secrets,
     slurm_reservations,
-    work_root,
 )
+from hyperplan.services.accounts import accounts, os_users, sealed_secrets, work_root
+from hyperplan.services.accounts.key_cache import KeyCache
 from hyperplan.services.context import LifecycleContext, ServiceContext, Settings, Wakes
 from hyperplan.services.job_runner import JobRunner
 from hyperplan.services.job_work import JobLocks, JobSettings
-from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.services.node_watcher import NodeWatcher
 from hyperplan.services.rate_limiter import RateLimiter, SharedBuckets
@@ -131,7 +128,7 @@ def with_legacy_work(backend: Backend, data_dir: Path) -> Backend:
 
 def with_old_default_root(backend: Backend, old_root: Path) -> Backend:
     """A store upgraded from a version before store ids, whose nodes and tasks still run under that
-    version's default work root (services/work_root.py): a second local back end over it adopts and
+    version's default work root (services/accounts/work_root.py): a second local back end over it adopts and
     serves them until they end, as the accounts' users they ran as; new work goes to ``backend``."""
     legacy_root = old_root / LEGACY_BACKEND
     log.warning(
@@ -155,10 +152,10 @@ class AppConfig:
     # The master key file (store/master_key.py); None: DATA_DIR/master.key. Servers sharing one database
     # name one file.
     key_file: Path | None = None
-    # "users" or "none" (services/os_users.py); None: "users" when run as root, else "none".
+    # "users" or "none" (services/accounts/os_users.py); None: "users" when run as root, else "none".
     isolation: str | None = None
     # Nodes' homes, sandboxes, job trees; None: the fleet file's [backend] work_dir, else the default
-    # (/var/lib/hyperplan/work/STORE_ID as root, DATA_DIR-work otherwise: services/work_root.py).
+    # (/var/lib/hyperplan/work/STORE_ID as root, DATA_DIR-work otherwise: services/accounts/work_root.py).
     work_dir: Path | None = None
     # The fleet itself, already read (`hyperplan simulate` runs one fleet under several rankings); None:
     # read from fleet_path.

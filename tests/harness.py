@@ -151,7 +151,7 @@ class Server:
     fleet: Path | None = None
     extra_args: Sequence[str] = ()
     bootstrap: bool = True  # False: the first start makes the administrator's keys itself
-    # True: no --work-dir, the server's default (as root BASE/<store id>: services/work_root.py); the
+    # True: no --work-dir, the server's default (as root BASE/<store id>: services/accounts/work_root.py); the
     # test removes that root itself.
     default_work_dir: bool = False
     database_url: str | None = None  # the store (serve --database-url); None: SQLite in the data directory

@@ -287,7 +287,7 @@ def serve(
     from hyperplan.backends.layout import MARK_VARIABLE
     from hyperplan.server.app import create_app
     from hyperplan.server.serving import serve as serve_app
-    from hyperplan.services.os_users import NOT_ISOLATED
+    from hyperplan.services.accounts.os_users import NOT_ISOLATED
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if metrics_listen is not None:
@@ -394,7 +394,7 @@ def _refuse_early(
     (seconds of CPU): the same checks the application makes again as it opens, with the same messages.
     Returns --clock-start's instant."""
     from hyperplan.clock import check_clock_options, parse_instant
-    from hyperplan.services import os_users
+    from hyperplan.services.accounts import os_users
     from hyperplan.store.db import check_url
 
     starts_at = parse_instant(clock_start) if clock_start is not None else None

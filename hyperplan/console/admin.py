@@ -12,7 +12,7 @@ from hyperplan.console.web import ConsoleRequest, Page, Redirect
 from hyperplan.core.status import InvoiceStatus
 from hyperplan.errors import HyperplanError, ResourceNotFound
 from hyperplan.services import account_views, console_views, fleet, payments
-from hyperplan.services.accounts import PAYMENT_MODES
+from hyperplan.services.accounts.accounts import PAYMENT_MODES
 
 NOTICES = {
     "approved": "Invoice approved.",

@@ -36,7 +36,7 @@ from hyperplan.console.session import COOKIE, Identity, Session, SessionCodec
 from hyperplan.core.rate_limits import RequestClass
 from hyperplan.errors import AccessDenied, AuthError, HyperplanError, ResourceNotFound, Throttling
 from hyperplan.services import account_views, console_views
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.context import ServiceContext
 
 log = logging.getLogger(__name__)

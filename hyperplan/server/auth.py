@@ -20,7 +20,7 @@ from starlette.types import Scope
 from hyperplan.clock import utcnow
 from hyperplan.errors import AccessDenied, HyperplanError
 from hyperplan.services import account_views
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.wire import sigv2, sigv4
 

@@ -11,7 +11,7 @@ from hyperplan.clock import parse_instant
 from hyperplan.server import fields
 from hyperplan.server.native import NativeRequest, NativeRoute
 from hyperplan.services import audit_views, drain, usage
-from hyperplan.services.audit import AuditView
+from hyperplan.services.accounts.audit import AuditView
 from hyperplan.services.drain_state import DrainState
 
 

@@ -1,7 +1,7 @@
 """Native routes for an account's users and their access keys: self-service, no administrator needed.
 
 docs/API.md documents the routes. Handlers translate; who may do what, and the rules, live in
-hyperplan.services.user_views and hyperplan.services.users.
+hyperplan.services.user_views and hyperplan.services.accounts.users.
 """
 
 from __future__ import annotations

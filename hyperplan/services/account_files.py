@@ -25,7 +25,7 @@ from sqlalchemy import select
 from hyperplan.backends import scratch
 from hyperplan.backends.base import BackendError
 from hyperplan.errors import HyperplanError
-from hyperplan.services import os_users
+from hyperplan.services.accounts import os_users
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import Account, TrainingJob
 

@@ -16,19 +16,9 @@ from sqlalchemy.orm import Session
 from hyperplan.clock import utcnow
 from hyperplan.core.page_bytes import fitting, utf8_bytes
 from hyperplan.core.rate_limits import RateLimit, RequestClass, effective
-from hyperplan.services import (
-    account_files,
-    accounts,
-    acting,
-    audit,
-    metering,
-    os_ids,
-    os_users,
-    payments,
-    plans,
-    quotas,
-)
-from hyperplan.services.accounts import Caller, NewKey
+from hyperplan.services import account_files, metering, payments, plans, quotas
+from hyperplan.services.accounts import accounts, acting, audit, os_ids, os_users
+from hyperplan.services.accounts.accounts import Caller, NewKey
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.quotas import Limits
 from hyperplan.store.schema import Account, Invoice, PlanEvent, TrainingPlan, User
@@ -41,7 +31,7 @@ class KeyView:
     access_key_id: str
     created_at: datetime
     revoked_at: datetime | None
-    status: str = "Active"  # or Inactive (services/users.py)
+    status: str = "Active"  # or Inactive (services/accounts/users.py)
     user_name: str = ""
 
 
@@ -93,7 +83,8 @@ class PlanEventView:
     kind: str
     status: str
     message: str
-    # Who acted (services/acting.py): the user's name and their account's; None for the service itself.
+    # Who acted (services/accounts/acting.py): the user's name and their account's; None for the service
+    # itself.
     user_name: str | None = None
     user_account: str | None = None
 

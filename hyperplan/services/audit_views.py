@@ -16,9 +16,9 @@ from datetime import datetime
 from typing import Any
 
 from hyperplan.core.page_bytes import fitting, utf8_bytes
-from hyperplan.services import accounts, audit
-from hyperplan.services.accounts import Caller
-from hyperplan.services.audit import AuditView
+from hyperplan.services.accounts import accounts, audit
+from hyperplan.services.accounts.accounts import Caller
+from hyperplan.services.accounts.audit import AuditView
 from hyperplan.services.context import ServiceContext
 
 

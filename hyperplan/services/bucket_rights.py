@@ -47,8 +47,8 @@ from hyperplan.errors import (
 )
 from hyperplan.objects.storage import Storage
 from hyperplan.objects.uris import SCHEME, TEMP_PREFIX, BucketAccessError, parse_s3_uri
-from hyperplan.services import accounts, audit
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts import accounts, audit
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import Account, BucketGrant, BucketOwner, Cluster
 

@@ -16,7 +16,7 @@ from hyperplan.clock import AcceleratedClock, ManualClock, parse_instant
 from hyperplan.core.durations import parse_duration
 from hyperplan.errors import Conflict, ValidationError
 from hyperplan.services import audit_views
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.context import ServiceContext
 
 MAX_MOVE = timedelta(days=366)

@@ -9,7 +9,7 @@ from datetime import timedelta
 from hyperplan.backends.base import EXEC_OUTPUT_LIMIT, BackendError, ExecResult, NodeUnavailable
 from hyperplan.core.status import NodeStatus
 from hyperplan.errors import Conflict, ResourceNotFound, ServiceUnavailable, ValidationError
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.cluster_records import get, nodes_of
 from hyperplan.services.context import ServiceContext
 

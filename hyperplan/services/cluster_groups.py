@@ -13,7 +13,7 @@ from hyperplan.core.clusters import GroupFacts, PlanFacts, check_binding, check_
 from hyperplan.core.fleet import Pool
 from hyperplan.errors import ResourceLimitExceeded, ValidationError
 from hyperplan.services import capacity_claims, lifecycle, metering, on_demand, quotas
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.cluster_nodes import NodeActions, shut_down
 from hyperplan.services.cluster_records import consumer, live_nodes
 from hyperplan.services.cluster_request import ClusterSettings, InstanceGroupSpec

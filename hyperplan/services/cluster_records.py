@@ -8,7 +8,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.status import NodeStatus
 from hyperplan.errors import ResourceNotFound
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup
 

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.errors import ResourceNotFound
 from hyperplan.services import cluster_records
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.cluster_request import ClusterSettings, InstanceGroupSpec
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, TrainingPlan

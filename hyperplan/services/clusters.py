@@ -29,7 +29,7 @@ from hyperplan.core.status import CLUSTER_LIFECYCLE, ClusterStatus, NodeStatus
 from hyperplan.errors import Conflict, ResourceInUse, ValidationError
 from hyperplan.objects.uris import StorageError, parse_s3_uri
 from hyperplan.services import bucket_rights, drain_state, status
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.cluster_groups import add_group, change_group, remove_group
 from hyperplan.services.cluster_nodes import NodeActions, run_actions, shut_down
 from hyperplan.services.cluster_reconcile import reconcile

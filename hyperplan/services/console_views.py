@@ -27,7 +27,7 @@ from hyperplan.core.status import NodeStatus
 from hyperplan.errors import HyperplanError, ValidationError
 from hyperplan.objects.uris import StorageError, StoredObject
 from hyperplan.services import bucket_rights, cluster_groups, fleet, job_views, lifecycle, plan_views, plans
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.plan_views import PlanView
 from hyperplan.store import settings

@@ -17,11 +17,11 @@ from sqlalchemy.orm import Session
 from hyperplan.backends.base import Backend
 from hyperplan.clock import Clock
 from hyperplan.core.fleet import Fleet
-from hyperplan.services.audit import RefusedSignatures
+from hyperplan.services.accounts.audit import RefusedSignatures
+from hyperplan.services.accounts.key_cache import KeyCache
 from hyperplan.services.console_sessions import ConsoleSessions
 from hyperplan.services.exec_slots import ExecSlots
 from hyperplan.services.job_work import JobLocks, JobSettings
-from hyperplan.services.key_cache import KeyCache
 from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.services.rate_limiter import RateLimiter
 from hyperplan.services.shared_state import SharedState
@@ -81,7 +81,9 @@ class Settings:
     # Where nodes' homes, sandboxes and job instance trees live, outside the data directory; None: beside
     # it (DATA_DIR-work), for contexts built without the composition root.
     work_dir: Path | None = None
-    isolation: str = "none"  # "users": each account's work runs as its OS user (services/os_users.py)
+    isolation: str = (
+        "none"  # "users": each account's work runs as its OS user (services/accounts/os_users.py)
+    )
     # The Python tenant processes get when the fleet's [images] names none; None: the server's own.
     default_interpreter: str | None = None
 

@@ -17,8 +17,9 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import RUNNING, TARGET, Secondary, StopReason
 from hyperplan.core.lifecycle import PlanStatus
-from hyperplan.services import audit, capacity_claims, cluster_reconcile, drain_state
-from hyperplan.services.accounts import Caller
+from hyperplan.services import capacity_claims, cluster_reconcile, drain_state
+from hyperplan.services.accounts import audit
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.drain_state import DrainState
 from hyperplan.services.job_queue import schedule_plan

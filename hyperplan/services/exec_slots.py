@@ -27,7 +27,7 @@ from typing import TypeVar
 
 from hyperplan.core.exec_limits import ExecLimits, ExecRefusal, refusal
 from hyperplan.errors import ServiceUnavailable, Throttling
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 
 T = TypeVar("T")
 

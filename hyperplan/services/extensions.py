@@ -21,8 +21,9 @@ from hyperplan.core.offering_ids import ExtensionClaim, OfferingIdError
 from hyperplan.core.search import segment_price
 from hyperplan.core.status import ExtensionPaymentStatus
 from hyperplan.errors import ResourceInUse, ResourceNotFound
-from hyperplan.services import acting, drain_state, lifecycle, payments, plans, quotas
-from hyperplan.services.accounts import Caller
+from hyperplan.services import drain_state, lifecycle, payments, plans, quotas
+from hyperplan.services.accounts import acting
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.live_calendar import require_room
 from hyperplan.store.changes import CALENDAR

@@ -17,7 +17,7 @@ from hyperplan.core.jobs import BETWEEN_ATTEMPTS, FINAL, Secondary
 from hyperplan.core.page_bytes import MAX_PAGE_BYTES, PageBytes, utf8_bytes
 from hyperplan.errors import ValidationError
 from hyperplan.services import job_records
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.context import ServiceContext
 
 LOG_PAGE = 1 << 16

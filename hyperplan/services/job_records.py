@@ -18,7 +18,7 @@ from hyperplan.core.jobs import (
 )
 from hyperplan.core.status import IllegalTransition
 from hyperplan.errors import ResourceNotFound
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_request import TrainingJobSpec
 from hyperplan.services.job_work import JobSettings

@@ -9,7 +9,7 @@ from datetime import datetime
 from sqlalchemy import select
 
 from hyperplan.services import job_clocks, job_records, job_status
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_request import TrainingJobSpec
 from hyperplan.store.schema import TrainingJob, TrainingPlan

@@ -86,7 +86,7 @@ from hyperplan.services import (
     on_demand,
     quotas,
 )
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_clocks import windows_of
 from hyperplan.services.job_queue import place, schedule_plan, usable_segment, waiting_message

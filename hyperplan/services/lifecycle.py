@@ -29,7 +29,8 @@ from hyperplan.core.lifecycle import (
 )
 from hyperplan.core.status import EXTENSION_LIFECYCLE, ExtensionPaymentStatus
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
-from hyperplan.services import acting, capacity_claims, status, webhooks
+from hyperplan.services import capacity_claims, status, webhooks
+from hyperplan.services.accounts import acting
 from hyperplan.services.context import LifecycleContext, Policies
 from hyperplan.store.changes import CALENDAR
 from hyperplan.store.db import after_commit, committed_change

@@ -29,7 +29,7 @@ from hyperplan.core.jobs import HOLDING
 from hyperplan.core.metering import HOUR, hour_start, hours_started
 from hyperplan.errors import ResourceLimitExceeded
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
-from hyperplan.services.accounts import get_account
+from hyperplan.services.accounts.accounts import get_account
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.on_demand import NODE_GONE
 from hyperplan.services.payments import currency_places

@@ -23,7 +23,7 @@ from hyperplan.core.status import INVOICE_LIFECYCLE, InvoiceStatus
 from hyperplan.errors import Conflict, ResourceNotFound, ValidationError
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
 from hyperplan.services import lifecycle, status
-from hyperplan.services.accounts import PAYMENT_MODES, get_account
+from hyperplan.services.accounts.accounts import PAYMENT_MODES, get_account
 from hyperplan.services.context import LifecycleContext
 from hyperplan.store.schema import (
     Account,

@@ -75,7 +75,7 @@ from hyperplan.core.search import segment_price
 from hyperplan.core.status import INVOICE_LIFECYCLE, InvoiceStatus
 from hyperplan.errors import ResourceInUse, ResourceNotFound
 from hyperplan.services import drain_state, lifecycle, payments, quotas
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.live_calendar import refuse_if_full
 from hyperplan.store.changes import CALENDAR

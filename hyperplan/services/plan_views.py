@@ -10,7 +10,7 @@ from decimal import Decimal
 from sqlalchemy.orm import Session
 
 from hyperplan.services import capacity_claims, extensions, lifecycle, plans
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.capacity_claims import Counters
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.plans import ListQuery, plan_arn

@@ -26,18 +26,10 @@ from hyperplan.core.offering_ids import OfferingClaim, OfferingIdError, Offering
 from hyperplan.core.paging import decode_token, encode_token
 from hyperplan.core.search import Offering, SearchRequest
 from hyperplan.errors import Conflict, ResourceInUse, ResourceNotFound, ValidationError
-from hyperplan.services import (
-    acting,
-    audit,
-    capacity_claims,
-    lifecycle,
-    payments,
-    plan_purchase,
-    quotas,
-    slurm_placement,
-)
+from hyperplan.services import capacity_claims, lifecycle, payments, plan_purchase, quotas, slurm_placement
 from hyperplan.services import tags as tag_store
-from hyperplan.services.accounts import Caller, get_account
+from hyperplan.services.accounts import acting, audit
+from hyperplan.services.accounts.accounts import Caller, get_account
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.tags import Tag
 from hyperplan.store.changes import CALENDAR, KEYS

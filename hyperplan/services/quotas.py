@@ -29,7 +29,7 @@ from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.quotas import Interval, busiest_window, on_demand_cap, share_cap
 from hyperplan.errors import ResourceLimitExceeded
 from hyperplan.services import on_demand
-from hyperplan.services.accounts import get_account
+from hyperplan.services.accounts.accounts import get_account
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import Account, PlanExtension, ReservedCapacity, TrainingPlan
 

@@ -47,7 +47,7 @@ from sqlalchemy.exc import IntegrityError
 
 from hyperplan.core.rate_limits import Bucket, RateLimit, RateLimits, RequestClass, lease, take
 from hyperplan.errors import Throttling
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.store.db import Database
 from hyperplan.store.schema import RateBucket
 from hyperplan.waits import may_wait

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 
 from hyperplan.clock import AcceleratedClock, Anchor, Clock, ManualClock
-from hyperplan.services.key_cache import KeyCache
+from hyperplan.services.accounts.key_cache import KeyCache
 from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.services.slurm_state import SlurmState, read_health
 from hyperplan.store import changes, settings

@@ -32,7 +32,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import RUNNING, StopReason
-from hyperplan.services import audit, cluster_reconcile
+from hyperplan.services import cluster_reconcile
+from hyperplan.services.accounts import audit
 from hyperplan.services.cluster_nodes import SHUTDOWN_GRACE, NodeActions, run_actions, shut_down
 from hyperplan.services.cluster_records import LIVE
 from hyperplan.services.cluster_request import ClusterSettings

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.backends.base import Placement
 from hyperplan.errors import ValidationError
-from hyperplan.services import os_users
+from hyperplan.services.accounts import os_users
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import Account, ReservedCapacity, TrainingPlan
 

@@ -12,7 +12,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from hyperplan.errors import AccessDenied, ResourceNotFound, ValidationError
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import Cluster, ResourceTag, TrainingJob, TrainingPlan
 

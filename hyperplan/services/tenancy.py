@@ -1,5 +1,5 @@
 """Whom an account's work runs as, and the work directory's passages: what the cluster provisioning and
-the job launch ask before they hand work to the back end (isolation: services/os_users.py)."""
+the job launch ask before they hand work to the back end (isolation: services/accounts/os_users.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 from hyperplan.backends.base import RunAs
 from hyperplan.errors import ValidationError
-from hyperplan.services import os_users
+from hyperplan.services.accounts import os_users
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import Account, Cluster
 

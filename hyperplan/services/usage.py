@@ -22,8 +22,8 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import RUNNING
 from hyperplan.errors import AccessDenied, ValidationError
-from hyperplan.services import accounts
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts import accounts
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import (
     Account,

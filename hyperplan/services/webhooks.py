@@ -29,8 +29,8 @@ from sqlalchemy.orm import Session
 from hyperplan.clock import utcnow
 from hyperplan.core.webhook_targets import IPAddress, WebhookTargets
 from hyperplan.errors import ResourceNotFound, ValidationError
-from hyperplan.services.accounts import get_account
-from hyperplan.services.sealed_secrets import open_secret
+from hyperplan.services.accounts.accounts import get_account
+from hyperplan.services.accounts.sealed_secrets import open_secret
 from hyperplan.store.master_key import SecretBox
 from hyperplan.store.schema import Account, PlanEvent, TrainingPlan, Webhook, WebhookDelivery
 

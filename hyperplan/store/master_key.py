@@ -35,7 +35,7 @@ class SecretBox:
         self._keys = keys
         self._cipher = _cipher(keys)
         self._seen = _file_identity(path)
-        self.rotating = threading.Lock()  # one rotation at a time (services/sealed_secrets.py)
+        self.rotating = threading.Lock()  # one rotation at a time (services/accounts/sealed_secrets.py)
 
     @classmethod
     def load(cls, path: Path) -> SecretBox:

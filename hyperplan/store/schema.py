@@ -46,8 +46,8 @@ class Account(Base):
     max_active_plans: Mapped[int | None] = mapped_column(Integer, nullable=True)
     max_reserved_instances_per_type: Mapped[int | None] = mapped_column(Integer, nullable=True)
     max_reserved_instance_hours_per_30_days: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    # The OS user the account's work runs as in isolation mode `users` (services/os_users.py): `hp-` and
-    # the id when the server made it (os_user_made: removed with the account), or one an administrator
+    # The OS user the account's work runs as in isolation mode `users` (services/accounts/os_users.py): `hp-`
+    # and the id when the server made it (os_user_made: removed with the account), or one an administrator
     # named. None: not known yet (an account made in mode `none` gets its user at the next `users` start).
     os_user: Mapped[str | None] = mapped_column(String(32), nullable=True)
     os_user_made: Mapped[bool] = mapped_column(server_default=false())
@@ -61,8 +61,8 @@ class Account(Base):
 
 
 class OsIdBlock(Base):
-    """OS ids the server handed to an account (services/os_ids.py): `kind` "user" is the uid of the OS
-    user it made for the account, which is its group's gid too. Rows are never deleted, not even with
+    """OS ids the server handed to an account (services/accounts/os_ids.py): `kind` "user" is the uid of the
+    OS user it made for the account, which is its group's gid too. Rows are never deleted, not even with
     the account, so that no id is handed out twice (core/id_ranges.py)."""
 
     __tablename__ = "os_id_blocks"
@@ -85,7 +85,7 @@ class AccessKey(Base):
     # Deleted (`keys delete`, a user's or an account's deletion): the row stays, so that an id is never
     # given twice and the audit trail can name it.
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
-    # The user who holds the key (services/users.py); None only in a store not yet migrated to 0013.
+    # The user who holds the key (services/accounts/users.py); None only in a store not yet migrated to 0013.
     user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True, index=True)
     # Active or Inactive, as IAM's: an inactive key signs nothing until it is activated again.
     status: Mapped[str] = mapped_column(String(8), server_default="Active")
@@ -195,7 +195,7 @@ class PlanEvent(Base):
     status: Mapped[str] = mapped_column(String(16))
     message: Mapped[str] = mapped_column(Text)
     # The user whose request made the event (a purchase, a cancellation, an approval); None for what the
-    # service did by itself (a segment's start, a payment deadline). services/acting.py.
+    # service did by itself (a segment's start, a payment deadline). services/accounts/acting.py.
     actor_user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True)
 
 
@@ -475,8 +475,8 @@ class User(Base):
 
 
 class AuditEvent(Base):
-    """One administrator action or security-relevant event (services/audit.py): who (the account, user
-    and key that signed; none for the service itself), when (service time, and the wall time it was
+    """One administrator action or security-relevant event (services/accounts/audit.py): who (the account,
+    user and key that signed; none for the service itself), when (service time, and the wall time it was
     written), from where (the request's remote address), what (an action name, the account it concerns,
     its target and what changed, as JSON). Written only by services, never changed through the API."""
 

@@ -17,8 +17,8 @@ CLOCK_ANCHOR = "clock.anchor"
 # (services/slurm_state.py).
 POOL_HEALTH = "slurm.pool_health"
 OFFERING_KEY = "offering.signing_key"
-# The store's own id (random hex, made once: services/work_root.py), which its work roots' markers name,
-# and whether the store was made by a version before ids ("true": it may claim such a version's roots).
+# The store's own id (random hex, made once: services/accounts/work_root.py), which its work roots' markers
+# name, and whether the store was made by a version before ids ("true": it may claim such a version's roots).
 STORE_ID = "store.id"
 STORE_PREDATES_IDS = "store.predates_ids"
 # A known text sealed under the master key: a store that has one keeps its secrets sealed, and a key file

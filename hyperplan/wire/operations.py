@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.context import ServiceContext
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from hyperplan.services.os_users import exists
+from hyperplan.services.accounts.os_users import exists
 from hyperplan.signing import Credentials
 from tests import processes, uid_probe
 from tests.harness import Server, wait_until

@@ -18,8 +18,9 @@ from hyperplan.app import AppConfig, Application
 from hyperplan.backends.base import Backend, TaskState
 from hyperplan.backends.composite import RoutingBackend, holds_work
 from hyperplan.backends.local import LocalBackend
-from hyperplan.services import accounts, jobs
-from hyperplan.services.accounts import Caller
+from hyperplan.services import jobs
+from hyperplan.services.accounts import accounts
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_request import TrainingJobSpec
 from hyperplan.store.schema import TrainingJob

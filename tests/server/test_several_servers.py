@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, func, select, text
 
-from hyperplan.services import work_root
+from hyperplan.services.accounts import work_root
 from hyperplan.store import settings
 from hyperplan.store.schema import ScheduledEvent
 from tests.harness import ADMIN, Server, service_now

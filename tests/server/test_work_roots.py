@@ -1,4 +1,4 @@
-"""One store per work root (services/work_root.py), with real servers.
+"""One store per work root (services/accounts/work_root.py), with real servers.
 
 As root, two servers of different stores on their default work roots (BASE/<store id>, under the real
 /var/lib/hyperplan/work) each run a cluster node and a training job numbered 1: neither touches the
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, text
 
-from hyperplan.services import work_root
+from hyperplan.services.accounts import work_root
 from hyperplan.store import settings
 from tests.harness import Server, free_port, healthy, wait_until
 

@@ -26,8 +26,9 @@ from sqlalchemy import event, func, insert, select, text
 from hyperplan.app import AppConfig, Application
 from hyperplan.core.search import SearchRequest
 from hyperplan.errors import ResourceInUse, ResourceLimitExceeded
-from hyperplan.services import accounts, plans, quotas
-from hyperplan.services.accounts import Caller
+from hyperplan.services import plans, quotas
+from hyperplan.services.accounts import accounts
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
 from hyperplan.waits import WouldWait, answering, forbid_waits

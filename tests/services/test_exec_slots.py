@@ -13,7 +13,7 @@ from hyperplan.core.exec_limits import ExecLimits, ExecRefusal, refusal
 from hyperplan.core.fleet_file import parse_fleet
 from hyperplan.core.rate_limits import RateLimit, RequestClass
 from hyperplan.errors import ServiceUnavailable, Throttling, ValidationError
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.exec_slots import ExecSlot, ExecSlots
 from tests.core.test_fleet import MINIMAL, demo_text
 from tests.harness import wait_until

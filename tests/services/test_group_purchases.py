@@ -18,8 +18,9 @@ from sqlalchemy.orm import Session
 from hyperplan.app import AppConfig, Application
 from hyperplan.core.search import SearchRequest
 from hyperplan.errors import ResourceInUse, ResourceLimitExceeded, ServiceUnavailable
-from hyperplan.services import accounts, plans
-from hyperplan.services.accounts import Caller
+from hyperplan.services import plans
+from hyperplan.services.accounts import accounts
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.store import changes
 from hyperplan.store.schema import ChangeCounter, ReservedCapacity, TrainingPlan

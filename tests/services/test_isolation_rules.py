@@ -17,8 +17,8 @@ from hyperplan.app import AppConfig, Application, close_data_dir
 from hyperplan.backends.base import RunAs
 from hyperplan.backends.fake import FakeBackend, FakeWorld
 from hyperplan.errors import StartRefused, ValidationError
-from hyperplan.services import os_users, work_root
-from hyperplan.services.os_users import Isolation
+from hyperplan.services.accounts import os_users, work_root
+from hyperplan.services.accounts.os_users import Isolation
 from tests.harness import SERVER_START
 from tests.services.test_job_restarts import SMALL_FLEET
 

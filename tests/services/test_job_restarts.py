@@ -14,8 +14,9 @@ import pytest
 from hyperplan.app import AppConfig, Application
 from hyperplan.backends.base import TaskSpec
 from hyperplan.backends.fake import FakeBackend, FakeWorld
-from hyperplan.services import accounts, job_records, jobs
-from hyperplan.services.accounts import Caller
+from hyperplan.services import job_records, jobs
+from hyperplan.services.accounts import accounts
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_request import TrainingJobSpec
 from hyperplan.store.schema import TrainingJob

@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from hyperplan.services.accounts import Caller
-from hyperplan.services.key_cache import Entry, KeyCache
+from hyperplan.services.accounts.accounts import Caller
+from hyperplan.services.accounts.key_cache import Entry, KeyCache
 
 CALLER = Caller("123456789012", "team", False, "AKHPKEY")
 

@@ -14,7 +14,7 @@ import pytest
 from hyperplan.app import count_changes
 from hyperplan.clock import ManualClock
 from hyperplan.core.fleet_file import parse_fleet
-from hyperplan.services.key_cache import KeyCache
+from hyperplan.services.accounts.key_cache import KeyCache
 from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.services.shared_state import SharedState
 from hyperplan.services.slurm_reservations import follow_health

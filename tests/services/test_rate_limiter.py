@@ -11,7 +11,7 @@ import pytest
 
 from hyperplan.core.rate_limits import RateLimit, RequestClass
 from hyperplan.errors import Throttling
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.rate_limiter import LEASE_LIFE, RateLimiter, SharedBuckets, batch_size
 from hyperplan.store.db import Database, sqlite_url
 

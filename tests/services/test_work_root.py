@@ -16,9 +16,9 @@ from sqlalchemy import delete
 from hyperplan.app import AppConfig, Application
 from hyperplan.backends.fake import FakeBackend, FakeWorld
 from hyperplan.errors import StartRefused
-from hyperplan.services import work_root
-from hyperplan.services.os_users import Isolation
-from hyperplan.services.work_root import StoreIdentity, Verdict
+from hyperplan.services.accounts import work_root
+from hyperplan.services.accounts.os_users import Isolation
+from hyperplan.services.accounts.work_root import StoreIdentity, Verdict
 from hyperplan.store import settings
 from hyperplan.store.db import Database, sqlite_url
 from hyperplan.store.schema import Setting

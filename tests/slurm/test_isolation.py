@@ -34,7 +34,7 @@ import pytest
 import hyperplan
 from hyperplan.backends.slurm import SlurmBackend
 from hyperplan.errors import StartRefused
-from hyperplan.services.os_users import check_open_to_tenants, closed_to_others, exists
+from hyperplan.services.accounts.os_users import check_open_to_tenants, closed_to_others, exists
 from hyperplan.signing import Credentials
 from tests import processes, uid_probe
 from tests.harness import SERVER_START, Server, wait_until

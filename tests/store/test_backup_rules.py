@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hyperplan.errors import MasterKeyUnavailable, ValidationError
-from hyperplan.services import sealed_secrets
+from hyperplan.services.accounts import sealed_secrets
 from hyperplan.store.backup import MANIFEST, backup, restore
 from hyperplan.store.db import Database, sqlite_url
 from hyperplan.store.master_key import KEY_FILE_NAME, SecretBox

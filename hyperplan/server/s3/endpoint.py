@@ -58,7 +58,7 @@ from hyperplan.server.errors import S3_XML, s3_error_response
 from hyperplan.server.limits import KIB, MIB, ServerLimits
 from hyperplan.server.s3.body import Received, receive_body
 from hyperplan.services import bucket_rights
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.bucket_rights import ServedBucket
 from hyperplan.services.context import ServiceContext
 from hyperplan.wire import s3_model, s3_responses, s3_xml, sigv2, sigv4

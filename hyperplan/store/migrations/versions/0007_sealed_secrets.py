@@ -5,8 +5,8 @@ Revises: 0006
 
 A migration cannot know the master key (it lives in a file only the running server reads), so this one
 only marks every existing secret as plain text (`secret_sealed` false). The server's start step
-(hyperplan/services/sealed_secrets.py, called by Application.open right after the migration) seals every
-marked secret under the key in one transaction, then compacts the database file so that no page keeps
+(hyperplan/services/accounts/sealed_secrets.py, called by Application.open right after the migration) seals
+every marked secret under the key in one transaction, then compacts the database file so that no page keeps
 the plain text.
 """
 

@@ -4,7 +4,7 @@ Revision ID: 0011
 Revises: 0010
 
 Existing accounts get no user here (a migration runs no useradd): the next start in isolation mode
-`users` gives each one its `hp-<id>` user (hyperplan/services/os_users.py).
+`users` gives each one its `hp-<id>` user (hyperplan/services/accounts/os_users.py).
 """
 
 import sqlalchemy as sa

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.id_ranges import IdRange, next_id
 from hyperplan.errors import ValidationError
-from hyperplan.services import os_users
+from hyperplan.services.accounts import os_users
 from hyperplan.store.schema import OsIdBlock
 
 USER = "user"

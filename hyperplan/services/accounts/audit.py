@@ -27,7 +27,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.clock import utcnow
 from hyperplan.core.jsonable import jsonable
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 from hyperplan.store.db import Database
 from hyperplan.store.schema import Account, AuditEvent
 from hyperplan.waits import may_wait

@@ -35,7 +35,7 @@ from sqlalchemy import select
 from hyperplan.backends.composite import holds_work
 from hyperplan.backends.layout import Layout
 from hyperplan.errors import StartRefused
-from hyperplan.services import accounts, os_users
+from hyperplan.services.accounts import accounts, os_users
 from hyperplan.store import settings
 from hyperplan.store.db import Database
 from hyperplan.store.schema import ClusterNode, TrainingJobInstance

@@ -24,9 +24,9 @@ from hyperplan.core.jobs import FINAL as JOB_FINAL
 from hyperplan.core.lifecycle import FINAL as PLAN_FINAL
 from hyperplan.core.rate_limits import RateLimit, RequestClass
 from hyperplan.errors import ResourceInUse, ResourceNotFound, ValidationError
-from hyperplan.services import users
-from hyperplan.services.sealed_secrets import open_secret
-from hyperplan.services.users import NewKey, new_access_key_id, new_secret_access_key
+from hyperplan.services.accounts import users
+from hyperplan.services.accounts.sealed_secrets import open_secret
+from hyperplan.services.accounts.users import NewKey, new_access_key_id, new_secret_access_key
 from hyperplan.store.master_key import SecretBox
 from hyperplan.store.schema import AccessKey, Account, Cluster, RateBucket, TrainingJob, TrainingPlan, User
 
@@ -48,11 +48,11 @@ class Caller:
     access_key_id: str
     # An administrator's overrides of the fleet's request rate limits for this account (core/rate_limits).
     rate_limits: Mapping[RequestClass, RateLimit] = field(default_factory=lambda: MappingProxyType({}))
-    # The user who holds the key (services/users.py): who acted, for plan events and the audit trail.
+    # The user who holds the key (services/accounts/users.py): who acted, for plan events and the audit trail.
     user_id: int | None = None
     user_name: str = ""
     is_owner: bool = False
-    # Where the request came from (its peer's address), for the audit trail (services/audit.py).
+    # Where the request came from (its peer's address), for the audit trail (services/accounts/audit.py).
     remote_address: str = ""
 
 

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from hyperplan.services.accounts import Caller
+from hyperplan.services.accounts.accounts import Caller
 
 Entry = tuple[str, Caller]
 
