@@ -33,7 +33,7 @@ from hyperplan.core.offering_ids import OfferingClaim, OfferingSegment, encode
 from hyperplan.services import plans
 from hyperplan.services.accounts import accounts
 from hyperplan.services.accounts.accounts import Caller, NewKey
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.master_key import KEY_FILE_NAME
 
 FLEET = Path(__file__).with_name("fleet.toml")

@@ -26,7 +26,7 @@ from hyperplan.app import AppConfig, Application
 from hyperplan.services import plans
 from hyperplan.services.accounts import accounts
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.master_key import KEY_FILE_NAME
 
 LIFECYCLE_FLEET = Path(__file__).with_name("lifecycle_fleet.toml")

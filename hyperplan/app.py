@@ -2,7 +2,7 @@
 start and stop.
 
 Nothing imports this module but the entry points (the CLI's `serve`, tests, benchmarks). Services get the
-`ServiceContext` (services/context.py) and narrow protocols in it, never the root; the server gets the
+`ServiceContext` (services/runtime/context.py) and narrow protocols in it, never the root; the server gets the
 context and this object as its `Lifespan`. There is no global state: build as many applications as you
 like, each on its own data directory.
 
@@ -45,7 +45,6 @@ from hyperplan.services import (
     demo_load,
     job_deadlines,
     jobs,
-    leadership,
     lifecycle,
     metering,
     payments,
@@ -53,16 +52,17 @@ from hyperplan.services import (
 )
 from hyperplan.services.accounts import accounts, os_users, sealed_secrets, work_root
 from hyperplan.services.accounts.key_cache import KeyCache
-from hyperplan.services.context import LifecycleContext, ServiceContext, Settings, Wakes
 from hyperplan.services.job_runner import JobRunner
-from hyperplan.services.job_work import JobLocks, JobSettings
-from hyperplan.services.live_calendar import LiveCalendar
 from hyperplan.services.node_watcher import NodeWatcher
-from hyperplan.services.rate_limiter import RateLimiter, SharedBuckets
 from hyperplan.services.retention import RetentionWorker
-from hyperplan.services.shared_state import SharedState
+from hyperplan.services.runtime import leadership
+from hyperplan.services.runtime.context import LifecycleContext, ServiceContext, Settings, Wakes
+from hyperplan.services.runtime.job_work import JobLocks, JobSettings
+from hyperplan.services.runtime.live_calendar import LiveCalendar
+from hyperplan.services.runtime.rate_limiter import RateLimiter, SharedBuckets
+from hyperplan.services.runtime.shared_state import SharedState
+from hyperplan.services.runtime.slurm_state import SlurmState
 from hyperplan.services.slurm_reservations import ReservationWorker
-from hyperplan.services.slurm_state import SlurmState
 from hyperplan.slurm.client import SlurmClient
 from hyperplan.store import changes, settings
 from hyperplan.store.db import Database, check_url, sqlite_url
@@ -351,8 +351,8 @@ class Application:
         return self.bootstrapped
 
     def start(self) -> None:
-        """Load the calendar and stand for leader (services/leadership.py): a server alone leads at once,
-        and, as leader, catches up on every event missed while it was down and runs the workers."""
+        """Load the calendar and stand for leader (services/runtime/leadership.py): a server alone leads at
+        once, and, as leader, catches up on every event missed while it was down and runs the workers."""
         context = self.open()
         self.bootstrap()
         context.calendar.load(context.db)

@@ -7,8 +7,8 @@ finds the key's account through the same key cache the SigV4 path uses, so a rev
 sessions at once (within the cache's few seconds for a revocation made by another server).
 
 A valid signature is not enough: a signed-in session is also recorded in the store at sign-in
-(services/console_sessions.py), and honoured only while that record exists and the session has not been
-idle past the server's idle timeout. Sign-out deletes the record, so a copy of the cookie signs nobody
+(services/runtime/console_sessions.py), and honoured only while that record exists and the session has not
+been idle past the server's idle timeout. Sign-out deletes the record, so a copy of the cookie signs nobody
 in afterwards, on any server sharing the store.
 
 The CSRF token of a form is the HMAC of the session's nonce: a page of another site can neither read it

@@ -3,8 +3,8 @@
 The sign-in form carries a CSRF token too, tied to an anonymous session (a cookie with a nonce and no
 key), so that another site cannot sign a browser into an account of its choosing. A key pair is checked
 against the store's live keys (the same lookup as SigV4); a success starts a new session with a new
-nonce, recorded in the store (services/console_sessions.py), and ends the one it replaces. A wrong pair
-is answered with the same words whether the key exists or not. Sign-out deletes the session's record,
+nonce, recorded in the store (services/runtime/console_sessions.py), and ends the one it replaces. A wrong
+pair is answered with the same words whether the key exists or not. Sign-out deletes the session's record,
 so that its cookie, replayed, signs nobody in on any server sharing the store.
 """
 
@@ -24,7 +24,7 @@ from hyperplan.console.session import (
     SessionCodec,
 )
 from hyperplan.console.web import CSRF_FIELD, PREFIX, Console, Page, render, secret_matches, signed_in_caller
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 
 HOME = f"{PREFIX}/plans"
 WRONG_PAIR = "This access key ID and secret access key are not a live key pair."

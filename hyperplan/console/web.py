@@ -2,9 +2,9 @@
 
 Every console route is a :class:`ConsoleRoute`. Before its handler runs, the request's session cookie is
 read, its access key looked up through the same key cache the SigV4 path uses (a revoked key signs
-nobody in) and the session found still open in the store (services/console_sessions.py: not signed
+nobody in) and the session found still open in the store (services/runtime/console_sessions.py: not signed
 out, not idle too long); a POST must carry the form's CSRF token; the caller takes a token from the same
-rate limiter as the APIs (``services/rate_limiter.py``: a read for a page, the route's class for an
+rate limiter as the APIs (``services/runtime/rate_limiter.py``: a read for a page, the route's class for an
 action); an administrators' route refuses others. The handler runs off the event loop with the caller
 and calls the same services as the API; what it returns (a page, a redirect, a JSON answer) is written
 here, and so is every error: a refusal from the error tree as a page that says it, with its status; a
@@ -37,7 +37,7 @@ from hyperplan.core.rate_limits import RequestClass
 from hyperplan.errors import AccessDenied, AuthError, HyperplanError, ResourceNotFound, Throttling
 from hyperplan.services import account_views, console_views
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ number of them is bounded twice, in each server process:
 
 Administrators are exempt from ``per_account`` (as from the rate limits: they are trusted, and their
 commands are what un-sticks a fleet in trouble) but not from ``total``, which bounds the server's own
-threads, not anyone's share. The counting is services/exec_slots.py's; the rule is here, without a lock
-or a thread, so that it is tested as plain values.
+threads, not anyone's share. The counting is services/runtime/exec_slots.py's; the rule is here, without a
+lock or a thread, so that it is tested as plain values.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Four classes, so that a flood of cheap reads cannot use up an account's purchase
 - ``write``: everything else.
 
 A bucket holds at most ``burst`` tokens and gains ``rate`` a second; a request takes one, or is refused
-with the time until one is there. The limiter that keeps the buckets (services/rate_limiter.py) passes
+with the time until one is there. The limiter that keeps the buckets (services/runtime/rate_limiter.py) passes
 in the time, so everything here is tested without a clock.
 """
 

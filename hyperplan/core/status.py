@@ -3,8 +3,8 @@
 A :class:`Lifecycle` is a StrEnum of states, the state every entity of its kind starts in, and a
 transition table: the moves each state may make. A state with no moves is final. :meth:`Lifecycle.check`
 is the one test of a move; a move the table does not list is a bug and raises :class:`IllegalTransition`
-(staying in the same state is not a move either). `hyperplan.services.status.change` is the one place a
-stored status changes: it checks the move here and records it.
+(staying in the same state is not a move either). `hyperplan.services.runtime.status.change` is the one place
+a stored status changes: it checks the move here and records it.
 
 The lifecycles of plans and training jobs live beside their rules (`hyperplan.core.lifecycle`,
 `hyperplan.core.jobs`); those of the entities whose statuses have no other rules are below.

@@ -5,8 +5,8 @@ as the change that makes it due. The loop is stateless: after a restart, even af
 the rows not yet done and runs them in order before the server answers requests, so the state equals
 that of a run that never stopped. An event and the record that it ran commit together.
 
-Several servers on one store: only the elected leader runs this loop (services/leadership.py), and each
-event is claimed in the transaction that runs it (its row FOR UPDATE SKIP LOCKED, then checked not done),
+Several servers on one store: only the elected leader runs this loop (services/runtime/leadership.py), and
+each event is claimed in the transaction that runs it (its row FOR UPDATE SKIP LOCKED, then checked not done),
 so even a second runner could never run one twice.
 
 Under the manual clock nothing runs by itself: `advance_to` steps the clock to each due event in turn
@@ -114,7 +114,8 @@ class TimedEventLoop:
     def _jump_to(self, clock: AcceleratedClock, target: datetime) -> int:
         """An accelerated clock moved ahead: as the manual clock's move, each event due on the way runs
         at its own due time (the clock set there), then the clock runs on from `target`. Its new anchor
-        is stored, so that every process on the store reads the moved clock (services/shared_state.py)."""
+        is stored, so that every process on the store reads the moved clock
+        (services/runtime/shared_state.py)."""
         ran, moved = 0, False
         with self._lock:
             try:

@@ -22,7 +22,7 @@ from hyperplan.server.errors import error_response_for_path
 from hyperplan.server.limits import ServerLimits
 from hyperplan.server.request_ids import new_request_id
 from hyperplan.server.routing import AwsFront, aws_endpoint
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.wire import model
 
 

@@ -21,7 +21,7 @@ from hyperplan.clock import utcnow
 from hyperplan.errors import AccessDenied, HyperplanError
 from hyperplan.services import account_views
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.wire import sigv2, sigv4
 
 SIGNING_SERVICE = "sagemaker"

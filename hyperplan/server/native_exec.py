@@ -2,7 +2,7 @@
 
 The one request that waits on a tenant's process (up to TimeoutSeconds, an hour at most), so the one
 that must not wait on a thread every other request needs (anyio's pool, shared by every handler): the
-call is admitted or refused at once (services/exec_slots.py: an account's limit, ThrottlingException;
+call is admitted or refused at once (services/runtime/exec_slots.py: an account's limit, ThrottlingException;
 the process's total, ServiceUnavailable), the node is looked up on the shared pool (a short read), and
 the command is waited for on a thread of its own while the request itself only awaits a future.
 """

@@ -12,7 +12,7 @@ from hyperplan.server import fields
 from hyperplan.server.native import NativeRequest, NativeRoute
 from hyperplan.services import audit_views, drain, usage
 from hyperplan.services.accounts.audit import AuditView
-from hyperplan.services.drain_state import DrainState
+from hyperplan.services.runtime.drain_state import DrainState
 
 
 def _audit_json(view: AuditView) -> dict[str, Any]:

@@ -4,8 +4,8 @@ This process (the supervisor) opens the store (the migration, the bootstrap and 
 once, before any API process starts), binds the port once and hands the listening socket to each child
 (inherited descriptor; the kernel spreads the connections over the processes that accept on it). Each
 child is `hyperplan serve` again in role `api`: it serves requests and never leads. This process stands
-for leader (services/leadership.py) and, elected, runs the timed events, webhooks, node watcher, job runner
-and Slurm reconciler, and carries out the clock moves the children ask for.
+for leader (services/runtime/leadership.py) and, elected, runs the timed events, webhooks, node watcher, job
+runner and Slurm reconciler, and carries out the clock moves the children ask for.
 
 Children die with this process: each asks the kernel for SIGTERM when its parent ends (PR_SET_PDEATHSIG)
 and checks that its parent is still the one that started it. SIGTERM or Ctrl-C here stops every child

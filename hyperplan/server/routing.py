@@ -21,7 +21,7 @@ from hyperplan.server.limits import ServerLimits
 from hyperplan.server.s3 import endpoint as s3_endpoint
 from hyperplan.server.sagemaker import LOGS, SAGEMAKER, JsonApi, logs_endpoint, sagemaker_endpoint, serve_json
 from hyperplan.server.sts import sts_endpoint
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.wire.sigv4 import credential_service, credential_service_of
 
 S3_SERVICE = "s3"

@@ -30,8 +30,8 @@ from hyperplan.server.errors import AMZ_JSON, logs_error_response, sagemaker_err
 from hyperplan.server.limits import ServerLimits
 from hyperplan.server.request_ids import new_request_id
 from hyperplan.server.request_metrics import count_answer
-from hyperplan.services.context import ServiceContext
-from hyperplan.services.rate_limiter import Admission
+from hyperplan.services.runtime.context import ServiceContext
+from hyperplan.services.runtime.rate_limiter import Admission
 from hyperplan.waits import WouldWait, answering, forbid_waits
 from hyperplan.wire import model, registry, serialize, validate
 from hyperplan.wire.registry import RequestContext

@@ -15,7 +15,7 @@ from hyperplan.core.rate_limits import RequestClass
 from hyperplan.server import auth
 from hyperplan.server.errors import STS_NAMESPACE, sts_error_response
 from hyperplan.server.request_ids import new_request_id
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.wire import model, query, registry, serialize, validate
 from hyperplan.wire.registry import RequestContext
 

@@ -26,7 +26,7 @@ from hyperplan.backends import scratch
 from hyperplan.backends.base import BackendError
 from hyperplan.errors import HyperplanError
 from hyperplan.services.accounts import os_users
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import Account, TrainingJob
 
 log = logging.getLogger(__name__)

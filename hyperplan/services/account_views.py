@@ -19,8 +19,8 @@ from hyperplan.core.rate_limits import RateLimit, RequestClass, effective
 from hyperplan.services import account_files, metering, payments, plans, quotas
 from hyperplan.services.accounts import accounts, acting, audit, os_ids, os_users
 from hyperplan.services.accounts.accounts import Caller, NewKey
-from hyperplan.services.context import ServiceContext
 from hyperplan.services.quotas import Limits
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import Account, Invoice, PlanEvent, TrainingPlan, User
 
 log = logging.getLogger(__name__)

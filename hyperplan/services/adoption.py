@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hyperplan.backends.base import AdoptReport, Ref
 from hyperplan.services import cluster_nodes, job_watch
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 
 
 def adopt_all(runtime: ServiceContext) -> AdoptReport:

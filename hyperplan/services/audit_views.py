@@ -19,7 +19,7 @@ from hyperplan.core.page_bytes import fitting, utf8_bytes
 from hyperplan.services.accounts import accounts, audit
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.accounts.audit import AuditView
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 
 
 def record_alone(

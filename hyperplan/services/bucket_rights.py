@@ -49,7 +49,7 @@ from hyperplan.objects.storage import Storage
 from hyperplan.objects.uris import SCHEME, TEMP_PREFIX, BucketAccessError, parse_s3_uri
 from hyperplan.services.accounts import accounts, audit
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import Account, BucketGrant, BucketOwner, Cluster
 
 Use = tuple[str, str, Right]

@@ -17,7 +17,7 @@ from hyperplan.core.durations import parse_duration
 from hyperplan.errors import Conflict, ValidationError
 from hyperplan.services import audit_views
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 
 MAX_MOVE = timedelta(days=366)
 

@@ -11,7 +11,7 @@ from hyperplan.core.status import NodeStatus
 from hyperplan.errors import Conflict, ResourceNotFound, ServiceUnavailable, ValidationError
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.cluster_records import get, nodes_of
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 
 EXEC_OUTPUT_LIMIT_ENV = "HYPERPLAN_EXEC_OUTPUT_LIMIT"
 
@@ -51,8 +51,8 @@ def run_on_node(
     runtime: ServiceContext, backend_id: str, node_ref: str, argv: list[str], timeout: timedelta
 ) -> ExecResult:
     """The command run on the node found by `running_node`, waited for up to `timeout`: this blocks for
-    as long as the tenant's command runs, so it belongs on an exec thread (services/exec_slots.py), never
-    on the threads every request shares."""
+    as long as the tenant's command runs, so it belongs on an exec thread (services/runtime/exec_slots.py),
+    never on the threads every request shares."""
     try:
         return runtime.backend.exec(backend_id, argv, timeout, output_limit=exec_output_limit())
     except NodeUnavailable as refused:  # it stopped running meanwhile, or the command was lost

@@ -17,7 +17,7 @@ from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.cluster_nodes import NodeActions, shut_down
 from hyperplan.services.cluster_records import consumer, live_nodes
 from hyperplan.services.cluster_request import ClusterSettings, InstanceGroupSpec
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import Cluster, InstanceGroup, TrainingPlan
 
 

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 from hyperplan.core.status import NodeStatus
 from hyperplan.errors import ResourceNotFound
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup
 
 LIVE = (NodeStatus.PENDING, NodeStatus.RUNNING, NodeStatus.FAILURE)  # nodes that hold a place in their group

@@ -12,7 +12,7 @@ from hyperplan.errors import ResourceNotFound
 from hyperplan.services import cluster_records
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.cluster_request import ClusterSettings, InstanceGroupSpec
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, TrainingPlan
 
 

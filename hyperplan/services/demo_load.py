@@ -21,7 +21,7 @@ from hyperplan.core.search import Segment
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
 from hyperplan.services import lifecycle
 from hyperplan.services.accounts import accounts
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.changes import CALENDAR
 from hyperplan.store.db import after_commit, committed_change
 from hyperplan.store.schema import Account, ReservedCapacity, ScheduledEvent, TrainingPlan

@@ -1,5 +1,5 @@
-"""`hyperplan admin drain` and `admin resume`: the fleet in and out of maintenance (services/drain_state.py
-says what a drained fleet refuses and holds back).
+"""`hyperplan admin drain` and `admin resume`: the fleet in and out of maintenance
+(services/runtime/drain_state.py says what a drained fleet refuses and holds back).
 
 Drain records the state (and an audit record) in one transaction; with `stop_running` the same
 transaction stops every running job as a reclaim does (plan jobs go back to Pending, SIGTERM now and
@@ -17,14 +17,15 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import RUNNING, TARGET, Secondary, StopReason
 from hyperplan.core.lifecycle import PlanStatus
-from hyperplan.services import capacity_claims, cluster_reconcile, drain_state
+from hyperplan.services import capacity_claims, cluster_reconcile
 from hyperplan.services.accounts import audit
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.context import ServiceContext
-from hyperplan.services.drain_state import DrainState
 from hyperplan.services.job_queue import schedule_plan
 from hyperplan.services.job_records import consumer, settings_of, sigterm
 from hyperplan.services.job_status import begin_stop, move, terminate_instances
+from hyperplan.services.runtime import drain_state
+from hyperplan.services.runtime.context import ServiceContext
+from hyperplan.services.runtime.drain_state import DrainState
 from hyperplan.store.schema import TrainingJob, TrainingPlan
 
 

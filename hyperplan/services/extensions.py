@@ -21,11 +21,12 @@ from hyperplan.core.offering_ids import ExtensionClaim, OfferingIdError
 from hyperplan.core.search import segment_price
 from hyperplan.core.status import ExtensionPaymentStatus
 from hyperplan.errors import ResourceInUse, ResourceNotFound
-from hyperplan.services import drain_state, lifecycle, payments, plans, quotas
+from hyperplan.services import lifecycle, payments, plans, quotas
 from hyperplan.services.accounts import acting
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.context import ServiceContext
-from hyperplan.services.live_calendar import require_room
+from hyperplan.services.runtime import drain_state
+from hyperplan.services.runtime.context import ServiceContext
+from hyperplan.services.runtime.live_calendar import require_room
 from hyperplan.store.changes import CALENDAR
 from hyperplan.store.db import after_commit, committed_change
 from hyperplan.store.locks import lock_account, lock_pools

@@ -21,8 +21,8 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
 from hyperplan.core.jobs import WAITING, JobStatus
-from hyperplan.services import fleet as fleet_service
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime import fleet as fleet_service
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import ClusterNode, ReservedCapacity, TrainingJob, TrainingPlan
 
 HORIZONS = (("7d", 7), ("56d", 56))

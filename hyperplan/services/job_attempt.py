@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from hyperplan.core.jobs import AttemptState
 from hyperplan.objects.storage import Storage
 from hyperplan.services import bucket_rights, job_records
-from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_request import TrainingJobSpec
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import TrainingJob, TrainingJobInstance
 from hyperplan.training.contract import JobSpec
 

@@ -16,8 +16,8 @@ from hyperplan.core.jobs import TARGET, Window, countable, reached_at, usable_wi
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.events.loop import schedule
 from hyperplan.services import lifecycle
-from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_records import consumer, request_of, settings_of
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import ScheduledEvent, TrainingJob, TrainingPlan
 
 PENDING_LIMIT = "job.pending-limit"

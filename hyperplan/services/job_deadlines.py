@@ -12,7 +12,6 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import RUNNING, Secondary, StopReason, reached_at
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
-from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_clocks import (
     CAPACITY_LIMIT,
     MAX_RUNTIME,
@@ -27,6 +26,7 @@ from hyperplan.services.job_clocks import (
 )
 from hyperplan.services.job_records import plan_name_of, settings_of, sigterm, span
 from hyperplan.services.job_status import begin_stop, move
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import TrainingJob, TrainingPlan
 
 EPSILON = timedelta(milliseconds=1)

@@ -18,7 +18,7 @@ from hyperplan.core.page_bytes import MAX_PAGE_BYTES, PageBytes, utf8_bytes
 from hyperplan.errors import ValidationError
 from hyperplan.services import job_records
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 
 LOG_PAGE = 1 << 16
 

@@ -11,8 +11,7 @@ from sqlalchemy.orm import Session
 from hyperplan import metrics
 from hyperplan.core.jobs import BETWEEN_ATTEMPTS, TARGET, WAITING, InstanceState, Secondary, select_to_start
 from hyperplan.core.lifecycle import PlanStatus
-from hyperplan.services import capacity_claims, drain_state, metering
-from hyperplan.services.context import ServiceContext
+from hyperplan.services import capacity_claims, metering
 from hyperplan.services.job_clocks import windows_of
 from hyperplan.services.job_records import (
     begin_attempt,
@@ -23,6 +22,8 @@ from hyperplan.services.job_records import (
     when,
 )
 from hyperplan.services.job_status import move, note
+from hyperplan.services.runtime import drain_state
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import ReservedCapacity, TrainingJob, TrainingJobInstance, TrainingPlan
 from hyperplan.training.contract import host_names
@@ -62,7 +63,9 @@ def schedule_plan(session: Session, runtime: ServiceContext, plan: TrainingPlan,
     started = set(select_to_start([(j.id, j.instance_count) for j in waiting], free)) if segment else set()
     draining = drain_state.current(session).draining
     if draining:
-        started = set()  # a drained fleet starts nothing (services/drain_state.py); resume serves the queue
+        started = (
+            set()
+        )  # a drained fleet starts nothing (services/runtime/drain_state.py); resume serves the queue
     for job in waiting:
         if job.attempt_state not in BETWEEN_ATTEMPTS:
             continue  # draining: placed once its last attempt has ended

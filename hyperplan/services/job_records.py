@@ -19,9 +19,9 @@ from hyperplan.core.jobs import (
 from hyperplan.core.status import IllegalTransition
 from hyperplan.errors import ResourceNotFound
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_request import TrainingJobSpec
-from hyperplan.services.job_work import JobSettings
+from hyperplan.services.runtime.context import ServiceContext
+from hyperplan.services.runtime.job_work import JobSettings
 from hyperplan.store.schema import TrainingJob, TrainingJobInstance, TrainingPlan
 from hyperplan.training.contract import JobSpec
 

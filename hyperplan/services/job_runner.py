@@ -46,10 +46,10 @@ from sqlalchemy import select
 
 from hyperplan.core.jobs import BETWEEN_ATTEMPTS, FINAL, AttemptState, Secondary
 from hyperplan.services import job_records
-from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_finish import finish, sync
 from hyperplan.services.job_launch import launch
 from hyperplan.services.job_watch import watch
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import TrainingJob
 from hyperplan.worker import Worker
 

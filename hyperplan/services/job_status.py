@@ -13,8 +13,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.backends.base import BackendError, TaskRef
 from hyperplan.core.jobs import FINAL, JOB_LIFECYCLE, LIVE_INSTANCE, PRIMARY, RUNNING, Secondary, StopReason
-from hyperplan.services import capacity_claims, status
-from hyperplan.services.context import ServiceContext
+from hyperplan.services import capacity_claims
 from hyperplan.services.job_clocks import (
     MAX_RUNTIME,
     PENDING_LIMIT,
@@ -25,6 +24,8 @@ from hyperplan.services.job_clocks import (
     plan_runtime_limit,
 )
 from hyperplan.services.job_records import consumer, instances_of
+from hyperplan.services.runtime import status
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import TrainingJob, TrainingJobTransition
 

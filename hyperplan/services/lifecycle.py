@@ -1,6 +1,6 @@
 """The one place a plan's status changes, and the timed events that change it.
 
-Every change goes through `transition`, which moves the plan with `hyperplan.services.status.change`
+Every change goes through `transition`, which moves the plan with `hyperplan.services.runtime.status.change`
 (checked against `hyperplan.core.lifecycle.PLAN_LIFECYCLE`), sets the status message, and appends the
 plan's history. Its segments move the same way (`RESERVED_CAPACITY_LIFECYCLE`), recorded as status events.
 Once a plan is paid its status follows from its segments and the service time (`refresh`); the timed
@@ -29,9 +29,10 @@ from hyperplan.core.lifecycle import (
 )
 from hyperplan.core.status import EXTENSION_LIFECYCLE, ExtensionPaymentStatus
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
-from hyperplan.services import capacity_claims, status, webhooks
+from hyperplan.services import capacity_claims, webhooks
 from hyperplan.services.accounts import acting
-from hyperplan.services.context import LifecycleContext, Policies
+from hyperplan.services.runtime import status
+from hyperplan.services.runtime.context import LifecycleContext, Policies
 from hyperplan.store.changes import CALENDAR
 from hyperplan.store.db import after_commit, committed_change
 from hyperplan.store.schema import PlanEvent, PlanExtension, ReservedCapacity, ScheduledEvent, TrainingPlan

@@ -34,7 +34,7 @@ from hyperplan.core.page_bytes import PageBytes
 from hyperplan.errors import InvalidParameter, ResourceNotFound
 from hyperplan.services import cluster_records, job_records, log_reading
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import ClusterNode, InstanceGroup
 
 JOBS_GROUP = "/aws/sagemaker/TrainingJobs"

@@ -74,10 +74,11 @@ from hyperplan.core.quotas import Interval
 from hyperplan.core.search import segment_price
 from hyperplan.core.status import INVOICE_LIFECYCLE, InvoiceStatus
 from hyperplan.errors import ResourceInUse, ResourceNotFound
-from hyperplan.services import drain_state, lifecycle, payments, quotas
+from hyperplan.services import lifecycle, payments, quotas
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.context import ServiceContext
-from hyperplan.services.live_calendar import refuse_if_full
+from hyperplan.services.runtime import drain_state
+from hyperplan.services.runtime.context import ServiceContext
+from hyperplan.services.runtime.live_calendar import refuse_if_full
 from hyperplan.store.changes import CALENDAR
 from hyperplan.store.db import after_commit, committed_change
 from hyperplan.store.locks import lock_account, lock_pools

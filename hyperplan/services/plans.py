@@ -26,11 +26,12 @@ from hyperplan.core.offering_ids import OfferingClaim, OfferingIdError, Offering
 from hyperplan.core.paging import decode_token, encode_token
 from hyperplan.core.search import Offering, SearchRequest
 from hyperplan.errors import Conflict, ResourceInUse, ResourceNotFound, ValidationError
-from hyperplan.services import capacity_claims, lifecycle, payments, plan_purchase, quotas, slurm_placement
+from hyperplan.services import capacity_claims, lifecycle, payments, plan_purchase, quotas
 from hyperplan.services import tags as tag_store
 from hyperplan.services.accounts import acting, audit
 from hyperplan.services.accounts.accounts import Caller, get_account
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime import slurm_placement
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.services.tags import Tag
 from hyperplan.store.changes import CALENDAR, KEYS
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan

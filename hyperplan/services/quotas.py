@@ -30,7 +30,7 @@ from hyperplan.core.quotas import Interval, busiest_window, on_demand_cap, share
 from hyperplan.errors import ResourceLimitExceeded
 from hyperplan.services import on_demand
 from hyperplan.services.accounts.accounts import get_account
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import Account, PlanExtension, ReservedCapacity, TrainingPlan
 
 MAX_QUOTA = 1_000_000

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hyperplan.core.jobs import RUNNING, AttemptState, Secondary, StopReason
 from hyperplan.services import job_records, job_status
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import TrainingJob
 
 

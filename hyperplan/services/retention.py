@@ -26,7 +26,7 @@ from sqlalchemy import select
 from hyperplan.backends.base import NodeRef, TaskRef
 from hyperplan.core.jobs import BETWEEN_ATTEMPTS, JobStatus
 from hyperplan.core.status import NodeStatus
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store import settings as stored
 from hyperplan.store.schema import ClusterNode, EndedNodeUsage, TrainingJob, TrainingJobInstance
 from hyperplan.worker import Worker

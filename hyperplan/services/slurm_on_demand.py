@@ -37,9 +37,9 @@ from hyperplan.services.accounts import audit
 from hyperplan.services.cluster_nodes import SHUTDOWN_GRACE, NodeActions, run_actions, shut_down
 from hyperplan.services.cluster_records import LIVE
 from hyperplan.services.cluster_request import ClusterSettings
-from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_records import instances_of, settings_of, sigterm
 from hyperplan.services.job_status import begin_stop
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.slurm.on_demand_time import MARGIN
 from hyperplan.slurm.parse import Job
 from hyperplan.store.db import after_commit

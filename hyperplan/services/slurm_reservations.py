@@ -53,10 +53,10 @@ from hyperplan.services import cluster_nodes, cluster_reconcile, lifecycle, slur
 from hyperplan.services.cluster_nodes import NodeActions, shut_down
 from hyperplan.services.cluster_records import LIVE
 from hyperplan.services.cluster_request import ClusterSettings
-from hyperplan.services.context import ServiceContext
-from hyperplan.services.live_calendar import LiveCalendar
-from hyperplan.services.slurm_placement import PREFIX, reservation_name
-from hyperplan.services.slurm_state import PoolHealth, SlurmState, UnhealthyNode, health_text
+from hyperplan.services.runtime.context import ServiceContext
+from hyperplan.services.runtime.live_calendar import LiveCalendar
+from hyperplan.services.runtime.slurm_placement import PREFIX, reservation_name
+from hyperplan.services.runtime.slurm_state import PoolHealth, SlurmState, UnhealthyNode, health_text
 from hyperplan.slurm.client import SlurmClient, SlurmError
 from hyperplan.slurm.on_demand_time import Ahead, shortened_limit, taken
 from hyperplan.slurm.parse import Job, Node, Reservation
@@ -341,7 +341,7 @@ def follow_health(
     db: Database, fleet: Fleet, calendar: LiveCalendar, state: SlurmState, nodes: dict[str, Node]
 ) -> set[str]:
     """Each pool's health from Slurm's nodes: into this process's calendar and report, and published in
-    the store for the others (services/slurm_state.py). Returns the healthy nodes' names."""
+    the store for the others (services/runtime/slurm_state.py). Returns the healthy nodes' names."""
     healthy = set()
     health: PoolHealth = {}
     for pool in fleet.pools:

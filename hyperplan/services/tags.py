@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.errors import AccessDenied, ResourceNotFound, ValidationError
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import Cluster, ResourceTag, TrainingJob, TrainingPlan
 
 MAX_TAGS = 50

@@ -24,7 +24,7 @@ from hyperplan.core.jobs import RUNNING
 from hyperplan.errors import AccessDenied, ValidationError
 from hyperplan.services.accounts import accounts
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import (
     Account,
     Cluster,

@@ -21,11 +21,11 @@ from sqlalchemy.orm import Session
 
 from hyperplan.clock import utcnow
 from hyperplan.errors import AccessDenied, ResourceNotFound
-from hyperplan.services import console_sessions
 from hyperplan.services.accounts import accounts, audit, users
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.accounts.users import ACTIVE, INACTIVE, NewKey
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime import console_sessions
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import AccessKey, Account, User
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hyperplan.clock import utcnow
 from hyperplan.services import webhooks
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.services.webhooks import DeliveryView, WebhookView
 
 

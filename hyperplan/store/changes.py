@@ -6,7 +6,7 @@ same transaction; Database.wrote for rows written with Core statements), and a p
 counter in one statement before it relies on what it keeps (at each request: `Database.counters()`); a
 value other than the one it last saw means: reload. The other counters wake a loop in another process:
 a timed event or a webhook delivery written by any process, a job or node wake, a clock move asked of
-the leader (services/leadership.py polls them).
+the leader (services/runtime/leadership.py polls them).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ What each writer is promised is unchanged:
   every writer of it that had not failed on its own gets ServiceUnavailable (clients retry).
 - The change counters move once for the batch's transaction (Database._bump_counted): each work's
   after-commit callbacks read the same committed value, as the works of one transaction do
-  (services/live_calendar.py applies a transaction's several changes at one version).
+  (services/runtime/live_calendar.py applies a transaction's several changes at one version).
 
 Bounds: a batch holds at most `max_batch` works; a writer waits at most `wait` seconds for a batch to
 take its work (then ServiceUnavailable, nothing done); once taken, it waits for the batch's outcome,

@@ -534,7 +534,7 @@ class ChangeCounter(Base):
 
 class Lease(Base):
     """A named lease held by one process until `expires_at` (real time): the leader's, and each live
-    process's presence (services/leadership.py)."""
+    process's presence (services/runtime/leadership.py)."""
 
     __tablename__ = "leases"
     name: Mapped[str] = mapped_column(String(128), primary_key=True)
@@ -544,7 +544,8 @@ class Lease(Base):
 
 class RateBucket(Base):
     """One account's token bucket for one class of request, shared by every process on the store
-    (services/rate_limiter.py): `tokens` as counted at `counted_at` (real time, seconds since the epoch)."""
+    (services/runtime/rate_limiter.py): `tokens` as counted at `counted_at` (real time, seconds since the
+    epoch)."""
 
     __tablename__ = "rate_buckets"
     account_id: Mapped[str] = mapped_column(String(12), primary_key=True)
@@ -565,8 +566,8 @@ class ClockMove(Base):
 
 
 class ConsoleSession(Base):
-    """A console session signed in and not yet ended (services/console_sessions.py): its cookie is valid
-    only while this row exists. Sign-out and a deactivated key delete it; a sign-in removes every row
+    """A console session signed in and not yet ended (services/runtime/console_sessions.py): its cookie is
+    valid only while this row exists. Sign-out and a deactivated key delete it; a sign-in removes every row
     past its idle end or its absolute end. Times are real wall time, never the service clock."""
 
     __tablename__ = "console_sessions"

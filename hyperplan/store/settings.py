@@ -14,7 +14,7 @@ CLOCK_NOW = "clock.now"
 # "service": ISO instant, "scale": service seconds per real second} (hyperplan/clock.py).
 CLOCK_ANCHOR = "clock.anchor"
 # A Slurm back end's pools: bookable counts and unhealthy nodes, as the leader last read them
-# (services/slurm_state.py).
+# (services/runtime/slurm_state.py).
 POOL_HEALTH = "slurm.pool_health"
 OFFERING_KEY = "offering.signing_key"
 # The store's own id (random hex, made once: services/accounts/work_root.py), which its work roots' markers

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 
 
 @dataclass(frozen=True)

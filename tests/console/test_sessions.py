@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 
 from hyperplan.console.session import COOKIE
 from hyperplan.errors import ValidationError
-from hyperplan.services.console_sessions import (
+from hyperplan.services.runtime.console_sessions import (
     DEFAULT_IDLE_TIMEOUT,
     IDLE_TIMEOUT_ENV,
     MAX_PER_KEY,

@@ -23,7 +23,7 @@ from hyperplan.server.errors import AMZ_JSON
 from hyperplan.server.limits import ServerLimits
 from hyperplan.server.routing import aws_endpoint, json_api
 from hyperplan.server.sagemaker import LOGS, SAGEMAKER
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.signing import Credentials, sign_request
 from tests.harness import ADMIN, Server, signed_post
 from tests.inprocess import InProcessServer

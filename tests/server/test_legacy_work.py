@@ -21,8 +21,8 @@ from hyperplan.backends.local import LocalBackend
 from hyperplan.services import jobs
 from hyperplan.services.accounts import accounts
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.context import ServiceContext
 from hyperplan.services.job_request import TrainingJobSpec
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import TrainingJob
 from tests.harness import SERVER_START
 

@@ -21,7 +21,7 @@ from hyperplan.core.page_bytes import MAX_PAGE_BYTES
 from hyperplan.services import account_views, audit_views, lifecycle
 from hyperplan.services.accounts import audit
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import TrainingPlan
 from tests.harness import ADMIN
 from tests.inprocess import InProcessServer

@@ -1,5 +1,5 @@
-"""Several `hyperplan serve` processes on one PostgreSQL database (services/leadership.py): any of them
-answers any request, nothing is ever booked above a pool's capacity, and the leader's death hands its
+"""Several `hyperplan serve` processes on one PostgreSQL database (services/runtime/leadership.py): any of
+them answers any request, nothing is ever booked above a pool's capacity, and the leader's death hands its
 work to another with nothing lost or run twice. Real servers, real client processes; the manual clock."""
 
 from __future__ import annotations
@@ -126,7 +126,8 @@ def test_sixteen_clients_over_three_servers_never_overbook(
 def test_an_account_s_rate_limit_holds_across_servers(
     server_factory: type[Server], tmp_path: Path, postgres_server: PostgresServer
 ) -> None:
-    """One bucket per (account, class) in the database (services/rate_limiter.py), leased by each server."""
+    """One bucket per (account, class) in the database (services/runtime/rate_limiter.py), leased by each
+    server."""
     servers = _servers(server_factory, tmp_path / "data", postgres_server.new_database(), 2)
     # All of an account's requests to one server: the account's whole burst there, not half.
     steady = servers[0].sagemaker(limited_account(servers[0], "steady"))

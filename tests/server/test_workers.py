@@ -104,7 +104,7 @@ def test_racing_buyers_on_two_workers(server_factory: type[Server], tmp_path: Pa
 def test_an_account_s_rate_limit_is_one_bucket_across_the_api_processes(
     server_factory: type[Server], tmp_path: Path
 ) -> None:
-    """services/rate_limiter.py: the bucket is in the store; a process leases tokens from it."""
+    """services/runtime/rate_limiter.py: the bucket is in the store; a process leases tokens from it."""
     server = _two_workers(server_factory)(data_dir=tmp_path / "data", fleet=SMALL_FLEET).start()
     # One client, one kept-alive connection: every request reaches the same API process, which admits
     # the account's whole burst (not half of it).

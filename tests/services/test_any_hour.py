@@ -19,7 +19,7 @@ from hyperplan.errors import ResourceNotFound, ValidationError
 from hyperplan.services import extensions, plans
 from hyperplan.services.accounts import accounts
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
 from tests.harness import unisolated
 from tests.instants import at_awkward_instants

@@ -29,7 +29,7 @@ from hyperplan.errors import ResourceInUse, ResourceLimitExceeded
 from hyperplan.services import plans, quotas
 from hyperplan.services.accounts import accounts
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
 from hyperplan.waits import WouldWait, answering, forbid_waits
 from tests.beside import answered_beside

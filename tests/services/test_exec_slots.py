@@ -1,4 +1,4 @@
-"""The execs a server process admits at once (core/exec_limits.py, services/exec_slots.py), without a
+"""The execs a server process admits at once (core/exec_limits.py, services/runtime/exec_slots.py), without a
 server: an account's limit, the process's total, administrators, the fleet file's keys, and a slot held
 by its command's thread for as long as the command runs, whoever stops waiting for it."""
 
@@ -14,7 +14,7 @@ from hyperplan.core.fleet_file import parse_fleet
 from hyperplan.core.rate_limits import RateLimit, RequestClass
 from hyperplan.errors import ServiceUnavailable, Throttling, ValidationError
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.exec_slots import ExecSlot, ExecSlots
+from hyperplan.services.runtime.exec_slots import ExecSlot, ExecSlots
 from tests.core.test_fleet import MINIMAL, demo_text
 from tests.harness import wait_until
 

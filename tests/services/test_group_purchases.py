@@ -21,7 +21,7 @@ from hyperplan.errors import ResourceInUse, ResourceLimitExceeded, ServiceUnavai
 from hyperplan.services import plans
 from hyperplan.services.accounts import accounts
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store import changes
 from hyperplan.store.schema import ChangeCounter, ReservedCapacity, TrainingPlan
 from tests.batches import fails_at_commit, together

@@ -1,4 +1,4 @@
-"""A Slurm back end's pool health, shared through the store (services/slurm_state.py): the leader's
+"""A Slurm back end's pool health, shared through the store (services/runtime/slurm_state.py): the leader's
 reconciling pass writes it (`follow_health`, the path every pass takes), and another process's
 calendar takes it at its next sync, so a drained node reduces what every process sells. Real SQLite;
 the nodes are what `scontrol show node` parses to (Slurm itself is the slurm part's)."""
@@ -15,10 +15,10 @@ from hyperplan.app import count_changes
 from hyperplan.clock import ManualClock
 from hyperplan.core.fleet_file import parse_fleet
 from hyperplan.services.accounts.key_cache import KeyCache
-from hyperplan.services.live_calendar import LiveCalendar
-from hyperplan.services.shared_state import SharedState
+from hyperplan.services.runtime.live_calendar import LiveCalendar
+from hyperplan.services.runtime.shared_state import SharedState
+from hyperplan.services.runtime.slurm_state import SlurmState, UnhealthyNode
 from hyperplan.services.slurm_reservations import follow_health
-from hyperplan.services.slurm_state import SlurmState, UnhealthyNode
 from hyperplan.slurm.client import SlurmClient
 from hyperplan.slurm.parse import Node
 from hyperplan.store.db import Database, sqlite_url

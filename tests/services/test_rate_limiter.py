@@ -1,5 +1,5 @@
-"""The shared rate buckets (services/rate_limiter.py) with several limiters on one real SQLite store, as
-several processes would hold them, and the time passed in: one process alone gets the account's whole
+"""The shared rate buckets (services/runtime/rate_limiter.py) with several limiters on one real SQLite store,
+as several processes would hold them, and the time passed in: one process alone gets the account's whole
 limit, and processes taking turns get no more than the documented bound between them."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 from hyperplan.core.rate_limits import RateLimit, RequestClass
 from hyperplan.errors import Throttling
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.rate_limiter import LEASE_LIFE, RateLimiter, SharedBuckets, batch_size
+from hyperplan.services.runtime.rate_limiter import LEASE_LIFE, RateLimiter, SharedBuckets, batch_size
 from hyperplan.store.db import Database, sqlite_url
 
 SEARCH = RequestClass.SEARCH

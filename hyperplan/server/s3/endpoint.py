@@ -60,7 +60,7 @@ from hyperplan.server.s3.body import Received, receive_body
 from hyperplan.services import bucket_rights
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.bucket_rights import ServedBucket
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.wire import s3_model, s3_responses, s3_xml, sigv2, sigv4
 
 log = logging.getLogger(__name__)

@@ -8,9 +8,9 @@ from hyperplan.core.paging import paginate
 from hyperplan.core.search import Offering, SearchRequest, Segment
 from hyperplan.errors import ValidationError
 from hyperplan.services import extensions, plan_views, plans, tags
-from hyperplan.services.context import ServiceContext
 from hyperplan.services.plan_views import ExtensionView, PlanView, SegmentView
 from hyperplan.services.plans import ListQuery, SignedOffering
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.wire.operations import RequestContext, operation
 from hyperplan.wire.ops.tags import tags_of
 

@@ -7,7 +7,7 @@ Revises: 0013
 the service clock, timed events, webhook deliveries, the job and node wakes, clock moves); a transaction
 that changes such state adds one to its row, and every process compares the row with what it last saw
 (store/changes.py). `leases`: named leases held by one process until they expire (the leader's), and
-each live process's presence (services/leadership.py). `clock_moves`: a clock advance or set asked of
+each live process's presence (services/runtime/leadership.py). `clock_moves`: a clock advance or set asked of
 the leader by another process, and its outcome.
 """
 

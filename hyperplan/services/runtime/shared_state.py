@@ -15,8 +15,8 @@ import threading
 
 from hyperplan.clock import AcceleratedClock, Anchor, Clock, ManualClock
 from hyperplan.services.accounts.key_cache import KeyCache
-from hyperplan.services.live_calendar import LiveCalendar
-from hyperplan.services.slurm_state import SlurmState, read_health
+from hyperplan.services.runtime.live_calendar import LiveCalendar
+from hyperplan.services.runtime.slurm_state import SlurmState, read_health
 from hyperplan.store import changes, settings
 from hyperplan.store.db import Database
 from hyperplan.waits import may_wait
@@ -105,7 +105,7 @@ class SharedState:
 
     def follow_pool_health(self) -> None:
         """A Slurm back end's pools as the leader last read them: bookable counts into the calendar,
-        unhealthy nodes into the fleet's report (services/slurm_state.py)."""
+        unhealthy nodes into the fleet's report (services/runtime/slurm_state.py)."""
         if self.slurm is None:
             return
         with self.db.read() as session:

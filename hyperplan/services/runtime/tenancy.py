@@ -9,7 +9,7 @@ from pathlib import Path
 from hyperplan.backends.base import RunAs
 from hyperplan.errors import ValidationError
 from hyperplan.services.accounts import os_users
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import Account, Cluster
 
 PASSAGE_MODE = 0o711  # traversable by the accounts' users, listable by none

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from hyperplan.backends.base import Placement
 from hyperplan.errors import ValidationError
 from hyperplan.services.accounts import os_users
-from hyperplan.services.context import ServiceContext
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import Account, ReservedCapacity, TrainingPlan
 
 PREFIX = "hp-"  # of every reservation hyperplan makes (services/slurm_reservations.py)

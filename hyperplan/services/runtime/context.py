@@ -19,13 +19,13 @@ from hyperplan.clock import Clock
 from hyperplan.core.fleet import Fleet
 from hyperplan.services.accounts.audit import RefusedSignatures
 from hyperplan.services.accounts.key_cache import KeyCache
-from hyperplan.services.console_sessions import ConsoleSessions
-from hyperplan.services.exec_slots import ExecSlots
-from hyperplan.services.job_work import JobLocks, JobSettings
-from hyperplan.services.live_calendar import LiveCalendar
-from hyperplan.services.rate_limiter import RateLimiter
-from hyperplan.services.shared_state import SharedState
-from hyperplan.services.slurm_state import SlurmState
+from hyperplan.services.runtime.console_sessions import ConsoleSessions
+from hyperplan.services.runtime.exec_slots import ExecSlots
+from hyperplan.services.runtime.job_work import JobLocks, JobSettings
+from hyperplan.services.runtime.live_calendar import LiveCalendar
+from hyperplan.services.runtime.rate_limiter import RateLimiter
+from hyperplan.services.runtime.shared_state import SharedState
+from hyperplan.services.runtime.slurm_state import SlurmState
 from hyperplan.store.db import Database
 from hyperplan.store.master_key import SecretBox
 from hyperplan.worker import LocalWake, Wake
@@ -129,7 +129,7 @@ class ServiceContext:
     console_sessions: ConsoleSessions = field(default_factory=ConsoleSessions.from_environment)
 
     def sync(self) -> None:
-        """Before a request relies on what this process keeps in memory (services/shared_state.py)."""
+        """Before a request relies on what this process keeps in memory (services/runtime/shared_state.py)."""
         if self.shared is not None:
             self.shared.sync()
 

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from hyperplan.core.fleet import Pool
-from hyperplan.services.context import ServiceContext
-from hyperplan.services.slurm_state import UnhealthyNode
+from hyperplan.services.runtime.context import ServiceContext
+from hyperplan.services.runtime.slurm_state import UnhealthyNode
 
 
 @dataclass(frozen=True)

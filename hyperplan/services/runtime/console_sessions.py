@@ -10,7 +10,7 @@ cookie carries too).
 Cheap per request: a process trusts what it read of a row for CACHE_SECONDS, so another server's
 sign-out is refused here within that time (this process's own at once); it forgets all it read when the
 store's `keys` change counter moves (a key deactivated anywhere: its sessions' rows went with it), which
-each request reads anyway (services/shared_state.py). It writes a session's last sight at most every
+each request reads anyway (services/runtime/shared_state.py). It writes a session's last sight at most every
 `touch_interval` (a minute, or a tenth of the idle timeout if that is shorter): a session ends between
 that interval less than the idle timeout and the idle timeout after its last request. Bounded: each
 sign-in deletes every row past either end, and keeps at most MAX_PER_KEY open sessions of its key (the
@@ -42,7 +42,7 @@ from hyperplan.store.db import Database
 from hyperplan.store.schema import ConsoleSession
 
 if TYPE_CHECKING:
-    from hyperplan.services.shared_state import SharedState
+    from hyperplan.services.runtime.shared_state import SharedState
 
 IDLE_TIMEOUT_ENV = "HYPERPLAN_CONSOLE_IDLE_TIMEOUT"
 DEFAULT_IDLE_TIMEOUT = 3600.0  # seconds without a request before a session ends

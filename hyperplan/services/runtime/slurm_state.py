@@ -7,7 +7,7 @@ pass read, for the fleet's report.
 
 Only the leader reads the cluster; it publishes each pool's bookable count and unhealthy nodes in the
 store (setting `slurm.pool_health`, written when they change, which moves the `settings` change counter),
-and every other process takes them into its calendar and its report (services/shared_state.py): a
+and every other process takes them into its calendar and its report (services/runtime/shared_state.py): a
 drained node reduces what every process sells.
 """
 
