@@ -24,7 +24,7 @@ named, not the remote bucket's), ready to become a job's FailureReason or a node
 
 Every transfer the server makes for an account goes through ``Storage.for_account(guard)``: before each
 read (listing, download) and each write (upload) of a bucket, the guard (the account's rights, from
-hyperplan/services/bucket_rights.py) allows it, claims a free bucket for a write, or refuses with a
+hyperplan/services/storage/bucket_rights.py) allows it, claims a free bucket for a write, or refuses with a
 :class:`~hyperplan.objects.uris.BucketAccessError` whose message starts with the URI.
 
 The modules: `uris` (the URI rules and the one error, StorageError), `base` (what a bucket's store does),

@@ -1,7 +1,7 @@
 """Native routes for buckets: create one, list those you may use, and (administrators) grant and revoke.
 
-docs/API.md documents the routes. Handlers translate; the rules live in hyperplan.services.bucket_rights
-and hyperplan.core.bucket_rights.
+docs/API.md documents the routes. Handlers translate; the rules live in
+hyperplan.services.storage.bucket_rights and hyperplan.core.bucket_rights.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from starlette.routing import Route
 
 from hyperplan.server import fields
 from hyperplan.server.native import NativeRequest, NativeRoute
-from hyperplan.services import bucket_rights
-from hyperplan.services.bucket_rights import BucketView
+from hyperplan.services.storage import bucket_rights
+from hyperplan.services.storage.bucket_rights import BucketView
 
 MAX_BUCKET_NAME = 63
 MAX_ACCOUNT_REF = 64

@@ -28,7 +28,6 @@ from hyperplan.core.clusters import check_lifecycle_script
 from hyperplan.core.status import CLUSTER_LIFECYCLE, ClusterStatus, NodeStatus
 from hyperplan.errors import Conflict, ResourceInUse, ValidationError
 from hyperplan.objects.uris import StorageError, parse_s3_uri
-from hyperplan.services import bucket_rights
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.cluster_groups import add_group, change_group, remove_group
 from hyperplan.services.cluster_nodes import NodeActions, run_actions, shut_down
@@ -37,6 +36,7 @@ from hyperplan.services.cluster_records import GONE, cluster_arn, get, groups_of
 from hyperplan.services.cluster_request import ClusterSpec, ClusterUpdate, InstanceGroupSpec
 from hyperplan.services.runtime import drain_state, status
 from hyperplan.services.runtime.context import ServiceContext
+from hyperplan.services.storage import bucket_rights
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup
 

@@ -7,9 +7,10 @@ from dataclasses import dataclass
 
 from hyperplan.core.jobs import AttemptState
 from hyperplan.objects.storage import Storage
-from hyperplan.services import bucket_rights, job_records
+from hyperplan.services import job_records
 from hyperplan.services.job_request import TrainingJobSpec
 from hyperplan.services.runtime.context import ServiceContext
+from hyperplan.services.storage import bucket_rights
 from hyperplan.store.schema import TrainingJob, TrainingJobInstance
 from hyperplan.training.contract import JobSpec
 

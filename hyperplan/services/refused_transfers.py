@@ -2,7 +2,7 @@
 
 The runner's launch and finish already fail a job whose transfer fails; a periodic checkpoint sync only
 logs a failure (the next sync may succeed), except this one: rights revoked since the job was created do
-not come back by themselves, so the job fails with the refusal (hyperplan/services/bucket_rights.py)
+not come back by themselves, so the job fails with the refusal (hyperplan/services/storage/bucket_rights.py)
 as its FailureReason, and its instances are stopped.
 """
 

@@ -8,5 +8,5 @@ under limits of their own (server/limits.py).
 - ``endpoint.py``: the request's bucket and key (path-style, or ``Host: BUCKET.HOST``), authentication,
   the operation, its checks against botocore's S3 model, the handlers, S3's XML answers;
 - ``body.py``: a body received piece by piece: plain or aws-chunked, its signatures and checksums;
-- the buckets' rights are services/bucket_rights.py's, the files hyperplan/objects/served.py's.
+- the buckets' rights are services/storage/bucket_rights.py's, the files hyperplan/objects/served.py's.
 """

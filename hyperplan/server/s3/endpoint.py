@@ -3,7 +3,7 @@
 Protocol only: who calls (S3's SigV4), which bucket and key (path-style ``/BUCKET/KEY``, or virtual-hosted
 ``Host: BUCKET.HOST`` when BUCKET is a bucket here, or HOST is ``localhost``), which operation (method,
 subresource and headers, as botocore's S3 model routes them), its query and header members checked
-against the model, then the handler. Rights are services/bucket_rights.py's; files
+against the model, then the handler. Rights are services/storage/bucket_rights.py's; files
 hyperplan/objects/served.py's; every refusal becomes S3's XML error in server/errors.py.
 """
 
@@ -57,10 +57,10 @@ from hyperplan.server.auth import authenticate_s3, authenticate_s3_v2
 from hyperplan.server.errors import S3_XML, s3_error_response
 from hyperplan.server.limits import KIB, MIB, ServerLimits
 from hyperplan.server.s3.body import Received, receive_body
-from hyperplan.services import bucket_rights
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.bucket_rights import ServedBucket
 from hyperplan.services.runtime.context import ServiceContext
+from hyperplan.services.storage import bucket_rights
+from hyperplan.services.storage.bucket_rights import ServedBucket
 from hyperplan.wire import s3_model, s3_responses, s3_xml, sigv2, sigv4
 
 log = logging.getLogger(__name__)
