@@ -1,7 +1,7 @@
 """The webhook dispatcher: sends queued deliveries from its own threads, in order per (webhook, plan).
 
 The lifecycle loop never waits on a receiver: it only writes `webhook_deliveries` rows with the events
-(`hyperplan.services.webhooks.enqueue`). This dispatcher finds the rows that are due and POSTs them:
+(`hyperplan.services.webhooks.webhooks.enqueue`). This dispatcher finds the rows that are due and POSTs them:
 
 - Order. Of a (webhook, plan) pair, only the oldest undelivered delivery is ever attempted; the later
   ones wait until it succeeds. Other pairs go on independently, so one plan's failing head, or one
@@ -48,7 +48,7 @@ from hyperplan import metrics
 from hyperplan.clock import utcnow
 from hyperplan.core.webhook_targets import WebhookTargets
 from hyperplan.errors import ValidationError
-from hyperplan.services import webhooks
+from hyperplan.services.webhooks import webhooks
 from hyperplan.store.db import Database
 from hyperplan.store.master_key import SecretBox
 from hyperplan.store.schema import PlanEvent, TrainingPlan, Webhook, WebhookDelivery

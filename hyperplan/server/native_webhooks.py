@@ -1,7 +1,7 @@
 """Native routes for webhooks (administrators): register, list, delete, and see how deliveries went.
 
 docs/WEBHOOKS.md documents the routes and what receivers get. Handlers translate; the rules live in
-hyperplan.services.webhooks.
+hyperplan.services.webhooks.webhooks.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from starlette.routing import Route
 
 from hyperplan.server import fields
 from hyperplan.server.native import NativeRequest, NativeRoute
-from hyperplan.services import webhook_admin, webhooks
-from hyperplan.services.webhooks import DeliveryView, WebhookView
+from hyperplan.services.webhooks import webhook_admin, webhooks
+from hyperplan.services.webhooks.webhooks import DeliveryView, WebhookView
 
 DEFAULT_DELIVERIES = 50
 MAX_DELIVERIES = 500

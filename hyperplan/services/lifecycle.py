@@ -29,10 +29,11 @@ from hyperplan.core.lifecycle import (
 )
 from hyperplan.core.status import EXTENSION_LIFECYCLE, ExtensionPaymentStatus
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
-from hyperplan.services import capacity_claims, webhooks
+from hyperplan.services import capacity_claims
 from hyperplan.services.accounts import acting
 from hyperplan.services.runtime import status
 from hyperplan.services.runtime.context import LifecycleContext, Policies
+from hyperplan.services.webhooks import webhooks
 from hyperplan.store.changes import CALENDAR
 from hyperplan.store.db import after_commit, committed_change
 from hyperplan.store.schema import PlanEvent, PlanExtension, ReservedCapacity, ScheduledEvent, TrainingPlan

@@ -22,7 +22,7 @@ from sqlalchemy import text
 from hyperplan.app import AppConfig, Application
 from hyperplan.cli.client import ApiError
 from hyperplan.errors import MasterKeyUnavailable
-from hyperplan.services import webhooks
+from hyperplan.services.webhooks import webhooks
 from hyperplan.signing import Credentials
 from hyperplan.store.db import Database, sqlite_url
 from hyperplan.store.master_key import KEY_FILE_NAME

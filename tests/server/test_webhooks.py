@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from hyperplan.cli.client import ApiError
-from hyperplan.services.webhooks import verify
+from hyperplan.services.webhooks.webhooks import verify
 from hyperplan.signing import Credentials
 from tests.harness import Server, boundary_after, service_now, wait_until
 from tests.inprocess import InProcessServer

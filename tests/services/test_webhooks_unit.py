@@ -23,8 +23,8 @@ from hyperplan.core.webhook_targets import WebhookTargets, parse_networks
 from hyperplan.errors import ResourceNotFound, ValidationError
 from hyperplan.notify.dispatcher import Dispatcher, DispatcherConfig, backoff
 from hyperplan.notify.guard import GuardedBackend, TargetRefused, guarded_client
-from hyperplan.services import webhooks
 from hyperplan.services.accounts import accounts, sealed_secrets
+from hyperplan.services.webhooks import webhooks
 from hyperplan.store.db import Database, sqlite_url
 from hyperplan.store.master_key import KEY_FILE_NAME, SecretBox
 from hyperplan.store.schema import PlanEvent, TrainingPlan, Webhook, WebhookDelivery

@@ -1,13 +1,13 @@
 """The webhook routes of the native API (administrators), each in a transaction of its own, so that no
-handler touches the store. The rules live in services/webhooks.py; the views it returns hold rows read in
-the transaction, which the handlers only read."""
+handler touches the store. The rules live in services/webhooks/webhooks.py; the views it returns hold rows
+read in the transaction, which the handlers only read."""
 
 from __future__ import annotations
 
 from hyperplan.clock import utcnow
-from hyperplan.services import webhooks
 from hyperplan.services.runtime.context import ServiceContext
-from hyperplan.services.webhooks import DeliveryView, WebhookView
+from hyperplan.services.webhooks import webhooks
+from hyperplan.services.webhooks.webhooks import DeliveryView, WebhookView
 
 
 def register(runtime: ServiceContext, account_ref: str, url: str) -> WebhookView:
