@@ -14,7 +14,7 @@ _ROOT = Path(__file__).resolve().parent.parent
 
 
 def _group(filename: str, function: str) -> str:
-    """``hyperplan.services.plans``, ``sqlalchemy``, ``stdlib json``, or a C function's own name."""
+    """``hyperplan.services.plans.plans``, ``sqlalchemy``, ``stdlib json``, or a C function's own name."""
     if filename == "~":
         return f"C: {function.strip('<>')}"
     path = Path(filename)

@@ -1,7 +1,7 @@
 """Real servers for the benchmarks: a data directory filled in-process before start, then
 ``python -m hyperplan serve`` as a child process with the manual clock, and what the kernel says about it.
 
-The store is filled through ``hyperplan.services.plans.create`` (one durable transaction per plan, as a
+The store is filled through ``hyperplan.services.plans.plans.create`` (one durable transaction per plan, as a
 purchase over the wire would commit) with offering ids made for the random bookings of
 :mod:`bench.fill`; the server loads its calendar from the store when it starts.
 """
@@ -30,9 +30,9 @@ from hyperplan.app import AppConfig, Application
 from hyperplan.core.calendar import CapacityCalendar
 from hyperplan.core.fleet import Fleet
 from hyperplan.core.offering_ids import OfferingClaim, OfferingSegment, encode
-from hyperplan.services import plans
 from hyperplan.services.accounts import accounts
 from hyperplan.services.accounts.accounts import Caller, NewKey
+from hyperplan.services.plans import plans
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.master_key import KEY_FILE_NAME
 

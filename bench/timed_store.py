@@ -1,6 +1,6 @@
 """Stores whose plans fall due within seconds of real time, and what the lifecycle loop recorded of them.
 
-Plans are bought in-process through ``hyperplan.services.plans.create``, as :mod:`bench.server` fills
+Plans are bought in-process through ``hyperplan.services.plans.plans.create``, as :mod:`bench.server` fills
 its stores: one durable transaction per plan, writing the plan, its segment and its timed events, paid
 at once (the fleet's accounts pay automatically). The runtime that writes them has a manual clock that
 stands at the wall time when the store was opened, so every segment lies in its future and each plan
@@ -23,9 +23,9 @@ from typing import Any
 from bench.fill import Booking
 from bench.server import offering_for, unisolated
 from hyperplan.app import AppConfig, Application
-from hyperplan.services import plans
 from hyperplan.services.accounts import accounts
 from hyperplan.services.accounts.accounts import Caller
+from hyperplan.services.plans import plans
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.master_key import KEY_FILE_NAME
 

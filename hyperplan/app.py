@@ -45,15 +45,14 @@ from hyperplan.services import (
     demo_load,
     job_deadlines,
     jobs,
-    lifecycle,
     metering,
-    payments,
     slurm_reservations,
 )
 from hyperplan.services.accounts import accounts, os_users, sealed_secrets, work_root
 from hyperplan.services.accounts.key_cache import KeyCache
 from hyperplan.services.job_runner import JobRunner
 from hyperplan.services.node_watcher import NodeWatcher
+from hyperplan.services.plans import lifecycle, payments
 from hyperplan.services.retention import RetentionWorker
 from hyperplan.services.runtime import leadership
 from hyperplan.services.runtime.context import LifecycleContext, ServiceContext, Settings, Wakes

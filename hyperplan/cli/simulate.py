@@ -87,9 +87,9 @@ def run(fleet: Fleet, requests: list[WorkloadRequest], start: datetime, rankings
 def _replay(fleet: Fleet, requests: list[WorkloadRequest], start: datetime, hour0: datetime) -> list[Bought]:
     from hyperplan.core.replay import chosen, search_request
     from hyperplan.errors import HyperplanError
-    from hyperplan.services import plans
     from hyperplan.services.accounts import accounts
     from hyperplan.services.accounts.accounts import Caller
+    from hyperplan.services.plans import plans
 
     bought = []
     with _application(fleet, start) as runtime:

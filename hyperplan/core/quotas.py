@@ -1,6 +1,6 @@
 """Quota arithmetic, as values: a type's share cap, and the busiest rolling window of instance-hours.
 
-The services (services/quotas.py) read what an account holds from the store and ask these.
+The services (services/plans/quotas.py) read what an account holds from the store and ask these.
 """
 
 from __future__ import annotations

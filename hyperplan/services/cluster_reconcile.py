@@ -13,10 +13,11 @@ from sqlalchemy.orm import Session
 from hyperplan.core.clusters import allocate
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.status import ClusterStatus, NodeStatus
-from hyperplan.services import capacity_claims, metering
+from hyperplan.services import metering
 from hyperplan.services.cluster_nodes import NodeActions, new_node, run_actions, shut_down
 from hyperplan.services.cluster_records import consumer, live_nodes
 from hyperplan.services.cluster_request import InstanceGroupSpec
+from hyperplan.services.plans import capacity_claims
 from hyperplan.services.runtime import drain_state
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.db import after_commit

@@ -19,8 +19,8 @@ from hyperplan.core.demo_load import background_bookings
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.search import Segment
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
-from hyperplan.services import lifecycle
 from hyperplan.services.accounts import accounts
+from hyperplan.services.plans import lifecycle
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.changes import CALENDAR
 from hyperplan.store.db import after_commit, committed_change

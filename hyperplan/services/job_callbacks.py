@@ -10,7 +10,7 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import FINAL_FOR_STOP, RUNNING, AttemptState, InstanceState, Secondary, StopReason
-from hyperplan.services import capacity_claims, metering
+from hyperplan.services import metering
 from hyperplan.services.job_clocks import max_runtime
 from hyperplan.services.job_queue import schedule_plan
 from hyperplan.services.job_records import (
@@ -21,6 +21,7 @@ from hyperplan.services.job_records import (
     settings_of,
 )
 from hyperplan.services.job_status import move, note, terminate_instances
+from hyperplan.services.plans import capacity_claims
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import TrainingJob, TrainingJobInstance, TrainingPlan

@@ -15,8 +15,8 @@ from sqlalchemy.orm import Session
 from hyperplan.core.jobs import TARGET, Window, countable, reached_at, usable_windows
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.events.loop import schedule
-from hyperplan.services import lifecycle
 from hyperplan.services.job_records import consumer, request_of, settings_of
+from hyperplan.services.plans import lifecycle
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import ScheduledEvent, TrainingJob, TrainingPlan
 

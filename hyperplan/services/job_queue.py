@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from hyperplan import metrics
 from hyperplan.core.jobs import BETWEEN_ATTEMPTS, TARGET, WAITING, InstanceState, Secondary, select_to_start
 from hyperplan.core.lifecycle import PlanStatus
-from hyperplan.services import capacity_claims, metering
+from hyperplan.services import metering
 from hyperplan.services.job_clocks import windows_of
 from hyperplan.services.job_records import (
     begin_attempt,
@@ -22,6 +22,7 @@ from hyperplan.services.job_records import (
     when,
 )
 from hyperplan.services.job_status import move, note
+from hyperplan.services.plans import capacity_claims
 from hyperplan.services.runtime import drain_state
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.db import after_commit

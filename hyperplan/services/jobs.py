@@ -77,7 +77,7 @@ from hyperplan.core.jobs import (
 )
 from hyperplan.errors import ResourceInUse, ResourceLimitExceeded, ValidationError
 from hyperplan.objects.uris import SCHEME
-from hyperplan.services import capacity_claims, lifecycle, metering, on_demand, quotas
+from hyperplan.services import metering
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.job_clocks import windows_of
 from hyperplan.services.job_queue import place, schedule_plan, usable_segment, waiting_message
@@ -93,6 +93,7 @@ from hyperplan.services.job_records import (
 )
 from hyperplan.services.job_request import TrainingJobSpec
 from hyperplan.services.job_status import begin_stop, move, note, open_transition, terminate_instances
+from hyperplan.services.plans import capacity_claims, lifecycle, on_demand, quotas
 from hyperplan.services.runtime import drain_state
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.services.storage import bucket_rights

@@ -30,8 +30,8 @@ from hyperplan.core.metering import HOUR, hour_start, hours_started
 from hyperplan.errors import ResourceLimitExceeded
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
 from hyperplan.services.accounts.accounts import get_account
-from hyperplan.services.on_demand import NODE_GONE
-from hyperplan.services.payments import currency_places
+from hyperplan.services.plans.on_demand import NODE_GONE
+from hyperplan.services.plans.payments import currency_places
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import Account, ClusterNode, LedgerEntry, OnDemandMeter, TrainingJob
 

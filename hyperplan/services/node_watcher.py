@@ -134,7 +134,7 @@ def _finish_deletions(session: Session) -> None:
 
 
 def _keep_usage(session: Session, cluster: Cluster) -> None:
-    """What the cluster's nodes held, for the usage report (services/usage.py), before their rows go."""
+    """What the cluster's nodes held, for the usage report (services/plans/usage.py), before their rows go."""
     rows = session.execute(
         select(ClusterNode, InstanceGroup)
         .join(InstanceGroup, InstanceGroup.id == ClusterNode.group_id)

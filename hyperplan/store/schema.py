@@ -56,7 +56,7 @@ class Account(Base):
     # An administrator's overrides of the fleet's request rate limits, as JSON: {"search": {"rate": 2.0,
     # "burst": 10}, ...}; None: the fleet's for every class (services/accounts.rate_limit_overrides).
     rate_limits: Mapped[str | None] = mapped_column(Text, nullable=True)
-    # On-demand instances of one type at any instant (services/quotas.py); None: the fleet's quota.
+    # On-demand instances of one type at any instant (services/plans/quotas.py); None: the fleet's quota.
     max_on_demand_instances_per_type: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
@@ -510,7 +510,7 @@ class ResourceTag(Base):
 
 class EndedNodeUsage(Base):
     """What a deleted cluster's node held, kept when the cluster's rows go (services/node_watcher.py):
-    the usage report (services/usage.py) counts it like a node that is still listed."""
+    the usage report (services/plans/usage.py) counts it like a node that is still listed."""
 
     __tablename__ = "ended_node_usage"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

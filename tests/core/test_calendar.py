@@ -194,7 +194,7 @@ def test_the_purchase_check_on_the_stores_microseconds_agrees_with_the_datetime_
     peak_booked_slots on those of the pool that overlap the window, as datetimes (rows of another pool,
     and segments released before they began, count for nothing)."""
     from hyperplan.core.calendar import micros
-    from hyperplan.services.plan_purchase import Holdings
+    from hyperplan.services.plans.plan_purchase import Holdings
 
     ended = [(at(m + 30), at(m), 2) for m in released_early]  # released_at before start
     mine = [(*P5A, micros(s), micros(e), n) for s, e, n in [*rows, *ended]]

@@ -18,9 +18,10 @@ import pytest
 from sqlalchemy import select
 
 from hyperplan.core.page_bytes import MAX_PAGE_BYTES
-from hyperplan.services import account_views, audit_views, lifecycle
+from hyperplan.services import account_views, audit_views
 from hyperplan.services.accounts import audit
 from hyperplan.services.accounts.accounts import Caller
+from hyperplan.services.plans import lifecycle
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import TrainingPlan
 from tests.harness import ADMIN

@@ -16,9 +16,9 @@ from sqlalchemy import select
 from hyperplan.app import AppConfig, Application
 from hyperplan.core.search import SearchRequest
 from hyperplan.errors import ResourceNotFound, ValidationError
-from hyperplan.services import extensions, plans
 from hyperplan.services.accounts import accounts
 from hyperplan.services.accounts.accounts import Caller
+from hyperplan.services.plans import extensions, plans
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
 from tests.harness import unisolated

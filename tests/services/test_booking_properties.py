@@ -26,9 +26,9 @@ from sqlalchemy import event, func, insert, select, text
 from hyperplan.app import AppConfig, Application
 from hyperplan.core.search import SearchRequest
 from hyperplan.errors import ResourceInUse, ResourceLimitExceeded
-from hyperplan.services import plans, quotas
 from hyperplan.services.accounts import accounts
 from hyperplan.services.accounts.accounts import Caller
+from hyperplan.services.plans import plans, quotas
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
 from hyperplan.waits import WouldWait, answering, forbid_waits
@@ -176,7 +176,7 @@ def test_a_stale_offering_is_refused_when_its_capacity_is_gone(stores: Stores, t
         first, second = plans.search(runtime, caller, request)[0], plans.search(runtime, caller, request)[0]
         with _statements(runtime) as made:
             plans.create(runtime, caller, "first", first.offering_id)
-        # A purchase is a handful of statements (services/plan_purchase.py; the bench's purchases/s rest
+        # A purchase is a handful of statements (services/plans/plan_purchase.py; the bench's purchases/s rest
         # on it): BEGIN, two reads, one write per table, the change counters; both stores add the reads
         # made first on a snapshot, before the write (its refusals). PostgreSQL adds its three locks,
         # and reads the account's facts and holdings in one statement, first and again under the locks.

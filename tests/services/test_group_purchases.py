@@ -18,9 +18,9 @@ from sqlalchemy.orm import Session
 from hyperplan.app import AppConfig, Application
 from hyperplan.core.search import SearchRequest
 from hyperplan.errors import ResourceInUse, ResourceLimitExceeded, ServiceUnavailable
-from hyperplan.services import plans
 from hyperplan.services.accounts import accounts
 from hyperplan.services.accounts.accounts import Caller
+from hyperplan.services.plans import plans
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store import changes
 from hyperplan.store.schema import ChangeCounter, ReservedCapacity, TrainingPlan

@@ -13,8 +13,8 @@ from sqlalchemy import func, select
 
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.status import CLUSTER_LIFECYCLE, ClusterStatus, IllegalTransition
-from hyperplan.services import lifecycle
 from hyperplan.services.accounts import accounts, sealed_secrets
+from hyperplan.services.plans import lifecycle
 from hyperplan.services.runtime import status
 from hyperplan.store.db import Database
 from hyperplan.store.master_key import KEY_FILE_NAME

@@ -7,9 +7,9 @@ from typing import Any
 from hyperplan.core.paging import paginate
 from hyperplan.core.search import Offering, SearchRequest, Segment
 from hyperplan.errors import ValidationError
-from hyperplan.services import extensions, plan_views, plans, tags
-from hyperplan.services.plan_views import ExtensionView, PlanView, SegmentView
-from hyperplan.services.plans import ListQuery, SignedOffering
+from hyperplan.services.plans import extensions, plan_views, plans, tags
+from hyperplan.services.plans.plan_views import ExtensionView, PlanView, SegmentView
+from hyperplan.services.plans.plans import ListQuery, SignedOffering
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.wire.operations import RequestContext, operation
 from hyperplan.wire.ops.tags import tags_of

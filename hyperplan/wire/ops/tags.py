@@ -6,8 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from hyperplan.core.paging import paginate
-from hyperplan.services import tags
-from hyperplan.services.tags import Tag
+from hyperplan.services.plans import tags
+from hyperplan.services.plans.tags import Tag
 from hyperplan.wire.operations import RequestContext, operation
 
 

@@ -22,8 +22,8 @@ from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.status import INVOICE_LIFECYCLE, InvoiceStatus
 from hyperplan.errors import Conflict, ResourceNotFound, ValidationError
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
-from hyperplan.services import lifecycle
 from hyperplan.services.accounts.accounts import PAYMENT_MODES, get_account
+from hyperplan.services.plans import lifecycle
 from hyperplan.services.runtime import status
 from hyperplan.services.runtime.context import LifecycleContext
 from hyperplan.store.schema import (

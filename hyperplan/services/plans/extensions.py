@@ -21,9 +21,9 @@ from hyperplan.core.offering_ids import ExtensionClaim, OfferingIdError
 from hyperplan.core.search import segment_price
 from hyperplan.core.status import ExtensionPaymentStatus
 from hyperplan.errors import ResourceInUse, ResourceNotFound
-from hyperplan.services import lifecycle, payments, plans, quotas
 from hyperplan.services.accounts import acting
 from hyperplan.services.accounts.accounts import Caller
+from hyperplan.services.plans import lifecycle, payments, plans, quotas
 from hyperplan.services.runtime import drain_state
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.services.runtime.live_calendar import require_room
@@ -90,8 +90,8 @@ def extend(runtime: ServiceContext, caller: Caller, offering_id: str) -> str:
     now = runtime.clock.now()
     claim = _claim_for(runtime, caller, offering_id, now)
     try:
-        # Concurrent on PostgreSQL, as a purchase is (services/plans.py): relies on the account's row lock
-        # (one extension at a time per plan, quotas, budget), the pool's lock and the unique constraints.
+        # Concurrent on PostgreSQL, as a purchase is (services/plans/plans.py): relies on the account's row
+        # lock (one extension at a time per plan, quotas, budget), the pool's lock and the unique constraints.
         with runtime.db.write(concurrent=True) as session:
             acting.act(session, caller.user_id)
             drain_state.refuse_if_drained(session, "ExtendTrainingPlan")

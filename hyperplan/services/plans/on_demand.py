@@ -3,7 +3,7 @@
 Cluster groups without a plan and training jobs without a plan both use them, so both count here, in
 the caller's transaction: a group holds its target from the request on and each of its nodes until it
 is Terminated, a job from the moment it is given its instances until its processes have ended.
-``held_by_account`` counts one account's use of a type for its quota (services/quotas.py).
+``held_by_account`` counts one account's use of a type for its quota (services/plans/quotas.py).
 """
 
 from __future__ import annotations

@@ -74,8 +74,8 @@ from hyperplan.core.quotas import Interval
 from hyperplan.core.search import segment_price
 from hyperplan.core.status import INVOICE_LIFECYCLE, InvoiceStatus
 from hyperplan.errors import ResourceInUse, ResourceNotFound
-from hyperplan.services import lifecycle, payments, quotas
 from hyperplan.services.accounts.accounts import Caller
+from hyperplan.services.plans import lifecycle, payments, quotas
 from hyperplan.services.runtime import drain_state
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.services.runtime.live_calendar import refuse_if_full

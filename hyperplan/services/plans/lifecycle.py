@@ -5,8 +5,8 @@ Every change goes through `transition`, which moves the plan with `hyperplan.ser
 plan's history. Its segments move the same way (`RESERVED_CAPACITY_LIFECYCLE`), recorded as status events.
 Once a plan is paid its status follows from its segments and the service time (`refresh`); the timed
 events (segment start, capacity reclaim, segment end, payment deadline) only say when to look again.
-A plan paid as it is bought is written already moved, with the same history, by services/plan_purchase.py
-(the purchase's few statements); what it writes is what `mark_paid` would.
+A plan paid as it is bought is written already moved, with the same history, by
+services/plans/plan_purchase.py (the purchase's few statements); what it writes is what `mark_paid` would.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from hyperplan.core.lifecycle import (
 )
 from hyperplan.core.status import EXTENSION_LIFECYCLE, ExtensionPaymentStatus
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
-from hyperplan.services import capacity_claims
 from hyperplan.services.accounts import acting
+from hyperplan.services.plans import capacity_claims
 from hyperplan.services.runtime import status
 from hyperplan.services.runtime.context import LifecycleContext, Policies
 from hyperplan.services.webhooks import webhooks

@@ -1,7 +1,7 @@
 """Tags on training plans, clusters and training jobs, as SageMaker has them: AddTags, ListTags,
 DeleteTags, and `Tags` at create. At most 50 a resource; keys beginning with `aws:` are AWS's own and
 refused, as SageMaker does. The resource is named by its ARN and must be the caller's (an administrator
-may tag any account's). Usage reports group by them (services/usage.py)."""
+may tag any account's). Usage reports group by them (services/plans/usage.py)."""
 
 from __future__ import annotations
 

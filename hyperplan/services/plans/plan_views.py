@@ -9,10 +9,10 @@ from decimal import Decimal
 
 from sqlalchemy.orm import Session
 
-from hyperplan.services import capacity_claims, extensions, lifecycle, plans
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.capacity_claims import Counters
-from hyperplan.services.plans import ListQuery, plan_arn
+from hyperplan.services.plans import capacity_claims, extensions, lifecycle, plans
+from hyperplan.services.plans.capacity_claims import Counters
+from hyperplan.services.plans.plans import ListQuery, plan_arn
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
 

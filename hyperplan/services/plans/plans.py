@@ -2,7 +2,7 @@
 
 Buying is one transaction: verify the offering id, check the name, re-check every segment's pool
 against the store's rows under the account's and the pools' locks (store/locks.py), write the plan, its
-segments and their timed events, settle payment (services/plan_purchase.py: a few Core statements).
+segments and their timed events, settle payment (services/plans/plan_purchase.py: a few Core statements).
 Nothing is written when any step refuses. The live calendar is booked after commit. On SQLite, purchases
 that arrive together are committed together (Database.write_grouped), each refused or written alone.
 """
@@ -26,13 +26,13 @@ from hyperplan.core.offering_ids import OfferingClaim, OfferingIdError, Offering
 from hyperplan.core.paging import decode_token, encode_token
 from hyperplan.core.search import Offering, SearchRequest
 from hyperplan.errors import Conflict, ResourceInUse, ResourceNotFound, ValidationError
-from hyperplan.services import capacity_claims, lifecycle, payments, plan_purchase, quotas
-from hyperplan.services import tags as tag_store
 from hyperplan.services.accounts import acting, audit
 from hyperplan.services.accounts.accounts import Caller, get_account
+from hyperplan.services.plans import capacity_claims, lifecycle, payments, plan_purchase, quotas
+from hyperplan.services.plans import tags as tag_store
+from hyperplan.services.plans.tags import Tag
 from hyperplan.services.runtime import slurm_placement
 from hyperplan.services.runtime.context import ServiceContext
-from hyperplan.services.tags import Tag
 from hyperplan.store.changes import CALENDAR, KEYS
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
 from hyperplan.waits import may_wait
