@@ -3,7 +3,7 @@
 A group's "Instance capacity" is on-demand by default; the choice lists only the caller's plans that the
 binding rules accept for the group's instance type and the chosen subnets (``console_views.plan_choices``
 runs ``core/clusters.check_binding``). The request is checked against the SageMaker model like an API
-request, then given to the same service (``services/clusters.py``), which checks every rule again.
+request, then given to the same service (``services/clusters/clusters.py``), which checks every rule again.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from urllib.parse import quote
 from hyperplan.console.forms import FieldErrors, Fields, Form, place
 from hyperplan.console.web import ConsoleRequest, Page, Redirect
 from hyperplan.errors import HyperplanError
-from hyperplan.services import cluster_views, clusters, console_views
-from hyperplan.services.cluster_request import ClusterSpec, ClusterUpdate
+from hyperplan.services import console_views
+from hyperplan.services.clusters import cluster_views, clusters
+from hyperplan.services.clusters.cluster_request import ClusterSpec, ClusterUpdate
 from hyperplan.wire import model, validate
 
 GROUP_ROWS = 2  # instance groups a new cluster's form offers; more are added from the cluster's page

@@ -56,7 +56,7 @@ class Pool:
     # on the local back end.
     nodes: tuple[str, ...] = ()
     feature: str | None = None
-    # What on-demand use pays per instance-hour, metered (services/metering.py); None: the same as
+    # What on-demand use pays per instance-hour, metered (services/clusters/metering.py); None: the same as
     # ``price_per_instance_hour`` (docs/DECISIONS.md, "On-demand use").
     on_demand_price: Decimal | None = None
 

@@ -2,7 +2,7 @@
 
 A holder (a cluster node, a training job's instances) starts hour 1 when it takes its instances, hour
 k at ``started + (k-1) hours``, and starts no hour at or after its end. Each started hour is charged
-whole, once (services/metering.py keeps the count of hours charged).
+whole, once (services/clusters/metering.py keeps the count of hours charged).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ from starlette.routing import Route
 from hyperplan.backends.base import ExecResult
 from hyperplan.server import fields
 from hyperplan.server.native import NativeRequest, NativeRoute
-from hyperplan.services import cluster_exec
+from hyperplan.services.clusters import cluster_exec
 
 DEFAULT_EXEC_SECONDS = 300
 MAX_EXEC_SECONDS = 3600

@@ -17,9 +17,9 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import RUNNING, TARGET, Secondary, StopReason
 from hyperplan.core.lifecycle import PlanStatus
-from hyperplan.services import cluster_reconcile
 from hyperplan.services.accounts import audit
 from hyperplan.services.accounts.accounts import Caller
+from hyperplan.services.clusters import cluster_reconcile
 from hyperplan.services.job_queue import schedule_plan
 from hyperplan.services.job_records import consumer, settings_of, sigterm
 from hyperplan.services.job_status import begin_stop, move, terminate_instances

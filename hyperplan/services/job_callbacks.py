@@ -10,7 +10,7 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import FINAL_FOR_STOP, RUNNING, AttemptState, InstanceState, Secondary, StopReason
-from hyperplan.services import metering
+from hyperplan.services.clusters import metering
 from hyperplan.services.job_clocks import max_runtime
 from hyperplan.services.job_queue import schedule_plan
 from hyperplan.services.job_records import (

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from hyperplan import metrics
 from hyperplan.core.jobs import BETWEEN_ATTEMPTS, TARGET, WAITING, InstanceState, Secondary, select_to_start
 from hyperplan.core.lifecycle import PlanStatus
-from hyperplan.services import metering
+from hyperplan.services.clusters import metering
 from hyperplan.services.job_clocks import windows_of
 from hyperplan.services.job_records import (
     begin_attempt,
@@ -132,7 +132,7 @@ def place(
         )
         after_commit(session, lambda: metrics.JOB_PENDING.observe(max(waited, 0.0)))
     begin_attempt(job)
-    if segment is None:  # on-demand: metered while it holds its instances (services/metering.py)
+    if segment is None:  # on-demand: metered while it holds its instances (services/clusters/metering.py)
         assert job.availability_zone is not None
         pool = metering.pool_of(runtime, job.instance_type, job.availability_zone)
         holder = metering.job_holder(job)

@@ -7,7 +7,8 @@ planned), ``job_status`` (the one place a job's status changes; stopping its tas
 (a limit's timed event come due), ``job_queue`` (placement on a plan's capacity), ``job_callbacks``
 (what the runner reports back), ``job_views`` (reads for the handlers).
 
-The store is the truth and every change is one transaction, as for clusters (``services/clusters.py``):
+The store is the truth and every change is one transaction, as for clusters
+(``services/clusters/clusters.py``):
 
 - **CreateTrainingJob** checks every rule before anything is written (``TrainingJobSpec.from_wire``: the
   modes this back end does not serve, the command, the channels and URIs; then the plan's binding rules from
@@ -77,8 +78,8 @@ from hyperplan.core.jobs import (
 )
 from hyperplan.errors import ResourceInUse, ResourceLimitExceeded, ValidationError
 from hyperplan.objects.uris import SCHEME
-from hyperplan.services import metering
 from hyperplan.services.accounts.accounts import Caller
+from hyperplan.services.clusters import metering
 from hyperplan.services.job_clocks import windows_of
 from hyperplan.services.job_queue import place, schedule_plan, usable_segment, waiting_message
 from hyperplan.services.job_records import (

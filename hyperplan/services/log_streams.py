@@ -32,8 +32,9 @@ from hyperplan.core import log_events
 from hyperplan.core.log_events import FilterPattern, Position
 from hyperplan.core.page_bytes import PageBytes
 from hyperplan.errors import InvalidParameter, ResourceNotFound
-from hyperplan.services import cluster_records, job_records, log_reading
+from hyperplan.services import job_records, log_reading
 from hyperplan.services.accounts.accounts import Caller
+from hyperplan.services.clusters import cluster_records
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import ClusterNode, InstanceGroup
 

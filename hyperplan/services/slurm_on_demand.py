@@ -32,11 +32,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import RUNNING, StopReason
-from hyperplan.services import cluster_reconcile
 from hyperplan.services.accounts import audit
-from hyperplan.services.cluster_nodes import SHUTDOWN_GRACE, NodeActions, run_actions, shut_down
-from hyperplan.services.cluster_records import LIVE
-from hyperplan.services.cluster_request import ClusterSettings
+from hyperplan.services.clusters import cluster_reconcile
+from hyperplan.services.clusters.cluster_nodes import SHUTDOWN_GRACE, NodeActions, run_actions, shut_down
+from hyperplan.services.clusters.cluster_records import LIVE
+from hyperplan.services.clusters.cluster_request import ClusterSettings
 from hyperplan.services.job_records import instances_of, settings_of, sigterm
 from hyperplan.services.job_status import begin_stop
 from hyperplan.services.runtime.context import ServiceContext

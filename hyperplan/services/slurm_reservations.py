@@ -49,10 +49,11 @@ from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.node_assignment import Assignment, Placement, Wanted, assign
 from hyperplan.core.status import NodeStatus
 from hyperplan.errors import StartRefused
-from hyperplan.services import cluster_nodes, cluster_reconcile, slurm_on_demand
-from hyperplan.services.cluster_nodes import NodeActions, shut_down
-from hyperplan.services.cluster_records import LIVE
-from hyperplan.services.cluster_request import ClusterSettings
+from hyperplan.services import slurm_on_demand
+from hyperplan.services.clusters import cluster_nodes, cluster_reconcile
+from hyperplan.services.clusters.cluster_nodes import NodeActions, shut_down
+from hyperplan.services.clusters.cluster_records import LIVE
+from hyperplan.services.clusters.cluster_request import ClusterSettings
 from hyperplan.services.plans import lifecycle
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.services.runtime.live_calendar import LiveCalendar

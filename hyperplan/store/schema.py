@@ -427,7 +427,7 @@ class BucketGrant(Base):
 
 class OnDemandMeter(Base):
     """One holder of on-demand instances (a cluster node, or one attempt of a training job without a
-    plan), metered per started instance-hour of service time (services/metering.py): `hours_charged`
+    plan), metered per started instance-hour of service time (services/clusters/metering.py): `hours_charged`
     counts the hours already in the ledger, so a restart or a repeated event never charges one twice.
     `ended_at` is set when the holder gives its instances back; `closed` once every hour it started is
     charged."""
@@ -509,8 +509,9 @@ class ResourceTag(Base):
 
 
 class EndedNodeUsage(Base):
-    """What a deleted cluster's node held, kept when the cluster's rows go (services/node_watcher.py):
-    the usage report (services/plans/usage.py) counts it like a node that is still listed."""
+    """What a deleted cluster's node held, kept when the cluster's rows go
+    (services/clusters/node_watcher.py): the usage report (services/plans/usage.py) counts it like a node that
+    is still listed."""
 
     __tablename__ = "ended_node_usage"
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)

@@ -1,4 +1,4 @@
-"""The decoders of the requests services keep (services/job_request.py, services/cluster_request.py):
+"""The decoders of the requests services keep (services/job_request.py, services/clusters/cluster_request.py):
 what they read, that the stored JSON reads back the same (and stays the form older stores hold), and
 that a request the rules refuse gets the ValidationException message it always got."""
 
@@ -11,7 +11,12 @@ from typing import Any
 import pytest
 
 from hyperplan.errors import ValidationError
-from hyperplan.services.cluster_request import ClusterSettings, ClusterSpec, ClusterUpdate, InstanceGroupSpec
+from hyperplan.services.clusters.cluster_request import (
+    ClusterSettings,
+    ClusterSpec,
+    ClusterUpdate,
+    InstanceGroupSpec,
+)
 from hyperplan.services.job_request import DEFAULT_MAX_RUNTIME, TrainingJobSpec
 from hyperplan.training.contract import DEFAULT_CHECKPOINT_PATH
 

@@ -65,7 +65,7 @@ class Wakes:
     """One wake per background loop; a service notifies one after a commit that made work for it."""
 
     lifecycle: Wake  # a timed event was scheduled (the timed-event loop, events/loop.py)
-    nodes: Wake  # nodes were provisioned or shut down (the node watcher, services/node_watcher.py)
+    nodes: Wake  # nodes were provisioned or shut down (the node watcher, services/clusters/node_watcher.py)
     jobs: Wake  # a job has work for the runner (services/job_runner.py)
     webhooks: Wake  # deliveries were queued (the dispatcher, notify/dispatcher.py)
 

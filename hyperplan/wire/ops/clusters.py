@@ -9,9 +9,9 @@ from typing import Any
 from hyperplan.core.paging import paginate
 from hyperplan.core.status import InstanceGroupStatus
 from hyperplan.errors import ValidationError
-from hyperplan.services import cluster_views, clusters
-from hyperplan.services.cluster_request import ClusterSpec, ClusterUpdate
-from hyperplan.services.cluster_views import ClusterView, GroupView, NodeView
+from hyperplan.services.clusters import cluster_views, clusters
+from hyperplan.services.clusters.cluster_request import ClusterSpec, ClusterUpdate
+from hyperplan.services.clusters.cluster_views import ClusterView, GroupView, NodeView
 from hyperplan.wire.operations import RequestContext, operation
 from hyperplan.wire.ops.tags import created
 

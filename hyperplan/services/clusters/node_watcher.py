@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session
 
 from hyperplan.backends.base import BackendError, NodeState
 from hyperplan.core.status import NODE_LIFECYCLE, ClusterStatus, NodeStatus
-from hyperplan.services import cluster_nodes, metering
-from hyperplan.services.cluster_records import GONE
+from hyperplan.services.clusters import cluster_nodes, metering
+from hyperplan.services.clusters.cluster_records import GONE
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import Cluster, ClusterNode, EndedNodeUsage, InstanceGroup
 from hyperplan.worker import Worker

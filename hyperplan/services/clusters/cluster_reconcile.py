@@ -13,10 +13,10 @@ from sqlalchemy.orm import Session
 from hyperplan.core.clusters import allocate
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.status import ClusterStatus, NodeStatus
-from hyperplan.services import metering
-from hyperplan.services.cluster_nodes import NodeActions, new_node, run_actions, shut_down
-from hyperplan.services.cluster_records import consumer, live_nodes
-from hyperplan.services.cluster_request import InstanceGroupSpec
+from hyperplan.services.clusters import metering
+from hyperplan.services.clusters.cluster_nodes import NodeActions, new_node, run_actions, shut_down
+from hyperplan.services.clusters.cluster_records import consumer, live_nodes
+from hyperplan.services.clusters.cluster_request import InstanceGroupSpec
 from hyperplan.services.plans import capacity_claims
 from hyperplan.services.runtime import drain_state
 from hyperplan.services.runtime.context import ServiceContext
@@ -143,7 +143,7 @@ def _converge(
 def _meter(
     session: Session, runtime: ServiceContext, group: InstanceGroup, node: ClusterNode, now: datetime
 ) -> None:
-    """An on-demand node is metered from its launch until it is Terminated (services/metering.py)."""
+    """An on-demand node is metered from its launch until it is Terminated (services/clusters/metering.py)."""
     cluster = session.get(Cluster, group.cluster_id)
     assert cluster is not None
     pool = metering.pool_of(runtime, group.instance_type, node.availability_zone)

@@ -12,11 +12,11 @@ from sqlalchemy.orm import Session
 from hyperplan.core.clusters import GroupFacts, PlanFacts, check_binding, check_subnets
 from hyperplan.core.fleet import Pool
 from hyperplan.errors import ResourceLimitExceeded, ValidationError
-from hyperplan.services import metering
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.cluster_nodes import NodeActions, shut_down
-from hyperplan.services.cluster_records import consumer, live_nodes
-from hyperplan.services.cluster_request import ClusterSettings, InstanceGroupSpec
+from hyperplan.services.clusters import metering
+from hyperplan.services.clusters.cluster_nodes import NodeActions, shut_down
+from hyperplan.services.clusters.cluster_records import consumer, live_nodes
+from hyperplan.services.clusters.cluster_request import ClusterSettings, InstanceGroupSpec
 from hyperplan.services.plans import capacity_claims, lifecycle, on_demand, quotas
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import Cluster, InstanceGroup, TrainingPlan

@@ -18,9 +18,9 @@ from hyperplan import metrics
 from hyperplan.backends.base import EXPIRATION_VARIABLE, AdoptReport, BackendError, NodeRef, NodeSpec
 from hyperplan.core.status import NODE_LIFECYCLE, NodeStatus
 from hyperplan.objects.uris import StorageError
-from hyperplan.services import metering
-from hyperplan.services.cluster_records import GONE
-from hyperplan.services.cluster_request import InstanceGroupSpec
+from hyperplan.services.clusters import metering
+from hyperplan.services.clusters.cluster_records import GONE
+from hyperplan.services.clusters.cluster_request import InstanceGroupSpec
 from hyperplan.services.runtime import slurm_placement, status, tenancy
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.services.storage import bucket_rights

@@ -11,7 +11,7 @@ how many nodes each affected group should have now (its target for on-demand gro
 share of the open segment for plan groups, none from the reclaim time on) and records the nodes to add
 or remove, in the caller's transaction. What the execution back end must do about them runs after the
 commit (`cluster_nodes.NodeActions`), so the store always knows a node before the back end acts on it.
-The node watcher (``services/node_watcher.py``) brings back-end states (OnCreate done or failed,
+The node watcher (``services/clusters/node_watcher.py``) brings back-end states (OnCreate done or failed,
 shutdown finished) into the store.
 """
 
@@ -29,11 +29,11 @@ from hyperplan.core.status import CLUSTER_LIFECYCLE, ClusterStatus, NodeStatus
 from hyperplan.errors import Conflict, ResourceInUse, ValidationError
 from hyperplan.objects.uris import StorageError, parse_s3_uri
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.cluster_groups import add_group, change_group, remove_group
-from hyperplan.services.cluster_nodes import NodeActions, run_actions, shut_down
-from hyperplan.services.cluster_reconcile import reconcile
-from hyperplan.services.cluster_records import GONE, cluster_arn, get, groups_of
-from hyperplan.services.cluster_request import ClusterSpec, ClusterUpdate, InstanceGroupSpec
+from hyperplan.services.clusters.cluster_groups import add_group, change_group, remove_group
+from hyperplan.services.clusters.cluster_nodes import NodeActions, run_actions, shut_down
+from hyperplan.services.clusters.cluster_reconcile import reconcile
+from hyperplan.services.clusters.cluster_records import GONE, cluster_arn, get, groups_of
+from hyperplan.services.clusters.cluster_request import ClusterSpec, ClusterUpdate, InstanceGroupSpec
 from hyperplan.services.runtime import drain_state, status
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.services.storage import bucket_rights

@@ -1,8 +1,8 @@
 """CreateCluster and UpdateCluster, decoded once at the wire edge into the frozen values the services keep.
 
 Decoding checks nothing: the rules (a group's instance type, its plan, its zone, unique names) stay in
-``services/clusters.py``, in the order they have always run, some of them against the store. The store
-keeps each group's specification and the cluster's settings as they were given (JSON); ``to_json`` and
+``services/clusters/clusters.py``, in the order they have always run, some of them against the store. The
+store keeps each group's specification and the cluster's settings as they were given (JSON); ``to_json`` and
 ``from_json`` write and read that form, so stores written before this module read the same.
 """
 

@@ -9,9 +9,9 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from hyperplan.errors import ResourceNotFound
-from hyperplan.services import cluster_records
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.cluster_request import ClusterSettings, InstanceGroupSpec
+from hyperplan.services.clusters import cluster_records
+from hyperplan.services.clusters.cluster_request import ClusterSettings, InstanceGroupSpec
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, TrainingPlan
 

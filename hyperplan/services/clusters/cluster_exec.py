@@ -10,7 +10,7 @@ from hyperplan.backends.base import EXEC_OUTPUT_LIMIT, BackendError, ExecResult,
 from hyperplan.core.status import NodeStatus
 from hyperplan.errors import Conflict, ResourceNotFound, ServiceUnavailable, ValidationError
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.cluster_records import get, nodes_of
+from hyperplan.services.clusters.cluster_records import get, nodes_of
 from hyperplan.services.runtime.context import ServiceContext
 
 EXEC_OUTPUT_LIMIT_ENV = "HYPERPLAN_EXEC_OUTPUT_LIMIT"

@@ -1,0 +1,2 @@
+"""HyperPod clusters: requests, records, groups, nodes and their watcher, reconciliation, exec, metering.
+Imports services/plans and below."""
