@@ -38,12 +38,13 @@ from hyperplan.core.fleet_file import parse_fleet
 from hyperplan.errors import StartRefused
 from hyperplan.events.loop import EventHandler, TimedEventLoop
 from hyperplan.notify.dispatcher import Dispatcher, DispatcherConfig
-from hyperplan.services import account_views, adoption, demo_load, job_deadlines, jobs, slurm_reservations
+from hyperplan.services import account_views, adoption, demo_load, slurm_reservations
 from hyperplan.services.accounts import accounts, os_users, sealed_secrets, work_root
 from hyperplan.services.accounts.key_cache import KeyCache
 from hyperplan.services.clusters import cluster_reconcile, metering
 from hyperplan.services.clusters.node_watcher import NodeWatcher
-from hyperplan.services.job_runner import JobRunner
+from hyperplan.services.jobs import job_deadlines, jobs
+from hyperplan.services.jobs.job_runner import JobRunner
 from hyperplan.services.plans import lifecycle, payments
 from hyperplan.services.retention import RetentionWorker
 from hyperplan.services.runtime import leadership

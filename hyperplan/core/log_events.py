@@ -1,7 +1,7 @@
 """CloudWatch Logs' reading rules over a stream's events, pure: paging tokens and filter patterns.
 
 A stream here only grows at its end, so a position in it (a ref's index in the stream and a line's number
-in that ref: services/log_reading.py) stays valid, and a token carries one: ``f/REF/LINE/MAC`` reads
+in that ref: services/jobs/log_reading.py) stays valid, and a token carries one: ``f/REF/LINE/MAC`` reads
 forward from that line, ``b/REF/LINE/MAC`` backward from it (the events before it). FilterLogEvents'
 token carries each stream's position. AWS's tokens are opaque too, and clients only hand back what they
 were given; these are signed (MAC: an HMAC under the server's key of the token and of the account, group

@@ -467,7 +467,7 @@ def plan_events(request: NativeRequest) -> dict[str, Any]:
 
 def job_logs(request: NativeRequest) -> dict[str, Any]:
     """One instance's output across the job's attempts; call again with the answer's cursor to follow."""
-    from hyperplan.services import job_logs
+    from hyperplan.services.jobs import job_logs
 
     host = fields.query_text(request.query, "host", max_length=64) or "algo-1"
     stream = fields.query_text(request.query, "stream", max_length=16) or "stdout"

@@ -9,8 +9,8 @@ report says about them.
 from __future__ import annotations
 
 from hyperplan.backends.base import AdoptReport, Ref
-from hyperplan.services import job_watch
 from hyperplan.services.clusters import cluster_nodes
+from hyperplan.services.jobs import job_watch
 from hyperplan.services.runtime.context import ServiceContext
 
 

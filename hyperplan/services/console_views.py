@@ -26,9 +26,9 @@ from hyperplan.core.search import Offering, SearchRequest, Segment, segment_pric
 from hyperplan.core.status import NodeStatus
 from hyperplan.errors import HyperplanError, ValidationError
 from hyperplan.objects.uris import StorageError, StoredObject
-from hyperplan.services import job_views
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.clusters import cluster_groups
+from hyperplan.services.jobs import job_views
 from hyperplan.services.plans import lifecycle, plan_views, plans
 from hyperplan.services.plans.plan_views import PlanView
 from hyperplan.services.runtime import fleet

@@ -20,9 +20,9 @@ from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.services.accounts import audit
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.clusters import cluster_reconcile
-from hyperplan.services.job_queue import schedule_plan
-from hyperplan.services.job_records import consumer, settings_of, sigterm
-from hyperplan.services.job_status import begin_stop, move, terminate_instances
+from hyperplan.services.jobs.job_queue import schedule_plan
+from hyperplan.services.jobs.job_records import consumer, settings_of, sigterm
+from hyperplan.services.jobs.job_status import begin_stop, move, terminate_instances
 from hyperplan.services.plans import capacity_claims
 from hyperplan.services.runtime import drain_state
 from hyperplan.services.runtime.context import ServiceContext

@@ -37,8 +37,8 @@ from hyperplan.services.clusters import cluster_reconcile
 from hyperplan.services.clusters.cluster_nodes import SHUTDOWN_GRACE, NodeActions, run_actions, shut_down
 from hyperplan.services.clusters.cluster_records import LIVE
 from hyperplan.services.clusters.cluster_request import ClusterSettings
-from hyperplan.services.job_records import instances_of, settings_of, sigterm
-from hyperplan.services.job_status import begin_stop
+from hyperplan.services.jobs.job_records import instances_of, settings_of, sigterm
+from hyperplan.services.jobs.job_status import begin_stop
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.slurm.on_demand_time import MARGIN
 from hyperplan.slurm.parse import Job

@@ -141,7 +141,7 @@ def test_a_long_line_is_cut_into_records_and_its_newline_makes_no_empty_one() ->
 
 
 def test_a_read_bounded_in_bytes_stops_at_the_record_that_reaches_the_bound(tmp_path: Path) -> None:
-    """What a log reader holds at once (services/log_reading.py): ``max_bytes`` of text and one record
+    """What a log reader holds at once (services/jobs/log_reading.py): ``max_bytes`` of text and one record
     at most, and the cursor goes on exactly after the last record returned."""
     log = tmp_path / "timed.log"
     texts = [b"a" * 40, b"b" * 40, b"c" * 40, b"d" * 10]

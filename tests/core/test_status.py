@@ -76,7 +76,7 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
         "Interrupted": set(),
         "MaxRuntimeExceeded": set(),
     },
-    # services/jobs.py: an attempt is launched (its tasks handed to the back end), runs while the watcher
+    # services/jobs/jobs.py: an attempt is launched (its tasks handed to the back end), runs while the watcher
     # follows them, ends (checkpoints and model stored) and is over; one none of whose tasks could start is
     # over at once. The next attempt is a new one.
     "training-job-attempt": {

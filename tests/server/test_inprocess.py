@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hyperplan.services.job_records import settings_of
+from hyperplan.services.jobs.job_records import settings_of
 from tests.harness import ADMIN, SERVER_START, service_now, wait_until
 from tests.inprocess import InProcessServer
 

@@ -18,10 +18,10 @@ from hyperplan.app import AppConfig, Application
 from hyperplan.backends.base import Backend, TaskState
 from hyperplan.backends.composite import RoutingBackend, holds_work
 from hyperplan.backends.local import LocalBackend
-from hyperplan.services import jobs
 from hyperplan.services.accounts import accounts
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.job_request import TrainingJobSpec
+from hyperplan.services.jobs import jobs
+from hyperplan.services.jobs.job_request import TrainingJobSpec
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import TrainingJob
 from tests.harness import SERVER_START

@@ -261,7 +261,7 @@ def test_the_native_timed_lines_come_a_page_of_at_most_1_mib_at_a_time(printed: 
         page = client.get(
             "/api/v1/training-jobs/loud/logs", host="algo-1", stream="stdout", timed="true", cursor=cursor
         )
-        weight = sum(len(line["Text"].encode()) + 64 for line in page["Lines"])  # services/job_logs.py
+        weight = sum(len(line["Text"].encode()) + 64 for line in page["Lines"])  # services/jobs/job_logs.py
         assert weight <= MAX_PAGE_BYTES and len(page["Lines"]) <= 1000, (pages, weight)
         largest, pages = max(largest, weight), pages + 1
         for line in page["Lines"]:
@@ -272,7 +272,7 @@ def test_the_native_timed_lines_come_a_page_of_at_most_1_mib_at_a_time(printed: 
         cursor = page["Cursor"]
     assert numbers == list(range(TOTAL))
     print(f"\nnative timed lines: {pages} pages, largest {largest:,} bytes, server RSS {_rss(server)} KiB")
-    # The bytes as written come 64 KiB a page (services/job_logs.py: LOG_PAGE), far under the bound.
+    # The bytes as written come 64 KiB a page (services/jobs/job_logs.py: LOG_PAGE), far under the bound.
     first = client.get("/api/v1/training-jobs/loud/logs", host="algo-1", stream="stdout")
     assert 0 < len(first["Data"].encode()) <= 64 * 1024 and not first["Done"]
     print(f"server RSS after the job, before any read: {printed['rss'][0]} KiB")

@@ -7,7 +7,7 @@ import pytest
 
 from hyperplan.core.jobs import AttemptState, InstanceState
 from hyperplan.core.status import IllegalTransition
-from hyperplan.services.job_records import begin_attempt, move_attempt, move_instance
+from hyperplan.services.jobs.job_records import begin_attempt, move_attempt, move_instance
 from hyperplan.store.schema import TrainingJob, TrainingJobInstance
 
 

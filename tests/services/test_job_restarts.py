@@ -14,10 +14,10 @@ import pytest
 from hyperplan.app import AppConfig, Application
 from hyperplan.backends.base import TaskSpec
 from hyperplan.backends.fake import FakeBackend, FakeWorld
-from hyperplan.services import job_records, jobs
 from hyperplan.services.accounts import accounts
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.job_request import TrainingJobSpec
+from hyperplan.services.jobs import job_records, jobs
+from hyperplan.services.jobs.job_request import TrainingJobSpec
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import TrainingJob
 from tests.harness import SERVER_START, unisolated

@@ -1,4 +1,4 @@
-"""Reading log streams by position (hyperplan/services/log_reading.py) and the tokens that carry one
+"""Reading log streams by position (hyperplan/services/jobs/log_reading.py) and the tokens that carry one
 (hyperplan/core/log_events.py): a page costs what it holds, not the stream.
 
 The streams are timed log files in the back ends' own format, read by the local back end's reader
@@ -17,7 +17,7 @@ from hyperplan.backends import timedlog
 from hyperplan.backends.base import Backend, TaskRef, TimedLine, TimedLines, timed_line
 from hyperplan.core import log_events
 from hyperplan.errors import InvalidParameter
-from hyperplan.services import log_reading
+from hyperplan.services.jobs import log_reading
 
 T0 = datetime(2026, 12, 31, 23, 50, tzinfo=UTC)
 BATCH = 40

@@ -1,6 +1,7 @@
-"""The decoders of the requests services keep (services/job_request.py, services/clusters/cluster_request.py):
-what they read, that the stored JSON reads back the same (and stays the form older stores hold), and
-that a request the rules refuse gets the ValidationException message it always got."""
+"""The decoders of the requests services keep (services/jobs/job_request.py,
+services/clusters/cluster_request.py): what they read, that the stored JSON reads back the same (and stays the
+form older stores hold), and that a request the rules refuse gets the ValidationException message it always
+got."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from hyperplan.services.clusters.cluster_request import (
     ClusterUpdate,
     InstanceGroupSpec,
 )
-from hyperplan.services.job_request import DEFAULT_MAX_RUNTIME, TrainingJobSpec
+from hyperplan.services.jobs.job_request import DEFAULT_MAX_RUNTIME, TrainingJobSpec
 from hyperplan.training.contract import DEFAULT_CHECKPOINT_PATH
 
 JOB: dict[str, Any] = {

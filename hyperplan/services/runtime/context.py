@@ -66,7 +66,7 @@ class Wakes:
 
     lifecycle: Wake  # a timed event was scheduled (the timed-event loop, events/loop.py)
     nodes: Wake  # nodes were provisioned or shut down (the node watcher, services/clusters/node_watcher.py)
-    jobs: Wake  # a job has work for the runner (services/job_runner.py)
+    jobs: Wake  # a job has work for the runner (services/jobs/job_runner.py)
     webhooks: Wake  # deliveries were queued (the dispatcher, notify/dispatcher.py)
 
     @classmethod

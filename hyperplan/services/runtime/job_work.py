@@ -1,6 +1,6 @@
 """What the jobs' services and their runner share in memory: the settings and the per-job locks.
 
-Two locks per job order its pieces (see services/job_runner.py): the start lock orders starting a job's
+Two locks per job order its pieces (see services/jobs/job_runner.py): the start lock orders starting a job's
 tasks against terminating them, the store lock orders its checkpoint syncs against its final store.
 They live in the service context, so the services that terminate tasks and the runner that starts them
 take the same lock without knowing each other. Locks are dropped once a job has ended for good.

@@ -7,9 +7,9 @@ from datetime import datetime
 from typing import Any
 
 from hyperplan.core.paging import paginate
-from hyperplan.services import job_records, job_views, jobs
-from hyperplan.services.job_request import TrainingJobSpec
-from hyperplan.services.job_views import JobSummary
+from hyperplan.services.jobs import job_records, job_views, jobs
+from hyperplan.services.jobs.job_request import TrainingJobSpec
+from hyperplan.services.jobs.job_views import JobSummary
 from hyperplan.wire.operations import RequestContext, operation
 from hyperplan.wire.ops.tags import created
 

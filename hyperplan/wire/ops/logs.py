@@ -11,8 +11,8 @@ from typing import Any
 
 from hyperplan.core import log_events
 from hyperplan.errors import InvalidParameter
-from hyperplan.services import log_streams
-from hyperplan.services.log_streams import TimeBounds
+from hyperplan.services.jobs import log_streams
+from hyperplan.services.jobs.log_streams import TimeBounds
 from hyperplan.wire.operations import RequestContext, operation
 
 DESCRIBE_LIMIT = 50

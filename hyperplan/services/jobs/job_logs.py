@@ -16,8 +16,8 @@ from hyperplan.backends.base import LogStream, TaskRef, TimedLine, TimedLines, U
 from hyperplan.core.jobs import BETWEEN_ATTEMPTS, FINAL, Secondary
 from hyperplan.core.page_bytes import MAX_PAGE_BYTES, PageBytes, utf8_bytes
 from hyperplan.errors import ValidationError
-from hyperplan.services import job_records
 from hyperplan.services.accounts.accounts import Caller
+from hyperplan.services.jobs import job_records
 from hyperplan.services.runtime.context import ServiceContext
 
 LOG_PAGE = 1 << 16

@@ -9,7 +9,7 @@ as its FailureReason, and its instances are stopped.
 from __future__ import annotations
 
 from hyperplan.core.jobs import RUNNING, AttemptState, Secondary, StopReason
-from hyperplan.services import job_records, job_status
+from hyperplan.services.jobs import job_records, job_status
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import TrainingJob
 

@@ -12,8 +12,8 @@ from hyperplan import metrics
 from hyperplan.core.jobs import BETWEEN_ATTEMPTS, TARGET, WAITING, InstanceState, Secondary, select_to_start
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.services.clusters import metering
-from hyperplan.services.job_clocks import windows_of
-from hyperplan.services.job_records import (
+from hyperplan.services.jobs.job_clocks import windows_of
+from hyperplan.services.jobs.job_records import (
     begin_attempt,
     consumer,
     instance_root,
@@ -21,7 +21,7 @@ from hyperplan.services.job_records import (
     request_of,
     when,
 )
-from hyperplan.services.job_status import move, note
+from hyperplan.services.jobs.job_status import move, note
 from hyperplan.services.plans import capacity_claims
 from hyperplan.services.runtime import drain_state
 from hyperplan.services.runtime.context import ServiceContext

@@ -8,9 +8,9 @@ from datetime import datetime
 
 from sqlalchemy import select
 
-from hyperplan.services import job_clocks, job_records, job_status
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.job_request import TrainingJobSpec
+from hyperplan.services.jobs import job_clocks, job_records, job_status
+from hyperplan.services.jobs.job_request import TrainingJobSpec
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import TrainingJob, TrainingPlan
 from hyperplan.training.workspace import model_uri

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import RUNNING, Secondary, StopReason, reached_at
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
-from hyperplan.services.job_clocks import (
+from hyperplan.services.jobs.job_clocks import (
     CAPACITY_LIMIT,
     MAX_RUNTIME,
     PENDING_LIMIT,
@@ -24,8 +24,8 @@ from hyperplan.services.job_clocks import (
     running_time,
     windows_of,
 )
-from hyperplan.services.job_records import plan_name_of, settings_of, sigterm, span
-from hyperplan.services.job_status import begin_stop, move
+from hyperplan.services.jobs.job_records import plan_name_of, settings_of, sigterm, span
+from hyperplan.services.jobs.job_status import begin_stop, move
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import TrainingJob, TrainingPlan
 

@@ -14,9 +14,9 @@ from hyperplan import metrics
 from hyperplan.backends.base import BackendError, TaskSpec, UnknownResource
 from hyperplan.core.jobs import LIVE_INSTANCE, RUNNING, AttemptState, InstanceState, Secondary
 from hyperplan.objects.uris import StorageError
-from hyperplan.services import job_callbacks, job_records, job_status
-from hyperplan.services.job_attempt import read_attempt, storage_of
-from hyperplan.services.job_request import TrainingJobSpec
+from hyperplan.services.jobs import job_callbacks, job_records, job_status
+from hyperplan.services.jobs.job_attempt import read_attempt, storage_of
+from hyperplan.services.jobs.job_request import TrainingJobSpec
 from hyperplan.services.runtime import slurm_placement, tenancy
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import TrainingJob

@@ -45,10 +45,10 @@ from concurrent.futures import ThreadPoolExecutor
 from sqlalchemy import select
 
 from hyperplan.core.jobs import BETWEEN_ATTEMPTS, FINAL, AttemptState, Secondary
-from hyperplan.services import job_records
-from hyperplan.services.job_finish import finish, sync
-from hyperplan.services.job_launch import launch
-from hyperplan.services.job_watch import watch
+from hyperplan.services.jobs import job_records
+from hyperplan.services.jobs.job_finish import finish, sync
+from hyperplan.services.jobs.job_launch import launch
+from hyperplan.services.jobs.job_watch import watch
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import TrainingJob
 from hyperplan.worker import Worker

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from hyperplan.core.jobs import LIVE_INSTANCE, AttemptState, InstanceState, Secondary
 from hyperplan.objects.uris import BucketAccessError, StorageError
-from hyperplan.services import job_callbacks, refused_transfers
-from hyperplan.services.job_attempt import read_attempt, storage_of
+from hyperplan.services.jobs import job_callbacks, refused_transfers
+from hyperplan.services.jobs.job_attempt import read_attempt, storage_of
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import TrainingJob
 from hyperplan.training.contract import Layout

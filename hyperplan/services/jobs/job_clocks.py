@@ -1,7 +1,8 @@
 """A job's pending and running clocks, and the timed events planned for when its limits will be reached.
 
 ``job_status.move`` keeps them in step with every change of status; ``job_deadlines`` acts when one of
-the events comes due. Pending time counts only while the plan can give capacity (see ``services/jobs.py``).
+the events comes due. Pending time counts only while the plan can give capacity (see
+``services/jobs/jobs.py``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from sqlalchemy.orm import Session
 from hyperplan.core.jobs import TARGET, Window, countable, reached_at, usable_windows
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.events.loop import schedule
-from hyperplan.services.job_records import consumer, request_of, settings_of
+from hyperplan.services.jobs.job_records import consumer, request_of, settings_of
 from hyperplan.services.plans import lifecycle
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import ScheduledEvent, TrainingJob, TrainingPlan

@@ -19,7 +19,7 @@ from hyperplan.core.jobs import (
 from hyperplan.core.status import IllegalTransition
 from hyperplan.errors import ResourceNotFound
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.job_request import TrainingJobSpec
+from hyperplan.services.jobs.job_request import TrainingJobSpec
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.services.runtime.job_work import JobSettings
 from hyperplan.store.schema import TrainingJob, TrainingJobInstance, TrainingPlan

@@ -1,4 +1,4 @@
-"""What the runner (``services/job_runner.py``) reports back, inside its transactions: an instance that
+"""What the runner (``services/jobs/job_runner.py``) reports back, inside its transactions: an instance that
 failed, every task of an attempt ended, the attempt's I/O done; the job takes its final status or waits,
 and the plan's queue is served again."""
 
@@ -11,16 +11,16 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import FINAL_FOR_STOP, RUNNING, AttemptState, InstanceState, Secondary, StopReason
 from hyperplan.services.clusters import metering
-from hyperplan.services.job_clocks import max_runtime
-from hyperplan.services.job_queue import schedule_plan
-from hyperplan.services.job_records import (
+from hyperplan.services.jobs.job_clocks import max_runtime
+from hyperplan.services.jobs.job_queue import schedule_plan
+from hyperplan.services.jobs.job_records import (
     FAILURE_REASON_MAX,
     consumer,
     move_attempt,
     request_of,
     settings_of,
 )
-from hyperplan.services.job_status import move, note, terminate_instances
+from hyperplan.services.jobs.job_status import move, note, terminate_instances
 from hyperplan.services.plans import capacity_claims
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.db import after_commit

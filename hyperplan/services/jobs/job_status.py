@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.backends.base import BackendError, TaskRef
 from hyperplan.core.jobs import FINAL, JOB_LIFECYCLE, LIVE_INSTANCE, PRIMARY, RUNNING, Secondary, StopReason
-from hyperplan.services.job_clocks import (
+from hyperplan.services.jobs.job_clocks import (
     MAX_RUNTIME,
     PENDING_LIMIT,
     cancel_events,
@@ -22,7 +22,7 @@ from hyperplan.services.job_clocks import (
     plan_pending_limits,
     plan_runtime_limit,
 )
-from hyperplan.services.job_records import consumer, instances_of
+from hyperplan.services.jobs.job_records import consumer, instances_of
 from hyperplan.services.plans import capacity_claims
 from hyperplan.services.runtime import status
 from hyperplan.services.runtime.context import ServiceContext

@@ -7,7 +7,7 @@ A cluster's nodes write their lifecycle scripts' output to ``/aws/sagemaker/Clus
 stream per node, ``LifecycleConfig/GROUP/INSTANCE_ID``. An event is one line of output (stdout and
 stderr alike) with the time it was written (``backends/base.py``: ``read_lines``).
 
-Nothing is copied: each read goes to the back end, from a position (services/log_reading.py), so that
+Nothing is copied: each read goes to the back end, from a position (services/jobs/log_reading.py), so that
 a page costs what it holds, not the stream: GetLogEvents' tokens carry a position, FilterLogEvents' one
 per stream, signed (core/log_events.py); a start time is found by the index's times. A page ends at
 its limit of events or at 1 MiB of them (core/page_bytes.py; an event weighs its message's UTF-8 bytes
@@ -32,9 +32,9 @@ from hyperplan.core import log_events
 from hyperplan.core.log_events import FilterPattern, Position
 from hyperplan.core.page_bytes import PageBytes
 from hyperplan.errors import InvalidParameter, ResourceNotFound
-from hyperplan.services import job_records, log_reading
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.clusters import cluster_records
+from hyperplan.services.jobs import job_records, log_reading
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import ClusterNode, InstanceGroup
 
@@ -150,7 +150,7 @@ def group_name(runtime: ServiceContext, caller: Caller, identifier: str) -> str:
 
 def log_streams(runtime: ServiceContext, caller: Caller, group: str, prefix: str = "") -> list[LogStreamView]:
     """The group's streams whose names start with ``prefix``, by name, each with its first and last
-    event's times and size (from each ref's index and last batch: services/log_reading.py)."""
+    event's times and size (from each ref's index and last batch: services/jobs/log_reading.py)."""
     views: list[LogStreamView] = []
     for source in _sources(runtime, caller, group):
         if not source.name.startswith(prefix):

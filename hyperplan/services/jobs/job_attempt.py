@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from hyperplan.core.jobs import AttemptState
 from hyperplan.objects.storage import Storage
-from hyperplan.services import job_records
-from hyperplan.services.job_request import TrainingJobSpec
+from hyperplan.services.jobs import job_records
+from hyperplan.services.jobs.job_request import TrainingJobSpec
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.services.storage import bucket_rights
 from hyperplan.store.schema import TrainingJob, TrainingJobInstance

@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.backends.base import AdoptReport, TaskRef, UnknownResource
 from hyperplan.core.jobs import LIVE_INSTANCE, AttemptState, InstanceState
-from hyperplan.services import job_callbacks, job_records
+from hyperplan.services.jobs import job_callbacks, job_records
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import TrainingJob, TrainingJobInstance
 from hyperplan.training.workspace import read_failure

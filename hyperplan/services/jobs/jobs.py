@@ -17,8 +17,8 @@ The store is the truth and every change is one transaction, as for clusters
   on-demand job at once.
 - **Placing** a job (``job_queue.place``) claims its instances (``capacity_claims.take``, consumer
   ``training-job:<id>``), records one instance row per host with the back-end task id it will have, and
-  moves it to ``Downloading``; after the commit the runner (``services/job_runner.py``), woken, prepares each
-  instance's directory tree and starts its task. The runner's I/O never runs inside a transaction or on
+  moves it to ``Downloading``; after the commit the runner (``services/jobs/job_runner.py``), woken, prepares
+  each instance's directory tree and starts its task. The runner's I/O never runs inside a transaction or on
   the lifecycle loop: the loop only changes rows and hands work over after the commit.
 - **Plan changes** (segment start, reclaim, end, failure) reach :func:`reconcile_plan`, registered by
   the composition root as a consumer of the lifecycle context: at a reclaim time running jobs get SIGTERM
@@ -80,9 +80,9 @@ from hyperplan.errors import ResourceInUse, ResourceLimitExceeded, ValidationErr
 from hyperplan.objects.uris import SCHEME
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.clusters import metering
-from hyperplan.services.job_clocks import windows_of
-from hyperplan.services.job_queue import place, schedule_plan, usable_segment, waiting_message
-from hyperplan.services.job_records import (
+from hyperplan.services.jobs.job_clocks import windows_of
+from hyperplan.services.jobs.job_queue import place, schedule_plan, usable_segment, waiting_message
+from hyperplan.services.jobs.job_records import (
     consumer,
     get,
     job_arn,
@@ -92,8 +92,8 @@ from hyperplan.services.job_records import (
     sigterm,
     when,
 )
-from hyperplan.services.job_request import TrainingJobSpec
-from hyperplan.services.job_status import begin_stop, move, note, open_transition, terminate_instances
+from hyperplan.services.jobs.job_request import TrainingJobSpec
+from hyperplan.services.jobs.job_status import begin_stop, move, note, open_transition, terminate_instances
 from hyperplan.services.plans import capacity_claims, lifecycle, on_demand, quotas
 from hyperplan.services.runtime import drain_state
 from hyperplan.services.runtime.context import ServiceContext
