@@ -38,7 +38,7 @@ from hyperplan.core.fleet_file import parse_fleet
 from hyperplan.errors import StartRefused
 from hyperplan.events.loop import EventHandler, TimedEventLoop
 from hyperplan.notify.dispatcher import Dispatcher, DispatcherConfig
-from hyperplan.services import account_views, adoption, demo_load, slurm_reservations
+from hyperplan.services import account_views, adoption, demo_load
 from hyperplan.services.accounts import accounts, os_users, sealed_secrets, work_root
 from hyperplan.services.accounts.key_cache import KeyCache
 from hyperplan.services.clusters import cluster_reconcile, metering
@@ -54,7 +54,8 @@ from hyperplan.services.runtime.live_calendar import LiveCalendar
 from hyperplan.services.runtime.rate_limiter import RateLimiter, SharedBuckets
 from hyperplan.services.runtime.shared_state import SharedState
 from hyperplan.services.runtime.slurm_state import SlurmState
-from hyperplan.services.slurm_reservations import ReservationWorker
+from hyperplan.services.slurm import slurm_reservations
+from hyperplan.services.slurm.slurm_reservations import ReservationWorker
 from hyperplan.slurm.client import SlurmClient
 from hyperplan.store import changes, settings
 from hyperplan.store.db import Database, check_url, sqlite_url

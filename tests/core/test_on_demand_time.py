@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from hyperplan.services.slurm_on_demand import LEAD
+from hyperplan.services.slurm.slurm_on_demand import LEAD
 from hyperplan.slurm.on_demand_time import MARGIN, Ahead, shortened_limit, taken, time_limit
 
 NOW = datetime(2026, 12, 1, 9, 30, tzinfo=UTC)

@@ -23,7 +23,7 @@ from botocore.exceptions import ClientError
 from hyperplan.core.fleet_file import parse_fleet
 from hyperplan.errors import StartRefused
 from hyperplan.services.accounts.os_users import exists
-from hyperplan.services.slurm_reservations import check_cluster
+from hyperplan.services.slurm.slurm_reservations import check_cluster
 from hyperplan.signing import Credentials
 from hyperplan.slurm.client import SlurmError
 from hyperplan.slurm.devcluster import NODES

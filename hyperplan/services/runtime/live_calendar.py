@@ -104,7 +104,7 @@ class LiveCalendar:
 
     def set_reservable(self, pool_key: PoolKey, count: int) -> None:
         """A pool's bookable count from now on: its fleet file's reservable count, less its nodes a
-        Slurm back end reports unhealthy (services/slurm_reservations.py)."""
+        Slurm back end reports unhealthy (services/slurm/slurm_reservations.py)."""
         with self._lock:
             self._calendar.set_reservable(pool_key, count)
             self._reservable[pool_key] = count

@@ -13,7 +13,7 @@ from hyperplan.services.accounts import os_users
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import Account, ReservedCapacity, TrainingPlan
 
-PREFIX = "hp-"  # of every reservation hyperplan makes (services/slurm_reservations.py)
+PREFIX = "hp-"  # of every reservation hyperplan makes (services/slurm/slurm_reservations.py)
 
 
 def reservation_name(account_id: str, plan_name: str, ordinal: int) -> str:

@@ -49,7 +49,6 @@ from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.node_assignment import Assignment, Placement, Wanted, assign
 from hyperplan.core.status import NodeStatus
 from hyperplan.errors import StartRefused
-from hyperplan.services import slurm_on_demand
 from hyperplan.services.clusters import cluster_nodes, cluster_reconcile
 from hyperplan.services.clusters.cluster_nodes import NodeActions, shut_down
 from hyperplan.services.clusters.cluster_records import LIVE
@@ -59,6 +58,7 @@ from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.services.runtime.live_calendar import LiveCalendar
 from hyperplan.services.runtime.slurm_placement import PREFIX, reservation_name
 from hyperplan.services.runtime.slurm_state import PoolHealth, SlurmState, UnhealthyNode, health_text
+from hyperplan.services.slurm import slurm_on_demand
 from hyperplan.slurm.client import SlurmClient, SlurmError
 from hyperplan.slurm.on_demand_time import Ahead, shortened_limit, taken
 from hyperplan.slurm.parse import Job, Node, Reservation
