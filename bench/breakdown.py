@@ -28,7 +28,7 @@ from bench.server import HOST, Store
 from hyperplan.core.rate_limits import sagemaker_class
 from hyperplan.server import auth
 from hyperplan.server.auth import SAGEMAKER_API
-from hyperplan.services import account_views
+from hyperplan.services.orchestration import account_views
 from hyperplan.wire import model, registry, serialize, validate
 from hyperplan.wire.registry import RequestContext
 

@@ -38,15 +38,15 @@ from hyperplan.core.fleet_file import parse_fleet
 from hyperplan.errors import StartRefused
 from hyperplan.events.loop import EventHandler, TimedEventLoop
 from hyperplan.notify.dispatcher import Dispatcher, DispatcherConfig
-from hyperplan.services import account_views, adoption, demo_load
 from hyperplan.services.accounts import accounts, os_users, sealed_secrets, work_root
 from hyperplan.services.accounts.key_cache import KeyCache
 from hyperplan.services.clusters import cluster_reconcile, metering
 from hyperplan.services.clusters.node_watcher import NodeWatcher
 from hyperplan.services.jobs import job_deadlines, jobs
 from hyperplan.services.jobs.job_runner import JobRunner
+from hyperplan.services.orchestration import account_views, adoption, demo_load
+from hyperplan.services.orchestration.retention import RetentionWorker
 from hyperplan.services.plans import lifecycle, payments
-from hyperplan.services.retention import RetentionWorker
 from hyperplan.services.runtime import leadership
 from hyperplan.services.runtime.context import LifecycleContext, ServiceContext, Settings, Wakes
 from hyperplan.services.runtime.job_work import JobLocks, JobSettings
@@ -580,7 +580,7 @@ def _metrics_listener(context: ServiceContext, listen: str) -> Any:
     """The Prometheus listener over this process's (or every worker's) instruments and the fleet's state
     read from the store (docs/OPERATIONS.md)."""
     from hyperplan import metrics
-    from hyperplan.services.fleet_metrics import FleetCollector
+    from hyperplan.services.orchestration.fleet_metrics import FleetCollector
 
     try:
         host, port = metrics.parse_listen(listen)

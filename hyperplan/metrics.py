@@ -3,8 +3,8 @@
 What happens in a process is counted here, in that process: requests and their durations (both APIs),
 the lifecycle loop's lag, jobs' pending time when they start, webhook deliveries, back-end errors. What
 the fleet *is* (pools, plans, jobs, nodes, the work directory's size) is not counted anywhere: a
-collector reads it from the store at each scrape (services/fleet_metrics.py), in the one process that
-serves the metrics listener, so several servers or workers never add their views of one store together.
+collector reads it from the store at each scrape (services/orchestration/fleet_metrics.py), in the one process
+that serves the metrics listener, so several servers or workers never add their views of one store together.
 
 Several processes (`serve --workers N`): prometheus_client's multiprocess mode. The parent sets
 PROMETHEUS_MULTIPROC_DIR to an empty directory before any worker imports this module; each process's

@@ -11,8 +11,8 @@ from hyperplan.console.forms import FieldErrors, Fields
 from hyperplan.console.web import ConsoleRequest, Page, Redirect
 from hyperplan.core.status import InvoiceStatus
 from hyperplan.errors import HyperplanError, ResourceNotFound
-from hyperplan.services import account_views, console_views
 from hyperplan.services.accounts.accounts import PAYMENT_MODES
+from hyperplan.services.orchestration import account_views, console_views
 from hyperplan.services.plans import payments
 from hyperplan.services.runtime import fleet
 

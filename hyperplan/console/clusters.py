@@ -14,9 +14,9 @@ from urllib.parse import quote
 from hyperplan.console.forms import FieldErrors, Fields, Form, place
 from hyperplan.console.web import ConsoleRequest, Page, Redirect
 from hyperplan.errors import HyperplanError
-from hyperplan.services import console_views
 from hyperplan.services.clusters import cluster_views, clusters
 from hyperplan.services.clusters.cluster_request import ClusterSpec, ClusterUpdate
+from hyperplan.services.orchestration import console_views
 from hyperplan.wire import model, validate
 
 GROUP_ROWS = 2  # instance groups a new cluster's form offers; more are added from the cluster's page

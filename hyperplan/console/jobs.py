@@ -6,8 +6,8 @@ from __future__ import annotations
 from starlette.responses import JSONResponse
 
 from hyperplan.console.web import ConsoleRequest, Page
-from hyperplan.services import console_views
 from hyperplan.services.jobs import job_logs, job_views
+from hyperplan.services.orchestration import console_views
 
 LOG_HOST = "algo-1"
 

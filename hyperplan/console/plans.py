@@ -17,8 +17,8 @@ from hyperplan.console.timeline import Window
 from hyperplan.console.web import ConsoleRequest, Page, Redirect
 from hyperplan.core.search import SearchRequest
 from hyperplan.errors import HyperplanError, ValidationError
-from hyperplan.services import account_views, console_views
-from hyperplan.services.console_views import OfferingView, PoolTimeline
+from hyperplan.services.orchestration import account_views, console_views
+from hyperplan.services.orchestration.console_views import OfferingView, PoolTimeline
 from hyperplan.services.plans import extensions, plan_views, plans
 from hyperplan.services.plans.plan_views import PlanView
 from hyperplan.wire import model, validate

@@ -35,8 +35,8 @@ from hyperplan.console.forms import FieldErrors, Form
 from hyperplan.console.session import COOKIE, Identity, Session, SessionCodec
 from hyperplan.core.rate_limits import RequestClass
 from hyperplan.errors import AccessDenied, AuthError, HyperplanError, ResourceNotFound, Throttling
-from hyperplan.services import account_views, console_views
 from hyperplan.services.accounts.accounts import Caller
+from hyperplan.services.orchestration import account_views, console_views
 from hyperplan.services.runtime.context import ServiceContext
 
 log = logging.getLogger(__name__)

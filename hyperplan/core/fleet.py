@@ -211,7 +211,7 @@ class Fleet:
     exec_limits: ExecLimits = field(default_factory=ExecLimits)
     backend: BackendSettings = BackendSettings()
     # [retention] period: ended jobs' files and terminated nodes' homes are removed this long after they
-    # ended (services/retention.py); None: kept for ever.
+    # ended (services/orchestration/retention.py); None: kept for ever.
     retention: timedelta | None = None
 
     def interpreter_for(self, image: str | None) -> str | None:

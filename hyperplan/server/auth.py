@@ -19,8 +19,8 @@ from starlette.types import Scope
 
 from hyperplan.clock import utcnow
 from hyperplan.errors import AccessDenied, HyperplanError
-from hyperplan.services import account_views
 from hyperplan.services.accounts.accounts import Caller
+from hyperplan.services.orchestration import account_views
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.wire import sigv2, sigv4
 

@@ -26,11 +26,11 @@ from hyperplan.server.auth import authenticate, require_admin
 from hyperplan.server.errors import native_error_response
 from hyperplan.server.request_ids import new_request_id
 from hyperplan.server.request_metrics import counted_request
-from hyperplan.services import account_views, audit_views
-from hyperplan.services import clock as clock_service
-from hyperplan.services.account_views import AccountView, InvoiceView
 from hyperplan.services.accounts import sealed_secrets
 from hyperplan.services.accounts.accounts import Caller, NewKey
+from hyperplan.services.orchestration import account_views, audit_views
+from hyperplan.services.orchestration import clock as clock_service
+from hyperplan.services.orchestration.account_views import AccountView, InvoiceView
 from hyperplan.services.plans import payments, plans, quotas
 from hyperplan.services.runtime import fleet as fleet_service
 from hyperplan.services.runtime.context import ServiceContext

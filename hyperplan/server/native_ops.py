@@ -10,8 +10,8 @@ from starlette.routing import Route
 from hyperplan.clock import parse_instant
 from hyperplan.server import fields
 from hyperplan.server.native import NativeRequest, NativeRoute
-from hyperplan.services import audit_views, drain
 from hyperplan.services.accounts.audit import AuditView
+from hyperplan.services.orchestration import audit_views, drain
 from hyperplan.services.plans import usage
 from hyperplan.services.runtime.drain_state import DrainState
 

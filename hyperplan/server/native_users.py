@@ -1,7 +1,7 @@
 """Native routes for an account's users and their access keys: self-service, no administrator needed.
 
 docs/API.md documents the routes. Handlers translate; who may do what, and the rules, live in
-hyperplan.services.user_views and hyperplan.services.accounts.users.
+hyperplan.services.orchestration.user_views and hyperplan.services.accounts.users.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from starlette.routing import Route
 from hyperplan.errors import ValidationError
 from hyperplan.server import fields
 from hyperplan.server.native import NativeRequest, NativeRoute, new_key_json
-from hyperplan.services import user_views
-from hyperplan.services.user_views import AccessKeyView, UserView
+from hyperplan.services.orchestration import user_views
+from hyperplan.services.orchestration.user_views import AccessKeyView, UserView
 
 MAX_USER_NAME = 64
 MAX_ACCOUNT_REF = 64

@@ -18,9 +18,9 @@ import pytest
 from sqlalchemy import select
 
 from hyperplan.core.page_bytes import MAX_PAGE_BYTES
-from hyperplan.services import account_views, audit_views
 from hyperplan.services.accounts import audit
 from hyperplan.services.accounts.accounts import Caller
+from hyperplan.services.orchestration import account_views, audit_views
 from hyperplan.services.plans import lifecycle
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import TrainingPlan
@@ -52,7 +52,8 @@ def _buy(server: InProcessServer, who: Any, name: str) -> None:
 
 
 def _event_weight(event: dict[str, Any]) -> int:
-    """What an event weighs on a page (services/account_views.py): its message's bytes and 256."""
+    """What an event weighs on a page (services/orchestration/account_views.py): its message's bytes and
+    256."""
     return len(event["Message"].encode()) + account_views.PLAN_EVENT_OVERHEAD
 
 
@@ -127,7 +128,7 @@ def test_the_audit_trail_comes_a_page_of_at_most_1_mib_and_goes_on_before_its_fi
 
 
 def _record_weight(record: dict[str, Any]) -> int:
-    """What a record weighs on a page (services/audit_views.py), from the answer's fields."""
+    """What a record weighs on a page (services/orchestration/audit_views.py), from the answer's fields."""
     actor = record["Actor"] or {}
     texts = [
         record["Action"],

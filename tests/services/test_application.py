@@ -9,9 +9,9 @@ import pytest
 from hyperplan.app import AppConfig, Application, BackendFactory, event_handlers, local_backend
 from hyperplan.backends.fake import FakeBackend, FakeWorld
 from hyperplan.errors import StartRefused
-from hyperplan.services import demo_load
 from hyperplan.services.clusters import metering
 from hyperplan.services.jobs import job_clocks
+from hyperplan.services.orchestration import demo_load
 from hyperplan.services.plans import lifecycle
 from tests.harness import SERVER_START, unisolated
 

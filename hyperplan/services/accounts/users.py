@@ -5,7 +5,7 @@ allows a user, each Active or Inactive; a deleted key keeps its row (revoked_at)
 given twice. Owners manage the account's users, and its first user is one. Whatever request makes the
 change, an account keeps at least one active key and at least one owner: a key, a user or an account
 can be locked out only by deleting the account. Who may ask for what (a user, an owner, an
-administrator) is decided in services/user_views.py, which owns the transactions.
+administrator) is decided in services/orchestration/user_views.py, which owns the transactions.
 """
 
 from __future__ import annotations

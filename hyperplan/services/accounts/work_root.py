@@ -2,11 +2,12 @@
 the start's choice to use, claim or refuse a root.
 
 A work root holds the processes a server adopts at start, and adoption ends whatever it finds there that
-its store does not know (services/adoption.py); job trees are named by job number (WORK/jobs/<job id>),
-which two stores both count from 1. Two stores on one root would end each other's nodes and collide on
-job trees, so a root names its store in a marker file (``.hyperplan-store``, root's, 0644: the store id and
-nothing secret), and a server of another store refuses to start on it. Servers of one store (several on
-one PostgreSQL database, the processes of ``serve --workers``) share a root; its leader alone adopts.
+its store does not know (services/orchestration/adoption.py); job trees are named by job number
+(WORK/jobs/<job id>), which two stores both count from 1. Two stores on one root would end each other's nodes
+and collide on job trees, so a root names its store in a marker file (``.hyperplan-store``, root's, 0644: the
+store id and nothing secret), and a server of another store refuses to start on it. Servers of one store
+(several on one PostgreSQL database, the processes of ``serve --workers``) share a root; its leader alone
+adopts.
 
 As root, the default root is BASE/<store id> (BASE: /var/lib/hyperplan/work, or $HYPERPLAN_WORK_BASE),
 so servers of different stores never meet by default; otherwise it stays DATA_DIR-work. Versions before

@@ -130,7 +130,8 @@ def shut_down(
 
 
 def node_refs(runtime: ServiceContext) -> list[NodeRef]:
-    """Every node the store knows, for the one `adopt` call of a start (see services/adoption.py)."""
+    """Every node the store knows, for the one `adopt` call of a start (see
+    services/orchestration/adoption.py)."""
     with runtime.db.read() as session:
         return [NodeRef(b) for b in session.scalars(select(ClusterNode.backend_id))]
 

@@ -2,8 +2,8 @@
 
 The signed cookie (console/session.py) still says who a request comes from; a row of `console_sessions`
 says that its session is still open. Signing in writes the row; signing out deletes it, and so does
-deactivating the key it was signed in with (services/user_views.py); every signed-in console request
-checks that the row exists and that the wall clock is before both of its ends: the idle end (the last
+deactivating the key it was signed in with (services/orchestration/user_views.py); every signed-in console
+request checks that the row exists and that the wall clock is before both of its ends: the idle end (the last
 request seen plus the idle timeout) and the absolute one (sign-in plus the session's lifetime, which the
 cookie carries too).
 

@@ -4,8 +4,8 @@ every server reads the same and a restart keeps it; and the refusal every new pi
 Drained, the service refuses new purchases (plans, extensions), clusters, instance-group growth and
 training jobs with ServiceUnavailable (503, which the AWS SDKs retry), answers reads and searches, and
 starts nothing new: clusters' groups get no node they do not have (a segment's scale-up waits), plans'
-queues place no job. With `stop_running`, groups hold no node and no job runs. services/drain.py moves
-in and out of it.
+queues place no job. With `stop_running`, groups hold no node and no job runs. services/orchestration/drain.py
+moves in and out of it.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from datetime import datetime, timedelta
 from hyperplan.clock import AcceleratedClock, ManualClock, parse_instant
 from hyperplan.core.durations import parse_duration
 from hyperplan.errors import Conflict, ValidationError
-from hyperplan.services import audit_views
 from hyperplan.services.accounts.accounts import Caller
+from hyperplan.services.orchestration import audit_views
 from hyperplan.services.runtime.context import ServiceContext
 
 MAX_MOVE = timedelta(days=366)

@@ -16,10 +16,10 @@ from sqlalchemy.orm import Session
 from hyperplan.clock import utcnow
 from hyperplan.core.page_bytes import fitting, utf8_bytes
 from hyperplan.core.rate_limits import RateLimit, RequestClass, effective
-from hyperplan.services import account_files
 from hyperplan.services.accounts import accounts, acting, audit, os_ids, os_users
 from hyperplan.services.accounts.accounts import Caller, NewKey
 from hyperplan.services.clusters import metering
+from hyperplan.services.orchestration import account_files
 from hyperplan.services.plans import payments, plans, quotas
 from hyperplan.services.plans.quotas import Limits
 from hyperplan.services.runtime.context import ServiceContext
