@@ -138,6 +138,88 @@ def test_every_import_follows_the_layer_rules() -> None:
     assert not wrong, "imports across the layer rules:\n" + "\n".join(sorted(wrong))
 
 
+# The services' packages (docs/ARCHITECTURE.md, "Services by entity"), bottom up, and which other ones each
+# may import; within a package anything goes. No module sits in hyperplan/services itself.
+SERVICES = "hyperplan.services"
+SERVICES_PACKAGES: dict[str, set[str]] = {
+    "accounts": set(),  # who calls: accounts, users, keys, OS identities, the audit trail
+    "runtime": {"accounts"},  # the context and what it holds, status moves, the drain flag, the fleet
+    "storage": {"runtime", "accounts"},  # buckets and their rights
+    "webhooks": {"runtime", "accounts"},  # queued in a plan's transaction by plans/lifecycle.py
+    "plans": {"webhooks", "runtime", "accounts"},
+    "clusters": {"plans", "storage", "runtime", "accounts"},
+    "jobs": {"clusters", "plans", "storage", "runtime", "accounts"},
+    "slurm": {"jobs", "clusters", "plans", "runtime", "accounts"},  # the Slurm reconcilers
+    # What spans the entities: adoption, drain, retention, account deletion, the console's and admin views.
+    "orchestration": {"jobs", "clusters", "plans", "storage", "runtime", "accounts"},
+}
+
+
+def services_package(module: str) -> str | None:
+    """The services package a module of hyperplan.services belongs to ("" for a module directly in
+    hyperplan/services), None for a module outside the services."""
+    if not module.startswith(SERVICES + "."):
+        return None
+    rest = module[len(SERVICES) + 1 :]
+    return rest.split(".")[0] if "." in rest or rest in SERVICES_PACKAGES else ""
+
+
+def services_package_violations(graph: dict[str, dict[str, int]]) -> list[str]:
+    wrong = []
+    for module, targets in graph.items():
+        source = services_package(module)
+        if not source:
+            continue
+        for target, line in targets.items():
+            dest = services_package(target)
+            if dest is None or dest == source:
+                continue
+            if dest not in SERVICES_PACKAGES.get(source, set()):
+                wrong.append(f"{module}:{line} (services/{source}) imports {target} (services/{dest})")
+    return sorted(wrong)
+
+
+def test_every_import_between_services_packages_follows_their_table() -> None:
+    wrong = services_package_violations(import_graph())
+    assert not wrong, "imports across the services packages' rules:\n" + "\n".join(wrong)
+
+
+def test_the_services_package_rule_fails_on_a_new_forbidden_edge() -> None:
+    graph = {
+        "hyperplan.services.accounts.accounts": {"hyperplan.services.jobs.jobs": 7},  # up: forbidden
+        "hyperplan.services.jobs.jobs": {"hyperplan.services.plans": 3, "hyperplan.services.jobs.x": 4},
+        "hyperplan.services.plans.plans": {"hyperplan.services.slurm.slurm_reservations": 9},
+    }
+    assert services_package_violations(graph) == [
+        "hyperplan.services.accounts.accounts:7 (services/accounts) imports hyperplan.services.jobs.jobs"
+        " (services/jobs)",
+        "hyperplan.services.plans.plans:9 (services/plans) imports"
+        " hyperplan.services.slurm.slurm_reservations (services/slurm)",
+    ]
+
+
+def test_the_services_packages_form_a_dag() -> None:
+    assert set().union(*SERVICES_PACKAGES.values()) <= set(SERVICES_PACKAGES)
+    table = {name: dict.fromkeys(allowed, 0) for name, allowed in SERVICES_PACKAGES.items()}
+    assert not _cycles(table)
+
+
+def test_every_services_module_sits_in_a_listed_package() -> None:
+    """No module directly in hyperplan/services (but its empty __init__), no package the table omits, and
+    each package's __init__ a docstring at most: re-exports there would make cycles at import time."""
+    found = modules()
+    wrong = [
+        module
+        for module in found
+        if services_package(module) is not None and services_package(module) not in SERVICES_PACKAGES
+    ]
+    assert not wrong, "services modules outside the listed packages: " + ", ".join(sorted(wrong))
+    for module in [SERVICES, *(f"{SERVICES}.{name}" for name in SERVICES_PACKAGES)]:
+        body = ast.parse(found[module].read_text()).body
+        docstring_only = all(isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant) for n in body)
+        assert docstring_only, module
+
+
 # Modules the edges (the SageMaker protocol and the HTTP server) must not import: ORM code belongs to the
 # services, which own their transactions and return views.
 EDGE_LAYERS = ("wire", "server", "console")
