@@ -61,9 +61,9 @@ async def _read_body(limits: ServerLimits, declared: int | None, receive: Receiv
         )
     deadline = asyncio.get_running_loop().time() + limits.body_timeout
     # Most bodies arrive with their headers: the first receive then returns without waiting, and a whole
-    # body needs no deadline. A deadline is a timer scheduled and cancelled on the event loop, 5-25 us of
-    # a search's CPU; so the first receive is started here, and only if it must wait, or more of the
-    # body is to come, does the rest of the read run under the deadline.
+    # body needs no deadline (a timer scheduled and cancelled on the loop, a noticeable share of a
+    # search's CPU). So the first receive is started here, and only if it must wait, or more of the body
+    # is to come, does the rest of the read run under the deadline.
     first = receive()
     if asyncio.iscoroutine(first):
         try:

@@ -116,21 +116,13 @@ async def serve_json(
     target = _first_header(scope, b"x-amz-target")
     started = time.perf_counter()
     request_id = new_request_id()
-    # A hop to the thread pool is dear: on a 2-core VM, 100-150 us of CPU (two thread wake-ups through
-    # the kernel), and more in GIL hand-offs between the loop and the pool's runnable threads (a search
-    # cost ~0.8 ms more of server CPU that way), against ~3 us to call inline. But on the loop a wait
-    # would stall every connection of the process, and nothing tells beforehand that a request will not
-    # wait: authentication reads the change counters (a round trip on PostgreSQL) and may load a key,
-    # the rate limiter leases tokens in a write transaction every few requests, a search reloads the
-    # calendar after another process booked and reads the account's quotas after a change, and any of
-    # these may wait for the writers' turn. So a search is first tried here, on the loop, where each of
-    # those points refuses to wait (hyperplan/waits.py); one that would is answered again, from the
-    # start, in the thread pool, with the same request id (its rate token given back: `_answer`).
-    # Cancellation (server shutdown): the try on the loop is synchronous, with no await in it, so it is
-    # never cut off half-way; anyio's hop defers a cancellation until the handler returns. Either way
-    # nothing is left half-written.
-    # On PostgreSQL the change counters' read is a round trip: made ahead, asynchronously, it leaves the
-    # try on the loop nothing to wait for (store/counter_watch.py).
+    # A hop to the thread pool costs more CPU than a search itself (thread wake-ups, GIL hand-offs), but
+    # on the loop a wait would stall every connection, and nothing tells beforehand that a request will
+    # not wait (docs/ARCHITECTURE.md, "The life of one request"). So a search is tried here, on the loop,
+    # where every point that could wait refuses to (hyperplan/waits.py); one that would is answered
+    # again, from the start, in the pool, with the same request id and its rate token given back. The
+    # try is synchronous, so a shutdown never cuts it off half-way. On PostgreSQL the change counters'
+    # read is made ahead, asynchronously, so that the try has nothing to wait for.
     with answering():  # what the try on the loop did, the try in the pool may skip (hyperplan/waits.py)
         answer = None
         if api.tried_on_the_loop(target, runtime):

@@ -3,8 +3,8 @@
 The read is libpq's connection itself in non-blocking mode, driven by the loop's callbacks: the query is
 sent, the loop calls back when the socket has the answer, and the answer resolves the futures of the
 requests waiting for it. No task, no coroutine of the driver's, no cursor: psycopg's asynchronous
-connection cost ~230 us of CPU a read here (its cursor, generators and lock), and a task and a shielded
-future per read ~85 us more, as much as the hop to the thread pool the read saves a search.
+connection (its cursor, generators and lock), and a task and a shielded future per read, cost as much
+CPU as the hop to the thread pool that the read saves a search.
 
 Every read begins after each of the requests it answers arrived: one that arrives while a read is under
 way waits for the next, which is sent as soon as that one ends and answers every request that came in

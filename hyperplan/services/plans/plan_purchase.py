@@ -394,7 +394,7 @@ def _holdings_rows(pool_count: int, every_type: bool, *, unindexed_type: bool) -
         # that the statement can be prepared. On SQLite the type is compared as `+instance_type`, which
         # no index serves: without statistics its planner otherwise read every segment of the type,
         # any account's (the pools' index leads with the type), to keep the account's few; this way it
-        # reads the account's plans, then their segments (0.37 -> 0.12 ms on the bench's store).
+        # reads the account's plans, then their segments (a third of the time on the bench's store).
         # PostgreSQL plans from its statistics, and has no unary + on text.
         instance_type = table.instance_type
         if unindexed_type:
