@@ -47,7 +47,7 @@ from hyperplan.services.jobs.job_runner import JobRunner
 from hyperplan.services.orchestration import account_views, adoption, demo_load
 from hyperplan.services.orchestration.retention import RetentionWorker
 from hyperplan.services.plans import lifecycle, payments
-from hyperplan.services.runtime import leadership
+from hyperplan.services.runtime import leadership, slurm_placement
 from hyperplan.services.runtime.context import LifecycleContext, ServiceContext, Settings, Wakes
 from hyperplan.services.runtime.job_work import JobLocks, JobSettings
 from hyperplan.services.runtime.live_calendar import LiveCalendar
@@ -296,6 +296,7 @@ class Application:
             job_settings=JobSettings.from_environment(),
             job_locks=JobLocks(),
             slurm=slurm,
+            booking_checks=(slurm_placement.check_can_book,) if slurm is not None else (),
             shared=SharedState(db, calendar, keys, clock, slurm),
             rate_limiter=RateLimiter(store=SharedBuckets(db)),
         )

@@ -31,7 +31,6 @@ from hyperplan.services.accounts.accounts import Caller, get_account
 from hyperplan.services.plans import capacity_claims, lifecycle, payments, plan_purchase, quotas
 from hyperplan.services.plans import tags as tag_store
 from hyperplan.services.plans.tags import Tag
-from hyperplan.services.runtime import slurm_placement
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.changes import CALENDAR, KEYS
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
@@ -90,7 +89,8 @@ def create(
     now = runtime.clock.now()
     claim = _claim_for(runtime, caller, offering_id, now)
     segments = _segments_of(runtime, claim)
-    slurm_placement.check_can_book(runtime, caller.account_id)
+    for check in runtime.booking_checks:  # what the back end needs of the account (app.py)
+        check(runtime, caller.account_id)
     arn = runtime.arn(caller.account_id, f"training-plan/{name}")
     purchase = plan_purchase.Purchase(runtime, caller, name, offering_id, claim, segments, now)
     # SQLite: most refusals under contention (capacity taken since the search) are found here, on a

@@ -103,6 +103,10 @@ class Settings:
 # (target) -> how many timed events ran on the way; moves a manual clock (TimedEventLoop.advance_to).
 ClockMover = Callable[[datetime], int]
 
+# (the runtime, the buying account's id) -> None, or a ValidationError saying why the account cannot book:
+# what a back end needs of an account before a plan is bought for it (the Slurm back end: its OS user).
+BookingCheck = Callable[["ServiceContext", str], None]
+
 
 @dataclass(frozen=True)
 class ServiceContext:
@@ -123,6 +127,9 @@ class ServiceContext:
     rate_limiter: RateLimiter = field(default_factory=RateLimiter)  # the store's shared buckets (app.py)
     exec_slots: ExecSlots = field(default_factory=ExecSlots)  # this process's running execs, counted
     slurm: SlurmState | None = None  # the Slurm back end's client and what it last read; None: local
+    # The back end's own checks of a buying account (app.py installs them with the back end), so that the
+    # generic purchase names no back end.
+    booking_checks: tuple[BookingCheck, ...] = ()
     refusals: RefusedSignatures = field(default_factory=RefusedSignatures)  # refused signatures, counted
     shared: SharedState | None = None  # brings this process's memory up to date with the store
     # The console's sessions as the store records them; the idle timeout from the server's environment.

@@ -60,10 +60,8 @@ def placement(
 
 
 def check_can_book(runtime: ServiceContext, account_id: str) -> None:
-    """On a Slurm back end an account's work runs as its OS user, who must exist: refuse to book
-    otherwise, saying so."""
-    if runtime.slurm is None:
-        return
+    """The Slurm back end's booking check (ServiceContext.booking_checks, installed by app.py): an
+    account's work runs as its OS user, who must exist, so refuse to book otherwise, saying so."""
     with runtime.db.read() as session:
         account = session.get(Account, account_id)
         user = account.os_user if account is not None else None
