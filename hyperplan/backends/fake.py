@@ -200,7 +200,6 @@ class FakeWorld:
         self.programs: dict[str, Program] = {}
         self.lifecycles: dict[Path, Program] = {}
         self.execs: list[tuple[str, tuple[str, ...], dict[str, str]]] = []
-        self.cleared: list[RunAs] = []  # users whose leftovers a back end was asked to clear
         self._tokens = itertools.count(1)
 
     def command(self, program: Program) -> tuple[str, ...]:
@@ -424,11 +423,9 @@ class FakeBackend:
             self._drop_task(ref.task_id)
 
     def clear_user(self, run_as: RunAs) -> None:
-        """Remembered (``cleared``): the fake has no machine, so nothing of a user lingers on one."""
+        """The fake has no machine, so nothing of a user lingers on one; uid 0 is refused, as everywhere."""
         if run_as.uid == 0:
             raise BackendError(f"cannot clear {run_as.user}: uid 0 is root")
-        with self.world.lock:
-            self.world.cleared.append(run_as)
 
     def close(self) -> None:
         """Nothing to release: the world goes on."""

@@ -88,37 +88,29 @@ def remove_owned(uid: int, roots: Iterable[str]) -> Swept:
     removed = kept = 0
     for root in roots:
         try:
-            device = os.lstat(root).st_dev
+            info = os.lstat(root)
         except OSError:
             continue  # not on this machine
-        if not stat.S_ISDIR(os.lstat(root).st_mode):
+        if not stat.S_ISDIR(info.st_mode):
             continue
-        for _path, dirnames, filenames, dirfd in os.fwalk(root, topdown=True, follow_symlinks=False):
-            # Stay on the root's file system (a mount below it is another's business).
-            for name in list(dirnames):
-                try:
-                    if os.stat(name, dir_fd=dirfd, follow_symlinks=False).st_dev != device:
-                        dirnames.remove(name)
-                except OSError:
-                    dirnames.remove(name)
-            for name in filenames:
-                gone = _remove_if_owned(dirfd, name, uid, directory=False)
-                removed, kept = removed + (gone is True), kept + (gone is False)
-        # Directories last, deepest first: a second walk bottom-up (each empties before its parent).
-        for _path, dirnames, _filenames, dirfd in os.fwalk(root, topdown=False, follow_symlinks=False):
-            for name in dirnames:
-                gone = _remove_if_owned(dirfd, name, uid, directory=True)
-                removed, kept = removed + (gone is True), kept + (gone is False)
+        # Bottom-up, so that each directory is emptied before it is looked at; an entry on another file
+        # system (a mount below the root: another's business) is never touched.
+        for _path, dirnames, filenames, dirfd in os.fwalk(root, topdown=False, follow_symlinks=False):
+            for names, directory in ((filenames, False), (dirnames, True)):
+                for name in names:
+                    gone = _remove_if_owned(dirfd, name, uid, info.st_dev, directory=directory)
+                    removed, kept = removed + (gone is True), kept + (gone is False)
     return Swept(removed, kept)
 
 
-def _remove_if_owned(dirfd: int, name: str, uid: int, *, directory: bool) -> bool | None:
-    """True: removed; False: the user's but could not be removed; None: not the user's."""
+def _remove_if_owned(dirfd: int, name: str, uid: int, device: int, *, directory: bool) -> bool | None:
+    """True: removed; False: the user's but could not be removed; None: not the user's (or not on
+    ``device``)."""
     try:
         info = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
     except OSError:
         return None
-    if info.st_uid != uid or stat.S_ISDIR(info.st_mode) != directory:
+    if info.st_uid != uid or info.st_dev != device or stat.S_ISDIR(info.st_mode) != directory:
         return None
     try:
         if directory:

@@ -91,3 +91,27 @@ def test_every_process_of_the_user_is_killed_even_one_that_left_its_parent() -> 
     while scratch.owned_by(LEAVER) and time.monotonic() < deadline:
         time.sleep(0.05)  # the freed one is init's to reap
     assert scratch.owned_by(LEAVER) == set()
+
+
+def test_a_file_system_mounted_below_the_root_is_left_alone(tmp_path: Path) -> None:
+    """/tmp may hold another file system (a tenant's bind mount, an operator's tmpfs): not the sweep's."""
+    root = tmp_path / "tmp"
+    mounted = root / "mounted"
+    mounted.mkdir(parents=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(mounted)], capture_output=True).returncode != 0:
+        pytest.skip("this machine does not let root mount a tmpfs")
+    try:
+        theirs = mounted / "theirs"
+        theirs.mkdir()
+        (theirs / "file").write_text("x")
+        (mounted / "empty").mkdir()
+        for path in (theirs, theirs / "file", mounted / "empty"):
+            _own(path, LEAVER)
+        (root / "left").write_text("x")
+        _own(root / "left", LEAVER)
+        swept = scratch.remove_owned(LEAVER, [str(root)])
+        assert (theirs / "file").exists() and (mounted / "empty").is_dir()
+        assert not (root / "left").exists()
+        assert swept.removed == 1
+    finally:
+        subprocess.run(["umount", str(mounted)], check=True, capture_output=True)

@@ -154,19 +154,23 @@ def _os_user_choice(runtime: ServiceContext, named: str | None) -> accounts.OsUs
 
 
 def _make_os_user(runtime: ServiceContext, session: Session, account_id: str) -> str:
-    """The account's own OS user, ``hp-<id>``, with a uid (and gid) of the fleet's range that no account
-    ever had, recorded first (within the caller's write): a user made then lost to a failed commit
-    holds its id on the system, so the next allocation skips it."""
+    """The account's own OS user, ``hp-<id>``: with the uid (and gid) recorded for it, if it has one that
+    nobody took since (its user was removed by hand), else with one of the fleet's range that no account
+    ever had, recorded first (within the caller's write): a user made then lost to a failed commit holds
+    its id on the system, so the next allocation skips it."""
     user = os_users.user_name_for(account_id)
     with os_users.making_users():
-        uid = os_ids.allocate_user_id(session, account_id, runtime.fleet.os_ids, runtime.clock.now())
+        uid = os_ids.user_id_of(session, account_id)
+        if uid is None or os_ids.in_use(uid, but=user):
+            uid = os_ids.allocate_user_id(session, account_id, runtime.fleet.os_ids, runtime.clock.now())
         os_users.create_user(user, uid)
     return user
 
 
 def delete_account(runtime: ServiceContext, caller: Caller, account_ref: str) -> AccountView:
-    """Delete an account with nothing open (accounts.delete_account), then remove the OS user the
-    server made for it (a user an administrator named stays)."""
+    """Delete an account with nothing open (accounts.delete_account), then remove what it left on the
+    machines and the OS user the server made for it (account_files; a user an administrator named
+    stays)."""
     with runtime.db.write() as session:
         account = accounts.delete_account(session, caller, account_ref, now=utcnow())
         view = _account_view(runtime, session, account)
@@ -210,16 +214,7 @@ def ensure_os_users(runtime: ServiceContext) -> int:
                     account.os_user,
                 )
                 continue
-            uid = os_ids.user_id_of(session, account.id)
-            if uid is None:
-                _make_os_user(runtime, session, account.id)
-            else:
-                with os_users.making_users():
-                    if os_ids.in_use(uid, but=account.os_user):  # someone else's now: a new one
-                        uid = os_ids.allocate_user_id(
-                            session, account.id, runtime.fleet.os_ids, runtime.clock.now()
-                        )
-                    os_users.create_user(account.os_user, uid)  # its own id again, never another's
+            _make_os_user(runtime, session, account.id)
             made += 1
     return made
 
