@@ -104,30 +104,19 @@ def local_backend(work_dir: Path) -> Backend:
     return LocalBackend(work_dir / "backend")
 
 
-def with_legacy_work(backend: Backend, data_dir: Path) -> Backend:
-    """A server upgraded from a version that kept its nodes and tasks in DATA_DIR/backend: while any
-    are left there, a second local back end over that root adopts them and serves them until they end
-    (backends/composite.py); new work goes to ``backend``."""
-    legacy_root = data_dir / LEGACY_BACKEND
+def with_legacy_work(backend: Backend, old_dir: Path, how: str) -> Backend:
+    """A server upgraded from a version that kept its nodes and tasks in OLD_DIR/backend (the data
+    directory, before work directories; the shared default work root, before store ids): while any are
+    left there, a second local back end over that root adopts them and serves them until they end
+    (backends/composite.py); new work goes to ``backend``. ``how`` says, in the log, how they run."""
+    legacy_root = old_dir / LEGACY_BACKEND
     if not holds_work(legacy_root):
         return backend
     log.warning(
-        "adopting the nodes and tasks a previous version started under %s: they run as the server's own "
-        "user, not isolated, until they end; new work goes to the work directory",
+        "adopting the nodes and tasks a previous version started under %s: %s, until they end; new work "
+        "goes to the work directory",
         legacy_root,
-    )
-    return RoutingBackend(backend, LocalBackend(legacy_root), legacy_root)
-
-
-def with_old_default_root(backend: Backend, old_root: Path) -> Backend:
-    """A store upgraded from a version before store ids, whose nodes and tasks still run under that
-    version's default work root (services/accounts/work_root.py): a second local back end over it adopts and
-    serves them until they end, as the accounts' users they ran as; new work goes to ``backend``."""
-    legacy_root = old_root / LEGACY_BACKEND
-    log.warning(
-        "adopting the nodes and tasks this store started under %s before store ids; new work goes to the "
-        "store's own work directory",
-        legacy_root,
+        how,
     )
     return RoutingBackend(backend, LocalBackend(legacy_root), legacy_root)
 
@@ -277,9 +266,11 @@ class Application:
             db.close()
             raise
         if config.backend is local_backend:
-            backend = with_legacy_work(backend, config.data_dir)
+            backend = with_legacy_work(
+                backend, config.data_dir, "they run as the server's own user, not isolated"
+            )
         if roots.old_root is not None:
-            backend = with_old_default_root(backend, roots.old_root)
+            backend = with_legacy_work(backend, roots.old_root, "they run as the accounts' users they ran as")
         context = ServiceContext(
             settings=Settings(config.data_dir, config.time_scale, work_dir, isolation.value, interpreter),
             fleet=fleet,

@@ -423,8 +423,10 @@ class SlurmBackend:
         starts = [r.start for r in self.client.reservations() if r.start > now and set(r.nodes) & nodes]
         return on_demand_time.time_limit(starts, now)
 
-    def _sbatch(self, script: Path, options: Sequence[str], run_as: RunAs | None) -> int:
-        command = [*_as_user(run_as), "sbatch", "--parsable", *options, str(script)]
+    def _sbatch(self, script: Path | None, options: Sequence[str], run_as: RunAs | None) -> int:
+        """Submit ``script`` (None: the options carry ``--wrap``) as ``run_as`` (None: the server's own
+        user); the new job's id."""
+        command = [*_as_user(run_as), "sbatch", "--parsable", *options, *([str(script)] if script else [])]
         text = self._tool(command)
         try:
             return int(text.strip().split(";")[0])
@@ -1160,11 +1162,7 @@ class SlurmBackend:
             *([f"--partition={self.partition}"] if self.partition else []),
             f"--wrap={command}",
         ]
-        text = self._tool(["sbatch", "--parsable", *options])
-        try:
-            return int(text.strip().split(";")[0])
-        except ValueError:
-            raise SlurmError(["sbatch"], f"unreadable job id {text.strip()!r}") from None
+        return self._sbatch(None, options, None)
 
     def close(self) -> None:
         with self._lock:

@@ -119,11 +119,6 @@ class TrustedProxies:
             return None, False
         return str(address), self._trusts(address)
 
-    def client_of(self, peer: str, forwarded_for: Sequence[str]) -> str:
-        """The client's address for a request from `peer` that carries these X-Forwarded-For values (in
-        the order received): the peer itself unless it is a trusted proxy; else `forwarded_client`."""
-        return self.forwarded_client(peer, forwarded_for) if self.trusts(peer) else peer
-
     def forwarded_client(self, proxy: str, forwarded_for: Sequence[str]) -> str:
         """The client a trusted `proxy` names: the right-most address listed that is not a trusted
         proxy's. Each proxy appends the address it got the request from, so that one was written by a
@@ -139,10 +134,6 @@ class TrustedProxies:
                 return address
         first = self._hop(hops[0])[0] if hops else None
         return first if first is not None else proxy
-
-    def scheme_of(self, peer: str, forwarded_proto: Sequence[str], scheme: str) -> str:
-        """The request's scheme: a trusted proxy's word (`forwarded_scheme`), else the connection's own."""
-        return self.forwarded_scheme(forwarded_proto, scheme) if self.trusts(peer) else scheme
 
     @staticmethod
     def forwarded_scheme(forwarded_proto: Sequence[str], scheme: str) -> str:

@@ -80,6 +80,8 @@ def _endpoint(
     query: Sequence[str] = (),
     name: str = "",
 ) -> Callable[[Request], Any]:
+    on_the_loop = inspect.iscoroutinefunction(handler)  # decided once, not at every request
+
     async def serve(request: Request) -> Response:
         with counted_request("native", name) as count:
             return count(await answer(request))
@@ -98,7 +100,7 @@ def _endpoint(
             params = dict(request.query_params)
             fields.only_members(params, query, "The query string")
             native = NativeRequest(runtime, caller, parsed, dict(request.path_params), params)
-            if inspect.iscoroutinefunction(handler):
+            if on_the_loop:
                 result = await handler(native)
             else:
                 result = await run_in_threadpool(handler, native)

@@ -22,30 +22,31 @@ CLIENT = "203.0.113.7"
 # -- whose address ------------------------------------------------------------------------------------
 
 
-def test_an_untrusted_peer_is_the_client_whatever_it_forwards() -> None:
-    assert PROXIES.client_of("192.0.2.1", [CLIENT]) == "192.0.2.1"
-    assert TrustedProxies().client_of("127.0.0.1", [CLIENT]) == "127.0.0.1"  # none trusted by default
+def test_only_a_named_proxy_is_trusted() -> None:
+    """(An untrusted peer's X-Forwarded-For is never read: tests/server/test_fair_connections.py.)"""
+    assert PROXIES.trusts(PROXY) and not PROXIES.trusts("192.0.2.1")
+    assert not TrustedProxies().trusts("127.0.0.1")  # none trusted by default
 
 
 def test_a_trusted_proxys_client_is_the_right_most_address_it_does_not_trust() -> None:
-    assert PROXIES.client_of(PROXY, [CLIENT]) == CLIENT
+    assert PROXIES.forwarded_client(PROXY, [CLIENT]) == CLIENT
     # The client wrote the first entry itself; the proxy appended the address it saw.
-    assert PROXIES.client_of(PROXY, [f"198.51.100.1, {CLIENT}"]) == CLIENT
-    assert PROXIES.client_of(PROXY, ["198.51.100.1", CLIENT]) == CLIENT  # the header twice: in order
+    assert PROXIES.forwarded_client(PROXY, [f"198.51.100.1, {CLIENT}"]) == CLIENT
+    assert PROXIES.forwarded_client(PROXY, ["198.51.100.1", CLIENT]) == CLIENT  # the header twice: in order
 
 
 def test_a_chain_of_trusted_proxies_is_walked_back_to_the_first_untrusted_address() -> None:
     proxies = TrustedProxies.parse(["10.0.0.0/8"])
-    assert proxies.client_of("10.0.0.6", [f"198.51.100.1, {CLIENT}, 10.0.0.5"]) == CLIENT
+    assert proxies.forwarded_client("10.0.0.6", [f"198.51.100.1, {CLIENT}, 10.0.0.5"]) == CLIENT
     # Every hop trusted: the request began at the left-most.
-    assert proxies.client_of("10.0.0.6", ["10.0.0.7, 10.0.0.5"]) == "10.0.0.7"
+    assert proxies.forwarded_client("10.0.0.6", ["10.0.0.7, 10.0.0.5"]) == "10.0.0.7"
 
 
 @pytest.mark.parametrize(
     "forwarded", [[], [""], ["unknown"], [f"{CLIENT}, unknown"], ["fe80::1%eth0"], ["client.example"]]
 )
 def test_a_trusted_proxy_naming_no_address_is_the_client_itself(forwarded: list[str]) -> None:
-    assert PROXIES.client_of(PROXY, forwarded) == PROXY
+    assert PROXIES.forwarded_client(PROXY, forwarded) == PROXY
 
 
 @pytest.mark.parametrize(
@@ -73,10 +74,9 @@ def test_a_dual_stack_peer_is_trusted_by_its_ipv4_address() -> None:
 
 
 def test_the_scheme_is_a_trusted_proxys_word_alone() -> None:
-    assert PROXIES.scheme_of(PROXY, ["https"], "http") == "https"
-    assert PROXIES.scheme_of(PROXY, ["http, HTTPS"], "http") == "https"  # the last proxy's
-    assert PROXIES.scheme_of(PROXY, ["gopher"], "http") == "http"
-    assert PROXIES.scheme_of("192.0.2.1", ["https"], "http") == "http"
+    assert PROXIES.forwarded_scheme(["https"], "http") == "https"
+    assert PROXIES.forwarded_scheme(["http, HTTPS"], "http") == "https"  # the last proxy's
+    assert PROXIES.forwarded_scheme(["gopher"], "http") == "http"
 
 
 def test_trusted_proxies_are_addresses_or_blocks_repeated_or_separated() -> None:

@@ -612,7 +612,7 @@ def test_listings_of_long_keys_come_a_page_of_at_most_1_mib_and_go_on_exactly(
     assert seen == [upload.upload_id for upload in uploads] and len(sizes) == 3 and max(sizes) <= MIB + 1024
 
 
-def test_list_parts_is_bounded_in_bytes_by_its_count(server: InProcessServer) -> None:
+def test_list_parts_caps_max_parts_at_1000_keeping_its_page_small(server: InProcessServer) -> None:
     """ListParts needs no cut by bytes: its page holds at most 1,000 parts of under 200 bytes each
     (server/s3/endpoint.py), whatever max-parts asks."""
     client = s3(server)

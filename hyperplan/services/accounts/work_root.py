@@ -83,7 +83,13 @@ class WorkRoots:
 def store_identity(db: Database) -> StoreIdentity:
     """The store's id, made by the first start that finds none. A serial write (the writers' lock on
     PostgreSQL, BEGIN IMMEDIATE on SQLite): servers starting at once on one database all read the one id
-    the first made. The bootstrap comes after this, so a store with accounts here existed before ids."""
+    the first made. The bootstrap comes after this, so a store with accounts here existed before ids.
+    Once made, a start only reads it."""
+    with db.read() as session:
+        store_id = settings.get(session, settings.STORE_ID)
+        predates = settings.get(session, settings.STORE_PREDATES_IDS) == "true"
+    if store_id is not None:
+        return StoreIdentity(store_id, predates)
     with db.write() as session:
         store_id = settings.get(session, settings.STORE_ID)
         if store_id is None:

@@ -285,11 +285,12 @@ def filter_events(
             break
         name, at, line = head
         wanted = not bounds.before(line.time) and pattern.matches(line.text)
-        if wanted and not page.take(_line_bytes(line)):
+        size = _line_bytes(line)
+        if wanted and not page.take(size):
             break  # left unread: the token goes on from it
         merge.take()
         scanned += 1
-        scanned_bytes += _line_bytes(line)
+        scanned_bytes += size
         if wanted:
             found.append(LogEventView(name, line.time, line.text, _event_id(name, at)))
     positions = merge.positions()

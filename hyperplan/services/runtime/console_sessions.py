@@ -151,8 +151,8 @@ class ConsoleSessions:
             session.add(row)
             session.flush()
             surplus = _keep_most_recent(session, access_key_id)
+        self._remember(row.id, found, generation)  # before the surplus's forgetting moves the generation
         self._forget_ended(surplus)
-        self._remember(row.id, found, generation)
 
     def is_open(
         self, db: Database, nonce: str, access_key_id: str, shared: SharedState | None = None
