@@ -58,7 +58,7 @@ from hyperplan.services.slurm import slurm_reservations
 from hyperplan.services.slurm.slurm_reservations import ReservationWorker
 from hyperplan.slurm.client import SlurmClient
 from hyperplan.store import changes, settings
-from hyperplan.store.db import Database, check_url, sqlite_url
+from hyperplan.store.db import Database
 from hyperplan.store.master_key import KEY_FILE_NAME, SecretBox
 from hyperplan.store.schema import (
     AccessKey,
@@ -73,6 +73,7 @@ from hyperplan.store.schema import (
     User,
     WebhookDelivery,
 )
+from hyperplan.store.urls import check_url, sqlite_url
 from hyperplan.worker import LocalWake
 
 log = logging.getLogger(__name__)

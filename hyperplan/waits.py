@@ -9,14 +9,14 @@ process. Nothing tells beforehand whether a request will wait, so the code that 
   current context only: a pool thread never sees it);
 - every point that may wait calls `may_wait(what)` before any side effect (or takes its lock through
   `holding`, which never blocks there); under `forbid_waits()` that raises `WouldWait`;
-- the server then gives back what the attempt took (its rate token) and answers the request again, from
-  the start, in the thread pool.
+- the server then finishes the request in the thread pool, from the start of the step that would have
+  waited (server/loop_or_pool.py: a request admitted on the loop is not admitted again).
 
-A request tried on the loop and answered again in the pool need not do twice what the try on the loop
-did and the answer does not depend on: the server runs both tries of one request in one `answering()`
+A request tried on the loop and finished in the pool need not do twice what the try on the loop did
+and the answer does not depend on: the server runs both tries of one request in one `answering()`
 block; the try on the loop notes a step done (`note_done_on_the_loop`), and the pool's try skips it
-(`done_on_the_loop`). A purchase's refusals read on a snapshot are such a step (store/db.py
-`refuse_early`): only a shortcut to an answer the writers' turn would give too.
+(`done_on_the_loop`). A write's refusals read on a snapshot are such a step (store/checked_write.py):
+only a shortcut to an answer the writers' turn would give too.
 
 `WouldWait` is a BaseException, like GeneratorExit, and outside the service error tree
 (hyperplan/errors.py): no `except Exception` on the way (the one place that turns errors into wire

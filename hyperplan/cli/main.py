@@ -395,7 +395,7 @@ def _refuse_early(
     Returns --clock-start's instant."""
     from hyperplan.clock import check_clock_options, parse_instant
     from hyperplan.services.accounts import os_users
-    from hyperplan.store.db import check_url
+    from hyperplan.store.urls import check_url
 
     starts_at = parse_instant(clock_start) if clock_start is not None else None
     check_clock_options(clock_kind, starts_at)

@@ -3,8 +3,9 @@ Logs (X-Amz-Target: Logs_20140328.<Operation>), told apart by the signature's cr
 (``server/routing.py``).
 
 Protocol only: authenticate for the API's service, find the operation, validate the body against
-botocore's model of that service, call the handler (off the event loop, or on it for a search that
-needs nothing from the store: `serve_json`), and serialise its result from the model's output shape.
+botocore's model of that service, call the handler (in the thread pool, or on the event loop for a
+search that needs nothing from the store: server/loop_or_pool.py), and serialise its result from the
+model's output shape.
 One adapter, one description per API. The front door (``server/routing.py``, ``AwsFront``) hands these
 requests to `serve_json` straight from ASGI; `json_endpoint` answers the same way for a request routed
 by Starlette (always in the thread pool).
@@ -16,25 +17,24 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
-from starlette.concurrency import run_in_threadpool
+from botocore.model import OperationModel
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from hyperplan.core.rate_limits import RequestClass, sagemaker_class
 from hyperplan.errors import UnknownOperation
-from hyperplan.server import auth
+from hyperplan.server import auth, loop_or_pool
 from hyperplan.server.body_limit import capped_body
 from hyperplan.server.errors import AMZ_JSON, logs_error_response, sagemaker_error_response
 from hyperplan.server.limits import ServerLimits
 from hyperplan.server.request_ids import new_request_id
 from hyperplan.server.request_metrics import count_answer
 from hyperplan.services.runtime.context import ServiceContext
-from hyperplan.services.runtime.rate_limiter import Admission
-from hyperplan.waits import WouldWait, answering, forbid_waits
 from hyperplan.wire import model, registry, serialize, validate
-from hyperplan.wire.registry import RequestContext
+from hyperplan.wire.registry import Handler, RequestContext
 from hyperplan.wire.sigv4 import SigningPolicy
 
 TARGET_PREFIX = "SageMaker."
@@ -53,7 +53,7 @@ class JsonApi:
     caches, need nothing from the store, and whose work is bounded CPU."""
     on_the_loop_with_sqlite: frozenset[str] = frozenset()
     """Those tried there too when the store is SQLite: their answer is most often a refusal read on a
-    WAL snapshot, which waits for nothing (store/db.py `refuse_early`)."""
+    WAL snapshot, which waits for nothing (store/checked_write.py)."""
 
     def tried_on_the_loop(self, target: str, runtime: ServiceContext) -> bool:
         return target in self.on_the_loop or (target in self.on_the_loop_with_sqlite and runtime.db.is_sqlite)
@@ -88,7 +88,7 @@ async def logs_endpoint(request: Request) -> Response:
 
 async def json_endpoint(request: Request, api: JsonApi) -> Response:
     """The API's answer to a request that came through Starlette's router (what the front door leaves
-    to it: see `serve_json`)."""
+    to it: see `serve_json`), always in the thread pool."""
     target = request.headers.get("x-amz-target", "")
     started = time.perf_counter()
     request_id = new_request_id()
@@ -98,7 +98,7 @@ async def json_endpoint(request: Request, api: JsonApi) -> Response:
         answer = _Answer.of(api.error_response(exc, request_id))
     else:
         runtime: ServiceContext = request.app.state.runtime
-        answer = await run_in_threadpool(_answer, runtime, request.scope, body, target, api, request_id)
+        answer = await _answered(runtime, request.scope, body, target, api, request_id, on_the_loop=False)
     count_answer(api.service, _known_operation(target, api), answer.status, started)
     return answer.response()
 
@@ -116,23 +116,33 @@ async def serve_json(
     target = _first_header(scope, b"x-amz-target")
     started = time.perf_counter()
     request_id = new_request_id()
-    # A hop to the thread pool costs more CPU than a search itself (thread wake-ups, GIL hand-offs), but
-    # on the loop a wait would stall every connection, and nothing tells beforehand that a request will
-    # not wait (docs/ARCHITECTURE.md, "The life of one request"). So a search is tried here, on the loop,
-    # where every point that could wait refuses to (hyperplan/waits.py); one that would is answered
-    # again, from the start, in the pool, with the same request id and its rate token given back. The
-    # try is synchronous, so a shutdown never cuts it off half-way. On PostgreSQL the change counters'
-    # read is made ahead, asynchronously, so that the try has nothing to wait for.
-    with answering():  # what the try on the loop did, the try in the pool may skip (hyperplan/waits.py)
-        answer = None
-        if api.tried_on_the_loop(target, runtime):
-            async with runtime.db.counters_read_ahead():
-                answer = _answer_on_the_loop(runtime, scope, body, target, api, request_id)
-        if answer is None:
-            answer = await run_in_threadpool(_answer, runtime, scope, body, target, api, request_id)
+    on_the_loop = api.tried_on_the_loop(target, runtime)  # server/loop_or_pool.py
+    answer = await _answered(runtime, scope, body, target, api, request_id, on_the_loop=on_the_loop)
     count_answer(api.service, _known_operation(target, api), answer.status, started)
     await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
     await send({"type": "http.response.body", "body": answer.content})
+
+
+async def _answered(
+    runtime: ServiceContext,
+    scope: Scope,
+    body: bytes,
+    target: str,
+    api: JsonApi,
+    request_id: str,
+    *,
+    on_the_loop: bool,
+) -> _Answer:
+    try:
+        content = await loop_or_pool.answer(
+            lambda: _admit(runtime, scope, body, target, api, request_id),
+            _respond,
+            on_the_loop=on_the_loop,
+            read_ahead=runtime.db.counters_read_ahead,
+        )
+    except Exception as exc:  # every error becomes a wire response in one place
+        return _Answer.of(api.error_response(exc, request_id))
+    return _Answer.ok(content, request_id)
 
 
 @dataclass(frozen=True)
@@ -180,44 +190,38 @@ def _known_operation(target: str, api: JsonApi) -> str:
     return name if name in model.operation_names(api.service) else "unknown"
 
 
-def _answer_on_the_loop(
-    runtime: ServiceContext, scope: Scope, body: bytes, target: str, api: JsonApi, request_id: str
-) -> _Answer | None:
-    """The answer, made on the event loop, for an operation tried there first; None when it would have
-    waited: then the thread pool answers it, from the start."""
-    try:
-        with forbid_waits():
-            return _answer(runtime, scope, body, target, api, request_id)
-    except WouldWait:
-        return None
+@dataclass(frozen=True)
+class _Call:
+    """A request authenticated, admitted and parsed: what its handler needs."""
+
+    operation: OperationModel
+    handler: Handler
+    params: dict[str, Any]
+    context: RequestContext
 
 
-def _answer(
+def _admit(
     runtime: ServiceContext, scope: Scope, body: bytes, target: str, api: JsonApi, request_id: str
-) -> _Answer:
-    admitted: Admission | None = None
-    try:
-        caller = auth.authenticate_scope(runtime, scope, body, api.service, api.policy)
-        operation = model.operation_model(_operation_name(target, api.target_prefix), api.service)
-        admitted = runtime.rate_limiter.admit(
-            caller, api.request_class(operation.name), runtime.fleet.rate_limits
-        )
-        handler = registry.handler_for(operation.name, api.service)
-        params = validate.parse_request(operation, validate.decode_body(body))
-        context = RequestContext(runtime=runtime, caller=caller, request_id=request_id)
-        result = handler(context, params)
-        payload = serialize.serialize_response(operation, result)
-        # As JSONResponse renders, but here, off the event loop.
-        content = json.dumps(
-            payload, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
-        ).encode()
-    except WouldWait:  # tried on the event loop, it must wait: the try in the pool admits it again
-        if admitted is not None:
-            runtime.rate_limiter.give_back(admitted)
-        raise
-    except Exception as exc:  # every error becomes a wire response in one place
-        return _Answer.of(api.error_response(exc, request_id))
-    return _Answer.ok(content, request_id)
+) -> _Call:
+    """The first step of an answer (server/loop_or_pool.py): who calls, for what, admitted (the rate
+    token, its last wait and its one side effect), the body checked against the model."""
+    caller = auth.authenticate_scope(runtime, scope, body, api.service, api.policy)
+    operation = model.operation_model(_operation_name(target, api.target_prefix), api.service)
+    runtime.rate_limiter.admit(caller, api.request_class(operation.name), runtime.fleet.rate_limits)
+    handler = registry.handler_for(operation.name, api.service)
+    params = validate.parse_request(operation, validate.decode_body(body))
+    return _Call(
+        operation, handler, params, RequestContext(runtime=runtime, caller=caller, request_id=request_id)
+    )
+
+
+def _respond(call: _Call) -> bytes:
+    """The second step: the handler's result, serialised from the output shape (as JSONResponse renders,
+    but here, off the event loop when in the pool)."""
+    payload = serialize.serialize_response(call.operation, call.handler(call.context, call.params))
+    return json.dumps(
+        payload, ensure_ascii=False, allow_nan=False, indent=None, separators=(",", ":")
+    ).encode()
 
 
 def _operation_name(target: str, prefix: str) -> str:

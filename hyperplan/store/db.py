@@ -1,70 +1,34 @@
-"""The database: one engine, short transactions, the schema brought up to date by Alembic at open.
-
-Alembic is imported only when a store needs a migration: a new store is made at the head and stamped
-here, and a store already at the head is left as it is, so most starts never load it (about 0.15 s of
-CPU each)."""
+"""The database: one engine, short transactions; serial or concurrent writers, batched commits on SQLite,
+checked writes (store/checked_write.py). The engine's setup is store/engine.py's, the schema's migration
+store/migrate.py's, the URL's rules store/urls.py's."""
 
 from __future__ import annotations
 
 import os
-import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager, nullcontext
 from functools import cache
-from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import (
-    Column,
-    Connection,
-    Engine,
-    MetaData,
-    PrimaryKeyConstraint,
-    String,
-    Table,
-    create_engine,
-    event,
-    inspect,
-    select,
-    text,
-)
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy import event, inspect, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, sessionmaker
-from sqlalchemy.pool import QueuePool
 
-from hyperplan.errors import ServiceUnavailable, StartRefused, ValidationError
-from hyperplan.store import prepared, session_marks
+from hyperplan.errors import ServiceUnavailable
+from hyperplan.store import migrate, session_marks
+from hyperplan.store.checked_write import CheckedWrite, refuse_on_snapshot
 from hyperplan.store.counter_watch import READ_COUNTERS_SQL, CounterWatch
+from hyperplan.store.engine import RELAXED, begin_immediate, make_engine
 from hyperplan.store.group_commit import GroupCommit
 from hyperplan.store.prepared import Prepared
 from hyperplan.store.turn_file import TurnFile
-from hyperplan.waits import (
-    WouldWait,
-    done_on_the_loop,
-    may_wait,
-    note_done_on_the_loop,
-    waits_forbidden,
-)
+from hyperplan.store.urls import writers_lock_path
+from hyperplan.waits import may_wait
 
-MIGRATIONS = Path(__file__).with_name("migrations")
-HEAD_REVISION = "0022"
-"""The newest migration's revision: a store stamped with it is at the head (tests/store/test_schema.py
-checks that it is Alembic's head, so a new migration cannot be forgotten here)."""
-
-VERSION_TABLE = Table(
-    "alembic_version",
-    MetaData(),
-    Column("version_num", String(32), nullable=False),
-    PrimaryKeyConstraint("version_num", name="alembic_version_pkc"),
-)
-"""Alembic's own version table, as Alembic makes it (test_schema.py compares the two roads' tables)."""
-
-
-# PostgreSQL advisory locks (class, object): held by a transaction until it ends. store/locks.py has the
-# finer ones (pools); the classes differ, so no pool's lock is ever one of these.
+# PostgreSQL's writers' advisory lock (class, object): held by a transaction until it ends. store/locks.py
+# has the finer ones (pools); the classes differ, so no pool's lock is ever this one.
 WRITERS_LOCK = {"c": 72_080, "o": 0}
-MIGRATION_LOCK = {"c": 72_080, "o": 1}
 
 T = TypeVar("T")
 
@@ -74,7 +38,6 @@ _AFTER_COMMIT = session_marks.AFTER_COMMIT
 _NOTIFIED = session_marks.NOTIFIED
 _BUMPED = "change_counters_bumped"
 _WANTED = session_marks.WANTED
-_RELAXED = "synchronous_normal"  # a SQLite connection's info: a write(durable=False) lowered its sync
 
 
 def committed_change(session: Session, counter: str) -> int | None:
@@ -86,82 +49,6 @@ def committed_change(session: Session, counter: str) -> int | None:
 def after_commit(session: Session, callback: Callable[[], None]) -> None:
     """Run `callback` after the session's transaction commits (see Database.write)."""
     session.info.setdefault(_AFTER_COMMIT, []).append(callback)
-
-
-def sqlite_url(data_dir: Path) -> str:
-    return f"sqlite:///{data_dir / 'hyperplan.db'}"
-
-
-def check_url(url: str) -> str:
-    """A store's URL as SQLAlchemy takes it: sqlite:///PATH, or postgresql+psycopg://USER@HOST:PORT/DB
-    (postgresql:// and postgres:// mean the same: psycopg 3 is the one driver). ValidationError names
-    what is wrong, without the URL's password."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        raise ValidationError(
-            f"database URL {redact(url)!r} has no scheme: give sqlite:///PATH or postgresql://..."
-        )
-    if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
-        try:
-            import psycopg  # noqa: F401
-        except ImportError:
-            raise ValidationError(
-                "a PostgreSQL store needs psycopg 3: pip install 'hyperplan[postgres]'"
-            ) from None
-        if not rest.partition("?")[0].rpartition("/")[2]:
-            raise ValidationError(f"database URL {redact(url)!r} names no database (…/DBNAME)")
-        return f"postgresql+psycopg://{rest}"
-    if scheme == "sqlite":
-        return url
-    raise ValidationError(
-        f"database URL {redact(url)!r}: {scheme!r} is not a store hyperplan knows; give sqlite:///PATH or "
-        "postgresql://USER@HOST:PORT/DBNAME"
-    )
-
-
-def redact(url: str) -> str:
-    """The URL with any password replaced by ***."""
-    scheme, sep, rest = url.partition("://")
-    credentials, at, host = rest.rpartition("@")
-    if not sep or not at or ":" not in credentials:
-        return url
-    return f"{scheme}://{credentials.split(':', 1)[0]}:***@{host}"
-
-
-def _create_at_head(connection: Connection) -> None:
-    """A new, empty store: the schema as schema.py declares it, in one step, then stamped with the head
-    revision (Alembic's recipe for new databases, without loading Alembic). Replaying every migration on
-    an empty store gives the same tables (tests/store/test_schema.py compares the two) at several times
-    the cost, paid by every server's first start."""
-    from hyperplan.store import changes
-    from hyperplan.store.schema import Base  # the tables, only where they are made
-
-    Base.metadata.create_all(connection)
-    # The rows migrations seed, as they seed them: one change counter each, at zero (migration 0017).
-    connection.execute(
-        text("INSERT INTO change_counters (name, value) VALUES (:name, 0)"),
-        [{"name": name} for name in changes.ALL],
-    )
-    VERSION_TABLE.create(connection)
-    connection.execute(VERSION_TABLE.insert().values(version_num=HEAD_REVISION))
-
-
-def _at_head(connection: Connection, tables: list[str]) -> bool:
-    """The store is stamped with the head revision, and with nothing else."""
-    if VERSION_TABLE.name not in tables:
-        return False
-    return list(connection.scalars(select(VERSION_TABLE.c.version_num))) == [HEAD_REVISION]
-
-
-def _upgrade(connection: Connection, revision: str) -> None:
-    """Alembic's upgrade to `revision`, on this connection (migrations/env.py takes it from here)."""
-    from alembic import command
-    from alembic.config import Config
-
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS))
-    config.attributes["connection"] = connection
-    command.upgrade(config, revision)
 
 
 class Database:
@@ -187,7 +74,7 @@ class Database:
         self.url = url
         self.is_sqlite = url.startswith("sqlite")
         self.is_postgres = url.startswith("postgresql")
-        self.engine = _make_engine(url)
+        self.engine = make_engine(url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._writer_queue = threading.RLock()  # SQLite: see _writers_turn
         self._turn_depth = 0  # nested write()s of the thread holding _writer_queue
@@ -198,7 +85,7 @@ class Database:
         self._on_insert: dict[type, list[Callable[[], None]]] = {}
         # model -> (counter, columns whose change alone does not count)
         self._counted: dict[type, list[tuple[str, frozenset[str], bool]]] = {}
-        own_file = self.is_postgres or (self.is_sqlite and _writers_lock_path(url) is not None)
+        own_file = self.is_postgres or (self.is_sqlite and writers_lock_path(url) is not None)
         self._watch = CounterWatch(self.engine, sqlite=self.is_sqlite) if own_file else None
         event.listen(self._sessions, "after_flush", self._note_inserts)
         event.listen(self._sessions, "after_flush", self._count_changes)
@@ -317,30 +204,9 @@ class Database:
                     after_commit(session, callback)
 
     def migrate(self, revision: str = "head") -> None:
-        """Bring the schema to `revision` (tests build a store as an earlier version left it)."""
-        self._check_reachable()
-        with self.engine.begin() as connection:
-            if self.is_sqlite:
-                connection.exec_driver_sql("BEGIN IMMEDIATE")  # DDL and data move together or not at all
-            elif self.is_postgres:
-                # PostgreSQL's DDL is transactional too; servers starting at once migrate one after another.
-                connection.execute(text("SELECT pg_advisory_xact_lock(:c, :o)"), MIGRATION_LOCK)
-            if revision != "head":
-                _upgrade(connection, revision)
-                return
-            tables = inspect(connection).get_table_names()
-            if not tables:
-                _create_at_head(connection)
-            elif not _at_head(connection, tables):  # at the head already: nothing for Alembic to do
-                _upgrade(connection, revision)
-
-    def _check_reachable(self) -> None:
-        try:
-            with self.engine.connect():
-                pass
-        except OperationalError as exc:
-            said = str(exc.orig or exc).strip().splitlines()[0]
-            raise StartRefused(f"cannot open the store at {redact(self.url)}: {said}") from None
+        """Bring the schema to `revision` (store/migrate.py; tests build a store as an earlier version
+        left it)."""
+        migrate.migrate(self.engine, self.url, revision)
 
     @contextmanager
     def read(self) -> Iterator[Session]:
@@ -410,78 +276,18 @@ class Database:
             return result
         return self.group.run(work, self.turn_wait, check)
 
-    def refuse_early(self, refusals: Callable[[Connection], object]) -> None:
-        """`refusals(connection)` (what a write_grouped `check` refuses, read without its locks) on a
-        snapshot, before the write: what it raises is raised here, without the write; a write_grouped
-        that follows checks again, under its locks, against the rows as they are then. Nothing within a
-        write of this thread (a snapshot would not see what that write has done so far).
-
-        It reads in a read transaction, on a pooled connection past the session (a session's setup and
-        teardown cost about what the reads do): on SQLite WAL's snapshot, which readers take side by
-        side, beside the writer and one another; on PostgreSQL outside any transaction, where each
-        statement is a snapshot of its own, so that `refusals` must read what it weighs together in one
-        statement (`_refuse_early_postgres`).
-
-        Most purchases under contention are refused (capacity taken since the search: 82% of the
-        bench's buy-only answers). On SQLite each refusal in the writers' turn was a wait for every
-        writer of every process behind it; on PostgreSQL each held its account's and pools' locks for
-        its reads, which every buyer of those pools waited for, and cost a write transaction. A refusal
-        read on a snapshot is the answer the write would have given at that snapshot, which is taken
-        after the request arrived and before it is answered: a valid place for it among the other
-        writes (linearizable). It only reads: nothing is written either way.
-
-        On SQLite it may run on the event loop (server/sagemaker.py tries a purchase there): the snapshot
-        read waits for no lock (a busy store is a WouldWait at once, not SQLite's busy timeout) and is
-        two indexed reads of a file the page cache holds; its connection must be open and idle in the
-        pool (a pool thread may take it first: then one is opened, the one wait left, and a rare one). Most
-        refusals are then answered with no hop to the thread pool, which under load cost a request more
-        CPU than these reads. A purchase that passes them is answered in the pool, which skips them
-        (hyperplan/waits.py `done_on_the_loop`)."""
-        writing: int = getattr(self._in_write, "depth", 0)
-        if writing:
-            return
-        if self.is_postgres:
-            self._refuse_early_postgres(refusals)
-            return
-        if not self.is_sqlite:
-            return
-        if done_on_the_loop(_SNAPSHOT_REFUSALS):
-            return  # this request's try on the event loop read them, on a snapshot taken after it arrived
-        on_the_loop = waits_forbidden()
-        if on_the_loop and not self._idle_connection():
-            may_wait("a pooled connection")
-        with self.engine.connect() as connection:
-            driver = connection.connection.dbapi_connection
-            assert driver is not None
-            with _no_busy_wait(driver, on_the_loop):
-                driver.execute("BEGIN")  # deferred: the snapshot is taken at the first read
-                try:
-                    refusals(connection)
-                finally:
-                    driver.execute("ROLLBACK")
-        note_done_on_the_loop(_SNAPSHOT_REFUSALS)
-
-    def _idle_connection(self) -> bool:
-        """Whether a connection waits idle in the pool, opened already: a checkout on the event loop must
-        neither wait for one nor open one (whose setup waits for a lock the busy timeout long)."""
-        pool = self.engine.pool
-        return isinstance(pool, QueuePool) and pool.checkedin() > 0
-
-    def _refuse_early_postgres(self, refusals: Callable[[Connection], object]) -> None:
-        """refuse_early on PostgreSQL: outside any transaction (autocommit), so that a read is one round
-        trip, with no BEGIN before it nor ROLLBACK after; each statement is then its own snapshot, and
-        `refusals` reads what it weighs together in one statement (plan_purchase.Purchase). It only
-        reads: it takes no lock, and has nothing to roll back. A connection found lost answers nothing
-        here: the write that follows opens a new one (_first_statement)."""
-        may_wait("a read of the store")
-        try:
-            with self.engine.connect() as connection:
-                # Only the driver's flag (psycopg's autocommit): no statement; the pool puts it back.
-                connection.execution_options(isolation_level="AUTOCOMMIT")
-                refusals(connection)
-        except DBAPIError as exc:
-            if not exc.connection_invalidated:
-                raise
+    def write_checked(self, write: CheckedWrite[T]) -> T:
+        """A checked write (store/checked_write.py): its refusals read on a snapshot, without a lock;
+        then, not refused, what it needs that no row decides, worked out before the writers' turn; then
+        the check again under its locks and the work, as `write_grouped` runs them. Within a write of
+        this thread the snapshot is skipped: it would not see what that write has done so far."""
+        if not getattr(self._in_write, "depth", 0):
+            refuse_on_snapshot(self.engine, write.on_snapshot)
+        # Tried on the event loop (server/loop_or_pool.py), a write the snapshot did not refuse goes on
+        # in the pool, before `prepare`, which the pool would only do again.
+        may_wait("the writers' turn")
+        write.prepare()
+        return self.write_grouped(write.work, write.check)
 
     @contextmanager
     def _write(
@@ -515,10 +321,10 @@ class Database:
             return
         if self.is_sqlite:
             connection = session.connection()
-            if not durable:  # the pool puts FULL back as the connection returns (_make_engine)
-                connection.info[_RELAXED] = True
+            if not durable:  # the pool puts FULL back as the connection returns (store/engine.py)
+                connection.info[RELAXED] = True
                 connection.exec_driver_sql("PRAGMA synchronous=NORMAL")
-            _begin_immediate(connection)
+            begin_immediate(connection)
         if first is not None:
             first(session)
 
@@ -558,7 +364,7 @@ class Database:
         """Take the writers' lock file (opened once per process); None for a database without a file of
         its own (in memory). ServiceUnavailable past `turn_wait`."""
         if self._turn_file is None or self._turn_file[0] != os.getpid():
-            path = _writers_lock_path(self.url)
+            path = writers_lock_path(self.url)
             if path is None:
                 return None
             descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -618,12 +424,10 @@ def _writers_lock(concurrent: bool, durable: bool) -> Prepared:
 # A PostgreSQL writer's first statement, by (concurrent, durable).
 _TAKE_WRITERS_LOCK = {(c, d): _writers_lock(c, d) for c in (True, False) for d in (True, False)}
 
-WRITERS_LOCK_SUFFIX = ".writers-lock"
-
 
 def _first_statement(session: Session, run: Callable[[], object]) -> None:
     """A transaction's first statements (`run`, which only reads and locks), on PostgreSQL, where the
-    pool does not ping a connection before handing it out (_make_engine): its connection found lost (the
+    pool does not ping a connection before handing it out (store/engine.py): its connection found lost (the
     server restarted), they run again on a new connection, once; nothing was done on the lost one."""
     try:
         run()
@@ -655,166 +459,6 @@ def _lost_connection_refused() -> Iterator[None]:
         raise ServiceUnavailable("The connection to the database was lost; try again.") from exc
 
 
-def _begin_immediate(connection: Connection) -> None:
-    """SQLite's write lock, within its busy timeout; past it a retryable ServiceUnavailable, not a 500."""
-    try:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
-    except OperationalError as exc:
-        if "locked" not in str(exc.orig):
-            raise
-        raise ServiceUnavailable(
-            "The store is busy: another process has held its write lock for longer than the store "
-            "waits; try again."
-        ) from None
-
-
-def _writers_lock_path(url: str) -> str | None:
-    """The writers' lock file of a SQLite database on disk: its path with WRITERS_LOCK_SUFFIX."""
-    path = url.removeprefix("sqlite:///").partition("?")[0]
-    if not path or path == ":memory:" or path.startswith("file:") or url == path:
-        return None
-    return path + WRITERS_LOCK_SUFFIX
-
-
 def _changed_beyond(instance: Any, ignoring: frozenset[str]) -> bool:
     state = inspect(instance)
     return any(attr.key not in ignoring and attr.history.has_changes() for attr in state.attrs)
-
-
-def _make_engine(url: str) -> Engine:
-    if url.startswith("postgresql"):
-        # READ COMMITTED, not stricter: a writer's statements after its locks must see what the
-        # transactions it waited for committed. Readers ask for REPEATABLE READ per transaction.
-        # No ping at checkout (a round trip, two with the BEGIN it starts, before every transaction):
-        # each request's first statement is the change counters' read on a connection of their own,
-        # which finds a restarted server first and has the pool drop every older connection
-        # (store/counter_watch.py); a writer's first statement runs again once on a new connection
-        # (_first_statement); anything else lost mid-way is a ServiceUnavailable. Connections are
-        # replaced after pool_recycle seconds, so none outlives what a proxy or firewall keeps open.
-        engine = create_engine(
-            url, pool_recycle=600, isolation_level="READ COMMITTED", pool_size=8, max_overflow=24
-        )
-        engine.dialect.do_rollback = _rollback_keeping_prepared  # type: ignore[method-assign]
-        _deferred_statements_sent_in_time(engine)
-        return engine
-    if not url.startswith("sqlite"):
-        return create_engine(url, pool_pre_ping=True)
-    engine = create_engine(
-        url, connect_args={"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000}, pool_size=16
-    )
-
-    @event.listens_for(engine, "connect")
-    def _configure(dbapi_connection: Any, _record: Any) -> None:
-        # pysqlite's own transaction handling would defer BEGIN; we issue BEGIN ourselves (see write()).
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=FULL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-        # What a row no longer holds is overwritten, not left in a free page: a secret re-sealed under
-        # a new key leaves no old token in the file.
-        cursor.execute("PRAGMA secure_delete=ON")
-        cursor.close()
-
-    _savepoints_as_plain_sql(engine.dialect)
-
-    @event.listens_for(engine, "checkin")
-    def _durable_again(dbapi_connection: Any, record: Any) -> None:
-        # After a write(durable=False), before any other writer can have the connection.
-        if record.info.pop(_RELAXED, False) and dbapi_connection is not None:
-            dbapi_connection.execute("PRAGMA synchronous=FULL")
-
-    return engine
-
-
-def _deferred_statements_sent_in_time(engine: Engine) -> None:
-    """A transaction's deferred statements (store/prepared.py: its locks) go to the server before any
-    statement SQLAlchemy runs and before the commit; a rollback, or the connection's return to the
-    pool, forgets them."""
-
-    @event.listens_for(engine, "before_cursor_execute")
-    def _before(connection: Connection, *_args: Any) -> None:
-        if prepared.DEFERRED in connection.info:
-            prepared.run_deferred(connection)
-
-    @event.listens_for(engine, "commit")
-    def _before_commit(connection: Connection) -> None:
-        prepared.run_deferred(connection)
-
-    @event.listens_for(engine, "rollback")
-    def _rolled_back(connection: Connection) -> None:
-        if not connection.invalidated:  # an invalidated one's info goes with its driver connection
-            prepared.drop_deferred(connection.info)
-
-    @event.listens_for(engine, "checkin")
-    def _returned(_dbapi_connection: Any, record: Any) -> None:
-        prepared.drop_deferred(record.info)
-
-
-BUSY_TIMEOUT_MS = 30_000
-"""How long a SQLite statement waits for another connection's lock before it fails (on the event loop:
-not at all, `_no_busy_wait`)."""
-_SNAPSHOT_REFUSALS = "a purchase's refusals read on a snapshot"
-_SQLITE_BUSY_CODES = frozenset({5, 6})  # SQLITE_BUSY, SQLITE_LOCKED
-
-
-@contextmanager
-def _no_busy_wait(driver: Any, on_the_loop: bool) -> Iterator[None]:
-    """On the event loop, a SQLite connection that fails at once where it would wait for a lock: the
-    failure is a WouldWait (the request is answered in the pool); elsewhere, nothing changes."""
-    if not on_the_loop:
-        yield
-        return
-    driver.execute("PRAGMA busy_timeout=0")
-    try:
-        yield
-    except (sqlite3.OperationalError, OperationalError) as exc:
-        cause = exc.orig if isinstance(exc, OperationalError) else exc
-        if getattr(cause, "sqlite_errorcode", None) in _SQLITE_BUSY_CODES:
-            raise WouldWait("a lock on the store") from None
-        raise
-    finally:
-        driver.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
-
-
-def _rollback_keeping_prepared(dbapi_connection: Any) -> None:
-    """PostgreSQL: ROLLBACK, leaving the statements psycopg prepared on the server prepared.
-
-    psycopg prepares a statement on the server once a connection has run it a few times
-    (prepare_threshold), so that PostgreSQL parses and plans it once. But its own rollback() forgets
-    every prepared statement, and sends DEALLOCATE ALL before the connection's next statement: it guards
-    against DDL rolled back under a prepared statement. Here every read ends in a rollback (Database.read),
-    and so does each refused purchase: nothing stayed prepared, and each statement was parsed and
-    planned afresh, a purchase's capacity read ~1 ms of the database's CPU each time (issue 20). Our DDL
-    runs only in migrations, at a server's start, and a DROP or ALTER still clears psycopg's cache as it
-    runs. The ROLLBACK goes straight to libpq (which waits without holding the GIL); if it does not
-    answer as a rollback does, the driver's own rollback runs, and raises as it would have."""
-    from psycopg import pq
-
-    pgconn = dbapi_connection.pgconn
-    if pgconn.transaction_status == pq.TransactionStatus.IDLE:
-        return
-    try:
-        result = pgconn.exec_(b"ROLLBACK")
-    except Exception:  # no result at all: the driver's rollback says what is wrong
-        result = None
-    if result is None or result.status != pq.ExecStatus.COMMAND_OK:
-        dbapi_connection.rollback()
-
-
-def _savepoints_as_plain_sql(dialect: Any) -> None:
-    """SQLAlchemy runs each SAVEPOINT, RELEASE and ROLLBACK TO as a statement it compiles afresh, never
-    from its cache (~0.2 ms of CPU each); a batch of purchases (store/group_commit.py) runs two per
-    purchase. The same SQL, as text: the name is SQLAlchemy's own (sa_savepoint_N), quoted if needed."""
-    quote = dialect.identifier_preparer.quote
-
-    def run(verb: str) -> Callable[[Connection, str], None]:
-        def statement(connection: Connection, name: str) -> None:
-            connection.exec_driver_sql(f"{verb} {quote(name)}")
-
-        return statement
-
-    dialect.do_savepoint = run("SAVEPOINT")
-    dialect.do_release_savepoint = run("RELEASE SAVEPOINT")
-    dialect.do_rollback_to_savepoint = run("ROLLBACK TO SAVEPOINT")

@@ -153,7 +153,7 @@ def test_the_cli_names_a_malformed_rate_limit(fast_shared_server: InProcessServe
 
 
 def test_a_search_waiting_for_the_store_stalls_no_other_request(fast_shared_server: InProcessServer) -> None:
-    """Searches are first tried on the event loop (server/sagemaker.py); one that must wait (here for a
+    """Searches are first tried on the event loop (server/loop_or_pool.py); one that must wait (here for a
     lease of its account's tokens, a write, while another connection holds SQLite's write lock) is
     answered in the thread pool instead, and meanwhile a search that needs nothing from the store and a
     request on another connection are answered: the loop never waits."""
@@ -196,8 +196,8 @@ def test_searches_whose_caches_went_cold_answer_as_before_and_are_admitted_once_
 ) -> None:
     """A search first tried on the event loop takes its token there; when the calendar counter moved (as
     another process's booking moves it), its quota check and the calendar must be read again, so it is
-    answered in the thread pool instead: the same answer, and the token taken on the loop given back, so
-    an account gets exactly its burst, as when every search ran in the pool."""
+    finished in the thread pool instead (server/loop_or_pool.py): the same answer, admitted once, so an
+    account gets exactly its burst, as when every search ran in the pool."""
     server = fast_shared_server
     assert server.runtime is not None
     context = server.runtime.context

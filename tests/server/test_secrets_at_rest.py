@@ -24,9 +24,10 @@ from hyperplan.cli.client import ApiError
 from hyperplan.errors import MasterKeyUnavailable
 from hyperplan.services.webhooks import webhooks
 from hyperplan.signing import Credentials
-from hyperplan.store.db import Database, sqlite_url
+from hyperplan.store.db import Database
 from hyperplan.store.master_key import KEY_FILE_NAME
 from hyperplan.store.schema import Webhook
+from hyperplan.store.urls import sqlite_url
 from tests.harness import ADMIN, BIN, free_port, unisolated
 from tests.inprocess import InProcessServer
 

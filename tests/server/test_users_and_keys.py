@@ -13,7 +13,8 @@ from sqlalchemy import text
 
 from hyperplan.cli.client import ApiError
 from hyperplan.signing import Credentials
-from hyperplan.store.db import Database, sqlite_url
+from hyperplan.store.db import Database
+from hyperplan.store.urls import sqlite_url
 from tests.harness import ADMIN
 from tests.inprocess import InProcessServer
 

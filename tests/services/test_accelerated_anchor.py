@@ -12,7 +12,8 @@ import pytest
 
 from hyperplan.clock import AcceleratedClock, Anchor
 from hyperplan.store import settings
-from hyperplan.store.db import Database, sqlite_url
+from hyperplan.store.db import Database
+from hyperplan.store.urls import sqlite_url
 
 START = datetime(2027, 3, 1, tzinfo=UTC)
 

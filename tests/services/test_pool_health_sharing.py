@@ -21,7 +21,8 @@ from hyperplan.services.runtime.slurm_state import SlurmState, UnhealthyNode
 from hyperplan.services.slurm.slurm_reservations import follow_health
 from hyperplan.slurm.client import SlurmClient
 from hyperplan.slurm.parse import Node
-from hyperplan.store.db import Database, sqlite_url
+from hyperplan.store.db import Database
+from hyperplan.store.urls import sqlite_url
 
 FLEET = parse_fleet(
     'region = "us-west-2"\n[backend]\nkind = "slurm"\nslurm_conf = "/etc/slurm/slurm.conf"\n'

@@ -13,7 +13,8 @@ from hyperplan.core.rate_limits import RateLimit, RequestClass
 from hyperplan.errors import Throttling
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.runtime.rate_limiter import LEASE_LIFE, RateLimiter, SharedBuckets, batch_size
-from hyperplan.store.db import Database, sqlite_url
+from hyperplan.store.db import Database
+from hyperplan.store.urls import sqlite_url
 
 SEARCH = RequestClass.SEARCH
 
@@ -115,34 +116,7 @@ def test_an_expired_batch_s_unspent_tokens_go_back_with_the_next_lease(db: Datab
     assert sum(_admitted(busy, caller) for _ in range(20)) == 7  # 11.08 - 4: the returned ones among them
 
 
-def test_a_token_given_back_is_admitted_again_and_only_once(db: Database) -> None:
-    """A request tried on the event loop that must wait is admitted again in the thread pool
-    (server/sagemaker.py): the token its first try took comes back, so the count admitted is the same."""
-    time = Time()
-    (limiter,) = _processes(db, time, 1)
-    alone = RateLimiter(time.monotonic)  # without a store: this process's own bucket
-    caller = _caller(RateLimit(0.01, 4))
-    for each in (limiter, alone):
-        taken = each.admit(caller, SEARCH, {})
-        assert taken is not None
-        each.give_back(taken)
-        assert [_admitted(each, caller) for _ in range(5)] == [True] * 4 + [False]
-
-
-def test_a_token_goes_back_only_to_the_batch_it_came_from(db: Database) -> None:
-    time = Time()
-    (limiter,) = _processes(db, time, 1)
-    limit = RateLimit(0.01, 8)  # batches of 2, and no refill to speak of
-    caller = _caller(limit)
-    taken = limiter.admit(caller, SEARCH, {})
-    assert taken is not None and _admitted(limiter, caller)  # the first batch, spent
-    time.now += LEASE_LIFE + 0.01
-    assert _admitted(limiter, caller)  # from a new batch
-    limiter.give_back(taken)  # its batch is gone: the token is nobody's (one less, never one more)
-    assert sum(_admitted(limiter, caller) for _ in range(10)) == limit.burst - 3
-
-
-def test_administrators_and_unlimited_classes_take_nothing_to_give_back(db: Database) -> None:
+def test_administrators_and_unlimited_classes_take_no_token(db: Database) -> None:
     (limiter,) = _processes(db, Time(), 1)
     admin = Caller("123456789012", "root", True, "AKHPADMIN")
     assert limiter.admit(admin, SEARCH, {}) is None

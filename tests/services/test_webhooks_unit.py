@@ -25,9 +25,10 @@ from hyperplan.notify.dispatcher import Dispatcher, DispatcherConfig, backoff
 from hyperplan.notify.guard import GuardedBackend, TargetRefused, guarded_client
 from hyperplan.services.accounts import accounts, sealed_secrets
 from hyperplan.services.webhooks import webhooks
-from hyperplan.store.db import Database, sqlite_url
+from hyperplan.store.db import Database
 from hyperplan.store.master_key import KEY_FILE_NAME, SecretBox
 from hyperplan.store.schema import PlanEvent, TrainingPlan, Webhook, WebhookDelivery
+from hyperplan.store.urls import sqlite_url
 
 T0 = datetime(2026, 12, 1, 11, 30, tzinfo=UTC)
 PUBLIC_ONLY = WebhookTargets()  # the default: no [webhooks] table in the fleet file

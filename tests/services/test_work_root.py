@@ -20,8 +20,9 @@ from hyperplan.services.accounts import work_root
 from hyperplan.services.accounts.os_users import Isolation
 from hyperplan.services.accounts.work_root import StoreIdentity, Verdict
 from hyperplan.store import settings
-from hyperplan.store.db import Database, sqlite_url
+from hyperplan.store.db import Database
 from hyperplan.store.schema import Setting
+from hyperplan.store.urls import sqlite_url
 from tests.harness import SERVER_START
 from tests.postgres import Stores
 

@@ -9,8 +9,9 @@ import pytest
 from hyperplan.errors import MasterKeyUnavailable, ValidationError
 from hyperplan.services.accounts import sealed_secrets
 from hyperplan.store.backup import MANIFEST, backup, restore
-from hyperplan.store.db import Database, sqlite_url
+from hyperplan.store.db import Database
 from hyperplan.store.master_key import KEY_FILE_NAME, SecretBox
+from hyperplan.store.urls import sqlite_url
 
 
 def _store(data_dir: Path) -> None:

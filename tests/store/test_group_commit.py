@@ -18,9 +18,11 @@ from sqlalchemy.orm import Session
 
 from hyperplan.errors import ServiceUnavailable, ValidationError
 from hyperplan.store import changes
-from hyperplan.store.db import Database, after_commit, committed_change, sqlite_url
-from hyperplan.store.db import _no_busy_wait as no_busy_wait
+from hyperplan.store.checked_write import refuse_on_snapshot
+from hyperplan.store.db import Database, after_commit, committed_change
+from hyperplan.store.engine import no_busy_wait
 from hyperplan.store.schema import ChangeCounter, Setting
+from hyperplan.store.urls import sqlite_url
 from hyperplan.waits import WouldWait, answering, forbid_waits
 from tests.batches import fails_at_commit, together
 from tests.beside import answered_beside
@@ -195,9 +197,9 @@ def test_writers_refused_the_turn_are_told_so_and_nothing_is_written(db: Databas
 def test_on_the_event_loop_a_purchase_snapshot_read_waits_for_no_connection_and_no_lock(
     tmp_path: Path,
 ) -> None:
-    """A purchase's refusals read on the event loop (Database.refuse_early) never wait: with no pooled
-    connection open and idle (opening one waits for a lock SQLite's busy timeout long, 30 s here), it is
-    a WouldWait at once, which sends the request to the pool; off the loop the same read is made."""
+    """A purchase's refusals read on the event loop (checked_write.refuse_on_snapshot) never wait: with no
+    pooled connection open and idle (opening one waits for a lock SQLite's busy timeout long, 30 s here),
+    it is a WouldWait at once, which sends the request to the pool; off the loop the same read is made."""
     database = Database(sqlite_url(tmp_path))
     try:
         database.migrate()
@@ -216,7 +218,7 @@ def test_on_the_event_loop_a_purchase_snapshot_read_waits_for_no_connection_and_
             def on_the_loop() -> WouldWait | None:
                 with answering(), forbid_waits():
                     try:
-                        database.refuse_early(refusals)
+                        refuse_on_snapshot(database.engine, refusals)
                     except WouldWait as exc:  # a BaseException: answered_beside takes Exceptions only
                         return exc
                 return None
@@ -226,7 +228,7 @@ def test_on_the_event_loop_a_purchase_snapshot_read_waits_for_no_connection_and_
             assert read == []
         finally:
             locker.close()
-        database.refuse_early(refusals)
+        refuse_on_snapshot(database.engine, refusals)
         assert read == [0]  # the settings the locker deleted, then rolled back by closing
     finally:
         database.close()

@@ -13,7 +13,8 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import MetaData, inspect, select
 
-from hyperplan.store.db import HEAD_REVISION, MIGRATIONS, VERSION_TABLE, Database
+from hyperplan.store.db import Database
+from hyperplan.store.migrate import HEAD_REVISION, MIGRATIONS, VERSION_TABLE
 from hyperplan.store.schema import Base
 from tests.postgres import Stores
 

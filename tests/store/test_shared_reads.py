@@ -19,8 +19,9 @@ from sqlalchemy.orm import Session
 
 from hyperplan.errors import ServiceUnavailable
 from hyperplan.store import changes
-from hyperplan.store.db import WRITERS_LOCK_SUFFIX, Database, sqlite_url
+from hyperplan.store.db import Database
 from hyperplan.store.schema import Setting
+from hyperplan.store.urls import WRITERS_LOCK_SUFFIX, sqlite_url
 from hyperplan.waits import WouldWait, forbid_waits
 from tests.postgres import PostgresServer, Stores
 

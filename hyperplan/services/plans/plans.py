@@ -1,10 +1,10 @@
 """Training plans: search, buy, read. The rules are in hyperplan.core; this module adds the store.
 
-Buying is one transaction: verify the offering id, check the name, re-check every segment's pool
-against the store's rows under the account's and the pools' locks (store/locks.py), write the plan, its
-segments and their timed events, settle payment (services/plans/plan_purchase.py: a few Core statements).
+Buying is one checked write (store/checked_write.py): verify the offering id, then the refusals (name,
+quotas, capacity) on a snapshot, then again under the account's and the pools' locks (store/locks.py),
+and the plan, its segments, their timed events and the payment written (services/plans/plan_purchase.py).
 Nothing is written when any step refuses. The live calendar is booked after commit. On SQLite, purchases
-that arrive together are committed together (Database.write_grouped), each refused or written alone.
+that arrive together are committed together (store/group_commit.py), each refused or written alone.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from hyperplan.services.plans import tags as tag_store
 from hyperplan.services.plans.tags import Tag
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.changes import CALENDAR, KEYS
+from hyperplan.store.checked_write import CheckedWrite
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
-from hyperplan.waits import may_wait
 
 # -- search -----------------------------------------------------------------------------------------
 
@@ -87,20 +87,12 @@ def create(
     """CreateTrainingPlan: buys the offering, tagged with `tags` (checked by the caller, tags.check) in
     the same transaction; returns the new plan's ARN."""
     now = runtime.clock.now()
-    claim = _claim_for(runtime, caller, offering_id, now)
+    claim = _claim_for(runtime, caller, offering_id, now)  # the offering is one this server signed
     segments = _segments_of(runtime, claim)
     for check in runtime.booking_checks:  # what the back end needs of the account (app.py)
         check(runtime, caller.account_id)
     arn = runtime.arn(caller.account_id, f"training-plan/{name}")
     purchase = plan_purchase.Purchase(runtime, caller, name, offering_id, claim, segments, now)
-    # SQLite: most refusals under contention (capacity taken since the search) are found here, on a
-    # snapshot, and answered without the writers' turn; then what needs no row of the store is worked
-    # out, before the turn.
-    runtime.db.refuse_early(purchase.refusals)
-    # Tried on the event loop (server/sagemaker.py), a purchase not refused there goes on in the pool:
-    # before its terms are worked out, which the pool would only work out again.
-    may_wait("the writers' turn")
-    purchase.work_out()
 
     def buy(session: Session) -> None:
         acting.act(session, caller.user_id)
@@ -109,12 +101,9 @@ def create(
             tag_store.put(session, caller.account_id, arn, tags)
 
     try:
-        # Concurrent on PostgreSQL: relies on the account's row lock (its name, quotas and budget), the
-        # pools' locks (capacity) and the unique constraints, all taken in Purchase.check
-        # (store/locks.py). On SQLite purchases arriving together share one durable commit, each in a
-        # savepoint of its own (store/group_commit.py): a refused one (the refusals the snapshot above
-        # did not see) is refused alone, by the check, before any savepoint.
-        runtime.db.write_grouped(buy, check=purchase.check)
+        # Refused on a snapshot if it can be; else checked again under the account's and the pools'
+        # locks, and written (store/checked_write.py).
+        runtime.db.write_checked(CheckedWrite(purchase.refusals, purchase.work_out, purchase.check, buy))
     except IntegrityError:
         # A racing buyer committed the same name or offering between our checks and our insert.
         raise ResourceInUse(f"Training plan {name!r} or its offering was just taken; search again.") from None

@@ -29,9 +29,9 @@ burst + rate x window + N x (batch - 1) of an account's requests of one class, N
 Without a store (`RateLimiter()`, a context built without one) the buckets live in this process alone.
 Memory is bounded: four entries per account at most.
 
-A request admitted on the event loop that then finds it must wait (hyperplan/waits.py) is answered
-again in the thread pool, and admitted again there: `give_back` first returns the token it took. A lease
-is a wait: on the loop, a request whose batch is spent goes to the pool before it takes anything.
+A request admitted on the event loop that then finds it must wait (hyperplan/waits.py) is finished in
+the thread pool without being admitted again (server/loop_or_pool.py). A lease is a wait: on the loop,
+a request whose batch is spent goes to the pool before it takes anything.
 """
 
 from __future__ import annotations
@@ -116,15 +116,15 @@ _SET_BUCKET = update(RateBucket).where(_KEY).values(tokens=bindparam("tokens"), 
 
 @dataclass(frozen=True)
 class Admission:
-    """The token `admit` took, for `give_back`: from the bucket `key` of this process (`batch` None) or
-    from a batch leased from the store."""
+    """The token `admit` took: from the bucket `key` of this process (`batch` None) or from a batch
+    leased from the store."""
 
     key: tuple[str, RequestClass]
     limit: RateLimit
     batch: _Held | None
 
 
-@dataclass(eq=False)  # a batch is known by identity: give_back returns a token only to its own batch
+@dataclass(eq=False)  # a batch is known by identity
 class _Held:
     """What this process holds of a shared bucket: leased tokens until `expires`, or a refusal until
     `refused_until` (monotonic seconds), under the limit they were leased for."""
@@ -173,19 +173,6 @@ class RateLimiter:
             f"Rate exceeded: account {caller.account_name!r} made more {request_class.value} requests "
             f"than its limit ({limit}); try again in {max(wait, 0.001):.3f} s."
         )
-
-    def give_back(self, admission: Admission) -> None:
-        """Return a token `admit` took for a request that was not answered after all (it will be admitted
-        again where it is answered: server/sagemaker.py). A batch leased anew since keeps its count: the
-        token goes back only to the batch it came from, so the process admits one less, never one more."""
-        with self._lock:
-            if admission.batch is None:
-                bucket = self._buckets.get(admission.key)
-                if bucket is not None:
-                    tokens = min(float(admission.limit.burst), bucket.tokens + 1.0)
-                    self._buckets[admission.key] = Bucket(tokens, bucket.at)
-            elif self._held.get(admission.key) is admission.batch:
-                admission.batch.tokens += 1
 
     def _from_held(self, key: tuple[str, RequestClass], limit: RateLimit) -> _Held | float:
         """From memory: the batch a token was taken from (admitted), the wait of a refusal still
