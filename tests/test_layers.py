@@ -220,6 +220,83 @@ def test_every_services_module_sits_in_a_listed_package() -> None:
         assert docstring_only, module
 
 
+# Each package's public surface: the modules that code outside the package may import. The rest are its
+# own. The edges (wire, server, console, cli) get the smaller one: entry points and views. The packages
+# above, and the composition root (hyperplan/app.py, which builds the workers), get what they list too.
+EDGE_SURFACE: dict[str, set[str]] = {
+    "accounts": {"accounts", "audit", "os_users", "sealed_secrets"},
+    "runtime": {"context", "drain_state", "fleet"},
+    "storage": {"bucket_rights"},
+    "webhooks": {"webhooks", "webhook_admin"},
+    "plans": {"plans", "plan_views", "extensions", "payments", "quotas", "tags", "usage"},
+    "clusters": {"clusters", "cluster_views", "cluster_request", "cluster_exec"},
+    "jobs": {"jobs", "job_views", "job_request", "job_records", "job_logs", "log_streams"},
+    "slurm": set(),
+    "orchestration": {"account_views", "user_views", "audit_views", "console_views", "clock", "drain"},
+}
+SERVICES_SURFACE: dict[str, set[str]] = {
+    "accounts": EDGE_SURFACE["accounts"] | {"acting", "key_cache", "os_ids", "users", "work_root"},
+    "runtime": EDGE_SURFACE["runtime"]
+    | {"status", "tenancy", "live_calendar", "job_work", "console_sessions", "rate_limiter", "leadership"}
+    | {"shared_state", "slurm_placement", "slurm_state"},
+    "storage": EDGE_SURFACE["storage"],
+    "webhooks": EDGE_SURFACE["webhooks"],
+    "plans": EDGE_SURFACE["plans"] | {"lifecycle", "capacity_claims", "on_demand"},
+    "clusters": EDGE_SURFACE["clusters"]
+    | {"cluster_groups", "cluster_nodes", "cluster_reconcile", "cluster_records", "metering", "node_watcher"},
+    "jobs": EDGE_SURFACE["jobs"] | {"job_queue", "job_status", "job_watch", "job_deadlines", "job_runner"},
+    "slurm": {"slurm_reservations"},
+    "orchestration": EDGE_SURFACE["orchestration"] | {"adoption", "demo_load", "fleet_metrics", "retention"},
+}
+EDGES = ("wire", "server", "console", "cli")
+
+
+def surface_violations(graph: dict[str, dict[str, int]]) -> list[str]:
+    wrong = []
+    for module, targets in graph.items():
+        source = services_package(module)
+        for target, line in targets.items():
+            dest = services_package(target)
+            if not dest or dest == source or target == f"{SERVICES}.{dest}":
+                continue
+            name = target.split(".")[3]
+            surface = EDGE_SURFACE if layer_of(module) in EDGES else SERVICES_SURFACE
+            if name not in surface[dest]:
+                wrong.append(f"{module}:{line} imports {target}, not on services/{dest}'s surface")
+    return sorted(wrong)
+
+
+def test_code_outside_a_services_package_imports_only_its_surface() -> None:
+    wrong = surface_violations(import_graph())
+    assert not wrong, "imports past a services package's surface:\n" + "\n".join(wrong)
+
+
+def test_the_surface_rule_fails_on_an_import_of_a_package_s_own_module() -> None:
+    graph = {
+        "hyperplan.server.native": {
+            "hyperplan.services.jobs.job_launch": 5,
+            "hyperplan.services.jobs.jobs": 6,
+        },
+        "hyperplan.wire.ops.plans": {"hyperplan.services.plans.lifecycle": 8},  # others may, the edges not
+        "hyperplan.services.orchestration.drain": {"hyperplan.services.plans.lifecycle": 9},
+        "hyperplan.services.jobs.job_queue": {"hyperplan.services.jobs.job_launch": 3},  # within: anything
+    }
+    assert surface_violations(graph) == [
+        "hyperplan.server.native:5 imports hyperplan.services.jobs.job_launch,"
+        " not on services/jobs's surface",
+        "hyperplan.wire.ops.plans:8 imports hyperplan.services.plans.lifecycle,"
+        " not on services/plans's surface",
+    ]
+
+
+def test_every_surface_module_exists_and_the_edges_surface_is_within_the_whole() -> None:
+    found = modules()
+    for package, surface in SERVICES_SURFACE.items():
+        assert EDGE_SURFACE[package] <= surface, package
+        missing = [name for name in surface if f"{SERVICES}.{package}.{name}" not in found]
+        assert not missing, f"services/{package}: {missing}"
+
+
 # Modules the edges (the SageMaker protocol and the HTTP server) must not import: ORM code belongs to the
 # services, which own their transactions and return views.
 EDGE_LAYERS = ("wire", "server", "console")
