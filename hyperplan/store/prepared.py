@@ -1,9 +1,9 @@
 """Statements a hot path runs many times a second, handed straight to the driver's cursor.
 
-SQLAlchemy's Core spends 60-80 µs of CPU on each statement it executes (an execution context, the
-compiled form looked up by a cache key built per call, each value and each row through its type), about
-seven times what the driver itself costs; a purchase's dozen statements spent most of its CPU there
-(issue 20). A `Prepared` statement is still declared with Core, over the schema's tables, and compiled
+SQLAlchemy's Core spends on each statement it executes several times what the driver itself costs (an
+execution context, the compiled form looked up by a cache key built per call, each value and each row
+through its type); a purchase's dozen statements spent most of its CPU there (issue 20; `python -m
+bench --profile` shows where it goes). A `Prepared` statement is still declared with Core, over the schema's tables, and compiled
 by SQLAlchemy, once per dialect; running it binds each value with its column type's own processor (the
 integer microseconds of UTCDateTime, the text of DecimalString) and executes on the DBAPI cursor of the
 caller's connection, inside the caller's transaction. Rows come back as the driver gives them: the
