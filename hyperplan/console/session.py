@@ -1,10 +1,11 @@
 """Console sessions: a signed cookie, its CSRF token, and who it signs in.
 
 The cookie holds a random nonce, the access key id it was signed in with (none before sign-in) and when
-it expires, signed with HMAC-SHA256 under the key the store keeps (``services/console_views.session_key``),
-so that every server sharing the store accepts it. It holds no secret and no account: each request
-finds the key's account through the same key cache the SigV4 path uses, so a revoked key ends its
-sessions at once (within the cache's few seconds for a revocation made by another server).
+it expires, signed with HMAC-SHA256 under the key the store keeps
+(``services/orchestration/console_views.session_key``), so that every server sharing the store accepts
+it. It holds no secret and no account: each request finds the key's account through the same key cache
+the SigV4 path uses, so a revoked key ends its sessions at once (within the cache's few seconds for a
+revocation made by another server).
 
 A valid signature is not enough: a signed-in session is also recorded in the store at sign-in
 (services/runtime/console_sessions.py), and honoured only while that record exists and the session has not

@@ -1,6 +1,6 @@
 """CloudWatch Logs operations (``Logs_20140328.*``): the part the tools use to read a job's output.
 
-Wire names in, ``services/log_streams`` calls, wire names out; times on this wire are epoch
+Wire names in, ``services/jobs/log_streams`` calls, wire names out; times on this wire are epoch
 milliseconds. Paging and filter patterns follow ``core/log_events``.
 """
 
