@@ -165,6 +165,27 @@ class Workers:
     retention: RetentionWorker | None = None  # ended work's files removed after [retention] period
 
 
+@dataclass(frozen=True)
+class _Preflight:
+    """What a start decides and checks before the store opens (Application.open)."""
+
+    isolation: os_users.Isolation
+    fleet: Fleet
+    slurm: SlurmState | None  # None: the local back end
+    work_dir: Path | None  # the work root configured; None: the default, which needs the store's id
+    interpreter: str | None  # tenants' Python (os_users.default_interpreter)
+
+
+@dataclass(frozen=True)
+class _OpenStore:
+    """The store, migrated and unlocked, with the service clock and the work root it owns."""
+
+    db: Database
+    box: SecretBox
+    clock: Clock
+    roots: work_root.WorkRoots
+
+
 class Application:
     def __init__(self, config: AppConfig) -> None:
         self.config = config
@@ -200,116 +221,67 @@ class Application:
         if self._context is not None:
             return self._context
         config = self.config
-        isolation = os_users.choose_isolation(config.isolation, os.geteuid())
-        config.data_dir.mkdir(parents=True, exist_ok=True)
-        os.chmod(config.data_dir, 0o700)  # before anything is written in it
-        fleet = config.fleet if config.fleet is not None else parse_fleet(read_fleet_text(config.fleet_path))
-        slurm = slurm_state(fleet, isolation)
-        configured_work_dir = _work_dir(config, fleet)  # None: the default, which needs the store's id
-        if configured_work_dir is not None:
-            os_users.check_work_dir_place(configured_work_dir, config.data_dir)  # before the store opens
-        interpreter = os_users.default_interpreter(isolation)
-        if isolation is os_users.Isolation.USERS:
-            os_users.check_interpreters(dict(fleet.images), interpreter)
-        else:
-            log.warning("%s", os_users.NOT_ISOLATED)
-        # The store: DATA_DIR/hyperplan.db, or the database at --database-url (DATA_DIR keeps the key file
-        # and the server's local state either way).
-        db = Database(check_url(config.database_url) if config.database_url else sqlite_url(config.data_dir))
-        try:
-            db.migrate()
-            box = sealed_secrets.unlock(db, config.key_path)
-            close_data_dir(config.data_dir)  # the store and key just made, and a store from before
-        except BaseException:
-            db.close()
-            raise
-        try:
-            clock = _load_clock(db, config)
-            # Once everything else said yes: the work root, refused if another store's (work_root.py).
-            roots = work_root.take(
-                db,
-                config.data_dir,
-                configured_work_dir,
-                isolation,
-                slurm=slurm is not None,
-                local=slurm is None and config.backend is local_backend,
-            )
-        except BaseException:
-            db.close()
-            raise
-        work_dir = roots.work_dir
-        lease = config.leader_lease if config.leader_lease is not None else leadership.lease_from_env()
-        leader = leadership.Leadership(db, lease=lease, candidate=config.role != "api")
-        forwarder = leadership.WakeForwarder(db, leader)
-        wakes = Wakes(
-            LocalWake(),
-            leadership.SharedWake(LocalWake(), changes.NODES, forwarder),
-            leadership.SharedWake(LocalWake(), changes.JOBS, forwarder),
-            LocalWake(),
-        )
-        # Whoever writes a timed event or queues a delivery, the loop that runs it hears of it at commit:
-        # in this process by the wake, in the leader by the change counter it watches.
-        db.on_insert(ScheduledEvent, wakes.lifecycle.notify)
-        db.on_insert(WebhookDelivery, wakes.webhooks.notify)
-        count_changes(db)
-        if slurm is not None:  # a plan's history grew (paid, started, ended, cancelled...): its reservations
-            db.on_insert(PlanEvent, slurm.wake.notify)
+        preflight = _preflight(config)
+        store = _open_store(config, preflight)
+        leader, forwarder, wakes = _leadership(config, store.db)
+        _wake_on_commit(store.db, wakes, preflight.slurm)
+        events = TimedEventLoop(store.db, store.clock, {}, wake=wakes.lifecycle)
+        backend = _backend(config, preflight, store)
+        context = self._service_context(preflight, store, backend, wakes, events, leader)
+        self._workers = _workers(context, events, config.dispatcher)
+        self._wire(leader, context, events)
+        self.leadership, self._forwarder = leader, forwarder
+        self._context = context
+        return context
+
+    def _service_context(
+        self,
+        preflight: _Preflight,
+        store: _OpenStore,
+        backend: Backend,
+        wakes: Wakes,
+        events: TimedEventLoop,
+        leader: leadership.Leadership,
+    ) -> ServiceContext:
+        """What every service is handed (services/runtime/context.py), over the store just opened."""
+        db, fleet, slurm = store.db, preflight.fleet, preflight.slurm
         calendar = LiveCalendar(fleet)
         keys = KeyCache()
-        events = TimedEventLoop(db, clock, {}, wake=wakes.lifecycle)
-        try:
-            if slurm is not None and config.backend is local_backend:
-                # [backend] kind = "slurm": nodes and job instances are Slurm jobs (backends/slurm.py)
-                backend: Backend = slurm_backend(work_dir / "slurm", slurm, fleet)
-            else:
-                backend = config.backend(work_dir)
-        except BaseException:  # a start refused (the tenants' paths): the store goes with it
-            db.close()
-            raise
-        if config.backend is local_backend:
-            backend = with_legacy_work(
-                backend, config.data_dir, "they run as the server's own user, not isolated"
-            )
-        if roots.old_root is not None:
-            backend = with_legacy_work(backend, roots.old_root, "they run as the accounts' users they ran as")
-        context = ServiceContext(
-            settings=Settings(config.data_dir, config.time_scale, work_dir, isolation.value, interpreter),
+        return ServiceContext(
+            settings=Settings(
+                self.config.data_dir,
+                self.config.time_scale,
+                store.roots.work_dir,
+                preflight.isolation.value,
+                preflight.interpreter,
+            ),
             fleet=fleet,
             db=db,
-            clock=clock,
+            clock=store.clock,
             calendar=calendar,
             lifecycle=LifecycleContext(calendar, fleet, consumers=(self._clusters_follow, self._jobs_follow)),
             backend=backend,
             keys=keys,
             offering_key=_offering_key(db),
-            secret_box=box,
+            secret_box=store.box,
             wakes=wakes,
             advance_clock=lambda target: leader.move_clock(target, events.advance_to),
             job_settings=JobSettings.from_environment(),
             job_locks=JobLocks(),
             slurm=slurm,
             booking_checks=(slurm_placement.check_can_book,) if slurm is not None else (),
-            shared=SharedState(db, calendar, keys, clock, slurm),
+            shared=SharedState(db, calendar, keys, store.clock, slurm),
             rate_limiter=RateLimiter(store=SharedBuckets(db)),
         )
-        events.handlers.update(event_handlers(context))
-        dispatcher_config = config.dispatcher or DispatcherConfig.from_env()
-        dispatcher = Dispatcher(
-            db, context.arn, config=dispatcher_config, targets=fleet.webhooks, wake=wakes.webhooks, box=box
-        )
-        reservations = slurm_reservations.ReservationWorker(context) if slurm is not None else None
-        self._workers = Workers(
-            events,
-            NodeWatcher(context),
-            JobRunner(context),
-            dispatcher,
-            reservations,
-            RetentionWorker(context),
-        )
+
+    def _wire(self, leader: leadership.Leadership, context: ServiceContext, events: TimedEventLoop) -> None:
+        """What the leader does as it takes over and gives up, and which loops it wakes when another
+        server's commit made them work."""
+        wakes = context.wakes
         leader.wire(
             self._take_over,
             self._give_up,
-            events.advance_to if clock.kind != "wall" else None,
+            events.advance_to if context.clock.kind != "wall" else None,
             {
                 changes.EVENTS: wakes.lifecycle,
                 changes.WEBHOOKS: wakes.webhooks,
@@ -317,9 +289,6 @@ class Application:
                 changes.NODES: wakes.nodes,
             },
         )
-        self.leadership, self._forwarder = leader, forwarder
-        self._context = context
-        return context
 
     def bootstrap(self) -> bool:
         """On a data directory's first start, create the administrator and write its credentials file.
@@ -426,6 +395,123 @@ class Application:
 
     def _jobs_follow(self, session: Session, plan_id: int, now: datetime) -> None:
         jobs.reconcile_plan(session, self.context, plan_id, now)
+
+
+def _preflight(config: AppConfig) -> _Preflight:
+    """The isolation mode, the data directory, the fleet file, the work root's place and the tenants'
+    interpreters: every refusal that needs no store, before it opens."""
+    isolation = os_users.choose_isolation(config.isolation, os.geteuid())
+    config.data_dir.mkdir(parents=True, exist_ok=True)
+    os.chmod(config.data_dir, 0o700)  # before anything is written in it
+    fleet = config.fleet if config.fleet is not None else parse_fleet(read_fleet_text(config.fleet_path))
+    slurm = slurm_state(fleet, isolation)
+    configured_work_dir = _work_dir(config, fleet)
+    if configured_work_dir is not None:
+        os_users.check_work_dir_place(configured_work_dir, config.data_dir)  # before the store opens
+    interpreter = os_users.default_interpreter(isolation)
+    if isolation is os_users.Isolation.USERS:
+        os_users.check_interpreters(dict(fleet.images), interpreter)
+    else:
+        log.warning("%s", os_users.NOT_ISOLATED)
+    return _Preflight(isolation, fleet, slurm, configured_work_dir, interpreter)
+
+
+def _open_store(config: AppConfig, preflight: _Preflight) -> _OpenStore:
+    """The store migrated, its secrets unlocked, the clock loaded and the work root taken; the store
+    closed again if any of them is refused."""
+    # DATA_DIR/hyperplan.db, or the database at --database-url (DATA_DIR keeps the key file and the
+    # server's local state either way).
+    db = Database(check_url(config.database_url) if config.database_url else sqlite_url(config.data_dir))
+    try:
+        db.migrate()
+        box = sealed_secrets.unlock(db, config.key_path)
+        close_data_dir(config.data_dir)  # the store and key just made, and a store from before
+        clock = _load_clock(db, config)
+        # Once everything else said yes: the work root, refused if another store's (work_root.py).
+        roots = work_root.take(
+            db,
+            config.data_dir,
+            preflight.work_dir,
+            preflight.isolation,
+            slurm=preflight.slurm is not None,
+            local=preflight.slurm is None and config.backend is local_backend,
+        )
+    except BaseException:
+        db.close()
+        raise
+    return _OpenStore(db, box, clock, roots)
+
+
+def _leadership(
+    config: AppConfig, db: Database
+) -> tuple[leadership.Leadership, leadership.WakeForwarder, Wakes]:
+    """This server's candidacy for leader, and the loops' wakes: the nodes' and jobs' reach the leader
+    wherever the commit was made."""
+    lease = config.leader_lease if config.leader_lease is not None else leadership.lease_from_env()
+    leader = leadership.Leadership(db, lease=lease, candidate=config.role != "api")
+    forwarder = leadership.WakeForwarder(db, leader)
+    wakes = Wakes(
+        LocalWake(),
+        leadership.SharedWake(LocalWake(), changes.NODES, forwarder),
+        leadership.SharedWake(LocalWake(), changes.JOBS, forwarder),
+        LocalWake(),
+    )
+    return leader, forwarder, wakes
+
+
+def _wake_on_commit(db: Database, wakes: Wakes, slurm: SlurmState | None) -> None:
+    # Whoever writes a timed event or queues a delivery, the loop that runs it hears of it at commit:
+    # in this process by the wake, in the leader by the change counter it watches.
+    db.on_insert(ScheduledEvent, wakes.lifecycle.notify)
+    db.on_insert(WebhookDelivery, wakes.webhooks.notify)
+    count_changes(db)
+    if slurm is not None:  # a plan's history grew (paid, started, ended, cancelled...): its reservations
+        db.on_insert(PlanEvent, slurm.wake.notify)
+
+
+def _backend(config: AppConfig, preflight: _Preflight, store: _OpenStore) -> Backend:
+    """The execution back end on the work root, adopting what earlier versions left elsewhere."""
+    slurm, roots = preflight.slurm, store.roots
+    try:
+        if slurm is not None and config.backend is local_backend:
+            # [backend] kind = "slurm": nodes and job instances are Slurm jobs (backends/slurm.py)
+            backend: Backend = slurm_backend(roots.work_dir / "slurm", slurm, preflight.fleet)
+        else:
+            backend = config.backend(roots.work_dir)
+    except BaseException:  # a start refused (the tenants' paths): the store goes with it
+        store.db.close()
+        raise
+    if config.backend is local_backend:
+        backend = with_legacy_work(
+            backend, config.data_dir, "they run as the server's own user, not isolated"
+        )
+    if roots.old_root is not None:
+        backend = with_legacy_work(backend, roots.old_root, "they run as the accounts' users they ran as")
+    return backend
+
+
+def _workers(
+    context: ServiceContext, events: TimedEventLoop, dispatcher_config: DispatcherConfig | None
+) -> Workers:
+    """The background loops, built on the context; none runs until this server leads."""
+    events.handlers.update(event_handlers(context))
+    webhooks = Dispatcher(
+        context.db,
+        context.arn,
+        config=dispatcher_config or DispatcherConfig.from_env(),
+        targets=context.fleet.webhooks,
+        wake=context.wakes.webhooks,
+        box=context.secret_box,
+    )
+    reservations = slurm_reservations.ReservationWorker(context) if context.slurm is not None else None
+    return Workers(
+        events,
+        NodeWatcher(context),
+        JobRunner(context),
+        webhooks,
+        reservations,
+        RetentionWorker(context),
+    )
 
 
 def event_handlers(context: ServiceContext) -> dict[str, EventHandler]:
