@@ -2,12 +2,12 @@
 
 SQLAlchemy's Core spends on each statement it executes several times what the driver itself costs (an
 execution context, the compiled form looked up by a cache key built per call, each value and each row
-through its type); a purchase's dozen statements spent most of its CPU there (issue 20; `python -m
-bench --profile` shows where it goes). A `Prepared` statement is still declared with Core, over the schema's tables, and compiled
-by SQLAlchemy, once per dialect; running it binds each value with its column type's own processor (the
-integer microseconds of UTCDateTime, the text of DecimalString) and executes on the DBAPI cursor of the
-caller's connection, inside the caller's transaction. Rows come back as the driver gives them: the
-caller converts what it reads (`from_micros`, `Decimal`).
+through its type); a purchase's dozen statements spent most of its CPU there (issue 20; `python -m bench
+--profile` shows where it goes). A `Prepared` statement is still declared with Core, over the schema's
+tables, and compiled by SQLAlchemy, once per dialect; running it binds each value with its column type's
+own processor (the integer microseconds of UTCDateTime, the text of DecimalString) and executes on the
+DBAPI cursor of the caller's connection, inside the caller's transaction. Rows come back as the driver
+gives them: the caller converts what it reads (`from_micros`, `Decimal`).
 
 What may be prepared: statements whose every parameter is an ordinary bind (no expanding IN list, no
 literal_execute), so that one SQL string serves every call; `Prepared` refuses any other at compile.
