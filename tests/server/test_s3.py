@@ -614,7 +614,7 @@ def test_listings_of_long_keys_come_a_page_of_at_most_1_mib_and_go_on_exactly(
 
 def test_list_parts_caps_max_parts_at_1000_keeping_its_page_small(server: InProcessServer) -> None:
     """ListParts needs no cut by bytes: its page holds at most 1,000 parts of under 200 bytes each
-    (server/s3/endpoint.py), whatever max-parts asks."""
+    (server/s3/multipart.py), whatever max-parts asks."""
     client = s3(server)
     client.create_bucket(Bucket="parted")
     upload = client.create_multipart_upload(Bucket="parted", Key="k" * 1024)["UploadId"]
