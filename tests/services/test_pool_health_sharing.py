@@ -18,7 +18,7 @@ from hyperplan.services.accounts.key_cache import KeyCache
 from hyperplan.services.runtime.live_calendar import LiveCalendar
 from hyperplan.services.runtime.shared_state import SharedState
 from hyperplan.services.runtime.slurm_state import SlurmState, UnhealthyNode
-from hyperplan.services.slurm.slurm_reservations import follow_health
+from hyperplan.services.slurm.pool_health import follow_health
 from hyperplan.slurm.client import SlurmClient
 from hyperplan.slurm.parse import Node
 from hyperplan.store.db import Database
