@@ -19,16 +19,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import SplitResult, urlsplit
 
-from hyperplan.wire.sigv4 import (
-    ALGORITHM,
-    TIMESTAMP_FORMAT,
-    canonical_query_string,
-    canonical_request,
-    credential_scope,
-    fold_headers,
-    signing_key,
-    string_to_sign,
-)
+from hyperplan.wire.sigv4 import TIMESTAMP_FORMAT, canonical_query_string, fold_headers
+from hyperplan.wire.sigv4_canonical import canonical_request
+from hyperplan.wire.sigv4_key import ALGORITHM, credential_scope, signing_key, string_to_sign
 
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 UNSIGNED_HEADERS = frozenset({"expect", "user-agent", "x-amzn-trace-id"})  # botocore's list

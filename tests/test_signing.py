@@ -12,6 +12,7 @@ from botocore.credentials import Credentials as BotocoreCredentials
 
 from hyperplan.signing import sign_request
 from hyperplan.wire import sigv4
+from hyperplan.wire.sigv4_key import ALGORITHM
 
 WHEN = datetime(2027, 3, 4, 5, 6, 7, tzinfo=UTC)
 KEY, SECRET, TOKEN = "AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY", "session-token/+="
@@ -26,7 +27,7 @@ def _botocore(method: str, url: str, headers: dict[str, str], body: bytes, token
     canonical = auth.canonical_request(request)
     signature = auth.signature(auth.string_to_sign(request, canonical), request)
     names = auth.signed_headers(auth.headers_to_sign(request))
-    return f"{sigv4.ALGORITHM} Credential={auth.scope(request)}, SignedHeaders={names}, Signature={signature}"
+    return f"{ALGORITHM} Credential={auth.scope(request)}, SignedHeaders={names}, Signature={signature}"
 
 
 CASES = [

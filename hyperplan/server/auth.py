@@ -23,6 +23,7 @@ from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.orchestration import account_views
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.wire import sigv2, sigv4
+from hyperplan.wire.sigv4_payload import UNSIGNED_PAYLOAD
 
 SIGNING_SERVICE = "sagemaker"
 NATIVE_PREFIX = "/api/"
@@ -196,5 +197,5 @@ def authenticate_s3_v2(
         lookup_secret=lookup_secret,
         now=utcnow(),
     )
-    signature = sigv4.S3Signature(access_key, sigv4.UNSIGNED_PAYLOAD, True, "", b"", "", "")
+    signature = sigv4.S3Signature(access_key, UNSIGNED_PAYLOAD, True, "", b"", "", "")
     return found[access_key], signature

@@ -22,7 +22,8 @@ from hyperplan.server.s3 import endpoint as s3_endpoint
 from hyperplan.server.sagemaker import LOGS, SAGEMAKER, JsonApi, logs_endpoint, sagemaker_endpoint, serve_json
 from hyperplan.server.sts import sts_endpoint
 from hyperplan.services.runtime.context import ServiceContext
-from hyperplan.wire.sigv4 import credential_service, credential_service_of
+from hyperplan.wire.sigv4 import credential_service
+from hyperplan.wire.sigv4_claim import credential_service_of
 
 S3_SERVICE = "s3"
 

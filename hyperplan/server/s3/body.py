@@ -40,7 +40,8 @@ from hyperplan.errors import (
     RequestTimeout,
 )
 from hyperplan.server.limits import ServerLimits, describe_bytes
-from hyperplan.wire.sigv4 import UNSIGNED_PAYLOAD, S3Signature
+from hyperplan.wire.sigv4 import S3Signature
+from hyperplan.wire.sigv4_payload import UNSIGNED_PAYLOAD
 
 SIGNED_CHUNKS = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
 SIGNED_CHUNKS_TRAILER = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER"

@@ -1,0 +1,75 @@
+"""The fleet file's smaller tables, each one setting of the service: ``[accounts]``, ``[notifications]``,
+``[images]``, ``[webhooks]`` and ``[retention]``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from types import MappingProxyType
+from typing import Any
+
+from hyperplan.core.durations import format_duration
+from hyperplan.core.fleet import PAYMENT_MODES, Notifications
+from hyperplan.core.fleet_values import Table
+from hyperplan.core.id_ranges import DEFAULT_OS_IDS, IdRange, parse_id_range
+from hyperplan.core.webhook_targets import WebhookTargets, parse_networks
+from hyperplan.errors import ValidationError
+
+_ACCOUNTS_KEYS = ("default_payment_mode", "os_ids")
+
+
+def read_payment_mode(values: Mapping[str, Any]) -> str:
+    table = Table(values, "accounts", _ACCOUNTS_KEYS)
+    mode = table.text("default_payment_mode", "auto")
+    if mode not in PAYMENT_MODES:
+        raise table.fail("default_payment_mode", f"{mode!r} is not one of {', '.join(PAYMENT_MODES)}")
+    return mode
+
+
+def read_os_ids(values: Mapping[str, Any]) -> IdRange:
+    """``[accounts] os_ids = "70000-99999"``: where the uids and gids of accounts' OS users come from."""
+    table = Table(values, "accounts", _ACCOUNTS_KEYS)
+    if "os_ids" not in values:
+        return DEFAULT_OS_IDS
+    try:
+        return parse_id_range(table.text("os_ids"))
+    except ValueError as error:
+        raise table.fail("os_ids", str(error)) from None
+
+
+def read_notifications(values: Mapping[str, Any]) -> Notifications:
+    table = Table(values, "notifications", ("start_reminder", "reclaim_reminder"))
+    default = Notifications()
+    return Notifications(
+        start_reminder=table.duration("start_reminder", default.start_reminder),
+        reclaim_reminder=table.duration("reclaim_reminder", default.reclaim_reminder),
+    )
+
+
+def read_images(values: Mapping[str, Any]) -> Mapping[str, str]:
+    images = {}
+    for image, interpreter in values.items():
+        if not isinstance(interpreter, str) or not interpreter.startswith("/"):
+            raise ValidationError(f"images.{image!r}: give the absolute path of a Python interpreter.")
+        images[str(image)] = interpreter
+    return MappingProxyType(images)
+
+
+def read_webhooks(values: Mapping[str, Any]) -> WebhookTargets:
+    table = Table(values, "webhooks", ("allowed_networks",))
+    listed = table.get("allowed_networks", list, [], "a list of networks such as 10.0.0.0/8")
+    try:
+        return WebhookTargets(parse_networks(listed, table.at("allowed_networks")))
+    except ValueError as error:
+        raise ValidationError(str(error)) from None
+
+
+def read_retention(values: Mapping[str, Any]) -> timedelta | None:
+    """``[retention] period = "30d"``: how long ended work's files stay (none given: for ever)."""
+    table = Table(values, "retention", ("period",))
+    if "period" not in values:
+        return None
+    period = table.duration("period", timedelta(0))
+    if period < timedelta(hours=1):
+        raise table.fail("period", f"{format_duration(period)} is shorter than an hour")
+    return period
