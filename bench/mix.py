@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from hyperplan.core.fleet import SERVED_TARGETS, Fleet
-from hyperplan.core.search import SearchRequest
+from hyperplan.core.search_request import SearchRequest
 
 DAY = timedelta(days=1)
 

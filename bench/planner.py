@@ -22,7 +22,8 @@ from hyperplan.core.bound import lp_bound
 from hyperplan.core.calendar import CapacityCalendar
 from hyperplan.core.fleet import AvailabilityZone, BookingPolicy, Fleet, Pool
 from hyperplan.core.replay import hour_zero, jobs_of, replay_on_calendar
-from hyperplan.core.search import SearchRequest, search
+from hyperplan.core.search import search
+from hyperplan.core.search_request import SearchRequest
 from hyperplan.core.workloads import SHAPES, WorkloadSpec, generate
 from hyperplan.errors import HyperplanError
 

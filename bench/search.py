@@ -18,7 +18,8 @@ from bench.server import BENCH_START, FLEET
 from hyperplan.core.calendar import CapacityCalendar
 from hyperplan.core.fleet import Fleet
 from hyperplan.core.fleet_file import parse_fleet
-from hyperplan.core.search import SearchRequest, search
+from hyperplan.core.search import search
+from hyperplan.core.search_request import SearchRequest
 from hyperplan.errors import HyperplanError
 
 TARGET_P99_MS = 5.0

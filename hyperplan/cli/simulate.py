@@ -27,7 +27,7 @@ from hyperplan.cli.common import console
 
 if TYPE_CHECKING:  # imported where used: every other command starts without numpy and HiGHS
     from hyperplan.core.fleet import Fleet, PoolKey
-    from hyperplan.core.search import Offering
+    from hyperplan.core.offerings import Offering
     from hyperplan.core.workloads import WorkloadRequest
 
     Bought = tuple[WorkloadRequest, Offering]

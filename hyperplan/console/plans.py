@@ -15,7 +15,7 @@ from urllib.parse import quote
 from hyperplan.console.forms import FieldErrors, Fields, place
 from hyperplan.console.timeline import Window
 from hyperplan.console.web import ConsoleRequest, Page, Redirect
-from hyperplan.core.search import SearchRequest
+from hyperplan.core.search_request import SearchRequest
 from hyperplan.errors import HyperplanError, ValidationError
 from hyperplan.services.orchestration import account_views, console_views
 from hyperplan.services.orchestration.console_views import OfferingView, PoolTimeline

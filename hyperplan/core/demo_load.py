@@ -22,7 +22,7 @@ import math
 from datetime import UTC, datetime, timedelta
 
 from hyperplan.core.fleet import BackgroundLoad, Fleet, Pool
-from hyperplan.core.search import Segment
+from hyperplan.core.offerings import Segment
 
 DAY = timedelta(days=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

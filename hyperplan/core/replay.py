@@ -13,7 +13,9 @@ from datetime import datetime, timedelta
 from hyperplan.core.bound import Job
 from hyperplan.core.calendar import CapacityCalendar
 from hyperplan.core.fleet import Fleet
-from hyperplan.core.search import Offering, SearchRequest, search
+from hyperplan.core.offerings import Offering
+from hyperplan.core.search import search
+from hyperplan.core.search_request import SearchRequest
 from hyperplan.core.workloads import WorkloadRequest
 from hyperplan.errors import HyperplanError
 

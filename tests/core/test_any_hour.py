@@ -15,7 +15,10 @@ from hyperplan.core.calendar import CapacityCalendar
 from hyperplan.core.demo_load import background_bookings
 from hyperplan.core.fleet import Fleet
 from hyperplan.core.fleet_file import parse_fleet
-from hyperplan.core.search import Offering, SearchRequest, search, segment_price
+from hyperplan.core.offerings import Offering
+from hyperplan.core.pricing import segment_price
+from hyperplan.core.search import search
+from hyperplan.core.search_request import SearchRequest
 from tests.instants import at_awkward_instants
 
 BOUNDARY = time(11, 30)

@@ -10,7 +10,8 @@ from hyperplan.core.calendar import CapacityCalendar
 from hyperplan.core.demo_load import background_bookings
 from hyperplan.core.fleet import Fleet
 from hyperplan.core.fleet_file import parse_fleet
-from hyperplan.core.search import SearchRequest, search
+from hyperplan.core.search import search
+from hyperplan.core.search_request import SearchRequest
 
 from .support import utc
 

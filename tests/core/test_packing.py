@@ -17,7 +17,10 @@ from hypothesis import strategies as st
 from hyperplan.core.bound import Job, exact_optimum, lp_bound
 from hyperplan.core.calendar import CapacityCalendar
 from hyperplan.core.fleet import BookingPolicy, Fleet
-from hyperplan.core.search import _EDGE_WEIGHT, Offering, SearchRequest, _Packer, search
+from hyperplan.core.offerings import Offering
+from hyperplan.core.search import search
+from hyperplan.core.search_days import _EDGE_WEIGHT, packing_ends
+from hyperplan.core.search_request import SearchRequest
 from tests.core.support import fleet, pool, utc
 
 NOW = utc(2026, 3, 2, 9, 17, 23)  # not on a slot, a minute or a day boundary
@@ -184,7 +187,7 @@ def test_a_packing_score_is_the_sum_of_its_parts(columns: list[list[int]], count
     score as docs/PLANNING.md defines it: the edge weight x how much the free count's steps at its two
     ends grow (the day before the window full, none after it), less what it leaves free while it holds."""
     free = np.array(columns, dtype=np.int64).T  # (pools, days)
-    opens, closes = _Packer.ends(free, count)
+    opens, closes = packing_ends(free, count)
     for p, row in enumerate(free.tolist()):
         before = [0, *row]  # the free count of the day before each day, the day before the window full
         step = [before[j] - row[j] for j in range(len(row))] + [0]

@@ -11,10 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hyperplan.core import search as planner
+from hyperplan.core import search_days as planner
 from hyperplan.core.calendar import CapacityCalendar, peak_booked_slots
 from hyperplan.core.fleet import BookingPolicy, Fleet, Pool
-from hyperplan.core.search import Offering, SearchRequest, Segment, search, segment_price
+from hyperplan.core.offerings import Offering, Segment
+from hyperplan.core.pricing import segment_price
+from hyperplan.core.search import search
+from hyperplan.core.search_request import SearchRequest
 from hyperplan.errors import ValidationError
 
 from .support import fleet as support_fleet

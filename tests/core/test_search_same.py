@@ -20,6 +20,7 @@ from typing import Any
 from hyperplan.core import search as live
 from hyperplan.core.calendar import CapacityCalendar
 from hyperplan.core.fleet import BookingPolicy, Fleet, Pool
+from hyperplan.core.search_request import SearchRequest
 from hyperplan.errors import HyperplanError
 from tests.core import search_reference as reference
 
@@ -48,13 +49,9 @@ def outcome(module: Any, the_fleet: Fleet, calendar: CapacityCalendar, asked: An
     )
 
 
-def check_same(
-    the_fleet: Fleet, calendar: CapacityCalendar, asked: live.SearchRequest, now: datetime
-) -> bool:
+def check_same(the_fleet: Fleet, calendar: CapacityCalendar, asked: SearchRequest, now: datetime) -> bool:
     """Asserts both searches agree; returns what they gave."""
-    old_request = reference.SearchRequest(
-        *(getattr(asked, f) for f in live.SearchRequest.__dataclass_fields__)
-    )
+    old_request = reference.SearchRequest(*(getattr(asked, f) for f in SearchRequest.__dataclass_fields__))
     # The live search first, twice: what it keeps between requests must not change its answer.
     first = outcome(live, the_fleet, calendar, asked, now)
     again = outcome(live, the_fleet, calendar, asked, now)
@@ -122,7 +119,7 @@ def filled(the_fleet: Fleet, rng: random.Random, start: datetime, share: float) 
     return calendar
 
 
-def bench_like_request(rng: random.Random, the_fleet: Fleet, now: datetime) -> live.SearchRequest:
+def bench_like_request(rng: random.Random, the_fleet: Fleet, now: datetime) -> SearchRequest:
     kind = rng.choice((BIG, SMALL))
     days = rng.randint(1, 30) if rng.random() < 0.9 else rng.randint(31, 150)
     start_after = end_before = None
@@ -131,7 +128,7 @@ def bench_like_request(rng: random.Random, the_fleet: Fleet, now: datetime) -> l
         start_after = now + timedelta(hours=rng.randint(1, 100 * 24), minutes=rng.randint(0, 59))
     if roll < 0.25:
         end_before = (start_after or now) + (days + rng.randint(-1, 20)) * DAY
-    return live.SearchRequest(
+    return SearchRequest(
         instance_type=kind,
         instance_count=rng.choice((1, 2, 4, 8, 16, 32, 64)),
         duration_hours=days * 24 - rng.randrange(24),
@@ -180,7 +177,7 @@ def small_fleet(rng: random.Random) -> Fleet:
     return fleet(*pools, policy=policy)
 
 
-def small_request(rng: random.Random, now: datetime, the_fleet: Fleet) -> live.SearchRequest:
+def small_request(rng: random.Random, now: datetime, the_fleet: Fleet) -> SearchRequest:
     horizon, largest = the_fleet.policy.horizon, min(p.reservable for p in the_fleet.pools)
     longest = 24 * min(horizon.days - 1, 9)  # hours: mostly plans that fit the window
     start_after = end_before = None
@@ -188,7 +185,7 @@ def small_request(rng: random.Random, now: datetime, the_fleet: Fleet) -> live.S
         start_after = now + timedelta(minutes=rng.randint(-600, int(horizon / timedelta(minutes=1)) + 600))
     if rng.random() < 0.4:
         end_before = (start_after or now) + timedelta(hours=rng.randint(12, 24 * 12))
-    return live.SearchRequest(
+    return SearchRequest(
         instance_type=BIG if rng.random() < 0.97 else SMALL,
         instance_count=rng.randint(1, largest) if rng.random() < 0.95 else rng.randint(0, 9),
         duration_hours=rng.randint(1, longest) if rng.random() < 0.95 else rng.randint(-1, 720),
@@ -242,5 +239,5 @@ def test_a_plan_fills_the_window_only_from_the_soonest_start() -> None:
         start_after = now + timedelta(days=4) - timedelta(minutes=minutes)
         for days in (1, 2):
             for target in ("training-job", "hyperpod-cluster"):
-                asked = live.SearchRequest(BIG, 8, days * 24, target, start_after)
+                asked = SearchRequest(BIG, 8, days * 24, target, start_after)
                 check_same(the_fleet, calendar, asked, now)

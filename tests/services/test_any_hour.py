@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select
 
 from hyperplan.app import AppConfig, Application
-from hyperplan.core.search import SearchRequest
+from hyperplan.core.search_request import SearchRequest
 from hyperplan.errors import ResourceNotFound, ValidationError
 from hyperplan.services.accounts import accounts
 from hyperplan.services.accounts.accounts import Caller

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from sqlalchemy import event, func, insert, select, text
 
 from hyperplan.app import AppConfig, Application
-from hyperplan.core.search import SearchRequest
+from hyperplan.core.search_request import SearchRequest
 from hyperplan.errors import ResourceInUse, ResourceLimitExceeded
 from hyperplan.services.accounts import accounts
 from hyperplan.services.accounts.accounts import Caller

@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from hyperplan.app import AppConfig, Application
-from hyperplan.core.search import SearchRequest
+from hyperplan.core.search_request import SearchRequest
 from hyperplan.errors import ResourceInUse, ResourceLimitExceeded, ServiceUnavailable
 from hyperplan.services.accounts import accounts
 from hyperplan.services.accounts.accounts import Caller

@@ -22,7 +22,9 @@ from sqlalchemy import func, select
 
 from hyperplan.core.clusters import TARGET, GroupFacts, check_binding
 from hyperplan.core.fleet import Pool
-from hyperplan.core.search import Offering, SearchRequest, Segment, segment_price
+from hyperplan.core.offerings import Offering, Segment
+from hyperplan.core.pricing import segment_price
+from hyperplan.core.search_request import SearchRequest
 from hyperplan.core.status import NodeStatus
 from hyperplan.errors import HyperplanError, ValidationError
 from hyperplan.objects.uris import StorageError, StoredObject

@@ -17,7 +17,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.demo_load import background_bookings
 from hyperplan.core.lifecycle import PlanStatus
-from hyperplan.core.search import Segment
+from hyperplan.core.offerings import Segment
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
 from hyperplan.services.accounts import accounts
 from hyperplan.services.plans import lifecycle

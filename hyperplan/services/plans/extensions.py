@@ -18,7 +18,7 @@ from hyperplan.core import offering_ids
 from hyperplan.core.extensions import check_extendable, extension_days
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.offering_ids import ExtensionClaim, OfferingIdError
-from hyperplan.core.search import segment_price
+from hyperplan.core.pricing import segment_price
 from hyperplan.core.status import ExtensionPaymentStatus
 from hyperplan.errors import ResourceInUse, ResourceNotFound
 from hyperplan.services.accounts import acting

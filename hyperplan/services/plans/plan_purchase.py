@@ -71,7 +71,7 @@ from hyperplan.core.lifecycle import (
 )
 from hyperplan.core.offering_ids import OfferingClaim, OfferingSegment
 from hyperplan.core.quotas import Interval
-from hyperplan.core.search import segment_price
+from hyperplan.core.pricing import segment_price
 from hyperplan.core.status import INVOICE_LIFECYCLE, InvoiceStatus
 from hyperplan.errors import ResourceInUse, ResourceNotFound
 from hyperplan.services.accounts.accounts import Caller

@@ -23,8 +23,9 @@ from hyperplan.core import offering_ids
 from hyperplan.core.fleet import Pool, PoolKey
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.offering_ids import OfferingClaim, OfferingIdError, OfferingSegment
+from hyperplan.core.offerings import Offering
 from hyperplan.core.paging import decode_token, encode_token
-from hyperplan.core.search import Offering, SearchRequest
+from hyperplan.core.search_request import SearchRequest
 from hyperplan.errors import Conflict, ResourceInUse, ResourceNotFound, ValidationError
 from hyperplan.services.accounts import acting, audit
 from hyperplan.services.accounts.accounts import Caller, get_account

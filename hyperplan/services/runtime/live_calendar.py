@@ -30,7 +30,9 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.calendar import CapacityCalendar, peak_booked_slots
 from hyperplan.core.fleet import Fleet, Pool, PoolKey
-from hyperplan.core.search import Offering, SearchRequest, plan_offerings, read_days
+from hyperplan.core.offerings import Offering
+from hyperplan.core.search import plan_offerings, read_days
+from hyperplan.core.search_request import SearchRequest
 from hyperplan.errors import ResourceLimitExceeded
 from hyperplan.store import changes
 from hyperplan.store.db import Database
@@ -104,7 +106,7 @@ class LiveCalendar:
 
     def set_reservable(self, pool_key: PoolKey, count: int) -> None:
         """A pool's bookable count from now on: its fleet file's reservable count, less its nodes a
-        Slurm back end reports unhealthy (services/slurm/slurm_reservations.py)."""
+        Slurm back end reports unhealthy (services/slurm/pool_health.py)."""
         with self._lock:
             self._calendar.set_reservable(pool_key, count)
             self._reservable[pool_key] = count

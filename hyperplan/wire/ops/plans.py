@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from hyperplan.core.offerings import Offering, Segment
 from hyperplan.core.paging import paginate
-from hyperplan.core.search import Offering, SearchRequest, Segment
+from hyperplan.core.search_request import SearchRequest
 from hyperplan.errors import ValidationError
 from hyperplan.services.plans import extensions, plan_views, plans, tags
 from hyperplan.services.plans.plan_views import ExtensionView, PlanView, SegmentView
