@@ -168,3 +168,28 @@ EXTENSION_LIFECYCLE = Lifecycle(
         ExtensionPaymentStatus.FAILED: frozenset(),
     },
 )
+
+
+# -- access keys ----------------------------------------------------------------------------------------
+
+
+class KeyStatus(StrEnum):
+    """An access key's status, as IAM's: an inactive key signs nothing until it is activated again."""
+
+    ACTIVE = "Active"
+    INACTIVE = "Inactive"
+
+
+# A key goes back and forth; it ends by its deletion (its row kept, revoked_at set: its id is never given
+# twice), whatever its status, so no status is final. services/accounts/users.py is the one place that
+# sets one; its moves are recorded in the audit trail (key.activate, key.deactivate), not in status_events.
+KEY_LIFECYCLE = Lifecycle(
+    kind="access-key",
+    noun="access key",
+    states=KeyStatus,
+    initial=KeyStatus.ACTIVE,
+    moves={
+        KeyStatus.ACTIVE: frozenset({KeyStatus.INACTIVE}),
+        KeyStatus.INACTIVE: frozenset({KeyStatus.ACTIVE}),
+    },
+)

@@ -190,11 +190,11 @@ def test_the_store_check_accepts_exactly_what_the_calendar_accepts(
 def test_the_purchase_check_on_the_stores_microseconds_agrees_with_the_datetime_check(
     rows: Rows, elsewhere: Rows, released_early: list[int], start: int, length: int
 ) -> None:
-    """plan_purchase.Holdings weighs the store's rows in microseconds: the same peak as
+    """purchase_reads.Holdings weighs the store's rows in microseconds: the same peak as
     peak_booked_slots on those of the pool that overlap the window, as datetimes (rows of another pool,
     and segments released before they began, count for nothing)."""
     from hyperplan.core.calendar import micros
-    from hyperplan.services.plans.plan_purchase import Holdings
+    from hyperplan.store.purchase_reads import Holdings
 
     ended = [(at(m + 30), at(m), 2) for m in released_early]  # released_at before start
     mine = [(*P5A, micros(s), micros(e), n) for s, e, n in [*rows, *ended]]

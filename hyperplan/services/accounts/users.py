@@ -19,12 +19,13 @@ from datetime import datetime
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from hyperplan.core.status import KEY_LIFECYCLE, KeyStatus
 from hyperplan.errors import Conflict, ResourceInUse, ResourceLimitExceeded, ResourceNotFound, ValidationError
 from hyperplan.store.master_key import SecretBox
 from hyperplan.store.schema import AccessKey, Account, User
 
 MAX_KEYS_PER_USER = 2  # IAM's limit of access keys per user
-ACTIVE, INACTIVE = "Active", "Inactive"
+ACTIVE, INACTIVE = KeyStatus.ACTIVE, KeyStatus.INACTIVE  # a key's statuses: core/status.py KEY_LIFECYCLE
 # IAM's user names: letters, digits and + = , . @ _ -, at most 64 characters.
 _USER_NAME = re.compile(r"[A-Za-z0-9+=,.@_-]{1,64}")
 _KEY_ALPHABET = string.ascii_uppercase + "234567"
@@ -192,7 +193,7 @@ def add_key(
             secret_sealed=True,
             account_id=account.id,
             user_id=user.id,
-            status=ACTIVE,
+            status=KEY_LIFECYCLE.initial,
             created_at=now,
         )
     )
@@ -208,10 +209,15 @@ def live_key(session: Session, access_key_id: str) -> AccessKey:
 
 
 def set_status(session: Session, account: Account, key: AccessKey, status: str) -> None:
-    """Activate or deactivate a key; the account's last active key is never deactivated."""
-    if status == INACTIVE and key.status == ACTIVE:
+    """Activate or deactivate a key (a move of KEY_LIFECYCLE; asking for the status it has already
+    changes nothing); the account's last active key is never deactivated."""
+    old, new = KeyStatus(key.status), KeyStatus(status)
+    if new == old:
+        return
+    KEY_LIFECYCLE.check(old, new)
+    if new == INACTIVE:
         _keep_one_active(session, account, key, "deactivated")
-    key.status = status
+    key.status = new
 
 
 def delete_key(session: Session, account: Account, key: AccessKey, *, now: datetime) -> None:

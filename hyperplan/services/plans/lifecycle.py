@@ -6,7 +6,8 @@ plan's history. Its segments move the same way (`RESERVED_CAPACITY_LIFECYCLE`), 
 Once a plan is paid its status follows from its segments and the service time (`refresh`); the timed
 events (segment start, capacity reclaim, segment end, payment deadline) only say when to look again.
 A plan paid as it is bought is written already moved, with the same history, by
-services/plans/plan_purchase.py (the purchase's few statements); what it writes is what `mark_paid` would.
+services/plans/plan_purchase.py (the purchase's few statements); what it writes is what `mark_paid` would:
+both build their rows and messages with core/status_rows.py.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
+from hyperplan.core import status_rows
 from hyperplan.core.lifecycle import (
     PLAN_LIFECYCLE,
     RESERVED_CAPACITY_LIFECYCLE,
@@ -28,7 +30,18 @@ from hyperplan.core.lifecycle import (
     status_message,
 )
 from hyperplan.core.status import EXTENSION_LIFECYCLE, ExtensionPaymentStatus
-from hyperplan.events.loop import DueEvent, EventHandler, schedule
+from hyperplan.core.status_rows import (
+    PAYMENT_DEADLINE as PAYMENT_DEADLINE,  # the timed events' kinds, named here for the lifecycle loop
+)
+from hyperplan.core.status_rows import (
+    RECLAIM_REMINDER,
+    SEGMENT_END,
+    SEGMENT_RECLAIM,
+    SEGMENT_START,
+    START_REMINDER,
+    Entry,
+)
+from hyperplan.events.loop import DueEvent, EventHandler
 from hyperplan.services.accounts import acting
 from hyperplan.services.plans import capacity_claims
 from hyperplan.services.runtime import status
@@ -37,13 +50,6 @@ from hyperplan.services.webhooks import webhooks
 from hyperplan.store.changes import CALENDAR
 from hyperplan.store.db import after_commit, committed_change
 from hyperplan.store.schema import PlanEvent, PlanExtension, ReservedCapacity, ScheduledEvent, TrainingPlan
-
-SEGMENT_START = "segment.start"
-SEGMENT_RECLAIM = "segment.reclaim"
-SEGMENT_END = "segment.end"
-PAYMENT_DEADLINE = "payment.deadline"
-START_REMINDER = "reminder.start"
-RECLAIM_REMINDER = "reminder.reclaim"
 
 
 def segments_of(session: Session, plan_id: int) -> list[ReservedCapacity]:
@@ -58,16 +64,19 @@ def segments_of(session: Session, plan_id: int) -> list[ReservedCapacity]:
 
 def record(session: Session, plan: TrainingPlan, kind: str, message: str, now: datetime) -> None:
     """Append to the plan's history without changing its status; its account's webhooks will hear of it."""
-    event = PlanEvent(
-        plan_id=plan.id,
-        at=now,
-        kind=kind,
-        status=plan.status,
-        message=message,
-        actor_user_id=acting.actor(session),
-    )
+    record_entry(session, plan, Entry(kind, message), now)
+
+
+def record_entry(session: Session, plan: TrainingPlan, entry: Entry, now: datetime) -> None:
+    """`record` of an entry core/status_rows.py words."""
+    event = PlanEvent(**status_rows.plan_event(plan.id, now, entry, plan.status, acting.actor(session)))
     session.add(event)
     webhooks.enqueue(session, event, plan)
+
+
+def schedule_event(session: Session, event: status_rows.Row) -> None:
+    """A timed event of a plan (status_rows.timed_event), in the caller's transaction."""
+    session.add(ScheduledEvent(**event))
 
 
 def transition(
@@ -123,7 +132,7 @@ def schedule_segment(
 ) -> None:
     """Start, reclaim and end of one segment, and the reminders before its start and its reclaim."""
     for kind, when, payload in segment_events(rc.start, rc.end, rc.ordinal, policy, now, only_end=only_end):
-        schedule(session, kind, when, subject=str(plan.id), **payload)
+        schedule_event(session, status_rows.timed_event(kind, when, str(plan.id), json.dumps(payload)))
 
 
 def segment_events(
@@ -177,14 +186,7 @@ def apply_extension(
     last.end = extension.end
     extension.holds_capacity = False  # the segment holds it from now on
     schedule_segment(session, plan, last, ctx.policies(plan.target), now, only_end=True)
-    record(
-        session,
-        plan,
-        "extended",
-        f"Extended to {extension.end:%Y-%m-%d %H:%M} UTC ({how.rstrip('.')}); reserved capacity "
-        f"{plan.name}-rc{last.ordinal} now ends then.",
-        now,
-    )
+    record_entry(session, plan, status_rows.extended(extension.end, how, plan.name, last.ordinal), now)
     refresh(session, plan, now, "extended")
 
 
@@ -227,8 +229,8 @@ def mark_paid(
 ) -> None:
     """Payment settled: the plan leaves Pending for whatever its segments say now; `segments`: all of
     the plan's, in order, when the caller has them (saves reading them back), else read from the store."""
-    record(session, plan, "paid", message, now)
-    _follow_time(session, plan, now, "scheduled", segments)
+    record_entry(session, plan, status_rows.paid(message), now)
+    _follow_time(session, plan, now, status_rows.SCHEDULED, segments)
 
 
 def _follow_time(
@@ -316,35 +318,16 @@ def on_segment_event(
         return
     if event_kind == START_REMINDER:
         rc = _segment(session, plan, segment)
-        record(
-            session,
-            plan,
-            "start-reminder",
-            f"Reserved capacity {plan.name}-rc{segment} starts at {rc.start:%Y-%m-%d %H:%M} UTC.",
-            now,
-        )
+        record_entry(session, plan, status_rows.start_reminder(plan.name, segment, rc.start), now)
         return
     if event_kind == RECLAIM_REMINDER:
         rc = _segment(session, plan, segment)
-        record(
-            session,
-            plan,
-            "reclaim-reminder",
-            f"Capacity of reserved capacity {plan.name}-rc{segment} will be taken back from "
-            f"{payload.get('reclaim_at', '')[:16].replace('T', ' ')} UTC; it ends at "
-            f"{rc.end:%Y-%m-%d %H:%M} UTC. Checkpoint your work.",
-            now,
-        )
+        reminder = status_rows.reclaim_reminder(plan.name, segment, payload.get("reclaim_at", ""), rc.end)
+        record_entry(session, plan, reminder, now)
         return
     if event_kind == SEGMENT_RECLAIM:
         capacity_claims.release_plan(session, plan.id, now)
-        record(
-            session,
-            plan,
-            "reclaim-begins",
-            f"Capacity of reserved capacity {plan.name}-rc{segment} is being taken back before it ends.",
-            now,
-        )
+        record_entry(session, plan, status_rows.reclaim_begins(plan.name, segment), now)
         ctx.plan_changed(session, plan.id, now)
         return
     refresh(session, plan, now, "segment-started" if event_kind == SEGMENT_START else "segment-ended")

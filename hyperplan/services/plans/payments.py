@@ -17,11 +17,13 @@ from decimal import Decimal
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from hyperplan.core import status_rows
 from hyperplan.core.fleet import Fleet
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.status import INVOICE_LIFECYCLE, InvoiceStatus
+from hyperplan.core.status_rows import Entry
 from hyperplan.errors import Conflict, ResourceNotFound, ValidationError
-from hyperplan.events.loop import DueEvent, EventHandler, schedule
+from hyperplan.events.loop import DueEvent, EventHandler
 from hyperplan.services.accounts.accounts import PAYMENT_MODES, get_account
 from hyperplan.services.plans import lifecycle
 from hyperplan.services.runtime import status
@@ -76,42 +78,28 @@ def issue(
     else:
         first_start, amount = extension.start, extension.upfront_fee
     assert first_start is not None
+    extension_id = extension.id if extension else None
+    due_at = payment_deadline(first_start, now)
     invoice = Invoice(
-        account_id=account.id,
-        plan_id=plan.id,
-        extension_id=extension.id if extension else None,
-        amount=amount,
-        currency=plan.currency,
-        status=InvoiceStatus.PENDING,
-        created_at=now,
-        due_at=payment_deadline(first_start, now),
+        **status_rows.invoice(account.id, plan.id, extension_id, amount, plan.currency, now, due_at)
     )
     session.add(invoice)
     session.flush()
     what = _what(invoice)
-    lifecycle.record(
-        session,
-        plan,
-        "invoiced",
-        f"Invoice {invoice.id} for {invoice.amount} {invoice.currency} ({what}).",
-        now,
-    )
+    invoiced = status_rows.invoiced(invoice.id, invoice.amount, invoice.currency, what)
+    lifecycle.record_entry(session, plan, invoiced, now)
     if account.payment_mode == "auto":
-        _pay(session, ctx, account, invoice, plan, now, "paid automatically")
+        _pay(session, ctx, account, invoice, plan, now, status_rows.PAID_AUTOMATICALLY)
     elif account.payment_mode == "budget":
         _pay_from_budget(session, ctx, account, invoice, plan, now)
     else:
-        message = (
-            f"Awaiting an administrator's approval of invoice {invoice.id} ({invoice.amount} "
-            f"{invoice.currency}, {what}); unpaid at {invoice.due_at:%Y-%m-%d %H:%M} UTC, {what} fails "
-            "and its capacity is released."
+        waiting = status_rows.awaiting_approval(
+            invoice.id, invoice.amount, invoice.currency, what, invoice.due_at
         )
         if extension is None:
-            plan.status_message = message
-        lifecycle.record(session, plan, "awaiting-approval", message, now)
-        schedule(
-            session, lifecycle.PAYMENT_DEADLINE, invoice.due_at, subject=str(plan.id), invoice=invoice.id
-        )
+            plan.status_message = waiting.message
+        lifecycle.record_entry(session, plan, waiting, now)
+        lifecycle.schedule_event(session, status_rows.payment_deadline(plan.id, invoice.id, invoice.due_at))
     return invoice
 
 
@@ -122,7 +110,7 @@ def _settle(session: Session, invoice: Invoice, new: InvoiceStatus, note: str, n
 
 
 def _what(invoice: Invoice) -> str:
-    return "the plan" if invoice.extension_id is None else f"extension {invoice.extension_id}"
+    return status_rows.paid_for(invoice.extension_id)
 
 
 def _pay(
@@ -137,22 +125,17 @@ def _pay(
     _settle(session, invoice, InvoiceStatus.PAID, how, now)
     if account.payment_mode == "budget":
         account.budget -= invoice.amount
+    line = status_rows.payment_line(invoice.id, plan.name, _what(invoice), how)
     session.add(
         LedgerEntry(
-            account_id=account.id,
-            invoice_id=invoice.id,
-            at=now,
-            amount=-invoice.amount,
-            budget_after=account.budget,
-            description=f"Invoice {invoice.id}, plan {plan.name}, {_what(invoice)}: {how}",
+            **status_rows.ledger_entry(account.id, invoice.id, now, -invoice.amount, account.budget, line)
         )
     )
+    note = status_rows.invoice_paid(invoice.id, how)
     if invoice.extension_id is None:
-        lifecycle.mark_paid(session, plan, now, f"Invoice {invoice.id} {how}.")
+        lifecycle.mark_paid(session, plan, now, note)
     else:
-        lifecycle.apply_extension(
-            session, ctx, plan, _extension(session, invoice), now, f"Invoice {invoice.id} {how}."
-        )
+        lifecycle.apply_extension(session, ctx, plan, _extension(session, invoice), now, note)
 
 
 def _extension(session: Session, invoice: Invoice) -> PlanExtension:
@@ -166,11 +149,11 @@ def _fail(
     ctx: LifecycleContext,
     invoice: Invoice,
     plan: TrainingPlan,
-    message: str,
-    kind: str,
+    entry: Entry,
     now: datetime,
 ) -> None:
     """A failed payment fails what it paid for: the plan, or only the extension."""
+    message, kind = entry.message, entry.kind
     if invoice.extension_id is None:
         lifecycle.fail(session, ctx, plan, message, kind, now)
     else:
@@ -186,36 +169,24 @@ def _pay_from_budget(
     now: datetime,
 ) -> None:
     if account.budget >= invoice.amount:
-        _pay(session, ctx, account, invoice, plan, now, "paid from the budget")
+        _pay(session, ctx, account, invoice, plan, now, status_rows.PAID_FROM_BUDGET)
         return
-    _settle(session, invoice, InvoiceStatus.FAILED, "budget short", now)
-    _fail(
-        session,
-        ctx,
-        invoice,
-        plan,
-        f"Payment failed: the account's budget of {account.budget} {invoice.currency} is short of the "
-        f"{invoice.amount} {invoice.currency} fee for {_what(invoice)}. Its capacity was released; ask an "
-        "administrator to raise the budget, then search and buy again.",
-        "payment-failed",
-        now,
-    )
+    _settle(session, invoice, InvoiceStatus.FAILED, status_rows.BUDGET_SHORT, now)
+    short = status_rows.budget_short(account.budget, invoice.amount, invoice.currency, _what(invoice))
+    _fail(session, ctx, invoice, plan, short, now)
 
 
 def approve(session: Session, ctx: LifecycleContext, invoice_id: int, now: datetime) -> Invoice:
     invoice, plan = _pending(session, invoice_id)
     account = get_account(session, invoice.account_id)
-    _pay(session, ctx, account, invoice, plan, now, "approved by an administrator")
+    _pay(session, ctx, account, invoice, plan, now, status_rows.APPROVED)
     return invoice
 
 
 def reject(session: Session, ctx: LifecycleContext, invoice_id: int, reason: str, now: datetime) -> Invoice:
     invoice, plan = _pending(session, invoice_id)
     _settle(session, invoice, InvoiceStatus.REJECTED, reason, now)
-    message = (
-        f"Payment rejected by an administrator: {reason}. The capacity of {_what(invoice)} was released."
-    )
-    _fail(session, ctx, invoice, plan, message, "payment-rejected", now)
+    _fail(session, ctx, invoice, plan, status_rows.rejected(reason, _what(invoice)), now)
     return invoice
 
 
@@ -261,18 +232,9 @@ def on_deadline(
         or PlanStatus(plan.status).is_final
     ):
         return
-    _settle(session, invoice, InvoiceStatus.FAILED, "not approved in time", now)
-    _fail(
-        session,
-        ctx,
-        invoice,
-        plan,
-        f"Payment failed: invoice {invoice.id} ({_what(invoice)}) was not approved by its deadline, "
-        f"{invoice.due_at:%Y-%m-%d %H:%M} UTC (5 minutes before the start, or 12 hours after "
-        "purchase). Its capacity was released; search and buy again.",
-        "payment-failed",
-        now,
-    )
+    _settle(session, invoice, InvoiceStatus.FAILED, status_rows.NOT_APPROVED_IN_TIME, now)
+    late = status_rows.not_approved(invoice.id, _what(invoice), invoice.due_at)
+    _fail(session, ctx, invoice, plan, late, now)
 
 
 def list_invoices(session: Session, *, account_id: str | None, status: str | None) -> list[Invoice]:
@@ -325,14 +287,8 @@ def update_account(
                 f"{name}: the budget would be {account.budget + change}, over the maximum of {MAX_BUDGET}."
             )
         account.budget += change
+        line = status_rows.budget_line(adding)
         session.add(
-            LedgerEntry(
-                account_id=account.id,
-                invoice_id=None,
-                at=now,
-                amount=change,
-                budget_after=account.budget,
-                description=f"budget {'grant' if adding else 'set'}",
-            )
+            LedgerEntry(**status_rows.ledger_entry(account.id, None, now, change, account.budget, line))
         )
     return account

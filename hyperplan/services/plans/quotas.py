@@ -62,7 +62,7 @@ class Limits:
 
 class QuotaHolder(Protocol):
     """What the quotas read of an account: its row (Account), or the columns a purchase read of it in
-    its one query (services/plans/plan_purchase.py)."""
+    its one query (store/purchase_reads.py)."""
 
     @property
     def name(self) -> str: ...
@@ -144,7 +144,7 @@ def active_plans(account_id: Any) -> Select[int]:
     """How many plans the account holds that count against its quota (`account_id`: a value, or a
     column to correlate with)."""
     # The statuses that count, each an equality (not NOT IN, not an expanding IN list, which could not
-    # be prepared: services/plans/plan_purchase.py): the (account_id, status) index then reads the account's
+    # be prepared: store/purchase_reads.py): the (account_id, status) index then reads the account's
     # active plans only, not every plan it ever had.
     return (
         select(func.count())

@@ -2,7 +2,8 @@
 
 `change` sets the row's status column and records the move, in the caller's transaction. Plans and
 training jobs keep their history in their own tables (plan_events, training_job_transitions: the wire
-shows both), so their callers pass `record`; every other entity's moves go to status_events.
+shows both), so their callers pass `record`; every other entity's moves go to status_events, as
+core/status_rows.py shapes them (a purchase's few statements write the same rows: plan_purchase.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Protocol, TypeVar
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from hyperplan.core import status_rows
 from hyperplan.core.status import Lifecycle
 from hyperplan.store.schema import StatusEvent
 
@@ -41,21 +43,14 @@ def change(
     it had. `record` writes the entity's own history once the status is set; without it, one
     status_events row (at `now`, service time) does."""
     old = lifecycle.states(getattr(row, column))
-    lifecycle.check(old, new)
-    setattr(row, column, new)
     if record is not None:
+        lifecycle.check(old, new)
+        setattr(row, column, new)
         record()
     else:
-        session.add(
-            StatusEvent(
-                entity_kind=lifecycle.kind,
-                entity_id=row.id,
-                from_status=old,
-                to_status=new,
-                at=now,
-                message=message,
-            )
-        )
+        event = status_rows.status_event(lifecycle, row.id, old, new, now, message)  # checks the move
+        setattr(row, column, new)
+        session.add(StatusEvent(**event))
     return old
 
 

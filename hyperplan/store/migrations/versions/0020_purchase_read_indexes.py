@@ -1,6 +1,6 @@
 """indexes that serve a purchase's reads inside the writers' turn
 
-The pools' holdings (services/plans/plan_purchase.py read_holdings) read every column they need from the
+The pools' holdings (store/purchase_reads.py read_holdings) read every column they need from the
 pool-and-time index of reserved_capacities, not each row from the table; an account's active plans are
 counted from an (account_id, status) index, over the plans that count only, not every plan it ever had
 (that index also serves what the account_id one did, which it replaces).
