@@ -134,3 +134,24 @@ def test_a_phase_answered_in_two_ways_prints_each_outcomes_latencies(
 
 def test_every_section_of_the_bench_is_run_here() -> None:
     assert set(LABELS) == set(SECTIONS)  # a section added to the bench is added here too
+
+
+@pytest.mark.timeout(300)
+def test_two_builds_compared_phase_by_phase_print_each_pair_and_the_medians() -> None:
+    """`python -m bench.compare` (bench/compare.py), here a checkout against itself at smoke size: each
+    phase's figure, and the medians of both kinds after against before."""
+    process = subprocess.run(
+        [sys.executable, "-m", "bench.compare", str(ROOT), str(ROOT), "--smoke", "--rounds", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    rounds = re.findall(r"round 0 (search|buy)\s+(before|after)\s+[\d.]+ ms a request", process.stdout)
+    every_phase = [(kind, build) for kind in ("search", "buy") for build in ("before", "after")]
+    assert sorted(rounds) == sorted(every_phase), process.stdout
+    for kind in ("search", "buy"):
+        for unit in ("ms a request", "/s", "ms p99"):
+            median = rf"{kind}\s+{re.escape(unit)}\s+before\s+[\d.]+\s+after\s+[\d.]+"
+            assert re.search(median, process.stdout), (unit, process.stdout)
