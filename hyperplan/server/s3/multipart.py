@@ -84,7 +84,7 @@ async def upload_part(call: Call) -> Response:
     await call.bucket_for(Right.WRITE)
     upload = await _upload(call)
     staged = await run_in_threadpool(files.staged_part, upload)
-    path, received = await receive_object(call, upload.directory, staged)
+    path, received = await receive_object(call, staged)
     try:
         part = await run_in_threadpool(files.commit_part, upload, path, number, received.md5_hex)
     except FileNotFoundError:

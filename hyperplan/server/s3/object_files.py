@@ -55,7 +55,7 @@ def storage_failure(error: Exception) -> HyperplanError:
     raise error
 
 
-async def receive_object(call: Call, root: Path, staged: tuple[int, Path]) -> tuple[Path, Received]:
+async def receive_object(call: Call, staged: tuple[int, Path]) -> tuple[Path, Received]:
     """The body received into a staged file (``staged``: its open descriptor and path); the file is
     removed if the body fails, so nothing half-received is left behind."""
     handle, path = staged

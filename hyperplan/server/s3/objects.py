@@ -39,7 +39,7 @@ async def put_object(call: Call) -> Response:
     check_key(call.key)
     served = await call.bucket_for(Right.WRITE)
     staged = await run_in_threadpool(files.staged_file, served.root)
-    path, received = await receive_object(call, served.root, staged)
+    path, received = await receive_object(call, staged)
     content_type = call.header("content-type")
     metadata = user_metadata(call.request.headers)
     try:
