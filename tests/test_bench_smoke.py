@@ -155,3 +155,26 @@ def test_two_builds_compared_phase_by_phase_print_each_pair_and_the_medians() ->
         for unit in ("ms a request", "/s", "ms p99"):
             median = rf"{kind}\s+{re.escape(unit)}\s+before\s+[\d.]+\s+after\s+[\d.]+"
             assert re.search(median, process.stdout), (unit, process.stdout)
+
+
+@pytest.mark.timeout(300)
+def test_two_builds_instructions_run_every_child_and_print_each_kind() -> None:
+    """`python -m bench.instructions` (bench/instructions.py), a checkout against itself with --smoke
+    (children without valgrind): every child runs its requests, the buying ones buy, and both kinds of
+    request are printed after against before."""
+    process = subprocess.run(
+        [sys.executable, "-m", "bench.instructions", str(ROOT), str(ROOT), "--smoke", "--requests", "3"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert process.returncode == 0, process.stdout[-3000:] + process.stderr[-3000:]
+    children = dict(re.findall(r"^  (\w+ \w+): searched \d+, bought (\d+)$", process.stdout, re.MULTILINE))
+    assert set(children) == {
+        f"{build} {mode}" for build in ("before", "after") for mode in ("start", "search", "buy")
+    }
+    assert children["before buy"] == children["after buy"] == "3", process.stdout
+    assert children["before search"] == children["after search"] == "0", process.stdout
+    for kind in ("search", "purchase"):
+        assert re.search(rf"^  {kind}\s+before\s+[\d.]+ M\s+after\s+[\d.]+ M", process.stdout, re.MULTILINE)
