@@ -1,4 +1,4 @@
-"""`hyperplan fleet show`: the pools and how booked they are."""
+"""`hyperplan fleet show`: the pools, the size of their instances, and how booked they are."""
 
 from __future__ import annotations
 
@@ -16,11 +16,13 @@ app = ClientTyper(help="The fleet.", no_args_is_help=True)
 def show(
     days: Annotated[int, typer.Option(help="How far ahead to report, in days.")] = 56,
 ) -> None:
-    """Print each pool: size, price, and a bar per day of how booked it is."""
+    """Print each pool: its count, price, each instance's vCPUs, memory and accelerators, and a bar per
+    day of how booked it is."""
     from hyperplan.cli.views.fleet import FleetTable
 
     with reporting_errors():
         fleet = native_client().get("/api/v1/fleet", days=days)
 
-    # JSON is the pools alone, as before; the table also needs the region and the time.
+    # JSON is the pools alone, as before (each now with its type's VCpus, MemoryGiB, Accelerators and
+    # AcceleratorKind); the table also needs the region and the time.
     emit(fleet["Pools"] if json_output() else fleet, lambda f: FleetTable(f, days))

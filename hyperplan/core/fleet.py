@@ -16,6 +16,8 @@ from types import MappingProxyType
 from hyperplan.core.durations import format_duration
 from hyperplan.core.exec_limits import ExecLimits
 from hyperplan.core.id_ranges import DEFAULT_OS_IDS, IdRange
+from hyperplan.core.image_refs import ImageSources, Mapped
+from hyperplan.core.instance_types import AWS_INSTANCE_TYPES, InstanceType
 from hyperplan.core.rate_limits import DEFAULT_RATE_LIMITS, RateLimits
 from hyperplan.core.webhook_targets import WebhookTargets
 
@@ -202,6 +204,9 @@ class Fleet:
     webhooks: WebhookTargets = field(default_factory=WebhookTargets)
     # Training image (exact, or a prefix ending in "*") -> the Python that runs its programs.
     images: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    # [image_map] and [registries]: the reference each TrainingImage is pulled by, and which registries
+    # speak plain HTTP (core/image_refs.py).
+    image_sources: ImageSources = field(default_factory=ImageSources, hash=False)
     # [backend] work_dir: where nodes' homes, sandboxes and job trees live (serve --work-dir wins).
     work_dir: str | None = None
     # Request rate limits per account and class (core/rate_limits.py); administrators are exempt.
@@ -213,6 +218,24 @@ class Fleet:
     # [retention] period: ended jobs' files and terminated nodes' homes are removed this long after they
     # ended (services/orchestration/retention.py); None: kept for ever.
     retention: timedelta | None = None
+    # [instance_types]: the size of each pool's type (and any other the file sizes), the fleet file's
+    # figures over AWS's (core/instance_types.py); containers are sized from them.
+    instance_types: Mapping[str, InstanceType] = field(
+        default_factory=lambda: MappingProxyType({}), hash=False
+    )
+
+    def instance_type(self, name: str) -> InstanceType:
+        """The size of instance type `name`: the fleet file's, else AWS's published figures; KeyError if
+        neither has any (a fleet read from a file has figures for every pool's type)."""
+        found = self.instance_types.get(name) or AWS_INSTANCE_TYPES.get(name)
+        if found is None:
+            raise KeyError(f"no figures for instance type {name}")
+        return found
+
+    def resolve_image(self, uri: str) -> Mapped:
+        """The reference a TrainingImage is pulled by (the image map's, else the URI as written); a
+        ValidationError says what is wrong with a malformed one."""
+        return self.image_sources.resolve(uri)
 
     def interpreter_for(self, image: str | None) -> str | None:
         """The interpreter the fleet names for `image`: an exact entry first, then the longest prefix."""

@@ -29,6 +29,9 @@ In brief::
                  and gids of the OS users the server makes for accounts, each handed out once)
     [webhooks]   allowed_networks = ["10.20.0.0/16", ...]   non-public networks webhooks may reach
     [images]     <training image or prefix*> = <absolute path of a Python>
+    [image_map]  <training image> = <reference>, <prefix*> = <reference prefix*> (the rest appended) or
+                 <prefix*> = <reference> (every match to that one): where each image is pulled from
+    [registries."<host[:port]>"]  insecure = true | false (plain HTTP; default false)
     [backend]    kind = "local" | "slurm"; work_dir = "/srv/hyperplan-work" (nodes' homes, sandboxes, job
                  trees; --work-dir wins); for Slurm: slurm_conf (absolute path), partition, kill_grace
                  (default "2m"); each pool then names its nodes, nodes = "gpu[01-16]" (a Slurm
@@ -36,10 +39,13 @@ In brief::
                  (default: its instance type)
     [retention]  period = "30d": ended jobs' trees and logs and terminated nodes' homes are removed this
                  long after they ended (default: kept)
+    [instance_types."<type>"]  vcpus, memory_gib, accelerators, accelerator_kind: a type's size, over
+                 AWS's published figures (core/instance_types.py); required for a pool's type without them
 
 Each table has its reader: ``fleet_capacity`` (zones, pools, backend), ``fleet_policy`` (policy,
 background_load), ``fleet_buckets``, ``fleet_limits`` (quotas, rate_limits) and ``fleet_settings``
-(accounts, notifications, images, webhooks, retention); ``fleet_values`` has the checks they share.
+(accounts, notifications, images, webhooks, retention), ``fleet_instance_types``, ``fleet_images``
+(image_map, registries); ``fleet_values`` has the checks they share.
 """
 
 from __future__ import annotations
@@ -57,6 +63,8 @@ from hyperplan.core.fleet_capacity import (
     read_work_dir,
     read_zones,
 )
+from hyperplan.core.fleet_images import read_image_sources
+from hyperplan.core.fleet_instance_types import read_instance_types
 from hyperplan.core.fleet_limits import read_exec_limits, read_quotas, read_rate_limits
 from hyperplan.core.fleet_policy import read_background_load, read_policy
 from hyperplan.core.fleet_settings import (
@@ -75,7 +83,8 @@ _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d+")
 
 _TOP_KEYS = (
     "region", "currency", "zones", "pools", "policy", "background_load", "quotas", "buckets", "accounts",
-    "notifications", "images", "webhooks", "rate_limits", "backend", "retention",
+    "notifications", "images", "webhooks", "rate_limits", "backend", "retention", "instance_types",
+    "image_map", "registries",
 )  # fmt: skip
 
 
@@ -103,10 +112,12 @@ def parse_fleet(text: str) -> Fleet:
         os_ids=read_os_ids(top.table("accounts") or {}),
         notifications=read_notifications(top.table("notifications") or {}),
         images=read_images(top.table("images") or {}),
+        image_sources=read_image_sources(top.table("image_map") or {}, top.table("registries") or {}),
         webhooks=read_webhooks(top.table("webhooks") or {}),
         work_dir=read_work_dir(top.table("backend") or {}),
         rate_limits=read_rate_limits(top.table("rate_limits") or {}),
         exec_limits=read_exec_limits(top.table("rate_limits") or {}),
         backend=backend,
         retention=read_retention(top.table("retention") or {}),
+        instance_types=read_instance_types(top.table("instance_types") or {}, pools),
     )

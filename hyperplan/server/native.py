@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from hyperplan.core.hostlist import compress
+from hyperplan.core.instance_types import InstanceType
 from hyperplan.core.jsonable import jsonable, zulu_time
 from hyperplan.core.rate_limits import MAX_BURST, MAX_RATE, RateLimit, RequestClass, native_class
 from hyperplan.errors import AccessDenied, ValidationError
@@ -219,6 +220,7 @@ def show_fleet(request: NativeRequest) -> dict[str, Any]:
                 "ReservableCount": r.pool.reservable,
                 "PricePerInstanceHour": r.pool.price_per_instance_hour,
                 "CurrencyCode": r.pool.currency,
+                **_instance_type_json(runtime.fleet.instance_type(r.pool.instance_type)),
                 "BookedNow": r.booked_at(runtime.clock.now()),
                 "PeakBooked": r.peak,
                 "Utilisation": round(r.utilisation(), 4),
@@ -227,6 +229,16 @@ def show_fleet(request: NativeRequest) -> dict[str, Any]:
             }
             for r in reports
         ],
+    }
+
+
+def _instance_type_json(size: InstanceType) -> dict[str, Any]:
+    """A pool's instance type's size (the fleet file's [instance_types], else AWS's figures)."""
+    return {
+        "VCpus": size.vcpus,
+        "MemoryGiB": size.memory_gib,
+        "Accelerators": size.accelerators,
+        "AcceleratorKind": size.accelerator_kind,
     }
 
 

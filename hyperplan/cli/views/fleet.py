@@ -1,4 +1,4 @@
-"""The fleet: each pool with a bar per day of how booked it is."""
+"""The fleet: each pool, the size of its instances, and a bar per day of how booked it is."""
 
 from __future__ import annotations
 
@@ -12,6 +12,10 @@ from rich.text import Text
 from hyperplan.cli.views.base import TableView
 
 BARS = " ▁▂▃▄▅▆▇█"
+COLUMNS = (
+    "Type", "Zone", "Count", "Reservable", "Price/inst-h", "vCPUs", "Memory GiB", "Accelerators",
+    "Booked now", "Booked", "Next days",
+)  # fmt: skip
 
 
 def daily_bars(pool: dict[str, Any], start: datetime, days: int) -> str:
@@ -46,6 +50,9 @@ class FleetTable:
                 p["InstanceCount"],
                 p["ReservableCount"],
                 f"{p['PricePerInstanceHour']} {p['CurrencyCode']}",
+                p.get("VCpus"),
+                p.get("MemoryGiB"),
+                accelerators(p),
                 p["BookedNow"],
                 f"{100 * p['Utilisation']:.0f}%",
                 daily_bars(p, start, self.days),
@@ -55,11 +62,20 @@ class FleetTable:
         table = TableView(
             f"Fleet in {self.fleet['Region']} at {self.fleet['Now']} "
             f"(bars: peak booked share per day, next {self.days} days)",
-            ["Type", "Zone", "Count", "Reservable", "Price/inst-h", "Booked now", "Booked", "Next days"],
+            COLUMNS,
             rows,
         )
         unhealthy = unhealthy_lines(self.fleet["Pools"])
         return Group(table, Text("\n".join(unhealthy))) if unhealthy else table
+
+
+def accelerators(pool: dict[str, Any]) -> str | None:
+    """Each instance's accelerators, such as "8 x NVIDIA H100"; "none" for a CPU type, and nothing from a
+    server too old to say."""
+    count = pool.get("Accelerators")
+    if count is None:
+        return None
+    return f"{count} x {pool.get('AcceleratorKind')}" if count else "none"
 
 
 def unhealthy_lines(pools: list[dict[str, Any]]) -> list[str]:
