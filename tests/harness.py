@@ -321,9 +321,9 @@ class Server:
         self.native().post("/api/v1/clock/advance", {"Duration": duration})
 
     def cli(
-        self, *args: str, credentials: Credentials = ADMIN, check: bool = True
+        self, *args: str, credentials: Credentials = ADMIN, check: bool = True, stdin: str | None = None
     ) -> subprocess.CompletedProcess[str]:
-        """Our own `hyperplan` command as a subprocess."""
+        """Our own `hyperplan` command as a subprocess; `stdin` is what it reads on standard input."""
         env = {
             **os.environ,
             "AWS_ACCESS_KEY_ID": credentials.access_key,
@@ -334,7 +334,12 @@ class Server:
             "COLUMNS": "200",
         }
         process = subprocess.run(
-            [str(BIN / "hyperplan"), *args], env=env, capture_output=True, text=True, timeout=120
+            [str(BIN / "hyperplan"), *args],
+            env=env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         if check and process.returncode != 0:
             raise AssertionError(

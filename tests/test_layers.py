@@ -142,7 +142,7 @@ def test_every_import_follows_the_layer_rules() -> None:
 # may import; within a package anything goes. No module sits in hyperplan/services itself.
 SERVICES = "hyperplan.services"
 SERVICES_PACKAGES: dict[str, set[str]] = {
-    "accounts": set(),  # who calls: accounts, users, keys, OS identities, the audit trail
+    "accounts": set(),  # who calls: accounts, users, keys, OS identities, the audit trail, sealed secrets
     "runtime": {"accounts"},  # the context and what it holds, status moves, the drain flag, the fleet
     "storage": {"runtime", "accounts"},  # buckets and their rights
     "webhooks": {"runtime", "accounts"},  # queued in a plan's transaction by plans/lifecycle.py
@@ -224,7 +224,7 @@ def test_every_services_module_sits_in_a_listed_package() -> None:
 # own. The edges (wire, server, console, cli) get the smaller one: entry points and views. The packages
 # above, and the composition root (hyperplan/app.py, which builds the workers), get what they list too.
 EDGE_SURFACE: dict[str, set[str]] = {
-    "accounts": {"accounts", "audit", "os_users", "sealed_secrets"},
+    "accounts": {"accounts", "audit", "os_users", "registry_credentials", "sealed_secrets"},
     "runtime": {"context", "drain_state", "fleet"},
     "storage": {"bucket_rights"},
     "webhooks": {"webhooks", "webhook_admin"},

@@ -46,12 +46,18 @@ def list_jobs(
 
 @app.command("describe")
 def describe(name: str) -> None:
-    """A job's status, where it runs, and every status it has had, with its messages."""
+    """A job's status, where it runs, its image and what it resolved to, and every status it has had."""
+    from urllib.parse import quote
+
     from hyperplan.cli.views.jobs import JobDetail
 
     with reporting_errors():
-        job = sagemaker_client().call("DescribeTrainingJob", TrainingJobName=name)
-    emit(plain(job), JobDetail)
+        job = plain(sagemaker_client().call("DescribeTrainingJob", TrainingJobName=name))
+        # DescribeTrainingJob shows the TrainingImage as sent; the native view adds what it resolved to.
+        native = native_client().get(f"/api/v1/training-jobs/{quote(name, safe='')}")
+    if native.get("ResolvedImage"):
+        job["ResolvedImage"] = native["ResolvedImage"]
+    emit(job, JobDetail)
 
 
 @app.command("stop", cls=TextCommand)

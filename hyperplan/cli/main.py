@@ -70,6 +70,7 @@ GROUPS = {
     "buckets": Later("hyperplan.cli.buckets", "app"),
     "users": Later("hyperplan.cli.users", "app"),
     "keys": Later("hyperplan.cli.keys", "app"),
+    "registries": Later("hyperplan.cli.registries", "app"),
     "audit": Later("hyperplan.cli.ops", "audit_app"),
     "admin": Later("hyperplan.cli.ops", "admin_app"),
 }

@@ -16,7 +16,15 @@ from starlette.routing import Route
 
 from hyperplan.console.app import routes as console_routes
 from hyperplan.errors import HyperplanError, MethodNotAllowed, UnknownRoute
-from hyperplan.server import native, native_buckets, native_exec, native_ops, native_users, native_webhooks
+from hyperplan.server import (
+    native,
+    native_buckets,
+    native_exec,
+    native_ops,
+    native_registries,
+    native_users,
+    native_webhooks,
+)
 from hyperplan.server.body_limit import BodyLimit
 from hyperplan.server.errors import error_response_for_path
 from hyperplan.server.limits import ServerLimits
@@ -83,6 +91,7 @@ def create_app(
         *native_webhooks.routes(),
         *native_buckets.routes(),
         *native_users.routes(),
+        *native_registries.routes(),  # registries and their credentials (administrators)
         *native_ops.routes(),  # audit trail, drain (docs/OPERATIONS.md)
         *console_routes(),  # the web console under /console (hyperplan/console)
     ]

@@ -171,10 +171,14 @@ def add_key(request: NativeRequest) -> dict[str, Any]:
 def rotate_master_key(request: NativeRequest) -> dict[str, Any]:
     runtime = request.runtime
     rotation = sealed_secrets.rotate_master_key(runtime.db, runtime.secret_box)
-    detail = {"AccessKeysResealed": rotation.access_keys, "WebhooksResealed": rotation.webhooks}
+    detail = {
+        "AccessKeysResealed": rotation.access_keys,
+        "WebhooksResealed": rotation.webhooks,
+        "RegistryCredentialsResealed": rotation.registry_credentials,
+    }
     audit_views.record_alone(runtime, request.caller, "master-key.rotate", detail=detail)
     runtime.keys.forget()  # nothing changed for a signer, but no cached entry outlives its sealing
-    return {"AccessKeysResealed": rotation.access_keys, "WebhooksResealed": rotation.webhooks}
+    return detail
 
 
 def _clock_json(state: clock_service.ClockState) -> dict[str, Any]:
@@ -479,6 +483,22 @@ def plan_events(request: NativeRequest) -> dict[str, Any]:
 # -- training jobs --------------------------------------------------------------------------------
 
 
+def describe_job(request: NativeRequest) -> dict[str, Any]:
+    """What DescribeTrainingJob has no member for: the reference the job's TrainingImage resolved to
+    through the fleet's image map (DescribeTrainingJob shows the TrainingImage as sent, as AWS does)."""
+    from hyperplan.services.jobs import job_views
+
+    job = job_views.describe(request.runtime, request.caller, request.path["name"])
+    return {
+        "TrainingJobName": job.name,
+        "TrainingJobArn": job.arn,
+        "TrainingJobStatus": job.status,
+        "SecondaryStatus": job.secondary_status,
+        "TrainingImage": job.request.algorithm.image,
+        "ResolvedImage": job.resolved_image,
+    }
+
+
 def job_logs(request: NativeRequest) -> dict[str, Any]:
     """One instance's output across the job's attempts; call again with the answer's cursor to follow."""
     from hyperplan.services.jobs import job_logs
@@ -548,6 +568,7 @@ def routes() -> list[Route]:
             "POST", "/api/v1/invoices/{invoice}/reject", reject_invoice, admin=True, body=("Reason",)
         ),
         NativeRoute("GET", "/api/v1/plans/{name}/events", plan_events, query=("account", "cursor")),
+        NativeRoute("GET", "/api/v1/training-jobs/{name}", describe_job),
         NativeRoute(
             "GET", "/api/v1/training-jobs/{name}/logs", job_logs, query=("host", "stream", "cursor", "timed")
         ),

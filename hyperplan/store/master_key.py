@@ -1,10 +1,10 @@
 """The master key file and the secrets sealed under it.
 
-The store keeps access-key secrets and webhook signing secrets as Fernet tokens: a copy of the database
-file alone reveals none of them. The key lives in a file only the server reads (`DATA_DIR/master.key` by
-default, mode 0600), one Fernet key a line. The first line seals; every line opens. A rotation writes the
-new key above the old one, re-seals every secret in one transaction, then drops the old line: a crash at
-any point leaves a file that opens whatever the store holds.
+The store keeps access-key secrets, webhook signing secrets and registry passwords as Fernet tokens: a
+copy of the database file alone reveals none of them. The key lives in a file only the server reads
+(`DATA_DIR/master.key` by default, mode 0600), one Fernet key a line. The first line seals; every line
+opens. A rotation writes the new key above the old one, re-seals every secret in one transaction, then
+drops the old line: a crash at any point leaves a file that opens whatever the store holds.
 
 Several servers on one database share the file. A server that meets a token its keys cannot open reads
 the file again before it gives up, and one that seals reads it again when it changed: a rotation by

@@ -240,6 +240,18 @@ class PlanExtension(Base):
     holds_capacity: Mapped[bool] = mapped_column(default=True)
 
 
+class RegistryCredential(Base):
+    """The user name and password a container runtime logs in to one registry with (`hyperplan registries
+    set-credentials`; services/accounts/registry_credentials.py). The password is a Fernet token under the
+    master key, as the access keys' secrets are."""
+
+    __tablename__ = "registry_credentials"
+    host: Mapped[str] = mapped_column(String(255), primary_key=True)  # HOST[:PORT], lower-cased
+    username: Mapped[str] = mapped_column(String(255))
+    password: Mapped[str] = mapped_column(Text)  # sealed
+    set_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
 class Webhook(Base):
     """A URL that receives an account's plan events, signed with the webhook's own secret."""
 
@@ -341,6 +353,9 @@ class TrainingJob(Base):
     failure_reason: Mapped[str] = mapped_column(Text, default="")
     stop_reason: Mapped[str] = mapped_column(String(16), default="")
     request: Mapped[str] = mapped_column(Text)  # the CreateTrainingJob request as given (JSON)
+    # The reference its TrainingImage resolved to through the fleet's image map at creation
+    # (core/image_refs.py); None for a job without a TrainingImage, or made before revision 0023.
+    resolved_image: Mapped[str | None] = mapped_column(Text, nullable=True)
     model_uri: Mapped[str | None] = mapped_column(Text, nullable=True)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     attempt_state: Mapped[str] = mapped_column(String(16), default="")

@@ -37,6 +37,7 @@ from hyperplan.cli.views.plans import (
     PlansTable,
     PlanStatus,
 )
+from hyperplan.cli.views.registries import CredentialsDeleted, CredentialsSet, RegistriesTable
 from hyperplan.cli.views.users import KeyChanged, KeysTable, NewAccessKey, NewUser, UsersTable
 from hyperplan.cli.views.webhooks import DeliveriesTable, NewWebhook, WebhookDeleted, WebhooksTable
 
@@ -214,7 +215,9 @@ VIEWS: dict[str, RenderableType] = {
         }
     ),
     "accounts_key_revoked": KeyRevoked("AKID2"),
-    "accounts_master_key_rotated": MasterKeyRotated({"AccessKeysResealed": 7, "WebhooksResealed": 2}),
+    "accounts_master_key_rotated": MasterKeyRotated(
+        {"AccessKeysResealed": 7, "WebhooksResealed": 2, "RegistryCredentialsResealed": 1}
+    ),
     "accounts_ledger": LedgerTable(
         "vision",
         [
@@ -403,6 +406,13 @@ VIEWS: dict[str, RenderableType] = {
         [{**JOB, "TrainingPlanArn": PLAN_ARN}, {**JOB, "TrainingJobName": "on-demand-run"}]
     ),
     "jobs_detail": JobDetail(JOB),
+    "jobs_detail_image": JobDetail(
+        {
+            **JOB,
+            "AlgorithmSpecification": {"TrainingImage": "local/python:3"},
+            "ResolvedImage": "127.0.0.1:5000/hyperplan/python:3",
+        }
+    ),
     "jobs_status": JobStatus(
         {"TrainingJobName": "train-7b", "TrainingJobStatus": "Stopping", "SecondaryStatus": "Stopping"}
     ),
@@ -454,6 +464,20 @@ VIEWS: dict[str, RenderableType] = {
         }
     ),
     "users_table": UsersTable([USER, USER | {"UserName": "bob", "Owner": False, "InactiveKeys": 0}]),
+    "registries_table": RegistriesTable(
+        [
+            {"Host": "127.0.0.1:5000", "Insecure": True, "InFleet": True, "Username": None},
+            {
+                "Host": "registry.example.com",
+                "Insecure": False,
+                "InFleet": False,
+                "Username": "puller",
+                "CredentialsSetAt": "2026-12-01T11:30:00Z",
+            },
+        ]
+    ),
+    "registries_credentials_set": CredentialsSet({"Host": "registry.example.com", "Username": "puller"}),
+    "registries_credentials_deleted": CredentialsDeleted({"Host": "registry.example.com"}),
 }
 
 

@@ -181,6 +181,7 @@ def examples(invoice: str, webhook: str, spare_key: str, n: int) -> dict[str, Ex
         "POST /api/v1/clusters/{cluster}/nodes/{node}/exec": Example(
             {"cluster": "fuzz-cluster", "node": "i-0"}, body={"Command": ["true"], "TimeoutSeconds": 5}
         ),
+        "GET /api/v1/training-jobs/{name}": Example({"name": "fuzz-job"}),
         "GET /api/v1/training-jobs/{name}/logs": Example(
             {"name": "fuzz-job"}, query={"host": "algo-1", "stream": "stdout", "cursor": "1:0"}
         ),
@@ -208,6 +209,12 @@ def examples(invoice: str, webhook: str, spare_key: str, n: int) -> dict[str, Ex
         "POST /api/v1/keys": Example(body={"UserName": "fuzz-colleague", "Account": "fuzz-user"}),
         "POST /api/v1/keys/{key}/activate": Example({"key": spare_key}),
         "POST /api/v1/keys/{key}/deactivate": Example({"key": spare_key}),
+        "GET /api/v1/registries": Example(),
+        "POST /api/v1/registries/{host}/credentials": Example(
+            {"host": "registry.example.com:5000"},
+            body={"Username": f"fuzz-{n}", "Password": f"fuzz-password-{n}"},
+        ),
+        "DELETE /api/v1/registries/{host}/credentials": Example({"host": "registry.example.com:5000"}),
         "GET /api/v1/audit": Example(query={"since": "2026-12-01T00:00:00Z", **user}),
         "GET /api/v1/drain": Example(),
         "POST /api/v1/drain": Example(body={"StopRunning": n % 2 == 0}),

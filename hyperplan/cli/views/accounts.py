@@ -142,7 +142,9 @@ class MasterKeyRotated:
 
     def __rich__(self) -> Text:
         return Text(
-            f"Rotated the master key: {self.answer['AccessKeysResealed']} access-key secrets and "
-            f"{self.answer['WebhooksResealed']} webhook secrets sealed under the new key. "
+            f"Rotated the master key: {self.answer['AccessKeysResealed']} access-key secrets, "
+            f"{self.answer['WebhooksResealed']} webhook secrets and "
+            f"{self.answer.get('RegistryCredentialsResealed', 0)} registry passwords sealed under the new "
+            "key. "
             "Back up the key file again: the old one opens nothing now."
         )

@@ -47,6 +47,11 @@ class JobDetail:
         if job.get("FailureReason"):
             parts.append(Text(job["FailureReason"], style="red"))
         parts.append(Text(f"Model: {job['ModelArtifacts']['S3ModelArtifacts']}"))
+        image = job.get("AlgorithmSpecification", {}).get("TrainingImage")
+        if image:
+            resolved = job.get("ResolvedImage")
+            shown = f" (resolves to {resolved})" if resolved and resolved != image else ""
+            parts.append(Text(f"Image: {image}{shown}"))
         rows = [
             [
                 t["Status"],

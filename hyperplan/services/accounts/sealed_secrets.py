@@ -1,9 +1,10 @@
 """Secrets at rest: the start step that unlocks the store's secrets, and the rotation of the master key.
 
-Access-key secrets and webhook signing secrets are stored sealed under the master key
+Access-key secrets, webhook signing secrets and registry passwords are stored sealed under the master key
 (hyperplan/store/master_key.py). A store made before that holds them in plain text: its migration
 (0006) marks them, and `unlock`, the step Application.open runs right after the migration, seals them
-all in one transaction and compacts the file. The migration cannot do it itself: it has no key.
+all in one transaction and compacts the file. The migration cannot do it itself: it has no key. Registry
+passwords came later (revision 0023) and are sealed from the start.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from hyperplan.errors import MasterKeyUnavailable
 from hyperplan.store import settings
 from hyperplan.store.db import Database
 from hyperplan.store.master_key import SecretBox, new_key, readable_by_others
-from hyperplan.store.schema import AccessKey, Webhook
+from hyperplan.store.schema import AccessKey, RegistryCredential, Webhook
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +89,7 @@ def _seal_plain_secrets(db: Database, box: SecretBox) -> int:
 class Rotation:
     access_keys: int
     webhooks: int
+    registry_credentials: int
 
 
 def rotate_master_key(db: Database, box: SecretBox) -> Rotation:
@@ -110,9 +112,11 @@ def rotate_master_key(db: Database, box: SecretBox) -> Rotation:
         box.use_keys(keys[:1])
     _compact_after_rotation(db)
     log.info(
-        "rotated the master key: %d access-key secrets and %d webhook secrets sealed again",
+        "rotated the master key: %d access-key secrets, %d webhook secrets and %d registry passwords "
+        "sealed again",
         rotation.access_keys,
         rotation.webhooks,
+        rotation.registry_credentials,
     )
     return rotation
 
@@ -139,7 +143,10 @@ def _reseal_all(session: Session, box: SecretBox) -> Rotation:
     for hook in hooks:
         hook.secret = _resealed(box, hook.secret, hook.secret_sealed)
         hook.secret_sealed = True
-    return Rotation(len(keys), len(hooks))
+    logins = list(session.scalars(select(RegistryCredential)))
+    for login in logins:  # sealed from the start (revision 0023): never plain text
+        login.password = box.reseal(login.password)
+    return Rotation(len(keys), len(hooks), len(logins))
 
 
 def _resealed(box: SecretBox, stored: str, sealed: bool) -> str:

@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hyperplan.core.image_refs import check_training_image
 from hyperplan.core.jsonable import jsonable
 from hyperplan.errors import ValidationError
 from hyperplan.objects.uris import StorageError, parse_s3_uri
@@ -272,6 +273,11 @@ def _check_algorithm(request: Mapping[str, Any]) -> None:
             "AlgorithmSpecification.TrainingInputMode: Pipe mode is not served by this back end; use File "
             "or FastFile."
         )
+    if algorithm.get("TrainingImage") is not None:
+        try:
+            check_training_image(algorithm["TrainingImage"])
+        except ValidationError as error:
+            raise ValidationError(f"AlgorithmSpecification.TrainingImage: {error.message}.") from None
     for index, channel in enumerate(request.get("InputDataConfig") or []):
         _check_channel(channel, f"InputDataConfig[{index}]")
     names = [channel["ChannelName"] for channel in request.get("InputDataConfig") or []]

@@ -39,6 +39,9 @@ class JobView:
     training_start_at: datetime | None
     training_end_at: datetime | None
     running_seconds: int  # across segments, up to now
+    # The reference the TrainingImage resolved to at creation (the fleet's image map); None without an
+    # image, or for a job made before resolutions were recorded.
+    resolved_image: str | None = None
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ def describe(runtime: ServiceContext, caller: Caller, name: str) -> JobView:
             training_start_at=job.training_start_at,
             training_end_at=job.training_end_at,
             running_seconds=int(job_clocks.running_time(job, now).total_seconds()),
+            resolved_image=job.resolved_image,
         )
 
 

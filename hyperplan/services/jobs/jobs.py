@@ -11,8 +11,10 @@ The store is the truth and every change is one transaction, as for clusters
 (``services/clusters/clusters.py``):
 
 - **CreateTrainingJob** checks every rule before anything is written (``TrainingJobSpec.from_wire``: the
-  modes this back end does not serve, the command, the channels and URIs; then the plan's binding rules from
-  ``core/jobs.py``, or the pool's free on-demand instances), writes the job in ``Starting`` and, in the
+  modes this back end does not serve, the command, the channels and URIs, the TrainingImage's grammar; then
+  the plan's binding rules from ``core/jobs.py``, or the pool's free on-demand instances), resolves the
+  TrainingImage through the fleet's image map (``core/image_refs.py``; the reference is recorded with the
+  job and named in its first transition), writes the job in ``Starting`` and, in the
   same transaction, offers the plan's capacity to its queue (``job_queue.schedule_plan``) or places an
   on-demand job at once.
 - **Placing** a job (``job_queue.place``) claims its instances (``capacity_claims.take``, consumer
@@ -121,6 +123,7 @@ def create(runtime: ServiceContext, caller: Caller, checked: TrainingJobSpec) ->
     """CreateTrainingJob, for a request checked at the wire edge (TrainingJobSpec.from_wire); returns the
     job's ARN."""
     now = runtime.clock.now()
+    resolved_image = _resolved_image(runtime, checked)  # the fleet's map: no store needed
     with runtime.db.write() as session:
         drain_state.refuse_if_drained(session, "CreateTrainingJob")
         name = checked.name
@@ -143,18 +146,31 @@ def create(runtime: ServiceContext, caller: Caller, checked: TrainingJobSpec) ->
             status=JobStatus.IN_PROGRESS,
             secondary_status=Secondary.STARTING,
             request=checked.to_json(),
+            resolved_image=resolved_image,
             created_at=now,
             updated_at=now,
         )
         session.add(job)
         session.flush()
         where = f"plan {plan.name}" if plan else f"on-demand capacity in {zone}"
-        open_transition(session, job, Secondary.STARTING, f"Starting the job on {where}.", now)
+        image = f"; its image resolves to {resolved_image}" if resolved_image else ""
+        open_transition(session, job, Secondary.STARTING, f"Starting the job on {where}{image}.", now)
         if plan is not None:
             schedule_plan(session, runtime, plan, now)
         else:
             place(session, runtime, job, None, now)
     return job_arn(runtime, job)
+
+
+def _resolved_image(runtime: ServiceContext, checked: TrainingJobSpec) -> str | None:
+    """The reference the job's TrainingImage resolves to through the fleet's image map (the URI itself
+    when no entry maps it); recorded with the job. DescribeTrainingJob keeps showing the URI as sent."""
+    if checked.algorithm.image is None:
+        return None
+    try:
+        return str(runtime.fleet.resolve_image(checked.algorithm.image).reference)
+    except ValidationError as error:
+        raise ValidationError(f"AlgorithmSpecification.TrainingImage: {error.message}.") from None
 
 
 def _bound_plan(
