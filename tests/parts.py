@@ -16,6 +16,7 @@ PARTS = {
     "sdk": "the SageMaker Python SDK and S3-compatible storage (moto's server)",
     "isolation": "tenant isolation: OS users, permissions (needs root)",
     "slurm": "a real Slurm cluster on this host (needs root)",
+    "containers": "a dev registry, images built offline and pushed, pulled and run with Podman (needs root)",
     "postgres": "a real PostgreSQL server",
     "browser": "the console in a real headless browser",
     "aws": "the rest of the AWS toolchain on the endpoint: S3, CloudWatch Logs, STS (aws CLI and boto3)",

@@ -29,6 +29,7 @@ LAYERS = {
     "hyperplan.objects": "objects",
     "hyperplan.backends": "backends",
     "hyperplan.slurm": "slurm",
+    "hyperplan.containers": "containers",  # dev registry and images built offline: scripts, not the server
     "hyperplan.training": "training",
     "hyperplan.events": "events",
     "hyperplan.services": "services",
@@ -57,6 +58,7 @@ ALLOWED: dict[str, set[str]] = {
     "store": {"core", "errors"},
     "objects": {"core", "errors"},
     "slurm": {"core", "errors"},  # Slurm's command-line tools and pure parsers of their output
+    "containers": set(),  # its train program runs in an image where hyperplan is not
     # The package's own location, for the node agent it starts; Slurm's adapter, for the Slurm back end.
     "backends": {"root", "slurm", "errors"},
     "training": {"objects", "core", "errors"},

@@ -1,0 +1,140 @@
+"""A Podman store of its own, under one directory, configured for the host it runs on.
+
+Every ``podman`` command given :meth:`PodmanStore.environment` finds two files the store writes:
+
+- ``containers.conf`` (``CONTAINERS_CONF``): the OCI runtime this host can use (crun refuses the *hybrid*
+  cgroup layout, v1 controllers beside a v2 hierarchy; runc works on every layout), ulimits within the
+  host's hard limits (Podman asks for more by default, and where root lacks CAP_SYS_RESOURCE the runtime
+  then fails with "setrlimit RLIMIT_NOFILE: Operation not permitted"), and the store's own temporary
+  directory and *file* locks. Podman's default locks are one shared-memory segment for every rootful
+  store on the host, and a store's first start after boot frees all of them: a second store beside
+  root's default one must not share them.
+- ``storage.conf`` (``CONTAINERS_STORAGE_CONF``): images and layers under ``DIR/storage``, run state
+  under ``DIR/run``, so root's default store (``/var/lib/containers/storage``) is never touched.
+
+Podman keeps one thing outside: its cache of which blobs a registry already has
+(``/var/lib/containers/cache``), shared by every store, which is only ever a hint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import subprocess
+from pathlib import Path
+
+from hyperplan.containers.host_tools import Refused, tail
+
+# Podman's own defaults, which a container gets unless a hard limit of the host is lower.
+NOFILE_DEFAULT = 1_048_576
+# Podman 4.3 sets its own RLIMIT_NPROC to 32768 as it starts (seen with strace), and its runtime cannot
+# give a container more than that without CAP_SYS_RESOURCE.
+NPROC_CEILING = 32_768
+COMMAND_TIMEOUT = 600.0
+
+
+class PodmanStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.containers_conf = root / "containers.conf"
+        self.storage_conf = root / "storage.conf"
+        self.graph = root / "storage"
+        self.run_dir = root / "run"
+        self.tmp = root / "tmp"
+
+    def prepare(self) -> None:
+        """Write the store's two configuration files (again: the host's limits or runtimes may change)."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        nproc = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+        self.containers_conf.write_text(containers_conf(choose_runtime(), ulimits(nofile, nproc), self.tmp))
+        self.storage_conf.write_text(storage_conf(self.graph, self.run_dir))
+
+    def environment(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "CONTAINERS_CONF": str(self.containers_conf),
+            "CONTAINERS_STORAGE_CONF": str(self.storage_conf),
+        }
+
+    def run(self, *arguments: str, timeout: float = COMMAND_TIMEOUT) -> str:
+        """``podman ARGUMENTS`` on this store; its standard output. Refused, with what podman said, if it
+        fails."""
+        command = ["podman", *arguments]
+        try:
+            result = subprocess.run(
+                command,
+                env=self.environment(),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            raise Refused(f"{' '.join(command)} did not finish within {timeout:.0f} s") from None
+        if result.returncode != 0:
+            raise Refused(f"{' '.join(command)} failed:\n{tail(result.stderr or result.stdout)}")
+        return result.stdout
+
+    def has_image(self, reference: str) -> bool:
+        result = subprocess.run(
+            ["podman", "image", "exists", reference], env=self.environment(), capture_output=True, timeout=60
+        )
+        return result.returncode == 0
+
+
+def choose_runtime() -> str:
+    """crun on a host with cgroup v2 alone (Podman's usual choice there), runc anywhere else."""
+    unified = Path("/sys/fs/cgroup/cgroup.controllers").exists()  # v2 mounted at the top: no v1 beside it
+    if unified and shutil.which("crun"):
+        return "crun"
+    if shutil.which("runc"):
+        return "runc"
+    raise Refused("no OCI runtime: install runc (apt-get install runc)")
+
+
+def ulimits(hard_nofile: int, hard_nproc: int) -> list[str]:
+    """Podman's ``default_ulimits``: its defaults, lowered to the host's hard limits (soft = hard)."""
+
+    def within(limit: int, wanted: int) -> int:
+        return wanted if limit == resource.RLIM_INFINITY else min(limit, wanted)
+
+    nofile = within(hard_nofile, NOFILE_DEFAULT)
+    nproc = within(hard_nproc, NPROC_CEILING)
+    return [f"nofile={nofile}:{nofile}", f"nproc={nproc}:{nproc}"]
+
+
+def containers_conf(runtime: str, limits: list[str], tmp_dir: Path) -> str:
+    return "\n".join(
+        [
+            "# Written by hyperplan (hyperplan/containers/podman.py): this host's runtime and limits.",
+            "[containers]",
+            f"default_ulimits = {json.dumps(limits)}",
+            "",
+            "[engine]",
+            f"runtime = {_toml(runtime)}",
+            f"tmp_dir = {_toml(str(tmp_dir))}",
+            'lock_type = "file"',  # under tmp_dir: this store's alone
+            'events_logger = "file"',
+            "",
+        ]
+    )
+
+
+def storage_conf(graph: Path, run_dir: Path) -> str:
+    return "\n".join(
+        [
+            "# Written by hyperplan (hyperplan/containers/podman.py): a store of its own.",
+            "[storage]",
+            'driver = "overlay"',
+            f"graphroot = {_toml(str(graph))}",
+            f"runroot = {_toml(str(run_dir))}",
+            "",
+        ]
+    )
+
+
+def _toml(text: str) -> str:
+    return json.dumps(text)  # a JSON string is a TOML basic string

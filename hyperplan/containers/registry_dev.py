@@ -1,0 +1,259 @@
+"""A registry for development and tests: ``registry-dev up|down|status DIR [--port N]``.
+
+``up`` installs Debian's ``docker-registry`` (the CNCF distribution registry) when it is missing (apt-get,
+as root), writes ``DIR/config.yml`` (images under ``DIR/storage``, listening on 127.0.0.1 only), starts
+the registry, waits until ``GET /v2/`` answers, writes ``127.0.0.1:PORT`` to ``DIR/address`` and prints
+it, one line. The port is 5000 unless ``--port N`` names another; ``--port 0``, or 5000 already taken,
+takes a free port, and says which on stderr. On a registry already up it changes nothing and prints the
+same line. ``down`` ends it (exit 0 when nothing runs; the images stay in ``DIR/storage`` for the next
+``up``); ``status`` exits 0 when it is up, 3 when it is not.
+
+It serves plain HTTP without authentication, so it listens on loopback alone: push with ``podman push
+--tls-verify=false`` (``scripts/image-dev`` does) and declare the registry plain HTTP in the fleet file.
+It runs as the user who ran ``up``, never through systemd. Debian's package enables a system service of
+its own on install (listening on every address, port 5000; where systemd runs it also starts it): when
+``up`` installs the package, it disables that service, stopping it if it runs, and says so. A system
+registry that was there before ``up`` installed anything is left alone, and ``up`` falls back to a free
+port if it holds 5000.
+
+The registry carries ``HP_REGISTRY_DEV=DIR`` in its environment, and ``down`` ends every process that
+carries it: nothing started here outlives ``down``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from hyperplan.containers.host_tools import (
+    Refused,
+    carries,
+    end_marked,
+    ensure_packages,
+    file_tail,
+    free_port,
+    locked,
+    port_is_free,
+)
+
+MARK_VARIABLE = "HP_REGISTRY_DEV"
+PROGRAM = "docker-registry"
+PACKAGES = {"docker-registry": PROGRAM}
+SYSTEM_SERVICE = "docker-registry"
+DEFAULT_PORT = 5000
+NOT_UP = 3
+START_TIMEOUT = 30.0
+START_ATTEMPTS = 3  # a free port may be taken by someone else between our check and the registry's bind
+
+
+class Layout:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.config = root / "config.yml"
+        self.storage = root / "storage"
+        self.log = root / "registry.log"
+        self.pid = root / "registry.pid"
+        self.address = root / "address"
+        self.lock = root / ".lock"
+
+    def environment(self) -> dict[str, str]:
+        # REGISTRY_* variables would override the config file: none of the caller's reach the registry.
+        kept = {name: value for name, value in os.environ.items() if not name.startswith("REGISTRY_")}
+        return {**kept, MARK_VARIABLE: str(self.root)}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="registry-dev", description="A registry for development and tests.")
+    parser.add_argument("command", choices=("up", "down", "status"))
+    parser.add_argument("directory", metavar="DIR", type=Path)
+    parser.add_argument(
+        "--port", type=int, default=None, help=f"up: the port (default {DEFAULT_PORT}; 0 for a free one)"
+    )
+    arguments = parser.parse_args(argv)
+    directory = arguments.directory.absolute()
+    try:
+        if arguments.command == "status":
+            return 0 if running_address(Layout(directory)) is not None else NOT_UP
+        if arguments.command == "down":
+            down(directory)
+            return 0
+        print(up(directory, arguments.port))
+        return 0
+    except Refused as refusal:
+        print(f"registry-dev {arguments.command}: {refusal}", file=sys.stderr)
+        return 1
+
+
+# -- status -------------------------------------------------------------------------------------------
+
+
+def running_address(layout: Layout) -> str | None:
+    """``127.0.0.1:PORT`` of the registry `up` started for this directory, if it runs and answers."""
+    try:
+        pid = int(layout.pid.read_text())
+        address = layout.address.read_text().strip()
+    except (OSError, ValueError):
+        return None
+    if not carries(pid, MARK_VARIABLE, str(layout.root)):
+        return None
+    return address if answers(address) else None
+
+
+def answers(address: str) -> bool:
+    """``GET /v2/`` answers 200, as a registry of the distribution API does without authentication."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
+    try:
+        with opener.open(f"http://{address}/v2/", timeout=2) as response:
+            return int(response.status) == 200
+    except (OSError, urllib.error.URLError, ValueError):
+        return False
+
+
+# -- up -----------------------------------------------------------------------------------------------
+
+
+def up(directory: Path, port: int | None = None) -> str:
+    """Bring the registry up on `port` (None: 5000, or a free port if 5000 is taken; 0: a free port)."""
+    layout = Layout(directory)
+    layout.root.mkdir(parents=True, exist_ok=True)
+    with locked(layout.lock):
+        address = running_address(layout)
+        if address is not None:
+            if port and address != f"127.0.0.1:{port}":
+                raise Refused(
+                    f"the registry of {directory} is up at {address}, not on port {port}: "
+                    f"`registry-dev down {directory}` first"
+                )
+            return address
+        end_marked(MARK_VARIABLE, str(layout.root))  # one that stopped answering, or half started
+        install()
+        layout.storage.mkdir(exist_ok=True)
+        return _start(layout, port)
+
+
+def install() -> None:
+    """apt-get install docker-registry if it is missing, then disable the service the package enabled."""
+    if ensure_packages(PACKAGES):
+        _quiet_system_service()
+
+
+def _start(layout: Layout, requested: int | None) -> str:
+    for attempt in range(1, START_ATTEMPTS + 1):
+        port = _choose_port(requested)
+        layout.config.write_text(config_yaml(layout, port))
+        address = f"127.0.0.1:{port}"
+        process = _spawn(layout)
+        layout.pid.write_text(f"{process.pid}\n")
+        deadline = time.monotonic() + START_TIMEOUT
+        while process.poll() is None and time.monotonic() < deadline and not answers(address):
+            time.sleep(0.05)
+        if process.poll() is None and answers(address):
+            process.returncode = 0  # never waited for here (it outlives this command): no warning
+            layout.address.write_text(address + "\n")
+            return address
+        what = "exited" if process.poll() is not None else f"did not answer within {START_TIMEOUT:.0f} s"
+        end_marked(MARK_VARIABLE, str(layout.root))
+        said = file_tail(layout.log)
+        if requested or "address already in use" not in said or attempt == START_ATTEMPTS:
+            raise Refused(f"the registry on {address} {what} (its log: {layout.log}):\n{said}")
+    raise AssertionError("unreachable")
+
+
+def _choose_port(requested: int | None) -> int:
+    if requested is None:
+        if port_is_free(DEFAULT_PORT):
+            return DEFAULT_PORT
+        port = free_port()
+        print(
+            f"registry-dev up: port {DEFAULT_PORT} is taken; listening on 127.0.0.1:{port}", file=sys.stderr
+        )
+        return port
+    if requested == 0:
+        return free_port()
+    if not port_is_free(requested):
+        raise Refused(f"port {requested} is taken on 127.0.0.1: choose another, or --port 0 for a free one")
+    return requested
+
+
+def config_yaml(layout: Layout, port: int) -> str:
+    # JSON strings are YAML's double-quoted strings: any path is quoted right.
+    return "\n".join(
+        [
+            "# Written by registry-dev up: plain HTTP, no authentication, loopback only.",
+            "version: 0.1",
+            "log:",
+            "  level: warn",
+            "  accesslog:",
+            "    disabled: true",
+            "storage:",
+            "  filesystem:",
+            f"    rootdirectory: {json.dumps(str(layout.storage))}",
+            "  delete:",
+            "    enabled: true",
+            "http:",
+            f'  addr: "127.0.0.1:{port}"',
+            f'  secret: "{secrets.token_hex(16)}"',  # without one the registry warns at every start
+            "",
+        ]
+    )
+
+
+def _spawn(layout: Layout) -> subprocess.Popen[bytes]:
+    with open(layout.log, "ab") as log:
+        return subprocess.Popen(
+            [PROGRAM, "serve", str(layout.config)],
+            env=layout.environment(),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            cwd="/",
+            start_new_session=True,
+        )
+
+
+def _quiet_system_service() -> None:
+    """Disable the system service Debian's package just enabled (and started, where systemd runs): it
+    would listen on port 5000 of every address, and nothing here uses it."""
+    unit = f"{SYSTEM_SERVICE}.service"
+    if Path("/run/systemd/system").is_dir():
+        _run(["systemctl", "disable", "--now", unit])
+        done = f"stopped and disabled {unit} (systemctl disable --now {unit})"
+    else:
+        script = Path(f"/etc/init.d/{SYSTEM_SERVICE}")
+        if script.exists():
+            _run([str(script), "stop"])  # a no-op when a policy-rc.d kept the package from starting it
+        if shutil.which("systemctl"):  # works without systemd running; also updates the SysV links
+            _run(["systemctl", "disable", unit])
+        elif shutil.which("update-rc.d"):
+            _run(["update-rc.d", SYSTEM_SERVICE, "disable"])
+        done = f"disabled {unit} and stopped its init script's registry, if it ran"
+    print(f"registry-dev up: installed docker-registry; {done}: it would hold port 5000", file=sys.stderr)
+
+
+def _run(command: list[str]) -> None:
+    try:
+        subprocess.run(command, capture_output=True, timeout=60, check=False)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        print(f"registry-dev up: {' '.join(command)}: {error}", file=sys.stderr)
+
+
+# -- down ---------------------------------------------------------------------------------------------
+
+
+def down(directory: Path) -> None:
+    layout = Layout(directory)
+    if not layout.root.exists():
+        return
+    with locked(layout.lock):
+        end_marked(MARK_VARIABLE, str(layout.root))
+        for path in (layout.pid, layout.address):
+            path.unlink(missing_ok=True)
