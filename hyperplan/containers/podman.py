@@ -9,8 +9,15 @@ Every ``podman`` command given :meth:`PodmanStore.environment` finds two files t
   directory and *file* locks. Podman's default locks are one shared-memory segment for every rootful
   store on the host, and a store's first start after boot frees all of them: a second store beside
   root's default one must not share them.
-- ``storage.conf`` (``CONTAINERS_STORAGE_CONF``): images and layers under ``DIR/storage``, run state
-  under ``DIR/run``, so root's default store (``/var/lib/containers/storage``) is never touched.
+- ``storage.conf`` (``CONTAINERS_STORAGE_CONF``): images and layers under ``DIR/storage``, so root's
+  default store (``/var/lib/containers/storage``) is never touched.
+
+Run state (the runroot and the temporary directory: sockets, exit files, locks) lives in a short
+directory of its own under ``/run/hyperplan-podman``, named by a hash of DIR. Below a long DIR it would
+not work: with DIR 52 characters long, every ``podman run --rm`` took 20 s more to return (the
+container's cleanup, run by conmon, failed on the long paths below it, and podman waited for it until
+its timeout); with DIR 41 characters long it took 0.2 s. Run state is what Podman's own default keeps
+under ``/run`` too: a reboot clears it, and the store sets it up again.
 
 Podman keeps one thing outside: its cache of which blobs a registry already has
 (``/var/lib/containers/cache``), shared by every store, which is only ever a hint.
@@ -18,6 +25,7 @@ Podman keeps one thing outside: its cache of which blobs a registry already has
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import resource
@@ -33,6 +41,7 @@ NOFILE_DEFAULT = 1_048_576
 # give a container more than that without CAP_SYS_RESOURCE.
 NPROC_CEILING = 32_768
 COMMAND_TIMEOUT = 600.0
+RUN_STATE = Path("/run/hyperplan-podman")  # short paths: see the module's docstring
 
 
 class PodmanStore:
@@ -41,16 +50,22 @@ class PodmanStore:
         self.containers_conf = root / "containers.conf"
         self.storage_conf = root / "storage.conf"
         self.graph = root / "storage"
-        self.run_dir = root / "run"
-        self.tmp = root / "tmp"
+        self.run_dir = RUN_STATE / hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:16]
+        self.tmp = self.run_dir / "tmp"
 
     def prepare(self) -> None:
         """Write the store's two configuration files (again: the host's limits or runtimes may change)."""
         self.root.mkdir(parents=True, exist_ok=True)
+        self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
         nproc = resource.getrlimit(resource.RLIMIT_NPROC)[1]
         self.containers_conf.write_text(containers_conf(choose_runtime(), ulimits(nofile, nproc), self.tmp))
         self.storage_conf.write_text(storage_conf(self.graph, self.run_dir))
+
+    def remove(self) -> None:
+        """Delete the store: its images and its run state (nothing of it may be running)."""
+        shutil.rmtree(self.root, ignore_errors=True)
+        shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def environment(self) -> dict[str, str]:
         return {

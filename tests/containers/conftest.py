@@ -39,8 +39,14 @@ def script(name: str, *arguments: str | Path) -> subprocess.CompletedProcess[str
 
 
 def podman(store: PodmanStore, *arguments: str | Path) -> subprocess.CompletedProcess[str]:
+    """``podman ARGUMENTS`` on the store, reading nothing (a worker's standard input is its command pipe)."""
     return subprocess.run(
-        ["podman", *map(str, arguments)], env=store.environment(), capture_output=True, text=True, timeout=300
+        ["podman", *map(str, arguments)],
+        env=store.environment(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -90,7 +96,7 @@ def built(registry: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[B
         (python, python_digest), (trained, trained_digest) = plain.stdout.split(), sagemaker.stdout.split()
         yield Built(registry, python, python_digest, trained, trained_digest)
     finally:
-        shutil.rmtree(store, ignore_errors=True)
+        PodmanStore(store).remove()
 
 
 @pytest.fixture(scope="session")
@@ -105,7 +111,7 @@ def pulled(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
             assert pull.returncode == 0, pull.stderr
         yield store
     finally:
-        shutil.rmtree(store.root, ignore_errors=True)
+        store.remove()
 
 
 def run_wide_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
