@@ -20,6 +20,7 @@ LAYERS = {
     "hyperplan": "root",
     "hyperplan.errors": "errors",
     "hyperplan.waits": "errors",  # the guard of answers on the event loop: a leaf, checked from any layer
+    "hyperplan.host_packages": "host-packages",  # apt-get for the dev tools: a leaf, never the server's
     "hyperplan.worker": "worker",
     "hyperplan.metrics": "worker",  # Prometheus instruments: nothing of hyperplan, counted from any layer
     "hyperplan.core": "core",
@@ -53,14 +54,18 @@ ALLOWED: dict[str, set[str]] = {
     "errors": set(),
     "worker": set(),  # threads and wakes only: every layer may build workers
     "fleet-data": set(),
+    "host-packages": set(),
     "core": {"errors"},
     "clock": {"errors"},
-    "store": {"core", "errors"},
+    "store": {"core", "errors", "host-packages"},  # host-packages: postgres_dev.py installs PostgreSQL
     "objects": {"core", "errors"},
-    "slurm": {"core", "errors"},  # Slurm's command-line tools and pure parsers of their output
-    "containers": set(),  # its train program runs in an image where hyperplan is not
-    # The package's own location, for the node agent it starts; Slurm's adapter, for the Slurm back end.
-    "backends": {"root", "slurm", "errors"},
+    # Slurm's command-line tools and pure parsers of their output; devcluster.py installs Slurm.
+    "slurm": {"core", "errors", "host-packages"},
+    # Its train program runs in an image where hyperplan is not; the host side installs its tools.
+    "containers": {"host-packages"},
+    # The package's own location, for the node agent it starts; Slurm's adapter, for the Slurm back end;
+    # the container tools (Podman's store and runtime), for containers.
+    "backends": {"root", "slurm", "containers", "errors"},
     "training": {"objects", "core", "errors"},
     "events": {"store", "clock", "worker", "core", "errors"},
     "services": _BELOW_SERVICES,

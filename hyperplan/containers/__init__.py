@@ -9,6 +9,7 @@ offline from Debian's packages.
 - ``podman.py``: a Podman store of its own, and the containers.conf this host needs.
 - ``host_tools.py``: Debian's packages installed when missing, and the processes a command marks.
 
-This package may import nothing else of hyperplan (docs/ARCHITECTURE.md, "Layers"): ``sagemaker_train.py``
-runs inside the image, on Debian's python3 and its standard library alone, where hyperplan is not.
+This package may import nothing else of hyperplan but the leaf ``host_packages.py`` (apt-get, for the
+host's side; docs/ARCHITECTURE.md, "Layers"): ``sagemaker_train.py`` runs inside the image, on Debian's
+python3 and its standard library alone, where hyperplan is not.
 """

@@ -9,13 +9,12 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-INSTALL_LOCK = Path("/run/lock/hyperplan-containers-install.lock")
-APT_TIMEOUT = 900.0
+from hyperplan import host_packages
+
 STOP_TIMEOUT = 5.0
 
 
@@ -32,47 +31,21 @@ def missing_packages(programs: Mapping[str, str]) -> list[str]:
 
 
 def ensure_packages(programs: Mapping[str, str]) -> list[str]:
-    """apt-get install the packages whose program is missing; the ones it installed.
-
-    One install at a time (several commands may run at once, as test workers do), and apt-get waits for
-    dpkg's lock rather than failing while something else installs; apt-get update only if the install
-    fails without it (a machine's package lists may be old, and updating them costs seconds).
-    """
-    if not missing_packages(programs):
+    """apt-get install the packages whose program is missing (hyperplan/host_packages.py: one install at a
+    time, apt-get update only when it must); the ones it installed."""
+    needed = missing_packages(programs)
+    if not needed:
         return []
-    if os.geteuid() != 0:
-        names = " ".join(missing_packages(programs))
-        raise Refused(f"{names} not installed; as root this command installs them (apt-get install {names})")
-    INSTALL_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    with open(INSTALL_LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        missing = missing_packages(programs)
-        if not missing:
-            return []
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        wait = ["-o", "DPkg::Lock::Timeout=600"]
-        command = ["apt-get", *wait, "install", "-y", "-q", "--no-install-recommends", *missing]
-        result = _apt(command, env, missing)
-        if result.returncode != 0:
-            update = _apt(["apt-get", *wait, "update", "-q"], env, missing)
-            result = _apt(command, env, missing)
-            if result.returncode != 0:
-                said = (update.stderr + result.stdout + result.stderr).strip().splitlines()
-                raise Refused(f"could not install {' '.join(missing)} with apt-get:\n" + "\n".join(said[-8:]))
+    try:
+        host_packages.ensure(needed, why="the container tools run them")
+    except host_packages.PackagesRefused as refusal:
+        raise Refused(str(refusal)) from None
     still = missing_packages(programs)
     if still:
-        raise Refused(f"apt-get installed {' '.join(missing)}, but {' '.join(programs[p] for p in still)} "
-                      "is still not on PATH")  # fmt: skip
-    return missing
-
-
-def _apt(command: list[str], env: dict[str, str], packages: list[str]) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=APT_TIMEOUT)
-    except FileNotFoundError:
-        raise Refused(f"apt-get not found: install {' '.join(packages)} by hand") from None
-    except subprocess.TimeoutExpired:
-        raise Refused(f"{' '.join(command)} did not finish within {APT_TIMEOUT / 60:.0f} minutes") from None
+        raise Refused(
+            f"{' '.join(still)} installed, but {' '.join(programs[p] for p in still)} is not on PATH"
+        )
+    return needed
 
 
 @contextlib.contextmanager

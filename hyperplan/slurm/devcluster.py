@@ -18,7 +18,6 @@ it forks), and ``down`` ends any process that carries it: nothing started here o
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import shutil
@@ -31,6 +30,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from hyperplan import host_packages
 from hyperplan.core.hostlist import compress
 
 MARK_VARIABLE = "HP_SLURM_DEV_CLUSTER"
@@ -38,7 +38,8 @@ PARTITION = "hp"
 NOT_UP = 3
 PACKAGES = ("slurm-wlm", "munge")
 SYSTEM_MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
-INSTALL_LOCK = Path("/run/lock/hyperplan-slurm-dev-cluster-install.lock")
+# What `up` runs: installing PACKAGES puts them on PATH.
+TOOLS = ("slurmctld", "slurmd", "munged", "scontrol", "sinfo", "sbatch")
 UP_TIMEOUT = 60.0
 SLURMD_TIMEOUT = 10  # seconds: see slurm_conf
 STOP_TIMEOUT = 5.0
@@ -229,44 +230,20 @@ def up(directory: Path) -> str:
 
 
 def install() -> None:
-    """apt-get install slurm-wlm and munge when a tool is missing (apt-get update first if it must).
-
-    One install at a time (several `up` may run at once, as test workers do), and apt-get waits for
-    dpkg's lock rather than failing while something else installs.
-    """
+    """apt-get install slurm-wlm and munge when a tool is missing (hyperplan/host_packages.py)."""
     if _installed():
         return
-    INSTALL_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    with open(INSTALL_LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if _installed():
-            return
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        wait = ["-o", "DPkg::Lock::Timeout=600"]
-        command = ["apt-get", *wait, "install", "-y", "-q", "--no-install-recommends", *PACKAGES]
-        result = _apt(command, env)
-        if result.returncode != 0:
-            update = _apt(["apt-get", *wait, "update", "-q"], env)
-            result = _apt(command, env)
-            if result.returncode != 0:
-                said = (update.stderr + result.stdout + result.stderr).strip().splitlines()
-                tail = "\n".join(said[-8:])
-                raise Refused(f"could not install {' and '.join(PACKAGES)} with apt-get:\n{tail}")
+    try:
+        host_packages.ensure(PACKAGES, why="slurm-dev-cluster runs Slurm's daemons and munged")
+    except host_packages.PackagesRefused as refusal:
+        raise Refused(str(refusal)) from None
+    if not _installed():
+        absent = " ".join(tool for tool in TOOLS if not shutil.which(tool))
+        raise Refused(f"{' and '.join(PACKAGES)} installed, but {absent} is not on PATH")
 
 
 def _installed() -> bool:
-    return all(
-        shutil.which(tool) for tool in ("slurmctld", "slurmd", "munged", "scontrol", "sinfo", "sbatch")
-    )
-
-
-def _apt(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-    except FileNotFoundError:
-        raise Refused("apt-get not found: install Slurm 22.05 (slurm-wlm) and munge by hand") from None
-    except subprocess.TimeoutExpired:
-        raise Refused(f"{' '.join(command)} did not finish within 15 minutes") from None
+    return all(shutil.which(tool) for tool in TOOLS)
 
 
 def free_ports(count: int) -> list[int]:

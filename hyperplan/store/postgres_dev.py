@@ -15,7 +15,6 @@ data anyone keeps.
 
 from __future__ import annotations
 
-import fcntl
 import glob
 import os
 import pwd
@@ -26,10 +25,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hyperplan import host_packages
+
 SERVER_USER = "postgres"
 DATABASE = "hyperplan"
 PACKAGES = ("postgresql",)
-INSTALL_LOCK = Path("/run/lock/hyperplan-postgres-dev-install.lock")
 NOT_UP = 3
 START_TIMEOUT = 60
 
@@ -163,41 +163,18 @@ def bin_dir() -> Path | None:
 
 
 def install() -> Path:
-    """apt-get install postgresql when its programs are missing; one install at a time."""
+    """apt-get install postgresql when its programs are missing (hyperplan/host_packages.py)."""
     found = bin_dir()
     if found is not None:
         return found
-    if not _as_root():
-        raise Refused("PostgreSQL is not installed; as root this command installs it (apt-get postgresql)")
-    INSTALL_LOCK.parent.mkdir(parents=True, exist_ok=True)
-    with open(INSTALL_LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        found = bin_dir()
-        if found is not None:
-            return found
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        wait = ["-o", "DPkg::Lock::Timeout=600"]
-        command = ["apt-get", *wait, "install", "-y", "-q", "--no-install-recommends", *PACKAGES]
-        result = _apt(command, env)
-        if result.returncode != 0:
-            update = _apt(["apt-get", *wait, "update", "-q"], env)
-            result = _apt(command, env)
-            if result.returncode != 0:
-                said = (update.stderr + result.stdout + result.stderr).strip().splitlines()
-                raise Refused("could not install postgresql with apt-get:\n" + "\n".join(said[-8:]))
+    try:
+        host_packages.ensure(PACKAGES, why="postgres-dev runs its PostgreSQL server")
+    except host_packages.PackagesRefused as refusal:
+        raise Refused(str(refusal)) from None
     found = bin_dir()
     if found is None:
-        raise Refused("apt-get installed postgresql, but no initdb is under /usr/lib/postgresql/*/bin")
+        raise Refused("postgresql installed, but no initdb is under /usr/lib/postgresql/*/bin nor on PATH")
     return found
-
-
-def _apt(command: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
-    except FileNotFoundError:
-        raise Refused("apt-get not found: install PostgreSQL by hand") from None
-    except subprocess.TimeoutExpired:
-        raise Refused(f"{' '.join(command)} did not finish within 15 minutes") from None
 
 
 # -- status -------------------------------------------------------------------------------------------
