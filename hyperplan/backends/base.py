@@ -166,6 +166,73 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class Mount:
+    """A host directory seen inside a container at ``target``."""
+
+    source: Path
+    target: str
+    read_only: bool = False
+
+    def __post_init__(self) -> None:
+        target = PurePosixPath(self.target)
+        if not target.is_absolute() or ".." in target.parts or "," in self.target or ":" in self.target:
+            raise ValueError(f"mount target {self.target!r}: an absolute path without '..', ',' or ':'")
+
+
+@dataclass(frozen=True)
+class IdMap:
+    """A container's user namespace: its ids 0..size-1 are the host's ``host_first``.. (so root inside is
+    ``host_first`` outside, a user nobody on the host is)."""
+
+    host_first: int
+    size: int = 65536
+
+    def __post_init__(self) -> None:
+        if self.host_first < 1 or self.size < 1 or self.host_first + self.size > 2**32 - 1:
+            raise ValueError(f"id map {self.host_first}+{self.size}: out of the range of ids")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one container may use: CPUs (fractions allowed), memory in bytes (swap included: none more),
+    and processes (threads count)."""
+
+    cpus: float
+    memory_bytes: int
+    pids: int
+
+    def __post_init__(self) -> None:
+        if self.cpus <= 0 or self.memory_bytes < 6 * 2**20 or self.pids < 16:
+            raise ValueError(f"limits {self}: cpus > 0, memory >= 6 MiB and pids >= 16")
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Run a node (or a sandboxed task's instance) as a container of ``image`` rather than as host
+    processes. Containers naming the same ``pod`` share one network namespace of their own, where the
+    names in ``hosts`` resolve to its loopback (a training job's instances, ``algo-1..N``); nothing else
+    is reachable there except, with ``endpoint`` (``HOST:PORT`` on the host), that address, served
+    inside at ``127.0.0.1`` on the same port. Without ``endpoint`` the pod has no way out at all. An
+    image the back end's store does not have yet is pulled as the node is made (anonymously)."""
+
+    image: str
+    ids: IdMap
+    limits: Limits
+    pod: str | None = None
+    hosts: tuple[str, ...] = ()
+    endpoint: str | None = None
+    mounts: tuple[Mount, ...] = ()
+    insecure_registry: bool = False
+    """Where the back end pulls ``image`` itself (it is not in its store yet): over plain HTTP."""
+
+    def __post_init__(self) -> None:
+        if self.pod is not None:
+            check_id("pod", self.pod)
+        for host in self.hosts:
+            check_id("host name", host)
+
+
+@dataclass(frozen=True)
 class NodeSpec:
     """One node to provision.
 
@@ -183,6 +250,8 @@ class NodeSpec:
     on_create_args: tuple[str, ...] = ()
     run_as: RunAs | None = None
     placement: Placement | None = None
+    container: ContainerSpec | None = None
+    """None: the node's processes are host processes (the ``process`` runtime)."""
 
     def __post_init__(self) -> None:
         check_id("node id", self.node_id)
@@ -215,6 +284,8 @@ class TaskSpec:
     """For a sandboxed task (``node_id=None``); a task on a node runs as the node's user."""
     placement: Placement | None = None
     """For a sandboxed task: where its instance runs (see :class:`Placement`)."""
+    container: ContainerSpec | None = None
+    """For a sandboxed task: its instance is this container, and ``argv`` and ``cwd`` are seen inside."""
 
     def __post_init__(self) -> None:
         check_id("task id", self.task_id)
@@ -276,6 +347,8 @@ class TaskStatus:
     exit_code: int | None = None
     signal: int | None = None
     message: str = ""
+    out_of_memory: bool = False
+    """It ended after its container's memory limit made the kernel kill a process of it."""
 
 
 class LogStream(StrEnum):

@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 from hyperplan.core.durations import format_duration
 from hyperplan.core.exec_limits import ExecLimits
-from hyperplan.core.id_ranges import DEFAULT_OS_IDS, IdRange
+from hyperplan.core.id_ranges import DEFAULT_OS_IDS, DEFAULT_SUBORDINATE_IDS, IdRange
 from hyperplan.core.image_refs import ImageSources, Mapped
 from hyperplan.core.instance_types import AWS_INSTANCE_TYPES, InstanceType
 from hyperplan.core.rate_limits import DEFAULT_RATE_LIMITS, RateLimits
@@ -200,6 +200,9 @@ class Fleet:
     # [accounts] os_ids: the uids and gids the server gives the OS users it makes for accounts
     # (core/id_ranges.py); each handed out once, ever.
     os_ids: IdRange = DEFAULT_OS_IDS
+    # [accounts] subordinate_ids: each account's containers' block of host ids (a user namespace's
+    # 0..65535), each block handed out once, ever (core/id_ranges.py).
+    subordinate_ids: IdRange = DEFAULT_SUBORDINATE_IDS
     notifications: Notifications = Notifications()
     webhooks: WebhookTargets = field(default_factory=WebhookTargets)
     # Training image (exact, or a prefix ending in "*") -> the Python that runs its programs.

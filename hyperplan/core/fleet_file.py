@@ -26,7 +26,9 @@ In brief::
                  secret_access_key_env (or access_key_id, secret_access_key), accounts
                  (accounts: the names or ids of the accounts that own it; none: administrators)
     [accounts]   default_payment_mode = "auto" | "budget" | "approval"; os_ids = "70000-99999" (the uids
-                 and gids of the OS users the server makes for accounts, each handed out once)
+                 and gids of the OS users the server makes for accounts, each handed out once);
+                 subordinate_ids = "1073741824-2147418111" (each account's containers' block of 65536
+                 host ids, each handed out once; none of it in os_ids)
     [webhooks]   allowed_networks = ["10.20.0.0/16", ...]   non-public networks webhooks may reach
     [images]     <training image or prefix*> = <absolute path of a Python>
     [image_map]  <training image> = <reference>, <prefix*> = <reference prefix*> (the rest appended) or
@@ -73,6 +75,7 @@ from hyperplan.core.fleet_settings import (
     read_os_ids,
     read_payment_mode,
     read_retention,
+    read_subordinate_ids,
     read_webhooks,
 )
 from hyperplan.core.fleet_values import Table
@@ -110,6 +113,7 @@ def parse_fleet(text: str) -> Fleet:
         quotas=read_quotas(top.table("quotas") or {}),
         default_payment_mode=read_payment_mode(top.table("accounts") or {}),
         os_ids=read_os_ids(top.table("accounts") or {}),
+        subordinate_ids=read_subordinate_ids(top.table("accounts") or {}),
         notifications=read_notifications(top.table("notifications") or {}),
         images=read_images(top.table("images") or {}),
         image_sources=read_image_sources(top.table("image_map") or {}, top.table("registries") or {}),

@@ -11,11 +11,17 @@ from typing import Any
 from hyperplan.core.durations import format_duration
 from hyperplan.core.fleet import PAYMENT_MODES, Notifications
 from hyperplan.core.fleet_values import Table
-from hyperplan.core.id_ranges import DEFAULT_OS_IDS, IdRange, parse_id_range
+from hyperplan.core.id_ranges import (
+    DEFAULT_OS_IDS,
+    DEFAULT_SUBORDINATE_IDS,
+    SUBORDINATE_BLOCK,
+    IdRange,
+    parse_id_range,
+)
 from hyperplan.core.webhook_targets import WebhookTargets, parse_networks
 from hyperplan.errors import ValidationError
 
-_ACCOUNTS_KEYS = ("default_payment_mode", "os_ids")
+_ACCOUNTS_KEYS = ("default_payment_mode", "os_ids", "subordinate_ids")
 
 
 def read_payment_mode(values: Mapping[str, Any]) -> str:
@@ -35,6 +41,32 @@ def read_os_ids(values: Mapping[str, Any]) -> IdRange:
         return parse_id_range(table.text("os_ids"))
     except ValueError as error:
         raise table.fail("os_ids", str(error)) from None
+
+
+def read_subordinate_ids(values: Mapping[str, Any]) -> IdRange:
+    """``[accounts] subordinate_ids = "FIRST-LAST"``: where each account's block of host ids for its
+    containers' user namespaces comes from; room for one block at least, and none of it an OS user's id
+    (``os_ids``), which a container's root or daemon would then be on the host."""
+    table = Table(values, "accounts", _ACCOUNTS_KEYS)
+    given = "subordinate_ids" in values
+    try:
+        found = parse_id_range(table.text("subordinate_ids")) if given else DEFAULT_SUBORDINATE_IDS
+    except ValueError as error:
+        raise table.fail("subordinate_ids", str(error)) from None
+    if found.size < SUBORDINATE_BLOCK:
+        raise table.fail(
+            "subordinate_ids",
+            f"{found} holds {found.size} ids, fewer than one account's block of {SUBORDINATE_BLOCK}",
+        )
+    os_ids = read_os_ids(values)
+    if found.overlaps(os_ids):
+        what = str(found) if given else f"the default, {found},"
+        raise table.fail(
+            "subordinate_ids",
+            f"{what} overlaps os_ids {os_ids}: containers' ids and accounts' users' ids must not meet; "
+            "give each a range of its own",
+        )
+    return found
 
 
 def read_notifications(values: Mapping[str, Any]) -> Notifications:

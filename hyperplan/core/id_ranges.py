@@ -9,6 +9,11 @@ from that range, skipping ids the system already has (a user or group made by so
 The default, 70000-99999, lies where nothing else hands out ids on a usual Linux machine: above the
 regular users' 1000-60000 and the 16-bit "nobody" ids 65534-65535, below 100000 where ``useradd`` starts
 subordinate ids (``/etc/subuid``) for user namespaces.
+
+Each account's containers get a block of :data:`SUBORDINATE_BLOCK` ids of their own too (container ids
+0..65535 are the block's, so root in a container is nobody on the host), from ``[accounts]
+subordinate_ids`` (default :data:`DEFAULT_SUBORDINATE_IDS`), by the same rule: :func:`next_block` goes on
+above the highest block ever given from the range, skipping every range someone else holds.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ NEVER = frozenset({65534, 65535})
 """The 16-bit "nobody" and (uint16)-1: never handed out even inside a range."""
 
 _RANGE = re.compile(r"\s*([0-9]{1,10})\s*-\s*([0-9]{1,10})\s*")
+_SUBORDINATE_ENTRY = re.compile(r"([^:#\s][^:\s]*):([0-9]{1,10}):([0-9]{1,10})")
 
 
 @dataclass(frozen=True)
@@ -42,8 +48,19 @@ class IdRange:
     def size(self) -> int:
         return self.last - self.first + 1
 
+    def overlaps(self, other: IdRange) -> bool:
+        return self.first <= other.last and other.first <= self.last
+
 
 DEFAULT_OS_IDS = IdRange(70000, 99999)
+
+SUBORDINATE_BLOCK = 65536
+"""Ids in one account's block: a container's whole 16-bit range (root, the images' daemons, nobody)."""
+
+# useradd hands out subordinate ids from SUB_UID_MIN 100000 to SUB_UID_MAX 600100000 (login.defs; Debian's
+# and shadow's defaults), 65536 a user: 2**30 is far above, so no user made by hand ever gets an account's
+# block. The range ends with the last whole block below HIGHEST (16383 blocks), for the reason HIGHEST says.
+DEFAULT_SUBORDINATE_IDS = IdRange(2**30, 2**31 - SUBORDINATE_BLOCK - 1)
 
 
 def parse_id_range(text: str) -> IdRange:
@@ -70,3 +87,37 @@ def next_id(id_range: IdRange, given: Iterable[int], taken: Callable[[int], bool
         if candidate not in NEVER and not taken(candidate):
             return candidate
     return None
+
+
+def next_block(
+    id_range: IdRange, size: int, given: Iterable[IdRange], taken: Iterable[IdRange]
+) -> IdRange | None:
+    """The block of ``size`` ids to hand out next: the lowest in ``id_range`` that starts above every block
+    ``given`` from it (ever, in any store this range served: a deleted account's block is never reused)
+    and overlaps no range ``taken`` (other users' subordinate ids, blocks another store gave, ids the
+    system has) nor the "nobody" ids. None when the range has no room left."""
+    if size < 1:
+        raise ValueError(f"a block of {size} ids")
+    start = max([id_range.first, *(block.last + 1 for block in given if block.overlaps(id_range))])
+    nobody = IdRange(min(NEVER), max(NEVER))
+    in_the_way = [block for block in (*taken, nobody) if block.overlaps(id_range)]
+    while start + size - 1 <= id_range.last:
+        candidate = IdRange(start, start + size - 1)
+        clashes = [block.last for block in in_the_way if block.overlaps(candidate)]
+        if not clashes:
+            return candidate
+        start = max(clashes) + 1  # past everything in the way: each turn moves up, so this ends
+    return None
+
+
+def parse_subordinate_ids(text: str) -> list[tuple[str, IdRange]]:
+    """The entries of ``/etc/subuid`` or ``/etc/subgid`` (``OWNER:FIRST:COUNT`` a line; the owner a user
+    name or a uid), each as its owner and its range; lines that are none (comments, garbage, a count of
+    0) are left out."""
+    entries = []
+    for line in text.splitlines():
+        match = _SUBORDINATE_ENTRY.fullmatch(line.strip())
+        if match is not None and int(match[3]) > 0:
+            first = int(match[2])
+            entries.append((match[1], IdRange(first, first + int(match[3]) - 1)))
+    return entries

@@ -31,6 +31,7 @@ from enum import StrEnum
 from pathlib import Path
 
 from hyperplan.backends.base import RunAs
+from hyperplan.core.id_ranges import IdRange, parse_id_range, parse_subordinate_ids
 from hyperplan.errors import InternalFailure, StartRefused, ValidationError
 
 log = logging.getLogger(__name__)
@@ -266,17 +267,89 @@ def ids_given_here() -> set[int]:
 
 def note_given_here(value: int) -> None:
     """Add ``value`` to this machine's record, durably, before the user that has it is made."""
+    _append_durably(IDS_GIVEN, f"{value}\n")
+
+
+SUBORDINATE_IDS_GIVEN = Path("/var/lib/hyperplan/subordinate-ids-given")
+"""This machine's record of every block of subordinate ids (containers' user namespaces) any hyperplan
+server on it handed out, ``FIRST-LAST`` a line, for IDS_GIVEN's reason: a block is free in /etc/subuid
+again once its account's user is removed. A file of its own beside IDS_GIVEN, so that the lines there stay
+single ids for every version that reads them. Read and appended only inside :func:`making_users`."""
+
+
+def blocks_given_here(record: Path = SUBORDINATE_IDS_GIVEN) -> list[IdRange]:
+    """Every block a server on this machine handed out, as ``record`` says (none: an empty list)."""
+    try:
+        text = record.read_text()
+    except FileNotFoundError:
+        return []
+    blocks = []
+    for line in text.split():
+        with contextlib.suppress(ValueError):  # a line cut short by a crash
+            blocks.append(parse_id_range(line))
+    return blocks
+
+
+def note_block_given_here(block: IdRange, record: Path = SUBORDINATE_IDS_GIVEN) -> None:
+    """Add ``block`` to ``record``, durably, before any container runs in it."""
+    _append_durably(record, f"{block}\n")
+
+
+def _append_durably(record: Path, line: str) -> None:
     # Its directory may be made here first, under the server's umask of 077: 0755 like /var/lib, since
     # the default work roots live below it and accounts' users must pass through to them.
-    for directory in reversed([p for p in IDS_GIVEN.parents if not p.exists()]):
+    for directory in reversed([p for p in record.parents if not p.exists()]):
         directory.mkdir(exist_ok=True)
         os.chmod(directory, 0o755)
-    fd = os.open(IDS_GIVEN, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    fd = os.open(record, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
-        os.write(fd, f"{value}\n".encode())
+        os.write(fd, line.encode())
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+SUBORDINATE_FILES = (Path("/etc/subuid"), Path("/etc/subgid"))
+"""Who owns which subordinate uids and gids on this machine (subuid(5)): what useradd, podman and the
+newuidmap tools read."""
+
+
+def subordinate_ids_held() -> list[tuple[str, IdRange]]:
+    """Every entry of /etc/subuid and /etc/subgid: its owner (a user name or uid) and its ids."""
+    entries = []
+    for path in SUBORDINATE_FILES:
+        with contextlib.suppress(FileNotFoundError):
+            entries += parse_subordinate_ids(path.read_text())
+    return entries
+
+
+def holds_subordinate_ids(user: str, block: IdRange) -> bool:
+    """Whether ``user`` has ``block`` in both /etc/subuid and /etc/subgid."""
+    owners = {user, str(pwd.getpwnam(user).pw_uid)} if exists(user) else {user}
+    for path in SUBORDINATE_FILES:
+        try:
+            entries = parse_subordinate_ids(path.read_text())
+        except FileNotFoundError:
+            return False
+        if not any(owner in owners and held == block for owner, held in entries):
+            return False
+    return True
+
+
+def give_subordinate_ids(user: str, block: IdRange) -> None:
+    """``user``'s entries for ``block`` in /etc/subuid and /etc/subgid (``usermod``; userdel removes them
+    with the user), so that every tool on the machine sees whose ids a container's are; kept if there.
+    Call it inside :func:`making_users`."""
+    if holds_subordinate_ids(user, block):
+        return
+    for path in SUBORDINATE_FILES:  # usermod refuses --add-subuids where the file does not exist
+        with contextlib.suppress(FileExistsError):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            os.fchmod(fd, 0o644)  # as the system makes it, whatever the server's umask
+            os.close(fd)
+    argv = ["usermod", "--add-subuids", str(block), "--add-subgids", str(block), user]
+    _run_user_tool(argv, f"could not give the OS user {user!r} the subordinate ids {block}")
+    log.info("gave the OS user %s the subordinate uids and gids %s", user, block)
 
 
 def create_user(user: str, uid: int) -> RunAs:
@@ -302,8 +375,8 @@ def create_user(user: str, uid: int) -> RunAs:
 
 
 def remove_user(user: str) -> None:
-    """``userdel``, then its own group (made before the user, so userdel may leave it); a user or group
-    already gone is fine."""
+    """``userdel`` (which takes its /etc/subuid and /etc/subgid entries with it), then its own group (made
+    before the user, so userdel may leave it); a user or group already gone is fine."""
     if exists(user):
         _run_user_tool(["userdel", user], f"could not remove the OS user {user!r}")
         log.info("removed the OS user %s", user)
