@@ -12,9 +12,12 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-## Start the service on its embedded defaults: SQLite in ~/.local/share/hyperplan, the demo fleet.
+## Start the service on its embedded defaults: SQLite in ~/.local/share/hyperplan, the demo fleet. Tenant
+## work runs as host processes (RUNTIME=process) until `make run` can build the demo's images itself;
+## RUNTIME=podman runs it in containers, given a registry with the demo's images (docs/DEPLOY.md).
+RUNTIME ?= process
 run: $(STAMP)
-	$(BIN)/hyperplan serve
+	$(BIN)/hyperplan serve --runtime $(RUNTIME)
 
 ## Set up and run every test, on one worker process more than the machine has cores (most tests wait on
 ## servers and processes, not on a core); TEST_WORKERS=0 runs them in this process. worksteal: an idle

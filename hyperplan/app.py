@@ -28,13 +28,18 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from hyperplan.backends import containers
 from hyperplan.backends.base import Backend
 from hyperplan.backends.composite import RoutingBackend, holds_work
+from hyperplan.backends.images import PodmanImages
 from hyperplan.backends.local import LocalBackend
+from hyperplan.backends.runtime_choice import podman_problems
 from hyperplan.backends.slurm import SlurmBackend
 from hyperplan.clock import AcceleratedClock, Anchor, Clock, make_clock, utcnow
+from hyperplan.core import runtime_choice
 from hyperplan.core.fleet import Fleet
 from hyperplan.core.fleet_file import parse_fleet
+from hyperplan.core.runtime_choice import Choice
 from hyperplan.errors import StartRefused
 from hyperplan.events.loop import EventHandler, TimedEventLoop
 from hyperplan.notify.dispatcher import Dispatcher, DispatcherConfig
@@ -140,6 +145,12 @@ class AppConfig:
     # Nodes' homes, sandboxes, job trees; None: the fleet file's [backend] work_dir, else the default
     # (/var/lib/hyperplan/work/STORE_ID as root, DATA_DIR-work otherwise: services/accounts/work_root.py).
     work_dir: Path | None = None
+    # "podman" or "process" (serve --runtime); None: the fleet file's [backend] runtime, else
+    # $HYPERPLAN_RUNTIME, else podman as root where it is usable, process otherwise (core/runtime_choice.py).
+    runtime: str | None = None
+    # HOST:PORT the server listens on (serve --host/--port): what jobs' containers reach inside at
+    # 127.0.0.1:PORT; None: not serving (a context for a command), and containers reach nothing.
+    endpoint: str | None = None
     # The fleet itself, already read (`hyperplan simulate` runs one fleet under several rankings); None:
     # read from fleet_path.
     fleet: Fleet | None = None
@@ -174,6 +185,7 @@ class _Preflight:
     slurm: SlurmState | None  # None: the local back end
     work_dir: Path | None  # the work root configured; None: the default, which needs the store's id
     interpreter: str | None  # tenants' Python (os_users.default_interpreter)
+    runtime: Choice  # containers or host processes (core/runtime_choice.py)
 
 
 @dataclass(frozen=True)
@@ -254,6 +266,8 @@ class Application:
                 store.roots.work_dir,
                 preflight.isolation.value,
                 preflight.interpreter,
+                runtime=preflight.runtime.runtime,
+                endpoint=self.config.endpoint,
             ),
             fleet=fleet,
             db=db,
@@ -272,6 +286,7 @@ class Application:
             booking_checks=(slurm_placement.check_can_book,) if slurm is not None else (),
             shared=SharedState(db, calendar, keys, store.clock, slurm),
             rate_limiter=RateLimiter(store=SharedBuckets(db)),
+            images=_images(backend),
         )
 
     def _wire(self, leader: leadership.Leadership, context: ServiceContext, events: TimedEventLoop) -> None:
@@ -404,6 +419,7 @@ def _preflight(config: AppConfig) -> _Preflight:
     config.data_dir.mkdir(parents=True, exist_ok=True)
     os.chmod(config.data_dir, 0o700)  # before anything is written in it
     fleet = config.fleet if config.fleet is not None else parse_fleet(read_fleet_text(config.fleet_path))
+    runtime = _runtime(config, fleet, isolation)
     slurm = slurm_state(fleet, isolation)
     configured_work_dir = _work_dir(config, fleet)
     if configured_work_dir is not None:
@@ -413,7 +429,26 @@ def _preflight(config: AppConfig) -> _Preflight:
         os_users.check_interpreters(dict(fleet.images), interpreter)
     else:
         log.warning("%s", os_users.NOT_ISOLATED)
-    return _Preflight(isolation, fleet, slurm, configured_work_dir, interpreter)
+    return _Preflight(isolation, fleet, slurm, configured_work_dir, interpreter, runtime)
+
+
+def _runtime(config: AppConfig, fleet: Fleet, isolation: os_users.Isolation) -> Choice:
+    """Containers or host processes: asked by the flag, the fleet file or $HYPERPLAN_RUNTIME, else the
+    default; an explicit podman this host cannot serve refuses the start, naming what it lacks."""
+    asked = runtime_choice.request(
+        config.runtime, fleet.backend.runtime, os.environ.get(runtime_choice.RUNTIME_ENV)
+    )
+    slurm = fleet.backend.kind == "slurm"
+    # A look at PATH and /proc, under a millisecond: looked at even when the answer cannot matter.
+    problems = list(podman_problems())
+    if isolation is not os_users.Isolation.USERS:  # each account's containers map to ids of its own
+        problems.append("isolation mode users (--isolation users), whose accounts own their containers' ids")
+    choice = runtime_choice.choose(asked, is_root=os.geteuid() == 0, problems=problems, slurm=slurm)
+    if choice.contained:
+        log.info("runtime podman: tenant work runs in containers (%s)", choice.why)
+    else:
+        log.warning("%s (%s)", runtime_choice.NOT_CONTAINED, choice.why)
+    return choice
 
 
 def _open_store(config: AppConfig, preflight: _Preflight) -> _OpenStore:
@@ -476,6 +511,9 @@ def _backend(config: AppConfig, preflight: _Preflight, store: _OpenStore) -> Bac
         if slurm is not None and config.backend is local_backend:
             # [backend] kind = "slurm": nodes and job instances are Slurm jobs (backends/slurm.py)
             backend: Backend = slurm_backend(roots.work_dir / "slurm", slurm, preflight.fleet)
+        elif preflight.runtime.contained and config.backend is local_backend:
+            # runtime podman: every node and job instance a container (backends/containers.py)
+            backend = LocalBackend(roots.work_dir / "backend", podman_store=podman_store(preflight.fleet))
         else:
             backend = config.backend(roots.work_dir)
     except BaseException:  # a start refused (the tenants' paths): the store goes with it
@@ -557,6 +595,20 @@ def slurm_state(fleet: Fleet, isolation: os_users.Isolation) -> SlurmState | Non
         )
     assert fleet.backend.slurm_conf is not None  # the fleet file requires it for kind "slurm"
     return SlurmState(SlurmClient(fleet.backend.slurm_conf))
+
+
+def podman_store(fleet: Fleet) -> Path:
+    """The Podman store of runtime podman, its configuration written for this host (runtime, ulimits)."""
+    return containers.prepare_store(Path(fleet.backend.podman_store or containers.DEFAULT_STORE))
+
+
+def _images(backend: Backend) -> PodmanImages | None:
+    """The images of the back end's Podman store, where it runs containers (a legacy root in front of it
+    routes new work to it: backends/composite.py)."""
+    local = backend.primary if isinstance(backend, RoutingBackend) else backend
+    if isinstance(local, LocalBackend) and local.podman is not None:
+        return PodmanImages(local.podman)
+    return None
 
 
 def slurm_backend(root: Path, slurm: SlurmState, fleet: Fleet) -> SlurmBackend:

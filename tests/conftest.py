@@ -19,6 +19,12 @@ settings.load_profile("hyperplan")
 # start. Read at the start of every interpreter, so it covers the test workers xdist starts after this.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
+# Every server the tests start, in this process or as a subprocess (they inherit os.environ), runs tenant
+# work as host processes, as before containers: as root where Podman is usable the default would be
+# containers, which only the tests that ask for them pay for ([backend] runtime or --runtime, which come
+# before this variable: core/runtime_choice.py).
+os.environ["HYPERPLAN_RUNTIME"] = "process"
+
 pytest.register_assert_rewrite("tests.postgres")  # a plugin below, which tests.harness imports first
 
 from tests.forkserver import stop_fork_server  # noqa: E402

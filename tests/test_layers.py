@@ -245,7 +245,7 @@ SERVICES_SURFACE: dict[str, set[str]] = {
     "accounts": EDGE_SURFACE["accounts"] | {"acting", "key_cache", "os_ids", "users", "work_root"},
     "runtime": EDGE_SURFACE["runtime"]
     | {"status", "tenancy", "live_calendar", "job_work", "console_sessions", "rate_limiter", "leadership"}
-    | {"shared_state", "slurm_placement", "slurm_state"},
+    | {"shared_state", "slurm_placement", "slurm_state", "containment"},
     "storage": EDGE_SURFACE["storage"],
     "webhooks": EDGE_SURFACE["webhooks"],
     "plans": EDGE_SURFACE["plans"] | {"lifecycle", "capacity_claims", "on_demand"},

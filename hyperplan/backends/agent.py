@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import fcntl
 import json
 import os
 import select
 import shutil
 import signal
+import subprocess
 import sys
 import time
 import traceback
@@ -37,8 +39,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from hyperplan.backends import procfs, tenant_files, timedlog
-from hyperplan.backends.base import ENV_DIR_VARIABLE, LogStream, NodeState, TaskState
+from hyperplan.backends import containers, endpoint_relay, procfs, tenant_files, timedlog
+from hyperplan.backends.base import (
+    ENV_DIR_VARIABLE,
+    BackendError,
+    LogStream,
+    Mount,
+    NodeState,
+    RunAs,
+    TaskState,
+)
 from hyperplan.backends.layout import (
     NODE_DIR_VARIABLE,
     RECORD_MODE,
@@ -61,6 +71,9 @@ from hyperplan.backends.layout import (
 )
 
 POLL_SECONDS = 0.5
+RELAY_START_SECONDS = 10.0
+HOME_INSIDE = "/root"
+"""Where a node's home (with its lifecycle scripts) is in its container: root's home, as root runs there."""
 SELF_TERMINATE_GRACE = 10.0
 LOCK_WAIT_SECONDS = 2.0
 PR_SET_CHILD_SUBREAPER = 36
@@ -75,6 +88,10 @@ class Child:
     task_id: str | None
     """None for the OnCreate script."""
     pgid: int
+    oom_kills: int = 0
+    """In a container: its memory limit's kill count when the child started."""
+    killed: bool = False
+    """The agent sent its processes SIGKILL (a grace that passed, the node's end)."""
 
 
 class Agent:
@@ -90,6 +107,11 @@ class Agent:
         self.task_deadlines: dict[str, float] = {}
         self.done = False
         self.wakeup = self._listen()
+        self.container = containers.spec_of(spec.container) if spec.container else None
+        self.podman = (
+            containers.Podman(Path(spec.container["store"]), layout.root) if spec.container else None
+        )
+        self.running: containers.Running | None = None
 
     # --- the loop --------------------------------------------------------------------------------
 
@@ -164,6 +186,8 @@ class Agent:
             why = f"cannot run as {self.run_as.user}: the node agent is not root"
             self._set_state(NodeState.FAILURE, why)
             return
+        if self.container is not None and not self._make_container():
+            return
         if spec.lifecycle_source is not None:
             try:
                 # Links are copied as links, never followed: the scripts are the tenant's.
@@ -183,11 +207,65 @@ class Agent:
                 return
         if self.run_as is not None:
             hand_over(self.files.home, self.run_as)
+        if self.container is not None:
+            ids = self.container.ids.host_first
+            hand_over(self.files.home, RunAs("root", ids, ids))  # root inside is this id outside
         if argv is None:
             self._set_state(NodeState.RUNNING)
             return
-        pid = self._spawn(argv, self._env(), script.parent, self.files.log, self.files.timed)
-        self.children[pid] = Child(None, pid)
+        cwd = script.parent
+        if self.container is not None:  # the same files, where the container sees the home
+            inside = Path(HOME_INSIDE) / script.relative_to(self.files.home)
+            argv = [str(inside) if arg == str(script) else arg for arg in argv]
+            cwd = inside.parent
+        pid = self._spawn(
+            argv, self._env(), cwd, self.files.log, self.files.timed, self.files.path / "oncreate.env"
+        )
+        self.children[pid] = Child(None, pid, containers.oom_kills(self.running))
+
+    def _make_container(self) -> bool:
+        """The node's container, made and recorded (and its endpoint relay started); False when it could
+        not be, the node failed with what Podman said."""
+        assert self.container is not None and self.podman is not None
+        spec = self.container
+        if self.spec.sandbox_task is None:  # a node's home is root's there; an instance keeps the image's
+            spec = dataclasses.replace(spec, mounts=(*spec.mounts, Mount(self.files.home, HOME_INSIDE)))
+        try:
+            self.running = self.podman.make(
+                self.spec.node_id, spec, self.files.path, self.files.env_dir, self.layout.pod_locks
+            )
+        except Exception as error:
+            self._set_state(NodeState.FAILURE, f"its container could not be made: {error}")
+            return False
+        write_record(self.files.container, self.running)
+        if spec.endpoint is not None:
+            problem = self._start_relay(spec.endpoint)
+            if problem is not None:
+                self._set_state(NodeState.FAILURE, f"the endpoint relay did not start: {problem}")
+                return False
+        return True
+
+    def _start_relay(self, endpoint: str) -> str | None:
+        """The endpoint relay into the pod's network (``endpoint_relay.py``), before any program of the
+        container runs, so no program can take its port first; waits for its ``ready``. It is a process of
+        the node (it carries the node's marks), so the node's end ends it. None, or what went wrong."""
+        assert self.running is not None
+        host, port = endpoint.rsplit(":", 1)
+        target = ("127.0.0.1" if host in ("0.0.0.0", "") else host.strip("[]"), int(port))
+        netns = f"/proc/{self.running.init_pid}/ns/net"
+        argv = endpoint_relay.relay_argv(sys.executable, netns, ("127.0.0.1", target[1]), target)
+        relay = subprocess.Popen(  # reaped by the loop as any orphan is; its status is never asked
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=self._wrapper_env(), close_fds=True
+        )
+        assert relay.stdout is not None
+        ready, _, _ = select.select([relay.stdout], [], [], RELAY_START_SECONDS)
+        line = relay.stdout.readline() if ready else b""
+        relay.stdout.close()
+        if line == endpoint_relay.READY:
+            return None
+        with contextlib.suppress(OSError):
+            relay.kill()
+        return f"it said {line!r} (its error is in the node's agent log)"
 
     def _on_create_ended(self, status: int) -> None:
         if self.state is not NodeState.PENDING:
@@ -203,7 +281,7 @@ class Agent:
             f"OnCreate script {self.spec.on_create} {how}" + (f": {output}" if output else ""),
         )
         # A failed node runs nothing: what the script left behind goes too.
-        procfs.kill_until_gone(self._members, self._reap)
+        procfs.kill_until_gone(self._processes, self._reap)
 
     # --- tasks -----------------------------------------------------------------------------------
 
@@ -225,11 +303,16 @@ class Agent:
                 self._start_task(files, record)
 
     def _start_task(self, files: TaskFiles, record: TaskRecord) -> None:
-        env = {**self._env(), **record.env, **self._own_variables(), "HYPERPLAN_TASK_ID": record.task_id}
+        env = {**self._env(), **record.env, **self._own_variables(), containers.TASK_VARIABLE: record.task_id}
         env.update(self.files.published_env())
-        cwd = Path(record.cwd) if record.cwd else self.files.home
-        pid = self._spawn(record.argv, env, cwd, files.log, files.timed)
-        self.children[pid] = Child(record.task_id, pid)
+        home = Path(HOME_INSIDE) if self.container is not None else self.files.home
+        cwd = Path(record.cwd) if record.cwd else home
+        try:
+            pid = self._spawn(record.argv, env, cwd, files.log, files.timed, files.path / "exec.env")
+        except BackendError as error:
+            _record_exit(files, ExitRecord(TaskState.EXITED, exit_code=127, message=str(error)))
+            return
+        self.children[pid] = Child(record.task_id, pid, containers.oom_kills(self.running))
         with contextlib.suppress(OSError):
             write_record(files.proc, ProcRecord(pid, procfs.starttime_of(pid)))
 
@@ -237,14 +320,28 @@ class Agent:
         assert child.task_id is not None
         if child.task_id in self.task_deadlines:
             # A terminated task is over: what is left of its group goes with it.
-            procfs.killpg(child.pgid, signal.SIGKILL)
+            self._signal_task(child, signal.SIGKILL)
             del self.task_deadlines[child.task_id]
         code = os.waitstatus_to_exitcode(status)
+        out_of_memory = self.container is not None and containers.oom_kills(self.running) > child.oom_kills
+        if self.container is not None and code == 128 + signal.SIGKILL and (child.killed or out_of_memory):
+            # podman exec says 128 + N for a program signal N ended, as for one that exited so: only a
+            # kill this agent or the memory limit made is known to be one.
+            code = -signal.SIGKILL
         if code >= 0:
-            record = ExitRecord(TaskState.EXITED, exit_code=code)
+            record = ExitRecord(TaskState.EXITED, exit_code=code, out_of_memory=out_of_memory)
         else:
-            record = ExitRecord(TaskState.KILLED, signal=-code)
+            record = ExitRecord(TaskState.KILLED, signal=-code, out_of_memory=out_of_memory)
         _record_exit(self.layout.task(child.task_id), record)
+
+    def _signal_task(self, child: Child, sig: int) -> None:
+        """A task's processes: its process group, or in a container those carrying its id (never the
+        podman client, whose end would end the task while its program still runs)."""
+        child.killed = child.killed or sig == signal.SIGKILL
+        if self.running is None:
+            procfs.killpg(child.pgid, sig)
+        else:
+            procfs.send(containers.processes(self.running, child.task_id), sig)
 
     def _enforce_task_orders(self) -> None:
         for child in list(self.children.values()):
@@ -254,12 +351,12 @@ class Agent:
             if order is None:
                 continue
             if child.task_id not in self.task_deadlines:
-                procfs.killpg(child.pgid, signal.SIGTERM)
+                self._signal_task(child, signal.SIGTERM)
                 self.task_deadlines[child.task_id] = order.deadline
             deadline = min(order.deadline, self.task_deadlines[child.task_id])
             self.task_deadlines[child.task_id] = deadline
             if time.monotonic() >= deadline:
-                procfs.killpg(child.pgid, signal.SIGKILL)
+                self._signal_task(child, signal.SIGKILL)
 
     def _drop_queued(self, why: str) -> None:
         for task_id in self.files.queued():
@@ -281,17 +378,23 @@ class Agent:
         self._set_state(NodeState.SHUTTING_DOWN)
         self.deadline = order.deadline
         self._drop_queued("its node was terminated before it started")
-        procfs.send(self._members(), signal.SIGTERM)
+        procfs.send(self._processes(), signal.SIGTERM)
 
     def _continue_shutdown(self) -> None:
         order = read_record(self.files.terminate, TerminateOrder)
         if order is not None and self.deadline is not None:
             self.deadline = min(self.deadline, order.deadline)
-        if self._members() and self.deadline is not None and time.monotonic() < self.deadline:
+        if self._processes() and self.deadline is not None and time.monotonic() < self.deadline:
             return
         self._finish()
 
     def _finish(self) -> None:
+        for child in self.children.values():
+            child.killed = True
+        if self.container is not None and self.podman is not None:
+            # The runtime kills what is left in the container; then its clients and conmon end.
+            with contextlib.suppress(BackendError):
+                self.podman.remove(self.spec.node_id, self.container, self.layout.pod_locks)
         procfs.kill_until_gone(self._members, self._reap)
         waited_until = time.monotonic() + 2
         while self.children and time.monotonic() < waited_until:
@@ -308,7 +411,17 @@ class Agent:
     # --- processes -------------------------------------------------------------------------------
 
     def _members(self) -> set[int]:
-        return procfs.members(procfs.snapshot(), os.getpid(), (NODE_DIR_VARIABLE, str(self.files.path)))
+        """Every process of the node: in a container, its clients and conmon as well."""
+        found = procfs.members(procfs.snapshot(), os.getpid(), (NODE_DIR_VARIABLE, str(self.files.path)))
+        if self.running is not None:
+            found |= containers.processes(self.running)
+        return found
+
+    def _processes(self) -> set[int]:
+        """The node's programs, what signals reach: in a container, its processes but process 1."""
+        if self.running is not None:
+            return containers.processes(self.running)
+        return self._members()
 
     def _reap(self) -> None:
         while True:
@@ -328,10 +441,22 @@ class Agent:
                 self._task_ended(child, status)
 
     def _spawn(
-        self, argv: list[str], env: dict[str, str], cwd: Path, log: Callable[[LogStream], Path], timed: Path
+        self,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        log: Callable[[LogStream], Path],
+        timed: Path,
+        env_file: Path,
     ) -> int:
         """Start ``argv`` under the timed-log wrapper (``timedlog.py``): its output goes unchanged to the
-        stdout and stderr logs, and line by line, with times, to the timed log."""
+        stdout and stderr logs, and line by line, with times, to the timed log. In a container the
+        wrapped program is ``podman exec``, run as root in the host's directory of the node with the
+        agent's own variables, and ``env`` reaches the program through ``env_file`` (0600)."""
+        if self.running is not None and self.podman is not None:
+            containers.write_env_file(env_file, env)
+            argv = self.podman.exec_argv(self.running.name, argv, env_file, str(cwd))
+            env, cwd = {**self._wrapper_env(), **self.podman.environment()}, self.files.path
         flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC
         # The server's files (0600): the wrapper (still root) writes them through the descriptors it is
         # given; the program, as the node's user, writes only into the wrapper's pipes.
@@ -340,7 +465,7 @@ class Agent:
         fds.append(_environment_file(env))
         wrapped = [sys.executable, "-I", "-S", timedlog.__file__, "--log-fd", "3", "--env-fd", "4"]
         wrapped += ["--cwd", str(cwd)]
-        if self.run_as is not None:
+        if self.run_as is not None and self.running is None:
             wrapped += ["--run-as", f"{self.run_as.uid}:{self.run_as.gid}"]
         try:
             pid = os.fork()
@@ -360,9 +485,13 @@ class Agent:
         obeys LD_PRELOAD and the like at its execve. The node's variables (its directory, the run mark)
         are there so that the wrapper counts among the node's processes."""
         base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": os.environ.get("LANG", "C.UTF-8")}
-        return {**base, **self._own_variables()}
+        return {**base, **self._host_variables()}
 
     def _env(self) -> dict[str, str]:
+        if self.container is not None:
+            # The image's own variables (PATH, HOME and the like) are the container's already.
+            base = {"HOME": HOME_INSIDE} if self.spec.sandbox_task is None else {}
+            return {**base, **self.spec.env, **self._own_variables(), **self.files.published_env()}
         base = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": os.environ.get("LANG", "C.UTF-8")}
         base["HOME"] = str(self.files.home)
         if self.run_as is not None:
@@ -370,6 +499,19 @@ class Agent:
         return {**base, **self.spec.env, **self._own_variables(), **self.files.published_env()}
 
     def _own_variables(self) -> dict[str, str]:
+        if self.container is not None:
+            # Nothing of the host's paths: the node's names and where its published variables are.
+            return {
+                "HYPERPLAN_NODE_ID": self.spec.node_id,
+                "HYPERPLAN_NODE_NAME": self.spec.name,
+                "HYPERPLAN_INSTANCE_TYPE": self.spec.instance_type,
+                ENV_DIR_VARIABLE: containers.ENV_DIR_INSIDE,
+            }
+        return self._host_variables()
+
+    def _host_variables(self) -> dict[str, str]:
+        """What a process on the host carries: the node's names, and the marks that find it as the
+        node's (its directory, the back end's root, the run's mark)."""
         return {
             "HYPERPLAN_NODE_ID": self.spec.node_id,
             "HYPERPLAN_NODE_NAME": self.spec.name,

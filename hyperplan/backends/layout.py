@@ -15,6 +15,8 @@ one), so a reader sees the old or the new content, never half of it.
         env/NAME       server       published variables, one file each ($HYPERPLAN_ENV_DIR)
         queue/TASK_ID  server       an empty file per task to run on this node
         home/          processes    the node's working directory ($HOME); lifecycle scripts in home/lifecycle
+        container.json agent        the node's container, for a node that is one (``containers.py``)
+        hosts          agent        its /etc/hosts
         lifecycle.stdout.log, lifecycle.stderr.log   OnCreate's output
         agent.log      agent
       tasks/TASK_ID/                a task
@@ -23,7 +25,9 @@ one), so a reader sees the old or the new content, never half of it.
         exit.json      agent        how it ended (the server writes Lost when the agent is gone)
         terminate.json server       a task's own terminate order (tasks on a shared node)
         stdout.log, stderr.log
+        exec.env       agent        a task's variables for ``podman exec`` (in a container)
         sandbox/                    the instance sandbox of a task run with node_id=None: a node dir
+      pods/POD.lock    agents       held while a pod is made, joined or removed
 
 Who may read what, when work runs as an account's OS user (``run_as``): everything belongs to the
 server's user (root) except a node's ``home/``, which the agent hands to the node's user (0700) once the
@@ -89,6 +93,8 @@ class NodeRecord:
     """The node's OS user (a :class:`RunAs` as a dict); None: the server's own."""
     placement: dict[str, Any] | None = None
     """The spec's :class:`Placement` (kept for the spec's identity; one machine has nowhere else to go)."""
+    container: dict[str, Any] | None = None
+    """The node's container (``containers.spec_record``); None: host processes."""
     created_at: float = field(default_factory=time.time, compare=False)
 
 
@@ -102,6 +108,8 @@ class TaskRecord:
     run_as: dict[str, Any] | None = None
     """A sandboxed task's OS user, as in :class:`NodeRecord`."""
     placement: dict[str, Any] | None = None
+    container: dict[str, Any] | None = None
+    """A sandboxed task's container, as in :class:`NodeRecord`."""
     created_at: float = field(default_factory=time.time, compare=False)
 
 
@@ -128,6 +136,7 @@ class ExitRecord:
     exit_code: int | None = None
     signal: int | None = None
     message: str = ""
+    out_of_memory: bool = False
     ended_at: float = field(default_factory=time.time)
 
 
@@ -218,6 +227,8 @@ class NodeFiles:
         self.home = path / "home"
         self.lifecycle_dir = self.home / "lifecycle"
         self.agent_log = path / "agent.log"
+        self.container = path / "container.json"
+        """The node's container, once the agent has made it (``containers.Running``)."""
         self.timed = path / "lifecycle.timed.log"
         """OnCreate's output line by line with times (``timedlog.py``)."""
 
@@ -258,6 +269,7 @@ class Layout:
         self.root = root
         self.nodes = root / "nodes"
         self.tasks = root / "tasks"
+        self.pod_locks = root / "pods"
 
     def node(self, node_id: str) -> NodeFiles:
         return NodeFiles(self.nodes / node_id)

@@ -49,7 +49,7 @@ from pathlib import Path
 from signal import SIGKILL, SIGUSR1, Signals
 
 import hyperplan
-from hyperplan.backends import procfs, scratch, tenant_files
+from hyperplan.backends import containers, procfs, scratch, tenant_files
 from hyperplan.backends.base import (
     EXEC_OUTPUT_LIMIT,
     AdoptReport,
@@ -114,11 +114,14 @@ PACKAGE_PARENT = Path(hyperplan.__file__).resolve().parent.parent
 class LocalBackend:
     """Nodes and tasks as processes on this machine, under ``root``. See the module docstring."""
 
-    def __init__(self, root: Path, python: str = sys.executable) -> None:
+    def __init__(self, root: Path, python: str = sys.executable, podman_store: Path | None = None) -> None:
         self.layout = Layout(root.resolve())
         for directory in (self.layout.root, self.layout.nodes, self.layout.tasks):
             make_dir(directory, PASSAGE_MODE)
         self.python = python
+        self.podman_store = podman_store
+        """Where images and containers are kept (``containers/podman.py``); None: no containers."""
+        self.podman = containers.Podman(podman_store, self.layout.root) if podman_store else None
         self._timers: set[threading.Timer] = set()
         self._timers_lock = threading.Lock()
 
@@ -138,6 +141,7 @@ class LocalBackend:
             sandbox_task=None,
             run_as=run_as_record(spec.run_as),
             placement=placement_record(spec.placement),
+            container=containers.spec_record(spec.container, self.podman_store),
         )
         self._make_node(self.layout.node(spec.node_id), record)
 
@@ -163,6 +167,9 @@ class LocalBackend:
         cwd = str(spec.cwd) if spec.cwd else None
         _check_run_as(spec.run_as)
         run_as = run_as_record(spec.run_as)
+        container = containers.spec_record(spec.container, self.podman_store)
+        if container is not None:
+            containers.check_passable(spec.env)
         record = TaskRecord(
             spec.task_id,
             spec.node_id,
@@ -171,13 +178,16 @@ class LocalBackend:
             cwd,
             run_as,
             placement_record(spec.placement),
+            container,
         )
         existing = read_record(files.spec, TaskRecord)
         if existing is not None and existing != record:
             raise SpecConflict(f"task {spec.task_id} exists with another spec")
         if spec.node_id is None:
             self._write_task(files, record)
-            sandbox = NodeRecord(spec.task_id, spec.task_id, "", {}, None, None, [], spec.task_id, run_as)
+            sandbox = NodeRecord(
+                spec.task_id, spec.task_id, "", {}, None, None, [], spec.task_id, run_as, container=container
+            )
             self._make_node(NodeFiles(files.sandbox), sandbox, queue=spec.task_id)
             return
         node = self._node(spec.node_id)
@@ -200,7 +210,9 @@ class LocalBackend:
         ended = read_record(files.exit, ExitRecord)
         if ended is not None:
             message = ended.message or tail(files.log(LogStream.STDERR))
-            return TaskStatus(TaskState(ended.state), ended.exit_code, ended.signal, message)
+            return TaskStatus(
+                TaskState(ended.state), ended.exit_code, ended.signal, message, ended.out_of_memory
+            )
         if files.proc.exists():
             return TaskStatus(TaskState.RUNNING)
         return TaskStatus(TaskState.PENDING)
@@ -215,11 +227,9 @@ class LocalBackend:
         if task is None:
             agent = self._live_agent(node)
             if agent is not None:
-                procfs.send(self._members(node, agent), sig)
+                procfs.send(self._programs(node, agent), sig)
             return
-        proc = read_record(task.proc, ProcRecord)
-        if proc is not None and not task.exit.exists() and procfs.is_alive(proc.pid, proc.starttime):
-            procfs.killpg(proc.pid, sig)
+        self._signal_task(node, task, sig)
 
     def terminate(self, ref: Ref, grace: timedelta, env: Mapping[str, str] | None = None) -> None:
         node, task = self._target(ref)
@@ -393,6 +403,7 @@ class LocalBackend:
         state = read_record(files.state, StateRecord)
         if state is not None and state.state == NodeState.TERMINATED:
             return
+        self._remove_container(files)
         procfs.kill_until_gone(lambda: self._members(files, agent))
         if state is not None and state.state == NodeState.FAILURE:
             self._record_death(files, state.message)
@@ -447,7 +458,35 @@ class LocalBackend:
     # --- processes -------------------------------------------------------------------------------
 
     def _members(self, files: NodeFiles, agent: ProcRecord) -> set[int]:
-        return procfs.members(procfs.snapshot(), agent.pid, (NODE_DIR_VARIABLE, str(files.path)))
+        found = procfs.members(procfs.snapshot(), agent.pid, (NODE_DIR_VARIABLE, str(files.path)))
+        running = containers.running_of_file(files.container)
+        return found | containers.processes(running) if running is not None else found
+
+    def _programs(self, files: NodeFiles, agent: ProcRecord) -> set[int]:
+        """What a signal to a node reaches: in a container its processes (never its clients or conmon,
+        see containers.py), else every member."""
+        running = containers.running_of_file(files.container)
+        return containers.processes(running) if running is not None else self._members(files, agent)
+
+    def _signal_task(self, node: NodeFiles, task: TaskFiles, sig: int) -> None:
+        if task.exit.exists():
+            return
+        running = containers.running_of_file(node.container)
+        if running is not None:
+            procfs.send(containers.processes(running, task.task_id), sig)
+            return
+        proc = read_record(task.proc, ProcRecord)
+        if proc is not None and procfs.is_alive(proc.pid, proc.starttime):
+            procfs.killpg(proc.pid, sig)
+
+    def _remove_container(self, files: NodeFiles) -> None:
+        """A node's container and its pod (when it was the pod's last), if the node is one."""
+        record = read_record(files.spec, NodeRecord)
+        if record is None or record.container is None:
+            return
+        podman = containers.Podman(Path(record.container["store"]), self.layout.root)
+        with contextlib.suppress(BackendError):
+            podman.remove(record.node_id, containers.spec_of(record.container), self.layout.pod_locks)
 
     def _live_agent(self, files: NodeFiles) -> ProcRecord | None:
         agent = read_record(files.agent, ProcRecord)
@@ -465,7 +504,9 @@ class LocalBackend:
         agent = read_record(files.agent, ProcRecord)
         if agent is not None:
             leader = {agent.pid} if procfs.is_alive(agent.pid, agent.starttime) else set()
-            procfs.kill_until_gone(lambda: _still_running(leader) | self._members(files, agent))
+            procfs.kill_until_gone(lambda: _still_running(leader))
+            self._remove_container(files)
+            procfs.kill_until_gone(lambda: self._members(files, agent))
         shutil.rmtree(files.path, ignore_errors=True)
 
     def _kill_task(self, task: TaskFiles) -> None:
@@ -482,7 +523,8 @@ class LocalBackend:
 
     def _sweep_strays(self) -> tuple[int, ...]:
         """Kill every process that carries this root's mark but belongs to no live node we keep."""
-        keep = {str(files.path) for files in self._all_node_files() if self._live_agent(files) is not None}
+        live = [files for files in self._all_node_files() if self._live_agent(files) is not None]
+        keep = {str(files.path) for files in live}
         root = str(self.layout.root)
 
         def strays() -> set[int]:
@@ -496,6 +538,10 @@ class LocalBackend:
 
         killed = strays()
         procfs.kill_until_gone(strays)
+        if self.podman is not None:  # containers of this root that no live node (or sandbox) of it has
+            records = [read_record(files.spec, NodeRecord) for files in live]
+            with contextlib.suppress(BackendError):
+                self.podman.strays({record.node_id for record in records if record is not None})
         return tuple(sorted(killed))
 
     def _all_node_files(self) -> list[NodeFiles]:
@@ -570,10 +616,8 @@ class LocalBackend:
                 if agent is not None and not _node_status(node).state.is_final():
                     procfs.kill_until_gone(lambda: _still_running({agent.pid}) | self._members(node, agent))
                 self._settle(node)
-            elif not task.exit.exists():
-                proc = read_record(task.proc, ProcRecord)
-                if proc is not None and procfs.is_alive(proc.pid, proc.starttime):
-                    procfs.killpg(proc.pid, SIGKILL)
+            else:
+                self._signal_task(node, task, SIGKILL)
         with self._timers_lock:
             self._timers = {timer for timer in self._timers if timer.is_alive()}
 

@@ -55,8 +55,9 @@ def describe(name: str) -> None:
         job = plain(sagemaker_client().call("DescribeTrainingJob", TrainingJobName=name))
         # DescribeTrainingJob shows the TrainingImage as sent; the native view adds what it resolved to.
         native = native_client().get(f"/api/v1/training-jobs/{quote(name, safe='')}")
-    if native.get("ResolvedImage"):
-        job["ResolvedImage"] = native["ResolvedImage"]
+    for member in ("ResolvedImage", "ImageDigest"):
+        if native.get(member):
+            job[member] = native[member]
     emit(job, JobDetail)
 
 

@@ -148,6 +148,17 @@ WorkDirOpt = Annotated[
         "DATA_DIR-work otherwise). One store's: another store's server refuses it.",
     ),
 ]
+# No envvar here: HYPERPLAN_RUNTIME comes after the fleet file's [backend] runtime (app.py reads it).
+RuntimeOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="podman: each node and job instance runs in a container of its image, walled off and "
+        "limited (needs root and Podman); process: as host processes, not contained. Default: the "
+        "fleet file's [backend] runtime, else $HYPERPLAN_RUNTIME, else podman when run as root and "
+        "Podman is usable, process otherwise. serve installs nothing: podman without what it needs "
+        "refuses the start, naming it.",
+    ),
+]
 LogLevelOpt = Annotated[str, typer.Option(help="Server log level.")]
 MetricsListenOpt = Annotated[
     str | None,
@@ -206,6 +217,7 @@ class ServeOptions:
     key_file: Path | None
     isolation: str | None
     work_dir: Path | None
+    runtime: str | None
     log_level: str
     metrics_listen: str | None
     workers: int
@@ -283,12 +295,15 @@ def _refuse_early(options: ServeOptions) -> datetime | None:
     """The refusals made before the server's stack is imported (seconds of CPU): the same checks the
     application makes again as it opens, with the same messages. Returns --clock-start's instant."""
     from hyperplan.clock import check_clock_options, parse_instant
+    from hyperplan.core.runtime_choice import FLAG, check_runtime
     from hyperplan.services.accounts import os_users
     from hyperplan.store.urls import check_url
 
     starts_at = parse_instant(options.clock_start) if options.clock_start is not None else None
     check_clock_options(options.clock_kind, starts_at)
     os_users.choose_isolation(options.isolation, os.geteuid())
+    if options.runtime is not None:
+        check_runtime(options.runtime, FLAG)
     if options.data_dir is not None and options.work_dir is not None:
         os_users.check_work_dir_place(options.work_dir.expanduser(), options.data_dir.expanduser())
     if options.database_url:
@@ -318,6 +333,7 @@ _PASSED_ON = (
     "key_file",
     "isolation",
     "work_dir",
+    "runtime",
     "log_level",
     "leader_lease",
 )

@@ -21,6 +21,7 @@ from hyperplan.app import AppConfig, Application, default_data_dir
 from hyperplan.backends.layout import MARK_VARIABLE
 from hyperplan.cli.common import console
 from hyperplan.cli.serve_options import FrontDoor, ServeOptions, api_process_args, refusals_exit
+from hyperplan.core.runtime_choice import NOT_CONTAINED
 from hyperplan.server.app import create_app
 from hyperplan.server.serving import serve as serve_app
 from hyperplan.services.accounts.os_users import NOT_ISOLATED
@@ -101,11 +102,19 @@ def _app_config(options: ServeOptions, directory: Path, starts_at: datetime | No
         database_url=options.database_url,
         isolation=options.isolation,
         work_dir=options.work_dir,
+        runtime=options.runtime,
+        endpoint=_endpoint(options.host, options.port),
         # The parent of `--workers N` listens for every process; an API process never does.
         metrics_listen=options.metrics_listen if options.role != "api" else None,
         role="background" if options.workers > 1 else options.role,
         leader_lease=options.leader_lease,
     )
+
+
+def _endpoint(host: str, port: int) -> str:
+    """Where this server is reached from the machine itself: a wildcard address is reached on loopback."""
+    reached = "127.0.0.1" if host in ("", "0.0.0.0", "::") else host
+    return f"[{reached}]:{port}" if ":" in reached else f"{reached}:{port}"
 
 
 def _serve_api_process(
@@ -136,16 +145,20 @@ def _announce(
     directory: Path,
     bootstrapped: bool,
 ) -> None:
-    """What the operator is told at the start: isolation off, the administrator's keys, where to call."""
+    """What the operator is told at the start: isolation or containers off, the administrator's keys,
+    where to call."""
     credentials = application.credentials_path
     host, port = options.host, options.port
     if not context.settings.isolated:
         print(f"WARNING: {NOT_ISOLATED}", file=sys.stderr, flush=True)
+    if not context.settings.contained:
+        print(f"WARNING: {NOT_CONTAINED}", file=sys.stderr, flush=True)
     if bootstrapped:
         console.print(f"Created the administrator account; its keys are in {credentials}")
     console.print(
         f"hyperplan on http://{host}:{port} (region {context.region}, {context.clock.kind} clock, "
-        f"data in {directory}, work in {context.work_dir}, isolation {context.settings.isolation})\n"
+        f"data in {directory}, work in {context.work_dir}, isolation {context.settings.isolation}, "
+        f"runtime {context.settings.runtime})\n"
         f"  aws sagemaker list-training-plans --endpoint-url http://{host}:{port} "
         f"(credentials: AWS_SHARED_CREDENTIALS_FILE={credentials} AWS_PROFILE=hyperplan)"
     )

@@ -61,6 +61,9 @@ class Pool:
     # What on-demand use pays per instance-hour, metered (services/clusters/metering.py); None: the same as
     # ``price_per_instance_hour`` (docs/DECISIONS.md, "On-demand use").
     on_demand_price: Decimal | None = None
+    # The share of an instance's published size (vCPUs, memory) one of its containers may use
+    # (core/container_limits.py): 1 where a host is an instance, less where a small host plays a big type.
+    limits_scale: float = 1.0
 
     @property
     def key(self) -> PoolKey:
@@ -84,6 +87,15 @@ class BackendSettings:
     """Where work runs: ``local`` processes on the server's machine (the default), or a Slurm cluster."""
 
     kind: str = "local"
+    # "podman" or "process" (core/runtime_choice.py); None: unset, so serve --runtime, HYPERPLAN_RUNTIME
+    # or the default decides.
+    runtime: str | None = None
+    # Where images and containers are kept (runtime podman): a Podman store of hyperplan's own, never
+    # root's default one; None: /var/lib/hyperplan/podman.
+    podman_store: str | None = None
+    # The image a HyperPod node's container runs (runtime podman): the cluster's "AMI"; None: none, and
+    # nodes cannot be provisioned in containers.
+    node_image: str | None = None
     slurm_conf: str | None = None  # the cluster's slurm.conf (an absolute path); Slurm only
     partition: str | None = None  # the partition the pools' nodes are in (None: the cluster's default)
     kill_grace: timedelta = timedelta(minutes=2)  # a signalled Slurm job's time before it is killed

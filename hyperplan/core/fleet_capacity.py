@@ -13,6 +13,8 @@ from typing import Any
 from hyperplan.core.fleet import BACKEND_KINDS, AvailabilityZone, BackendSettings, Pool
 from hyperplan.core.fleet_values import Table, refuse_repeats
 from hyperplan.core.hostlist import expand
+from hyperplan.core.image_refs import parse_image
+from hyperplan.core.runtime_choice import PODMAN, RUNTIMES, SLURM_HAS_NO_CONTAINERS
 from hyperplan.errors import ValidationError
 
 _ZONE_ID = re.compile(r"[a-z0-9]+-az\d+")
@@ -55,7 +57,7 @@ def _zone(table: Table, region: str) -> AvailabilityZone:
 
 _POOL_KEYS = (
     "instance_type", "zone", "count", "reservable", "price_per_instance_hour", "currency", "nodes",
-    "feature", "on_demand_price_per_instance_hour",
+    "feature", "on_demand_price_per_instance_hour", "limits_scale",
 )  # fmt: skip
 
 
@@ -114,7 +116,16 @@ def _pool(table: Table, zone_names: list[str], currency: str, backend: BackendSe
             if "on_demand_price_per_instance_hour" in table.values
             else None
         ),
+        limits_scale=_limits_scale(table),
     )
+
+
+def _limits_scale(table: Table) -> float:
+    """The share of the type's size a container of the pool gets (core/container_limits.py): (0, 1]."""
+    value = table.get("limits_scale", (int, float), 1.0, "a number such as 0.01")
+    if not 0 < value <= 1:
+        raise table.fail("limits_scale", f"{value} is not above 0 and at most 1")
+    return float(value)
 
 
 def _pool_nodes(
@@ -138,7 +149,9 @@ def _pool_nodes(
     return nodes, feature
 
 
-BACKEND_KEYS = ("kind", "work_dir", "slurm_conf", "partition", "kill_grace")
+BACKEND_KEYS = (
+    "kind", "runtime", "podman_store", "node_image", "work_dir", "slurm_conf", "partition", "kill_grace",
+)  # fmt: skip
 
 
 _SLURM_KEYS = ("slurm_conf", "partition", "kill_grace")
@@ -151,11 +164,21 @@ def read_backend(values: Mapping[str, Any]) -> BackendSettings:
     kind = table.text("kind", default.kind)
     if kind not in BACKEND_KINDS:
         raise table.fail("kind", f"{kind!r} is not one of {', '.join(BACKEND_KINDS)}")
+    runtime = _runtime(table, kind)
+    podman_store = table.get("podman_store", str, None, "an absolute directory path")
+    if podman_store is not None and (not podman_store.startswith("/") or "\0" in podman_store):
+        raise table.fail("podman_store", f"{podman_store!r} is not an absolute directory path")
+    node_image = table.text("node_image", None)
+    if node_image is not None:
+        try:
+            parse_image(node_image)
+        except ValidationError as error:
+            raise table.fail("node_image", error.message) from None
     if kind != "slurm":
         for key in _SLURM_KEYS:
             if key in table.values:
                 raise table.fail(key, 'only for a Slurm back end (kind = "slurm")')
-        return BackendSettings(kind=kind)
+        return BackendSettings(kind=kind, runtime=runtime, podman_store=podman_store, node_image=node_image)
     slurm_conf = table.text("slurm_conf")
     if not slurm_conf.startswith("/"):
         raise table.fail("slurm_conf", f"{slurm_conf!r} is not an absolute path")
@@ -164,10 +187,21 @@ def read_backend(values: Mapping[str, Any]) -> BackendSettings:
         raise table.fail("kill_grace", "must be longer than zero")
     return BackendSettings(
         kind=kind,
+        runtime=runtime,
         slurm_conf=slurm_conf,
         partition=table.text("partition", None, pattern=_PARTITION, hint=" (letters, digits, _ -)"),
         kill_grace=kill_grace,
     )
+
+
+def _runtime(table: Table, kind: str) -> str | None:
+    """``runtime = "podman" | "process"`` (core/runtime_choice.py); unset: None, decided at start."""
+    runtime: str | None = table.text("runtime", None)
+    if runtime is not None and runtime not in RUNTIMES:
+        raise table.fail("runtime", f"{runtime!r} is not one of {', '.join(RUNTIMES)}")
+    if runtime == PODMAN and kind == "slurm":
+        raise table.fail("runtime", f'{SLURM_HAS_NO_CONTAINERS}: give "process" or leave it out')
+    return runtime
 
 
 def read_work_dir(values: Mapping[str, Any]) -> str | None:

@@ -34,8 +34,10 @@ In brief::
     [image_map]  <training image> = <reference>, <prefix*> = <reference prefix*> (the rest appended) or
                  <prefix*> = <reference> (every match to that one): where each image is pulled from
     [registries."<host[:port]>"]  insecure = true | false (plain HTTP; default false)
-    [backend]    kind = "local" | "slurm"; work_dir = "/srv/hyperplan-work" (nodes' homes, sandboxes, job
-                 trees; --work-dir wins); for Slurm: slurm_conf (absolute path), partition, kill_grace
+    [backend]    kind = "local" | "slurm"; runtime = "podman" | "process" (containers or host processes;
+                 --runtime wins; unset: decided at start, core/runtime_choice.py; Slurm: process only);
+                 work_dir = "/srv/hyperplan-work" (nodes' homes, sandboxes, job trees; --work-dir
+                 wins); for Slurm: slurm_conf (absolute path), partition, kill_grace
                  (default "2m"); each pool then names its nodes, nodes = "gpu[01-16]" (a Slurm
                  hostlist; count, if given, must equal their number), and may name their feature
                  (default: its instance type)

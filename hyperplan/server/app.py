@@ -61,6 +61,8 @@ async def healthz(request: Request) -> Response:
             "clock": runtime.clock.kind,
             "region": runtime.region,
             "isolation": runtime.settings.isolation,
+            "runtime": runtime.settings.runtime,  # core/runtime_choice.py
+            "contained": runtime.settings.contained,
         }
     )
 

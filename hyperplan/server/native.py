@@ -496,6 +496,7 @@ def describe_job(request: NativeRequest) -> dict[str, Any]:
         "SecondaryStatus": job.secondary_status,
         "TrainingImage": job.request.algorithm.image,
         "ResolvedImage": job.resolved_image,
+        "ImageDigest": job.image_digest,
     }
 
 

@@ -7,6 +7,7 @@ from decimal import Decimal
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Float,
     ForeignKey,
     Index,
@@ -356,6 +357,9 @@ class TrainingJob(Base):
     # The reference its TrainingImage resolved to through the fleet's image map at creation
     # (core/image_refs.py); None for a job without a TrainingImage, or made before revision 0023.
     resolved_image: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The digest of the image its instances last ran in (runtime podman: pulled at launch); None without
+    # one (runtime process, or made before revision 0024).
+    image_digest: Mapped[str | None] = mapped_column(String(160), nullable=True)
     model_uri: Mapped[str | None] = mapped_column(Text, nullable=True)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     attempt_state: Mapped[str] = mapped_column(String(16), default="")
@@ -398,6 +402,8 @@ class TrainingJobInstance(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     message: Mapped[str] = mapped_column(Text, default="")
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    # Its container's memory limit had a process of it killed before it ended (runtime podman).
+    out_of_memory: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 class StatusEvent(Base):

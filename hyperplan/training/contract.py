@@ -19,11 +19,16 @@ SageMaker training toolkit reads it in place of ``/opt/ml``), and ``SM_CHECKPOIN
 does not set, names the real checkpoint directory for scripts that would otherwise hard-code
 ``/opt/ml/checkpoints``.
 
+In a container the tree is mounted at ``/opt/ml`` (and the checkpoint directory at LocalPath, wherever
+that is), and the contract the program gets is built with ``/opt/ml`` as its root: its variables then
+name ``/opt/ml``, as SageMaker's do.
+
 The command is ContainerEntrypoint + ContainerArguments when an entrypoint is given (a leading ``python``
 or ``python3`` is the image's interpreter), otherwise script mode when the hyperparameters carry
 ``sagemaker_program`` and ``sagemaker_submit_directory`` (as the SageMaker Python SDK sets them; there
-ContainerArguments, meant for an image's entry point, are ignored); an image's own entry point cannot be
-run here, so anything else is :class:`NoCommand`.
+ContainerArguments, meant for an image's entry point, are ignored), otherwise, where the job runs in its
+image, what ``docker run IMAGE train`` runs (``JobSpec.image_command``); without an image (the ``process``
+runtime) anything else is :class:`NoCommand`.
 
 Hyperparameter values are decoded as the training toolkit does: a value that is valid JSON becomes that
 JSON value (the SDK JSON-encodes every value), any other stays the string. ``sagemaker_*`` ones are the
@@ -98,6 +103,10 @@ class JobSpec:
     """The Python the fleet file names for the image (default: the server's own)."""
     cpu_count: int = 1
     network_interface_name: str = "lo"  # a local back end's instances talk over loopback
+    image_command: tuple[str, ...] | None = None
+    """What ``docker run IMAGE train`` runs (the image's ENTRYPOINT and ``train``), for a job that names
+    neither an entry point nor script mode; None where no image is run (the ``process`` runtime)."""
+    image_workdir: str = "/"
 
     def __post_init__(self) -> None:
         if self.current_host not in self.hosts:
@@ -185,6 +194,8 @@ class Layout:
 
     @property
     def checkpoint_dir(self) -> Path:
+        if self.root == Path(SAGEMAKER_BASE):  # a container's own tree: the path is what it says
+            return Path(self.checkpoint_local_path)
         return self.root / rebased(self.checkpoint_local_path)
 
     @property
@@ -309,6 +320,8 @@ def build_command(spec: JobSpec, layout: Layout, user_args: Sequence[str]) -> Co
     script = spec.script
     if script is not None:
         return Command(_script_argv(script, spec.interpreter, user_args), layout.code_dir)
+    if spec.image_command is not None:  # as SageMaker runs an image: its entry point, with `train`
+        return Command(spec.image_command, Path(spec.image_workdir or "/"))
     raise NoCommand(_no_command_message(spec))
 
 

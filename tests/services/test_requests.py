@@ -156,6 +156,22 @@ def test_a_job_request_the_rules_refuse_gets_its_message(request_: dict[str, Any
     assert str(refused.value).startswith(message), str(refused.value)
 
 
+def test_where_instances_run_in_their_image_the_image_runs_itself_and_network_isolation_is_served() -> None:
+    bare = _with(AlgorithmSpecification={"TrainingInputMode": "File", "TrainingImage": "example/train:1"})
+    isolated = {**bare, "EnableNetworkIsolation": True}
+    with pytest.raises(ValidationError, match="EnableNetworkIsolation: instances run as local processes"):
+        TrainingJobSpec.from_wire(isolated)
+    with pytest.raises(ValidationError, match="AlgorithmSpecification: "):
+        TrainingJobSpec.from_wire(bare)  # no command, and no image run here
+    spec = TrainingJobSpec.from_wire(isolated, runs_images=True)
+    assert spec.network_isolation and spec.algorithm.entrypoint == ()
+    with pytest.raises(ValidationError, match="TrainingImage is required: instances run in their image"):
+        TrainingJobSpec.from_wire(
+            _with(AlgorithmSpecification={"TrainingInputMode": "File", "ContainerEntrypoint": ["true"]}),
+            runs_images=True,
+        )
+
+
 GROUP: dict[str, Any] = {
     "InstanceGroupName": "workers",
     "InstanceType": "ml.m5.large",

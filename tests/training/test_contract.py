@@ -305,3 +305,26 @@ def test_channels_whose_variables_would_clash_are_refused() -> None:
     clashing = (Channel("train-data", "s3://b/t"), Channel("train.data", "s3://b/u"))
     with pytest.raises(UnsupportedInput, match="would both set SM_CHANNEL_TRAIN_DATA"):
         build_contract(two_host_spec("algo-1", channels=clashing), ROOT)
+
+
+INSIDE = Path("/opt/ml")
+
+
+def test_in_a_container_the_variables_name_opt_ml_and_the_checkpoints_their_own_path() -> None:
+    spec = two_host_spec("algo-1", checkpoint_local_path="/data/ckpt")
+    inside = build_contract(spec, INSIDE)
+    assert inside.environment["SM_MODEL_DIR"] == "/opt/ml/model"
+    assert inside.environment["SM_CHANNEL_TRAINING"] == "/opt/ml/input/data/training"
+    assert inside.environment["SM_CHECKPOINT_DIR"] == "/data/ckpt"  # where the job said, not rebased
+    assert build_contract(spec, ROOT).layout.checkpoint_dir == ROOT / "data/ckpt"  # on the host: the tree
+
+
+def test_an_image_without_an_entry_point_or_script_mode_runs_as_sagemaker_runs_it() -> None:
+    image_default = ("/usr/bin/entry", "train")
+    spec = two_host_spec(
+        "algo-1", entrypoint=(), arguments=(), image_command=image_default, image_workdir="/workspace"
+    )
+    command = build_contract(spec, INSIDE).command
+    assert (command.argv, command.cwd) == (image_default, Path("/workspace"))
+    scripted = replace(spec, hyperparameters=SDK_HYPERPARAMETERS, interpreter="python3")
+    assert build_contract(scripted, INSIDE).command.argv[:2] == ("python3", "train.py")  # script mode wins

@@ -51,7 +51,8 @@ class JobDetail:
         if image:
             resolved = job.get("ResolvedImage")
             shown = f" (resolves to {resolved})" if resolved and resolved != image else ""
-            parts.append(Text(f"Image: {image}{shown}"))
+            digest = f", ran {job['ImageDigest']}" if job.get("ImageDigest") else ""
+            parts.append(Text(f"Image: {image}{shown}{digest}"))
         rows = [
             [
                 t["Status"],

@@ -18,7 +18,7 @@ from hyperplan import metrics
 from hyperplan.backends.base import EXPIRATION_VARIABLE, AdoptReport, BackendError, NodeRef, NodeSpec
 from hyperplan.core.status import NODE_LIFECYCLE, NodeStatus
 from hyperplan.objects.uris import StorageError
-from hyperplan.services.clusters import metering
+from hyperplan.services.clusters import metering, node_containers
 from hyperplan.services.clusters.cluster_records import GONE
 from hyperplan.services.clusters.cluster_request import InstanceGroupSpec
 from hyperplan.services.runtime import slurm_placement, status, tenancy
@@ -63,7 +63,11 @@ def _provision(runtime: ServiceContext, node: ClusterNode, spec: InstanceGroupSp
         with runtime.db.read() as session:
             group = session.get(InstanceGroup, node.group_id)
             plan_id = group.plan_id if group is not None else None
+            zone = group.availability_zone if group is not None else None
             where = slurm_placement.placement(runtime, session, plan_id, spec.instance_type or "")
+        container = node_containers.node_container(runtime, node.cluster_id, spec.instance_type or "", zone)
+        if container is not None:
+            owner = None  # root in its own user namespace: the account's container ids, not its OS user
         runtime.backend.provision(
             NodeSpec(
                 node_id=node.backend_id,
@@ -78,6 +82,7 @@ def _provision(runtime: ServiceContext, node: ClusterNode, spec: InstanceGroupSp
                 on_create=on_create if source is not None else None,
                 run_as=owner,
                 placement=where,
+                container=container,
             )
         )
     except (StorageError, BackendError, ValueError) as exc:

@@ -131,9 +131,16 @@ def _final_message(session: Session, job: TrainingJob, final: Secondary, model_u
 
 def failure_reason(instance: TrainingJobInstance) -> str:
     """SageMaker's FailureReason names who failed by its prefix: ``AlgorithmError:`` for the training
-    code (an exit code, a signal), ``InternalServerError:`` for the platform. An instance the back end
+    code (an exit code, a signal), ``OutOfMemoryError:`` when its memory limit killed it,
+    ``InternalServerError:`` for the platform. An instance the back end
     lost (its machine failed, as Slurm's NODE_FAIL; its process ended with nothing watching it; the back
     end no longer has it) is the platform's failure, not the training code's."""
+    if instance.out_of_memory:  # as SageMaker names it, whatever the exit status the kill left
+        return _with_detail(
+            f"OutOfMemoryError: instance {instance.host} ran out of memory (its container's limit); use an "
+            "instance type with more memory, or reduce the memory usage of the training job",
+            instance,
+        )
     if instance.state == InstanceState.EXITED:
         what = f"exited with code {instance.exit_code}"
     elif instance.state == InstanceState.KILLED:

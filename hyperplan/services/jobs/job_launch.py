@@ -11,10 +11,10 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from hyperplan import metrics
-from hyperplan.backends.base import BackendError, TaskSpec, UnknownResource
+from hyperplan.backends.base import BackendError, RunAs, TaskSpec, UnknownResource
 from hyperplan.core.jobs import LIVE_INSTANCE, RUNNING, AttemptState, InstanceState, Secondary
 from hyperplan.objects.uris import StorageError
-from hyperplan.services.jobs import job_callbacks, job_records, job_status
+from hyperplan.services.jobs import job_callbacks, job_containers, job_records, job_status
 from hyperplan.services.jobs.job_attempt import read_attempt, storage_of
 from hyperplan.services.jobs.job_request import TrainingJobSpec
 from hyperplan.services.runtime import slurm_placement, tenancy
@@ -50,8 +50,21 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
         return
     storage = storage_of(runtime, current.job.account_id)
     specs: list[TaskSpec] = []
+    image = None
+    if job_containers.runs_in_containers(runtime):
+        try:
+            image = job_containers.pull_image(runtime, current.job, current.request)
+        except (BackendError, ValueError) as exc:
+            reference = current.job.resolved_image or current.request.algorithm.image
+            _launch_failed(
+                runtime, job_id, attempt, f"ClientError: the training image {reference} cannot be used: {exc}"
+            )
+            return
+        _note_image(runtime, job_id, attempt, image)
     try:
         owner = tenancy.run_as(runtime, current.job.account_id)  # None: the server's own user
+        if image is not None:  # the tree is root's in the container: the account's first id outside
+            owner = RunAs("root", image.ids.host_first, image.ids.host_first)
         interpreter = _interpreter(runtime, current.request)
         count = len(current.instances)
         for index, instance in enumerate(current.instances):
@@ -60,13 +73,16 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
             if not _wants_instances(runtime, job_id, attempt):
                 break  # stopped or reclaimed meanwhile: fetch no more
             spec = current.instance_spec(instance.host, interpreter)
+            if image is not None:
+                spec = job_containers.instance_spec(spec, image)
             root = Path(instance.root)
             if root.is_relative_to(runtime.work_dir):  # (a tree stored by an older version is left as it is)
                 tenancy.open_passage(runtime.work_dir, root.parent)
             contract = prepare(root, spec, storage, owner).contract
-            unreadable = tenancy.unreadable_program(contract.command.argv, spec.interpreter, owner)
-            if unreadable is not None:
-                raise NoCommand(f"the program cannot be run: {unreadable}")
+            if image is None:
+                unreadable = tenancy.unreadable_program(contract.command.argv, spec.interpreter, owner)
+                if unreadable is not None:
+                    raise NoCommand(f"the program cannot be run: {unreadable}")
             with (
                 runtime.db.read() as session
             ):  # on Slurm: one allocation of `count` nodes in the plan's reservation
@@ -79,8 +95,14 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
                     group_size=count,
                     group_index=index,
                 )
-            specs.append(
-                TaskSpec(
+            if image is not None:
+                pod = f"job-{job_id}-attempt-{attempt}"
+                isolated = current.request.network_isolation
+                task = job_containers.instance_task(
+                    runtime, instance.task_id, spec, root, image, pod, isolated, where
+                )
+            else:
+                task = TaskSpec(
                     instance.task_id,
                     contract.command.argv,
                     None,
@@ -89,7 +111,7 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
                     owner,
                     where,
                 )
-            )
+            specs.append(task)
     except (StorageError, NoCommand, UnsupportedInput, OSError, ValueError) as exc:
         _launch_failed(runtime, job_id, attempt, f"ClientError: the instances could not be prepared: {exc}")
         return
@@ -108,6 +130,23 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
         _launch_failed(runtime, job_id, attempt, error)
         return
     _launched(runtime, job_id, attempt)
+
+
+def _note_image(runtime: ServiceContext, job_id: int, attempt: int, image: job_containers.JobImage) -> None:
+    """The job's history says what it runs: the image by its digest."""
+    with runtime.db.write() as session:
+        job = session.get(TrainingJob, job_id)
+        if job is None or job.attempt != attempt or job.attempt_state != AttemptState.LAUNCHING:
+            return
+        info = image.info
+        job.image_digest = info.digest or None
+        job_status.note(
+            session,
+            job,
+            f"Downloading: image {info.reference} pulled ({info.digest or 'no registry digest'}); preparing "
+            "the instances' input data.",
+            runtime.clock.now(),
+        )
 
 
 def _launched(runtime: ServiceContext, job_id: int, attempt: int) -> None:

@@ -10,6 +10,7 @@ the same.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -96,14 +97,24 @@ class TrainingJobSpec:
     environment: Mapping[str, str]
     stopping: StoppingCondition
     as_given: Mapping[str, Any]
+    network_isolation: bool = False
 
     @classmethod
-    def from_wire(cls, request: Mapping[str, Any]) -> TrainingJobSpec:
-        """Check every rule that needs no store, then decode. Nothing is written before this passes."""
-        check_request(request)
+    def from_wire(cls, request: Mapping[str, Any], runs_images: bool = False) -> TrainingJobSpec:
+        """Check every rule that needs no store, then decode. Nothing is written before this passes.
+        ``runs_images``: instances run in their image (runtime podman), so the image's own command
+        serves a job that names none, and network isolation is served."""
+        check_request(request, runs_images)
         spec = cls.decode(request)
+        if runs_images and not spec.algorithm.image:
+            raise ValidationError(
+                "AlgorithmSpecification.TrainingImage is required: instances run in their image here."
+            )
+        instance = spec.instance("algo-1")
+        if runs_images:
+            instance = dataclasses.replace(instance, image_command=("train",))
         try:
-            build_contract(spec.instance("algo-1"), Path("/nonexistent"))  # pure: command and channels
+            build_contract(instance, Path("/nonexistent"))  # pure: command and channels
         except NoCommand as exc:
             raise ValidationError(f"AlgorithmSpecification: {exc}.") from None
         except UnsupportedInput as exc:
@@ -149,6 +160,7 @@ class TrainingJobSpec:
                 max_pending_seconds=stopping.get("MaxPendingTimeInSeconds"),
             ),
             as_given=jsonable(request),
+            network_isolation=bool(request.get("EnableNetworkIsolation")),
         )
 
     @property
@@ -209,10 +221,10 @@ def _channels(request: Mapping[str, Any]) -> tuple[Channel, ...]:
 # -- the rules --------------------------------------------------------------------------------------
 
 
-def check_request(request: Mapping[str, Any]) -> None:
+def check_request(request: Mapping[str, Any], runs_images: bool = False) -> None:
     """Every rule on the request's members, in the order a person would fix them; each refusal names the
     member and what this back end needs instead."""
-    _refuse_unserved(request)
+    _refuse_unserved(request, runs_images)
     resources = request.get("ResourceConfig")
     if not resources:
         raise ValidationError("ResourceConfig is required: give InstanceType and InstanceCount.")
@@ -234,7 +246,7 @@ def check_request(request: Mapping[str, Any]) -> None:
     _check_output(request)
 
 
-def _refuse_unserved(request: Mapping[str, Any]) -> None:
+def _refuse_unserved(request: Mapping[str, Any], runs_images: bool) -> None:
     for member, what in UNSERVED.items():
         if request.get(member):
             raise ValidationError(f"{member}: this deployment does not serve {what}.")
@@ -245,10 +257,10 @@ def _refuse_unserved(request: Mapping[str, Any]) -> None:
             "StoppingCondition.MaxWaitTimeInSeconds: it is for managed spot training, which this deployment "
             "does not serve; use MaxPendingTimeInSeconds to bound the wait for a plan's capacity."
         )
-    if request.get("EnableNetworkIsolation"):
+    if request.get("EnableNetworkIsolation") and not runs_images:
         raise ValidationError(
-            "EnableNetworkIsolation: instances run as local processes here and cannot be cut off from the "
-            "network."
+            "EnableNetworkIsolation: instances run as local processes here (runtime process) and cannot be "
+            "cut off from the network."
         )
     if (request.get("RemoteDebugConfig") or {}).get("EnableRemoteDebug"):
         raise ValidationError("RemoteDebugConfig.EnableRemoteDebug: this deployment does not serve it.")

@@ -42,6 +42,8 @@ class JobView:
     # The reference the TrainingImage resolved to at creation (the fleet's image map); None without an
     # image, or for a job made before resolutions were recorded.
     resolved_image: str | None = None
+    # The digest of the image the job's instances last ran in (runtime podman); None without one.
+    image_digest: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,7 @@ def describe(runtime: ServiceContext, caller: Caller, name: str) -> JobView:
             training_end_at=job.training_end_at,
             running_seconds=int(job_clocks.running_time(job, now).total_seconds()),
             resolved_image=job.resolved_image,
+            image_digest=job.image_digest,
         )
 
 

@@ -27,6 +27,7 @@ class _Seen:
     state: InstanceState
     exit_code: int | None
     message: str
+    out_of_memory: bool = False
 
 
 def watch(runtime: ServiceContext) -> int:
@@ -63,7 +64,8 @@ def _look(runtime: ServiceContext, instance: TrainingJobInstance) -> _Seen | Non
         return _Seen(instance.id, InstanceState.LOST, None, "the back end has no such task")
     if status.state.is_final():
         message = _failure_file(Path(instance.root)) or status.message
-        return _Seen(instance.id, InstanceState(status.state.value), status.exit_code, message)
+        state = InstanceState(status.state.value)
+        return _Seen(instance.id, state, status.exit_code, message, status.out_of_memory)
     if status.state.value == InstanceState.RUNNING and instance.state != InstanceState.RUNNING:
         return _Seen(instance.id, InstanceState.RUNNING, None, "")
     return None
@@ -89,6 +91,7 @@ def _apply(runtime: ServiceContext, seen: list[_Seen]) -> None:
             instance.exit_code = change.exit_code
             if change.state != InstanceState.RUNNING:
                 instance.message, instance.ended_at = change.message, now
+                instance.out_of_memory = change.out_of_memory
             touched.add(instance.job_id)
         for job in session.scalars(
             select(TrainingJob).where(TrainingJob.attempt_state == AttemptState.RUNNING)

@@ -15,6 +15,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from hyperplan.backends.base import Backend
+from hyperplan.backends.images import PodmanImages
 from hyperplan.clock import Clock
 from hyperplan.core.fleet import Fleet
 from hyperplan.services.accounts.audit import RefusedSignatures
@@ -86,6 +87,11 @@ class Settings:
     )
     # The Python tenant processes get when the fleet's [images] names none; None: the server's own.
     default_interpreter: str | None = None
+    # "podman": tenant work runs in containers; "process": as host processes (core/runtime_choice.py).
+    runtime: str = "process"
+    # HOST:PORT this server listens on: what a job's container reaches inside at 127.0.0.1:PORT (S3, Logs,
+    # the API); None: unknown (a context built without serving), and jobs' containers reach nothing.
+    endpoint: str | None = None
 
     @property
     def work_root(self) -> Path:
@@ -98,6 +104,11 @@ class Settings:
     @property
     def isolated(self) -> bool:
         return self.isolation == "users"
+
+    @property
+    def contained(self) -> bool:
+        """Tenant work walled off and limited in containers (runtime podman), not host processes."""
+        return self.runtime == "podman"
 
 
 # (target) -> how many timed events ran on the way; moves a manual clock (TimedEventLoop.advance_to).
@@ -134,6 +145,8 @@ class ServiceContext:
     shared: SharedState | None = None  # brings this process's memory up to date with the store
     # The console's sessions as the store records them; the idle timeout from the server's environment.
     console_sessions: ConsoleSessions = field(default_factory=ConsoleSessions.from_environment)
+    # The back end's images (runtime podman): what a job's image is pulled with; None: no image is run.
+    images: PodmanImages | None = None
 
     def sync(self) -> None:
         """Before a request relies on what this process keeps in memory (services/runtime/shared_state.py)."""

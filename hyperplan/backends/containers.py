@@ -1,0 +1,355 @@
+"""Nodes and job instances as Podman containers: what the node agent runs to make, enter and end them.
+
+A node (or a sandboxed task's instance) whose spec has a :class:`~hyperplan.backends.base.ContainerSpec`
+is one container, and its agent drives it from outside:
+
+- **Made once**, when the agent starts: the pod first (a network namespace of its own with loopback only,
+  and the user namespace of the account's subordinate ids: Podman sets both on a pod, for all its
+  containers), then the container in it, with the image's file system, its limits, the mounts the spec
+  names, ``/etc/hosts`` naming the pod's hosts, the node's published variables read-only at
+  :data:`ENV_DIR_INSIDE`, and as process 1 the host's ``catatonit -P``: it only waits and reaps, so that
+  the container lives as long as the node, whatever its programs do.
+- **Every program is a ``podman exec``** into it (OnCreate, a task, ``clusters exec``), run by the agent
+  under the timed-log wrapper as before: the ``podman`` client's output is the program's, its exit status
+  the program's (128 + N when signal N ended it). The client and the wrapper run as root on the host with
+  the agent's clean environment; the program's variables go through a 0600 file (``--env-file``).
+- **Its processes are found by their PID namespace**, not by ancestry: a process is the container's when
+  ``/proc/PID/ns/pid`` is the container's, and a task's when its environment also carries
+  ``HYPERPLAN_TASK_ID``. Signals go to those alone, never to the clients or conmon (whose death would cut
+  the program's output or the container itself), so a SIGTERM reaches the program and its task is over
+  only when the program is.
+- **Ended** by ``podman rm --force`` (the runtime kills what is left in the container's cgroup), then the
+  pod once no container of it is left; both under the pod's lock, so that a job's last instance
+  removing the pod never races its next one joining it.
+
+Out of memory: the memory controller counts the kills its limit caused (``oom_kill``); a task that ended
+while that count grew ended out of memory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from hyperplan.backends import procfs
+from hyperplan.backends.base import BackendError, ContainerSpec, IdMap, Limits, Mount
+
+ENV_DIR_INSIDE = "/run/hyperplan/env"
+"""Where a container sees its node's published variables ($HYPERPLAN_ENV_DIR inside)."""
+INIT_INSIDE = "/run/hyperplan/init"
+TASK_VARIABLE = "HYPERPLAN_TASK_ID"
+LABEL_ROOT = "hyperplan.backend-root"
+PODMAN_TIMEOUT = 120.0
+PULL_TIMEOUT = 1800.0
+NAME_PREFIX = "hp-"
+DEFAULT_STORE = Path("/var/lib/hyperplan/podman")
+"""Where runtime podman keeps images and containers unless ``[backend] podman_store`` says: a store of
+hyperplan's own (``containers/podman.py``), never root's default one."""
+
+
+def prepare_store(root: Path) -> Path:
+    """The store at ``root``, its configuration (re)written for this host: its OCI runtime, ulimits."""
+    from hyperplan.containers.podman import PodmanStore
+
+    PodmanStore(root).prepare()
+    return root
+
+
+# --- the spec as a record, and back ---------------------------------------------------------------
+
+
+def spec_record(spec: ContainerSpec | None, store: Path | None) -> dict[str, Any] | None:
+    """What a node's record keeps of its container: the spec and the Podman store it runs from."""
+    if spec is None:
+        return None
+    if store is None:
+        raise BackendError("this back end has no Podman store: it runs no containers (runtime process)")
+    record = asdict(spec)
+    record["mounts"] = [{**mount, "source": str(mount["source"])} for mount in record["mounts"]]
+    record["hosts"] = list(spec.hosts)
+    record["store"] = str(store)
+    return record
+
+
+def spec_of(record: Mapping[str, Any]) -> ContainerSpec:
+    return ContainerSpec(
+        image=record["image"],
+        ids=IdMap(**record["ids"]),
+        limits=Limits(**record["limits"]),
+        pod=record["pod"],
+        hosts=tuple(record["hosts"]),
+        endpoint=record["endpoint"],
+        mounts=tuple(Mount(Path(m["source"]), m["target"], m["read_only"]) for m in record["mounts"]),
+        insecure_registry=record.get("insecure_registry", False),
+    )
+
+
+def container_name(node_id: str) -> str:
+    return NAME_PREFIX + node_id
+
+
+def pod_name(spec: ContainerSpec, node_id: str) -> str:
+    return NAME_PREFIX + "pod-" + (spec.pod or node_id)
+
+
+# --- the running container ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Running:
+    """A container the agent made: its name and pod, and its process 1 on the host."""
+
+    name: str
+    pod: str
+    init_pid: int
+    init_starttime: int
+    pid_namespace: str
+    memory_events: str | None
+    """The file whose ``oom_kill`` line counts the kills its memory limit caused; None: not found."""
+
+
+class Podman:
+    """``podman`` on one store, for one back end root."""
+
+    def __init__(self, store: Path, backend_root: Path) -> None:
+        self.store = store
+        self.backend_root = backend_root
+
+    def environment(self) -> dict[str, str]:
+        # Imported here: the containers layer is only needed once a container is made.
+        from hyperplan.containers.podman import PodmanStore
+
+        store = PodmanStore(self.store)
+        clean = {key: os.environ[key] for key in ("PATH", "LANG") if key in os.environ}
+        return {**clean, **{k: v for k, v in store.environment().items() if k.startswith("CONTAINERS_")}}
+
+    def run(
+        self, *arguments: str, check: bool = True, timeout: float = PODMAN_TIMEOUT
+    ) -> subprocess.CompletedProcess[str]:
+        command = ["podman", *arguments]
+        try:
+            result = subprocess.run(
+                command,
+                env=self.environment(),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+        except (OSError, subprocess.TimeoutExpired) as error:
+            raise BackendError(f"podman {arguments[0]}: {error}") from None
+        if check and result.returncode != 0:
+            said = (result.stderr or result.stdout).strip().splitlines()
+            raise BackendError(f"podman {arguments[0]} failed: {said[-1] if said else result.returncode}")
+        return result
+
+    # --- making -----------------------------------------------------------------------------------
+
+    def make(
+        self, node_id: str, spec: ContainerSpec, node_dir: Path, env_dir: Path, lock_dir: Path
+    ) -> Running:
+        """The pod (if it is not there) and the container in it, started; raises BackendError with what
+        Podman said."""
+        name, pod = container_name(node_id), pod_name(spec, node_id)
+        hosts = node_dir / "hosts"
+        hosts.write_text(hosts_file(spec.hosts))
+        os.chmod(hosts, 0o644)
+        init = shutil.which("catatonit")
+        if init is None:
+            raise BackendError("catatonit is not installed (apt-get install catatonit): containers need it")
+        self._pull_if_missing(spec)
+        with pod_lock(lock_dir, pod):
+            self.run("rm", "--force", "--time", "0", name, check=False)  # a half-made one from a crash
+            if self.run("pod", "exists", pod, check=False).returncode != 0:
+                self.run("pod", "create", *self._pod_options(pod, spec))
+            self.run("run", "--detach", *self._container_options(name, pod, spec, hosts, env_dir, init))
+        return self.inspect(name, pod)
+
+    def _pull_if_missing(self, spec: ContainerSpec) -> None:
+        if self.run("image", "exists", spec.image, check=False).returncode == 0:
+            return
+        plain = ["--tls-verify=false"] if spec.insecure_registry else []
+        self.run("pull", "--quiet", *plain, spec.image, timeout=PULL_TIMEOUT)
+
+    def _pod_options(self, pod: str, spec: ContainerSpec) -> list[str]:
+        first, size = spec.ids.host_first, spec.ids.size
+        return [
+            "--name", pod,
+            "--label", f"{LABEL_ROOT}={self.backend_root}",
+            "--network", "none",
+            "--share", "ipc,net,uts",
+            "--uidmap", f"0:{first}:{size}",
+            "--gidmap", f"0:{first}:{size}",
+        ]  # fmt: skip
+
+    def _container_options(
+        self, name: str, pod: str, spec: ContainerSpec, hosts: Path, env_dir: Path, init: str
+    ) -> list[str]:
+        limits = spec.limits
+        options = [
+            "--name", name,
+            "--pod", pod,
+            "--label", f"{LABEL_ROOT}={self.backend_root}",
+            "--memory", str(limits.memory_bytes),
+            "--memory-swap", str(limits.memory_bytes),  # no swap beyond the memory limit
+            "--cpus", f"{limits.cpus:.2f}",
+            "--pids-limit", str(limits.pids),
+            "--volume", f"{hosts}:/etc/hosts:ro",
+            "--volume", f"{env_dir}:{ENV_DIR_INSIDE}:ro",
+            "--volume", f"{init}:{INIT_INSIDE}:ro",
+            "--entrypoint", json.dumps([INIT_INSIDE, "-P"]),
+        ]  # fmt: skip
+        for mount in spec.mounts:
+            options += ["--volume", f"{mount.source}:{mount.target}:{'ro' if mount.read_only else 'rw'}"]
+        return [*options, spec.image]
+
+    def inspect(self, name: str, pod: str) -> Running:
+        found = self.run("inspect", "--format", "{{.State.Pid}}", name).stdout.strip()
+        pid = int(found) if found.isdigit() else 0
+        stat = procfs.read_stat(pid) if pid else None
+        if stat is None:
+            raise BackendError(f"container {name} is not running")
+        return Running(name, pod, pid, stat.starttime, pid_namespace(pid) or "", memory_events(pid))
+
+    def exec_argv(self, name: str, argv: list[str], env_file: Path, workdir: str | None) -> list[str]:
+        """The ``podman exec`` command that runs ``argv`` in the container."""
+        command = ["podman", "exec", "--env-file", str(env_file)]
+        if workdir:
+            command += ["--workdir", workdir]
+        return [*command, name, *argv]
+
+    # --- ending -----------------------------------------------------------------------------------
+
+    def remove(self, node_id: str, spec: ContainerSpec, lock_dir: Path) -> None:
+        """The container, with whatever still runs in it, and its pod once it holds no other."""
+        name, pod = container_name(node_id), pod_name(spec, node_id)
+        with pod_lock(lock_dir, pod):
+            self.run("rm", "--force", "--time", "0", name, check=False)
+            left = self.run("ps", "--all", "--quiet", "--filter", f"pod={pod}", check=False).stdout.split()
+            infra = self.run("pod", "inspect", "--format", "{{.InfraContainerID}}", pod, check=False)
+            if not set(left) - {infra.stdout.strip()[:12], infra.stdout.strip()}:
+                self.run("pod", "rm", "--force", pod, check=False)
+
+    def strays(self, keep: set[str]) -> list[str]:
+        """Containers and pods of this root whose node is not in ``keep`` (node ids): removed."""
+        label = f"label={LABEL_ROOT}={self.backend_root}"
+        names = self.run(
+            "ps", "--all", "--format", "{{.Names}}", "--filter", label, check=False
+        ).stdout.split()
+        removed = []
+        for name in names:
+            if name.startswith(NAME_PREFIX) and name[len(NAME_PREFIX) :] not in keep and "-infra" not in name:
+                self.run("rm", "--force", "--time", "0", name, check=False)
+                removed.append(name)
+        self.run("pod", "prune", "--force", check=False)  # pods left without containers
+        return removed
+
+
+def hosts_file(names: tuple[str, ...]) -> str:
+    """The pod's ``/etc/hosts``: its hosts are its loopback, as every container of it shares one."""
+    return "".join(
+        [
+            "127.0.0.1\tlocalhost\n",
+            "::1\tlocalhost ip6-localhost ip6-loopback\n",
+            *(f"127.0.0.1\t{name}\n" for name in names),
+        ]
+    )
+
+
+@contextlib.contextmanager
+def pod_lock(lock_dir: Path, pod: str) -> Iterator[None]:
+    lock_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(lock_dir / f"{pod}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def check_passable(env: Mapping[str, str]) -> None:
+    """Podman's ``--env-file`` holds one ``NAME=VALUE`` a line, so a value cannot hold a line break."""
+    for name, value in env.items():
+        if "\n" in value or "\r" in value:
+            raise BackendError(
+                f"variable {name}: a value with a line break cannot be passed into a container"
+            )
+
+
+def write_env_file(path: Path, env: Mapping[str, str]) -> None:
+    check_passable(env)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write("".join(f"{name}={value}\n" for name, value in env.items()))
+
+
+# --- processes ------------------------------------------------------------------------------------
+
+
+def pid_namespace(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+
+
+def processes(running: Running, task_id: str | None = None) -> set[int]:
+    """The container's processes but its process 1 (or, with ``task_id``, those of that task)."""
+    if not procfs.is_alive(running.init_pid, running.init_starttime):
+        return set()
+    found = set()
+    for pid in procfs.all_pids():
+        if pid == running.init_pid or pid_namespace(pid) != running.pid_namespace:
+            continue
+        if task_id is None or procfs.read_environ(pid).get(TASK_VARIABLE) == task_id:
+            found.add(pid)
+    return found
+
+
+def memory_events(pid: int) -> str | None:
+    """The file that counts the kills of the memory limit of ``pid``'s cgroup (v1 or v2)."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            candidate = Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.oom_control"
+            if candidate.exists():
+                return str(candidate)
+    for line in lines:
+        if line.startswith("0::"):
+            candidate = Path("/sys/fs/cgroup") / line[3:].lstrip("/") / "memory.events"
+            if candidate.exists():
+                return str(candidate)
+    return None
+
+
+def oom_kills(running: Running | None) -> int:
+    if running is None or running.memory_events is None:
+        return 0
+    try:
+        for line in Path(running.memory_events).read_text().splitlines():
+            name, _, value = line.partition(" ")
+            if name == "oom_kill":
+                return int(value)
+    except (OSError, ValueError):
+        pass
+    return 0
+
+
+def running_of_file(path: Path) -> Running | None:
+    """The container a node's agent recorded, if it made one."""
+    try:
+        return Running(**json.loads(path.read_bytes()))
+    except FileNotFoundError:
+        return None

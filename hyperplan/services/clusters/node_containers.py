@@ -1,0 +1,39 @@
+"""A HyperPod node as a container (runtime ``podman``): the fleet's node image, the cluster account's ids,
+its instance type's limits, and the server's endpoint inside.
+
+A node's container is made by its agent as it is provisioned (``backends/containers.py``), pulling the
+image when the store does not have it yet, while the node is Pending, as an instance boots its AMI; a pull
+or a start that fails fails the node, saying why. Each node is a pod of its own: a cluster's nodes talk to
+each other through the server (S3, the API), never directly, as on the host before containers.
+"""
+
+from __future__ import annotations
+
+from hyperplan.backends.base import ContainerSpec
+from hyperplan.backends.images import ImageUnavailable
+from hyperplan.core.image_refs import parse_image
+from hyperplan.services.runtime import tenancy
+from hyperplan.services.runtime.containment import limits_for
+from hyperplan.services.runtime.context import ServiceContext
+
+
+def node_container(
+    runtime: ServiceContext, cluster_id: int, instance_type: str, zone: str | None
+) -> ContainerSpec | None:
+    """The container a node of this cluster and type runs as; None where nodes are host processes."""
+    if runtime.images is None:
+        return None
+    image = runtime.fleet.backend.node_image
+    if image is None:
+        raise ImageUnavailable(
+            "the fleet names no image for HyperPod nodes ([backend] node_image), and nodes run in "
+            "containers here (runtime podman)"
+        )
+    host = parse_image(image).registry_host
+    return ContainerSpec(
+        image=image,
+        ids=tenancy.cluster_container_ids(runtime, cluster_id),
+        limits=limits_for(runtime, instance_type, zone),
+        endpoint=runtime.settings.endpoint,
+        insecure_registry=runtime.fleet.image_sources.insecure(host),
+    )
