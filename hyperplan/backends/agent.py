@@ -8,7 +8,9 @@ server. Why a process per node rather than the server doing the work:
   node (OnCreate, tasks, exec) and writes each exit status to a file, whether or not a server is up.
 - It leads the node's session (the session id is its pid) and is a child subreaper, so every process
   of the node, even one that forks away from its parent, can be found and signalled: see
-  :func:`hyperplan.backends.procfs.members`.
+  :func:`hyperplan.backends.procfs.members`. (A node in a container is not: its init takes the orphans,
+  its processes are found by their PID namespace, and Podman's monitors must not come to the agent:
+  ``containers.py``.)
 - It enforces SIGKILL deadlines itself: a terminate goes on to its end if the server dies meanwhile.
 
 Each task and each OnCreate runs in a process group of its own inside the node's session, so a task can
@@ -127,13 +129,16 @@ class Agent:
                 traceback.print_exc()
                 self._set_state(NodeState.FAILURE, f"provisioning failed: {error}")
         while not self.done:
-            self._wait()
+            # A step first: what was queued while the node was made (a sandbox's own task) starts now,
+            # not a poll later.
             try:
                 self._step()
             except Exception:
                 # One bad step must not orphan the node: log it and look again.
                 traceback.print_exc()
                 time.sleep(POLL_SECONDS)
+            if not self.done:
+                self._wait()
 
     def _step(self) -> None:
         self._reap()
@@ -391,15 +396,18 @@ class Agent:
     def _finish(self) -> None:
         for child in self.children.values():
             child.killed = True
-        if self.container is not None and self.podman is not None:
-            # The runtime kills what is left in the container; then its clients and conmon end.
+        if self.running is not None and self.podman is not None and self.container is not None:
+            # The programs first, so that each podman exec client reports its program's SIGKILL and
+            # ends (a client whose container goes first may say something else); then the container.
+            procfs.kill_until_gone(self._processes, self._reap)
+            self._reap_children(within=2.0)
+            with contextlib.suppress(BackendError):
+                self.podman.remove(self.spec.node_id, self.container, self.layout.pod_locks)
+        elif self.container is not None and self.podman is not None:  # made in part, or not at all
             with contextlib.suppress(BackendError):
                 self.podman.remove(self.spec.node_id, self.container, self.layout.pod_locks)
         procfs.kill_until_gone(self._members, self._reap)
-        waited_until = time.monotonic() + 2
-        while self.children and time.monotonic() < waited_until:
-            self._reap()
-            time.sleep(0.01)
+        self._reap_children(within=2.0)
         for child in self.children.values():
             if child.task_id is not None:
                 _record_exit(
@@ -409,6 +417,12 @@ class Agent:
         self.done = True
 
     # --- processes -------------------------------------------------------------------------------
+
+    def _reap_children(self, within: float) -> None:
+        until = time.monotonic() + within
+        while self.children and time.monotonic() < until:
+            self._reap()
+            time.sleep(0.01)
 
     def _members(self) -> set[int]:
         """Every process of the node: in a container, its clients and conmon as well."""
@@ -603,7 +617,12 @@ def main(argv: list[str]) -> int:
     if spec is None:
         print(f"no node spec in {node_dir}", file=sys.stderr)
         return 1
-    _become_subreaper()
+    if spec.container is None:
+        # Host processes: orphans come to the agent, so every process of the node is found. In a
+        # container its init takes them; and Podman's monitors (conmon), which double-fork away, must
+        # not: one would count among the node's processes, and a pod's monitor, shared by the
+        # containers of a job, would die with the first of them.
+        _become_subreaper()
     Agent(Layout(root), files, spec).main()
     return 0
 

@@ -30,10 +30,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -49,6 +51,7 @@ TASK_VARIABLE = "HYPERPLAN_TASK_ID"
 LABEL_ROOT = "hyperplan.backend-root"
 PODMAN_TIMEOUT = 120.0
 PULL_TIMEOUT = 1800.0
+POD_RM_ATTEMPTS = 5
 NAME_PREFIX = "hp-"
 DEFAULT_STORE = Path("/var/lib/hyperplan/podman")
 """Where runtime podman keeps images and containers unless ``[backend] podman_store`` says: a store of
@@ -92,14 +95,6 @@ def spec_of(record: Mapping[str, Any]) -> ContainerSpec:
     )
 
 
-def container_name(node_id: str) -> str:
-    return NAME_PREFIX + node_id
-
-
-def pod_name(spec: ContainerSpec, node_id: str) -> str:
-    return NAME_PREFIX + "pod-" + (spec.pod or node_id)
-
-
 # --- the running container ------------------------------------------------------------------------
 
 
@@ -122,6 +117,15 @@ class Podman:
     def __init__(self, store: Path, backend_root: Path) -> None:
         self.store = store
         self.backend_root = backend_root
+        # Names of this root's own: servers sharing a store (their node and job ids may be the same)
+        # never take each other's containers or pods.
+        self.prefix = f"{NAME_PREFIX}{hashlib.sha256(str(backend_root).encode()).hexdigest()[:8]}-"
+
+    def container_name(self, node_id: str) -> str:
+        return self.prefix + node_id
+
+    def pod_name(self, spec: ContainerSpec, node_id: str) -> str:
+        return self.prefix + "pod-" + (spec.pod or node_id)
 
     def environment(self) -> dict[str, str]:
         # Imported here: the containers layer is only needed once a container is made.
@@ -158,7 +162,7 @@ class Podman:
     ) -> Running:
         """The pod (if it is not there) and the container in it, started; raises BackendError with what
         Podman said."""
-        name, pod = container_name(node_id), pod_name(spec, node_id)
+        name, pod = self.container_name(node_id), self.pod_name(spec, node_id)
         hosts = node_dir / "hosts"
         hosts.write_text(hosts_file(spec.hosts))
         os.chmod(hosts, 0o644)
@@ -230,26 +234,40 @@ class Podman:
 
     def remove(self, node_id: str, spec: ContainerSpec, lock_dir: Path) -> None:
         """The container, with whatever still runs in it, and its pod once it holds no other."""
-        name, pod = container_name(node_id), pod_name(spec, node_id)
+        name, pod = self.container_name(node_id), self.pod_name(spec, node_id)
         with pod_lock(lock_dir, pod):
             self.run("rm", "--force", "--time", "0", name, check=False)
-            left = self.run("ps", "--all", "--quiet", "--filter", f"pod={pod}", check=False).stdout.split()
-            infra = self.run("pod", "inspect", "--format", "{{.InfraContainerID}}", pod, check=False)
-            if not set(left) - {infra.stdout.strip()[:12], infra.stdout.strip()}:
-                self.run("pod", "rm", "--force", pod, check=False)
+            self._remove_pod_if_empty(pod)
 
-    def strays(self, keep: set[str]) -> list[str]:
-        """Containers and pods of this root whose node is not in ``keep`` (node ids): removed."""
+    def _remove_pod_if_empty(self, pod: str) -> None:
+        """(Under the pod's lock.) Its infra container is all a pod has once its last container went. (Read
+        from the containers' list: a pod whose removal was cut short may no longer answer an inspect.)"""
+        listed = self.run("ps", "--all", "--filter", f"pod={pod}", "--format", "{{.IsInfra}}", check=False)
+        if "false" in listed.stdout.split():
+            return
+        for attempt in range(POD_RM_ATTEMPTS):
+            # Its /dev/shm is briefly busy while another container on the host is being made (its new
+            # mount namespace holds a copy of the host's mounts until it pivots to its root): try again.
+            said = self.run("pod", "rm", "--force", "--time", "0", pod, check=False)
+            if said.returncode == 0 or "resource busy" not in said.stderr or attempt == POD_RM_ATTEMPTS - 1:
+                return
+            time.sleep(0.2 * (attempt + 1))
+
+    def strays(self, keep: set[str], lock_dir: Path) -> list[str]:
+        """Containers of this root whose node is not in ``keep`` (node ids), and its pods left without
+        one: removed. Another root's, sharing the store, are not looked at."""
         label = f"label={LABEL_ROOT}={self.backend_root}"
-        names = self.run(
-            "ps", "--all", "--format", "{{.Names}}", "--filter", label, check=False
-        ).stdout.split()
+        names = self.run("ps", "--all", "--format", "{{.Names}}", "--filter", label, check=False).stdout
         removed = []
-        for name in names:
-            if name.startswith(NAME_PREFIX) and name[len(NAME_PREFIX) :] not in keep and "-infra" not in name:
+        for name in names.split():
+            if name.startswith(self.prefix) and name[len(self.prefix) :] not in keep:
                 self.run("rm", "--force", "--time", "0", name, check=False)
                 removed.append(name)
-        self.run("pod", "prune", "--force", check=False)  # pods left without containers
+        pods = self.run("pod", "ps", "--format", "{{.Name}}", "--filter", label, check=False).stdout
+        for pod in pods.split():
+            if pod.startswith(self.prefix):
+                with pod_lock(lock_dir, pod):
+                    self._remove_pod_if_empty(pod)
         return removed
 
 

@@ -504,9 +504,10 @@ class LocalBackend:
         agent = read_record(files.agent, ProcRecord)
         if agent is not None:
             leader = {agent.pid} if procfs.is_alive(agent.pid, agent.starttime) else set()
-            procfs.kill_until_gone(lambda: _still_running(leader))
+            # Everything of the node first, a podman command its agent was running included (one that
+            # lived on could make the container after its removal); then the container.
+            procfs.kill_until_gone(lambda: _still_running(leader) | self._members(files, agent))
             self._remove_container(files)
-            procfs.kill_until_gone(lambda: self._members(files, agent))
         shutil.rmtree(files.path, ignore_errors=True)
 
     def _kill_task(self, task: TaskFiles) -> None:
@@ -541,7 +542,8 @@ class LocalBackend:
         if self.podman is not None:  # containers of this root that no live node (or sandbox) of it has
             records = [read_record(files.spec, NodeRecord) for files in live]
             with contextlib.suppress(BackendError):
-                self.podman.strays({record.node_id for record in records if record is not None})
+                kept = {record.node_id for record in records if record is not None}
+                self.podman.strays(kept, self.layout.pod_locks)
         return tuple(sorted(killed))
 
     def _all_node_files(self) -> list[NodeFiles]:
@@ -595,7 +597,7 @@ class LocalBackend:
 
     def _arm_backstop(self, ref: Ref, deadline: float) -> None:
         delay = max(0.0, deadline - time.monotonic()) + BACKSTOP_MARGIN_SECONDS
-        timer = threading.Timer(delay, self._backstop, (ref,))
+        timer = threading.Timer(delay, self._backstop, (ref, deadline))
         timer.daemon = True
         with self._timers_lock:
             self._timers.add(timer)
@@ -606,13 +608,18 @@ class LocalBackend:
         if order is not None:
             self._arm_backstop(ref, order.deadline)
 
-    def _backstop(self, ref: Ref) -> None:
+    def _backstop(self, ref: Ref, deadline: float) -> None:
         """The agent should have killed by now; if what it should have killed still runs, kill it
-        here (and the agent with it, for a node: an agent that misses a deadline is broken)."""
+        here (and the agent with it, for a node: an agent that misses a deadline is broken). Only for
+        the order it was armed for: an id forgotten and given to new work meanwhile has none, or a later
+        one (a later order for the same work can only bring its deadline nearer)."""
         with contextlib.suppress(UnknownResource):
             node, task = self._target(ref)
+            order = read_record(node.terminate if task is None else task.terminate, TerminateOrder)
             agent = self._live_agent(node)
-            if task is None:
+            if order is None or order.deadline > deadline:
+                pass  # other work now has the id
+            elif task is None:
                 if agent is not None and not _node_status(node).state.is_final():
                     procfs.kill_until_gone(lambda: _still_running({agent.pid}) | self._members(node, agent))
                 self._settle(node)

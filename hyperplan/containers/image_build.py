@@ -30,7 +30,9 @@ from hyperplan.containers.host_tools import Refused, ensure_packages, locked
 from hyperplan.containers.podman import PodmanStore
 from hyperplan.containers.rootfs import Rootfs, cached_rootfs, package_list
 
-PACKAGES = {"podman": "podman", "runc": "runc", "mmdebstrap": "mmdebstrap"}
+# catatonit: Podman's init and pods' pause process, only recommended by Debian's podman (runtime podman
+# needs it: backends/runtime_choice.py).
+PACKAGES = {"podman": "podman", "runc": "runc", "catatonit": "catatonit", "mmdebstrap": "mmdebstrap"}
 PYTHON_NAME = "hyperplan/python:3"
 SAGEMAKER_NAME = "hyperplan/sagemaker-python:3"
 TRAIN_PROGRAM = Path(__file__).parent / "sagemaker_train.py"
@@ -128,7 +130,7 @@ def build(
 
 
 def install() -> None:
-    """apt-get install podman, runc and mmdebstrap where one is missing."""
+    """apt-get install podman, runc, catatonit and mmdebstrap where one is missing."""
     ensure_packages(PACKAGES)
 
 

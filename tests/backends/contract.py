@@ -76,7 +76,7 @@ def node_spec(lifecycle: tuple[Path, str] | None = None, node_id: str = NODE) ->
     return NodeSpec(node_id, name, INSTANCE_TYPE, lifecycle_source=source, on_create=script)
 
 
-def eventually(read: Callable[[], T], done: Callable[[T], bool], timeout: float = 10.0) -> T:
+def eventually(read: Callable[[], T], done: Callable[[T], bool], timeout: float = 30.0) -> T:
     until = time.monotonic() + timeout
     while True:
         value = read()
@@ -95,7 +95,7 @@ def node_gone(backend: Backend, node_id: str = NODE) -> NodeStatus:
     return eventually(lambda: backend.node_status(node_id), lambda status: status.state.is_final())
 
 
-def task_final(backend: Backend, task_id: str, timeout: float = 10.0) -> TaskStatus:
+def task_final(backend: Backend, task_id: str, timeout: float = 30.0) -> TaskStatus:
     return eventually(lambda: backend.task_status(task_id), lambda status: status.state.is_final(), timeout)
 
 
@@ -130,7 +130,8 @@ class BackendContract:
 
     def running_node(self, harness: Harness, node_id: str = NODE, **env: str) -> None:
         harness.backend.provision(NodeSpec(node_id, f"ip-10-1-0-{node_id[-1]}", INSTANCE_TYPE, env=env))
-        assert node_settled(harness.backend, node_id).state is NodeState.RUNNING
+        status = node_settled(harness.backend, node_id)
+        assert status.state is NodeState.RUNNING, status
 
     # --- provisioning ----------------------------------------------------------------------------
 
@@ -167,7 +168,8 @@ class BackendContract:
         spec = NodeSpec(NODE, "ip-10-1-0-1", INSTANCE_TYPE)
         harness.backend.provision(spec)
         harness.backend.provision(spec)
-        assert node_settled(harness.backend).state is NodeState.RUNNING
+        status = node_settled(harness.backend)
+        assert status.state is NodeState.RUNNING, status
         harness.backend.provision(spec)
         with pytest.raises(SpecConflict):
             harness.backend.provision(NodeSpec(NODE, "ip-10-1-0-2", INSTANCE_TYPE))
@@ -435,4 +437,5 @@ class BackendContract:
         with pytest.raises(UnknownResource):
             backend.node_status(NODE)
         backend.provision(NodeSpec(NODE, "ip-10-1-0-9", INSTANCE_TYPE))  # the id is free again
-        assert node_settled(backend).state is NodeState.RUNNING
+        status = node_settled(backend)
+        assert status.state is NodeState.RUNNING, status

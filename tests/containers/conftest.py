@@ -11,10 +11,13 @@ its own with its own locks: workers do not meet, nor touch root's default store.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import sqlite3
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +27,8 @@ import pytest
 from hyperplan.containers import image_build, registry_dev
 from hyperplan.containers.host_tools import Refused
 from hyperplan.containers.podman import PodmanStore
+from hyperplan.services.accounts.os_users import exists
+from tests.harness import Server
 
 SCRIPTS = Path(__file__).parents[2] / "scripts"
 SCRIPT_TIMEOUT = 900  # a first build on a fresh machine installs packages and runs mmdebstrap
@@ -118,3 +123,45 @@ def run_wide_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory of this run that its xdist workers share (each worker's base is below the run's)."""
     base = tmp_path_factory.getbasetemp()
     return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextlib.contextmanager
+def contained_server(store: PodmanStore, fleet: str, *extra_args: str) -> Iterator[Server]:
+    """A server as root in isolation mode users, its tenant work in containers of ``store`` (``fleet``
+    names it, with runtime podman), its data and work directories where the accounts' users may pass.
+    On the way out: the server and whatever it started, every container and pod of the store, the store,
+    and the OS users the server made."""
+    store.prepare()
+    base = Path(tempfile.mkdtemp(prefix="hp-containers-"))  # pytest's own directories are 0700
+    base.chmod(0o711)
+    (base / "fleet.toml").write_text(fleet)
+    (base / "work").mkdir()
+    data_dir = base / "data"
+    server = Server(
+        data_dir,
+        fleet=base / "fleet.toml",
+        extra_args=("--isolation", "users", "--work-dir", str(base / "work"), *extra_args),
+    )
+    try:
+        server.start(timeout=120)
+        yield server
+    finally:
+        users = _made_users(data_dir)
+        server.close()
+        podman(store, "rm", "--all", "--force", "--time", "0")
+        podman(store, "pod", "rm", "--all", "--force")
+        store.remove()
+        for user in users:
+            subprocess.run(["userdel", user], capture_output=True, check=False, timeout=60)
+        shutil.rmtree(base, ignore_errors=True)
+        assert not [user for user in users if exists(user)], users
+
+
+def _made_users(data_dir: Path) -> list[str]:
+    """The OS users the server made for its accounts, read from its store (also after a crash)."""
+    database = data_dir / "hyperplan.db"
+    if not database.exists():
+        return []
+    with sqlite3.connect(database) as connection:
+        rows = connection.execute("SELECT os_user FROM accounts WHERE os_user_made AND os_user IS NOT NULL")
+        return [str(user) for (user,) in rows]

@@ -101,5 +101,6 @@ class TestContainerContract(BackendContract):
         harness.backend.close()
         # Whatever a test left running goes, its containers with it.
         LocalBackend(harness.root, podman_store=contract_store.root).adopt([])
-        left = podman(contract_store, "ps", "--all", "--quiet").stdout.split()
-        assert not left, f"containers left behind: {left}"
+        left = podman(contract_store, "ps", "--all", "--format", "{{.Names}} {{.PodName}} {{.Status}}").stdout
+        pods = podman(contract_store, "pod", "ps", "--format", "{{.Name}} {{.Status}}").stdout
+        assert not left.strip() and not pods.strip(), f"left behind: {left} pods: {pods}"

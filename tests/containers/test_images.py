@@ -53,11 +53,24 @@ read, write = os.pipe()
 if os.fork() == 0:
     os.close(read)
     if os.fork() == 0:
+        os.write(write, str(os.getpid()).encode())
         os._exit(0)  # the orphan: it holds the pipe's write end until it ends
     os._exit(0)
 os.close(write)
 os.wait()
-os.read(read, 1)  # end of file: both children have ended
+orphan = b""
+while chunk := os.read(read, 16):  # its pid, then end of file: both children are ending
+    orphan += chunk
+def state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+# A pipe closes as its holder starts to exit, a moment before the process is a zombie: wait for that.
+settle = time.monotonic() + 30
+while state(int(orphan)) not in ("Z", "gone") and time.monotonic() < settle:
+    time.sleep(0.01)
 def zombies():
     count = 0
     for pid in filter(str.isdigit, os.listdir("/proc")):

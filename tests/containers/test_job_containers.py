@@ -9,13 +9,11 @@ and pod of the store goes, and so do the OS users the server made.
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import shutil
-import sqlite3
-import subprocess
 import tarfile
-import tempfile
 import textwrap
 import urllib.request
 from collections.abc import Iterator
@@ -25,9 +23,8 @@ from typing import Any
 import pytest
 
 from hyperplan.containers.podman import PodmanStore
-from hyperplan.services.accounts.os_users import exists
 from hyperplan.signing import Credentials
-from tests.containers.conftest import Built, podman
+from tests.containers.conftest import Built, contained_server, podman
 from tests.harness import Server, wait_until
 
 pytestmark = pytest.mark.containers
@@ -66,58 +63,17 @@ insecure = true
 
 
 @pytest.fixture(scope="module")
-def server_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodmanStore]:
+def server(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     store = PodmanStore(tmp_path_factory.mktemp("server-store"))
-    store.prepare()
-    try:
-        yield store
-    finally:
-        podman(store, "rm", "--all", "--force", "--time", "0")
-        podman(store, "pod", "rm", "--all", "--force")
-        store.remove()
-
-
-@pytest.fixture(scope="module")
-def server(
-    built: Built, server_store: PodmanStore, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    base = Path(tempfile.mkdtemp(prefix="hp-containers-"))  # pytest's own directories are 0700
-    fleet = base / "fleet.toml"
-    fleet.write_text(
-        FLEET.format(type=TYPE, store=server_store.root, registry=built.registry, node_image=built.python)
-    )
-    work = base / "work"
-    work.mkdir()
-    base.chmod(0o711)
-    data_dir = base / "data"
-    server = Server(data_dir, fleet=fleet, extra_args=("--isolation", "users", "--work-dir", str(work)))
-    channel = data_dir / "s3" / "bucket" / "input"
-    channel.mkdir(parents=True)
-    (channel / "data.csv").write_text("1,2\n3,4\n")
-    try:
-        server.start(timeout=120)
-        (data_dir / "s3" / "lifecycle").mkdir()
+    fleet = FLEET.format(type=TYPE, store=store.root, registry=built.registry, node_image=built.python)
+    with contained_server(store, fleet) as server:
+        channel = server.data_dir / "s3" / "bucket" / "input"
+        channel.mkdir(parents=True)
+        (channel / "data.csv").write_text("1,2\n3,4\n")
+        (server.data_dir / "s3" / "lifecycle").mkdir()
         for bucket in ("bucket", "lifecycle"):
             server.native().post(f"/api/v1/buckets/{bucket}/grants", {"Account": "*", "ReadOnly": True})
         yield server
-    finally:
-        users = _made_users(data_dir)
-        server.close()
-        podman(server_store, "rm", "--all", "--force", "--time", "0")
-        podman(server_store, "pod", "rm", "--all", "--force")
-        for user in users:
-            subprocess.run(["userdel", user], capture_output=True, check=False, timeout=60)
-        shutil.rmtree(base, ignore_errors=True)
-        assert not [user for user in users if exists(user)]
-
-
-def _made_users(data_dir: Path) -> list[str]:
-    database = data_dir / "hyperplan.db"
-    if not database.exists():
-        return []
-    with sqlite3.connect(database) as connection:
-        rows = connection.execute("SELECT os_user FROM accounts WHERE os_user_made AND os_user IS NOT NULL")
-        return [str(user) for (user,) in rows]
 
 
 def _job(server: Server, name: str, image: str, program: str | None = None, **extra: Any) -> dict[str, Any]:
@@ -267,17 +223,33 @@ with open("/opt/ml/model/model.txt", "w") as model:
 """
 
 
+# boto3 and what it needs, pure Python, copied from this interpreter's site-packages (the image's Python is
+# Debian's 3.11, the same minor version): an image gets them offline.
+BOTO3 = ("boto3", "botocore", "jmespath", "dateutil", "s3transfer", "urllib3", "six")
+
+
 @pytest.fixture(scope="module")
 def marked_image(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """An image of this module: the Python image with a `train` of its own and a file the host lacks."""
+    """An image of this module: the Python image with a `train` of its own, a file the host lacks, and
+    boto3."""
     store = PodmanStore(tmp_path_factory.mktemp("marked-store"))
     store.prepare()
     context = tmp_path_factory.mktemp("marked-context")
     (context / "train").write_text(TRAIN)
     (context / "train").chmod(0o755)
     (context / "marker").write_text("from-the-image")
+    packages = context / "packages"
+    packages.mkdir()
+    for name in BOTO3:
+        module = importlib.import_module(name)
+        source = Path(module.__file__ or "")
+        if source.name == "__init__.py":
+            shutil.copytree(source.parent, packages / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copyfile(source, packages / source.name)
     (context / "Containerfile").write_text(
         f"FROM {built.python}\nCOPY train /usr/local/bin/train\nCOPY marker /etc/hyperplan-test-marker\n"
+        "COPY packages /usr/local/lib/python3.11/dist-packages\n"
     )
     reference = f"{built.registry}/hyperplan/marked:1"
     try:
@@ -466,3 +438,24 @@ def test_a_nodes_lifecycle_script_runs_as_root_in_its_container_and_cannot_read_
     assert "second" not in other["Stdout"], other
     assert native.post(first, {"Command": ["id", "-u"]})["Stdout"].strip() == "0"  # exec runs in the node
     client.delete_cluster(ClusterName="contained")
+
+
+BOTO3_PROGRAM = """
+import boto3
+s3 = boto3.client("s3")  # AWS_ENDPOINT_URL and the region come from the job's container
+s3.put_object(Bucket="out-from-inside", Key="hello.txt", Body=b"written from the container")
+print(sorted(o["Key"] for o in s3.list_objects_v2(Bucket="out-from-inside")["Contents"]))
+"""
+
+
+def test_boto3_in_a_container_reaches_the_endpoint(server: Server, marked_image: str) -> None:
+    team = server.new_account("boto3-team")
+    keys = {"AWS_ACCESS_KEY_ID": team.access_key, "AWS_SECRET_ACCESS_KEY": team.secret_key}
+    job = _job(server, "from-inside", marked_image, BOTO3_PROGRAM, Environment=keys)
+    job["OutputDataConfig"]["S3OutputPath"] = "s3://out-from-inside/output"
+    server.sagemaker(team).create_training_job(**job)
+    ended = _ended(server, team, "from-inside")
+    assert ended["TrainingJobStatus"] == "Completed", ended.get("FailureReason")
+    stored = server.data_dir / "s3" / "out-from-inside" / "hello.txt"
+    assert stored.read_bytes() == b"written from the container"
+    assert "['hello.txt'" in _stdout(server, team, "from-inside")
