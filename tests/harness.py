@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -388,3 +389,14 @@ def signed_post(
             signer.add_auth(request)
     prepared = request.prepare()
     return RAW_HTTP.post(prepared.url, content=body, headers=dict(prepared.headers))
+
+
+def made_os_users(data_dir: Path) -> list[str]:
+    """The OS users a server made for its accounts, read from its SQLite store (also after a crash), so
+    that a test can remove them whatever state it left."""
+    database = data_dir / "hyperplan.db"
+    if not database.exists():
+        return []
+    with sqlite3.connect(database) as connection:
+        rows = connection.execute("SELECT os_user FROM accounts WHERE os_user_made AND os_user IS NOT NULL")
+        return [str(user) for (user,) in rows]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -28,7 +27,7 @@ from hyperplan.containers import image_build, registry_dev
 from hyperplan.containers.host_tools import Refused
 from hyperplan.containers.podman import PodmanStore
 from hyperplan.services.accounts.os_users import exists
-from tests.harness import Server
+from tests.harness import Server, made_os_users
 
 SCRIPTS = Path(__file__).parents[2] / "scripts"
 SCRIPT_TIMEOUT = 900  # a first build on a fresh machine installs packages and runs mmdebstrap
@@ -146,7 +145,7 @@ def contained_server(store: PodmanStore, fleet: str, *extra_args: str) -> Iterat
         server.start(timeout=120)
         yield server
     finally:
-        users = _made_users(data_dir)
+        users = made_os_users(data_dir)
         server.close()
         podman(store, "rm", "--all", "--force", "--time", "0")
         podman(store, "pod", "rm", "--all", "--force")
@@ -155,13 +154,3 @@ def contained_server(store: PodmanStore, fleet: str, *extra_args: str) -> Iterat
             subprocess.run(["userdel", user], capture_output=True, check=False, timeout=60)
         shutil.rmtree(base, ignore_errors=True)
         assert not [user for user in users if exists(user)], users
-
-
-def _made_users(data_dir: Path) -> list[str]:
-    """The OS users the server made for its accounts, read from its store (also after a crash)."""
-    database = data_dir / "hyperplan.db"
-    if not database.exists():
-        return []
-    with sqlite3.connect(database) as connection:
-        rows = connection.execute("SELECT os_user FROM accounts WHERE os_user_made AND os_user IS NOT NULL")
-        return [str(user) for (user,) in rows]

@@ -30,7 +30,7 @@ import pytest
 from hyperplan.services.accounts.os_users import exists
 from hyperplan.signing import Credentials
 from tests import processes, uid_probe
-from tests.harness import Server, wait_until
+from tests.harness import Server, made_os_users, wait_until
 
 pytestmark = [
     pytest.mark.isolation,
@@ -62,16 +62,6 @@ with open("output/failure", "w") as failure:  # /opt/ml/output/failure; the job 
     failure.write("; ".join(answers))
 sys.exit(3)
 """
-
-
-def _made_users(data_dir: Path) -> list[str]:
-    """The OS users the server made for its accounts, read from its store (also after a crash)."""
-    database = data_dir / "hyperplan.db"
-    if not database.exists():
-        return []
-    with sqlite3.connect(database) as connection:
-        rows = connection.execute("SELECT os_user FROM accounts WHERE os_user_made AND os_user IS NOT NULL")
-        return [str(user) for (user,) in rows]
 
 
 @pytest.fixture
@@ -107,7 +97,7 @@ def isolated(server_factory: type[Server], tmp_path: Path, open_dir: Path) -> It
             server.native().post(f"/api/v1/buckets/{bucket}/grants", {"Account": "*", "ReadOnly": True})
         yield server
     finally:
-        users = _made_users(data_dir)
+        users = made_os_users(data_dir)
         server.close()  # the server and everything it started end before their users go
         for user in users:
             subprocess.run(["userdel", user], capture_output=True, check=False, timeout=60)
@@ -430,7 +420,7 @@ def test_an_id_another_store_on_the_machine_freed_is_not_handed_out_again(
         assert freed not in ids.values(), ids
         assert ids["arriving"] > freed
     finally:
-        users = _made_users(data_dir)
+        users = made_os_users(data_dir)
         second.close()
         for user in users:
             subprocess.run(["userdel", user], capture_output=True, check=False, timeout=60)

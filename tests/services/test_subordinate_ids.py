@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sqlite3
 import subprocess
 import tempfile
 import uuid
@@ -29,7 +28,7 @@ from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.orchestration import account_views
 from hyperplan.services.runtime import tenancy
 from hyperplan.services.runtime.context import ServiceContext
-from tests.harness import SERVER_START
+from tests.harness import SERVER_START, made_os_users
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 RANGE = IdRange(2**29, 2**29 + 4 * SUBORDINATE_BLOCK - 1)  # four blocks, where no tool hands out ids
@@ -157,16 +156,6 @@ def _entries(user: str) -> dict[str, list[IdRange]]:
     }
 
 
-def _made_users(data_dir: Path) -> list[str]:
-    """The OS users the store made for its accounts (read from its file, whatever state the test left)."""
-    database = data_dir / "hyperplan.db"
-    if not database.exists():
-        return []
-    with sqlite3.connect(database) as connection:
-        rows = connection.execute("SELECT os_user FROM accounts WHERE os_user_made AND os_user IS NOT NULL")
-        return [str(user) for (user,) in rows]
-
-
 @pytest.fixture
 def isolated(tmp_path: Path) -> Iterator[ServiceContext]:
     """A store in isolation mode users, its work directory where accounts' users can pass. Every user it
@@ -181,7 +170,7 @@ def isolated(tmp_path: Path) -> Iterator[ServiceContext]:
         yield application.context
     finally:
         application.stop()
-        made = _made_users(tmp_path / "data")
+        made = made_os_users(tmp_path / "data")
         for user in made:
             subprocess.run(["userdel", user], capture_output=True, check=False, timeout=60)
         shutil.rmtree(open_dir, ignore_errors=True)

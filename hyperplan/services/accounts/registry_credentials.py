@@ -10,11 +10,12 @@ audit trail in its own transaction, without the password.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import select
 
+from hyperplan.backends.images import Login
 from hyperplan.core.image_refs import Registry, parse_registry_host
 from hyperplan.errors import ResourceNotFound, ValidationError
 from hyperplan.services.accounts import audit
@@ -28,12 +29,8 @@ MAX_USERNAME = 255
 MAX_PASSWORD = 16_384
 
 
-@dataclass(frozen=True)
-class RegistryLogin:
-    """What a runtime logs in with. The password stays out of reprs, so out of logs and tracebacks."""
-
-    username: str
-    password: str = field(repr=False)
+# What the runtime pulls with (backends/images.py): the password stays out of reprs, so out of logs.
+RegistryLogin = Login
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hyperplan.backends.base import ContainerSpec, IdMap, Limits, Mount, Placement, TaskSpec
-from hyperplan.backends.images import ImageInfo, Login
+from hyperplan.backends.images import ImageInfo
 from hyperplan.core.image_refs import parse_image
 from hyperplan.services.accounts import registry_credentials
 from hyperplan.services.jobs.job_request import TrainingJobSpec
@@ -28,7 +28,7 @@ from hyperplan.services.runtime import tenancy
 from hyperplan.services.runtime.containment import limits_for
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import TrainingJob
-from hyperplan.training.contract import SAGEMAKER_BASE, JobSpec, build_contract
+from hyperplan.training.contract import SAGEMAKER_BASE, JobSpec, Layout, build_contract
 
 INSIDE_ROOT = Path(SAGEMAKER_BASE)
 INTERPRETER_INSIDE = "python3"  # the image's own Python runs `python` commands and script mode
@@ -55,8 +55,7 @@ def pull_image(runtime: ServiceContext, job: TrainingJob, request: TrainingJobSp
     if not reference:
         raise ValueError("the job names no TrainingImage, and instances run in their image here")
     host = parse_image(reference).registry_host
-    stored = registry_credentials.login_for(runtime.db, runtime.secret_box, host)
-    login = Login(stored.username, stored.password) if stored is not None else None
+    login = registry_credentials.login_for(runtime.db, runtime.secret_box, host)
     info = runtime.images.pull(reference, login, runtime.fleet.image_sources.insecure(host))
     return JobImage(
         info,
@@ -91,8 +90,7 @@ def instance_task(
     mounts = [Mount(root, str(INSIDE_ROOT))]
     checkpoints = contract.layout.checkpoint_dir
     if not checkpoints.is_relative_to(INSIDE_ROOT):  # LocalPath elsewhere: its files are in the tree
-        host_side = build_contract(spec, root).layout.checkpoint_dir
-        mounts.append(Mount(host_side, str(checkpoints)))
+        mounts.append(Mount(Layout(root, spec.checkpoint_local_path).checkpoint_dir, str(checkpoints)))
     endpoint = None if isolated_network else runtime.settings.endpoint
     env = contract.process_environment({})
     if endpoint is not None:
