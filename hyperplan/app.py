@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from hyperplan.backends import containers
+from hyperplan.backends import containers, disks
 from hyperplan.backends.base import Backend
 from hyperplan.backends.composite import RoutingBackend, holds_work
 from hyperplan.backends.images import PodmanImages
@@ -268,6 +268,7 @@ class Application:
                 preflight.interpreter,
                 runtime=preflight.runtime.runtime,
                 endpoint=self.config.endpoint,
+                disk_problem=disks.unusable() if preflight.runtime.contained else None,
             ),
             fleet=fleet,
             db=db,
@@ -446,6 +447,9 @@ def _runtime(config: AppConfig, fleet: Fleet, isolation: os_users.Isolation) -> 
     choice = runtime_choice.choose(asked, is_root=os.geteuid() == 0, problems=problems, slurm=slurm)
     if choice.contained:
         log.info("runtime podman: tenant work runs in containers (%s)", choice.why)
+        disk_problem = disks.unusable()
+        if disk_problem is not None:
+            log.warning("%s: %s", disks.NOT_BOUNDED, disk_problem)
     else:
         log.warning("%s (%s)", runtime_choice.NOT_CONTAINED, choice.why)
     return choice

@@ -402,10 +402,10 @@ class Agent:
             procfs.kill_until_gone(self._processes, self._reap)
             self._reap_children(within=2.0)
             with contextlib.suppress(BackendError):
-                self.podman.remove(self.spec.node_id, self.container, self.layout.pod_locks)
+                self.podman.remove(self.spec.node_id, self.container, self.layout.pod_locks, self.files.path)
         elif self.container is not None and self.podman is not None:  # made in part, or not at all
             with contextlib.suppress(BackendError):
-                self.podman.remove(self.spec.node_id, self.container, self.layout.pod_locks)
+                self.podman.remove(self.spec.node_id, self.container, self.layout.pod_locks, self.files.path)
         procfs.kill_until_gone(self._members, self._reap)
         self._reap_children(within=2.0)
         for child in self.children.values():

@@ -224,6 +224,9 @@ class ContainerSpec:
     mounts: tuple[Mount, ...] = ()
     insecure_registry: bool = False
     """Where the back end pulls ``image`` itself (it is not in its store yet): over plain HTTP."""
+    disk_bytes: int | None = None
+    """A disk of this size of the node's own (``backends/disks.py``), seen inside as ``/opt/sagemaker``,
+    ``/tmp`` and ``/var/tmp``; None: those are the image's own directories."""
 
     def __post_init__(self) -> None:
         if self.pod is not None:

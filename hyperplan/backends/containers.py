@@ -29,6 +29,7 @@ while that count grew ended out of memory.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
@@ -41,7 +42,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hyperplan.backends import procfs
+from hyperplan.backends import disks, procfs
 from hyperplan.backends.base import BackendError, ContainerSpec, IdMap, Limits, Mount
 
 ENV_DIR_INSIDE = "/run/hyperplan/env"
@@ -53,6 +54,11 @@ PODMAN_TIMEOUT = 120.0
 PULL_TIMEOUT = 1800.0
 POD_RM_ATTEMPTS = 5
 NAME_PREFIX = "hp-"
+DISK = "disk"
+"""Where a node's disk is mounted in its directory (``backends/disks.py``)."""
+DISK_MOUNTS = {"opt-sagemaker": "/opt/sagemaker", "tmp": "/tmp", "var-tmp": "/var/tmp"}
+"""The disk's directories and where the container sees them: HyperPod mounts an instance group's
+secondary volume at /opt/sagemaker."""
 DEFAULT_STORE = Path("/var/lib/hyperplan/podman")
 """Where runtime podman keeps images and containers unless ``[backend] podman_store`` says: a store of
 hyperplan's own (``containers/podman.py``), never root's default one."""
@@ -92,6 +98,7 @@ def spec_of(record: Mapping[str, Any]) -> ContainerSpec:
         endpoint=record["endpoint"],
         mounts=tuple(Mount(Path(m["source"]), m["target"], m["read_only"]) for m in record["mounts"]),
         insecure_registry=record.get("insecure_registry", False),
+        disk_bytes=record.get("disk_bytes"),
     )
 
 
@@ -170,6 +177,7 @@ class Podman:
         if init is None:
             raise BackendError("catatonit is not installed (apt-get install catatonit): containers need it")
         self._pull_if_missing(spec)
+        spec = with_disk(spec, node_dir)
         with pod_lock(lock_dir, pod):
             self.run("rm", "--force", "--time", "0", name, check=False)  # a half-made one from a crash
             if self.run("pod", "exists", pod, check=False).returncode != 0:
@@ -232,12 +240,14 @@ class Podman:
 
     # --- ending -----------------------------------------------------------------------------------
 
-    def remove(self, node_id: str, spec: ContainerSpec, lock_dir: Path) -> None:
-        """The container, with whatever still runs in it, and its pod once it holds no other."""
+    def remove(self, node_id: str, spec: ContainerSpec, lock_dir: Path, node_dir: Path) -> None:
+        """The container, with whatever still runs in it, its pod once it holds no other, and its disk."""
         name, pod = self.container_name(node_id), self.pod_name(spec, node_id)
         with pod_lock(lock_dir, pod):
             self.run("rm", "--force", "--time", "0", name, check=False)
             self._remove_pod_if_empty(pod)
+        if spec.disk_bytes is not None:
+            disks.detach(node_dir / DISK)
 
     def _remove_pod_if_empty(self, pod: str) -> None:
         """(Under the pod's lock.) Its infra container is all a pod has once its last container went. (Read
@@ -269,6 +279,24 @@ class Podman:
                 with pod_lock(lock_dir, pod):
                     self._remove_pod_if_empty(pod)
         return removed
+
+
+def with_disk(spec: ContainerSpec, node_dir: Path) -> ContainerSpec:
+    """The spec with its disk's directories among its mounts: the disk mounted at ``node_dir/disk`` (made
+    on first use), its directories the container root's. DiskError says why it could not be."""
+    if spec.disk_bytes is None:
+        return spec
+    top = node_dir / DISK
+    disks.attach(disks.Disk(top, spec.disk_bytes))
+    os.chmod(top, 0o711)
+    mounts = []
+    for name, target in DISK_MOUNTS.items():
+        directory = top / name
+        directory.mkdir(exist_ok=True)
+        os.chown(directory, spec.ids.host_first, spec.ids.host_first, follow_symlinks=False)
+        os.chmod(directory, 0o1777 if target != "/opt/sagemaker" else 0o755)
+        mounts.append(Mount(directory, target))
+    return dataclasses.replace(spec, mounts=(*spec.mounts, *mounts))
 
 
 def hosts_file(names: tuple[str, ...]) -> str:

@@ -49,7 +49,7 @@ from pathlib import Path
 from signal import SIGKILL, SIGUSR1, Signals
 
 import hyperplan
-from hyperplan.backends import containers, procfs, scratch, tenant_files
+from hyperplan.backends import containers, disks, procfs, scratch, tenant_files
 from hyperplan.backends.base import (
     EXEC_OUTPUT_LIMIT,
     AdoptReport,
@@ -317,6 +317,7 @@ class LocalBackend:
             state = self.node_status(ref.node_id).state
             if not state.is_final():
                 raise NodeUnavailable(f"node {ref.node_id} is {state}: terminate it first")
+            disks.release_under(files.path)
             shutil.rmtree(files.path, ignore_errors=True)
             return
         task = self.layout.task(check_id("task id", ref.task_id))
@@ -486,7 +487,9 @@ class LocalBackend:
             return
         podman = containers.Podman(Path(record.container["store"]), self.layout.root)
         with contextlib.suppress(BackendError):
-            podman.remove(record.node_id, containers.spec_of(record.container), self.layout.pod_locks)
+            podman.remove(
+                record.node_id, containers.spec_of(record.container), self.layout.pod_locks, files.path
+            )
 
     def _live_agent(self, files: NodeFiles) -> ProcRecord | None:
         agent = read_record(files.agent, ProcRecord)
@@ -508,6 +511,7 @@ class LocalBackend:
             # lived on could make the container after its removal); then the container.
             procfs.kill_until_gone(lambda: _still_running(leader) | self._members(files, agent))
             self._remove_container(files)
+        disks.release_under(files.path)  # (its disk, if removing the container did not reach it)
         shutil.rmtree(files.path, ignore_errors=True)
 
     def _kill_task(self, task: TaskFiles) -> None:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from hyperplan.app import AppConfig, Application, default_data_dir
+from hyperplan.backends import disks
 from hyperplan.backends.layout import MARK_VARIABLE
 from hyperplan.cli.common import console
 from hyperplan.cli.serve_options import FrontDoor, ServeOptions, api_process_args, refusals_exit
@@ -153,6 +154,8 @@ def _announce(
         print(f"WARNING: {NOT_ISOLATED}", file=sys.stderr, flush=True)
     if not context.settings.contained:
         print(f"WARNING: {NOT_CONTAINED}", file=sys.stderr, flush=True)
+    elif context.settings.disk_problem is not None:
+        print(f"WARNING: {disks.NOT_BOUNDED}: {context.settings.disk_problem}", file=sys.stderr, flush=True)
     if bootstrapped:
         console.print(f"Created the administrator account; its keys are in {credentials}")
     console.print(

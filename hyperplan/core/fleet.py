@@ -96,6 +96,9 @@ class BackendSettings:
     # The image a HyperPod node's container runs (runtime podman): the cluster's "AMI"; None: none, and
     # nodes cannot be provisioned in containers.
     node_image: str | None = None
+    # The size of a node's disk (runtime podman: its /opt/sagemaker, /tmp and /var/tmp, backends/disks.py)
+    # when its instance group gives no EbsVolumeConfig.VolumeSizeInGB.
+    node_disk_gb: int = 100
     slurm_conf: str | None = None  # the cluster's slurm.conf (an absolute path); Slurm only
     partition: str | None = None  # the partition the pools' nodes are in (None: the cluster's default)
     kill_grace: timedelta = timedelta(minutes=2)  # a signalled Slurm job's time before it is killed

@@ -150,11 +150,13 @@ def _pool_nodes(
 
 
 BACKEND_KEYS = (
-    "kind", "runtime", "podman_store", "node_image", "work_dir", "slurm_conf", "partition", "kill_grace",
+    "kind", "runtime", "podman_store", "node_image", "node_disk_gb", "work_dir", "slurm_conf", "partition",
+    "kill_grace",
 )  # fmt: skip
 
 
 _SLURM_KEYS = ("slurm_conf", "partition", "kill_grace")
+MAX_DISK_GB = 16_384  # the largest EBS volume
 
 
 def read_backend(values: Mapping[str, Any]) -> BackendSettings:
@@ -174,11 +176,20 @@ def read_backend(values: Mapping[str, Any]) -> BackendSettings:
             parse_image(node_image)
         except ValidationError as error:
             raise table.fail("node_image", error.message) from None
+    node_disk_gb = table.get("node_disk_gb", int, default.node_disk_gb, "a whole number of GB")
+    if not 1 <= node_disk_gb <= MAX_DISK_GB:
+        raise table.fail("node_disk_gb", f"{node_disk_gb} is not from 1 to {MAX_DISK_GB} (GB)")
     if kind != "slurm":
         for key in _SLURM_KEYS:
             if key in table.values:
                 raise table.fail(key, 'only for a Slurm back end (kind = "slurm")')
-        return BackendSettings(kind=kind, runtime=runtime, podman_store=podman_store, node_image=node_image)
+        return BackendSettings(
+            kind=kind,
+            runtime=runtime,
+            podman_store=podman_store,
+            node_image=node_image,
+            node_disk_gb=node_disk_gb,
+        )
     slurm_conf = table.text("slurm_conf")
     if not slurm_conf.startswith("/"):
         raise table.fail("slurm_conf", f"{slurm_conf!r} is not an absolute path")

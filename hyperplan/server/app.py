@@ -63,6 +63,7 @@ async def healthz(request: Request) -> Response:
             "isolation": runtime.settings.isolation,
             "runtime": runtime.settings.runtime,  # core/runtime_choice.py
             "contained": runtime.settings.contained,
+            "disks_bounded": runtime.settings.bounded_disks,  # backends/disks.py
         }
     )
 

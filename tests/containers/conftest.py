@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from hyperplan.backends import disks
 from hyperplan.containers import image_build, registry_dev
 from hyperplan.containers.host_tools import Refused
 from hyperplan.containers.podman import PodmanStore
@@ -129,7 +130,7 @@ def contained_server(store: PodmanStore, fleet: str, *extra_args: str) -> Iterat
     """A server as root in isolation mode users, its tenant work in containers of ``store`` (``fleet``
     names it, with runtime podman), its data and work directories where the accounts' users may pass.
     On the way out: the server and whatever it started, every container and pod of the store, the store,
-    and the OS users the server made."""
+    the disks of its jobs, and the OS users the server made."""
     store.prepare()
     base = Path(tempfile.mkdtemp(prefix="hp-containers-"))  # pytest's own directories are 0700
     base.chmod(0o711)
@@ -150,6 +151,7 @@ def contained_server(store: PodmanStore, fleet: str, *extra_args: str) -> Iterat
         podman(store, "rm", "--all", "--force", "--time", "0")
         podman(store, "pod", "rm", "--all", "--force")
         store.remove()
+        disks.release_under(base)  # jobs' disks the server left mounted (one that ended early)
         for user in users:
             subprocess.run(["userdel", user], capture_output=True, check=False, timeout=60)
         shutil.rmtree(base, ignore_errors=True)

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from hyperplan.backends import disks
 from hyperplan.containers.podman import PodmanStore
 from hyperplan.signing import Credentials
 from tests.containers.conftest import Built, contained_server, podman
@@ -382,6 +383,48 @@ def test_a_memory_hog_fails_out_of_memory_and_a_fork_bomb_meets_its_limit_while_
     assert _model_files(server, "quiet")["ok.txt"] == b"ok"
 
 
+FILL = """
+import errno, json, os
+ml, tmp = os.statvfs("/opt/ml"), os.statvfs("/tmp")
+seen = {
+    "size": ml.f_blocks * ml.f_frsize,
+    "tmp_on_the_disk": os.stat("/tmp").st_dev == os.stat("/opt/ml").st_dev == os.stat("/var/tmp").st_dev,
+}
+written, block = 0, b"x" * (8 * 2**20)
+try:
+    with open("/tmp/fill", "wb") as out:
+        while written < 3 * 2**30:  # three times the disk
+            out.write(block)
+            written += len(block)
+        os.fsync(out.fileno())
+except OSError as error:
+    seen["stopped"] = errno.errorcode[error.errno]
+seen["written"] = written
+os.remove("/tmp/fill")
+with open("/opt/ml/model/disk.json", "w") as model:
+    json.dump(seen, model)
+"""
+
+
+def test_a_job_fills_its_own_disk_of_volume_size_and_the_disk_goes_when_the_job_ends(
+    server: Server, built: Built
+) -> None:
+    filler = server.new_account("filler")
+    job = _job(server, "fill", built.python, FILL)
+    job["ResourceConfig"]["VolumeSizeInGB"] = 1
+    server.sagemaker(filler).create_training_job(**job)
+    ended = _ended(server, filler, "fill")
+    assert ended["TrainingJobStatus"] == "Completed", ended.get("FailureReason")
+    seen = json.loads(_model_files(server, "fill")["disk.json"])
+    assert 0.9 * 2**30 < seen["size"] <= 2**30, seen  # /opt/ml is a file system of VolumeSizeInGB
+    assert seen["tmp_on_the_disk"] is True  # /tmp and /var/tmp count against it too
+    assert seen["stopped"] == "ENOSPC" and seen["written"] <= 2**30, seen
+    # The disk went with the job: neither mounted nor on the host's file system.
+    jobs = server.work_dir / "jobs"
+    assert not [point for point in disks.mounts() if point.is_relative_to(jobs)]
+    assert not list(jobs.rglob("*.disk"))
+
+
 ON_CREATE = """#!/bin/sh
 id -u > /root/probe.txt
 cat /proc/self/uid_map >> /root/probe.txt
@@ -407,6 +450,7 @@ def test_a_nodes_lifecycle_script_runs_as_root_in_its_container_and_cannot_read_
                 "LifeCycleConfig": {"SourceS3Uri": "s3://lifecycle/contained", "OnCreate": "on_create.sh"},
                 "ExecutionRole": ROLE,
                 "ThreadsPerCore": 1,
+                "InstanceStorageConfigs": [{"EbsVolumeConfig": {"VolumeSizeInGB": 1}}],
             }
         ],
     )
@@ -437,7 +481,19 @@ def test_a_nodes_lifecycle_script_runs_as_root_in_its_container_and_cannot_read_
     other = native.post(first, {"Command": ["sh", "-c", "cat /root/mine.txt; ls / | tr '\\n' ' '"]})
     assert "second" not in other["Stdout"], other
     assert native.post(first, {"Command": ["id", "-u"]})["Stdout"].strip() == "0"  # exec runs in the node
+    # Its disk: the group's EBS volume at /opt/sagemaker, its /tmp and /var/tmp on it too.
+    size, same = native.post(first, {"Command": ["python3", "-c", DISK_PROBE]})["Stdout"].split()
+    assert 0.9 * 2**30 < int(size) <= 2**30 and same == "True", (size, same)
     client.delete_cluster(ClusterName="contained")
+    gone = wait_until(lambda: not [point for point in disks.mounts() if point.is_relative_to(nodes_dir)])
+    assert gone, [point for point in disks.mounts() if point.is_relative_to(nodes_dir)]
+
+
+DISK_PROBE = """
+import os
+print(os.statvfs("/opt/sagemaker").f_blocks * os.statvfs("/opt/sagemaker").f_frsize)
+print(os.stat("/tmp").st_dev == os.stat("/var/tmp").st_dev == os.stat("/opt/sagemaker").st_dev)
+"""
 
 
 BOTO3_PROGRAM = """

@@ -103,6 +103,7 @@ def test_a_job_stored_before_the_decoder_existed_reads_the_same() -> None:
     spec = TrainingJobSpec.from_json(stored)
     assert (spec.name, spec.plan_arn, spec.checkpoints, spec.channels) == ("old", None, None, ())
     assert spec.stopping.max_runtime == DEFAULT_MAX_RUNTIME
+    assert spec.volume_size_gb == 30  # the SDK's default, where the request gave none
     assert spec.to_json() == stored
 
 
@@ -115,6 +116,12 @@ def test_a_job_stored_before_the_decoder_existed_reads_the_same() -> None:
         (
             _with(ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 0}),
             "ResourceConfig.InstanceCount must be at least 1.",
+        ),
+        (
+            _with(
+                ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 16385}
+            ),
+            "ResourceConfig.VolumeSizeInGB: at most 16384",
         ),
         (
             _with(
@@ -199,6 +206,13 @@ def test_an_instance_group_is_decoded_into_what_the_services_read() -> None:
     # No instance type: the service refuses it, naming the group; an empty override is no override.
     assert (bare.instance_type, bare.override_subnets, bare.plan_arn) == (None, None, None)
     assert bare.lifecycle.source_uri is None and bare.lifecycle.on_create is None
+    assert bare.volume_gb is None  # the fleet's [backend] node_disk_gb, then
+    volumes = [
+        {"EbsVolumeConfig": {"RootVolume": True, "VolumeKmsKeyId": "key"}},  # the root volume: no size
+        {"EbsVolumeConfig": {"VolumeSizeInGB": 500}},
+    ]
+    sized = InstanceGroupSpec.from_wire({**GROUP, "InstanceStorageConfigs": volumes})
+    assert sized.volume_gb == 500  # the secondary volume, /opt/sagemaker
 
 
 def test_an_instance_group_round_trips_through_its_stored_json() -> None:

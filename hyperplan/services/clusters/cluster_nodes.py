@@ -65,7 +65,9 @@ def _provision(runtime: ServiceContext, node: ClusterNode, spec: InstanceGroupSp
             plan_id = group.plan_id if group is not None else None
             zone = group.availability_zone if group is not None else None
             where = slurm_placement.placement(runtime, session, plan_id, spec.instance_type or "")
-        container = node_containers.node_container(runtime, node.cluster_id, spec.instance_type or "", zone)
+        container = node_containers.node_container(
+            runtime, node.cluster_id, spec.instance_type or "", zone, spec.volume_gb
+        )
         if container is not None:
             owner = None  # root in its own user namespace: the account's container ids, not its OS user
         runtime.backend.provision(

@@ -42,6 +42,8 @@ class InstanceGroupSpec:
     override_subnets: tuple[str, ...] | None
     capacity_requirements: bool
     as_given: Mapping[str, Any]
+    volume_gb: int | None = None
+    """InstanceStorageConfigs' EbsVolumeConfig.VolumeSizeInGB (the secondary volume, /opt/sagemaker)."""
 
     @classmethod
     def from_wire(cls, spec: Mapping[str, Any]) -> InstanceGroupSpec:
@@ -56,6 +58,7 @@ class InstanceGroupSpec:
             override_subnets=tuple(override.get("Subnets", [])) if override else None,
             capacity_requirements="CapacityRequirements" in spec,
             as_given=jsonable(spec),
+            volume_gb=_volume_gb(spec),
         )
 
     @classmethod
@@ -64,6 +67,14 @@ class InstanceGroupSpec:
 
     def to_json(self) -> str:
         return json.dumps(self.as_given)
+
+
+def _volume_gb(spec: Mapping[str, Any]) -> int | None:
+    for config in spec.get("InstanceStorageConfigs") or ():
+        volume = config.get("EbsVolumeConfig") or {}
+        if not volume.get("RootVolume") and volume.get("VolumeSizeInGB"):
+            return int(volume["VolumeSizeInGB"])
+    return None
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,17 @@ its instance type's limits, and the server's endpoint inside.
 
 A node's container is made by its agent as it is provisioned (``backends/containers.py``), pulling the
 image when the store does not have it yet, while the node is Pending, as an instance boots its AMI; a pull
-or a start that fails fails the node, saying why. Each node is a pod of its own: a cluster's nodes talk to
-each other through the server (S3, the API), never directly, as on the host before containers.
+or a start that fails fails the node, saying why. Its disk (``backends/disks.py``) is its instance
+group's EbsVolumeConfig.VolumeSizeInGB, else the fleet's ``[backend] node_disk_gb``: the node's
+``/opt/sagemaker`` (where HyperPod mounts that volume), ``/tmp`` and ``/var/tmp``. Each node is a pod of
+its own: a cluster's nodes talk to each other through the server (S3, the API), never directly, as on
+the host before containers.
 """
 
 from __future__ import annotations
 
 from hyperplan.backends.base import ContainerSpec
+from hyperplan.backends.disks import GIB
 from hyperplan.backends.images import ImageUnavailable
 from hyperplan.core.image_refs import parse_image
 from hyperplan.services.runtime import tenancy
@@ -18,12 +22,13 @@ from hyperplan.services.runtime.context import ServiceContext
 
 
 def node_container(
-    runtime: ServiceContext, cluster_id: int, instance_type: str, zone: str | None
+    runtime: ServiceContext, cluster_id: int, instance_type: str, zone: str | None, volume_gb: int | None
 ) -> ContainerSpec | None:
     """The container a node of this cluster and type runs as; None where nodes are host processes."""
     if runtime.images is None:
         return None
-    image = runtime.fleet.backend.node_image
+    backend = runtime.fleet.backend
+    image = backend.node_image
     if image is None:
         raise ImageUnavailable(
             "the fleet names no image for HyperPod nodes ([backend] node_image), and nodes run in "
@@ -36,4 +41,5 @@ def node_container(
         limits=limits_for(runtime, instance_type, zone),
         endpoint=runtime.settings.endpoint,
         insecure_registry=runtime.fleet.image_sources.insecure(host),
+        disk_bytes=(volume_gb or backend.node_disk_gb) * GIB if runtime.settings.bounded_disks else None,
     )

@@ -23,6 +23,7 @@ from hyperplan.backends.base import ContainerSpec, IdMap, Limits, Mount, Placeme
 from hyperplan.backends.images import ImageInfo
 from hyperplan.core.image_refs import parse_image
 from hyperplan.services.accounts import registry_credentials
+from hyperplan.services.jobs import job_disks
 from hyperplan.services.jobs.job_request import TrainingJobSpec
 from hyperplan.services.runtime import tenancy
 from hyperplan.services.runtime.containment import limits_for
@@ -87,7 +88,7 @@ def instance_task(
 ) -> TaskSpec:
     """The back end's task for one instance whose tree (``root``, on the host) is ready."""
     contract = build_contract(spec, INSIDE_ROOT)
-    mounts = [Mount(root, str(INSIDE_ROOT))]
+    mounts = [Mount(root, str(INSIDE_ROOT)), *job_disks.mounts(root)]
     checkpoints = contract.layout.checkpoint_dir
     if not checkpoints.is_relative_to(INSIDE_ROOT):  # LocalPath elsewhere: its files are in the tree
         mounts.append(Mount(Layout(root, spec.checkpoint_local_path).checkpoint_dir, str(checkpoints)))

@@ -1,7 +1,8 @@
 """Storing what an attempt made: its checkpoints every ``checkpoint_sync_seconds`` while it trains (sync),
 and once every task has ended (finish) the last checkpoints and, for a job that succeeded (or was stopped
 with a model saved), ``model/`` of the first host packed to ``OUTPUT_PATH/JOB/output/model.tar.gz``;
-then ``job_callbacks.attempt_ended`` gives the job its status. The store lock keeps a sync and the
+then ``job_callbacks.attempt_ended`` gives the job its status, and the instances' disks go
+(``job_disks.py``). The store lock keeps a sync and the
 final store apart."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from hyperplan.core.jobs import LIVE_INSTANCE, AttemptState, InstanceState, Secondary
 from hyperplan.objects.uris import BucketAccessError, StorageError
-from hyperplan.services.jobs import job_callbacks, refused_transfers
+from hyperplan.services.jobs import job_callbacks, job_disks, refused_transfers
 from hyperplan.services.jobs.job_attempt import read_attempt, storage_of
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import TrainingJob
@@ -47,7 +48,9 @@ def finish(runtime: ServiceContext, job_id: int, attempt: int) -> None:
         return
     storage = storage_of(runtime, current.job.account_id)
     model_uri = error = None
+    roots = [Path(instance.root) for instance in current.instances]
     with runtime.job_locks.store_lock(job_id):
+        job_disks.reattach(roots)
         for instance in current.instances:
             if instance.state == InstanceState.NOT_STARTED:
                 continue
@@ -67,6 +70,8 @@ def finish(runtime: ServiceContext, job_id: int, attempt: int) -> None:
         if job is None or job.attempt != attempt or job.attempt_state != AttemptState.ENDING:
             return
         job_callbacks.attempt_ended(session, runtime, job, model_uri, error)
+    # Once the job's end is committed: a finish cut short before it runs again and finds its disks.
+    job_disks.release(roots)
 
 
 def _wants_model(job: TrainingJob, root: Path, checkpoint_path: str) -> bool:

@@ -6,15 +6,17 @@ checks that the job still wants its instances before it starts any task (see ``j
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy.orm import Session
 
 from hyperplan import metrics
 from hyperplan.backends.base import BackendError, RunAs, TaskSpec, UnknownResource
+from hyperplan.backends.disks import DiskError
 from hyperplan.core.jobs import LIVE_INSTANCE, RUNNING, AttemptState, InstanceState, Secondary
 from hyperplan.objects.uris import StorageError
-from hyperplan.services.jobs import job_callbacks, job_containers, job_records, job_status
+from hyperplan.services.jobs import job_callbacks, job_containers, job_disks, job_records, job_status
 from hyperplan.services.jobs.job_attempt import read_attempt, storage_of
 from hyperplan.services.jobs.job_request import TrainingJobSpec
 from hyperplan.services.runtime import slurm_placement, tenancy
@@ -76,6 +78,8 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
             if image is not None:
                 spec = job_containers.instance_spec(spec, image)
             root = Path(instance.root)
+            if image is not None:  # its own disk, of VolumeSizeInGB (job_disks.py)
+                job_disks.attach(runtime, root, current.request.volume_size_gb, image.ids)
             if root.is_relative_to(runtime.work_dir):  # (a tree stored by an older version is left as it is)
                 tenancy.open_passage(runtime.work_dir, root.parent)
             contract = prepare(root, spec, storage, owner).contract
@@ -112,6 +116,9 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
                     where,
                 )
             specs.append(task)
+    except DiskError as exc:
+        _launch_failed(runtime, job_id, attempt, f"InternalServerError: an instance's disk: {exc}")
+        return
     except (StorageError, NoCommand, UnsupportedInput, OSError, ValueError) as exc:
         _launch_failed(runtime, job_id, attempt, f"ClientError: the instances could not be prepared: {exc}")
         return
@@ -154,27 +161,44 @@ def _launched(runtime: ServiceContext, job_id: int, attempt: int) -> None:
     had them terminated; instances never started are recorded as such."""
     known = _known_tasks(runtime, job_id, attempt)
     now = runtime.clock.now()
-    where = "on loopback" if runtime.slurm is None else "as one Slurm job"
     with runtime.db.write() as session:
         job = session.get(TrainingJob, job_id)
         if job is None or job.attempt != attempt or job.attempt_state != AttemptState.LAUNCHING:
             return
         started = _mark_unstarted(session, job_id, attempt, known)
-        if not started:
+        if started:
+            _training(session, runtime, job, started, now)
+        else:
             job_callbacks.attempt_ended(session, runtime, job, None, None)
-            return
-        job_records.move_attempt(job, AttemptState.RUNNING)
-        if job.secondary_status == Secondary.DOWNLOADING and not job.stop_reason:
-            job_status.move(
-                session,
-                runtime,
-                job,
-                Secondary.TRAINING,
-                f"Training: {started} instance(s) running"
-                + (f", hosts algo-1..algo-{started} {where}." if started > 1 else "."),
-                now,
-            )
-    runtime.wakes.jobs.notify()
+    if started:
+        runtime.wakes.jobs.notify()
+    else:
+        _release_disks(runtime, job_id, attempt)
+
+
+def _training(
+    session: Session, runtime: ServiceContext, job: TrainingJob, started: int, now: datetime
+) -> None:
+    """The attempt runs: the job is Training, unless it was stopped meanwhile."""
+    job_records.move_attempt(job, AttemptState.RUNNING)
+    if job.secondary_status == Secondary.DOWNLOADING and not job.stop_reason:
+        where = "on loopback" if runtime.slurm is None else "as one Slurm job"
+        job_status.move(
+            session,
+            runtime,
+            job,
+            Secondary.TRAINING,
+            f"Training: {started} instance(s) running"
+            + (f", hosts algo-1..algo-{started} {where}." if started > 1 else "."),
+            now,
+        )
+
+
+def _release_disks(runtime: ServiceContext, job_id: int, attempt: int) -> None:
+    """An attempt that ended with no instance started: no finish will run for it, so its disks go here."""
+    with runtime.db.read() as session:
+        roots = [Path(i.root) for i in job_records.instances_of(session, job_id, attempt)]
+    job_disks.release(roots)
 
 
 def _known_tasks(runtime: ServiceContext, job_id: int, attempt: int) -> set[str]:
@@ -208,11 +232,12 @@ def _launch_failed(runtime: ServiceContext, job_id: int, attempt: int, reason: s
         if not job.stop_reason and Secondary(job.secondary_status) in RUNNING:
             job.stop_reason, job.failure_reason = "failed", reason[: job_records.FAILURE_REASON_MAX]
         started = _mark_unstarted(session, job_id, attempt, known)
-        if not started:
-            job_callbacks.attempt_ended(session, runtime, job, None, reason)
+        if started:  # the watcher settles it, and the finish detaches the disks
+            job_records.move_attempt(job, AttemptState.RUNNING)
+            job_status.terminate_instances(session, runtime, job, runtime.job_settings.reclaim_grace)
             return
-        job_records.move_attempt(job, AttemptState.RUNNING)
-        job_status.terminate_instances(session, runtime, job, runtime.job_settings.reclaim_grace)
+        job_callbacks.attempt_ended(session, runtime, job, None, reason)
+    _release_disks(runtime, job_id, attempt)
 
 
 def _interpreter(runtime: ServiceContext, request: TrainingJobSpec) -> str | None:

@@ -99,10 +99,17 @@ def consumer(job: TrainingJob) -> str:
     return f"training-job:{job.id}"
 
 
+DISK_TREE = "ml"
+"""In containers, the instance's tree (its ``/opt/ml``) is this directory of its disk, which is mounted at
+``attempt-N/HOST`` (``job_disks.py``); beside the tree on the same disk are the container's ``/tmp`` and the
+server's staging directories."""
+
+
 def instance_root(runtime: ServiceContext, job: TrainingJob, attempt: int, host: str) -> Path:
     """Each attempt gets fresh directories, as a restarted SageMaker job gets fresh instances: what it
     had before comes back only through its checkpoints."""
-    return runtime.work_dir / "jobs" / str(job.id) / f"attempt-{attempt}" / host
+    instance = runtime.work_dir / "jobs" / str(job.id) / f"attempt-{attempt}" / host
+    return instance / DISK_TREE if runtime.images is not None else instance
 
 
 def instances_of(session: Session, job_id: int, attempt: int | None = None) -> list[TrainingJobInstance]:

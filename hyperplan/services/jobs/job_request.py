@@ -38,6 +38,8 @@ from hyperplan.training.contract import (
 )
 
 DEFAULT_MAX_RUNTIME = 86_400  # SageMaker's default MaxRuntimeInSeconds: one day
+DEFAULT_VOLUME_GB = 30  # the SageMaker Python SDK's default VolumeSizeInGB
+MAX_VOLUME_GB = 16_384  # the largest EBS volume
 
 # Members that ask for something this deployment does not do; refused by name when they ask for it.
 UNSERVED: dict[str, str] = {
@@ -98,6 +100,9 @@ class TrainingJobSpec:
     stopping: StoppingCondition
     as_given: Mapping[str, Any]
     network_isolation: bool = False
+    volume_size_gb: int = DEFAULT_VOLUME_GB
+    """``ResourceConfig.VolumeSizeInGB``: the size of each instance's disk in containers (the SDK's default
+    when the request gives none, or 0)."""
 
     @classmethod
     def from_wire(cls, request: Mapping[str, Any], runs_images: bool = False) -> TrainingJobSpec:
@@ -141,6 +146,7 @@ class TrainingJobSpec:
             instance_type=resources["InstanceType"],
             instance_count=resources["InstanceCount"],
             plan_arn=resources.get("TrainingPlanArn"),
+            volume_size_gb=resources.get("VolumeSizeInGB") or DEFAULT_VOLUME_GB,
             algorithm=Algorithm(
                 entrypoint=tuple(algorithm.get("ContainerEntrypoint") or ()),
                 arguments=tuple(algorithm.get("ContainerArguments") or ()),
@@ -242,6 +248,10 @@ def check_request(request: Mapping[str, Any], runs_images: bool = False) -> None
             raise ValidationError(f"ResourceConfig.{member} is required.")
     if resources["InstanceCount"] < 1:
         raise ValidationError("ResourceConfig.InstanceCount must be at least 1.")
+    if (resources.get("VolumeSizeInGB") or 0) > MAX_VOLUME_GB:
+        raise ValidationError(
+            f"ResourceConfig.VolumeSizeInGB: at most {MAX_VOLUME_GB} (each instance's disk, as on EBS)."
+        )
     _check_algorithm(request)
     _check_output(request)
 

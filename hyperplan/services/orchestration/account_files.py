@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from hyperplan.backends import scratch
+from hyperplan.backends import disks, scratch
 from hyperplan.backends.base import BackendError
 from hyperplan.errors import HyperplanError
 from hyperplan.services.accounts import os_users
@@ -86,6 +86,7 @@ def _remove_job_trees(runtime: ServiceContext, job_ids: list[int]) -> int:
     for job_id in job_ids:
         tree = runtime.work_dir / "jobs" / str(job_id)
         if os.path.lexists(tree):
+            disks.release_under(tree)  # a disk still mounted there (backends/disks.py) first
             shutil.rmtree(tree, ignore_errors=True)
             removed += 1
     return removed

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
+from hyperplan.backends import disks
 from hyperplan.backends.base import NodeRef, TaskRef
 from hyperplan.core.jobs import BETWEEN_ATTEMPTS, JobStatus
 from hyperplan.core.status import NodeStatus
@@ -89,6 +90,7 @@ def run_once(runtime: ServiceContext) -> Pass:
             runtime.backend.forget(TaskRef(task_id))
         tree = runtime.work_dir / "jobs" / str(job_id)
         if os.path.lexists(tree):
+            disks.release_under(tree)  # a disk still mounted there (backends/disks.py) first
             shutil.rmtree(tree)
         log.info("retention: removed the files of training job %s (id %d)", name, job_id)
     for backend_id in [*old_nodes, *deleted]:

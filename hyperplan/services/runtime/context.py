@@ -92,6 +92,9 @@ class Settings:
     # HOST:PORT this server listens on: what a job's container reaches inside at 127.0.0.1:PORT (S3, Logs,
     # the API); None: unknown (a context built without serving), and jobs' containers reach nothing.
     endpoint: str | None = None
+    # Why each container's disk (backends/disks.py) cannot be bounded on this host; None: it is (or no
+    # container runs, runtime process).
+    disk_problem: str | None = None
 
     @property
     def work_root(self) -> Path:
@@ -109,6 +112,11 @@ class Settings:
     def contained(self) -> bool:
         """Tenant work walled off and limited in containers (runtime podman), not host processes."""
         return self.runtime == "podman"
+
+    @property
+    def bounded_disks(self) -> bool:
+        """Each job instance's and node's disk a file system of its own size (backends/disks.py)."""
+        return self.contained and self.disk_problem is None
 
 
 # (target) -> how many timed events ran on the way; moves a manual clock (TimedEventLoop.advance_to).
