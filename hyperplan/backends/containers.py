@@ -247,7 +247,7 @@ class Podman:
             self.run("rm", "--force", "--time", "0", name, check=False)
             self._remove_pod_if_empty(pod)
         if spec.disk_bytes is not None:
-            disks.detach(node_dir / DISK)
+            disks.release_under(node_dir)  # the disk, and what of it was bound into the node's directory
 
     def _remove_pod_if_empty(self, pod: str) -> None:
         """(Under the pod's lock.) Its infra container is all a pod has once its last container went. (Read
@@ -283,7 +283,9 @@ class Podman:
 
 def with_disk(spec: ContainerSpec, node_dir: Path) -> ContainerSpec:
     """The spec with its disk's directories among its mounts: the disk mounted at ``node_dir/disk`` (made
-    on first use), its directories the container root's. DiskError says why it could not be."""
+    on first use), its directories the container root's; and each directory of ``node_dir`` the spec
+    mounts (the node's home) moved onto the disk, by binding a directory of the disk onto it, so that
+    what the node writes there counts against its disk too. DiskError says why it could not be."""
     if spec.disk_bytes is None:
         return spec
     top = node_dir / DISK
@@ -296,6 +298,11 @@ def with_disk(spec: ContainerSpec, node_dir: Path) -> ContainerSpec:
         os.chown(directory, spec.ids.host_first, spec.ids.host_first, follow_symlinks=False)
         os.chmod(directory, 0o1777 if target != "/opt/sagemaker" else 0o755)
         mounts.append(Mount(directory, target))
+    for mount in spec.mounts:
+        if mount.source.parent == node_dir and not disks.is_mounted(mount.source):
+            onto = top / f"bound-{mount.source.name}"
+            onto.mkdir(exist_ok=True)
+            disks.bind(onto, mount.source)
     return dataclasses.replace(spec, mounts=(*spec.mounts, *mounts))
 
 

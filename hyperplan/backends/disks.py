@@ -116,6 +116,12 @@ def _make_image(disk: Disk) -> None:
         raise
 
 
+def bind(directory: Path, onto: Path) -> None:
+    """``directory`` (of a disk) seen at ``onto`` as well: what is written there is on the disk. Its
+    :func:`release_under` undoes it."""
+    _run("mount", "--bind", "-o", "nosuid,nodev", str(directory), str(onto))
+
+
 def detach(mountpoint: Path) -> None:
     """Unmount the disk at ``mountpoint`` (if it is mounted) and delete its image: what was on it is gone,
     as an instance's volume is when the instance ends. A mount still held by a process that has not gone

@@ -481,7 +481,7 @@ def test_a_nodes_lifecycle_script_runs_as_root_in_its_container_and_cannot_read_
     other = native.post(first, {"Command": ["sh", "-c", "cat /root/mine.txt; ls / | tr '\\n' ' '"]})
     assert "second" not in other["Stdout"], other
     assert native.post(first, {"Command": ["id", "-u"]})["Stdout"].strip() == "0"  # exec runs in the node
-    # Its disk: the group's EBS volume at /opt/sagemaker, its /tmp and /var/tmp on it too.
+    # Its disk: the group's EBS volume at /opt/sagemaker, its /tmp, /var/tmp and home on it too.
     size, same = native.post(first, {"Command": ["python3", "-c", DISK_PROBE]})["Stdout"].split()
     assert 0.9 * 2**30 < int(size) <= 2**30 and same == "True", (size, same)
     client.delete_cluster(ClusterName="contained")
@@ -492,7 +492,8 @@ def test_a_nodes_lifecycle_script_runs_as_root_in_its_container_and_cannot_read_
 DISK_PROBE = """
 import os
 print(os.statvfs("/opt/sagemaker").f_blocks * os.statvfs("/opt/sagemaker").f_frsize)
-print(os.stat("/tmp").st_dev == os.stat("/var/tmp").st_dev == os.stat("/opt/sagemaker").st_dev)
+disk = os.stat("/opt/sagemaker").st_dev
+print(all(os.stat(place).st_dev == disk for place in ("/tmp", "/var/tmp", "/root")))
 """
 
 
