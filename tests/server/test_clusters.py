@@ -72,12 +72,17 @@ def _group(
     return group
 
 
-@pytest.fixture
-def small(server_factory: type[Server], tmp_path: Path) -> Server:
-    server = server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET)
+def put_lifecycle_script(server: Server) -> None:
+    """ON_CREATE in s3://lifecycle/src, where _group's LifeCycleConfig looks."""
     script = server.data_dir / "s3" / "lifecycle" / "src" / "on_create.sh"
     script.parent.mkdir(parents=True)
     script.write_text(ON_CREATE)
+
+
+@pytest.fixture
+def small(server_factory: type[Server], tmp_path: Path) -> Server:
+    server = server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET)
+    put_lifecycle_script(server)
     return server.start()
 
 
@@ -86,20 +91,23 @@ def fast_small(fast_server_factory: type[InProcessServer], tmp_path: Path) -> Se
     """In process, over the fake back end: the lifecycle scripts are found as on a real server, and every
     OnCreate succeeds at once."""
     server = fast_server_factory(data_dir=tmp_path / "small", fleet=SMALL_FLEET)
-    script = server.data_dir / "s3" / "lifecycle" / "src" / "on_create.sh"
-    script.parent.mkdir(parents=True)
-    script.write_text(ON_CREATE)
+    put_lifecycle_script(server)
     return server.start()
 
 
 @pytest.fixture
 def split_plan(small: Server) -> tuple[Server, str, datetime]:
-    """4 x p5 for two one-day segments, two days apart (another team holds every p5 in between)."""
-    start = boundary_after(service_now(small) + timedelta(minutes=30))
-    blocker = small.new_account("blocker")
+    return small, *buy_split_plan(small)
+
+
+def buy_split_plan(server: Server) -> tuple[str, datetime]:
+    """4 x p5 for two one-day segments, two days apart (another team holds every p5 in between): the
+    plan's ARN and its start."""
+    start = boundary_after(service_now(server) + timedelta(minutes=30))
+    blocker = server.new_account("blocker")
     for count, name in ((8, "block-a"), (4, "block-b")):
         _buy(
-            small,
+            server,
             blocker,
             name,
             count,
@@ -107,14 +115,20 @@ def split_plan(small: Server) -> tuple[Server, str, datetime]:
             StartTimeAfter=start + timedelta(days=1),
             EndTimeBefore=start + timedelta(days=3),
         )
-    arn = _buy(small, ADMIN, "split", 4, 2, StartTimeAfter=start, EndTimeBefore=start + timedelta(days=4))
-    return small, arn, start
+    arn = _buy(server, ADMIN, "split", 4, 2, StartTimeAfter=start, EndTimeBefore=start + timedelta(days=4))
+    return arn, start
 
 
 def test_seed_hyperpod_walkthrough_with_the_aws_cli(
     split_plan: tuple[Server, str, datetime], tmp_path: Path
 ) -> None:
-    server, arn, start = split_plan
+    seed_hyperpod_walkthrough(*split_plan, tmp_path)
+
+
+def seed_hyperpod_walkthrough(server: Server, arn: str, start: datetime, tmp_path: Path) -> None:
+    """The README's HyperPod cluster with the aws CLI: an on-demand controller and two worker groups on
+    ``arn`` (buy_split_plan's, from ``start``), provisioned in each segment and taken back at its end.
+    The lifecycle script is put_lifecycle_script's."""
     config = {
         "ClusterName": "ml-cluster",
         "InstanceGroups": [
@@ -153,7 +167,7 @@ def test_seed_hyperpod_walkthrough_with_the_aws_cli(
         def polled() -> dict[str, int]:
             return counts_in(sdk.describe_cluster(ClusterName="ml-cluster"))
 
-        assert wait_until(lambda: polled() == expected), polled()
+        assert wait_until(lambda: polled() == expected, timeout=120), polled()  # real nodes start
         assert counts() == expected
 
     def running() -> dict[str, int]:

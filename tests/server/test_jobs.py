@@ -216,10 +216,15 @@ JOB_PERIODS = {
 }
 
 
+DATASET_ROWS = 200
+
+
 def _make_dataset(server: Server) -> None:
     dataset = server.data_dir / "s3" / "bucket" / "input" / "data.csv"
     subprocess.run(
-        [sys.executable, EXAMPLES / "make_dataset.py", dataset, "--rows", "200"], check=True, timeout=60
+        [sys.executable, EXAMPLES / "make_dataset.py", dataset, "--rows", str(DATASET_ROWS)],
+        check=True,
+        timeout=60,
     )
 
 
@@ -272,7 +277,20 @@ def split_plan(small: Server) -> tuple[Server, str, datetime]:
 
 
 def test_seed_training_job_walkthrough_with_the_aws_cli(small: Server) -> None:
-    server = small
+    seed_training_job_walkthrough(small, IMAGE, ["python", TRAIN])
+    # The instance's tree stands for /opt/ml, as the contract lays it out.
+    tree = small.work_dir / "jobs" / "1" / "attempt-1" / "algo-1"
+    assert json.loads((tree / "input/config/hyperparameters.json").read_text()) == {"lr": "0.2", "seed": "3"}
+    assert json.loads((tree / "input/config/resourceconfig.json").read_text())["hosts"] == ["algo-1"]
+    assert (tree / "input/data/training/data.csv").is_file()
+
+
+def seed_training_job_walkthrough(
+    server: Server, image: str, entry_point: list[str], channels: tuple[dict[str, Any], ...] = ()
+) -> dict[str, Any]:
+    """The README's training job with the aws CLI, on a plan of its own, as a user sees it: its statuses,
+    its model in S3, its logs. ``entry_point`` runs examples/train_checkpointed.py in ``image``, the
+    dataset of ``_make_dataset`` in its training channel, ``channels`` besides. The job as it ended."""
     arn = _buy(server, ADMIN, "job-plan", 1, 1)
     plan = server.sagemaker().describe_training_plan(TrainingPlanName="job-plan")
     server.aws(
@@ -286,15 +304,15 @@ def test_seed_training_job_walkthrough_with_the_aws_cli(small: Server) -> None:
         json.dumps(
             {
                 "TrainingInputMode": "File",
-                "TrainingImage": IMAGE,
-                "ContainerEntrypoint": ["python", TRAIN],
+                "TrainingImage": image,
+                "ContainerEntrypoint": entry_point,
                 "ContainerArguments": ["--epochs", "3"],
             }
         ),
         "--hyper-parameters",
         json.dumps({"lr": "0.2", "seed": "3"}),
         "--input-data-config",
-        json.dumps([_channel()]),
+        json.dumps([_channel(), *channels]),
         "--output-data-config",
         '{"S3OutputPath":"s3://bucket/output"}',
         "--resource-config",
@@ -314,7 +332,7 @@ def test_seed_training_job_walkthrough_with_the_aws_cli(small: Server) -> None:
     ]
 
     _set_clock(server, plan["StartTime"] + timedelta(minutes=1))
-    job = _wait_status(server, "job-name", "Completed")
+    job = _wait_status(server, "job-name", "Completed", timeout=180)  # a container's image is pulled first
     assert job["TrainingJobStatus"] == "Completed"
     assert _statuses(job) == ["Starting", "Pending", "Downloading", "Training", "Uploading", "Completed"]
     uri = job["ModelArtifacts"]["S3ModelArtifacts"]
@@ -322,17 +340,14 @@ def test_seed_training_job_walkthrough_with_the_aws_cli(small: Server) -> None:
     assert set(_model_files(server, uri)) == {"weights.npy", "summary.json"}
     summary = json.loads(_model_files(server, uri)["summary.json"])
     assert (summary["epochs"], summary["lr"], summary["seed"]) == (3, 0.2, 3)  # hyperparameters arrived
+    assert summary["rows"] == DATASET_ROWS  # and the training channel
     logs = server.cli("jobs", "logs", "job-name").stdout
-    # The instance's tree stands for /opt/ml, as the contract lays it out.
-    tree = server.work_dir / "jobs" / "1" / "attempt-1" / "algo-1"
-    assert json.loads((tree / "input/config/hyperparameters.json").read_text()) == {"lr": "0.2", "seed": "3"}
-    assert json.loads((tree / "input/config/resourceconfig.json").read_text())["hosts"] == ["algo-1"]
-    assert (tree / "input/data/training/data.csv").is_file()
     assert "epoch 3: loss" in logs and "done: accuracy" in logs
     assert "job-name" in server.cli("jobs", "list").stdout
     # The plan's capacity is free again.
     plan = server.sagemaker().describe_training_plan(TrainingPlanName="job-plan")
     assert (plan["InUseInstanceCount"], plan["AvailableInstanceCount"]) == (0, 1)
+    return job
 
 
 def _checkpoints(server: Server, name: str) -> list[str]:
