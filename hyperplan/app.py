@@ -602,8 +602,13 @@ def slurm_state(fleet: Fleet, isolation: os_users.Isolation) -> SlurmState | Non
 
 
 def podman_store(fleet: Fleet) -> Path:
-    """The Podman store of runtime podman, its configuration written for this host (runtime, ulimits)."""
-    return containers.prepare_store(Path(fleet.backend.podman_store or containers.DEFAULT_STORE))
+    """The Podman store of runtime podman, its configuration written for this host (runtime, ulimits),
+    on a file system of its own when the fleet gives it a size; a start refused when it cannot be."""
+    root = Path(fleet.backend.podman_store or containers.DEFAULT_STORE)
+    try:
+        return containers.prepare_store(root, fleet.backend.podman_store_gb)
+    except disks.DiskError as error:
+        raise StartRefused(f"[backend] podman_store_gb: {error}") from None
 
 
 def _images(backend: Backend) -> PodmanImages | None:

@@ -64,11 +64,27 @@ DEFAULT_STORE = Path("/var/lib/hyperplan/podman")
 hyperplan's own (``containers/podman.py``), never root's default one."""
 
 
-def prepare_store(root: Path) -> Path:
-    """The store at ``root``, its configuration (re)written for this host: its OCI runtime, ulimits."""
-    from hyperplan.containers.podman import PodmanStore
+def prepare_store(root: Path, size_gb: int | None = None) -> Path:
+    """The store at ``root``, its configuration (re)written for this host: its OCI runtime, ulimits; with
+    ``size_gb``, its images and containers' layers on a file system of that size of their own
+    (``backends/disks.py``), so that what programs write into their containers' own file systems can
+    fill that one, never the host's. DiskError says why that cannot be."""
+    from hyperplan.containers.podman import DISK_IMAGE, PodmanStore
 
-    PodmanStore(root).prepare()
+    store = PodmanStore(root)
+    if size_gb is not None:
+        disk = disks.Disk(store.graph, size_gb * disks.GIB)
+        assert disk.image.name == DISK_IMAGE
+        problem = disks.unusable()
+        if problem is not None:
+            raise disks.DiskError(f"the Podman store cannot have a file system of its own: {problem}")
+        if not disk.image.exists() and store.graph.is_dir() and any(store.graph.iterdir()):
+            raise disks.DiskError(
+                f"{store.graph} already holds images on the host's file system: remove the store (podman "
+                "images go with it) or give another [backend] podman_store"
+            )
+        disks.attach(disk)
+    store.prepare()
     return root
 
 

@@ -42,6 +42,10 @@ NOFILE_DEFAULT = 1_048_576
 NPROC_CEILING = 32_768
 COMMAND_TIMEOUT = 600.0
 RUN_STATE = Path("/run/hyperplan-podman")  # short paths: see the module's docstring
+DISK_IMAGE = ".storage.disk"
+"""The image of the store's own file system, beside ``DIR/storage`` (``[backend] podman_store_gb``: the
+server makes it, backends/disks.py names it so). Where it is, Podman's database is kept outside that file
+system (``DIR/libpod``), so that a tenant who fills it cannot stop Podman recording what it does."""
 
 
 class PodmanStore:
@@ -59,7 +63,10 @@ class PodmanStore:
         self.run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
         nproc = resource.getrlimit(resource.RLIMIT_NPROC)[1]
-        self.containers_conf.write_text(containers_conf(choose_runtime(), ulimits(nofile, nproc), self.tmp))
+        static_dir = self.root / "libpod" if (self.root / DISK_IMAGE).exists() else None
+        self.containers_conf.write_text(
+            containers_conf(choose_runtime(), ulimits(nofile, nproc), self.tmp, static_dir)
+        )
         self.storage_conf.write_text(storage_conf(self.graph, self.run_dir))
 
     def remove(self) -> None:
@@ -121,7 +128,7 @@ def ulimits(hard_nofile: int, hard_nproc: int) -> list[str]:
     return [f"nofile={nofile}:{nofile}", f"nproc={nproc}:{nproc}"]
 
 
-def containers_conf(runtime: str, limits: list[str], tmp_dir: Path) -> str:
+def containers_conf(runtime: str, limits: list[str], tmp_dir: Path, static_dir: Path | None = None) -> str:
     return "\n".join(
         [
             "# Written by hyperplan (hyperplan/containers/podman.py): this host's runtime and limits.",
@@ -133,6 +140,7 @@ def containers_conf(runtime: str, limits: list[str], tmp_dir: Path) -> str:
             f"tmp_dir = {_toml(str(tmp_dir))}",
             'lock_type = "file"',  # under tmp_dir: this store's alone
             'events_logger = "file"',
+            *([f"static_dir = {_toml(str(static_dir))}"] if static_dir is not None else []),
             "",
         ]
     )

@@ -93,6 +93,9 @@ class BackendSettings:
     # Where images and containers are kept (runtime podman): a Podman store of hyperplan's own, never
     # root's default one; None: /var/lib/hyperplan/podman.
     podman_store: str | None = None
+    # The size of a file system of the store's own (runtime podman, backends/disks.py), where images and
+    # the containers' own layers are kept; None: the store is a directory of the host's file system.
+    podman_store_gb: int | None = None
     # The image a HyperPod node's container runs (runtime podman): the cluster's "AMI"; None: none, and
     # nodes cannot be provisioned in containers.
     node_image: str | None = None

@@ -150,8 +150,8 @@ def _pool_nodes(
 
 
 BACKEND_KEYS = (
-    "kind", "runtime", "podman_store", "node_image", "node_disk_gb", "work_dir", "slurm_conf", "partition",
-    "kill_grace",
+    "kind", "runtime", "podman_store", "podman_store_gb", "node_image", "node_disk_gb", "work_dir",
+    "slurm_conf", "partition", "kill_grace",
 )  # fmt: skip
 
 
@@ -179,6 +179,9 @@ def read_backend(values: Mapping[str, Any]) -> BackendSettings:
     node_disk_gb = table.get("node_disk_gb", int, default.node_disk_gb, "a whole number of GB")
     if not 1 <= node_disk_gb <= MAX_DISK_GB:
         raise table.fail("node_disk_gb", f"{node_disk_gb} is not from 1 to {MAX_DISK_GB} (GB)")
+    store_gb = table.get("podman_store_gb", int, None, "a whole number of GB")
+    if store_gb is not None and not 1 <= store_gb <= MAX_DISK_GB:
+        raise table.fail("podman_store_gb", f"{store_gb} is not from 1 to {MAX_DISK_GB} (GB)")
     if kind != "slurm":
         for key in _SLURM_KEYS:
             if key in table.values:
@@ -187,6 +190,7 @@ def read_backend(values: Mapping[str, Any]) -> BackendSettings:
             kind=kind,
             runtime=runtime,
             podman_store=podman_store,
+            podman_store_gb=store_gb,
             node_image=node_image,
             node_disk_gb=node_disk_gb,
         )

@@ -150,6 +150,7 @@ def contained_server(store: PodmanStore, fleet: str, *extra_args: str) -> Iterat
         server.close()
         podman(store, "rm", "--all", "--force", "--time", "0")
         podman(store, "pod", "rm", "--all", "--force")
+        disks.release_under(store.root)  # its own file system, where the fleet gave it one
         store.remove()
         disks.release_under(base)  # jobs' disks the server left mounted (one that ended early)
         for user in users:

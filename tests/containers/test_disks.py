@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from hyperplan.backends import disks
+from hyperplan.backends import containers, disks
+from hyperplan.containers.podman import PodmanStore
 
 pytestmark = [
     pytest.mark.containers,
@@ -79,3 +80,17 @@ def test_release_under_detaches_every_disk_below_a_tree_so_it_can_be_removed(pla
 def test_a_disk_below_16_mib_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 16 MiB"):
         disks.Disk(Path("/nowhere"), MIB)
+
+
+def test_a_store_given_a_size_keeps_its_layers_on_a_disk_and_its_database_outside_it(place: Path) -> None:
+    root = containers.prepare_store(place / "store", size_gb=1)
+    store = PodmanStore(root)
+    assert disks.is_mounted(store.graph)
+    assert f'static_dir = "{root / "libpod"}"' in store.containers_conf.read_text()
+    assert containers.prepare_store(root, size_gb=1) == root  # a second start finds it mounted
+    # A store that holds images on the host's file system already is not hidden under a new disk.
+    used = place / "used"
+    (used / "storage" / "overlay").mkdir(parents=True)
+    with pytest.raises(disks.DiskError, match="already holds images"):
+        containers.prepare_store(used, size_gb=1)
+    assert not disks.is_mounted(used / "storage")

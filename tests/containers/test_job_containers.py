@@ -15,6 +15,7 @@ import json
 import shutil
 import tarfile
 import textwrap
+import tomllib
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,6 +57,7 @@ memory_gib = 1
 [backend]
 runtime = "podman"
 podman_store = "{store}"
+podman_store_gb = 2
 node_image = "{node_image}"
 
 [registries."{registry}"]
@@ -423,6 +425,29 @@ def test_a_job_fills_its_own_disk_of_volume_size_and_the_disk_goes_when_the_job_
     jobs = server.work_dir / "jobs"
     assert not [point for point in disks.mounts() if point.is_relative_to(jobs)]
     assert not list(jobs.rglob("*.disk"))
+
+
+FILL_ROOT = FILL.replace('"/tmp/fill"', '"/var/cache/fill"').replace("3 * 2**30", "4 * 2**30")
+
+
+def test_what_a_job_writes_into_its_image_s_file_system_fills_the_store_s_disk_not_the_host_s(
+    server: Server, built: Built
+) -> None:
+    assert server.fleet is not None
+    store = Path(tomllib.loads(server.fleet.read_text())["backend"]["podman_store"]) / "storage"
+    assert disks.is_mounted(store)  # [backend] podman_store_gb: a file system of its own
+    writer = server.new_account("layer-filler")
+    server.sagemaker(writer).create_training_job(**_job(server, "fill-layer", built.python, FILL_ROOT))
+    ended = _ended(server, writer, "fill-layer")
+    assert ended["TrainingJobStatus"] == "Completed", ended.get("FailureReason")
+    seen = json.loads(_model_files(server, "fill-layer")["disk.json"])
+    assert seen["stopped"] == "ENOSPC" and seen["written"] <= 2 * 2**30, seen
+    # The store works on once the file is gone: the next job of the module runs (and so do the others).
+    quiet = server.new_account("after-filler")
+    server.sagemaker(quiet).create_training_job(
+        **_job(server, "after-fill", built.python, "open('/opt/ml/model/ok.txt', 'w').write('ok')")
+    )
+    assert _ended(server, quiet, "after-fill")["TrainingJobStatus"] == "Completed"
 
 
 ON_CREATE = """#!/bin/sh

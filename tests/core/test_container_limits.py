@@ -55,12 +55,13 @@ def test_the_fleet_file_names_the_store_the_node_image_and_each_pools_share() ->
         + pool(extra="limits_scale = 0.25")
         + pool("ml.m5.12xlarge")
         + '[backend]\nruntime = "podman"\npodman_store = "/srv/podman"\n'
-        + 'node_image = "registry.example.com/team/node:1"\nnode_disk_gb = 250\n'
+        + 'node_image = "registry.example.com/team/node:1"\nnode_disk_gb = 250\npodman_store_gb = 500\n'
     )
     assert [p.limits_scale for p in fleet.pools] == [0.25, 1.0]
     assert fleet.backend.podman_store == "/srv/podman"
     assert fleet.backend.node_image == "registry.example.com/team/node:1"
     assert (fleet.backend.node_disk_gb, parse_fleet(ZONES + pool()).backend.node_disk_gb) == (250, 100)
+    assert (fleet.backend.podman_store_gb, parse_fleet(ZONES + pool()).backend.podman_store_gb) == (500, None)
     assert (fleet.backend.runtime, parse_fleet(ZONES + pool()).backend.podman_store) == ("podman", None)
 
 
@@ -76,6 +77,7 @@ def test_the_fleet_file_names_the_store_the_node_image_and_each_pools_share() ->
         ),
         (pool() + '[backend]\nnode_image = "Not An Image"\n', "node_image:"),
         (pool() + "[backend]\nnode_disk_gb = 0\n", "node_disk_gb: 0 is not from 1 to 16384"),
+        (pool() + "[backend]\npodman_store_gb = 16385\n", "podman_store_gb: 16385 is not from 1 to 16384"),
         (pool() + '[backend]\nnode_disk_gb = "big"\n', "node_disk_gb: 'big' is not a whole number"),
     ],
 )
