@@ -148,10 +148,11 @@ def require_admin(caller: Caller) -> None:
 
 
 def authenticate_s3(
-    runtime: ServiceContext, request: sigv4.SignedRequest
+    runtime: ServiceContext, request: sigv4.SignedRequest, remote: str = ""
 ) -> tuple[Caller, sigv4.S3Signature]:
     """S3's SigV4 (``wire/sigv4.verify_s3``): the same keys, S3's rules for the path and the payload; the
-    body is checked as it streams (server/s3/body.py), with what the signature returned."""
+    body is checked as it streams (server/s3/body.py), with what the signature returned. A refusal is
+    counted for ``remote`` in the audit trail, as the other APIs' are."""
     runtime.sync()  # a key revoked by another process: seen now
     found: dict[str, Caller] = {}
 
@@ -163,8 +164,14 @@ def authenticate_s3(
         found[access_key_id] = caller
         return secret
 
-    signature = sigv4.verify_s3(request, lookup_secret=lookup_secret, region=runtime.region, now=utcnow())
-    return found[signature.access_key], signature
+    try:
+        signature = sigv4.verify_s3(request, lookup_secret=lookup_secret, region=runtime.region, now=utcnow())
+    except HyperplanError as refused:
+        claimed = _CLAIMED_KEY.search(request.headers.get("authorization", ""))
+        key_id = claimed.group(1)[:128] if claimed else ""
+        runtime.refusals.note(runtime.db, runtime.clock.now(), remote, key_id, refused.code)
+        raise
+    return _with_remote(found[signature.access_key], remote), signature
 
 
 def authenticate_s3_v2(

@@ -12,7 +12,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
+from botocore.config import Config
 from botocore.exceptions import ClientError
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -81,6 +83,16 @@ def test_every_administrator_action_and_refused_signatures_are_in_the_audit_trai
     for _ in range(3):
         with pytest.raises(ApiError):
             intruder.get("/api/v1/whoami")
+    forged_s3 = boto3.client(  # and once through S3, whose signatures are checked by rules of their own
+        "s3",
+        endpoint_url=server.url,
+        region_name=REGION,
+        aws_access_key_id=team.access_key,
+        aws_secret_access_key="not-the-secret",
+        config=Config(retries={"max_attempts": 1}),
+    )
+    with pytest.raises(ClientError, match="SignatureDoesNotMatch"):
+        forged_s3.list_buckets()
 
     events = _audit(server)
     actions = [e["Action"] for e in events]
@@ -98,7 +110,7 @@ def test_every_administrator_action_and_refused_signatures_are_in_the_audit_trai
     assert by_action["invoice.reject"]["Detail"]["Reason"] == "not this quarter"
     assert by_action["user.create"]["Detail"]["AccessKeyId"] == alice["AccessKey"]["AccessKeyId"]
     refused = [e for e in events if e["Action"] == "signature.refused"]
-    assert len(refused) == 1 and refused[0]["Detail"]["Count"] == 3  # in bulk: one record, counted
+    assert len(refused) == 1 and refused[0]["Detail"]["Count"] == 4  # in bulk: one record, counted
     assert refused[0]["Detail"]["AccessKeyIds"] == [team.access_key]
     assert refused[0]["Actor"] is None and refused[0]["RemoteAddress"] == "127.0.0.1"
     clock = by_action["clock.advance"]["Detail"]

@@ -126,7 +126,9 @@ async def serve(
             signed = sigv4.SignedRequest(
                 request.method, request.raw_path, request.raw_query, request.headers, b""
             )
-            caller, signature = await run_in_threadpool(authenticate_s3, runtime, signed)
+            client = scope.get("client")
+            remote = client[0] if client else ""
+            caller, signature = await run_in_threadpool(authenticate_s3, runtime, signed, remote)
         call = Call(runtime, limits, request, receive, caller, signature, bucket, key)
         operation = call.operation = _operation(request, bucket, key)
         s3_model.check_request(operation, request.query, request.headers)
