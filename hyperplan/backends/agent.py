@@ -254,11 +254,14 @@ class Agent:
         """The endpoint relay into the pod's network (``endpoint_relay.py``), before any program of the
         container runs, so no program can take its port first; waits for its ``ready``. It is a process of
         the node (it carries the node's marks), so the node's end ends it. None, or what went wrong."""
-        assert self.running is not None
+        assert self.running is not None and self.container is not None
         host, port = endpoint.rsplit(":", 1)
         target = ("127.0.0.1" if host in ("0.0.0.0", "") else host.strip("[]"), int(port))
         netns = f"/proc/{self.running.init_pid}/ns/net"
-        argv = endpoint_relay.relay_argv(sys.executable, netns, ("127.0.0.1", target[1]), target)
+        source = containers.loopback_source(self.container.ids) if target[0] == "127.0.0.1" else None
+        argv = endpoint_relay.relay_argv(
+            sys.executable, netns, ("127.0.0.1", target[1]), target, source=source
+        )
         relay = subprocess.Popen(  # reaped by the loop as any orphan is; its status is never asked
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, env=self._wrapper_env(), close_fds=True
         )

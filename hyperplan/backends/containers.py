@@ -322,6 +322,16 @@ def with_disk(spec: ContainerSpec, node_dir: Path) -> ContainerSpec:
     return dataclasses.replace(spec, mounts=(*spec.mounts, *mounts))
 
 
+def loopback_source(ids: IdMap) -> str:
+    """The loopback address a container's connections to the server come from (its endpoint relay's
+    ``--source``): one per block of subordinate ids, so one per account, whose connections the server then
+    counts (its per-address share) and records (its audit) as that account's pods', not as the host's.
+    Blocks are 65536 ids apart below 2^32, so their first ids' upper 16 bits differ: 127.1.0.0/16 has an
+    address for each."""
+    block = ids.host_first >> 16
+    return f"127.1.{(block >> 8) & 0xFF}.{block & 0xFF}"
+
+
 def hosts_file(names: tuple[str, ...]) -> str:
     """The pod's ``/etc/hosts``: its hosts are its loopback, as every container of it shares one."""
     return "".join(

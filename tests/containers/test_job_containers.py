@@ -523,10 +523,16 @@ print(all(os.stat(place).st_dev == disk for place in ("/tmp", "/var/tmp", "/root
 
 
 BOTO3_PROGRAM = """
+import os
 import boto3
 s3 = boto3.client("s3")  # AWS_ENDPOINT_URL and the region come from the job's container
 s3.put_object(Bucket="out-from-inside", Key="hello.txt", Body=b"written from the container")
 print(sorted(o["Key"] for o in s3.list_objects_v2(Bucket="out-from-inside")["Contents"]))
+try:  # a key forged in the container: the server records the refusal under the pod's address
+    forged = {"aws_access_key_id": os.environ["AWS_ACCESS_KEY_ID"], "aws_secret_access_key": "forged"}
+    boto3.client("sagemaker", **forged).list_training_plans()
+except Exception as error:
+    print("refused:", type(error).__name__)
 """
 
 
@@ -541,3 +547,14 @@ def test_boto3_in_a_container_reaches_the_endpoint(server: Server, marked_image:
     stored = server.data_dir / "s3" / "out-from-inside" / "hello.txt"
     assert stored.read_bytes() == b"written from the container"
     assert "['hello.txt'" in _stdout(server, team, "from-inside")
+    assert "refused: ClientError" in _stdout(server, team, "from-inside")
+    # The server saw the pod's connections come from an address of the account's own, not the host's.
+    trail = server.native().get("/api/v1/audit")["Events"]
+    refused = [
+        e
+        for e in trail
+        if e["Action"] == "signature.refused" and team.access_key in e["Detail"].get("AccessKeyIds", [])
+    ]
+    assert refused, trail
+    address = refused[0]["RemoteAddress"]
+    assert address.startswith("127.1.") and address != "127.0.0.1", refused
