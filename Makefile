@@ -12,12 +12,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-## Start the service on its embedded defaults: SQLite in ~/.local/share/hyperplan, the demo fleet. Tenant
-## work runs as host processes (RUNTIME=process) until `make run` can build the demo's images itself;
-## RUNTIME=podman runs it in containers, given a registry with the demo's images (docs/DEPLOY.md).
-RUNTIME ?= process
+## Start the service on its embedded defaults: SQLite in ~/.local/share/hyperplan, the demo fleet. As root,
+## tenant work runs in containers: the first run installs Podman, starts a registry on 127.0.0.1:5000 in
+## the data directory (it stays up for the next run) and builds the demo's images into it; if a step
+## fails, or not as root, host processes, saying why. RUNTIME=podman refuses instead of falling back;
+## RUNTIME=process skips it all (hyperplan/containers/demo_runtime.py).
+RUNTIME ?= auto
 run: $(STAMP)
-	$(BIN)/hyperplan serve --runtime $(RUNTIME)
+	$(BIN)/python -m hyperplan.containers.demo_runtime $(RUNTIME)
 
 ## Set up and run every test, on one worker process more than the machine has cores (most tests wait on
 ## servers and processes, not on a core); TEST_WORKERS=0 runs them in this process. worksteal: an idle

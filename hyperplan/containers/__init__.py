@@ -8,6 +8,8 @@ offline from Debian's packages.
 - ``rootfs.py``: the root file systems ``mmdebstrap`` builds, cached by their package list.
 - ``podman.py``: a Podman store of its own, and the containers.conf this host needs.
 - ``host_tools.py``: Debian's packages installed when missing, and the processes a command marks.
+- ``demo_runtime.py``: ``make run``'s runtime: the above set up for the demo fleet on first use (as root),
+  then ``hyperplan serve`` with runtime podman, or process saying why.
 
 This package may import nothing else of hyperplan but the leaf ``host_packages.py`` (apt-get, for the
 host's side; docs/ARCHITECTURE.md, "Layers"): ``sagemaker_train.py`` runs inside the image, on Debian's

@@ -61,7 +61,12 @@ def locked(path: Path) -> Iterator[None]:
 
 
 def port_is_free(port: int) -> bool:
+    """Whether a server may listen on 127.0.0.1:``port``. With SO_REUSEADDR, as servers bind (Go's
+    listeners, the registry's, do): a plain bind also fails while the port's closed connections linger
+    in TIME_WAIT, for a minute after a registry on it stopped; this one fails only while a socket holds
+    the port."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
@@ -98,19 +103,26 @@ def marked_processes(variable: str, value: str) -> list[int]:
 def end_marked(variable: str, value: str) -> None:
     """SIGTERM every process carrying the mark, then SIGKILL what is still there a few seconds later."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids = marked_processes(variable, value)
+        signalled = pids = marked_processes(variable, value)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + STOP_TIMEOUT
         while pids and time.monotonic() < deadline:
-            for pid in pids:  # this process's own children (an `up` in the same process) are reaped here
-                with contextlib.suppress(ChildProcessError, OSError):
-                    os.waitpid(pid, os.WNOHANG)
+            _reap(pids)
             pids = [pid for pid in pids if carries(pid, variable, value)]
             time.sleep(0.05)
+        # One that died between the reaping and the look is a zombie the look no longer counts: reaped now.
+        _reap(signalled)
         if not pids:
             return
+
+
+def _reap(pids: list[int]) -> None:
+    """Reap those of ``pids`` that are this process's own children (an `up` in the same process) and ended."""
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
 
 
 def tail(text: str, lines: int = 8) -> str:

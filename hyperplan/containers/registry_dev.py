@@ -118,6 +118,33 @@ def answers(address: str) -> bool:
         return False
 
 
+# What a manifest may be, as Podman pushes it (OCI, or Docker's schema 2) or as a mirror keeps it (an
+# index): a registry asked without these may answer 404 for a manifest it holds in another form.
+MANIFEST_TYPES = ", ".join(
+    [
+        "application/vnd.oci.image.manifest.v1+json",
+        "application/vnd.oci.image.index.v1+json",
+        "application/vnd.docker.distribution.manifest.v2+json",
+        "application/vnd.docker.distribution.manifest.list.v2+json",
+    ]
+)
+
+
+def has_image(address: str, name: str) -> bool:
+    """The registry at ``address`` (plain HTTP) holds ``name`` (``REPOSITORY:TAG``): its manifest
+    answers ``HEAD /v2/REPOSITORY/manifests/TAG`` with 200."""
+    repository, _, tag = name.rpartition(":")
+    request = urllib.request.Request(
+        f"http://{address}/v2/{repository}/manifests/{tag}", method="HEAD", headers={"Accept": MANIFEST_TYPES}
+    )
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
+    try:
+        with opener.open(request, timeout=5) as response:
+            return int(response.status) == 200
+    except (OSError, urllib.error.URLError, ValueError):  # HTTPError (404) is a URLError
+        return False
+
+
 # -- up -----------------------------------------------------------------------------------------------
 
 
