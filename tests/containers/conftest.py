@@ -119,6 +119,25 @@ def pulled(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
         store.remove()
 
 
+def push_image(built: Built, context: Path, name: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """``context`` (a Containerfile ``FROM`` the session's Python image, and its files) built offline and
+    pushed to the session's registry as ``hyperplan/NAME``; its reference. The store it was built in goes."""
+    store = PodmanStore(tmp_path_factory.mktemp(f"{name.split(':')[0]}-store"))
+    store.prepare()
+    reference = f"{built.registry}/hyperplan/{name}"
+    try:
+        for command in (
+            ("pull", "--quiet", "--tls-verify=false", built.python),
+            ("build", "--quiet", "--network=none", "--pull=never", "--tag", reference, str(context)),
+            ("push", "--quiet", "--tls-verify=false", reference),
+        ):
+            done = podman(store, *command)
+            assert done.returncode == 0, done.stderr
+    finally:
+        store.remove()
+    return reference
+
+
 def run_wide_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A directory of this run that its xdist workers share (each worker's base is below the run's)."""
     base = tmp_path_factory.getbasetemp()

@@ -26,7 +26,7 @@ import pytest
 from hyperplan.backends import disks
 from hyperplan.containers.podman import PodmanStore
 from hyperplan.signing import Credentials
-from tests.containers.conftest import Built, contained_server, podman
+from tests.containers.conftest import Built, contained_server, push_image
 from tests.harness import Server, wait_until
 
 pytestmark = pytest.mark.containers
@@ -232,11 +232,9 @@ BOTO3 = ("boto3", "botocore", "jmespath", "dateutil", "s3transfer", "urllib3", "
 
 
 @pytest.fixture(scope="module")
-def marked_image(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def marked_image(built: Built, tmp_path_factory: pytest.TempPathFactory) -> str:
     """An image of this module: the Python image with a `train` of its own, a file the host lacks, and
     boto3."""
-    store = PodmanStore(tmp_path_factory.mktemp("marked-store"))
-    store.prepare()
     context = tmp_path_factory.mktemp("marked-context")
     (context / "train").write_text(TRAIN)
     (context / "train").chmod(0o755)
@@ -254,18 +252,7 @@ def marked_image(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iter
         f"FROM {built.python}\nCOPY train /usr/local/bin/train\nCOPY marker /etc/hyperplan-test-marker\n"
         "COPY packages /usr/local/lib/python3.11/dist-packages\n"
     )
-    reference = f"{built.registry}/hyperplan/marked:1"
-    try:
-        for command in (
-            ("pull", "--quiet", "--tls-verify=false", built.python),
-            ("build", "--quiet", "--network=none", "--pull=never", "--tag", reference, str(context)),
-            ("push", "--quiet", "--tls-verify=false", reference),
-        ):
-            done = podman(store, *command)
-            assert done.returncode == 0, done.stderr
-        yield reference
-    finally:
-        store.remove()
+    return push_image(built, context, "marked:1", tmp_path_factory)
 
 
 def test_an_image_without_an_entry_point_runs_its_own_train_and_its_model_lands_in_s3(

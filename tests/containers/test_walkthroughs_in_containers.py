@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from hyperplan.containers.podman import PodmanStore
-from tests.containers.conftest import Built, contained_server, podman
+from tests.containers.conftest import Built, contained_server, podman, push_image
 from tests.harness import Server
 from tests.server.test_clusters import buy_split_plan, put_lifecycle_script, seed_hyperpod_walkthrough
 from tests.server.test_jobs import (
@@ -77,26 +77,13 @@ SITE_PACKAGES = "/usr/local/lib/python3.11/dist-packages"  # the image's Python 
 
 
 @pytest.fixture(scope="module")
-def numpy_image(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def numpy_image(built: Built, tmp_path_factory: pytest.TempPathFactory) -> str:
     """The Python image with numpy, pushed to the session's registry."""
     assert sys.version_info[:2] == IMAGE_PYTHON, "this interpreter's numpy would not load in the image"
-    store = PodmanStore(tmp_path_factory.mktemp("numpy-store"))
-    store.prepare()
     context = tmp_path_factory.mktemp("numpy-context")
     _copy_wheel("numpy", context / "packages")
     (context / "Containerfile").write_text(f"FROM {built.python}\nCOPY packages {SITE_PACKAGES}\n")
-    reference = f"{built.registry}/hyperplan/numpy:1"
-    try:
-        for command in (
-            ("pull", "--quiet", "--tls-verify=false", built.python),
-            ("build", "--quiet", "--network=none", "--pull=never", "--tag", reference, str(context)),
-            ("push", "--quiet", "--tls-verify=false", reference),
-        ):
-            done = podman(store, *command)
-            assert done.returncode == 0, done.stderr
-        yield reference
-    finally:
-        store.remove()
+    return push_image(built, context, "numpy:1", tmp_path_factory)
 
 
 def _copy_wheel(name: str, into: Path) -> None:
