@@ -424,3 +424,32 @@ def test_an_id_another_store_on_the_machine_freed_is_not_handed_out_again(
         second.close()
         for user in users:
             subprocess.run(["userdel", user], capture_output=True, check=False, timeout=60)
+
+
+def test_the_demo_background_load_gets_no_os_user_at_any_start(
+    server_factory: type[Server], tmp_path: Path, open_dir: Path
+) -> None:
+    """Its account holds plans and runs nothing: neither its first start (which makes the account) nor
+    the next (which gives every account without a user one) spends a uid on it."""
+    fleet = tmp_path / "loaded.toml"
+    fleet.write_text(SMALL_FLEET.read_text() + "\n[background_load]\n")
+    data_dir = tmp_path / "data"
+    server = server_factory(
+        data_dir=data_dir,
+        fleet=fleet,
+        extra_args=("--isolation", "users", "--work-dir", str(open_dir / "work")),
+    )
+    try:
+        server.start()
+        assert _accounts(server)["background-load"]["OsUser"] is None
+        server.stop()
+        server.start()
+        accounts = _accounts(server)
+        assert accounts["background-load"]["OsUser"] is None
+        others = sorted(a["OsUser"] for a in accounts.values() if a["OsUser"])  # the administrators'
+        assert sorted(made_os_users(data_dir)) == others
+    finally:
+        users = made_os_users(data_dir)
+        server.close()
+        for user in users:
+            subprocess.run(["userdel", user], capture_output=True, check=False, timeout=60)

@@ -19,7 +19,7 @@ from hyperplan.core.rate_limits import RateLimit, RequestClass, effective
 from hyperplan.services.accounts import accounts, acting, audit, os_ids, os_users
 from hyperplan.services.accounts.accounts import Caller, NewKey
 from hyperplan.services.clusters import metering
-from hyperplan.services.orchestration import account_files
+from hyperplan.services.orchestration import account_files, demo_load
 from hyperplan.services.plans import payments, plans, quotas
 from hyperplan.services.plans.quotas import Limits
 from hyperplan.services.runtime.context import ServiceContext
@@ -199,6 +199,8 @@ def ensure_os_users(runtime: ServiceContext) -> int:
     made = 0
     with runtime.db.write() as session:
         for account in accounts.list_accounts(session):
+            if _runs_no_work(runtime, account.name):
+                continue
             if account.os_user is None:
                 account.os_user, account.os_user_made = os_users.user_name_for(account.id), True
             if os_users.exists(account.os_user):
@@ -217,6 +219,12 @@ def ensure_os_users(runtime: ServiceContext) -> int:
             _make_os_user(runtime, session, account.id)
             made += 1
     return made
+
+
+def _runs_no_work(runtime: ServiceContext, account_name: str) -> bool:
+    """The demo's background load holds plans and runs nothing: it gets no OS user (whose uid would be
+    spent for good)."""
+    return runtime.fleet.background_load is not None and account_name == demo_load.ACCOUNT_NAME
 
 
 def add_key(runtime: ServiceContext, account_ref: str, caller: Caller | None = None) -> NewKey:
