@@ -236,6 +236,15 @@ class ContainerSpec:
 
 
 @dataclass(frozen=True)
+class Login:
+    """A registry's username and password (``services/accounts/registry_credentials.py`` keeps them
+    sealed): what an image is pulled with."""
+
+    username: str
+    password: str = field(repr=False)
+
+
+@dataclass(frozen=True)
 class NodeSpec:
     """One node to provision.
 
@@ -255,6 +264,9 @@ class NodeSpec:
     placement: Placement | None = None
     container: ContainerSpec | None = None
     """None: the node's processes are host processes (the ``process`` runtime)."""
+    image_login: Login | None = field(default=None, repr=False)
+    """What the back end logs in to the container image's registry with, if it pulls it; never kept in
+    the node's record (only in a 0600 file of root's until the pull is done)."""
 
     def __post_init__(self) -> None:
         check_id("node id", self.node_id)

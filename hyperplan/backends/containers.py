@@ -28,6 +28,7 @@ while that count grew ended out of memory.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import fcntl
@@ -43,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from hyperplan.backends import disks, procfs
-from hyperplan.backends.base import BackendError, ContainerSpec, IdMap, Limits, Mount
+from hyperplan.backends.base import BackendError, ContainerSpec, IdMap, Limits, Login, Mount
 
 ENV_DIR_INSIDE = "/run/hyperplan/env"
 """Where a container sees its node's published variables ($HYPERPLAN_ENV_DIR inside)."""
@@ -54,6 +55,8 @@ PODMAN_TIMEOUT = 120.0
 PULL_TIMEOUT = 1800.0
 POD_RM_ATTEMPTS = 5
 NAME_PREFIX = "hp-"
+PULL_LOGIN = "pull-login.json"
+"""In a node's directory: the registry login its agent pulls the image with (root's, 0600), until then."""
 DISK = "disk"
 """Where a node's disk is mounted in its directory (``backends/disks.py``)."""
 DISK_MOUNTS = {"opt-sagemaker": "/opt/sagemaker", "tmp": "/tmp", "var-tmp": "/var/tmp"}
@@ -192,7 +195,7 @@ class Podman:
         init = shutil.which("catatonit")
         if init is None:
             raise BackendError("catatonit is not installed (apt-get install catatonit): containers need it")
-        self._pull_if_missing(spec)
+        self._pull_if_missing(spec, node_dir / PULL_LOGIN)
         spec = with_disk(spec, node_dir)
         with pod_lock(lock_dir, pod):
             self.run("rm", "--force", "--time", "0", name, check=False)  # a half-made one from a crash
@@ -201,11 +204,17 @@ class Podman:
             self.run("run", "--detach", *self._container_options(name, pod, spec, hosts, env_dir, init))
         return self.inspect(name, pod)
 
-    def _pull_if_missing(self, spec: ContainerSpec) -> None:
-        if self.run("image", "exists", spec.image, check=False).returncode == 0:
-            return
-        plain = ["--tls-verify=false"] if spec.insecure_registry else []
-        self.run("pull", "--quiet", *plain, spec.image, timeout=PULL_TIMEOUT)
+    def _pull_if_missing(self, spec: ContainerSpec, login: Path) -> None:
+        """Pull the image unless the store has it, with the login the server left (``write_pull_login``),
+        which goes either way."""
+        try:
+            if self.run("image", "exists", spec.image, check=False).returncode == 0:
+                return
+            plain = ["--tls-verify=false"] if spec.insecure_registry else []
+            auth = ["--authfile", str(login)] if login.exists() else []
+            self.run("pull", "--quiet", *plain, *auth, spec.image, timeout=PULL_TIMEOUT)
+        finally:
+            login.unlink(missing_ok=True)
 
     def _pod_options(self, pod: str, spec: ContainerSpec) -> list[str]:
         first, size = spec.ids.host_first, spec.ids.size
@@ -330,6 +339,22 @@ def loopback_source(ids: IdMap) -> str:
     address for each."""
     block = ids.host_first >> 16
     return f"127.1.{(block >> 8) & 0xFF}.{block & 0xFF}"
+
+
+def auth_file_text(reference: str, login: Login) -> str:
+    """A Podman auth file naming ``reference``'s registry alone, with this login."""
+    host = reference.split("/", 1)[0]
+    token = base64.b64encode(f"{login.username}:{login.password}".encode()).decode()
+    return json.dumps({"auths": {host: {"auth": token}}})
+
+
+def write_pull_login(node_dir: Path, reference: str, login: Login) -> None:
+    """The login the node's agent pulls its image with: a 0600 file of root's in the node's directory
+    (which no tenant can read), removed by the agent once its pull is done."""
+    path = node_dir / PULL_LOGIN
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(auth_file_text(reference, login))
 
 
 def hosts_file(names: tuple[str, ...]) -> str:

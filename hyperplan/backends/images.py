@@ -12,27 +12,20 @@ the image's ENTRYPOINT with ``train`` as its argument, or ``train`` itself when 
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from hyperplan.backends.base import BackendError
-from hyperplan.backends.containers import PULL_TIMEOUT, Podman
+from hyperplan.backends.base import BackendError, Login
+from hyperplan.backends.containers import PULL_TIMEOUT, Podman, auth_file_text
 
 
 class ImageUnavailable(BackendError):
     """The image could not be pulled: it does not exist, the registry refused or could not be reached."""
-
-
-@dataclass(frozen=True)
-class Login:
-    username: str
-    password: str = field(repr=False)
 
 
 @dataclass(frozen=True)
@@ -98,12 +91,10 @@ def _auth_file(reference: str, login: Login | None) -> Iterator[Path | None]:
     if login is None:
         yield None
         return
-    host = reference.split("/", 1)[0]
-    token = base64.b64encode(f"{login.username}:{login.password}".encode()).decode()
     fd, name = tempfile.mkstemp(prefix="hyperplan-auth-", suffix=".json")
     try:
         with os.fdopen(fd, "w") as out:
-            json.dump({"auths": {host: {"auth": token}}}, out)
+            out.write(auth_file_text(reference, login))
         yield Path(name)
     finally:
         Path(name).unlink(missing_ok=True)

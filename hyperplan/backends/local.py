@@ -56,6 +56,7 @@ from hyperplan.backends.base import (
     BackendError,
     ExecResult,
     LogChunk,
+    Login,
     LogStream,
     NodeRef,
     NodeSpec,
@@ -143,7 +144,11 @@ class LocalBackend:
             placement=placement_record(spec.placement),
             container=containers.spec_record(spec.container, self.podman_store),
         )
-        self._make_node(self.layout.node(spec.node_id), record)
+        files = self.layout.node(spec.node_id)
+        login = None
+        if spec.container is not None and spec.image_login is not None:
+            login = (spec.container.image, spec.image_login)
+        self._make_node(files, record, login=login)
 
     def node_status(self, node_id: str) -> NodeStatus:
         files = self._node(node_id)
@@ -343,7 +348,15 @@ class LocalBackend:
 
     # --- nodes: making and settling -------------------------------------------------------------
 
-    def _make_node(self, files: NodeFiles, record: NodeRecord, queue: str | None = None) -> None:
+    def _make_node(
+        self,
+        files: NodeFiles,
+        record: NodeRecord,
+        queue: str | None = None,
+        login: tuple[str, Login] | None = None,
+    ) -> None:
+        """The node's files, then its agent; ``login``: the image and the registry login its agent pulls
+        it with (a file of root's until the pull is done, never in the record)."""
         existing = read_record(files.spec, NodeRecord)
         if existing is None:
             # home stays the server's until the agent has filled it and hands it to the node's user.
@@ -353,6 +366,8 @@ class LocalBackend:
             make_dir(files.home, PRIVATE_MODE)
             if queue is not None:
                 (files.queue / queue).touch()
+            if login is not None:
+                containers.write_pull_login(files.path, *login)
             # Written last: a node exists once its spec does.
             write_record(files.spec, record)
         elif existing != record:

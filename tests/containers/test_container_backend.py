@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 from hyperplan.backends import LocalBackend, NodeSpec, Program, TaskSpec
-from hyperplan.backends.base import ContainerSpec, IdMap, Limits
+from hyperplan.backends.base import ContainerSpec, IdMap, Limits, Login, NodeState
+from hyperplan.backends.containers import PULL_LOGIN
 from hyperplan.containers.podman import PodmanStore
 from tests.backends.contract import BackendContract, Harness, eventually
 from tests.backends.test_local import render
@@ -104,3 +105,27 @@ class TestContainerContract(BackendContract):
         left = podman(contract_store, "ps", "--all", "--format", "{{.Names}} {{.PodName}} {{.Status}}").stdout
         pods = podman(contract_store, "pod", "ps", "--format", "{{.Name}} {{.Status}}").stdout
         assert not left.strip() and not pods.strip(), f"left behind: {left} pods: {pods}"
+
+
+def test_a_nodes_registry_login_reaches_its_pull_alone_and_is_gone_after_it(
+    tmp_path: Path, contract_store: PodmanStore, built: Built
+) -> None:
+    """The login is a file of root's in the node's directory until the agent's pull is done: never in
+    the node's record, its log, or anything a tenant can read."""
+    harness = ContainerHarness(tmp_path, contract_store, built.python)
+    backend = harness.backend.backend
+    secret = "registry-password-9d1c4e7a"
+    spec = NodeSpec("login-node", "login-node", "ml.m5.large", container=harness.container)
+    backend.provision(dataclasses.replace(spec, image_login=Login("puller", secret)))
+    try:
+        status = eventually(lambda: backend.node_status("login-node"), lambda s: s.state is NodeState.RUNNING)
+        assert status.state is NodeState.RUNNING, status
+        files = backend.layout.node("login-node")
+        assert not (files.path / PULL_LOGIN).exists()
+        for path in files.path.rglob("*"):
+            if path.is_file() and not path.is_relative_to(files.path / "disk"):
+                assert secret.encode() not in path.read_bytes(), path
+        assert secret not in repr(dataclasses.replace(spec, image_login=Login("puller", secret)))
+    finally:
+        backend.close()
+        LocalBackend(harness.root, podman_store=contract_store.root).adopt([])

@@ -15,7 +15,7 @@ from datetime import datetime
 
 from sqlalchemy import select
 
-from hyperplan.backends.images import Login
+from hyperplan.backends.base import Login
 from hyperplan.core.image_refs import Registry, parse_registry_host
 from hyperplan.errors import ResourceNotFound, ValidationError
 from hyperplan.services.accounts import audit

@@ -85,6 +85,7 @@ def _provision(runtime: ServiceContext, node: ClusterNode, spec: InstanceGroupSp
                 run_as=owner,
                 placement=where,
                 container=container,
+                image_login=node_containers.node_image_login(runtime) if container is not None else None,
             )
         )
     except (StorageError, BackendError, ValueError) as exc:

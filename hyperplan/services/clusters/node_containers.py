@@ -1,24 +1,34 @@
 """A HyperPod node as a container (runtime ``podman``): the fleet's node image, the cluster account's ids,
 its instance type's limits, and the server's endpoint inside.
 
-A node's container is made by its agent as it is provisioned (``backends/containers.py``), pulling the
-image when the store does not have it yet, while the node is Pending, as an instance boots its AMI; a pull
-or a start that fails fails the node, saying why. Its disk (``backends/disks.py``) is its instance
-group's EbsVolumeConfig.VolumeSizeInGB, else the fleet's ``[backend] node_disk_gb``: the node's
-``/opt/sagemaker`` (where HyperPod mounts that volume), ``/tmp`` and ``/var/tmp``. Each node is a pod of
-its own: a cluster's nodes talk to each other through the server (S3, the API), never directly, as on
-the host before containers.
+A node's container is made by its agent as it is provisioned (``backends/containers.py``), pulling the image
+when the store does not have it yet, while the node is Pending, as an instance boots its AMI (with the
+registry's sealed login, if an administrator set one); a pull or a start that fails fails the node, saying
+why. Its disk (``backends/disks.py``) is its instance group's EbsVolumeConfig.VolumeSizeInGB, else the
+fleet's ``[backend] node_disk_gb``: the node's ``/opt/sagemaker`` (where HyperPod mounts that volume),
+``/tmp`` and ``/var/tmp``. Each node is a pod of its own: a cluster's nodes talk to each other through the
+server (S3, the API), never directly, as on the host before containers.
 """
 
 from __future__ import annotations
 
-from hyperplan.backends.base import ContainerSpec
+from hyperplan.backends.base import ContainerSpec, Login
 from hyperplan.backends.disks import GIB
 from hyperplan.backends.images import ImageUnavailable
 from hyperplan.core.image_refs import parse_image
+from hyperplan.services.accounts import registry_credentials
 from hyperplan.services.runtime import tenancy
 from hyperplan.services.runtime.containment import limits_for
 from hyperplan.services.runtime.context import ServiceContext
+
+
+def node_image_login(runtime: ServiceContext) -> Login | None:
+    """The sealed login of the node image's registry, if an administrator set one: the agent pulls with
+    it (as a job's image is pulled with its registry's)."""
+    image = runtime.fleet.backend.node_image
+    if runtime.images is None or image is None:
+        return None
+    return registry_credentials.login_for(runtime.db, runtime.secret_box, parse_image(image).registry_host)
 
 
 def node_container(
