@@ -34,6 +34,7 @@ import dataclasses
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -46,6 +47,8 @@ from typing import Any
 from hyperplan.backends import disks, procfs
 from hyperplan.backends.base import BackendError, ContainerSpec, IdMap, Limits, Login, Mount
 
+log = logging.getLogger(__name__)
+
 ENV_DIR_INSIDE = "/run/hyperplan/env"
 """Where a container sees its node's published variables ($HYPERPLAN_ENV_DIR inside)."""
 INIT_INSIDE = "/run/hyperplan/init"
@@ -54,6 +57,7 @@ LABEL_ROOT = "hyperplan.backend-root"
 PODMAN_TIMEOUT = 120.0
 PULL_TIMEOUT = 1800.0
 POD_RM_ATTEMPTS = 5
+DEFAULT_STORE_GB = 200
 NAME_PREFIX = "hp-"
 PULL_LOGIN = "pull-login.json"
 """In a node's directory: the registry login its agent pulls the image with (root's, 0600), until then."""
@@ -68,14 +72,17 @@ hyperplan's own (``containers/podman.py``), never root's default one."""
 
 
 def prepare_store(root: Path, size_gb: int | None = None) -> Path:
-    """The store at ``root``, its configuration (re)written for this host: its OCI runtime, ulimits; with
-    ``size_gb``, its images and containers' layers on a file system of that size of their own
-    (``backends/disks.py``), so that what programs write into their containers' own file systems can
-    fill that one, never the host's. DiskError says why that cannot be."""
+    """The store at ``root``, its configuration (re)written for this host: its OCI runtime, ulimits; its
+    images and containers' layers on a file system of ``size_gb`` of their own (``backends/disks.py``), so
+    that what programs write into their containers' own file systems can fill that one, never the host's.
+    ``size_gb`` 0: none (a directory of the host's file system); None: :func:`default_store_size`. An
+    explicit size that cannot be served raises DiskError, saying why."""
     from hyperplan.containers.podman import DISK_IMAGE, PodmanStore
 
     store = PodmanStore(root)
-    if size_gb is not None:
+    if size_gb is None:
+        size_gb = default_store_size(store.graph)
+    if size_gb:
         disk = disks.Disk(store.graph, size_gb * disks.GIB)
         assert disk.image.name == DISK_IMAGE
         problem = disks.unusable()
@@ -89,6 +96,27 @@ def prepare_store(root: Path, size_gb: int | None = None) -> Path:
         disks.attach(disk)
     store.prepare()
     return root
+
+
+def default_store_size(graph: Path) -> int:
+    """A store's own file system by default: 200 GB, or half the host's free space if that is less (a
+    bound above the free space would bound nothing); none where disks cannot be made, or for a store that
+    already keeps images on the host's file system (said in the log: it is left as it is)."""
+    if disks.unusable() is not None:
+        return 0
+    if not disks.image_of(graph).exists() and graph.is_dir() and any(graph.iterdir()):
+        log.warning(
+            "the Podman store %s keeps its images on the host's file system, so what containers write into "
+            "their images' file systems can fill it; a new store ([backend] podman_store) gets a file "
+            "system of its own",
+            graph.parent,
+        )
+        return 0
+    if disks.is_mounted(graph) or disks.image_of(graph).exists():
+        return DEFAULT_STORE_GB  # made before: its image keeps the size it was made with
+    graph.parent.mkdir(parents=True, exist_ok=True)
+    free = shutil.disk_usage(graph.parent).free // disks.GIB
+    return max(1, min(DEFAULT_STORE_GB, free // 2))
 
 
 # --- the spec as a record, and back ---------------------------------------------------------------

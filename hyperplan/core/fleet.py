@@ -94,7 +94,8 @@ class BackendSettings:
     # root's default one; None: /var/lib/hyperplan/podman.
     podman_store: str | None = None
     # The size of a file system of the store's own (runtime podman, backends/disks.py), where images and
-    # the containers' own layers are kept; None: the store is a directory of the host's file system.
+    # the containers' own layers are kept; 0: none, the store a directory of the host's file system; None:
+    # the default (backends/containers.default_store_size).
     podman_store_gb: int | None = None
     # The image a HyperPod node's container runs (runtime podman): the cluster's "AMI"; None: none, and
     # nodes cannot be provisioned in containers.

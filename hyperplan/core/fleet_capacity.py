@@ -180,8 +180,8 @@ def read_backend(values: Mapping[str, Any]) -> BackendSettings:
     if not 1 <= node_disk_gb <= MAX_DISK_GB:
         raise table.fail("node_disk_gb", f"{node_disk_gb} is not from 1 to {MAX_DISK_GB} (GB)")
     store_gb = table.get("podman_store_gb", int, None, "a whole number of GB")
-    if store_gb is not None and not 1 <= store_gb <= MAX_DISK_GB:
-        raise table.fail("podman_store_gb", f"{store_gb} is not from 1 to {MAX_DISK_GB} (GB)")
+    if store_gb is not None and not 0 <= store_gb <= MAX_DISK_GB:
+        raise table.fail("podman_store_gb", f"{store_gb} is not from 0 to {MAX_DISK_GB} (GB)")
     if kind != "slurm":
         for key in _SLURM_KEYS:
             if key in table.values:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -94,3 +95,21 @@ def test_a_store_given_a_size_keeps_its_layers_on_a_disk_and_its_database_outsid
     with pytest.raises(disks.DiskError, match="already holds images"):
         containers.prepare_store(used, size_gb=1)
     assert not disks.is_mounted(used / "storage")
+
+
+def test_a_new_store_gets_a_file_system_of_its_own_by_default_and_one_with_images_keeps_them(
+    place: Path,
+) -> None:
+    free_gib = shutil.disk_usage(place).free // disks.GIB
+    fresh = PodmanStore(place / "fresh")
+    assert containers.default_store_size(fresh.graph) == max(1, min(200, free_gib // 2))
+    assert containers.prepare_store(fresh.root, size_gb=1) == fresh.root and disks.is_mounted(fresh.graph)
+    assert containers.default_store_size(fresh.graph) == containers.DEFAULT_STORE_GB  # its image's own
+    used = PodmanStore(place / "used")
+    (used.graph / "overlay").mkdir(parents=True)
+    assert containers.default_store_size(used.graph) == 0  # left as it was: its images stay reachable
+    containers.prepare_store(used.root)
+    assert not disks.is_mounted(used.graph) and (used.graph / "overlay").is_dir()
+    assert containers.prepare_store(place / "plain", size_gb=0) and not disks.is_mounted(
+        place / "plain" / "storage"
+    )

@@ -77,7 +77,7 @@ def test_the_fleet_file_names_the_store_the_node_image_and_each_pools_share() ->
         ),
         (pool() + '[backend]\nnode_image = "Not An Image"\n', "node_image:"),
         (pool() + "[backend]\nnode_disk_gb = 0\n", "node_disk_gb: 0 is not from 1 to 16384"),
-        (pool() + "[backend]\npodman_store_gb = 16385\n", "podman_store_gb: 16385 is not from 1 to 16384"),
+        (pool() + "[backend]\npodman_store_gb = 16385\n", "podman_store_gb: 16385 is not from 0 to 16384"),
         (pool() + '[backend]\nnode_disk_gb = "big"\n', "node_disk_gb: 'big' is not a whole number"),
     ],
 )
