@@ -28,6 +28,8 @@ def place(tmp_path: Path) -> Iterator[Path]:
     where.mkdir()
     yield where
     disks.release_under(tmp_path)
+    for made in where.glob("*/containers.conf"):  # a store a test prepared: its run state too
+        PodmanStore(made.parent).remove()
 
 
 def test_a_disk_is_a_file_system_of_its_size_that_refuses_more(place: Path) -> None:
