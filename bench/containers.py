@@ -5,9 +5,14 @@ Measured at the back end, as the services use it, the image already in the store
 registry's time, not the runtime's):
 
 - a job instance's launch: from ``run`` of a sandboxed task to its program's first line in the log; with
-  podman that takes the pod (loopback only, the user namespace of an id block), the container (limits,
-  mounts, catatonit), the endpoint relay into the pod, and the ``podman exec`` of the program;
-- a node's provisioning: from ``provision`` with an OnCreate script to the node Running.
+  podman that takes the instance's disk (30 GB, SageMaker's default VolumeSizeInGB: made and mounted as
+  the launch does before its tree is prepared), the pod (loopback only, the user namespace of an id
+  block), the container (limits, mounts, catatonit), the endpoint relay into the pod, and the ``podman
+  exec`` of the program;
+- a node's provisioning: from ``provision`` with an OnCreate script to the node Running; with podman its
+  disk too (100 GB, the fleet's default ``node_disk_gb``).
+
+Disks are left out where the host cannot make them (backends/disks.py says why).
 
 Each is timed in rounds that alternate the runtimes, and the medians are compared: the target is that
 containers add at most 2 s to either. Needs root (containers' user namespaces, Podman's store); the image
@@ -17,6 +22,7 @@ store of the bench's own; the Debian packages are installed when missing.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import socket
@@ -28,13 +34,15 @@ from pathlib import Path
 
 from bench.report import Figure, Report, at_most, heading, line
 from bench.scale import Scale
-from hyperplan.backends import LocalBackend, LogStream, NodeRef, NodeSpec, NodeState, TaskRef, TaskSpec
+from hyperplan.backends import LocalBackend, LogStream, NodeRef, NodeSpec, NodeState, TaskRef, TaskSpec, disks
 from hyperplan.backends.base import ContainerSpec, IdMap, Limits
 from hyperplan.containers import image_build
 from hyperplan.containers.podman import PodmanStore
 from hyperplan.containers.rootfs import cached_rootfs, package_list
 
 ADDED_TARGET = 2.0  # seconds containers may add to a launch or a provisioning
+JOB_DISK = 30 * 2**30  # the SDK's default VolumeSizeInGB
+NODE_DISK = 100 * 2**30  # the fleet's default [backend] node_disk_gb
 IMAGE = "localhost/hyperplan-bench:python"
 BENCH_IDS = IdMap(3_100_000_000)  # a block no account is handed (the fleet's range ends below 2**31)
 TIMEOUT = 60.0
@@ -53,6 +61,7 @@ def run(report: Report, workdir: Path, *, scale: Scale) -> None:
             container = ContainerSpec(
                 IMAGE, BENCH_IDS, Limits(1.0, 512 * 2**20, 1024), hosts=("algo-1",), endpoint=endpoint
             )
+            node = dataclasses.replace(container, disk_bytes=NODE_DISK if disks.unusable() is None else None)
             backends = {
                 "process": LocalBackend(workdir / "backend-process"),
                 "podman": LocalBackend(workdir / "backend-podman", podman_store=store.root),
@@ -64,13 +73,23 @@ def run(report: Report, workdir: Path, *, scale: Scale) -> None:
             (source / "on_create.sh").write_text("#!/bin/sh\necho provisioned\n")
             for round_ in range(rounds):
                 for name, backend in backends.items():
-                    spec = container if name == "podman" else None
-                    launches[name].append(_launch(backend, f"job-{round_}", spec))
-                    provisions[name].append(_provision(backend, f"node-{round_}", source, spec))
+                    contained = name == "podman"
+                    disk = (
+                        workdir / "disks" / f"job-{round_}"
+                        if contained and disks.unusable() is None
+                        else None
+                    )
+                    launches[name].append(
+                        _launch(backend, f"job-{round_}", container if contained else None, disk)
+                    )
+                    provisions[name].append(
+                        _provision(backend, f"node-{round_}", source, node if contained else None)
+                    )
             for backend in backends.values():
                 backend.close()
                 LocalBackend(backend.layout.root, podman_store=backend.podman_store).adopt([])
     finally:
+        disks.release_under(workdir)  # a disk a round left mounted, if it failed midway
         _remove_store(store)
     for what, measured in (("job launch", launches), ("node provisioning", provisions)):
         process, podman = (statistics.median(measured[name]) for name in ("process", "podman"))
@@ -80,15 +99,19 @@ def run(report: Report, workdir: Path, *, scale: Scale) -> None:
         report.add(at_most(podman - process, ADDED_TARGET, " s", f"containers: {what}, added by podman"))
 
 
-def _launch(backend: LocalBackend, task_id: str, container: ContainerSpec | None) -> float:
-    """Seconds from run() to the program's first line."""
+def _launch(backend: LocalBackend, task_id: str, container: ContainerSpec | None, disk: Path | None) -> float:
+    """Seconds from the instance's disk (if any) and run() to the program's first line."""
     started = time.monotonic()
+    if disk is not None:
+        disks.attach(disks.Disk(disk, JOB_DISK))
     backend.run(TaskSpec(task_id, ("/bin/sh", "-c", "echo started; exec sleep 600"), container=container))
     _wait(lambda: b"started" in backend.read_log(TaskRef(task_id), LogStream.STDOUT).data, task_id)
     seconds = time.monotonic() - started
     backend.terminate(TaskRef(task_id), timedelta(0))
     _wait(lambda: backend.task_status(task_id).state.is_final(), task_id)
     backend.forget(TaskRef(task_id))
+    if disk is not None:
+        disks.detach(disk)
     return seconds
 
 
