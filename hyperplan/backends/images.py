@@ -65,7 +65,8 @@ def pull(podman: Podman, reference: str, login: Login | None, insecure: bool) ->
     if result.returncode != 0:
         said = [line for line in (result.stderr or result.stdout).splitlines() if line.strip()]
         raise ImageUnavailable(
-            said[-1].removeprefix("Error: ") if said else f"podman pull exited {result.returncode}"
+            "it could not be pulled: "
+            + (said[-1].removeprefix("Error: ") if said else f"podman pull exited {result.returncode}")
         )
     return inspect(podman, reference)
 
