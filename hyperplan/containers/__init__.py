@@ -2,7 +2,8 @@
 offline from Debian's packages.
 
 - ``registry_dev.py``: ``scripts/registry-dev up|down|status DIR``, Debian's ``docker-registry`` (the CNCF
-  distribution registry) on loopback.
+  distribution registry) on loopback, open or asking for a login (``up --login USER``).
+- ``htpasswd.py``: that login's file, its bcrypt hash from the C library's ``crypt``.
 - ``image_build.py``: ``scripts/image-dev build REGISTRY``, a small Python image (``mmdebstrap`` then
   ``podman import``), optionally with the SageMaker-style ``train`` (``sagemaker_train.py``), pushed.
 - ``rootfs.py``: the root file systems ``mmdebstrap`` builds, cached by their package list.

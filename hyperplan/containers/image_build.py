@@ -1,5 +1,6 @@
 """Python images built offline from Debian's packages, and pushed:
-``image-dev build REGISTRY [--name N] [--packages P,...] [--sagemaker] [--cache DIR] [--store DIR]``.
+``image-dev build REGISTRY [--name N] [--packages P,...] [--sagemaker] [--authfile FILE] [--cache DIR]
+[--store DIR]``.
 
 ``build`` installs ``podman``, ``runc`` and ``mmdebstrap`` when they are missing (apt-get, as root), takes
 the root file system of Debian's ``python3`` (Python and its standard library) and the packages asked for
@@ -12,8 +13,10 @@ imported layer) with one more layer, ``/usr/local/bin/train`` (sagemaker_train.p
 build`` with a COPY: no network, about a second.
 
 A registry on loopback (127.0.0.1, localhost, [::1]) is spoken to over plain HTTP, as
-``scripts/registry-dev`` serves it; any other over TLS unless ``--plain-http``. Credentials for a
-registry that wants them come from ``podman login`` (``REGISTRY_AUTH_FILE``), not from here.
+``scripts/registry-dev`` serves it; any other over TLS unless ``--plain-http``. A registry that wants a
+login (``registry-dev up --login``) is pushed to with the auth file ``--authfile`` names, as ``podman
+login --authfile FILE`` writes it; without one, with Podman's own (``podman login``,
+``REGISTRY_AUTH_FILE``). No password is ever an argument here.
 """
 
 from __future__ import annotations
@@ -63,6 +66,9 @@ def main(argv: list[str]) -> int:
     build_command.add_argument("--sagemaker", action="store_true", help="add /usr/local/bin/train")
     build_command.add_argument("--plain-http", action="store_true", help="no TLS, even off loopback")
     build_command.add_argument(
+        "--authfile", type=Path, help="the registry's login, as `podman login --authfile FILE` wrote it"
+    )
+    build_command.add_argument(
         "--cache", type=Path, default=DEFAULT_CACHE, help="where root file systems are kept"
     )
     build_command.add_argument(
@@ -78,6 +84,7 @@ def main(argv: list[str]) -> int:
             plain_http=arguments.plain_http or registry_host(arguments.registry) in LOOPBACK_HOSTS,
             cache=arguments.cache.absolute(),
             store_dir=arguments.store.absolute(),
+            authfile=None if arguments.authfile is None else arguments.authfile.absolute(),
         )
     except Refused as refusal:
         print(f"image-dev {arguments.command}: {refusal}", file=sys.stderr)
@@ -102,6 +109,7 @@ def build(
     plain_http: bool,
     cache: Path,
     store_dir: Path,
+    authfile: Path | None = None,
 ) -> tuple[str, str]:
     """Build and push; the pushed reference and its manifest's digest."""
     if not REGISTRY.fullmatch(registry):
@@ -126,7 +134,7 @@ def build(
             _add_train(store, base, reference)
         else:
             store.run("tag", base, reference)
-        return reference, _push(store, reference, plain_http)
+        return reference, _push(store, reference, plain_http, authfile)
 
 
 def install() -> None:
@@ -152,9 +160,10 @@ def _add_train(store: PodmanStore, base: str, reference: str) -> None:
         store.run("build", "--quiet", "--network=none", "--pull=never", "--tag", reference, context)
 
 
-def _push(store: PodmanStore, reference: str, plain_http: bool) -> str:
+def _push(store: PodmanStore, reference: str, plain_http: bool, authfile: Path | None) -> str:
     with tempfile.TemporaryDirectory(dir=store.root, prefix="push-") as scratch:
         digest_file = Path(scratch) / "digest"
         tls = ["--tls-verify=false"] if plain_http else []
-        store.run("push", "--quiet", *tls, "--digestfile", str(digest_file), reference)
+        auth = ["--authfile", str(authfile)] if authfile is not None else []
+        store.run("push", "--quiet", *tls, *auth, "--digestfile", str(digest_file), reference)
         return digest_file.read_text().strip()

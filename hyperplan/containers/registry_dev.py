@@ -1,4 +1,4 @@
-"""A registry for development and tests: ``registry-dev up|down|status DIR [--port N]``.
+"""A registry for development and tests: ``registry-dev up|down|status DIR [--port N] [--login USER]``.
 
 ``up`` installs Debian's ``docker-registry`` (the CNCF distribution registry) when it is missing (apt-get,
 as root), writes ``DIR/config.yml`` (images under ``DIR/storage``, listening on 127.0.0.1 only), starts
@@ -8,8 +8,15 @@ takes a free port, and says which on stderr. On a registry already up it changes
 same line. ``down`` ends it (exit 0 when nothing runs; the images stay in ``DIR/storage`` for the next
 ``up``); ``status`` exits 0 when it is up, 3 when it is not.
 
-It serves plain HTTP without authentication, so it listens on loopback alone: push with ``podman push
---tls-verify=false`` (``scripts/image-dev`` does) and declare the registry plain HTTP in the fleet file.
+It serves plain HTTP, so it listens on loopback alone: push with ``podman push --tls-verify=false``
+(``scripts/image-dev`` does) and declare the registry plain HTTP in the fleet file. It asks for no login,
+unless ``up --login USER`` (the password read from standard input, one line; never an argument, which
+any process could read) makes it ask every client for that user's: the registry's ``htpasswd``
+authentication, HTTP basic, which it takes over plain HTTP too, the bcrypt hash in ``DIR/htpasswd``
+(htpasswd.py). Pull and push with ``podman login --tls-verify=false`` first (``image-dev build
+--authfile``), and give a server the login with ``hyperplan registries set-credentials``. An ``up`` of a
+registry already up with another login, or without the one asked for, is refused: ``down`` first.
+
 It runs as the user who ran ``up``, never through systemd. Debian's package enables a system service of
 its own on install (listening on every address, port 5000; where systemd runs it also starts it): when
 ``up`` installs the package, it disables that service, stopping it if it runs, and says so. A system
@@ -23,6 +30,7 @@ carries it: nothing started here outlives ``down``.
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import os
 import secrets
@@ -32,8 +40,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from hyperplan.containers import htpasswd
 from hyperplan.containers.host_tools import (
     Refused,
     carries,
@@ -53,6 +63,15 @@ DEFAULT_PORT = 5000
 NOT_UP = 3
 START_TIMEOUT = 30.0
 START_ATTEMPTS = 3  # a free port may be taken by someone else between our check and the registry's bind
+REALM = "registry-dev"
+
+
+@dataclass(frozen=True)
+class Login:
+    """The one user the registry lets in (``up --login``)."""
+
+    username: str
+    password: str = field(repr=False)  # never into a traceback
 
 
 class Layout:
@@ -63,6 +82,7 @@ class Layout:
         self.log = root / "registry.log"
         self.pid = root / "registry.pid"
         self.address = root / "address"
+        self.htpasswd = root / "htpasswd"  # there while the registry asks for a login
         self.lock = root / ".lock"
 
     def environment(self) -> dict[str, str]:
@@ -78,7 +98,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--port", type=int, default=None, help=f"up: the port (default {DEFAULT_PORT}; 0 for a free one)"
     )
+    parser.add_argument(
+        "--login",
+        metavar="USER",
+        help="up: let in this user alone, the password read from standard input (one line)",
+    )
     arguments = parser.parse_args(argv)
+    if arguments.login is not None and arguments.command != "up":
+        parser.error(f"--login goes with up, not {arguments.command}")
     directory = arguments.directory.absolute()
     try:
         if arguments.command == "status":
@@ -86,7 +113,8 @@ def main(argv: list[str]) -> int:
         if arguments.command == "down":
             down(directory)
             return 0
-        print(up(directory, arguments.port))
+        login = None if arguments.login is None else Login(arguments.login, read_password(arguments.login))
+        print(up(directory, arguments.port, login))
         return 0
     except Refused as refusal:
         print(f"registry-dev {arguments.command}: {refusal}", file=sys.stderr)
@@ -109,12 +137,16 @@ def running_address(layout: Layout) -> str | None:
 
 
 def answers(address: str) -> bool:
-    """``GET /v2/`` answers 200, as a registry of the distribution API does without authentication."""
+    """``GET /v2/`` answers as a registry of the distribution API does: 200 without authentication, 401
+    with its API version header where it asks for a login."""
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never a proxy
     try:
         with opener.open(f"http://{address}/v2/", timeout=2) as response:
             return int(response.status) == 200
-    except (OSError, urllib.error.URLError, ValueError):
+    except urllib.error.HTTPError as answer:
+        with answer:
+            return answer.code == 401 and answer.headers.get("Docker-Distribution-API-Version") is not None
+    except (OSError, ValueError):  # URLError is an OSError
         return False
 
 
@@ -148,8 +180,18 @@ def has_image(address: str, name: str) -> bool:
 # -- up -----------------------------------------------------------------------------------------------
 
 
-def up(directory: Path, port: int | None = None) -> str:
-    """Bring the registry up on `port` (None: 5000, or a free port if 5000 is taken; 0: a free port)."""
+def read_password(username: str) -> str:
+    """One line of standard input, without its newline; asked for without echo on a terminal."""
+    if sys.stdin.isatty():
+        return getpass.getpass(f"registry-dev up: the password of {username}: ")
+    return sys.stdin.readline().removesuffix("\n").removesuffix("\r")
+
+
+def up(directory: Path, port: int | None = None, login: Login | None = None) -> str:
+    """Bring the registry up on `port` (None: 5000, or a free port if 5000 is taken; 0: a free port),
+    asking every client for `login` if one is given."""
+    if login is not None:
+        htpasswd.check_login(login.username, login.password)  # before anything is written or started
     layout = Layout(directory)
     layout.root.mkdir(parents=True, exist_ok=True)
     with locked(layout.lock):
@@ -160,11 +202,52 @@ def up(directory: Path, port: int | None = None) -> str:
                     f"the registry of {directory} is up at {address}, not on port {port}: "
                     f"`registry-dev down {directory}` first"
                 )
+            refuse_another_login(layout, login)
             return address
         end_marked(MARK_VARIABLE, str(layout.root))  # one that stopped answering, or half started
         install()
         layout.storage.mkdir(exist_ok=True)
+        _write_login(layout, login)
         return _start(layout, port)
+
+
+def refuse_another_login(layout: Layout, login: Login | None) -> None:
+    """Refused unless the registry up asks for `login` (or for none, as none is given): it is not restarted
+    for another."""
+    users = _logins(layout)
+    if login is None:
+        if not users:
+            return
+        asked = "none"
+    elif login.username not in users:
+        asked = f"{login.username}'s"
+    elif not htpasswd.matches(login.password, users[login.username]):
+        asked = f"{login.username}'s with another password"
+    else:
+        return
+    now = f"asking for {', '.join(users)}'s login" if users else "without a login"
+    raise Refused(
+        f"the registry of {layout.root} is up {now}, and this up asks for {asked}: "
+        f"`registry-dev down {layout.root}` first"
+    )
+
+
+def _logins(layout: Layout) -> dict[str, str]:
+    """``{user: hash}`` of the registry up (none when it asks for no login)."""
+    try:
+        return htpasswd.parse(layout.htpasswd.read_text())
+    except FileNotFoundError:
+        return {}
+
+
+def _write_login(layout: Layout, login: Login | None) -> None:
+    """``DIR/htpasswd`` (0600: the registry runs as this user) for a login; no file for none."""
+    if login is None:
+        layout.htpasswd.unlink(missing_ok=True)
+        return
+    fd = os.open(layout.htpasswd, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(htpasswd.line(login.username, login.password))
 
 
 def install() -> None:
@@ -176,7 +259,7 @@ def install() -> None:
 def _start(layout: Layout, requested: int | None) -> str:
     for attempt in range(1, START_ATTEMPTS + 1):
         port = _choose_port(requested)
-        layout.config.write_text(config_yaml(layout, port))
+        layout.config.write_text(config_yaml(layout, port, login=layout.htpasswd.exists()))
         address = f"127.0.0.1:{port}"
         process = _spawn(layout)
         layout.pid.write_text(f"{process.pid}\n")
@@ -211,11 +294,14 @@ def _choose_port(requested: int | None) -> int:
     return requested
 
 
-def config_yaml(layout: Layout, port: int) -> str:
+def config_yaml(layout: Layout, port: int, login: bool = False) -> str:
+    """The registry's configuration; with `login`, it lets in the users of ``DIR/htpasswd`` alone."""
     # JSON strings are YAML's double-quoted strings: any path is quoted right.
+    auth = ["auth:", "  htpasswd:", f'    realm: "{REALM}"', f"    path: {json.dumps(str(layout.htpasswd))}"]
+    said = "a login (htpasswd)" if login else "no authentication"
     return "\n".join(
         [
-            "# Written by registry-dev up: plain HTTP, no authentication, loopback only.",
+            f"# Written by registry-dev up: plain HTTP, {said}, loopback only.",
             "version: 0.1",
             "log:",
             "  level: warn",
@@ -229,6 +315,7 @@ def config_yaml(layout: Layout, port: int) -> str:
             "http:",
             f'  addr: "127.0.0.1:{port}"',
             f'  secret: "{secrets.token_hex(16)}"',  # without one the registry warns at every start
+            *(auth if login else []),
             "",
         ]
     )

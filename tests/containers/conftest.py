@@ -34,9 +34,11 @@ SCRIPTS = Path(__file__).parents[2] / "scripts"
 SCRIPT_TIMEOUT = 900  # a first build on a fresh machine installs packages and runs mmdebstrap
 
 
-def script(name: str, *arguments: str | Path) -> subprocess.CompletedProcess[str]:
+def script(name: str, *arguments: str | Path, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    """``scripts/NAME ARGUMENTS``, reading ``stdin`` (a password) and nothing else."""
     return subprocess.run(
         [sys.executable, str(SCRIPTS / name), *map(str, arguments)],
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=SCRIPT_TIMEOUT,

@@ -1,4 +1,5 @@
-"""`scripts/registry-dev`: Debian's docker-registry on loopback, up, idempotent, status and down.
+"""`scripts/registry-dev`: Debian's docker-registry on loopback, up, idempotent, status and down, open or
+asking for a login.
 
 Needs root where docker-registry is not installed (tests/containers/conftest.py skips otherwise). Each
 test brings up registries of its own, in its own directories, and brings them down even when it fails.
@@ -6,9 +7,11 @@ test brings up registries of its own, in its own directories, and brings them do
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import socket
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,10 +38,18 @@ def program_of(pid: int) -> str:
     return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
 
 
-def get(url: str) -> tuple[int, bytes]:
+def get(url: str, login: tuple[str, str] | None = None) -> tuple[int, bytes]:
+    """The status and body of a GET (401 and others too), with HTTP basic authentication for ``login``."""
+    headers = {}
+    if login is not None:
+        headers["Authorization"] = "Basic " + base64.b64encode(":".join(login).encode()).decode()
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(url, timeout=5) as response:
-        return response.status, response.read()
+    try:
+        with opener.open(urllib.request.Request(url, headers=headers), timeout=5) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as answer:
+        with answer:
+            return answer.code, answer.read()
 
 
 def refuses_connections(address: str) -> bool:
@@ -103,3 +114,38 @@ def test_a_taken_port_5000_gives_a_free_port_and_says_which(container_tools: Non
         assert refused.returncode == 1
         assert f"port {port} is taken on 127.0.0.1" in refused.stderr
         assert script("registry-dev", "status", tmp_path / "b").returncode == 3
+
+
+def test_up_with_a_login_lets_that_user_alone_in_over_plain_http_and_up_again_keeps_to_it(
+    container_tools: None, tmp_path: Path
+) -> None:
+    directory, password = tmp_path / "private", "pull-secret-4e1d"
+    with registries(directory):
+        up = script(
+            "registry-dev", "up", directory, "--port", "0", "--login", "puller", stdin=f"{password}\n"
+        )
+        assert up.returncode == 0, up.stderr
+        address = up.stdout.strip()
+        assert get(f"http://{address}/v2/")[0] == 401
+        assert get(f"http://{address}/v2/", ("puller", "wrong"))[0] == 401
+        assert get(f"http://{address}/v2/", ("puller", password)) == (200, b"{}")
+        assert script("registry-dev", "status", directory).returncode == 0
+        # The password is nowhere but in the hash of a file of the registry's user alone.
+        assert (directory / "htpasswd").stat().st_mode & 0o777 == 0o600
+        for name in ("htpasswd", "config.yml", "registry.log"):
+            assert password not in (directory / name).read_text(), name
+        (pid,) = processes_marked_with(directory)
+        assert password.encode() not in Path(f"/proc/{pid}/cmdline").read_bytes()
+
+        again = script("registry-dev", "up", directory, "--login", "puller", stdin=password)
+        assert (again.returncode, again.stdout) == (0, up.stdout)
+        for arguments, stdin in ((("--login", "puller"), "another"), ((), "")):
+            refused = script("registry-dev", "up", directory, *arguments, stdin=stdin)
+            assert refused.returncode == 1 and "is up asking for puller's login" in refused.stderr
+        assert processes_marked_with(directory) == [pid]  # nothing changed
+
+        assert script("registry-dev", "down", directory).returncode == 0
+        reopened = script("registry-dev", "up", directory, "--port", "0")  # without a login this time
+        assert reopened.returncode == 0, reopened.stderr
+        assert get(f"http://{reopened.stdout.strip()}/v2/") == (200, b"{}")
+        assert not (directory / "htpasswd").exists()
