@@ -149,6 +149,9 @@ class Placement:
     ``group``, ``group_size``, ``group_index``: a task that is one instance of a multi-instance
     training job: the ``group_size`` tasks of one group run as one allocation of that many whole
     machines, task ``group_index`` on the allocation's machine of that index.
+    ``memory_bytes``: what the work may use on each of its machines (the instance type's memory times its
+    pool's ``limits_scale``); the machine's kernel kills a process of it past that (Slurm: ``--mem``).
+    None: no limit of its own.
     """
 
     reservation: str | None = None
@@ -157,6 +160,7 @@ class Placement:
     group: str | None = None
     group_size: int = 1
     group_index: int = 0
+    memory_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.group is not None:

@@ -161,6 +161,7 @@ def placement_from(record: Mapping[str, Any] | None) -> Placement | None:
         group=record.get("group"),
         group_size=int(record.get("group_size", 1)),
         group_index=int(record.get("group_index", 0)),
+        memory_bytes=record.get("memory_bytes"),
     )
 
 
@@ -182,7 +183,13 @@ def status_of(record: Mapping[str, Any], directory: Path | None = None) -> TaskS
     message = record.get("message") or ""
     if not message and directory is not None:
         message = tail(directory / "out" / "stderr.log")
-    return TaskStatus(TaskState(record["state"]), record.get("exit_code"), record.get("signal"), message)
+    return TaskStatus(
+        TaskState(record["state"]),
+        record.get("exit_code"),
+        record.get("signal"),
+        message,
+        bool(record.get("out_of_memory", False)),
+    )
 
 
 def end_task(
@@ -191,9 +198,17 @@ def end_task(
     exit_code: int | None = None,
     signal: int | None = None,
     message: str = "",
+    out_of_memory: bool = False,
 ) -> TaskStatus:
     """Write down how a task ended (``state.json``): from then on its status is read from there alone."""
-    record = {"state": state.value, "exit_code": exit_code, "signal": signal, "message": message}
+    record: dict[str, Any] = {
+        "state": state.value,
+        "exit_code": exit_code,
+        "signal": signal,
+        "message": message,
+    }
+    if out_of_memory:
+        record["out_of_memory"] = True
     with contextlib.suppress(FileNotFoundError):
         write_json(directory / "state.json", record)
     return status_of(record, directory)

@@ -12,8 +12,10 @@ in the task's ``out/`` directory (the user's):
 
 The program runs in the runner's process group (the one Slurm signals), with the variables published
 in the envdir added to its environment. The runner itself ignores SIGTERM and the like: Slurm signals
-the group, the program gets it directly. A SIGKILL ends the runner too; then there is no ``exit.json``
-and the back end says how the task ended (it ordered the kill, or the task is Lost).
+the group, the program gets it directly. Under ``proctrack/cgroup`` Slurm signals (all but SIGKILL)
+only each task's first process, the runner: it then passes them on to its process group. A SIGKILL ends
+the runner too; then there is no ``exit.json`` and the back end says how the task ended (it ordered the
+kill, or the task is Lost).
 
 The program runs under the timed-log wrapper (``timedlog.py``), in the same process group.
 """
@@ -24,6 +26,7 @@ import contextlib
 import ctypes
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -118,6 +121,35 @@ def _parent_is_a_shell() -> bool:
         return False
 
 
+def _signalled_alone() -> bool:
+    """Slurm gives a step's signals (SIGKILL aside) to the runner alone: it is the task's first process
+    (slurmstepd's child) and the step is tracked by proctrack/cgroup, whose cgroup is the step's in the
+    freezer hierarchy (v1) or the unified one (v2). proctrack/linuxproc signals every process of the
+    step, the program included: passing them on would deliver each twice."""
+    if _parent_is_a_shell():
+        return False
+    try:
+        with open("/proc/self/cgroup") as cgroups:
+            lines = cgroups.read().splitlines()
+    except OSError:
+        return False
+    step = re.compile(r"/job_\d+/step_")
+    return any(
+        line.split(":", 2)[1] in ("freezer", "") and step.search(line.split(":", 2)[2])
+        for line in lines
+        if line.count(":") >= 2
+    )
+
+
+def _pass_on(sig: int, _frame: object) -> None:
+    """A signal Slurm gave the runner alone, to its process group (the program; the wrapper ignores
+    it), not to itself again."""
+    signal.signal(sig, signal.SIG_IGN)
+    with contextlib.suppress(OSError):
+        os.killpg(os.getpgrp(), sig)
+    signal.signal(sig, _pass_on)
+
+
 def _die_with_parent() -> None:
     parent = os.getppid()
     with contextlib.suppress(OSError, AttributeError):
@@ -140,8 +172,9 @@ def main(argv: list[str]) -> int:
     with open(os.path.join(task_dir, "run.json")) as spec_file:
         spec = json.load(spec_file)
     out = os.path.join(task_dir, "out")
+    alone = _signalled_alone()
     for sig in IGNORED:
-        signal.signal(sig, signal.SIG_IGN)
+        signal.signal(sig, _pass_on if alone else signal.SIG_IGN)
     # Slurm's own variables (SLURM_JOB_ID, SLURMD_NODENAME, CUDA_VISIBLE_DEVICES...) pass through.
     slurm = {k: v for k, v in os.environ.items() if k.startswith(("SLURM", "CUDA_", "GPU_DEVICE"))}
     env = {**slurm, **spec["env"], **extra, **published(spec.get("env_dir"))}

@@ -200,6 +200,10 @@ class Submitter:
         options = []
         if placement.constraint:
             options.append(f"--constraint={placement.constraint}")
+        if placement.memory_bytes is not None:
+            # Per node, for every step of the job (a node's tasks too): task/cgroup holds each step to
+            # it, and the kernel kills a process of a step past it (Slurm: OUT_OF_MEMORY).
+            options.append(f"--mem={-(-placement.memory_bytes // 2**20)}M")
         limit = placement.time_limit
         if placement.reservation:
             options.append(f"--reservation={placement.reservation}")

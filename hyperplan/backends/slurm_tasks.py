@@ -19,7 +19,7 @@ from pathlib import Path
 from signal import SIGKILL, SIGTERM
 from typing import Any
 
-from hyperplan.backends import tenant_files
+from hyperplan.backends import slurm_memory, tenant_files
 from hyperplan.backends.base import (
     BackendError,
     NodeState,
@@ -301,7 +301,8 @@ class TaskJobs:
                 witness = self._srun_exit(directory)
             if witness is not None:
                 ended = runner_exit(out / "exit.json")
-                return _end_witnessed(directory, ended, witness, "srun's exit status")
+                memory = slurm_memory.step_out_of_memory(_srun_words(directory, launch))
+                return _end_witnessed(directory, ended, witness, "srun's exit status", memory)
         else:
             job_id = job_id_of(directory)
             if job_id is None:
@@ -310,12 +311,15 @@ class TaskJobs:
                 return TaskStatus(TaskState.PENDING)
             job = self.queue.job(job_id)
             if job is not None and job.state in LIVE_JOB_STATES:
-                if not grouped(record) or runner_exit(out / "exit.json") is None:
+                ended = runner_exit(out / "exit.json")
+                if not grouped(record) or ended is None:
                     return TaskStatus(TaskState.RUNNING if started else TaskState.PENDING)
+                if slurm_memory.awaiting_word(directory, ended, self._out_of_memory(job, record)):
+                    return TaskStatus(TaskState.RUNNING)  # SIGKILLed: was it its memory? (just below)
                 # A group's member may end before the others (its node's runner is done while the job
                 # runs on): its record is taken, and once every member has ended so must the job, so
                 # that members claiming an end they have not reached cannot keep it running unseen.
-                status = self._end_from_record(directory, runner_exit(out / "exit.json"), job, record)
+                status = self._end_from_record(directory, ended, job, record)
                 self._end_group_if_over(record, job_id)
                 return status
         return self._end_from_record(
@@ -337,14 +341,29 @@ class TaskJobs:
         witness = _batch_exit(job, record)
         if witness is not None:
             return _end_witnessed(directory, ended, witness, "its Slurm job's ExitCode")
+        memory = self._out_of_memory(job, record)
+        if memory and not isinstance(ended, RunnerExit):  # no record to take: the kernel's SIGKILL
+            why = f"it ended, but {ended}" if isinstance(ended, str) else ""
+            return end_task(directory, TaskState.KILLED, signal=SIGKILL, message=why, out_of_memory=True)
         if isinstance(ended, str):
             return end_task(directory, TaskState.LOST, message=f"it ended, but {ended}")
         if ended is not None:
-            return _end_from_runner(directory, ended)
+            return _end_from_runner(directory, ended, memory)
         if terminate is not None:
             return end_task(directory, TaskState.KILLED, signal=SIGKILL if started else None)
         why = _why_lost(directory, self.queue.job(job_id_of(directory) or 0))
         return end_task(directory, TaskState.LOST, message=why)
+
+    def _out_of_memory(self, job: Job | None, record: Mapping[str, Any]) -> bool:
+        """Slurm says memory killed a process of a sandbox's or group member's program
+        (``slurm_memory``); node tasks are told by their srun (``status``)."""
+        if record.get("node_id") is not None:
+            return False
+        placement = placement_from(record.get("placement"))
+        if placement is not None and placement.group is not None and placement.group_size > 1:
+            group = self.dirs.groups / placement.group
+            return slurm_memory.member_out_of_memory(group, job, placement.group_index)
+        return slurm_memory.sandbox_out_of_memory(job)
 
     def _retry_refused_step(
         self, directory: Path, record: Mapping[str, Any], launch: Mapping[str, Any]
@@ -438,21 +457,26 @@ class TaskJobs:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _end_witnessed(directory: Path, ended: RunnerExit | str | None, witness: int, source: str) -> TaskStatus:
+def _end_witnessed(
+    directory: Path, ended: RunnerExit | str | None, witness: int, source: str, memory: bool = False
+) -> TaskStatus:
     """How the runner ended as a source the tenant cannot write says (``witness``: its exit code, or
     128 + the signal that ended it): the runner's record only where it agrees (it tells an exit code
-    of 143 from SIGTERM); a record that disagrees, is refused or is missing changes nothing."""
+    of 143 from SIGTERM); a record that disagrees, is refused or is missing changes nothing. ``memory``:
+    Slurm said its memory limit killed a process of it."""
     truth = witnessed(ended if isinstance(ended, RunnerExit) else None, witness)
     message = f"it ended, but {ended}; how it ended is {source}" if isinstance(ended, str) else ""
     if truth.exit_code is not None:
-        return end_task(directory, TaskState.EXITED, exit_code=truth.exit_code, message=message)
-    return end_task(directory, TaskState.KILLED, signal=truth.signal, message=message)
+        return end_task(
+            directory, TaskState.EXITED, exit_code=truth.exit_code, message=message, out_of_memory=memory
+        )
+    return end_task(directory, TaskState.KILLED, signal=truth.signal, message=message, out_of_memory=memory)
 
 
-def _end_from_runner(directory: Path, ended: RunnerExit) -> TaskStatus:
+def _end_from_runner(directory: Path, ended: RunnerExit, memory: bool = False) -> TaskStatus:
     if ended.exit_code is not None:
-        return end_task(directory, TaskState.EXITED, exit_code=ended.exit_code)
-    return end_task(directory, TaskState.KILLED, signal=ended.signal)
+        return end_task(directory, TaskState.EXITED, exit_code=ended.exit_code, out_of_memory=memory)
+    return end_task(directory, TaskState.KILLED, signal=ended.signal, out_of_memory=memory)
 
 
 def _reap(process: subprocess.Popen[bytes], record: Path) -> None:

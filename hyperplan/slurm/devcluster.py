@@ -1,8 +1,9 @@
 """A real Slurm cluster on this host, for development and tests: ``slurm-dev-cluster up|down|status DIR``.
 
 ``up`` installs Debian's ``slurm-wlm`` and ``munge`` when missing (apt-get, as root), writes
-``DIR/slurm.conf`` and ``DIR/gres.conf`` for one controller and eight nodes on this host (one slurmd per
-node, each on its own port; fake GPUs through gres; the instance type as each node's feature), starts
+``DIR/slurm.conf``, ``DIR/gres.conf`` and ``DIR/cgroup.conf`` for one controller and eight nodes on this
+host (one slurmd per node, each on its own port; fake GPUs through gres; the instance type as each node's
+feature; Slurm's cgroup plugins enforcing each step's memory), starts
 munged (unless the system's answers), slurmctld and the slurmd daemons, waits until every node is idle,
 writes ``DIR/fleet.toml`` and prints one line, ``export SLURM_CONF=DIR/slurm.conf``. When the cluster is
 already up it changes nothing and prints the same line. ``down`` stops every process it started;
@@ -51,13 +52,14 @@ class NodeType:
     gpu: str  # the gres type
     gpus: int
     cpus: int
-    memory_mb: int
+    memory_mb: int  # declared (config_overrides): at least the type's catalogue memory
     price: str
+    limits_scale: float  # the pool's: each instance's memory limit, about 1 GiB (small enough to reach)
 
 
 TYPES = (
-    NodeType("ml.p5.48xlarge", "h100", 8, 192, 2_000_000, "98.32"),
-    NodeType("ml.g5.12xlarge", "a10g", 4, 48, 192_000, "7.09"),
+    NodeType("ml.p5.48xlarge", "h100", 8, 192, 2_100_000, "98.32", 0.0005),
+    NodeType("ml.g5.12xlarge", "a10g", 4, 48, 200_000, "7.09", 0.005),
 )
 NODES_PER_TYPE = 4
 NODES = tuple(f"hp-n{i:02d}" for i in range(1, NODES_PER_TYPE * len(TYPES) + 1))
@@ -116,6 +118,7 @@ class Layout:
         self.root = root
         self.conf = root / "slurm.conf"
         self.gres = root / "gres.conf"
+        self.cgroup = root / "cgroup.conf"  # slurmd reads it beside slurm.conf
         self.fleet = root / "fleet.toml"
         self.run = root / "run"
         self.daemons = self.run / "daemons.json"  # {name: pid} of what `up` started
@@ -214,6 +217,7 @@ def up(directory: Path) -> str:
         _make_fake_gpus(layout)
         layout.conf.write_text(slurm_conf(layout, ports, munge_socket))
         layout.gres.write_text(gres_conf(layout))
+        layout.cgroup.write_text(cgroup_conf(_cgroup_plugin()))
         daemons["slurmctld"] = _start(layout, ["slurmctld", "-D", "-c", "-f", str(layout.conf)], "slurmctld")
         _save(layout, daemons)
         _wait(lambda: _ping(layout), layout, "slurmctld to answer")
@@ -361,8 +365,17 @@ def slurm_conf(layout: Layout, ports: list[int], munge_socket: Path | None) -> s
         f"SlurmctldLogFile={layout.log}/slurmctld.log",
         f"SlurmdLogFile={layout.log}/slurmd-%n.log",
         "SlurmdParameters=config_overrides",  # nodes declare more CPUs and memory than this host has
-        "ProctrackType=proctrack/linuxproc",
-        "TaskPlugin=task/none",
+        # Slurm's cgroups hold every step (a detached process cannot escape its job) and its memory
+        # limit (cgroup.conf). With several slurmd on one host each makes its own cgroup root
+        # (slurm_<node>), so they do not collide.
+        "ProctrackType=proctrack/cgroup",
+        "TaskPlugin=task/cgroup",
+        # Those roots are named after the node alone, so two dev clusters on one host (a test run's
+        # workers) share slurm_hp-n01/uid_U/: their job ids must differ, or one cluster's job_N/ is the
+        # other's, and ending a step there kills the other's processes. The controller's port is free
+        # while it runs, so no other cluster has it: its job ids are 1000 of its own (they wrap).
+        f"FirstJobId={ports[0] * 1000}",
+        f"MaxJobId={ports[0] * 1000 + 999}",
         "SelectType=select/cons_tres",
         "SelectTypeParameters=CR_Core_Memory",
         "DefMemPerCPU=1024",
@@ -388,6 +401,31 @@ def slurm_conf(layout: Layout, ports: list[int], munge_socket: Path | None) -> s
             "State=UNKNOWN"
         )
     lines.append(f"PartitionName={PARTITION} Nodes=ALL Default=YES DefaultTime=60 MaxTime=INFINITE State=UP")
+    return "\n".join(lines) + "\n"
+
+
+CGROUP_V2_ONLY = Path("/sys/fs/cgroup/cgroup.controllers")  # present where the unified hierarchy is all
+
+
+def _cgroup_plugin() -> str:
+    """cgroup/v1 on a v1 or hybrid host (v1 controllers, as this project's machines have); cgroup/v2 on
+    a host with the unified hierarchy alone (Slurm 22.05 wants slurmd under systemd there: not tried)."""
+    return "cgroup/v2" if CGROUP_V2_ONLY.exists() else "cgroup/v1"
+
+
+def cgroup_conf(plugin: str) -> str:
+    """Memory alone is constrained: the nodes declare 48-192 CPUs this host lacks (no cpuset to bind
+    to), their GPUs are fake devices, and the host has no swap to bound."""
+    lines = [
+        "# Written by slurm-dev-cluster up: each step's memory is its limit (--mem); a step past it is",
+        "# killed by the kernel and Slurm reports OUT_OF_MEMORY.",
+        f"CgroupPlugin={plugin}",
+        "CgroupAutomount=no",
+        "ConstrainRAMSpace=yes",
+        "ConstrainSwapSpace=no",
+        "ConstrainCores=no",
+        "ConstrainDevices=no",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -428,6 +466,7 @@ def fleet_toml(layout: Layout) -> str:
             f'nodes = "{nodes}"',
             f'feature = "{kind.instance_type}"',
             f'price_per_instance_hour = "{kind.price}"',
+            f"limits_scale = {kind.limits_scale}",
         ]
     return "\n".join(lines) + "\n"
 
@@ -514,8 +553,38 @@ def down(directory: Path) -> None:
     _stop(_marked(layout, spare={daemons.get("munged", -1)}), layout)  # slurmstepd, jobs
     _stop([pid for name, pid in daemons.items() if name == "munged"], layout)
     _stop(_marked(layout), layout)
+    _remove_job_cgroups(layout)
     with contextlib.suppress(FileNotFoundError):
         layout.daemons.unlink()
+
+
+CGROUPS = Path("/sys/fs/cgroup")
+
+
+def _remove_job_cgroups(layout: Layout) -> None:
+    """The cgroups of this cluster's jobs that Slurm left (a job still running when its slurmd was
+    stopped): those of its own job ids alone (see ``slurm_conf``: other clusters share the roots), the
+    deepest first; rmdir removes only a cgroup that no process is in."""
+    ids = _job_ids(layout)
+    if ids is None:
+        return
+    jobs = [job for job in CGROUPS.glob("*/slurm_*/uid_*/job_*") if job.name[4:].isdigit()]
+    for job in jobs:
+        if int(job.name[4:]) in ids:
+            inner = sorted((d for d in job.rglob("*") if d.is_dir()), key=lambda d: len(d.parts))
+            for directory in [*reversed(inner), job]:
+                with contextlib.suppress(OSError):
+                    directory.rmdir()
+
+
+def _job_ids(layout: Layout) -> range | None:
+    """The job ids slurm.conf gives this cluster (FirstJobId to MaxJobId); None without them."""
+    try:
+        lines = layout.conf.read_text().splitlines()
+        settings = dict(line.split("=", 1) for line in lines if line.startswith(("FirstJobId=", "MaxJobId=")))
+        return range(int(settings["FirstJobId"]), int(settings["MaxJobId"]) + 1)
+    except (OSError, KeyError, ValueError):
+        return None
 
 
 def _marked(layout: Layout, spare: set[int] | frozenset[int] = frozenset()) -> list[int]:

@@ -6,9 +6,10 @@
   into the account's user's processes alone: never into a process running as root (srun, slurmstepd,
   the batch script's shell, the runner's interpreter).
 - `accounts delete` sweeps the nodes: the files the account's job left in /tmp, /var/tmp and /dev/shm
-  and a process it left running (detached from its job, which Slurm's linuxproc tracking loses) are
-  gone, by root's clearing job on each node (on the one-host cluster every node's scratch directories
-  are the host's).
+  and a process of the user outside every job (what a site tracking processes by their parents,
+  proctrack/linuxproc, lets a detached one become; the dev cluster's proctrack/cgroup ends that with
+  its job) are gone, by root's clearing job on each node (on the one-host cluster every node's scratch
+  directories are the host's).
 - A server whose package lies under a directory closed to other users (a clone in a 0700 home) still
   runs a Slurm job to completion (the runner and the wrapper run from the back end's copies), and a
   local one too.
@@ -163,7 +164,7 @@ def test_deleting_an_account_sweeps_what_its_work_left_on_the_nodes(
     mark = f"hp-leaver-{uuid.uuid4().hex[:8]}"
     left = [Path(d) / mark for d in SCRATCH] + [Path(d) / f"{mark}.txt" for d in SCRATCH]
     # Files in each scratch directory, and a process detached from the job (setsid, its parent gone):
-    # Slurm's linuxproc tracking loses it, so it outlives the job.
+    # Slurm's proctrack/cgroup ends it with the job all the same (linuxproc, following parents, lost it).
     script = (  # (one line: an argument may hold no newline)
         f'for d in {" ".join(SCRATCH)}; do mkdir "$d/{mark}" && echo x > "$d/{mark}/kept" '
         f'&& echo y > "$d/{mark}.txt" || exit 1; done; '
@@ -174,9 +175,20 @@ def test_deleting_an_account_sweeps_what_its_work_left_on_the_nodes(
         assert _ended(server, leaver, "leaves")["TrainingJobStatus"] == "Completed"
         assert all(path.exists() and path.stat().st_uid == uid for path in left), left
         assert wait_until(lambda: not _jobs_of(cluster, user), timeout=30), _jobs_of(cluster, user)
-        assert processes.owned_by(uid), "the detached process did not outlive its job"
+        assert wait_until(lambda: not processes.owned_by(uid), timeout=10), processes.owned_by(uid)
+        # What a site whose Slurm tracks processes by their parents (proctrack/linuxproc) would have
+        # left: a process of the user outside every job.
+        stray = subprocess.Popen(
+            ["runuser", "-u", user, "--", "setsid", "sleep", "600"],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        assert wait_until(lambda: processes.owned_by(uid), timeout=10)
 
         server.native().delete("/api/v1/accounts/leaver")  # swept before it answers: the nodes are free
+        stray.wait(timeout=10)  # (runuser, once the sweep has killed its sleep)
         assert [path for path in left if os.path.lexists(path)] == []
         assert wait_until(lambda: not processes.owned_by(uid), timeout=10), processes.owned_by(
             uid

@@ -64,7 +64,7 @@ def _provision(runtime: ServiceContext, node: ClusterNode, spec: InstanceGroupSp
             group = session.get(InstanceGroup, node.group_id)
             plan_id = group.plan_id if group is not None else None
             zone = group.availability_zone if group is not None else None
-            where = slurm_placement.placement(runtime, session, plan_id, spec.instance_type or "")
+            where = slurm_placement.placement(runtime, session, plan_id, spec.instance_type or "", zone=zone)
         container = node_containers.node_container(
             runtime, node.cluster_id, spec.instance_type or "", zone, spec.volume_gb
         )

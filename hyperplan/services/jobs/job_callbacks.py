@@ -137,7 +137,7 @@ def failure_reason(instance: TrainingJobInstance) -> str:
     end no longer has it) is the platform's failure, not the training code's."""
     if instance.out_of_memory:  # as SageMaker names it, whatever the exit status the kill left
         return _with_detail(
-            f"OutOfMemoryError: instance {instance.host} ran out of memory (its container's limit); use an "
+            f"OutOfMemoryError: instance {instance.host} ran out of memory (its memory limit); use an "
             "instance type with more memory, or reduce the memory usage of the training job",
             instance,
         )

@@ -98,6 +98,7 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
                     group=f"job-{job_id}-attempt-{attempt}",
                     group_size=count,
                     group_index=index,
+                    zone=current.job.availability_zone,
                 )
             if image is not None:
                 pod = f"job-{job_id}-attempt-{attempt}"

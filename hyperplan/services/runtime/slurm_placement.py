@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from hyperplan.backends.base import Placement
 from hyperplan.errors import ValidationError
 from hyperplan.services.accounts import os_users
+from hyperplan.services.runtime.containment import slurm_memory_for
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import Account, ReservedCapacity, TrainingPlan
 
@@ -28,7 +29,9 @@ def placement(
     group: str | None = None,
     group_size: int = 1,
     group_index: int = 0,
+    zone: str | None = None,
 ) -> Placement | None:
+    """Where the work runs, and the memory each of its instances may use there (``zone``: the pool's)."""
     if runtime.slurm is None:
         return None
     pools = runtime.fleet.pools_of_type(instance_type)
@@ -56,6 +59,7 @@ def placement(
         group=group if group_size > 1 else None,
         group_size=group_size if group_size > 1 else 1,
         group_index=group_index if group_size > 1 else 0,
+        memory_bytes=slurm_memory_for(runtime, instance_type, zone),
     )
 
 
