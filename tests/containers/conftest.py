@@ -121,6 +121,41 @@ def pulled(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
         store.remove()
 
 
+CONTAINED_FLEET = """
+region = "us-west-2"
+currency = "USD"
+
+[[zones]]
+name = "us-west-2a"
+zone_id = "usw2-az1"
+subnets = ["subnet-00000000000000a01"]
+
+[[pools]]
+instance_type = "ml.m5.12xlarge"
+zone = "us-west-2a"
+count = 6
+reservable = 0
+price_per_instance_hour = "2.50"
+limits_scale = 0.5
+
+[instance_types."ml.m5.12xlarge"]
+vcpus = 2
+memory_gib = 1
+
+[backend]
+runtime = "podman"
+podman_store = "{store}"
+podman_store_gb = {store_gb}
+node_image = "{node_image}"
+
+[registries."{registry}"]
+insecure = true
+"""
+"""A fleet of on-demand m5s small enough for this host (a container of 1 CPU and 512 MiB), its work in
+containers of a store of the test's (``store_gb`` its own file system; 0: none), its nodes of
+``node_image``, pulling over plain HTTP from ``registry``."""
+
+
 def push_image(built: Built, context: Path, name: str, tmp_path_factory: pytest.TempPathFactory) -> str:
     """``context`` (a Containerfile ``FROM`` the session's Python image, and its files) built offline and
     pushed to the session's registry as ``hyperplan/NAME``; its reference. The store it was built in goes."""

@@ -26,49 +26,21 @@ import pytest
 from hyperplan.backends import disks
 from hyperplan.containers.podman import PodmanStore
 from hyperplan.signing import Credentials
-from tests.containers.conftest import Built, contained_server, push_image
+from tests.containers.conftest import CONTAINED_FLEET, Built, contained_server, push_image
 from tests.harness import Server, wait_until
 
 pytestmark = pytest.mark.containers
 
 TYPE = "ml.m5.12xlarge"
 ROLE = "arn:aws:iam::123456789012:role/DataAndAPIAccessRole"
-FLEET = """
-region = "us-west-2"
-currency = "USD"
-
-[[zones]]
-name = "us-west-2a"
-zone_id = "usw2-az1"
-subnets = ["subnet-00000000000000a01"]
-
-[[pools]]
-instance_type = "{type}"
-zone = "us-west-2a"
-count = 6
-reservable = 0
-price_per_instance_hour = "2.50"
-limits_scale = 0.5
-
-[instance_types."{type}"]
-vcpus = 2
-memory_gib = 1
-
-[backend]
-runtime = "podman"
-podman_store = "{store}"
-podman_store_gb = 2
-node_image = "{node_image}"
-
-[registries."{registry}"]
-insecure = true
-"""
 
 
 @pytest.fixture(scope="module")
 def server(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     store = PodmanStore(tmp_path_factory.mktemp("server-store"))
-    fleet = FLEET.format(type=TYPE, store=store.root, registry=built.registry, node_image=built.python)
+    fleet = CONTAINED_FLEET.format(
+        store=store.root, store_gb=2, registry=built.registry, node_image=built.python
+    )
     with contained_server(store, fleet) as server:
         channel = server.data_dir / "s3" / "bucket" / "input"
         channel.mkdir(parents=True)

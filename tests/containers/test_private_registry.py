@@ -20,7 +20,7 @@ import pytest
 
 from hyperplan.containers.podman import PodmanStore
 from hyperplan.signing import Credentials
-from tests.containers.conftest import contained_server, run_wide_directory, script
+from tests.containers.conftest import CONTAINED_FLEET, contained_server, run_wide_directory, script
 from tests.harness import Server, wait_until
 
 pytestmark = pytest.mark.containers
@@ -29,36 +29,6 @@ USERNAME = "puller"
 PASSWORD = "private-pull-8c3e5a1f"
 TYPE = "ml.m5.12xlarge"
 ROLE = "arn:aws:iam::123456789012:role/DataAndAPIAccessRole"
-FLEET = """
-region = "us-west-2"
-currency = "USD"
-
-[[zones]]
-name = "us-west-2a"
-zone_id = "usw2-az1"
-subnets = ["subnet-00000000000000a01"]
-
-[[pools]]
-instance_type = "{type}"
-zone = "us-west-2a"
-count = 4
-reservable = 0
-price_per_instance_hour = "2.50"
-limits_scale = 0.5
-
-[instance_types."{type}"]
-vcpus = 2
-memory_gib = 1
-
-[backend]
-runtime = "podman"
-podman_store = "{store}"
-podman_store_gb = 0
-node_image = "{node_image}"
-
-[registries."{registry}"]
-insecure = true
-"""
 
 
 @dataclass(frozen=True)
@@ -114,7 +84,9 @@ def _build(
 @pytest.fixture(scope="module")
 def server(private: Private, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     store = PodmanStore(tmp_path_factory.mktemp("private-server-store"))
-    fleet = FLEET.format(type=TYPE, store=store.root, registry=private.registry, node_image=private.node)
+    fleet = CONTAINED_FLEET.format(
+        store=store.root, store_gb=0, registry=private.registry, node_image=private.node
+    )
     with contained_server(store, fleet) as server:
         (server.data_dir / "s3" / "lifecycle" / "private").mkdir(parents=True)
         (server.data_dir / "s3" / "lifecycle" / "private" / "on_create.sh").write_text("#!/bin/sh\ntrue\n")
