@@ -217,7 +217,8 @@ class ContainerSpec:
     names in ``hosts`` resolve to its loopback (a training job's instances, ``algo-1..N``); nothing else
     is reachable there except, with ``endpoint`` (``HOST:PORT`` on the host), that address, served
     inside at ``127.0.0.1`` on the same port. Without ``endpoint`` the pod has no way out at all. An
-    image the back end's store does not have yet is pulled as the node is made (anonymously)."""
+    image the back end's store does not have yet is pulled as the node is made (with the NodeSpec's
+    ``image_login``, else anonymously)."""
 
     image: str
     ids: IdMap
