@@ -75,12 +75,15 @@ def prepare_store(root: Path, size_gb: int | None = None) -> Path:
     """The store at ``root``, its configuration (re)written for this host: its OCI runtime, ulimits; its
     images and containers' layers on a file system of ``size_gb`` of their own (``backends/disks.py``), so
     that what programs write into their containers' own file systems can fill that one, never the host's.
-    ``size_gb`` 0: none (a directory of the host's file system); None: :func:`default_store_size`. An
-    explicit size that cannot be served raises DiskError, saying why."""
+    ``size_gb`` 0: none (a directory of the host's file system); None: :func:`default_store_size`. A store
+    made with its own file system keeps it, at the size it was made with. An explicit size that cannot be
+    served raises DiskError, saying why."""
     from hyperplan.containers.podman import DISK_IMAGE, PodmanStore
 
     store = PodmanStore(root)
-    if size_gb is None:
+    if disks.remount(store.graph):
+        size_gb = 0  # (mounted as it was made)
+    elif size_gb is None:
         size_gb = default_store_size(store.graph)
     if size_gb:
         disk = disks.Disk(store.graph, size_gb * disks.GIB)
@@ -88,7 +91,7 @@ def prepare_store(root: Path, size_gb: int | None = None) -> Path:
         problem = disks.unusable()
         if problem is not None:
             raise disks.DiskError(f"the Podman store cannot have a file system of its own: {problem}")
-        if not disk.image.exists() and store.graph.is_dir() and any(store.graph.iterdir()):
+        if store.graph.is_dir() and any(store.graph.iterdir()):
             raise disks.DiskError(
                 f"{store.graph} already holds images on the host's file system: remove the store (podman "
                 "images go with it) or give another [backend] podman_store"
@@ -99,12 +102,12 @@ def prepare_store(root: Path, size_gb: int | None = None) -> Path:
 
 
 def default_store_size(graph: Path) -> int:
-    """A store's own file system by default: 200 GB, or half the host's free space if that is less (a
+    """A new store's own file system by default: 200 GB, or half the host's free space if that is less (a
     bound above the free space would bound nothing); none where disks cannot be made, or for a store that
     already keeps images on the host's file system (said in the log: it is left as it is)."""
     if disks.unusable() is not None:
         return 0
-    if not disks.image_of(graph).exists() and graph.is_dir() and any(graph.iterdir()):
+    if graph.is_dir() and any(graph.iterdir()):
         log.warning(
             "the Podman store %s keeps its images on the host's file system, so what containers write into "
             "their images' file systems can fill it; a new store ([backend] podman_store) gets a file "
@@ -112,8 +115,6 @@ def default_store_size(graph: Path) -> int:
             graph.parent,
         )
         return 0
-    if disks.is_mounted(graph) or disks.image_of(graph).exists():
-        return DEFAULT_STORE_GB  # made before: its image keeps the size it was made with
     graph.parent.mkdir(parents=True, exist_ok=True)
     free = shutil.disk_usage(graph.parent).free // disks.GIB
     return max(1, min(DEFAULT_STORE_GB, free // 2))
@@ -182,12 +183,12 @@ class Podman:
         return self.prefix + "pod-" + (spec.pod or node_id)
 
     def environment(self) -> dict[str, str]:
+        """The server's PATH and LANG, and the store's variables: nothing else of the caller's."""
         # Imported here: the containers layer is only needed once a container is made.
         from hyperplan.containers.podman import PodmanStore
 
-        store = PodmanStore(self.store)
         clean = {key: os.environ[key] for key in ("PATH", "LANG") if key in os.environ}
-        return {**clean, **{k: v for k, v in store.environment().items() if k.startswith("CONTAINERS_")}}
+        return {**clean, **PodmanStore(self.store).variables()}
 
     def run(
         self, *arguments: str, check: bool = True, timeout: float = PODMAN_TIMEOUT

@@ -15,7 +15,7 @@ exceed the host's free space (as thin-provisioned volumes do). The image sits be
 Mounted ``nosuid,nodev``: a set-uid file or device node written there means nothing.
 
 A mount outlives the server (it is the kernel's): a job that runs across a restart keeps its disk. After a
-reboot :func:`attach` with ``create=False`` mounts an existing image again, so what a job wrote is read
+reboot :func:`remount` mounts an existing image again, so what a job wrote is read
 back, never a fresh empty disk in its place.
 """
 
@@ -84,18 +84,28 @@ def unusable() -> str | None:
     return None
 
 
-def attach(disk: Disk, create: bool = True) -> bool:
-    """Mount the disk (made first when ``create`` and its image is not there); nothing when it is mounted.
-    Returns whether it is mounted now. DiskError says why it could not be."""
+def attach(disk: Disk) -> None:
+    """Mount the disk, made first if its image is not there; nothing when it is mounted. DiskError says
+    why it could not be."""
     if is_mounted(disk.mountpoint):
-        return True
+        return
+    disk.mountpoint.mkdir(parents=True, exist_ok=True)
     if not disk.image.exists():
-        if not create:
-            return False
-        disk.mountpoint.mkdir(parents=True, exist_ok=True)
         _make_image(disk)
-    disk.mountpoint.mkdir(exist_ok=True)
     _run("mount", "-o", MOUNT_OPTIONS, str(disk.image), str(disk.mountpoint))
+
+
+def remount(mountpoint: Path) -> bool:
+    """The disk an earlier :func:`attach` made at ``mountpoint`` mounted again (a reboot unmounted it), at
+    the size it was made with; nothing when it is mounted. False: it has none (never made, or detached).
+    DiskError says why it could not be."""
+    if is_mounted(mountpoint):
+        return True
+    image = image_of(mountpoint)
+    if not image.exists():
+        return False
+    mountpoint.mkdir(exist_ok=True)
+    _run("mount", "-o", MOUNT_OPTIONS, str(image), str(mountpoint))
     return True
 
 
@@ -152,7 +162,7 @@ def mounts() -> list[Path]:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
         return []
-    return [Path(_unescape(line.split()[4])) for line in lines if len(line.split()) > 4]
+    return [Path(_unescape(fields[4])) for fields in map(str.split, lines) if len(fields) > 4]
 
 
 def _unescape(field: str) -> str:

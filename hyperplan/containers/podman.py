@@ -74,12 +74,15 @@ class PodmanStore:
         shutil.rmtree(self.root, ignore_errors=True)
         shutil.rmtree(self.run_dir, ignore_errors=True)
 
-    def environment(self) -> dict[str, str]:
+    def variables(self) -> dict[str, str]:
+        """What makes a ``podman`` command use this store: its two configuration files."""
         return {
-            **os.environ,
             "CONTAINERS_CONF": str(self.containers_conf),
             "CONTAINERS_STORAGE_CONF": str(self.storage_conf),
         }
+
+    def environment(self) -> dict[str, str]:
+        return {**os.environ, **self.variables()}
 
     def run(self, *arguments: str, timeout: float = COMMAND_TIMEOUT) -> str:
         """``podman ARGUMENTS`` on this store; its standard output. Refused, with what podman said, if it

@@ -34,7 +34,7 @@ def place(tmp_path: Path) -> Iterator[Path]:
 
 def test_a_disk_is_a_file_system_of_its_size_that_refuses_more(place: Path) -> None:
     disk = disks.Disk(place / "algo-1", 64 * MIB)
-    assert disks.attach(disk) is True
+    disks.attach(disk)
     assert disks.is_mounted(disk.mountpoint) and disk.image.is_file()
     assert disk.image.parent == place and disk.image.name == ".algo-1.disk"  # beside it, not in it
     size = os.statvfs(disk.mountpoint)
@@ -54,14 +54,15 @@ def test_attaching_again_keeps_what_is_on_it_and_detaching_deletes_it(place: Pat
     disk = disks.Disk(place / "algo-1", 32 * MIB)
     disks.attach(disk)
     (disk.mountpoint / "checkpoint").write_text("epoch 3")
-    assert disks.attach(disk) is True and (disk.mountpoint / "checkpoint").read_text() == "epoch 3"
+    disks.attach(disk)  # mounted already: nothing made anew
+    assert (disk.mountpoint / "checkpoint").read_text() == "epoch 3"
     subprocess.run(["umount", str(disk.mountpoint)], check=True)  # as a reboot leaves it
     assert not (disk.mountpoint / "checkpoint").exists()
-    assert disks.attach(disk, create=False) is True  # mounted again from its image, not made anew
+    assert disks.remount(disk.mountpoint) is True  # mounted again from its image, not made anew
     assert (disk.mountpoint / "checkpoint").read_text() == "epoch 3"
     disks.detach(disk.mountpoint)
     assert not disks.is_mounted(disk.mountpoint) and not disk.image.exists()
-    assert disks.attach(disk, create=False) is False  # nothing left to mount
+    assert disks.remount(disk.mountpoint) is False  # nothing left to mount
     disks.detach(disk.mountpoint)  # (and detaching twice is no error)
 
 
@@ -106,7 +107,9 @@ def test_a_new_store_gets_a_file_system_of_its_own_by_default_and_one_with_image
     fresh = PodmanStore(place / "fresh")
     assert containers.default_store_size(fresh.graph) == max(1, min(200, free_gib // 2))
     assert containers.prepare_store(fresh.root, size_gb=1) == fresh.root and disks.is_mounted(fresh.graph)
-    assert containers.default_store_size(fresh.graph) == containers.DEFAULT_STORE_GB  # its image's own
+    subprocess.run(["umount", str(fresh.graph)], check=True)  # as a reboot leaves it
+    assert containers.prepare_store(fresh.root) == fresh.root and disks.is_mounted(fresh.graph)  # its own
+    assert shutil.disk_usage(fresh.graph).total <= disks.GIB  # at the size it was made with
     used = PodmanStore(place / "used")
     (used.graph / "overlay").mkdir(parents=True)
     assert containers.default_store_size(used.graph) == 0  # left as it was: its images stay reachable

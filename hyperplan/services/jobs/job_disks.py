@@ -69,7 +69,7 @@ def reattach(roots: Iterable[Path]) -> None:
         top = disk_top(root)
         if top is not None and disks.image_of(top).exists():
             try:
-                disks.attach(disks.Disk(top, disks.GIB), create=False)  # (the size is the image's own)
+                disks.remount(top)
             except disks.DiskError as error:
                 log.warning("the disk of %s cannot be mounted again: %s", root, error)
 
