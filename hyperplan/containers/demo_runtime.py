@@ -207,8 +207,25 @@ def _registry(directory: Path, port: int) -> tuple[bool, bool]:
             f"port {port} is taken by another program (not the registry of {directory}), and the demo "
             f"fleet pulls from {address}: free the port, or serve the demo's images there (docs/DEPLOY.md)"
         )
-    registry_dev.up(directory, port)  # refuses, saying why, if ours runs on another port
+    _registry_up(directory, port)
     return True, False
+
+
+def _registry_up(directory: Path, port: int) -> None:
+    """``registry-dev up`` in a process of its own, which exits once the registry answers: the registry is
+    then init's child, never this process's (which becomes the server, and would leave it a zombie when it
+    is brought down while the server runs). Refused, with what it said, if it fails (ours on another port,
+    say)."""
+    command = [sys.executable, "-m", "hyperplan.containers.registry_dev", "up", str(directory)]
+    done = subprocess.run(
+        [*command, "--port", str(port)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=registry_dev.START_TIMEOUT * registry_dev.START_ATTEMPTS + 60,
+    )
+    if done.returncode != 0:
+        raise Refused(done.stderr.strip() or f"registry-dev up exited {done.returncode}")
 
 
 def _images(address: str, cache: Path, store: Path) -> tuple[str, ...]:

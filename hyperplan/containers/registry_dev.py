@@ -371,3 +371,7 @@ def down(directory: Path) -> None:
         end_marked(MARK_VARIABLE, str(layout.root))
         for path in (layout.pid, layout.address):
             path.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":  # `python -m hyperplan.containers.registry_dev`, as scripts/registry-dev runs it
+    sys.exit(main(sys.argv[1:]))
