@@ -31,8 +31,9 @@ from tests.forkserver import stop_fork_server  # noqa: E402
 from tests.harness import Server  # noqa: E402
 from tests.inprocess import InProcessServer, Templates  # noqa: E402
 
-# nothing outlives the run; each part's time; both stores (the `stores` fixture)
-pytest_plugins = ["tests.leaks", "tests.parts", "tests.postgres"]
+# nothing outlives the run; each part's time; both stores (the `stores` fixture); the registry and the
+# images the containers and Slurm tests share (one definition: one registry and one build per worker)
+pytest_plugins = ["tests.leaks", "tests.parts", "tests.postgres", "tests.image_fixtures"]
 
 
 @pytest.hookimpl(tryfirst=True)
