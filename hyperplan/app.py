@@ -268,7 +268,7 @@ class Application:
                 preflight.interpreter,
                 runtime=preflight.runtime.runtime,
                 endpoint=self.config.endpoint,
-                disk_problem=disks.unusable() if preflight.runtime.contained else None,
+                disk_problem=_disk_problem(preflight),
             ),
             fleet=fleet,
             db=db,
@@ -433,6 +433,21 @@ def _preflight(config: AppConfig) -> _Preflight:
     return _Preflight(isolation, fleet, slurm, configured_work_dir, interpreter, runtime)
 
 
+def _disk_problem(preflight: _Preflight) -> str | None:
+    """Why containers' disks are not bounded here (None: they are, or no container runs)."""
+    if not preflight.runtime.contained:
+        return None
+    if preflight.slurm is not None:
+        return SLURM_DISKS
+    return disks.unusable()
+
+
+SLURM_DISKS = (
+    "on the Slurm back end a job's and a node's files live on the work root its nodes share, which the "
+    "server does not divide into disks of their own"
+)
+
+
 def _runtime(config: AppConfig, fleet: Fleet, isolation: os_users.Isolation) -> Choice:
     """Containers or host processes: asked by the flag, the fleet file or $HYPERPLAN_RUNTIME, else the
     default; an explicit podman this host cannot serve refuses the start, naming what it lacks."""
@@ -447,7 +462,7 @@ def _runtime(config: AppConfig, fleet: Fleet, isolation: os_users.Isolation) -> 
     choice = runtime_choice.choose(asked, is_root=os.geteuid() == 0, problems=problems, slurm=slurm)
     if choice.contained:
         log.info("runtime podman: tenant work runs in containers (%s)", choice.why)
-        disk_problem = disks.unusable()
+        disk_problem = SLURM_DISKS if slurm else disks.unusable()
         if disk_problem is not None:
             log.warning("%s: %s", disks.NOT_BOUNDED, disk_problem)
     else:
@@ -514,7 +529,8 @@ def _backend(config: AppConfig, preflight: _Preflight, store: _OpenStore) -> Bac
     try:
         if slurm is not None and config.backend is local_backend:
             # [backend] kind = "slurm": nodes and job instances are Slurm jobs (backends/slurm.py)
-            backend: Backend = slurm_backend(roots.work_dir / "slurm", slurm, preflight.fleet)
+            store_root = podman_store(preflight.fleet) if preflight.runtime.contained else None
+            backend: Backend = slurm_backend(roots.work_dir / "slurm", slurm, preflight.fleet, store_root)
         elif preflight.runtime.contained and config.backend is local_backend:
             # runtime podman: every node and job instance a container (backends/containers.py)
             backend = LocalBackend(roots.work_dir / "backend", podman_store=podman_store(preflight.fleet))
@@ -615,17 +631,22 @@ def _images(backend: Backend) -> PodmanImages | None:
     """The images of the back end's Podman store, where it runs containers (a legacy root in front of it
     routes new work to it: backends/composite.py)."""
     local = backend.primary if isinstance(backend, RoutingBackend) else backend
-    if isinstance(local, LocalBackend) and local.podman is not None:
+    if isinstance(local, LocalBackend | SlurmBackend) and local.podman is not None:
         return PodmanImages(local.podman)
     return None
 
 
-def slurm_backend(root: Path, slurm: SlurmState, fleet: Fleet) -> SlurmBackend:
+def slurm_backend(
+    root: Path, slurm: SlurmState, fleet: Fleet, podman_store: Path | None = None
+) -> SlurmBackend:
     """The Slurm back end over ``root`` (on the shared work root), sweeping the pools' nodes when an
-    account goes. Its work runs as the accounts' users (mode users): the start is refused when they
-    could not run what every step starts with (its interpreter, runner and wrapper)."""
+    account goes; its work in containers of images from ``podman_store`` (runtime podman). Its work runs
+    as the accounts' users (mode users): the start is refused when they could not run what every step
+    starts with (its interpreter, runner and wrapper; runc and the containers' init)."""
     machines = [node for pool in fleet.pools for node in pool.nodes]
-    backend = SlurmBackend(root, slurm.client, machines=machines, partition=fleet.backend.partition)
+    backend = SlurmBackend(
+        root, slurm.client, machines=machines, partition=fleet.backend.partition, podman_store=podman_store
+    )
     os_users.check_open_to_tenants(backend.tenant_paths(), "the Slurm back end's step runner")
     return backend
 

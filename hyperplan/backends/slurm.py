@@ -63,7 +63,7 @@ from datetime import timedelta
 from pathlib import Path
 from signal import SIGKILL, SIGTERM, Signals
 
-from hyperplan.backends import slurm_clear, tenant_files
+from hyperplan.backends import slurm_clear, slurm_containers, tenant_files
 from hyperplan.backends.base import (
     EXEC_OUTPUT_LIMIT,
     AdoptReport,
@@ -87,7 +87,9 @@ from hyperplan.backends.base import (
     timed_line,
 )
 from hyperplan.backends.commands import run_command
+from hyperplan.backends.containers import Podman
 from hyperplan.backends.layout import READABLE_DIR_MODE, READABLE_FILE_MODE, make_dir, write_atomically
+from hyperplan.backends.slurm_images import SlurmImages
 from hyperplan.backends.slurm_nodes import NodeJobs, node_record
 from hyperplan.backends.slurm_queue import LIVE_JOB_STATES, SlurmQueue, job_prefix
 from hyperplan.backends.slurm_records import (
@@ -125,9 +127,12 @@ class SlurmBackend:
         python: str | None = None,
         machines: Sequence[str] | None = None,
         partition: str | None = None,
+        podman_store: Path | None = None,
     ) -> None:
         """``machines``: the Slurm nodes its work runs on (the fleet's pools'; None: every node Slurm
-        knows), where ``clear_user`` sweeps; ``partition``: theirs (None: the cluster's default)."""
+        knows), where ``clear_user`` sweeps; ``partition``: theirs (None: the cluster's default);
+        ``podman_store``: the server's Podman store, which images are pulled into and unpacked from for
+        the nodes' containers (``slurm_containers.py``; None: work runs as host processes)."""
         self.root = root.resolve()
         self.client = client
         self.python = python or runner_python()
@@ -144,8 +149,10 @@ class SlurmBackend:
         self._timers: set[threading.Timer] = set()
         self._queue = SlurmQueue(client, self.prefix)
         self._submitter = Submitter(client, self.root, self.python, self.tools)
-        self._node_jobs = NodeJobs(self._dirs, self._queue, self._submitter)
-        self._task_jobs = TaskJobs(self._dirs, self._queue, self._submitter, self._node_jobs)
+        self.podman = Podman(podman_store, self.root) if podman_store is not None else None
+        self.images = SlurmImages(self.root / "images", self.podman) if self.podman is not None else None
+        self._node_jobs = NodeJobs(self._dirs, self._queue, self._submitter, self.images)
+        self._task_jobs = TaskJobs(self._dirs, self._queue, self._submitter, self._node_jobs, self.images)
 
     # --- nodes -----------------------------------------------------------------------------------
 
@@ -363,7 +370,10 @@ class SlurmBackend:
         """Every file an account's process runs (True) or reads (False) on the nodes before its own
         program starts: the interpreter, the step runner and the timed-log wrapper. Each must be open to
         other users, else every step dies at once (a start in mode users checks them)."""
-        return [(self.python, True), (str(self.runner), False), (str(self.tools / TIMEDLOG_FILE), False)]
+        paths = [(self.python, True), (str(self.runner), False), (str(self.tools / TIMEDLOG_FILE), False)]
+        if self.images is not None:  # the containers' runtime and their process 1 (slurm_containers.py)
+            paths += [(slurm_containers.runc_program(), True), (str(slurm_containers.init_program()), True)]
+        return paths
 
     def clear_user(self, run_as: RunAs) -> None:
         """The user's Slurm jobs cancelled, and each of the back end's nodes swept of what it left by a

@@ -15,9 +15,10 @@ from pathlib import Path
 from signal import Signals
 from typing import Any
 
-from hyperplan.backends import tenant_files
+from hyperplan.backends import slurm_containers, tenant_files
 from hyperplan.backends.base import (
     BackendError,
+    Mount,
     NodeSpec,
     NodeState,
     NodeStatus,
@@ -36,6 +37,7 @@ from hyperplan.backends.layout import (
     write_atomically,
 )
 from hyperplan.backends.runner_records import RunnerExit
+from hyperplan.backends.slurm_images import SlurmImages
 from hyperplan.backends.slurm_queue import LIVE_JOB_STATES, SlurmQueue
 from hyperplan.backends.slurm_records import (
     SlurmDirs,
@@ -63,7 +65,7 @@ CANCEL_AGAIN_SECONDS = 10.0
 
 def node_record(spec: NodeSpec) -> dict[str, Any]:
     """What ``node.json`` holds of a spec: a second provision with the same id must match it."""
-    return {
+    record = {
         "node_id": spec.node_id,
         "name": spec.name,
         "instance_type": spec.instance_type,
@@ -74,15 +76,22 @@ def node_record(spec: NodeSpec) -> dict[str, Any]:
         "run_as": run_as_record(spec.run_as),
         "placement": placement_record(spec.placement),
     }
+    container = slurm_containers.record(spec.container)
+    if container is not None:  # (a record without one reads as before containers)
+        record["container"] = container
+    return record
 
 
 class NodeJobs:
     """The nodes under ``dirs.nodes`` as Slurm jobs (callers hold the back end's lock)."""
 
-    def __init__(self, dirs: SlurmDirs, queue: SlurmQueue, submitter: Submitter) -> None:
+    def __init__(
+        self, dirs: SlurmDirs, queue: SlurmQueue, submitter: Submitter, images: SlurmImages | None = None
+    ) -> None:
         self.dirs = dirs
         self.queue = queue
         self.submitter = submitter
+        self.images = images  # where containers' images are unpacked; None: this back end runs none
 
     def provision(self, spec: NodeSpec, record: Mapping[str, Any]) -> None:
         directory = self.dirs.nodes / spec.node_id
@@ -92,11 +101,13 @@ class NodeJobs:
                 raise SpecConflict(f"node {spec.node_id} exists with another spec")
             self.submit(directory)
             return
-        self._prepare(directory, spec)
+        self._prepare(directory, spec, record)
         write_json(directory / "node.json", {**record, "created_at": time.time(), "nonce": nonce()})
+        if spec.container is not None and self.images is not None:  # pulled (with its login) and unpacked
+            self.images.prepare(spec.container.image, spec.image_login, spec.container.insecure_registry)
         self.submit(directory)
 
-    def _prepare(self, directory: Path, spec: NodeSpec) -> None:
+    def _prepare(self, directory: Path, spec: NodeSpec, record: Mapping[str, Any]) -> None:
         shutil.rmtree(directory, ignore_errors=True)  # what a forgotten node of this id left behind
         make_dir(directory, PASSAGE_MODE)
         make_dir(directory / "env", READABLE_DIR_MODE)
@@ -115,8 +126,13 @@ class NodeJobs:
                 argv = tenant_files.lifecycle_argv(script, spec.on_create_args)
             except (OSError, tenant_files.Refused) as refused:
                 raise BackendError(f"OnCreate script {spec.on_create}: {refused}") from None
-            env = {**base_env(home, spec.run_as, directory), **dict(spec.env)}
-            write_runner_spec(directory / "oncreate", argv, env, cwd, spec.run_as, directory / "env")
+            if spec.container is not None:
+                self._describe_on_create(directory, spec, record, argv, cwd)
+            else:
+                env = {**base_env(home, spec.run_as, directory), **dict(spec.env)}
+                write_runner_spec(directory / "oncreate", argv, env, cwd, spec.run_as, directory / "env")
+        elif spec.container is not None:
+            self._own_dirs(directory, spec)
         out = directory / "out"
         make_dir(out, 0o700)
         if spec.run_as is not None:
@@ -124,6 +140,52 @@ class NodeJobs:
             os.chown(out, spec.run_as.uid, spec.run_as.gid)
         script_text = self.submitter.node_script(directory, spec.on_create is not None)
         write_atomically(directory / "node.sh", script_text.encode(), READABLE_FILE_MODE)
+
+    def _own_dirs(self, directory: Path, spec: NodeSpec) -> list[Mount]:
+        if spec.run_as is None or self.images is None:
+            raise BackendError(
+                f"node {spec.node_id}: containers on Slurm run as the account's user, from a back end "
+                "with a Podman store (runtime podman)"
+            )
+        return slurm_containers.own_dirs(directory, slurm_containers.NODE_DIRS, spec.run_as)
+
+    def _describe_on_create(
+        self, directory: Path, spec: NodeSpec, record: Mapping[str, Any], argv: list[str], cwd: Path
+    ) -> None:
+        """OnCreate in a container of the node's image, its home and scratch the node's own."""
+        own = self._own_dirs(directory, spec)
+        assert spec.run_as is not None
+        home = directory / "home"
+        script = home / "lifecycle" / str(spec.on_create)
+        argv = [slurm_containers.inside(script, home) if arg == str(script) else arg for arg in argv]
+        program = (argv, slurm_containers.inside_env(spec.env), slurm_containers.inside(cwd, home))
+        oncreate = directory / "oncreate"
+        make_dir(oncreate, PASSAGE_MODE)
+        slurm_containers.describe(
+            oncreate, record["container"], spec.run_as, program, spec.name, own, directory / "env"
+        )
+        block = slurm_containers.runner_block(oncreate, f"{spec.node_id}.oncreate", False, spec.run_as)
+        write_runner_spec(oncreate, argv, program[1], program[2], spec.run_as, directory / "env", block)
+
+    def _image_ready(self, directory: Path, record: Mapping[str, Any]) -> bool:
+        """A node of containers is submitted once its image is unpacked (its OnCreate's template
+        written); one whose image cannot be had fails, saying why."""
+        container = record.get("container")
+        if container is None or self.images is None:
+            return True
+        image = container["image"]
+        if self.images.rootfs(image) is None:
+            problem = self.images.problem(image)
+            if problem is not None:
+                self.settle(directory, NodeState.FAILURE, f"its image cannot be used: {problem}")
+            else:
+                self.images.prepare(image, None, bool(container["insecure_registry"]))  # (after a restart)
+            return False
+        found = slurm_containers.ready(directory / "oncreate", self.images)
+        if isinstance(found, str):
+            self.settle(directory, NodeState.FAILURE, f"its image cannot be used: {found}")
+            return False
+        return found
 
     def submit(self, directory: Path) -> None:
         """Submit the node's job unless it has one (or is settled); a refusal because the reservation
@@ -134,6 +196,8 @@ class NodeJobs:
         assert record is not None
         if (directory / "terminate.json").exists():
             self.settle(directory, NodeState.TERMINATED, "")
+            return
+        if not self._image_ready(directory, record):
             return
         name = f"{self.queue.prefix}n.{record['node_id']}.{record.get('nonce', '')}"
         placement = placement_from(record.get("placement"))

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from hyperplan.backends import slurm_runner
 from hyperplan.backends.base import ENV_DIR_VARIABLE, BackendError, Placement, RunAs
@@ -100,15 +100,19 @@ def write_runner_spec(
     directory: Path,
     argv: list[str],
     env: Mapping[str, str],
-    cwd: Path,
+    cwd: Path | str,
     run_as: RunAs | None,
     env_dir: Path,
+    container: Mapping[str, Any] | None = None,
 ) -> None:
-    """The step runner's ``run.json`` (what it runs, where, with what) and its ``out/``, the user's."""
+    """The step runner's ``run.json`` (what it runs, where, with what; ``container``: in which container,
+    ``slurm_containers.runner_block``) and its ``out/``, the user's."""
     make_dir(directory, PASSAGE_MODE)
     out = directory / "out"
     make_dir(out, 0o700)
-    spec = {"argv": argv, "env": dict(env), "cwd": str(cwd), "env_dir": str(env_dir)}
+    spec: dict[str, Any] = {"argv": argv, "env": dict(env), "cwd": str(cwd), "env_dir": str(env_dir)}
+    if container is not None:
+        spec["container"] = dict(container)
     write_json(directory / "run.json", spec)
     if run_as is not None:
         os.chown(directory / "run.json", run_as.uid, run_as.gid)

@@ -19,9 +19,10 @@ from pathlib import Path
 from signal import SIGKILL, SIGTERM
 from typing import Any
 
-from hyperplan.backends import slurm_memory, tenant_files
+from hyperplan.backends import slurm_containers, slurm_memory, tenant_files
 from hyperplan.backends.base import (
     BackendError,
+    Mount,
     NodeState,
     NodeUnavailable,
     Placement,
@@ -44,6 +45,7 @@ from hyperplan.backends.layout import (
     write_atomically,
 )
 from hyperplan.backends.runner_records import RunnerExit, witnessed
+from hyperplan.backends.slurm_images import SlurmImages
 from hyperplan.backends.slurm_nodes import NodeJobs
 from hyperplan.backends.slurm_queue import LIVE_JOB_STATES, SlurmQueue
 from hyperplan.backends.slurm_records import (
@@ -84,7 +86,7 @@ STEP_REFUSED = "Unable to create step"
 
 def task_record(spec: TaskSpec) -> dict[str, Any]:
     """What ``task.json`` holds of a spec: a second run with the same id must match it."""
-    return {
+    record = {
         "task_id": spec.task_id,
         "node_id": spec.node_id,
         "argv": list(spec.argv),
@@ -93,16 +95,28 @@ def task_record(spec: TaskSpec) -> dict[str, Any]:
         "run_as": run_as_record(spec.run_as),
         "placement": placement_record(spec.placement),
     }
+    container = slurm_containers.record(spec.container)
+    if container is not None:  # (a record without one reads as before containers)
+        record["container"] = container
+    return record
 
 
 class TaskJobs:
     """The tasks under ``dirs.tasks`` as Slurm steps and jobs (callers hold the back end's lock)."""
 
-    def __init__(self, dirs: SlurmDirs, queue: SlurmQueue, submitter: Submitter, nodes: NodeJobs) -> None:
+    def __init__(
+        self,
+        dirs: SlurmDirs,
+        queue: SlurmQueue,
+        submitter: Submitter,
+        nodes: NodeJobs,
+        images: SlurmImages | None = None,
+    ) -> None:
         self.dirs = dirs
         self.queue = queue
         self.submitter = submitter
         self.nodes = nodes
+        self.images = images  # where containers' images are unpacked; None: this back end runs none
         self._launches: dict[str, subprocess.Popen[bytes]] = {}
 
     # --- starting --------------------------------------------------------------------------------
@@ -128,13 +142,31 @@ class TaskJobs:
             raise NodeUnavailable(f"node {spec.node_id} is {state}: it takes no new tasks")
         run_as = run_as_from(node)
         make_dir(directory, PASSAGE_MODE)
-        home = node_dir / "home"
-        env = {**base_env(home, run_as, node_dir), **node.get("env", {}), **dict(spec.env)}
-        env["HYPERPLAN_TASK_ID"] = spec.task_id
-        cwd = spec.cwd or home
-        write_runner_spec(directory, list(spec.argv), env, cwd, run_as, node_dir / "env")
+        if node.get("container") is not None:
+            self._describe_node_task(directory, spec, node, node_dir)
+        else:
+            home = node_dir / "home"
+            env = {**base_env(home, run_as, node_dir), **node.get("env", {}), **dict(spec.env)}
+            env["HYPERPLAN_TASK_ID"] = spec.task_id
+            cwd = spec.cwd or home
+            write_runner_spec(directory, list(spec.argv), env, cwd, run_as, node_dir / "env")
         write_json(directory / "task.json", {**record, "created_at": time.time(), "nonce": nonce()})
         self.advance(directory, record)
+
+    def _describe_node_task(
+        self, directory: Path, spec: TaskSpec, node: Mapping[str, Any], node_dir: Path
+    ) -> None:
+        """A task on a node of containers: a container of the node's image with the node's directories."""
+        run_as = run_as_from(node)
+        assert run_as is not None  # (checked as the node was provisioned)
+        env = slurm_containers.inside_env({**node.get("env", {}), **dict(spec.env)}, spec.task_id)
+        cwd = str(spec.cwd or slurm_containers.HOME_INSIDE)
+        own = [Mount(node_dir / name, target) for name, target in slurm_containers.NODE_DIRS.items()]
+        slurm_containers.describe(
+            directory, node["container"], run_as, (spec.argv, env, cwd), node["name"], own, node_dir / "env"
+        )
+        block = slurm_containers.runner_block(directory, spec.task_id, False, run_as)
+        write_runner_spec(directory, list(spec.argv), env, cwd, run_as, node_dir / "env", block)
 
     def _new_sandbox_task(self, directory: Path, spec: TaskSpec, record: Mapping[str, Any]) -> None:
         make_dir(directory, PASSAGE_MODE)
@@ -143,15 +175,58 @@ class TaskJobs:
         make_dir(home, 0o700)
         if spec.run_as is not None:
             hand_over(home, spec.run_as)
-        env = {**base_env(home, spec.run_as, directory), **dict(spec.env)}
-        env["HYPERPLAN_TASK_ID"] = spec.task_id
-        cwd = spec.cwd or home
-        write_runner_spec(directory, list(spec.argv), env, cwd, spec.run_as, directory / "env")
+        if spec.container is not None:
+            self._describe_instance(directory, spec, record)
+        else:
+            env = {**base_env(home, spec.run_as, directory), **dict(spec.env)}
+            env["HYPERPLAN_TASK_ID"] = spec.task_id
+            cwd = spec.cwd or home
+            write_runner_spec(directory, list(spec.argv), env, cwd, spec.run_as, directory / "env")
         write_atomically(
             directory / "task.sh", self.submitter.sandbox_script(directory).encode(), READABLE_FILE_MODE
         )
         write_json(directory / "task.json", {**record, "created_at": time.time(), "nonce": nonce()})
         self.advance(directory, read_json(directory / "task.json") or record)
+
+    def _describe_instance(self, directory: Path, spec: TaskSpec, record: Mapping[str, Any]) -> None:
+        """A job's instance in its image: its own home and scratch, the binds its spec names (``/opt/ml``),
+        named after its place among the job's hosts; its image unpacked meanwhile."""
+        assert spec.container is not None
+        if spec.run_as is None or self.images is None:
+            raise BackendError(
+                f"task {spec.task_id}: containers on Slurm run as the account's user, from a back end "
+                "with a Podman store (runtime podman)"
+            )
+        own = slurm_containers.own_dirs(directory, slurm_containers.TASK_DIRS, spec.run_as)
+        env = slurm_containers.inside_env(spec.env, spec.task_id)
+        cwd = str(spec.cwd or slurm_containers.HOME_INSIDE)
+        index = spec.placement.group_index if spec.placement is not None else 0
+        hosts = spec.container.hosts
+        hostname = hosts[index] if index < len(hosts) else f"algo-{index + 1}"
+        slurm_containers.describe(
+            directory,
+            record["container"],
+            spec.run_as,
+            (spec.argv, env, cwd),
+            hostname,
+            own,
+            directory / "env",
+            hosts_file=directory / "hosts",
+        )
+        block = slurm_containers.runner_block(directory, spec.task_id, True, spec.run_as)
+        write_runner_spec(directory, list(spec.argv), env, cwd, spec.run_as, directory / "env", block)
+        self.images.prepare(spec.container.image, None, spec.container.insecure_registry)
+
+    def _image_ready(self, directory: Path) -> bool:
+        """Whether a task's container (if it has one) may start: its template written once its image is
+        unpacked. A task whose image cannot be had is ended (Lost), saying why."""
+        if self.images is None:
+            return True
+        found = slurm_containers.ready(directory, self.images)
+        if isinstance(found, str):
+            end_task(directory, TaskState.LOST, message=f"its container cannot be made: {found}")
+            return False
+        return found
 
     def advance(self, directory: Path, record: Mapping[str, Any]) -> None:
         """Move a task on as far as it can go now: launch its step once its node runs, submit its job
@@ -163,7 +238,7 @@ class TaskJobs:
             if placement is not None and placement.group is not None and placement.group_size > 1:
                 self._advance_group(directory, record, placement)
                 return
-            if job_id_of(directory) is None:
+            if job_id_of(directory) is None and self._image_ready(directory):
                 name = f"{self.queue.prefix}t.{record['task_id']}.{record.get('nonce', '')}"
                 options = self.submitter.batch_options(name, 1, directory, placement)
                 self._submit(directory, directory / "task.sh", options, run_as_from(record), record)
@@ -217,6 +292,14 @@ class TaskJobs:
                 return  # the others are not there yet
             members[index] = path.read_text()
         task_dirs = [str(self.dirs.tasks / members[i]) for i in range(placement.group_size)]
+        if not all([self._image_ready(Path(task_dir)) for task_dir in task_dirs]):
+            for task_dir in task_dirs:  # one that cannot be made ends the group's others with it
+                lost = read_json(Path(task_dir) / "state.json")
+                if lost is not None:
+                    for other in task_dirs:
+                        end_task(Path(other), TaskState.LOST, message=lost.get("message", ""))
+                    break
+            return
         write_json(group / "group.json", {"members": task_dirs}, READABLE_FILE_MODE)
         script = self.submitter.group_script(directory, group, placement.group_size)
         write_atomically(group / "group.sh", script.encode(), READABLE_FILE_MODE)
@@ -237,7 +320,7 @@ class TaskJobs:
         job_id = job_id_of(node_dir)
         node = read_json(node_dir / "node.json") or {}
         record = read_json(directory / "task.json") or {}
-        if job_id is None:
+        if job_id is None or not self._image_ready(directory):
             return
         command = self.submitter.srun_command(
             job_id, run_as_from(node), self.queue.step_name(record), directory

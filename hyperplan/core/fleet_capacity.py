@@ -14,7 +14,7 @@ from hyperplan.core.fleet import BACKEND_KINDS, AvailabilityZone, BackendSetting
 from hyperplan.core.fleet_values import Table, refuse_repeats
 from hyperplan.core.hostlist import expand
 from hyperplan.core.image_refs import parse_image
-from hyperplan.core.runtime_choice import PODMAN, RUNTIMES, SLURM_HAS_NO_CONTAINERS
+from hyperplan.core.runtime_choice import RUNTIMES
 from hyperplan.errors import ValidationError
 
 _ZONE_ID = re.compile(r"[a-z0-9]+-az\d+")
@@ -166,7 +166,7 @@ def read_backend(values: Mapping[str, Any]) -> BackendSettings:
     kind = table.text("kind", default.kind)
     if kind not in BACKEND_KINDS:
         raise table.fail("kind", f"{kind!r} is not one of {', '.join(BACKEND_KINDS)}")
-    runtime = _runtime(table, kind)
+    runtime = _runtime(table)
     podman_store = table.get("podman_store", str, None, "an absolute directory path")
     if podman_store is not None and (not podman_store.startswith("/") or "\0" in podman_store):
         raise table.fail("podman_store", f"{podman_store!r} is not an absolute directory path")
@@ -203,19 +203,20 @@ def read_backend(values: Mapping[str, Any]) -> BackendSettings:
     return BackendSettings(
         kind=kind,
         runtime=runtime,
+        podman_store=podman_store,
+        podman_store_gb=store_gb,
+        node_image=node_image,
         slurm_conf=slurm_conf,
         partition=table.text("partition", None, pattern=_PARTITION, hint=" (letters, digits, _ -)"),
         kill_grace=kill_grace,
     )
 
 
-def _runtime(table: Table, kind: str) -> str | None:
+def _runtime(table: Table) -> str | None:
     """``runtime = "podman" | "process"`` (core/runtime_choice.py); unset: None, decided at start."""
     runtime: str | None = table.text("runtime", None)
     if runtime is not None and runtime not in RUNTIMES:
         raise table.fail("runtime", f"{runtime!r} is not one of {', '.join(RUNTIMES)}")
-    if runtime == PODMAN and kind == "slurm":
-        raise table.fail("runtime", f'{SLURM_HAS_NO_CONTAINERS}: give "process" or leave it out')
     return runtime
 
 

@@ -4,8 +4,9 @@ limited) or ``process`` (host processes, as before containers).
 What asks, first one wins: ``serve --runtime``, the fleet file's ``[backend] runtime``, the variable
 ``HYPERPLAN_RUNTIME`` (:func:`request`). Nothing asking is the default: ``podman`` for a server run as root
 where Podman is usable, ``process`` otherwise. An explicit ``podman`` where Podman is not usable refuses the
-start, naming everything missing (the server installs nothing); the Slurm back end runs no containers yet,
-so it refuses an explicit ``podman`` and takes ``process`` by default (:func:`choose`).
+start, naming everything missing (the server installs nothing). On the Slurm back end ``podman`` is the
+site's choice, never the default (:func:`choose`): the server pulls and unpacks images with Podman, but
+the containers run on the Slurm nodes under runc (backends/slurm.py), which the server cannot inspect.
 
 What is missing on the host is found by hyperplan/backends/runtime_choice.py (I/O); the rule that the
 server must run as root is this module's, so that the whole decision is tested here without a host.
@@ -32,7 +33,11 @@ DEFAULT = "the default"
 # Podman runs rootful here: the containers' user namespaces map to subordinate id ranges only root can
 # hand out, one per account (issue 45).
 NOT_ROOT = "a server run as root (rootless containers are not served)"
-SLURM_HAS_NO_CONTAINERS = "the Slurm back end does not run containers yet"
+SLURM_OPTS_IN = (
+    "on the Slurm back end containers run on the cluster's nodes (rootless runc in each Slurm step), "
+    'which the server cannot inspect: the fleet file\'s [backend] runtime = "podman" says they are '
+    "ready (docs/SLURM.md)"
+)
 NOT_CONTAINED = (
     "runtime 'process': tenant work is NOT contained: nodes and job instances run as host processes, not "
     "in their images, with no limit on memory, processes or disk, and on the host's network; run the "
@@ -77,8 +82,8 @@ def request(flag: str | None, fleet_file: str | None, variable: str | None) -> R
 def choose(requested: Request, *, is_root: bool, problems: Sequence[str], slurm: bool = False) -> Choice:
     """The runtime for this start. ``problems``: what the host lacks for Podman (each a short phrase naming
     the thing and how to get it); ``slurm``: the back end is Slurm's."""
-    if slurm:
-        return _on_slurm(requested)
+    if slurm and requested.runtime is None:
+        return Choice(PROCESS, f"{DEFAULT}: {SLURM_OPTS_IN}")
     missing = [*problems, NOT_ROOT] if not is_root else list(problems)
     if requested.runtime == PROCESS:
         return Choice(PROCESS, f"{requested.said_by} asks for it")
@@ -96,12 +101,3 @@ def choose(requested: Request, *, is_root: bool, problems: Sequence[str], slurm:
     if missing:
         return Choice(PROCESS, f"{DEFAULT}: Podman is not usable here, it needs {'; '.join(missing)}")
     return Choice(PODMAN, f"{DEFAULT}: the server runs as root and Podman is usable")
-
-
-def _on_slurm(requested: Request) -> Choice:
-    if requested.runtime == PODMAN:
-        raise StartRefused(
-            f'{requested.said_by} podman: {SLURM_HAS_NO_CONTAINERS} ([backend] kind = "slurm"); give '
-            "process, or leave the runtime unset"
-        )
-    return Choice(PROCESS, SLURM_HAS_NO_CONTAINERS)

@@ -37,10 +37,11 @@ from hyperplan.core.hostlist import compress
 MARK_VARIABLE = "HP_SLURM_DEV_CLUSTER"
 PARTITION = "hp"
 NOT_UP = 3
-PACKAGES = ("slurm-wlm", "munge")
+PACKAGES = ("slurm-wlm", "munge", "runc", "catatonit")
+# Slurm and munge; runc and catatonit for the nodes' containers (backends/slurm_containers.py).
 SYSTEM_MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
 # What `up` runs: installing PACKAGES puts them on PATH.
-TOOLS = ("slurmctld", "slurmd", "munged", "scontrol", "sinfo", "sbatch")
+TOOLS = ("slurmctld", "slurmd", "munged", "scontrol", "sinfo", "sbatch", "runc", "catatonit")
 UP_TIMEOUT = 60.0
 SLURMD_TIMEOUT = 10  # seconds: see slurm_conf
 STOP_TIMEOUT = 5.0

@@ -116,17 +116,26 @@ def test_podman_asked_for_where_it_is_not_usable_refuses_the_start_naming_everyt
 # -- the Slurm back end -----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("requested", [AUTO, Request(PROCESS, FLAG)])
-def test_the_slurm_back_end_runs_processes_even_where_podman_is_usable(requested: Request) -> None:
-    choice = choose(requested, is_root=True, problems=(), slurm=True)
-    assert choice == Choice(PROCESS, "the Slurm back end does not run containers yet")
+def test_the_slurm_back_end_runs_processes_by_default_even_where_podman_is_usable() -> None:
+    """Its containers run on the cluster's nodes, which the server cannot inspect: the site opts in."""
+    choice = choose(AUTO, is_root=True, problems=(), slurm=True)
+    assert choice.runtime == PROCESS
+    assert 'the fleet file\'s [backend] runtime = "podman" says they are ready' in choice.why
 
 
-def test_the_slurm_back_end_refuses_podman_asked_for() -> None:
+def test_the_slurm_back_end_runs_containers_when_asked_where_podman_is_usable() -> None:
+    assert choose(Request(PODMAN, FLAG), is_root=True, problems=(), slurm=True) == Choice(
+        PODMAN, "--runtime asks for it"
+    )
+    assert choose(Request(PROCESS, FLAG), is_root=True, problems=(), slurm=True).runtime == PROCESS
+
+
+def test_the_slurm_back_end_refuses_podman_asked_for_where_the_server_cannot_pull_images() -> None:
+    """The server pulls and unpacks the images with Podman, as root."""
     with pytest.raises(StartRefused) as refused:
-        choose(Request(PODMAN, FLAG), is_root=True, problems=(), slurm=True)
+        choose(Request(PODMAN, FLAG), is_root=False, problems=(NO_PODMAN,), slurm=True)
     assert refused.value.message.startswith(
-        "--runtime podman: the Slurm back end does not run containers yet"
+        f"--runtime podman: Podman is not usable here, it needs {NO_PODMAN}"
     )
 
 
@@ -172,10 +181,13 @@ def test_an_unknown_runtime_in_the_fleet_file_is_refused_naming_the_key(value: s
     assert refused.value.message.startswith(said)
 
 
-def test_a_slurm_fleet_takes_process_and_refuses_podman() -> None:
-    assert parse_fleet(_backend(SLURM + 'runtime = "process"\n', SLURM_POOL)).backend.runtime == PROCESS
-    with pytest.raises(ValidationError) as refused:
-        parse_fleet(_backend(SLURM + 'runtime = "podman"\n', SLURM_POOL))
-    assert refused.value.message == (
-        'backend.runtime: the Slurm back end does not run containers yet: give "process" or leave it out'
+@pytest.mark.parametrize("runtime", [PODMAN, PROCESS])
+def test_a_slurm_fleet_names_either_runtime_with_a_store_and_a_node_image(runtime: str) -> None:
+    extra = 'podman_store = "/srv/podman"\npodman_store_gb = 0\nnode_image = "registry.example/node:1"\n'
+    backend = parse_fleet(_backend(SLURM + f'runtime = "{runtime}"\n' + extra, SLURM_POOL)).backend
+    assert (backend.kind, backend.runtime) == ("slurm", runtime)
+    assert (backend.podman_store, backend.podman_store_gb, backend.node_image) == (
+        "/srv/podman",
+        0,
+        "registry.example/node:1",
     )

@@ -179,6 +179,21 @@ def test_where_instances_run_in_their_image_the_image_runs_itself_and_network_is
         )
 
 
+def test_on_slurm_network_isolation_is_served_for_one_instance_and_refused_for_several() -> None:
+    """A job's instances on several Slurm nodes talk over the nodes' network: only a one-instance job can be
+    cut off from it (docs/SLURM.md, "Containers on Slurm")."""
+    isolated = _with(EnableNetworkIsolation=True)  # InstanceCount 2
+    with pytest.raises(ValidationError) as refused:
+        TrainingJobSpec.from_wire(isolated, runs_images=True, across_nodes=True)
+    assert str(refused.value).startswith(
+        "EnableNetworkIsolation: the 2 instances of a job run on 2 Slurm nodes here and talk over the nodes' "
+        "network, so only a one-instance job can be cut off from the network (InstanceCount 1)"
+    )
+    alone = {**isolated, "ResourceConfig": {**JOB["ResourceConfig"], "InstanceCount": 1}}
+    assert TrainingJobSpec.from_wire(alone, runs_images=True, across_nodes=True).network_isolation
+    assert TrainingJobSpec.from_wire(isolated, runs_images=True).network_isolation  # one machine: served
+
+
 GROUP: dict[str, Any] = {
     "InstanceGroupName": "workers",
     "InstanceType": "ml.m5.large",

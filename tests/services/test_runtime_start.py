@@ -74,15 +74,3 @@ def test_the_flag_comes_before_the_fleet_file(tmp_path: Path) -> None:
         assert (settings.runtime, settings.contained) == ("process", False)
     finally:
         application.stop()
-
-
-def test_podman_asked_for_on_the_slurm_back_end_is_refused(tmp_path: Path) -> None:
-    fleet = tmp_path / "slurm.toml"
-    fleet.write_text(
-        'region = "us-west-2"\n[backend]\nkind = "slurm"\nslurm_conf = "/etc/slurm/slurm.conf"\n'
-        '[[zones]]\nname = "us-west-2a"\nzone_id = "usw2-az1"\n'
-        '[[pools]]\ninstance_type = "ml.p5.48xlarge"\nzone = "us-west-2a"\nnodes = "gpu[1-2]"\n'
-        'price_per_instance_hour = "55.04"\n'
-    )
-    message = _refusal(_config(tmp_path / "data", fleet, runtime="podman"))
-    assert message.startswith("--runtime podman: the Slurm back end does not run containers yet")

@@ -68,7 +68,7 @@ def _provision(runtime: ServiceContext, node: ClusterNode, spec: InstanceGroupSp
         container = node_containers.node_container(
             runtime, node.cluster_id, spec.instance_type or "", zone, spec.volume_gb
         )
-        if container is not None:
+        if container is not None and runtime.slurm is None:
             owner = None  # root in its own user namespace: the account's container ids, not its OS user
         runtime.backend.provision(
             NodeSpec(

@@ -12,7 +12,7 @@ server (S3, the API), never directly, as on the host before containers.
 
 from __future__ import annotations
 
-from hyperplan.backends.base import ContainerSpec, Login
+from hyperplan.backends.base import ContainerSpec, IdMap, Login
 from hyperplan.backends.disks import GIB
 from hyperplan.backends.images import ImageUnavailable
 from hyperplan.core.image_refs import parse_image
@@ -47,9 +47,18 @@ def node_container(
     host = parse_image(image).registry_host
     return ContainerSpec(
         image=image,
-        ids=tenancy.cluster_container_ids(runtime, cluster_id),
+        ids=_ids(runtime, cluster_id),
         limits=limits_for(runtime, instance_type, zone),
         endpoint=runtime.settings.endpoint,
         insecure_registry=runtime.fleet.image_sources.insecure(host),
         disk_bytes=(volume_gb or backend.node_disk_gb) * GIB if runtime.settings.bounded_disks else None,
     )
+
+
+def _ids(runtime: ServiceContext, cluster_id: int) -> IdMap:
+    """The account's block of ids (Podman); on Slurm its user's own id, all rootless runc maps."""
+    if runtime.slurm is None:
+        return tenancy.cluster_container_ids(runtime, cluster_id)
+    user = tenancy.cluster_run_as(runtime, cluster_id)
+    assert user is not None  # the Slurm back end runs in isolation mode users
+    return IdMap(user.uid, 1)

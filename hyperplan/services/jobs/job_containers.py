@@ -19,7 +19,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from hyperplan.backends.base import ContainerSpec, IdMap, Limits, Mount, Placement, TaskSpec
+from hyperplan.backends.base import ContainerSpec, IdMap, Limits, Mount, Placement, RunAs, TaskSpec
 from hyperplan.backends.images import ImageInfo
 from hyperplan.core.image_refs import parse_image
 from hyperplan.services.accounts import registry_credentials
@@ -42,6 +42,11 @@ class JobImage:
     info: ImageInfo
     ids: IdMap
     limits: Limits
+    owner: RunAs
+    """Who root inside is on the host, who owns the instances' trees: the first id of the account's block
+    (Podman), or the account's own user (on Slurm: rootless runc maps that one id)."""
+    run_as: RunAs | None = None
+    """On Slurm: the account's user, whom Slurm runs the instances as (None: the local back end)."""
 
 
 def runs_in_containers(runtime: ServiceContext) -> bool:
@@ -58,11 +63,13 @@ def pull_image(runtime: ServiceContext, job: TrainingJob, request: TrainingJobSp
     host = parse_image(reference).registry_host
     login = registry_credentials.login_for(runtime.db, runtime.secret_box, host)
     info = runtime.images.pull(reference, login, runtime.fleet.image_sources.insecure(host))
-    return JobImage(
-        info,
-        tenancy.container_ids(runtime, job.account_id),
-        limits_for(runtime, job.instance_type, job.availability_zone),
-    )
+    limits = limits_for(runtime, job.instance_type, job.availability_zone)
+    if runtime.slurm is not None:
+        user = tenancy.run_as(runtime, job.account_id)
+        assert user is not None  # the Slurm back end runs in isolation mode users
+        return JobImage(info, IdMap(user.uid, 1), limits, user, user)
+    ids = tenancy.container_ids(runtime, job.account_id)
+    return JobImage(info, ids, limits, RunAs("root", ids.host_first, ids.host_first))
 
 
 def instance_spec(spec: JobSpec, image: JobImage) -> JobSpec:
@@ -95,7 +102,10 @@ def instance_task(
     endpoint = None if isolated_network else runtime.settings.endpoint
     env = contract.process_environment({})
     if endpoint is not None:
-        env.setdefault("AWS_ENDPOINT_URL", f"http://127.0.0.1:{endpoint.rsplit(':', 1)[1]}")
+        # A pod reaches the server at its loopback (the relay); on Slurm a container is on its node's
+        # network and reaches the server where it listens.
+        inside = f"127.0.0.1:{endpoint.rsplit(':', 1)[1]}" if runtime.slurm is None else endpoint
+        env.setdefault("AWS_ENDPOINT_URL", f"http://{inside}")
     env.setdefault("AWS_REGION", runtime.region)
     env.setdefault("AWS_DEFAULT_REGION", runtime.region)
     container = ContainerSpec(
@@ -113,7 +123,7 @@ def instance_task(
         None,
         env,
         contract.command.cwd,
-        None,
+        image.run_as,
         where,
         container,
     )

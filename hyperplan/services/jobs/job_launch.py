@@ -12,7 +12,7 @@ from pathlib import Path
 from sqlalchemy.orm import Session
 
 from hyperplan import metrics
-from hyperplan.backends.base import BackendError, RunAs, TaskSpec, UnknownResource
+from hyperplan.backends.base import BackendError, TaskSpec, UnknownResource
 from hyperplan.backends.disks import DiskError
 from hyperplan.core.jobs import LIVE_INSTANCE, RUNNING, AttemptState, InstanceState, Secondary
 from hyperplan.objects.uris import StorageError
@@ -65,8 +65,8 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
         _note_image(runtime, job_id, attempt, image)
     try:
         owner = tenancy.run_as(runtime, current.job.account_id)  # None: the server's own user
-        if image is not None:  # the tree is root's in the container: the account's first id outside
-            owner = RunAs("root", image.ids.host_first, image.ids.host_first)
+        if image is not None:  # the tree is root's in the container (job_containers.JobImage.owner)
+            owner = image.owner
         interpreter = _interpreter(runtime, current.request)
         count = len(current.instances)
         for index, instance in enumerate(current.instances):

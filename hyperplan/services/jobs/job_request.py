@@ -105,11 +105,15 @@ class TrainingJobSpec:
     when the request gives none, or 0)."""
 
     @classmethod
-    def from_wire(cls, request: Mapping[str, Any], runs_images: bool = False) -> TrainingJobSpec:
+    def from_wire(
+        cls, request: Mapping[str, Any], runs_images: bool = False, across_nodes: bool = False
+    ) -> TrainingJobSpec:
         """Check every rule that needs no store, then decode. Nothing is written before this passes.
         ``runs_images``: instances run in their image (runtime podman), so the image's own command
-        serves a job that names none, and network isolation is served."""
-        check_request(request, runs_images)
+        serves a job that names none, and network isolation is served; ``across_nodes``: a job's
+        instances run on several machines and talk over their network (the Slurm back end), so only a
+        one-instance job can be cut off from it."""
+        check_request(request, runs_images, across_nodes)
         spec = cls.decode(request)
         if runs_images and not spec.algorithm.image:
             raise ValidationError(
@@ -227,10 +231,11 @@ def _channels(request: Mapping[str, Any]) -> tuple[Channel, ...]:
 # -- the rules --------------------------------------------------------------------------------------
 
 
-def check_request(request: Mapping[str, Any], runs_images: bool = False) -> None:
+def check_request(request: Mapping[str, Any], runs_images: bool = False, across_nodes: bool = False) -> None:
     """Every rule on the request's members, in the order a person would fix them; each refusal names the
     member and what this back end needs instead."""
     _refuse_unserved(request, runs_images)
+    _check_isolation_across_nodes(request, runs_images and across_nodes)
     resources = request.get("ResourceConfig")
     if not resources:
         raise ValidationError("ResourceConfig is required: give InstanceType and InstanceCount.")
@@ -276,6 +281,16 @@ def _refuse_unserved(request: Mapping[str, Any], runs_images: bool) -> None:
         raise ValidationError("RemoteDebugConfig.EnableRemoteDebug: this deployment does not serve it.")
     if (request.get("InfraCheckConfig") or {}).get("EnableInfraCheck"):
         raise ValidationError("InfraCheckConfig.EnableInfraCheck: this deployment does not serve it.")
+
+
+def _check_isolation_across_nodes(request: Mapping[str, Any], across_nodes: bool) -> None:
+    count = (request.get("ResourceConfig") or {}).get("InstanceCount")
+    if across_nodes and request.get("EnableNetworkIsolation") and isinstance(count, int) and count > 1:
+        raise ValidationError(
+            f"EnableNetworkIsolation: the {count} instances of a job run on {count} Slurm nodes here and "
+            "talk over the nodes' network, so only a one-instance job can be cut off from the network "
+            "(InstanceCount 1), or leave EnableNetworkIsolation out."
+        )
 
 
 def _check_algorithm(request: Mapping[str, Any]) -> None:

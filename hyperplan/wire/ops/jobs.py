@@ -33,7 +33,10 @@ FLAGS = ("EnableNetworkIsolation", "EnableInterContainerTrafficEncryption", "Ena
 
 @operation("CreateTrainingJob")
 def create_training_job(ctx: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
-    spec = TrainingJobSpec.from_wire(request, runs_images=ctx.runtime.images is not None)
+    runtime = ctx.runtime
+    spec = TrainingJobSpec.from_wire(
+        request, runs_images=runtime.images is not None, across_nodes=runtime.slurm is not None
+    )
     return {"TrainingJobArn": created(ctx, request, lambda: jobs.create(ctx.runtime, ctx.caller, spec))}
 
 
