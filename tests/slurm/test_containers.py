@@ -318,9 +318,10 @@ def test_network_isolation_cuts_a_one_instance_job_off_and_is_refused_for_severa
     server = contained_server()
     team = server.new_account("team")
     put_training_data(server, "team")
+    (server.data_dir / "s3" / "bucket" / "input" / "isolated.py").write_text(ISOLATED)
     client = server.sagemaker(team)
     common = {
-        "ContainerEntrypoint": ["python3", "-c", ISOLATED],
+        "ContainerEntrypoint": ["python3", "/opt/ml/input/data/train/isolated.py"],
         "HyperParameters": {"port": str(server.port)},
     }
     with pytest.raises(ClientError) as refused:
