@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from hyperplan.backends import disks
 from hyperplan.backends.base import (
     ContainerSpec,
     IdMap,
@@ -40,7 +41,7 @@ from hyperplan.containers.podman import PodmanStore
 from tests.backends.contract import INSTANCE_TYPE, BackendContract, Harness, eventually, task_final
 from tests.backends.test_isolation import _useradd, _userdel
 from tests.backends.test_local import render
-from tests.image_fixtures import Built
+from tests.image_fixtures import Built, podman
 from tests.slurm.cluster import Cluster, reachable_directory
 
 pytestmark = [
@@ -153,6 +154,8 @@ def warm(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[War
         yield Warm(base / "backend", store)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+        podman(store, "image", "unmount", "--all")
+        disks.release_under(store.root)  # the overlay driver's own mount of its directory, once it unpacked
         store.remove()
 
 
