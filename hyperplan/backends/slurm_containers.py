@@ -199,7 +199,11 @@ def ready(directory: Path, images: SlurmImages) -> bool | str:
         own_network=bool(description["own_network"]),
         init=init_program(),
     )
-    oci_bundle.write_template(directory, spec)
+    template = oci_bundle.write_template(directory, spec)
+    # Its variables are the program's (a job's hyperparameters, its environment): the runner's alone to
+    # read, as run.json is.
+    os.chown(template, 0, spec.gid, follow_symlinks=False)
+    os.chmod(template, 0o640)
     return True
 
 
