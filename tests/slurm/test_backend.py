@@ -7,6 +7,7 @@ import json
 import os
 import pwd
 import shutil
+import subprocess
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -175,12 +176,14 @@ REWRITE = (
 
 @pytest.fixture
 def tenant() -> Iterator[RunAs]:
+    """A throwaway OS user for a tenant; whatever it still runs is killed before it goes."""
     name = f"hp-test-{uuid.uuid4().hex[:10]}"
     _useradd(name)
     try:
         entry = pwd.getpwnam(name)
         yield RunAs(name, entry.pw_uid, entry.pw_gid)
     finally:
+        subprocess.run(["pkill", "-KILL", "-u", name], check=False, timeout=30)
         _userdel(name)
 
 

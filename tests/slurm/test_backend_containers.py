@@ -9,10 +9,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import pwd
 import shutil
 import subprocess
-import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -39,10 +37,12 @@ from hyperplan.backends.slurm import SlurmBackend
 from hyperplan.backends.slurm_images import SlurmImages
 from hyperplan.containers.podman import PodmanStore
 from tests.backends.contract import INSTANCE_TYPE, BackendContract, Harness, eventually, task_final
-from tests.backends.test_isolation import _useradd, _userdel
 from tests.backends.test_local import render
 from tests.image_fixtures import Built, podman
 from tests.slurm.cluster import Cluster, reachable_directory
+from tests.slurm.test_backend import tenant
+
+__all__ = ["tenant"]  # the fixture, shared
 
 pytestmark = [
     pytest.mark.slurm,
@@ -117,18 +117,6 @@ class SlurmContainerHarness(Harness):
         self.backend.close()
         self.backend = self._backend()
         return self.backend
-
-
-@pytest.fixture
-def tenant() -> Iterator[RunAs]:
-    name = f"hp-test-{uuid.uuid4().hex[:10]}"
-    _useradd(name)
-    try:
-        entry = pwd.getpwnam(name)
-        yield RunAs(name, entry.pw_uid, entry.pw_gid)
-    finally:
-        subprocess.run(["pkill", "-KILL", "-u", name], check=False, timeout=30)
-        _userdel(name)
 
 
 @dataclasses.dataclass(frozen=True)
