@@ -8,8 +8,9 @@ the Slurm back end runs this file as a script on each node (``python3 scratch.py
 root), where the package may not be installed.
 
 Removal is done the way a hostile tree asks for: the walk never follows a link, never leaves the file
-system it started on, and acts on names relative to a directory it holds open (``os.fwalk``), so a link
-or a directory swapped in meanwhile leads nowhere. Only what the user owns goes: a directory of theirs
+system it started on (it does not enter a mount below its root), and acts on names relative to a
+directory it holds open, so a link or a directory swapped in meanwhile leads nowhere; a directory it
+cannot read is passed over, never the end of the sweep. Only what the user owns goes: a directory of theirs
 that holds someone else's file stays, with that file.
 """
 
@@ -80,6 +81,11 @@ def kill_processes(uid: int) -> int:
     return len(signalled)
 
 
+MAX_DEPTH = 256
+"""How deep the walk goes (it holds one descriptor per level): what lies deeper stays, counted as kept."""
+DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
 def remove_owned(uid: int, roots: Iterable[str]) -> Swept:
     """Remove every file, link and directory ``uid`` owns under each of ``roots`` (the roots themselves
     stay), without following a link or crossing into another file system. Never for uid 0."""
@@ -88,19 +94,74 @@ def remove_owned(uid: int, roots: Iterable[str]) -> Swept:
     removed = kept = 0
     for root in roots:
         try:
-            info = os.lstat(root)
+            top = os.open(root, DIRECTORY_FLAGS)
         except OSError:
-            continue  # not on this machine
-        if not stat.S_ISDIR(info.st_mode):
-            continue
-        # Bottom-up, so that each directory is emptied before it is looked at; an entry on another file
-        # system (a mount below the root: another's business) is never touched.
-        for _path, dirnames, filenames, dirfd in os.fwalk(root, topdown=False, follow_symlinks=False):
-            for names, directory in ((filenames, False), (dirnames, True)):
-                for name in names:
-                    gone = _remove_if_owned(dirfd, name, uid, info.st_dev, directory=directory)
-                    removed, kept = removed + (gone is True), kept + (gone is False)
+            continue  # not on this machine, or not a directory
+        gone, left = _sweep(top, uid, os.fstat(top).st_dev)
+        removed, kept = removed + gone, kept + left
     return Swept(removed, kept)
+
+
+def _sweep(top: int, uid: int, device: int) -> tuple[int, int]:
+    """Bottom-up below the open directory ``top`` (closed here), each directory emptied before it is looked
+    at, with an explicit stack (a tree as deep as a tenant likes cannot exhaust the interpreter's). A
+    directory that cannot be read (going away meanwhile), on another file system (a mount below the root:
+    another's business) or deeper than MAX_DEPTH is not entered. (removed, kept)."""
+    counts = [0, 0]
+    stack: list[tuple[int, list[tuple[str, bool]]]] = [(top, _listing(top))]
+    entered: list[str] = []  # the name, in its parent, of each directory on the stack but the top
+
+    def tally(gone: bool | None) -> None:
+        if gone is not None:
+            counts[0 if gone else 1] += 1
+
+    while stack:
+        dirfd, pending = stack[-1]
+        if not pending:
+            os.close(dirfd)
+            stack.pop()
+            if stack:
+                tally(_remove_if_owned(stack[-1][0], entered.pop(), uid, device, directory=True))
+            continue
+        name, is_directory = pending.pop()
+        if is_directory and len(stack) < MAX_DEPTH:
+            child = _open_directory(dirfd, name, device)
+            if child is not None:
+                stack.append((child, _listing(child)))
+                entered.append(name)
+                continue
+        tally(_remove_if_owned(dirfd, name, uid, device, directory=is_directory))
+    return counts[0], counts[1]
+
+
+def _listing(dirfd: int) -> list[tuple[str, bool]]:
+    """The names in an open directory, each with whether it is a directory (not following a link)."""
+    found = []
+    try:
+        with os.scandir(dirfd) as entries:
+            for entry in entries:
+                try:
+                    found.append((entry.name, entry.is_dir(follow_symlinks=False)))
+                except OSError:
+                    found.append((entry.name, False))
+    except OSError:
+        return []
+    return found
+
+
+def _open_directory(dirfd: int, name: str, device: int) -> int | None:
+    """``name`` in ``dirfd`` opened, if it is a directory on ``device`` (never through a link)."""
+    try:
+        child = os.open(name, DIRECTORY_FLAGS, dir_fd=dirfd)
+    except OSError:
+        return None
+    try:
+        if os.fstat(child).st_dev == device:
+            return child
+    except OSError:
+        pass
+    os.close(child)
+    return None
 
 
 def _remove_if_owned(dirfd: int, name: str, uid: int, device: int, *, directory: bool) -> bool | None:

@@ -65,6 +65,39 @@ def test_every_entry_of_the_user_goes_and_nothing_a_link_points_at_or_another_ow
     assert swept.kept == 2  # theirs/shared and theirs: not empty
 
 
+def test_a_tree_deeper_than_the_walk_goes_and_a_mount_below_are_passed_over_not_the_end_of_it(
+    tmp_path: Path,
+) -> None:
+    """A tenant's tree as deep as it likes ends no sweep (its levels below MAX_DEPTH stay, counted kept),
+    and a file system mounted below the root is never entered; the rest of the root is swept."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    deep = root
+    for _ in range(scratch.MAX_DEPTH + 20):
+        deep = deep / "d"
+        deep.mkdir()
+        _own(deep, LEAVER)
+    (deep / "bottom").write_text("x")
+    _own(deep / "bottom", LEAVER)
+    mounted = root / "mounted"
+    mounted.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mounted)], check=True)
+    try:
+        (mounted / "file").write_text("another file system's")
+        _own(mounted / "file", LEAVER)
+        (root / "later").write_text("x")  # listed after the deep tree and the mount: still swept
+        _own(root / "later", LEAVER)
+
+        swept = scratch.remove_owned(LEAVER, [str(root)])
+
+        assert (mounted / "file").exists()  # not entered
+        assert not (root / "later").exists()
+        assert (deep / "bottom").exists()  # too deep: left, and so is every directory above it
+        assert swept.kept == scratch.MAX_DEPTH and swept.removed == 1, swept  # "later" alone
+    finally:
+        subprocess.run(["umount", str(mounted)], check=False)
+
+
 def test_root_is_never_swept_or_killed() -> None:
     with pytest.raises(ValueError, match="root"):
         scratch.remove_owned(0, ["/tmp"])
