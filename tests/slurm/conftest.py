@@ -1,12 +1,16 @@
 """One dev cluster per test session (per xdist worker), shared by the Slurm tests, torn down at the end;
-and one marked image for the Slurm tests in containers (tests/slurm/contained.py)."""
+one marked image for the Slurm tests in containers (tests/slurm/contained.py), and their servers' Podman
+store (one per test)."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from hyperplan.containers.podman import PodmanStore
 from tests.image_fixtures import Built
 from tests.slurm.cluster import Cluster, running_cluster
 from tests.slurm.contained import MarkedImage, build_marked_image
@@ -22,3 +26,22 @@ def slurm_marked_image(built: Built, tmp_path_factory: pytest.TempPathFactory) -
     """One marked image per session for the Slurm tests in containers (tests/slurm/contained.py): the
     nodes' image and the jobs' training image, built once from the session's Python image."""
     return build_marked_image(built, tmp_path_factory)
+
+
+@pytest.fixture
+def podman_store_dir(tmp_path: Path) -> Iterator[Path]:
+    """The server's Podman store, removed after the server is closed: a fixture that starts a contained
+    server asks for it before slurm_server, whose teardown closes the server, so this one's runs after
+    (the server's pulls and unpacking use the store until it ends)."""
+    store = tmp_path / "podman-store"
+    yield store
+    if store.exists():
+        subprocess.run(
+            ["podman", "image", "unmount", "--all"],
+            env=PodmanStore(store).environment(),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=False,
+            timeout=120,
+        )
+    PodmanStore(store).remove()

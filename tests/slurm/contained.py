@@ -1,6 +1,7 @@
-"""The Slurm tests in containers (tests/slurm/test_containers.py): the dev cluster's fleet with its work in
-containers (runtime podman), a marked image of the session's registry, and what the tests look at on the
-host afterwards (the nodes' files, runc's state, the processes left).
+"""The Slurm tests in containers (tests/slurm/test_containers.py, and the reclaim, restart and killed
+slurmd tests of tests/slurm/test_work.py): a Slurm fleet with its work in containers (runtime podman), a
+marked image of the session's registry, and what the tests look at on the host afterwards (the nodes'
+files, runc's state, the processes left).
 
 The image (one build per session, tests/slurm/conftest.py) is the session's Python image
 (tests/image_fixtures.py) with a file the host lacks, ``MARKER_PATH``, holding a random word, and a
@@ -11,10 +12,13 @@ what a program reports of that file shows it ran in the image.
 from __future__ import annotations
 
 import io
+import json
+import pwd
 import secrets
 import socket
 import tarfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +26,8 @@ from typing import Any
 import pytest
 
 from hyperplan.backends import procfs
-from tests.harness import Server
+from tests import processes
+from tests.harness import Server, wait_until
 from tests.image_fixtures import Built, push_image
 from tests.slurm.cluster import Cluster
 
@@ -32,6 +37,9 @@ G5 = "ml.g5.12xlarge"
 ON_DEMAND_G5 = ("hp-n05", "hp-n06")
 """The g5 nodes the contained fleet keeps (out of plans: on-demand only); its p5 pool is left to plans."""
 ROLE = "arn:aws:iam::123456789012:role/DataAndAPIAccessRole"
+IMAGE_READY = 180.0
+"""How long a server's first node or instance may wait for its image: pulled, then unpacked on the work
+root (each test's server has a Podman store of its own, so each pulls it again)."""
 
 # An image's own `train` (no entry point in the job: the image decides), for a job of two instances on
 # the nodes' network: each records what it sees, algo-2 sends its record to algo-1 over TCP (by host
@@ -129,13 +137,14 @@ def build_marked_image(built: Built, tmp_path_factory: pytest.TempPathFactory) -
     return MarkedImage(reference, marker, built.registry)
 
 
-def contained_fleet(cluster: Cluster, path: Path, store: Path, image: MarkedImage) -> Path:
-    """The dev cluster's fleet with its work in containers of ``image`` (the nodes' image; its registry
-    plain HTTP), pulled into the Podman store ``store`` (no file system of its own). Its p5 pool is left
-    to plans; its g5 pool is cut to ON_DEMAND_G5, out of plans, for on-demand jobs."""
-    text = cluster.fleet.read_text()
-    g5_nodes = 'nodes = "hp-n[05-08]"\n'
-    assert text.count("[backend]\n") == 1 and text.count(g5_nodes) == 1, text
+def with_containers(
+    text: str, store: Path, image: MarkedImage, image_map: Mapping[str, str] | None = None
+) -> str:
+    """A Slurm fleet's text (the dev cluster's or a variant of it) with its work in containers (runtime
+    podman): images pulled into the Podman store ``store`` (no file system of its own), ``image`` the
+    nodes' image, its registry plain HTTP, and ``image_map`` (a job's TrainingImage -> a reference) as
+    its ``[image_map]``. Nothing else of the fleet changes."""
+    assert text.count("[backend]\n") == 1 and "[image_map]" not in text, text
     backend = (
         "[backend]\n"
         'runtime = "podman"\n'
@@ -144,9 +153,19 @@ def contained_fleet(cluster: Cluster, path: Path, store: Path, image: MarkedImag
         f'node_image = "{image.reference}"\n'
     )
     text = text.replace("[backend]\n", backend)
+    if image_map:
+        text += "\n[image_map]\n" + "".join(f'"{key}" = "{target}"\n' for key, target in image_map.items())
+    return text + f'\n[registries."{image.registry}"]\ninsecure = true\n'
+
+
+def contained_fleet(cluster: Cluster, path: Path, store: Path, image: MarkedImage) -> Path:
+    """The dev cluster's fleet with its work in containers of ``image`` (:func:`with_containers`). Its p5
+    pool is left to plans; its g5 pool is cut to ON_DEMAND_G5, out of plans, for on-demand jobs."""
+    text = cluster.fleet.read_text()
+    g5_nodes = 'nodes = "hp-n[05-08]"\n'
+    assert text.count(g5_nodes) == 1, text
     text = text.replace(g5_nodes, 'nodes = "hp-n[05-06]"\nreservable = 0\n')
-    text += f'\n[registries."{image.registry}"]\ninsecure = true\n'
-    path.write_text(text)
+    path.write_text(with_containers(text, store, image))
     return path
 
 
@@ -176,6 +195,28 @@ def container_states(server: Server) -> list[Path]:
     return sorted(
         {state for top in ("nodes", "tasks", "groups") for p in patterns for state in (root / top).glob(p)}
     )
+
+
+def instance_tree(server: Server, job_name: str, host: str = "algo-1") -> Path | None:
+    """Where a job instance's ``/opt/ml`` is on the host (the programs inside see only their own paths):
+    the bind in its container's configuration (``oci.json``, written once its image is unpacked) whose
+    program has that TRAINING_JOB_NAME and hostname; None while there is none."""
+    root = backend_root(server)
+    for template in [*root.glob("tasks/*/oci.json"), *root.glob("groups/*/*/oci.json")]:
+        config = json.loads(template.read_text())
+        if config.get("hostname") == host and f"TRAINING_JOB_NAME={job_name}" in config["process"]["env"]:
+            [tree] = [m["source"] for m in config["mounts"] if m["destination"] == "/opt/ml"]
+            return Path(tree)
+    return None
+
+
+def nothing_contained_left(server: Server, user: str, timeout: float = 30.0) -> None:
+    """No process of the account's user is left on the host (a container's processes are that user's
+    outside) and runc knows no container under the back end's root (a runner that removed its container
+    leaves no state behind); waited for, as Slurm's and the runners' ends take real time."""
+    uid = pwd.getpwnam(user).pw_uid
+    assert wait_until(lambda: not processes.owned_by(uid), timeout=timeout), processes.owned_by(uid)
+    assert wait_until(lambda: not container_states(server), timeout=timeout), container_states(server)
 
 
 def runner_exits(server: Server) -> dict[str, str]:

@@ -14,8 +14,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,6 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from hyperplan.containers.podman import PodmanStore
 from hyperplan.signing import Credentials
 from tests import processes
 from tests.harness import SERVER_START, Server, boundary_after, free_port, wait_until
@@ -57,24 +55,6 @@ __all__ = ["slurm_server"]  # the fixture, shared
 FIRST_DAY = boundary_after(SERVER_START + timedelta(hours=1))
 READY = 180.0  # a first node or instance waits for its image: pulled, then unpacked on the work root
 FINAL = ("Completed", "Failed", "Stopped")
-
-
-@pytest.fixture
-def podman_store_dir(tmp_path: Path) -> Iterator[Path]:
-    """The server's Podman store, removed after the server is closed (a test asks for it before
-    slurm_server, whose teardown closes the server, so this one's runs after)."""
-    store = tmp_path / "podman-store"
-    yield store
-    if store.exists():
-        subprocess.run(
-            ["podman", "image", "unmount", "--all"],
-            env=PodmanStore(store).environment(),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            check=False,
-            timeout=120,
-        )
-    PodmanStore(store).remove()
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import pwd
 import re
 import subprocess
 import tarfile
@@ -23,9 +22,15 @@ import pytest
 
 from hyperplan.backends.local import LocalBackend
 from hyperplan.slurm.devcluster import NODES
-from tests import processes
 from tests.harness import SERVER_START, Server, boundary_after, service_now, wait_until
 from tests.slurm.cluster import Cluster, dev_cluster
+from tests.slurm.contained import (
+    IMAGE_READY,
+    MarkedImage,
+    instance_tree,
+    nothing_contained_left,
+    with_containers,
+)
 from tests.slurm.test_reservations import (
     DAY,
     WAIT,
@@ -76,6 +81,33 @@ def _jobs_of(cluster: Cluster, user: str) -> list[dict[str, str]]:
     text = cluster.client.run("squeue", "--noheader", f"--user={user}", "--format=%i|%j|%T|%N|%R|%v|%l")
     keys = ("id", "name", "state", "nodes", "reason", "reservation", "limit")
     return [dict(zip(keys, line.split("|"), strict=True)) for line in text.splitlines() if line.strip()]
+
+
+ALGO_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/algo-image:tag"
+"""The training image this file's jobs name: on a contained fleet, the marked image (its sh, its Python)."""
+
+
+@pytest.fixture
+def contained_slurm_server(
+    podman_store_dir: Path,
+    slurm_server: Callable[..., Server],
+    cluster: Cluster,
+    tmp_path: Path,
+    slurm_marked_image: MarkedImage,
+) -> Callable[..., Server]:
+    """Starts a server, under the manual clock, on a fleet (the dev cluster's unless one is given) with
+    its work in containers (tests/slurm/contained.py): every node program and job instance runs in the
+    marked image, ALGO_IMAGE mapped to it. The store is asked for before slurm_server: it goes after the
+    server (issue 46: these tests hold with containers as they did with processes)."""
+
+    def start(fleet: Path | None = None) -> Server:
+        text = (fleet or cluster.fleet).read_text()
+        image_map = {ALGO_IMAGE: slurm_marked_image.reference}
+        path = tmp_path / "contained-fleet.toml"
+        path.write_text(with_containers(text, podman_store_dir, slurm_marked_image, image_map))
+        return slurm_server("manual", path)
+
+    return start
 
 
 def test_the_hyperpod_walkthrough_runs_its_nodes_as_slurm_jobs_in_the_plan_reservations(
@@ -357,11 +389,11 @@ def _buy_for_jobs(
 
 
 def test_a_two_node_training_job_is_one_slurm_job_interrupted_at_reclaim_and_resumed(
-    cluster: Cluster, slurm_server: Callable[..., Server], monkeypatch: pytest.MonkeyPatch
+    cluster: Cluster, contained_slurm_server: Callable[..., Server], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name, value in {"HYPERPLAN_JOB_RECLAIM_GRACE": "5", "HYPERPLAN_JOB_CHECKPOINT_SYNC": "0.3"}.items():
         monkeypatch.setenv(name, value)
-    server = slurm_server("manual")
+    server = contained_slurm_server()
     began = time.time()  # real time: the lines' times are when they were written, on the nodes
     first_day = boundary_after(SERVER_START + timedelta(hours=1))
     team, other = server.new_account("team"), server.new_account("other")
@@ -404,7 +436,8 @@ def test_a_two_node_training_job_is_one_slurm_job_interrupted_at_reclaim_and_res
 
     # The first segment: one Slurm job of two whole nodes in rc1, as the account's user.
     server.set_clock(first_day + timedelta(minutes=1))
-    assert wait_until(lambda: describe()["SecondaryStatus"] == "Training", timeout=WAIT), describe()
+    # (its first instances wait for their image: pulled, then unpacked on the work root)
+    assert wait_until(lambda: describe()["SecondaryStatus"] == "Training", timeout=IMAGE_READY), describe()
     running = lambda: [j for j in _jobs_of(cluster, team_user) if j["state"] == "RUNNING"]  # noqa: E731
     assert wait_until(running, timeout=WAIT), _jobs_of(cluster, team_user)
     jobs = _jobs_of(cluster, team_user)
@@ -436,7 +469,7 @@ def test_a_two_node_training_job_is_one_slurm_job_interrupted_at_reclaim_and_res
     assert "interrupted: saved epoch" in logs and "resuming after epoch" in logs, logs
     assert "algo-1 of" in logs and "master 127.0.0.1" in logs and "algo-2=127.0.0.1" in logs, logs
     second = server.cli("jobs", "logs", "resumed", "--host", "algo-2", credentials=team).stdout
-    assert "algo-2 of" in second and team_user in second
+    assert "algo-2 of" in second and " as root," in second  # `id -un` in the container: the user outside
     _check_timed_logs(server, team, job, began)
     model = job["ModelArtifacts"]["S3ModelArtifacts"]
     bucket, _, key = model.removeprefix("s3://").partition("/")
@@ -444,6 +477,7 @@ def test_a_two_node_training_job_is_one_slurm_job_interrupted_at_reclaim_and_res
         names = [m.name for m in tar.getmembers() if m.isfile()]
     assert "model.txt" in names, names
     assert not _jobs_of(cluster, team_user)
+    nothing_contained_left(server, team_user)
     del rc2
 
 
@@ -483,9 +517,9 @@ def _check_timed_logs(server: Server, who: Any, job: dict[str, Any], began: floa
 
 
 def test_hyperplan_and_slurmctld_restarted_mid_segment_lose_nothing_and_leave_no_stray_job(
-    cluster: Cluster, slurm_server: Callable[..., Server]
+    cluster: Cluster, contained_slurm_server: Callable[..., Server]
 ) -> None:
-    server = slurm_server("manual")
+    server = contained_slurm_server()
     first_day = boundary_after(SERVER_START + timedelta(hours=1))
     team, _other, plan = _split_plan(server, first_day)
     team_id, team_user = _user_of(server, "team")
@@ -512,7 +546,7 @@ def test_hyperplan_and_slurmctld_restarted_mid_segment_lose_nothing_and_leave_no
         return len(found) == 2 and {status for status, _ in found.values()} == {"Running"}
 
     server.set_clock(first_day + timedelta(minutes=1))
-    assert wait_until(all_running, timeout=WAIT), nodes()
+    assert wait_until(all_running, timeout=IMAGE_READY), nodes()  # (the node image pulled and unpacked)
     before = nodes()
     jobs = {j["id"]: j for j in _jobs_of(cluster, team_user)}
     assert len(jobs) == 2
@@ -547,6 +581,7 @@ def test_hyperplan_and_slurmctld_restarted_mid_segment_lose_nothing_and_leave_no
     server.set_clock(first_day + DAY)
     assert wait_until(lambda: not _jobs_of(cluster, team_user), timeout=WAIT)
     assert wait_until(lambda: not [j for j in _live_jobs(cluster) if j.name.startswith(prefix)], timeout=WAIT)
+    nothing_contained_left(server, team_user)
     del team_id
 
 
@@ -793,7 +828,7 @@ def _node_flags(cluster: Cluster, node: str) -> tuple[str, tuple[str, ...], str]
 
 
 def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_carries_on(
-    cluster: Cluster, slurm_server: Callable[..., Server], tmp_path: Path
+    cluster: Cluster, contained_slurm_server: Callable[..., Server], tmp_path: Path
 ) -> None:
     """Two on-demand jobs, each on its own node; both nodes' slurmd killed (as a crash). One is started
     again while Slurm only marks its node not responding: the job carries on and completes. The other
@@ -809,7 +844,7 @@ def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_ca
     assert text.count(p5_nodes) == 1 and text.count(g5) == 1
     text = text.replace(p5_nodes, 'nodes = "hp-n01"\n').replace(g5, g5 + "reservable = 0\n")
     (tmp_path / "fleet.toml").write_text(text)
-    server = slurm_server("manual", tmp_path / "fleet.toml")
+    server = contained_slurm_server(tmp_path / "fleet.toml")
     team = server.new_account("team")
     _, user = _user_of(server, "team")
     data = server.data_dir / "s3" / "bucket" / "input" / "data.csv"
@@ -839,10 +874,13 @@ def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_ca
     shown = lambda name: _output(server, team, name)  # noqa: E731
     ready = {}
     for name in ("survivor", "casualty"):
-        assert wait_until(lambda: "ready on " in shown(name), timeout=WAIT), describe(name)  # noqa: B023
+        assert wait_until(lambda: "ready on " in shown(name), timeout=IMAGE_READY), describe(name)  # noqa: B023
         ready[name] = shown(name).split("ready on ", 1)[1].split("\n")[0].split(" in ", 1)
     nodes = {name: node for name, (node, _) in ready.items()}
-    home = Path(ready["survivor"][1])
+    # In its container the program's working directory is its /opt/ml; on the host, the instance's tree.
+    assert ready["survivor"][1] == "/opt/ml", ready
+    home = instance_tree(server, "survivor")
+    assert home is not None and home.is_dir(), home
     assert nodes["survivor"] != nodes["casualty"]
     assert wait_until(lambda: [s for s, _ in cluster_nodes().values()] == ["Running"], timeout=WAIT)
     [(instance, (_, nodes["cluster node"]))] = cluster_nodes().items()
@@ -912,6 +950,4 @@ def test_a_killed_slurmd_fails_its_job_as_slurm_reports_while_a_restarted_one_ca
     }
     assert listed == {"survivor": "Completed", "casualty": "Failed"}
     assert wait_until(lambda: not _jobs_of(cluster, user), timeout=WAIT), _jobs_of(cluster, user)
-    assert wait_until(lambda: not processes.owned_by(pwd.getpwnam(user).pw_uid), timeout=WAIT), (
-        processes.owned_by(pwd.getpwnam(user).pw_uid)
-    )
+    nothing_contained_left(server, user)  # (no process of the account's user either)
