@@ -1,6 +1,6 @@
 """One dev cluster per test session (per xdist worker), shared by the Slurm tests, torn down at the end;
 one marked image for the Slurm tests in containers (tests/slurm/contained.py), and their servers' Podman
-store (one per test)."""
+store (one per session)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hyperplan.backends import disks
 from hyperplan.containers.podman import PodmanStore
 from tests.image_fixtures import Built
 from tests.slurm.cluster import Cluster, running_cluster
@@ -28,12 +29,13 @@ def slurm_marked_image(built: Built, tmp_path_factory: pytest.TempPathFactory) -
     return build_marked_image(built, tmp_path_factory)
 
 
-@pytest.fixture
-def podman_store_dir(tmp_path: Path) -> Iterator[Path]:
-    """The server's Podman store, removed after the server is closed: a fixture that starts a contained
-    server asks for it before slurm_server, whose teardown closes the server, so this one's runs after
-    (the server's pulls and unpacking use the store until it ends)."""
-    store = tmp_path / "podman-store"
+@pytest.fixture(scope="session")
+def podman_store_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The contained servers' Podman store, one per session (per worker): the servers of a worker run one
+    after another, each pulling what the store lacks, so the marked image is pulled once, not by every
+    test. Removed at the session's end, when every server is closed: its mounts first (the servers'
+    unpacking mounts images; the overlay driver then mounts its own directory)."""
+    store = tmp_path_factory.mktemp("slurm-podman") / "podman-store"
     yield store
     if store.exists():
         subprocess.run(
@@ -44,4 +46,5 @@ def podman_store_dir(tmp_path: Path) -> Iterator[Path]:
             check=False,
             timeout=120,
         )
+        disks.release_under(store)
     PodmanStore(store).remove()

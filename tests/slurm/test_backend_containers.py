@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from hyperplan.backends import disks
 from hyperplan.backends.base import (
     ContainerSpec,
     IdMap,
@@ -38,7 +37,7 @@ from hyperplan.backends.slurm_images import SlurmImages
 from hyperplan.containers.podman import PodmanStore
 from tests.backends.contract import INSTANCE_TYPE, BackendContract, Harness, eventually, task_final
 from tests.backends.test_local import render
-from tests.image_fixtures import Built, podman
+from tests.image_fixtures import Built
 from tests.slurm.cluster import Cluster, reachable_directory
 from tests.slurm.test_backend import tenant
 
@@ -128,11 +127,11 @@ class Warm:
 
 
 @pytest.fixture(scope="module")
-def warm(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Warm]:
-    """The session's Python image pulled into a store of the module's own (as the server's store pulls)
-    and unpacked under one back-end root, which the module's tests share: each test's work is gone at
-    its end (a back end that knows nothing cancels all of it), its images stay."""
-    store = PodmanStore(tmp_path_factory.mktemp("slurm-store"))
+def warm(built: Built, podman_store_dir: Path) -> Iterator[Warm]:
+    """The session's Python image pulled into the session's Slurm store (as the server's store pulls) and
+    unpacked under one back-end root, which the module's tests share: each test's work is gone at its end
+    (a back end that knows nothing cancels all of it), its images stay."""
+    store = PodmanStore(podman_store_dir)
     store.prepare()
     base = reachable_directory("hp-slurm-containers-")
     try:
@@ -142,9 +141,6 @@ def warm(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[War
         yield Warm(base / "backend", store)
     finally:
         shutil.rmtree(base, ignore_errors=True)
-        podman(store, "image", "unmount", "--all")
-        disks.release_under(store.root)  # the overlay driver's own mount of its directory, once it unpacked
-        store.remove()
 
 
 @contextlib.contextmanager

@@ -1,7 +1,8 @@
 """HyperPod nodes and training jobs in containers on the Slurm back end (issue 46), against the dev cluster:
 a real `hyperplan serve` as root in isolation mode users, its fleet the dev cluster's with runtime podman
 (tests/slurm/contained.py), under the manual clock. The server pulls the session's marked image from the
-session's registry into a Podman store of the test's and unpacks it on the work root; each node's and
+session's registry into the session's Slurm Podman store (the first test of a worker pulls it) and unpacks
+it on its work root; each node's and
 instance's program runs in a rootless runc container of it, inside its Slurm step, as the account's user.
 
 What the image holds and the host lacks (a marker file with a random word) shows a program ran in the
