@@ -12,9 +12,11 @@ image. The server, its accounts' users, their Slurm jobs and the `hp-` reservati
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import pwd
+import tarfile
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -216,7 +218,8 @@ def test_a_memory_hog_in_a_container_fails_out_of_memory_and_its_node_runs_the_n
 ) -> None:
     """A one-instance job whose program allocates twice its instance's memory (Slurm's --mem holds the
     container: it stays in the step's cgroup) ends Failed, OutOfMemoryError; then a job on every
-    on-demand g5 node, the hog's one among them, completes."""
+    on-demand g5 node, the hog's one among them, completes: in script mode, its program and arguments
+    from its hyperparameters, as the SageMaker SDK sends them."""
     server = contained_server()
     team = server.new_account("team")
     _, user = _user_of(server, "team")
@@ -235,14 +238,41 @@ def test_a_memory_hog_in_a_container_fails_out_of_memory_and_its_node_runs_the_n
     )
     assert "OutOfMemoryError" in hogged["FailureReason"], seen
 
-    fine = ["python3", "-c", f"print(open('{MARKER_PATH}').read())"]
+    # The next job, on every on-demand g5 node (the hog's among them), in script mode, as the SageMaker
+    # SDK submits one: its code a tarball in S3, run by the image's Python with its hyperparameters.
+    source = server.data_dir / "s3" / "bucket" / "code" / "source.tar.gz"
+    source.parent.mkdir(parents=True)
+    with tarfile.open(source, "w:gz") as tar:
+        program = SCRIPT.encode()
+        member = tarfile.TarInfo("train.py")
+        member.size = len(program)
+        tar.addfile(member, io.BytesIO(program))
+    script_mode = {
+        "sagemaker_program": '"train.py"',
+        "sagemaker_submit_directory": '"s3://bucket/code/source.tar.gz"',
+        "epochs": "3",
+    }
     count = len(ON_DEMAND_G5)
     client.create_training_job(
-        **contained_job("after", slurm_marked_image.reference, G5, count, ContainerEntrypoint=fine)
+        **contained_job("after", slurm_marked_image.reference, G5, count, HyperParameters=script_mode)
     )
     after = _ended(server, team, "after")
     assert after["TrainingJobStatus"] == "Completed", after.get("FailureReason")
+    said = model_files(server, after)["said.txt"].decode()
+    assert said == f"{slurm_marked_image.marker} epochs=3 {count} hosts\n", said
     _nothing_left(server, cluster, user)
+
+
+SCRIPT = """import argparse, json, os
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int)
+args = parser.parse_args()
+marker = open("/etc/hyperplan-marker").read().strip()
+hosts = json.loads(os.environ["SM_HOSTS"])
+if os.environ["SM_CURRENT_HOST"] == "algo-1":
+    with open(os.path.join(os.environ["SM_MODEL_DIR"], "said.txt"), "w") as out:
+        out.write(f"{marker} epochs={args.epochs} {len(hosts)} hosts\\n")
+"""
 
 
 def test_a_contained_job_outlives_a_killed_server_and_completes_leaving_no_container(
