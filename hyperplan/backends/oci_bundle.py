@@ -27,6 +27,7 @@ The container:
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -43,7 +44,7 @@ TEMPLATE = "oci.json"
 """The server's template in a task's directory."""
 OCI_VERSION = "1.0.2"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-TEMPLATE_MODE = 0o644
+TEMPLATE_MODE = 0o640
 
 CAPABILITIES = (
     "CAP_CHOWN",
@@ -242,9 +243,11 @@ def _linux(spec: OciSpec) -> dict[str, Any]:
 
 
 def write_template(directory: Path, spec: OciSpec) -> Path:
-    """:data:`TEMPLATE` in ``directory``, the writer's (root's: the server's), 0644, written atomically
-    (a runner starting meanwhile reads the old one or the new one whole); its path."""
+    """:data:`TEMPLATE` in ``directory``, written atomically (a runner starting meanwhile reads the old one
+    or the new one whole); its path. The writer's (root's: the server's), 0640, its group the account's:
+    its variables are the program's (a job's hyperparameters), the runner's alone to read."""
     path = directory / TEMPLATE
     text = json.dumps(runtime_config(spec), indent=1) + "\n"
     write_atomically(path, text.encode(), TEMPLATE_MODE)
+    os.chown(path, -1, spec.gid, follow_symlinks=False)
     return path

@@ -35,6 +35,7 @@ from hyperplan.backends import oci_bundle
 from hyperplan.backends.base import ENV_DIR_VARIABLE, ContainerSpec, Mount, RunAs
 from hyperplan.backends.layout import inherited_mark, make_dir, write_atomically
 from hyperplan.backends.slurm_images import SlurmImages
+from hyperplan.backends.slurm_submit import write_runner_spec
 
 HOME_INSIDE = "/root"
 IMAGE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
@@ -103,7 +104,7 @@ def own_dirs(directory: Path, names: Mapping[str, str], run_as: RunAs) -> list[M
     return mounts
 
 
-def describe(
+def _describe(
     directory: Path,
     container: Mapping[str, Any],
     run_as: RunAs,
@@ -145,7 +146,7 @@ def describe(
     write_atomically(directory / DESCRIPTION, json.dumps(description).encode(), 0o600)
 
 
-def runner_block(directory: Path, name: str, hosts: bool, run_as: RunAs) -> dict[str, Any]:
+def _runner_block(directory: Path, name: str, hosts: bool, run_as: RunAs) -> dict[str, Any]:
     """What ``run.json`` tells the runner of its container (``slurm_runner.py``): the template, its own
     directories for the final configuration and runc's state (the user's, 0700), the container's name and,
     for a job's instance, the ``/etc/hosts`` it writes with the job's hosts' addresses."""
@@ -166,10 +167,27 @@ def runner_block(directory: Path, name: str, hosts: bool, run_as: RunAs) -> dict
     }
 
 
-def image_of(directory: Path) -> tuple[str, bool] | None:
-    """The image a described container runs, and whether its registry speaks plain HTTP."""
-    description = _description(directory)
-    return (description["image"], bool(description["insecure"])) if description else None
+def lay_out(
+    directory: Path,
+    container: Mapping[str, Any],
+    run_as: RunAs,
+    program: tuple[Sequence[str], Mapping[str, str], str],
+    hostname: str,
+    own: Sequence[Mount],
+    env_dir: Path,
+    name: str,
+    hosts: bool = False,
+) -> None:
+    """Everything a program's container needs in ``directory`` before its image is unpacked: the
+    container's description (root's), the runner's own directories and its ``run.json`` (the user's).
+    ``container`` is its :func:`record`; ``program`` its argv, environment and working directory inside;
+    ``own`` the node's or task's own directories; ``name`` the container's; with ``hosts`` (a job's
+    instance) the runner writes its ``/etc/hosts`` (the job's hosts by address), else it is the node's."""
+    hosts_file = directory / "hosts" if hosts else None
+    _describe(directory, container, run_as, program, hostname, own, env_dir, hosts_file)
+    block = _runner_block(directory, name, hosts, run_as)
+    argv, env, cwd = program
+    write_runner_spec(directory, list(argv), env, cwd, run_as, env_dir, block)
 
 
 def ready(directory: Path, images: SlurmImages) -> bool | str:
@@ -199,11 +217,7 @@ def ready(directory: Path, images: SlurmImages) -> bool | str:
         own_network=bool(description["own_network"]),
         init=init_program(),
     )
-    template = oci_bundle.write_template(directory, spec)
-    # Its variables are the program's (a job's hyperparameters, its environment): the runner's alone to
-    # read, as run.json is.
-    os.chown(template, 0, spec.gid, follow_symlinks=False)
-    os.chmod(template, 0o640)
+    oci_bundle.write_template(directory, spec)  # (the runner's alone to read)
     return True
 
 

@@ -44,7 +44,6 @@ file of the image is already someone else's there and its root file system is re
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import logging
@@ -57,11 +56,12 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from hyperplan.backends import images
 from hyperplan.backends.base import BackendError, Login
 from hyperplan.backends.containers import Podman
+from hyperplan.backends.slurm_records import read_json, write_json
+from hyperplan.containers.host_tools import locked
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ class SlurmImages:
         with self._guard:
             if reference in self._failed:
                 return self._failed[reference]
-        record = _read_json(self._failed_path(reference))  # by an earlier process, or another server
+        record = read_json(self._failed_path(reference))  # by an earlier process, or another server
         if record is None or record.get("reference") != reference:
             return None
         return str(record.get("message") or f"the image {reference} could not be unpacked")
@@ -196,7 +196,7 @@ class SlurmImages:
         failure is recorded before the lock goes, so the next holder sees it or a complete image."""
         _shared_directory(self.directory)
         key = image_key(reference)
-        with _locked(self.directory / f"{key}.lock"):
+        with locked(self.directory / f"{key}.lock"):
             ready = self._ready_on_disk(reference)
             if ready is not None:
                 return ready
@@ -211,8 +211,8 @@ class SlurmImages:
                 else:  # a bug or the host's fault: its trace, never a thread dying silently
                     log.exception("unpacking the image %s", reference)
                 with contextlib.suppress(OSError):  # (said above; the work root may be full)
-                    _write_json_atomically(
-                        self._failed_path(reference), {"reference": reference, "message": message}
+                    write_json(
+                        self._failed_path(reference), {"reference": reference, "message": message}, FILE_MODE
                     )
                 raise
         log.info("unpacked the image %s (%s) into %s", reference, digest, self.directory / key)
@@ -224,7 +224,7 @@ class SlurmImages:
         temporary = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=self.directory))
         try:
             _unpack(self.podman, reference, temporary / "rootfs")
-            _write_json(temporary / "image.json", record)
+            write_json(temporary / "image.json", record, FILE_MODE)
             temporary.chmod(DIRECTORY_MODE)
             os.rename(temporary, self.directory / key)
         except BaseException:
@@ -236,7 +236,7 @@ class SlurmImages:
 
     def _ready_on_disk(self, reference: str) -> Path | None:
         made = self.directory / image_key(reference)
-        record = _read_json(made / "image.json")
+        record = read_json(made / "image.json")
         if record is None or record.get("reference") != reference:
             return None
         return made / "rootfs"
@@ -411,17 +411,6 @@ def _shared_directory(directory: Path) -> None:
     directory.chmod(DIRECTORY_MODE)
 
 
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """``path`` (a lock file of root's, 0600) held exclusively: blocks while another process holds it."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
 def _remove_leftovers(directory: Path, key: str) -> None:
     """What a maker of KEY that died left (called under KEY's lock): its temporary directory, and a KEY
     directory without ``image.json`` (renamed complete, so only if someone broke it)."""
@@ -433,28 +422,3 @@ def _remove_leftovers(directory: Path, key: str) -> None:
     made = directory / key
     if made.is_dir() and not (made / "image.json").exists():
         shutil.rmtree(made, ignore_errors=True)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        record = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return record if isinstance(record, dict) else None
-
-
-def _write_json(path: Path, record: dict[str, str]) -> None:
-    path.write_text(json.dumps(record, indent=2) + "\n")
-    path.chmod(FILE_MODE)
-
-
-def _write_json_atomically(path: Path, record: dict[str, str]) -> None:
-    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(json.dumps(record, indent=2) + "\n")
-        os.chmod(name, FILE_MODE)
-        os.rename(name, path)
-    except BaseException:
-        Path(name).unlink(missing_ok=True)
-        raise

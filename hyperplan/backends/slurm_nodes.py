@@ -161,11 +161,10 @@ class NodeJobs:
         program = (argv, slurm_containers.inside_env(spec.env), slurm_containers.inside(cwd, home))
         oncreate = directory / "oncreate"
         make_dir(oncreate, PASSAGE_MODE)
-        slurm_containers.describe(
-            oncreate, record["container"], spec.run_as, program, spec.name, own, directory / "env"
-        )
-        block = slurm_containers.runner_block(oncreate, f"{spec.node_id}.oncreate", False, spec.run_as)
-        write_runner_spec(oncreate, argv, program[1], program[2], spec.run_as, directory / "env", block)
+        slurm_containers.lay_out(
+            oncreate, record["container"], spec.run_as, program, spec.name, own, directory / "env",
+            f"{spec.node_id}.oncreate",
+        )  # fmt: skip
 
     def _image_ready(self, directory: Path, record: Mapping[str, Any]) -> bool:
         """A node of containers is submitted once its image is unpacked (its OnCreate's template

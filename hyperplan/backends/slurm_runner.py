@@ -444,30 +444,18 @@ def release_cgroups(held: list[str]) -> None:
 
 def oom_kill_count() -> int | None:
     """How many processes the memory limit of the runner's own cgroup (the step's, which holds the
-    container too) has killed so far; None where that is not known. cgroup v1: ``memory.oom_control``'s
-    ``oom_kill`` in the memory hierarchy; v2: ``memory.events``'s in the unified one."""
-    try:
-        with open("/proc/self/cgroup") as cgroups:
-            lines = [line.split(":", 2) for line in cgroups.read().splitlines() if line.count(":") >= 2]
-    except OSError:
-        return None
-    candidates = [
-        f"/sys/fs/cgroup/memory/{path.lstrip('/')}/memory.oom_control"
-        for _, controllers, path in lines
-        if "memory" in controllers.split(",")
-    ]
-    candidates += [
-        f"/sys/fs/cgroup/{path.lstrip('/')}/memory.events" for number, _, path in lines if number == "0"
-    ]
-    for candidate in candidates:
-        try:
-            with open(candidate) as counts:
-                for line in counts:
-                    key, _, value = line.partition(" ")
-                    if key == "oom_kill":
-                        return int(value)
-        except (OSError, ValueError):
-            continue
+    container too: ``hold_in_own_cgroups``) has killed so far; None where that is not known. cgroup v1:
+    ``memory.oom_control``'s ``oom_kill``; v2: ``memory.events``'s."""
+    for directory in cgroup_dirs():
+        for name in ("memory.oom_control", "memory.events"):
+            try:
+                with open(os.path.join(directory, name)) as counts:
+                    for line in counts:
+                        key, _, value = line.partition(" ")
+                        if key == "oom_kill":
+                            return int(value)
+            except (OSError, ValueError):
+                continue
     return None
 
 

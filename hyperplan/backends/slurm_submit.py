@@ -106,7 +106,7 @@ def write_runner_spec(
     container: Mapping[str, Any] | None = None,
 ) -> None:
     """The step runner's ``run.json`` (what it runs, where, with what; ``container``: in which container,
-    ``slurm_containers.runner_block``) and its ``out/``, the user's."""
+    ``slurm_containers.lay_out``) and its ``out/``, the user's."""
     make_dir(directory, PASSAGE_MODE)
     out = directory / "out"
     make_dir(out, 0o700)

@@ -162,11 +162,10 @@ class TaskJobs:
         env = slurm_containers.inside_env({**node.get("env", {}), **dict(spec.env)}, spec.task_id)
         cwd = str(spec.cwd or slurm_containers.HOME_INSIDE)
         own = [Mount(node_dir / name, target) for name, target in slurm_containers.NODE_DIRS.items()]
-        slurm_containers.describe(
-            directory, node["container"], run_as, (spec.argv, env, cwd), node["name"], own, node_dir / "env"
+        program = (spec.argv, env, cwd)
+        slurm_containers.lay_out(
+            directory, node["container"], run_as, program, node["name"], own, node_dir / "env", spec.task_id
         )
-        block = slurm_containers.runner_block(directory, spec.task_id, False, run_as)
-        write_runner_spec(directory, list(spec.argv), env, cwd, run_as, node_dir / "env", block)
 
     def _new_sandbox_task(self, directory: Path, spec: TaskSpec, record: Mapping[str, Any]) -> None:
         make_dir(directory, PASSAGE_MODE)
@@ -203,18 +202,11 @@ class TaskJobs:
         index = spec.placement.group_index if spec.placement is not None else 0
         hosts = spec.container.hosts
         hostname = hosts[index] if index < len(hosts) else f"algo-{index + 1}"
-        slurm_containers.describe(
-            directory,
-            record["container"],
-            spec.run_as,
-            (spec.argv, env, cwd),
-            hostname,
-            own,
-            directory / "env",
-            hosts_file=directory / "hosts",
-        )
-        block = slurm_containers.runner_block(directory, spec.task_id, True, spec.run_as)
-        write_runner_spec(directory, list(spec.argv), env, cwd, spec.run_as, directory / "env", block)
+        program = (spec.argv, env, cwd)
+        slurm_containers.lay_out(
+            directory, record["container"], spec.run_as, program, hostname, own, directory / "env",
+            spec.task_id, hosts=True,
+        )  # fmt: skip
         self.images.prepare(spec.container.image, None, spec.container.insecure_registry)
 
     def _image_ready(self, directory: Path) -> bool:

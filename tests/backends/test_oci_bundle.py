@@ -4,6 +4,7 @@ ids it maps, which namespaces it makes, what it mounts and how, and which specs 
 from __future__ import annotations
 
 import json
+import os
 import re
 import stat
 from pathlib import Path
@@ -164,9 +165,11 @@ def test_other_bad_specs_are_refused_saying_why(changes: dict[str, Any], words: 
         spec(**changes)
 
 
-def test_the_template_is_written_whole_readable_by_all(tmp_path: Path) -> None:
-    path = write_template(tmp_path, spec())
+def test_the_template_is_written_whole_for_the_accounts_group_alone(tmp_path: Path) -> None:
+    """Its variables are the program's: readable by the writer and the account's group, nobody else."""
+    group = os.getgid() or spec().gid  # (only root may give a file to a group it is not in)
+    path = write_template(tmp_path, spec(gid=group))
     assert path == tmp_path / TEMPLATE
-    assert stat.S_IMODE(path.stat().st_mode) == 0o644
-    assert json.loads(path.read_text()) == runtime_config(spec())
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640 and path.stat().st_gid == group
+    assert json.loads(path.read_text()) == runtime_config(spec(gid=group))
     assert [p.name for p in tmp_path.iterdir()] == [TEMPLATE]  # no temporary file left
