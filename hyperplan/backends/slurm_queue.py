@@ -151,5 +151,8 @@ class SlurmQueue:
                 if task_id is not None:
                     mark_killed(task_id)
                 self.cancel(step, SIGKILL)
-        self.cancel(str(job_id), SIGKILL, batch=True)
+        # The batch script and its children (``--full``), not the script alone: a child left to the
+        # cancel's SIGTERM may ignore it, or be still dying when slurmstepd first looks, which keeps
+        # the job COMPLETING a second or more.
+        self.cancel(str(job_id), SIGKILL, full=True, batch=True)
         self.cancel(str(job_id))  # and cancelled: Slurm ends whatever the batch script left behind

@@ -164,9 +164,11 @@ class Submitter:
             lines += [f"{runner} || exit $?"]
         # Held until a SIGTERM reaches the batch script: only terminate sends one (``--full``; a plain
         # signal to the node goes to its steps), or Slurm when it cancels the job or its time is up.
+        # The trap reaps its sleep before it exits: slurmstepd then finds the batch step's cgroup empty
+        # at its first look; a sleep still dying there costs the job a second in COMPLETING.
         lines += [
             'touch "$node/out/held"',
-            "trap 'exit 0' TERM",
+            "trap 'kill $! 2>/dev/null; wait; exit 0' TERM",
             "while :; do sleep 5 & wait $!; done",
         ]
         return "\n".join(lines) + "\n"
