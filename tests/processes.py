@@ -61,11 +61,19 @@ def _command(pid: int) -> str:
     return raw.replace(b"\0", b" ").decode(errors="replace").strip()
 
 
-def owned_by(uid: int) -> list[int]:
-    """The pids of live processes owned by ``uid`` (the owner of their /proc entry: the effective uid)."""
+def owned_by(uid: int, zombies: bool = True) -> list[int]:
+    """The pids of live processes owned by ``uid`` (the owner of their /proc entry: the effective uid);
+    without ``zombies``, those that still run: an exited process its parent has yet to reap (a step's
+    child, reaped as its slurmstepd goes) runs nothing and holds nothing but its pid."""
     found = []
     for entry in Path("/proc").iterdir():
         with contextlib.suppress(OSError):
-            if entry.name.isdigit() and entry.stat().st_uid == uid:
+            mine = entry.name.isdigit() and entry.stat().st_uid == uid
+            if mine and (zombies or not _is_zombie(entry)):
                 found.append(int(entry.name))
     return found
+
+
+def _is_zombie(entry: Path) -> bool:
+    stat = (entry / "stat").read_text()
+    return stat[stat.rindex(")") + 2 :].startswith("Z")  # the state follows the command's parentheses

@@ -211,11 +211,12 @@ def instance_tree(server: Server, job_name: str, host: str = "algo-1") -> Path |
 
 
 def nothing_contained_left(server: Server, user: str, timeout: float = 30.0) -> None:
-    """No process of the account's user is left on the host (a container's processes are that user's
-    outside) and runc knows no container under the back end's root (a runner that removed its container
+    """No process of the account's user is left running on the host (a container's processes are that
+    user's outside) and runc knows no container under the back end's root (a runner that removed its container
     leaves no state behind); waited for, as Slurm's and the runners' ends take real time."""
     uid = pwd.getpwnam(user).pw_uid
-    assert wait_until(lambda: not processes.owned_by(uid), timeout=timeout), processes.owned_by(uid)
+    running = lambda: processes.owned_by(uid, zombies=False)  # noqa: E731
+    assert wait_until(lambda: not running(), timeout=timeout), running()
     assert wait_until(lambda: not container_states(server), timeout=timeout), container_states(server)
 
 

@@ -10,7 +10,6 @@ import contextlib
 import dataclasses
 import os
 import shutil
-import subprocess
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -35,6 +34,7 @@ from hyperplan.backends.fake import Program
 from hyperplan.backends.slurm import SlurmBackend
 from hyperplan.backends.slurm_images import SlurmImages
 from hyperplan.containers.podman import PodmanStore
+from tests import processes
 from tests.backends.contract import INSTANCE_TYPE, BackendContract, Harness, eventually, task_final
 from tests.backends.test_local import render
 from tests.image_fixtures import Built
@@ -160,9 +160,14 @@ def contained_harness(
 
 
 def _processes_of(tenant: RunAs) -> list[str]:
-    """The tenant's processes still alive (its containers' included: root inside is its uid outside)."""
-    found = subprocess.run(["pgrep", "-a", "-u", str(tenant.uid)], capture_output=True, text=True)
-    return found.stdout.splitlines()
+    """The tenant's processes still running (its containers' included: root inside is its uid outside),
+    with their command lines; not those that have exited and wait to be reaped."""
+    found = []
+    for pid in processes.owned_by(tenant.uid, zombies=False):
+        with contextlib.suppress(OSError):
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            found.append(f"{pid} {command}")
+    return found
 
 
 class TestSlurmContainerContract(BackendContract):
