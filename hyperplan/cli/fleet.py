@@ -1,4 +1,5 @@
-"""`hyperplan fleet show`: the pools, the size of their instances, and how booked they are."""
+"""`hyperplan fleet show`: the pools, the size of their instances, how booked they are, and each zone's
+subnets."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def show(
     days: Annotated[int, typer.Option(help="How far ahead to report, in days.")] = 56,
 ) -> None:
     """Print each pool: its count, price, each instance's vCPUs, memory and accelerators, and a bar per
-    day of how booked it is."""
+    day of how booked it is; then each zone's subnets (for a HyperPod cluster's VpcConfig)."""
     from hyperplan.cli.views.fleet import FleetTable
 
     with reporting_errors():

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from hyperplan.core.fleet import SERVED_TARGETS, BookingPolicy, Fleet, Pool
+from hyperplan.core.served_types import check_reservable
 from hyperplan.errors import ValidationError
 
 DAY = timedelta(days=1)
@@ -89,13 +90,8 @@ def _pools_for(fleet: Fleet, request: SearchRequest) -> tuple[Pool, ...]:
     instance_type, count = request.instance_type, request.instance_count
     if not instance_type:
         raise ValidationError("InstanceType is required.")
+    check_reservable(fleet, instance_type)
     pools = tuple(pool for pool in fleet.pools_of_type(instance_type) if pool.reservable > 0)
-    if not pools:
-        served = ", ".join(fleet.reservable_types()) or "none"
-        raise ValidationError(
-            f"InstanceType: {instance_type} cannot be reserved in this deployment; "
-            f"it offers plans for {served}."
-        )
     allowed = fleet.policy.allowed_counts
     if not count or count < 1:
         raise ValidationError("InstanceCount must be at least 1.")
@@ -139,11 +135,40 @@ def _window(
     soonest = _ceil_minute(start)
     end_limit = _utc(request.end_before, "EndTimeBefore") if request.end_before else latest_start
     if end_limit < start + DAY:
-        raise ValidationError(
-            f"EndTimeBefore: {_show(end_limit)} must be at least 24 hours after the earliest start, "
-            f"{_show(start)}."
-        )
+        raise ValidationError(_too_short(policy, start_after, end_limit, start, now))
     return soonest, latest_start, min(end_limit, latest_start + policy.max_days * DAY)
+
+
+def _too_short(
+    policy: BookingPolicy, start_after: datetime | None, end: datetime, start: datetime, now: datetime
+) -> str:
+    """Why a window holds no day, as a person would put it: it is (partly) in the past, or too short."""
+    short = f"EndTimeBefore: {_show(end)} must be at least 24 hours after the earliest start, {_show(start)}"
+    past_start = start_after is not None and start_after < now
+    service_time = f"the service's time is {_show(now)}"
+    lead = f"plans start at the soonest {_spoken(policy.lead_time)} after the service's time"
+    if end > now and not past_start:
+        return f"{short}."
+    if end > now:  # StartTimeAfter alone is in the past: the window starts at the soonest start
+        given = _show(start_after or start)
+        return f"{short}: StartTimeAfter, {given}, is in the past ({service_time}), and {lead}."
+    also = f" (and StartTimeAfter, {_show(start_after or start)}, too)" if past_start else ""
+    why = "StartTimeAfter" if start == start_after else lead
+    return (
+        f"EndTimeBefore: {_show(end)} is in the past: {service_time}{also}. A window must end at least 24 "
+        f"hours after the earliest start, {_show(start)} ({why}): at {_show(start + DAY)} or later. Or "
+        "leave EndTimeBefore out to search all the time plans may be booked in."
+    )
+
+
+def _spoken(span: timedelta) -> str:
+    """A duration as a person says it: "30 minutes", "1 hour 30 minutes", "2 days"."""
+    minutes, seconds = divmod(int(span.total_seconds()), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    parts = [(days, "day"), (hours, "hour"), (minutes, "minute"), (seconds, "second")]
+    said = [f"{amount} {unit}{'' if amount == 1 else 's'}" for amount, unit in parts if amount]
+    return " ".join(said) or "no time"
 
 
 def _utc(moment: datetime | None, name: str) -> datetime:

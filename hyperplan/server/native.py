@@ -216,6 +216,11 @@ def show_fleet(request: NativeRequest) -> dict[str, Any]:
     return {
         "Region": runtime.region,
         "Now": runtime.clock.now(),
+        # A HyperPod cluster's VpcConfig.Subnets decide its zone: the ids to copy are here.
+        "Zones": [
+            {"AvailabilityZone": zone.name, "AvailabilityZoneId": zone.zone_id, "Subnets": list(zone.subnets)}
+            for zone in runtime.fleet.zones
+        ],
         "Pools": [
             {
                 "InstanceType": r.pool.instance_type,

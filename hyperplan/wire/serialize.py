@@ -3,9 +3,10 @@
 A handler returns plain Python values (``datetime``, ``Decimal``, ``bytes``, nested dicts and lists);
 :func:`serialize_response` walks them alongside the operation's botocore output shape and produces a
 JSON-ready dict exactly as botocore's JSON parser expects it. The serializer is deliberately strict:
-a member the shape lacks, a value of the wrong type, an enum value the model does not list or a missing
-required member is a handler bug, reported as :class:`~hyperplan.errors.InternalFailure` naming the path
-(``Status``, ``ReservedCapacitySummaries[0].InstanceType``) so tests catch it before a client does.
+a member the shape lacks, a value of the wrong type, an enum value the model does not list (but for an
+instance type of the fleet's own, wire/fleet_types.py) or a missing required member is a handler bug,
+reported as :class:`~hyperplan.errors.InternalFailure` naming the path (``Status``,
+``ReservedCapacitySummaries[0].InstanceType``) so tests catch it before a client does.
 Members whose value is None are omitted, like botocore omits absent members.
 """
 
@@ -25,6 +26,7 @@ from typing import Any
 from botocore.model import ListShape, MapShape, OperationModel, Shape, StringShape, StructureShape
 
 from hyperplan.errors import HyperplanError, InternalFailure
+from hyperplan.wire.fleet_types import left_to_the_fleet
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_MICROSECOND = timedelta(microseconds=1)
@@ -190,7 +192,7 @@ def _string(shape: Shape, value: Any, path: _Path) -> Any:
     if not isinstance(value, str):
         raise path.bug(f"expected a string, {_got(value)}")
     enum_values = shape.enum if isinstance(shape, StringShape) else []
-    if enum_values and value not in enum_values:
+    if enum_values and value not in enum_values and not left_to_the_fleet(shape.name, value):
         raise path.bug(f"{value!r} is not in the {shape.name} enum")
     return value
 
@@ -401,7 +403,7 @@ def _compile_string(shape: Shape) -> _Compiled:
                 return _string(shape, value, _NOWHERE)
             except InternalFailure:
                 raise _Refused from None
-        if enum_values and value not in enum_values:
+        if enum_values and value not in enum_values and not left_to_the_fleet(shape.name, value):
             raise _Refused
         return value
 

@@ -13,6 +13,10 @@ whose message names each member by its path as written on the wire, for example:
 Paths: structure members are joined with ``.``, list items are ``[i]`` and map values are
 ``["key"]`` (the key JSON-quoted, because label keys such as ``a.b/c`` contain dots and slashes).
 
+One exception to the model: an instance type outside AWS's list (of a training plan, a training job or
+a HyperPod instance group) goes on to the service when it is spelt as an instance type, since which
+types exist is the fleet's to say (wire/fleet_types.py).
+
 Patterns in the model are written for Java's ``java.util.regex``: `hyperplan.wire.java_regex` compiles
 them for Python.
 """
@@ -31,6 +35,7 @@ from typing import Any
 from botocore.model import ListShape, MapShape, OperationModel, Shape, StringShape, StructureShape
 
 from hyperplan.errors import SerializationError, ValidationError
+from hyperplan.wire.fleet_types import left_to_the_fleet
 from hyperplan.wire.java_regex import compiled_pattern
 
 log = logging.getLogger(__name__)
@@ -276,7 +281,7 @@ def _string_problems(shape: Shape, value: str) -> list[str]:
     """Length, enum and pattern violations of a string (also used for map keys)."""
     problems = _length_problems(shape, len(value))
     enum = shape.enum if isinstance(shape, StringShape) else []
-    if enum and value not in enum:
+    if enum and value not in enum and not left_to_the_fleet(shape.name, value):
         problems.append(f"Member must satisfy enum value set: [{', '.join(enum)}]")
     pattern = shape.metadata.get("pattern")
     if pattern and not problems:

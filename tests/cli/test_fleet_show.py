@@ -1,5 +1,6 @@
 """`hyperplan fleet show` against a server started on a fleet file that sizes its instance types: the
-overridden figures and AWS's published ones both reach the table and the JSON."""
+overridden figures and AWS's published ones both reach the table and the JSON; and each zone's subnets,
+which a HyperPod cluster's VpcConfig names, are listed under the pools."""
 
 from __future__ import annotations
 
@@ -14,6 +15,11 @@ region = "us-west-2"
 [[zones]]
 name = "us-west-2a"
 zone_id = "usw2-az1"
+subnets = ["subnet-0123456789abcdef0", "subnet-0123456789abcdef1"]
+
+[[zones]]
+name = "us-west-2b"
+zone_id = "usw2-az2"
 
 [[pools]]
 instance_type = "ml.p5.48xlarge"
@@ -46,15 +52,26 @@ accelerator_kind = "NVIDIA L4"
 """
 
 
+def tables(text: str) -> list[list[dict[str, str]]]:
+    """Each table printed, as its lines (a cell over several lines is several rows here), each cell under
+    its column's heading."""
+    found: list[list[dict[str, str]]] = []
+    headings: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("┏"):
+            found.append([])
+            headings = []
+        elif line.startswith("┃") and not headings:
+            headings = [cell.strip() for cell in line.strip("┃").split("┃")]
+        elif line.startswith("│"):
+            cells = (cell.strip() for cell in line.strip("│").split("│"))
+            found[-1].append(dict(zip(headings, cells, strict=True)))
+    return found
+
+
 def table_rows(text: str) -> dict[str, dict[str, str]]:
-    """The table's rows by instance type, each cell under its column's heading."""
-    lines = [line for line in text.splitlines() if line.startswith(("┃", "│"))]
-    headings = [cell.strip() for cell in lines[0].strip("┃").split("┃")]
-    rows = [
-        dict(zip(headings, (c.strip() for c in line.strip("│").split("│")), strict=True))
-        for line in lines[1:]
-    ]
-    return {row["Type"]: row for row in rows}
+    """The pools' table's rows by instance type."""
+    return {row["Type"]: row for row in tables(text)[0]}
 
 
 def test_fleet_show_prints_the_fleet_files_figures_and_aws_published_ones(
@@ -64,7 +81,8 @@ def test_fleet_show_prints_the_fleet_files_figures_and_aws_published_ones(
     fleet.write_text(FLEET)
     server = server_factory(data_dir=tmp_path / "data", fleet=fleet).start()
 
-    rows = table_rows(server.cli("fleet", "show", "--days", "7").stdout)
+    shown = server.cli("fleet", "show", "--days", "7").stdout
+    rows = table_rows(shown)
     sizes = {name: (r["vCPUs"], r["Memory GiB"], r["Accelerators"]) for name, r in rows.items()}
     assert sizes == {
         "ml.p5.48xlarge": ("192", "1900", "4 x NVIDIA H100"),  # vCPUs and kind published, the rest given
@@ -80,3 +98,11 @@ def test_fleet_show_prints_the_fleet_files_figures_and_aws_published_ones(
     ]  # the pools as before, with each type's size added
     figures = [(p["VCpus"], p["MemoryGiB"], p["Accelerators"], p["AcceleratorKind"]) for p in pools]
     assert figures == [(192, 1900, 4, "NVIDIA H100"), (48, 192, 0, None), (48, 192, 4, "NVIDIA L4")]
+
+    # Under the pools, each zone and the subnets a cluster names to be there, one a line.
+    zones = [(r["Zone"], r["Zone id"], r["Subnets"]) for r in tables(shown)[1]]
+    assert zones == [
+        ("us-west-2a", "usw2-az1", "subnet-0123456789abcdef0"),
+        ("", "", "subnet-0123456789abcdef1"),
+        ("us-west-2b", "usw2-az2", "(none)"),
+    ]

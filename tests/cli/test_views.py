@@ -251,6 +251,14 @@ VIEWS: dict[str, RenderableType] = {
         {
             "Region": "us-east-1",
             "Now": "2026-12-01T00:00:00+00:00",
+            "Zones": [
+                {
+                    "AvailabilityZone": "us-east-1a",
+                    "AvailabilityZoneId": "use1-az1",
+                    "Subnets": ["subnet-0a1b2c3d4e5f60001", "subnet-0a1b2c3d4e5f60002"],
+                },
+                {"AvailabilityZone": "us-east-1b", "AvailabilityZoneId": "use1-az2", "Subnets": []},
+            ],
             "Pools": [
                 {
                     "InstanceType": "ml.p5.48xlarge",

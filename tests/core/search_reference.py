@@ -2,9 +2,11 @@
 oracle that tests/core/test_search_same.py compares the live search with: the same offerings (segments,
 prices, order) for every request of a seeded corpus. Test-only; never imported by the service.
 
-One change from the copied code: a pool's free days are read slot by slot (``CapacityCalendar.free``,
+Two changes from the copied code: a pool's free days are read slot by slot (``CapacityCalendar.free``,
 then the minimum of each day's 48 slots) rather than through the calendar's day-peaks memo, so that
-the oracle does not share that path with the code it checks."""
+the oracle does not share that path with the code it checks; and a type no plan can reserve, or a window
+that holds no day, is refused in the live words (core/served_types.py, search_request._too_short), which
+have changed since: the oracle checks which requests are refused and where, not how it is said."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ import numpy.typing as npt
 
 from hyperplan.core.calendar import CapacityCalendar
 from hyperplan.core.fleet import SERVED_TARGETS, BookingPolicy, Fleet, Pool, PoolKey
+from hyperplan.core.search_request import _too_short
+from hyperplan.core.served_types import check_reservable
 from hyperplan.errors import ValidationError
 
 DAY = timedelta(days=1)
@@ -194,13 +198,8 @@ def _pools_for(fleet: Fleet, request: SearchRequest) -> tuple[Pool, ...]:
     instance_type, count = request.instance_type, request.instance_count
     if not instance_type:
         raise ValidationError("InstanceType is required.")
+    check_reservable(fleet, instance_type)
     pools = tuple(pool for pool in fleet.pools_of_type(instance_type) if pool.reservable > 0)
-    if not pools:
-        served = ", ".join(fleet.reservable_types()) or "none"
-        raise ValidationError(
-            f"InstanceType: {instance_type} cannot be reserved in this deployment; "
-            f"it offers plans for {served}."
-        )
     allowed = fleet.policy.allowed_counts
     if not count or count < 1:
         raise ValidationError("InstanceCount must be at least 1.")
@@ -244,10 +243,7 @@ def _window(
     soonest = _ceil_minute(start)
     end_limit = _utc(request.end_before, "EndTimeBefore") if request.end_before else latest_start
     if end_limit < start + DAY:
-        raise ValidationError(
-            f"EndTimeBefore: {_show(end_limit)} must be at least 24 hours after the earliest start, "
-            f"{_show(start)}."
-        )
+        raise ValidationError(_too_short(policy, start_after, end_limit, start, now))
     return soonest, latest_start, min(end_limit, latest_start + policy.max_days * DAY)
 
 

@@ -288,10 +288,15 @@ REFUSALS = [
     ({"instance_type": ""}, "InstanceType is required"),
     (
         {"instance_type": "ml.g5.xlarge"},
-        "InstanceType: ml.g5.xlarge cannot be reserved in this deployment; "
-        "it offers plans for ml.p4d.24xlarge, ml.p5.48xlarge.",
+        "InstanceType: this fleet has no ml.g5.xlarge. Training plans here reserve ml.p4d.24xlarge or "
+        "ml.p5.48xlarge.",
     ),
-    ({"instance_type": "ml.m5.12xlarge"}, "InstanceType: ml.m5.12xlarge cannot be reserved"),
+    (
+        {"instance_type": "ml.m5.12xlarge"},
+        "InstanceType: ml.m5.12xlarge is on-demand only here (for clusters' on-demand instance groups and "
+        "training jobs without a plan), so no plan can reserve it. Training plans here reserve "
+        "ml.p4d.24xlarge or ml.p5.48xlarge.",
+    ),
     ({"instance_count": 0}, "InstanceCount must be at least 1"),
     ({"instance_count": 3}, "InstanceCount: 3 is not allowed; plans hold 1, 2, 4, 8, 16, 32, 64 instances."),
     (
@@ -300,7 +305,12 @@ REFUSALS = [
     ),
     ({"duration_hours": 0}, "DurationHours must be at least 1"),
     ({"duration_hours": 183 * 24}, "DurationHours: 4392 hours is 183 days; plans last 1 to 182 days"),
-    ({"end_before": NOW + timedelta(hours=20)}, "EndTimeBefore: 2026-03-03T07:00:00Z must be at least 24 h"),
+    # A window in the future that is too short: no word of the past.
+    (
+        {"end_before": NOW + timedelta(hours=20)},
+        "EndTimeBefore: 2026-03-03T07:00:00Z must be at least 24 hours after the earliest start, "
+        "2026-03-02T11:30:00Z.",
+    ),
     (
         {"start_after": NOW + 57 * DAY},
         "StartTimeAfter: 2026-04-28T11:00:00Z is too late; plans start at most",
@@ -312,7 +322,31 @@ REFUSALS = [
         {"start_after": datetime.max.replace(tzinfo=UTC), "end_before": datetime.max.replace(tzinfo=UTC)},
         "StartTimeAfter: 9999-12-31T23:59:59Z is too late",
     ),
-    ({"end_before": datetime.min.replace(tzinfo=UTC)}, "EndTimeBefore: 1-01-01T00:00:00Z must be at least"),
+    (
+        {"end_before": datetime.min.replace(tzinfo=UTC)},
+        "EndTimeBefore: 1-01-01T00:00:00Z is in the past: the service's time is 2026-03-02T11:00:00Z.",
+    ),
+    # A window in the past says so, and what would do.
+    (
+        {"start_after": NOW - 10 * DAY, "end_before": NOW - 5 * DAY},
+        "EndTimeBefore: 2026-02-25T11:00:00Z is in the past: the service's time is 2026-03-02T11:00:00Z "
+        "(and StartTimeAfter, 2026-02-20T11:00:00Z, too). A window must end at least 24 hours after the "
+        "earliest start, 2026-03-02T11:30:00Z (plans start at the soonest 30 minutes after the service's "
+        "time): at 2026-03-03T11:30:00Z or later. Or leave EndTimeBefore out to search all the time plans "
+        "may be booked in.",
+    ),
+    (
+        {"start_after": NOW + 2 * DAY, "end_before": NOW - timedelta(hours=1)},
+        "EndTimeBefore: 2026-03-02T10:00:00Z is in the past: the service's time is 2026-03-02T11:00:00Z. A "
+        "window must end at least 24 hours after the earliest start, 2026-03-04T11:00:00Z (StartTimeAfter): "
+        "at 2026-03-05T11:00:00Z or later.",
+    ),
+    (
+        {"start_after": NOW - DAY, "end_before": NOW + timedelta(hours=5)},
+        "EndTimeBefore: 2026-03-02T16:00:00Z must be at least 24 hours after the earliest start, "
+        "2026-03-02T11:30:00Z: StartTimeAfter, 2026-03-01T11:00:00Z, is in the past (the service's time is "
+        "2026-03-02T11:00:00Z), and plans start at the soonest 30 minutes after the service's time.",
+    ),
 ]
 
 

@@ -491,3 +491,34 @@ def test_messages_are_json_safe() -> None:
     message = refusal(op, {"TrainingPlanName": "bad\u0000name\n"})
     assert json.loads(json.dumps({"message": message}))["message"] == message
     assert validate.MAX_ERRORS == 10
+
+
+@pytest.mark.parametrize(
+    ("name", "member"),
+    [
+        ("SearchTrainingPlanOfferings", ("InstanceType",)),
+        ("CreateTrainingJob", ("ResourceConfig", "InstanceType")),
+        ("CreateCluster", ("InstanceGroups", 0, "InstanceType")),
+    ],
+)
+def test_an_instance_type_off_aws_list_is_left_to_the_fleet_when_spelt_as_one(
+    name: str, member: tuple[str | int, ...]
+) -> None:
+    """Which types exist is the fleet's to say (its services list its own types); a value not spelt as
+    an instance type is refused here, as AWS refuses it."""
+    op = operation_model(name)
+
+    def with_type(value: str) -> dict[str, Any]:
+        body = copy.deepcopy(VALID[name])
+        *path, last = member
+        place: Any = body
+        for step in path:
+            place = place[step]
+        place[last] = value
+        return body
+
+    for fleet_type in ("ml.mi300x.48xlarge", "ml.m5.12xlarge"):
+        parsed = parse_request(op, with_type(fleet_type))
+        assert json.dumps(parsed, default=str).count(f'"{fleet_type}"') == 1
+    for not_a_type in ("p5.48xlarge", "ML.P5.48XLARGE", "ml." + "x" * 60 + ".large", "ml.p5 48xlarge"):
+        assert "must satisfy enum value set" in refusal(op, with_type(not_a_type))

@@ -1,4 +1,5 @@
-"""The fleet: each pool, the size of its instances, and a bar per day of how booked it is."""
+"""The fleet: each pool, the size of its instances, and a bar per day of how booked it is; then each zone's
+subnets."""
 
 from __future__ import annotations
 
@@ -65,8 +66,25 @@ class FleetTable:
             COLUMNS,
             rows,
         )
+        parts: list[TableView | Text] = [table]
+        zones = self.fleet.get("Zones")  # a server older than the list of zones sends none
+        if zones:
+            parts.append(zones_table(zones))
         unhealthy = unhealthy_lines(self.fleet["Pools"])
-        return Group(table, Text("\n".join(unhealthy))) if unhealthy else table
+        if unhealthy:
+            parts.append(Text("\n".join(unhealthy)))
+        return Group(*parts) if len(parts) > 1 else table
+
+
+def zones_table(zones: list[dict[str, Any]]) -> TableView:
+    """Each zone's subnets, one a line: the ids a HyperPod cluster's VpcConfig.Subnets (or a group's
+    OverrideVpcConfig) names to put its instance groups in that zone."""
+    rows = [
+        [zone["AvailabilityZone"], zone["AvailabilityZoneId"], "\n".join(zone["Subnets"]) or "(none)"]
+        for zone in zones
+    ]
+    title = "Zones (a cluster's VpcConfig.Subnets pick its zone)"
+    return TableView(title, ("Zone", "Zone id", "Subnets"), rows)
 
 
 def accelerators(pool: dict[str, Any]) -> str | None:

@@ -9,6 +9,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from hyperplan.core import served_types
 from hyperplan.core.clusters import GroupFacts, PlanFacts, check_binding, check_subnets
 from hyperplan.core.fleet import Pool
 from hyperplan.errors import ResourceLimitExceeded, ValidationError
@@ -162,9 +163,8 @@ def _on_demand_zone(
         if not facts.subnet_zones or p.availability_zone in facts.subnet_zones
     ]
     if not pools:
-        raise ValidationError(
-            f"{facts.where}.InstanceType: this fleet has no {facts.instance_type} in "
-            f"{', '.join(sorted(facts.subnet_zones)) or 'any zone'}."
+        raise served_types.refuse_absent_for_group(
+            runtime.fleet, facts.instance_type, facts.subnet_zones, f"{facts.where}.InstanceType"
         )
     on_demand_group = group if group is not None and group.plan_id is None else None
     kept = len(live_nodes(session, on_demand_group)) if on_demand_group is not None else 0

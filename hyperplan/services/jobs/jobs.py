@@ -64,6 +64,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hyperplan.backends.base import EXPIRATION_VARIABLE
+from hyperplan.core import served_types
 from hyperplan.core.bucket_rights import Right
 from hyperplan.core.jobs import (
     BETWEEN_ATTEMPTS,
@@ -208,7 +209,9 @@ def _on_demand_zone(
     none has enough, and refused when the account's on-demand quota or its budget does not allow it."""
     pools = runtime.fleet.pools_of_type(checked.instance_type)
     if not pools:
-        raise ValidationError(f"ResourceConfig.InstanceType: this fleet has no {checked.instance_type}.")
+        raise served_types.refuse_unknown_for_job(
+            runtime.fleet, checked.instance_type, "ResourceConfig.InstanceType"
+        )
     quotas.check_on_demand(session, runtime, caller.account_id, checked.instance_type, checked.instance_count)
     free = {p.availability_zone: on_demand.free(session, p) for p in pools}
     best = max(pools, key=lambda p: (free[p.availability_zone], p.availability_zone))
