@@ -34,20 +34,18 @@ def backup(
 ) -> None:
     """Copy a data directory's store, master key and credentials while its server runs (SQLite stores;
     a PostgreSQL store is backed up with pg_dump, docs/POSTGRES.md)."""
-    from hyperplan.errors import HyperplanError
+    from hyperplan.cli.serve_options import refusals_exit
     from hyperplan.store.backup import backup as take
 
     os.umask(0o077)
     directory = (data_dir or default_data_dir()).expanduser()
-    try:
+    with refusals_exit():  # as `serve` says them: one line, exit code 2
         made = take(directory, dest.expanduser(), key_file.expanduser() if key_file else None)
-    except HyperplanError as exc:
-        console.print(f"[red]{exc.code}[/red]: {exc.message}")
-        raise typer.Exit(2) from None
     console.print(
         f"Backed up {directory} to {made.directory} ({', '.join(made.files)}), as of "
         f"{made.taken_at:%Y-%m-%d %H:%M:%S} UTC. It holds the master key: keep it as safe as the server.",
         highlight=False,
+        markup=False,
     )
 
 
@@ -57,18 +55,16 @@ def restore(
     key_file: KeyFile = None,
 ) -> None:
     """Put a backup into an empty (or new) data directory; then start `hyperplan serve` on it."""
-    from hyperplan.errors import HyperplanError
+    from hyperplan.cli.serve_options import refusals_exit
     from hyperplan.store.backup import restore as put_back
 
     os.umask(0o077)
     directory = (data_dir or default_data_dir()).expanduser()
-    try:
+    with refusals_exit():
         made = put_back(src.expanduser(), directory, key_file.expanduser() if key_file else None)
-    except HyperplanError as exc:
-        console.print(f"[red]{exc.code}[/red]: {exc.message}")
-        raise typer.Exit(2) from None
     console.print(
         f"Restored the backup of {made.taken_at:%Y-%m-%d %H:%M:%S} UTC into {directory}: start "
         f"`hyperplan serve --data-dir {directory}`.",
         highlight=False,
+        markup=False,
     )

@@ -32,9 +32,33 @@ class ApiError(Exception):
 
 
 def resolve_endpoint(endpoint_url: str | None) -> str:
-    """The flag, else $HYPERPLAN_ENDPOINT_URL, else $AWS_ENDPOINT_URL, else the local default."""
-    chosen = endpoint_url or os.environ.get(ENDPOINT_ENV) or os.environ.get(AWS_ENDPOINT_ENV)
-    return (chosen or DEFAULT_ENDPOINT).rstrip("/")
+    """The flag, else $HYPERPLAN_ENDPOINT_URL, else $AWS_ENDPOINT_URL, else the local default; a value
+    that is no server's URL is refused (ValidationError) naming where it came from."""
+    given = (
+        ("--endpoint-url", endpoint_url),
+        (f"${ENDPOINT_ENV}", os.environ.get(ENDPOINT_ENV)),
+        (f"${AWS_ENDPOINT_ENV}", os.environ.get(AWS_ENDPOINT_ENV)),
+    )
+    source, chosen = next(((source, value) for source, value in given if value), ("", DEFAULT_ENDPOINT))
+    return _checked_endpoint(chosen.rstrip("/"), source)
+
+
+def _checked_endpoint(url: str, source: str) -> str:
+    from urllib.parse import urlsplit
+
+    from hyperplan.errors import ValidationError
+
+    try:
+        parts = urlsplit(url)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a bad port or IPv6 address: urlsplit and .port say so only by raising
+        usable = False
+    if not usable:
+        raise ValidationError(
+            f"{source} {url!r} is not a server's URL; give http://HOST:PORT or https://HOST:PORT, "
+            "e.g. http://127.0.0.1:8080"
+        )
+    return url
 
 
 def default_data_dir() -> Path:
@@ -103,6 +127,10 @@ def _ini_credentials(path: Path, section: str) -> Credentials | None:
     return Credentials(key, secret, values.get("aws_session_token") or None)
 
 
+# RFC 3986's reserved and unreserved characters, and "%": left as they are in a request's path.
+_URL_CHARACTERS = "/%?=&:@!$'()*+,;~[]"
+
+
 class Unreachable(ConnectionError):
     """No answer from the server: the connection was refused, timed out, or broke off."""
 
@@ -127,7 +155,10 @@ class NativeClient:
     def server_region(self) -> str:
         if self.region is None:
             status, data = self.exchange("GET", f"{self.endpoint}/healthz", {}, b"", timeout=10)
-            self.region = str(_result(status, data)["region"])
+            health = _result(status, data)
+            if not isinstance(health, dict) or "region" not in health:  # another kind of server answered
+                raise ApiError("InvalidResponse", f"{self.endpoint} is not a hyperplan server", status)
+            self.region = str(health["region"])
         return self.region
 
     def get(self, path: str, **query: Any) -> Any:
@@ -144,7 +175,10 @@ class NativeClient:
 
         params = {k: str(v) for k, v in (query or {}).items() if v is not None}
         # RFC 3986 encoding (a space is %20, a slash %2F): what SigV4 signs is exactly what is sent.
-        url = f"{self.endpoint}{path}" + (f"?{urlencode(params, quote_via=quote)}" if params else "")
+        # A name a command put in the path as given ("a b", "é") is encoded here; what is a URL's already
+        # (a "/", a "%2F" a command encoded, a query) is left as it is.
+        url = f"{self.endpoint}{quote(path, safe=_URL_CHARACTERS)}"
+        url += f"?{urlencode(params, quote_via=quote)}" if params else ""
         data = b"" if body is None else json.dumps(body).encode()
         headers = sign_request(
             method,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from hyperplan.cli.common import emit, native_client, reporting_errors
-from hyperplan.cli.options import ClientTyper
+from hyperplan.cli.options import TIME_HELP, ClientTyper
 
 app = ClientTyper(help="The service clock.", no_args_is_help=True)
 
@@ -31,11 +31,13 @@ def advance(duration: str = typer.Argument(help="How far, e.g. 90m, 6h, 2d, 1d12
 
 @app.command("set")
 def set_time(
-    time: str = typer.Argument(help="ISO 8601 with a zone, e.g. 2026-12-01T11:30:00Z."),
+    time: str = typer.Argument(help=TIME_HELP),
 ) -> None:
     """Move a manual clock to a time (never backwards)."""
+    from hyperplan.cli.times import iso_instants
     from hyperplan.cli.views.clock import ClockLine
 
+    when = iso_instants({"TIME": time})["TIME"]
     with reporting_errors():
-        state = native_client().post("/api/v1/clock/set", {"Time": time})
+        state = native_client().post("/api/v1/clock/set", {"Time": when})
     emit(state, ClockLine)

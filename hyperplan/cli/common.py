@@ -8,11 +8,13 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NoReturn
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console, RenderableType
-from rich.markup import escape
+from rich.text import Text
+from typer import _click as click
 
 from hyperplan.cli import options
 from hyperplan.cli.client import (
@@ -47,13 +49,49 @@ def native_client() -> NativeClient:
     if credentials is None:
         profile = given.profile_in_use()
         tried = f"profile {profile!r}" if profile else "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
-        errors.print(
-            f"[red]No credentials[/red] ({escape(tried)}). Set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
-            f"pass --profile, or point --data-dir at the server's data directory "
-            f"(looked in {escape(str(directory / 'credentials'))})."
+        raise Failure(
+            "No credentials",
+            f"({tried}). Set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, pass --profile, or point --data-dir "
+            f"at the server's data directory (looked in {directory / 'credentials'}).",
+            exit_code=2,
+            separator=" ",
         )
-        raise typer.Exit(2)
     return NativeClient(resolve_endpoint(given.endpoint_url), credentials)
+
+
+def failure_line(head: Any, rest: Any, separator: str = ": ") -> Text:
+    """`head: rest`, the head in red, as one literal line: a message's `[postgres]` or `hp-n[01-04]` is
+    text, never Rich markup (a str printed through Rich would lose it)."""
+    return Text.assemble((str(head), "red"), separator, str(rest))
+
+
+class Failure(click.ClickException):
+    """What stops a command, printed as one line on stderr (failure_line), no traceback: exit code 2 for a
+    mistake in what it was given (found before any request), 1 for a server's refusal or absence."""
+
+    def __init__(self, head: str, message: str, exit_code: int, separator: str = ": ") -> None:
+        super().__init__(message)
+        self.head = head
+        self.exit_code = exit_code
+        self.separator = separator
+
+    def show(self, file: Any = None) -> None:
+        # soft_wrap: one line however long (a terminal wraps it; a log or a test reads it whole).
+        errors.print(failure_line(self.head, self.message, self.separator), soft_wrap=True)
+
+
+def refused(exc: ApiError) -> Failure:
+    """The server's refusal: `Code: message`, exit code 1."""
+    return Failure(exc.code, exc.message, exit_code=1)
+
+
+def unreachable(exc: Unreachable) -> Failure:
+    """No answer: where the client looked, and why; exit code 1."""
+    return Failure(
+        f"Cannot reach the server at {exc.origin}",
+        f"{exc.reason}. Is `hyperplan serve` running?",
+        exit_code=1,
+    )
 
 
 @contextmanager
@@ -62,21 +100,20 @@ def reporting_errors() -> Iterator[None]:
     try:
         yield
     except ApiError as exc:
-        _fail(exc.code, exc.message)
+        raise refused(exc) from None
     except Unreachable as exc:
-        _unreachable(exc.origin, exc.reason)
+        raise unreachable(exc) from None
 
 
-def _fail(code: Any, message: Any) -> NoReturn:
-    errors.print(f"[red]{escape(str(code))}[/red]: {escape(str(message))}")
-    raise typer.Exit(1)
-
-
-def _unreachable(where: str, why: str) -> NoReturn:
-    errors.print(
-        f"[red]Cannot reach the server at {escape(where)}[/red]: {escape(why)}. Is `hyperplan serve` running?"
-    )
-    raise typer.Exit(1)
+def read_text(path: Path, option: str) -> str:
+    """A file the command line names, as text; one it cannot read is refused naming the option, the file
+    and why (a usage error, exit code 2), never a traceback."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise typer.BadParameter(f"{path} is not UTF-8 text (byte {exc.start})", param_hint=option) from None
+    except OSError as exc:
+        raise typer.BadParameter(f"cannot read {path}: {exc.strerror or exc}", param_hint=option) from None
 
 
 def print_json(value: Any) -> None:

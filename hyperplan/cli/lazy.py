@@ -19,7 +19,7 @@ from typing import Any
 
 import typer
 from typer import _click as click
-from typer.core import TyperCommand, TyperGroup
+from typer.core import TyperCommand
 from typer.main import get_command_from_info, get_group_from_info
 from typer.models import CommandInfo, Default, TyperInfo
 
@@ -107,14 +107,10 @@ class Commands(MutableMapping[str, click.Command]):
         return len(self._order)
 
 
-def lazy_root(settings: Settings, later: dict[str, Later], order: list[str]) -> type[TyperGroup]:
-    """A TyperGroup class for the root Typer (`typer.Typer(cls=...)`) whose subcommands in `later` are
-    built on first use; `order` is the order help lists every subcommand in."""
-
-    class LazyRoot(TyperGroup):
-        def __init__(self, **kwargs: Any) -> None:
-            super().__init__(**kwargs)
-            makers = {name: partial(build, name, where, settings) for name, where in later.items()}
-            self.commands = Commands(self.commands, makers, order)
-
-    return LazyRoot
+def lazy_commands(
+    built: MutableMapping[str, click.Command], settings: Settings, later: dict[str, Later], order: list[str]
+) -> Commands:
+    """A root group's command table: `built` as they are, those in `later` built on first use; `order` is
+    the order help lists every subcommand in."""
+    makers = {name: partial(build, name, where, settings) for name, where in later.items()}
+    return Commands(built, makers, order)

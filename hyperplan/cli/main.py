@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from hyperplan.cli.common import console
-from hyperplan.cli.lazy import Later, Settings, lazy_root
+from hyperplan.cli.lazy import Later, Settings
 from hyperplan.cli.options import (
     PLAIN_HELP,
     ClientCommand,
@@ -17,6 +17,7 @@ from hyperplan.cli.options import (
     JsonOpt,
     ProfileOpt,
 )
+from hyperplan.cli.root import Root
 from hyperplan.cli.serve_options import (
     BodyTimeoutOpt,
     ClockOpt,
@@ -75,8 +76,24 @@ GROUPS = {
     "audit": Later("hyperplan.cli.ops", "audit_app"),
     "admin": Later("hyperplan.cli.ops", "admin_app"),
 }
-HELP_ORDER = [*COMMANDS, "serve", *GROUPS]  # Typer's: the commands as registered, then the groups
+# Help lists every subcommand here, in the order of the work: a team's plans and what runs on them, then
+# administration, then running a server. The one place that order is kept (tests/cli/test_failures.py).
+SECTIONS = {
+    "The work": ["plans", "clusters", "jobs", "fleet"],
+    "Administration": [
+        "accounts", "users", "keys", "buckets", "registries", "invoices", "webhooks", "usage", "audit",
+        "admin",
+    ],
+    "Serving": ["serve", "clock", "simulate", "backup", "restore"],
+}  # fmt: skip
 _ROOT = Settings(pretty_exceptions_short=True, rich_markup_mode=PLAIN_HELP, suggest_commands=True)
+
+
+class HyperplanRoot(Root):
+    later = {**COMMANDS, **GROUPS}
+    settings = _ROOT
+    sections = SECTIONS
+
 
 app = typer.Typer(
     help="hyperplan: bookable accelerator capacity over the SageMaker training-plan API. "
@@ -86,7 +103,7 @@ app = typer.Typer(
     pretty_exceptions_short=_ROOT.pretty_exceptions_short,
     rich_markup_mode=_ROOT.rich_markup_mode,
     suggest_commands=_ROOT.suggest_commands,
-    cls=lazy_root(_ROOT, {**COMMANDS, **GROUPS}, HELP_ORDER),
+    cls=HyperplanRoot,
 )
 
 

@@ -45,6 +45,12 @@ DataDirOpt = Annotated[
 ]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.", rich_help_panel=PANEL)]
 
+# The one time syntax of every time option (hyperplan/cli/times.py reads it), said in each one's help.
+TIME_HELP = (
+    "A date (2026-12-07: midnight UTC), a date and time (2026-12-07T10:00, UTC unless a zone such as Z or "
+    "+02:00 follows), now, or a time from now: +3d, +12h, +30m, +1d12h, -2d (the service clock's now)."
+)
+
 
 @dataclass(frozen=True)
 class ClientOptions:

@@ -14,16 +14,9 @@ from hyperplan.cli.common import (
     reporting_errors,
     sagemaker_client,
 )
-from hyperplan.cli.options import ClientTyper
+from hyperplan.cli.options import TIME_HELP, ClientTyper
 
 app = ClientTyper(help="Training plans: search, buy, list, show.", no_args_is_help=True)
-
-
-def _instant(text: str) -> Any:
-    # The server's own parser, so both ends read a time alike; imported only when a time is given.
-    from hyperplan.clock import parse_instant
-
-    return parse_instant(text)
 
 
 @app.command("search")
@@ -33,24 +26,30 @@ def search(
     target: Annotated[str, typer.Option(help="training-job or hyperpod-cluster")],
     days: Annotated[int | None, typer.Option(help="Duration in days.")] = None,
     hours: Annotated[int | None, typer.Option(help="Duration in hours (rounded up to whole days).")] = None,
-    start_after: Annotated[str | None, typer.Option(help="ISO 8601; default: 30 minutes from now.")] = None,
-    end_before: Annotated[str | None, typer.Option(help="ISO 8601; default: 56 days from now.")] = None,
+    start_after: Annotated[
+        str | None, typer.Option(help="The earliest start; default: 30 minutes from now. " + TIME_HELP)
+    ] = None,
+    end_before: Annotated[
+        str | None, typer.Option(help="The latest end; default: 56 days from now. " + TIME_HELP)
+    ] = None,
 ) -> None:
     """Search for offerings: at most three, best first."""
+    from hyperplan.cli.times import instants
     from hyperplan.cli.views.plans import Offerings
 
     if (days is None) == (hours is None):
         raise typer.BadParameter("give exactly one of --days or --hours")
+    window = instants({"--start-after": start_after, "--end-before": end_before})
     request: dict[str, Any] = {
         "InstanceType": instance_type,
         "InstanceCount": count,
         "DurationHours": hours if hours is not None else 24 * (days or 0),
         "TargetResources": [target],
     }
-    if start_after:
-        request["StartTimeAfter"] = _instant(start_after)
-    if end_before:
-        request["EndTimeBefore"] = _instant(end_before)
+    if window["--start-after"] is not None:
+        request["StartTimeAfter"] = window["--start-after"]
+    if window["--end-before"] is not None:
+        request["EndTimeBefore"] = window["--end-before"]
     with reporting_errors():
         result = sagemaker_client().call("SearchTrainingPlanOfferings", **request)
     emit(

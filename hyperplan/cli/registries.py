@@ -32,7 +32,10 @@ def _path(host: str) -> str:
 
 def _password_from_stdin() -> str:
     """The whole of standard input, less the line end a shell or `echo` adds (as `docker login` reads it)."""
-    password = sys.stdin.read().removesuffix("\n").removesuffix("\r")
+    try:
+        password = sys.stdin.read().removesuffix("\n").removesuffix("\r")
+    except UnicodeDecodeError:
+        raise typer.BadParameter("standard input is not UTF-8 text", param_hint="--password-stdin") from None
     if not password:
         raise typer.BadParameter(
             "standard input is empty: pipe the password in", param_hint="--password-stdin"

@@ -36,8 +36,9 @@ TimeScaleOpt = Annotated[float, typer.Option(help="Service seconds per real seco
 ClockStartOpt = Annotated[
     str | None,
     typer.Option(
-        help="First instant of the manual or accelerated clock, ISO 8601 with a zone "
-        "(e.g. 2026-12-31T23:50:00Z); used only by a data directory that has no service time yet."
+        help="First instant of the manual or accelerated clock: a date (2026-12-31: midnight UTC) or a date "
+        "and time (2026-12-31T23:50, UTC unless a zone such as Z or +02:00 follows); used only by a data "
+        "directory that has no service time yet."
     ),
 ]
 MaxBodyBytesOpt = Annotated[
@@ -242,15 +243,23 @@ class FrontDoor:
 
 @contextmanager
 def refusals_exit() -> Iterator[None]:
-    """A refusal (HyperplanError) printed as `CODE: message`; the command then exits as on a bad option."""
-    from rich.markup import escape  # a refusal names "[backend] work_dir" or "[images]": text, not markup
-
-    from hyperplan.errors import HyperplanError
+    """A refusal (HyperplanError) printed as `CODE: message`; the command then exits as on a bad option.
+    So is a file or directory the server cannot make or open (a data directory that is a file, a key
+    file's directory that does not exist): the operator's to fix, not a bug to trace."""
+    from hyperplan.cli.common import failure_line  # literal: "[backend] work_dir" is text, not markup
+    from hyperplan.errors import HyperplanError, InternalFailure
 
     try:
         yield
+    except InternalFailure:
+        raise
     except HyperplanError as exc:
-        console.print(f"[red]{exc.code}[/red]: {escape(exc.message)}")
+        console.print(failure_line(exc.code, exc.message), soft_wrap=True)
+        raise typer.Exit(2) from None
+    except OSError as exc:
+        if exc.filename is None:
+            raise
+        console.print(failure_line(f"Cannot use {exc.filename}", exc.strerror), soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -294,12 +303,21 @@ def check_front_door(options: ServeOptions) -> FrontDoor:
 def _refuse_early(options: ServeOptions) -> datetime | None:
     """The refusals made before the server's stack is imported (seconds of CPU): the same checks the
     application makes again as it opens, with the same messages. Returns --clock-start's instant."""
-    from hyperplan.clock import check_clock_options, parse_instant
+    from hyperplan.cli.client import default_data_dir
+    from hyperplan.cli.common import read_text
+    from hyperplan.cli.times import absolute
+    from hyperplan.clock import check_clock_options
     from hyperplan.core.runtime_choice import FLAG, check_runtime
+    from hyperplan.errors import ValidationError
     from hyperplan.services.accounts import os_users
     from hyperplan.store.urls import check_url
 
-    starts_at = parse_instant(options.clock_start) if options.clock_start is not None else None
+    starts_at = absolute("--clock-start", options.clock_start) if options.clock_start is not None else None
+    if options.fleet is not None:
+        read_text(options.fleet, "--fleet")  # missing, unreadable or not UTF-8: said before anything starts
+    directory = (options.data_dir or default_data_dir()).expanduser()
+    if directory.exists() and not directory.is_dir():
+        raise ValidationError(f"the data directory {directory} is a file; give a directory with --data-dir")
     check_clock_options(options.clock_kind, starts_at)
     os_users.choose_isolation(options.isolation, os.geteuid())
     if options.runtime is not None:

@@ -20,7 +20,7 @@ import typer
 from hyperplan.app import AppConfig, Application, default_data_dir
 from hyperplan.backends import disks
 from hyperplan.backends.layout import MARK_VARIABLE
-from hyperplan.cli.common import console
+from hyperplan.cli.common import console, failure_line
 from hyperplan.cli.serve_options import FrontDoor, ServeOptions, api_process_args, refusals_exit
 from hyperplan.core.runtime_choice import NOT_CONTAINED
 from hyperplan.server.app import create_app
@@ -76,7 +76,7 @@ def _check_metrics_listen(listen: str) -> None:
     try:
         parse_listen(listen)
     except ValueError as exc:
-        console.print(f"[red]ValidationException[/red]: {exc}")
+        console.print(failure_line("ValidationException", exc))
         raise typer.Exit(2) from None
 
 
@@ -157,13 +157,14 @@ def _announce(
     elif context.settings.disk_problem is not None:
         print(f"WARNING: {disks.NOT_BOUNDED}: {context.settings.disk_problem}", file=sys.stderr, flush=True)
     if bootstrapped:
-        console.print(f"Created the administrator account; its keys are in {credentials}")
+        console.print(f"Created the administrator account; its keys are in {credentials}", markup=False)
     console.print(
         f"hyperplan on http://{host}:{port} (region {context.region}, {context.clock.kind} clock, "
         f"data in {directory}, work in {context.work_dir}, isolation {context.settings.isolation}, "
         f"runtime {context.settings.runtime})\n"
         f"  aws sagemaker list-training-plans --endpoint-url http://{host}:{port} "
-        f"(credentials: AWS_SHARED_CREDENTIALS_FILE={credentials} AWS_PROFILE=hyperplan)"
+        f"(credentials: AWS_SHARED_CREDENTIALS_FILE={credentials} AWS_PROFILE=hyperplan)",
+        markup=False,  # paths are text: a directory named "[x]" is printed as it is
     )
 
 
@@ -176,7 +177,7 @@ def _supervise(application: Application, options: ServeOptions, child_args: list
     try:
         sock = listening_socket(host, port)
     except OSError as exc:
-        console.print(f"[red]cannot listen on {host}:{port}[/red]: {exc.strerror}")
+        console.print(failure_line(f"cannot listen on {host}:{port}", exc.strerror))
         application.stop()
         raise typer.Exit(1) from None
     supervisor = Supervisor(child_args, options.workers, sock.fileno())

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from hyperplan.cli.common import console
+from hyperplan.cli.common import console, read_text
 
 if TYPE_CHECKING:  # imported where used: every other command starts without numpy and HiGHS
     from hyperplan.core.fleet import Fleet, PoolKey
@@ -212,18 +212,18 @@ def simulate(
     start: Annotated[
         str | None,
         typer.Option(
-            help="The simulation's first instant, ISO 8601 with a zone; hour 0 is the first 11:30 UTC at "
-            "or after it. Default: now."
+            help="The simulation's first instant: a date (2026-12-07: midnight UTC) or a date and time "
+            "(2026-12-07T10:00, UTC unless a zone such as Z or +02:00 follows); hour 0 is the first "
+            "11:30 UTC at or after it. Default: now."
         ),
     ] = None,
 ) -> None:
     """Replay a workload through the real search and booking code under each ranking, in this process
     (manual clock, a temporary store), and compare what each booked with the LP upper bound."""
-    from hyperplan.clock import parse_instant
+    from hyperplan.cli.times import absolute
     from hyperplan.core.fleet import RANKINGS
     from hyperplan.core.fleet_file import parse_fleet
     from hyperplan.core.workloads import read_csv
-    from hyperplan.errors import HyperplanError
 
     rankings = list(dict.fromkeys(ranking)) if ranking else list(RANKINGS)
     unknown = [r for r in rankings if r not in RANKINGS]
@@ -233,14 +233,12 @@ def simulate(
         )
     if plot is not None:
         _check_matplotlib()
-    try:
-        fleet_value = parse_fleet(fleet.read_text())
-        requests = read_csv(workload.read_text())
-        first = parse_instant(start) if start is not None else datetime.now(UTC)
-        outcomes = run(fleet_value, requests, first, rankings)
-    except HyperplanError as exc:
-        console.print(f"[red]{exc.code}[/red]: {exc.message}", highlight=False)
-        raise typer.Exit(2) from None
+    first = absolute("--start", start) if start is not None else datetime.now(UTC)
+    # A refusal (our error tree: a bad fleet file, workload or time) is printed as one line, exit code 2
+    # (hyperplan/cli/root.py).
+    fleet_value = parse_fleet(read_text(fleet, "--fleet"))
+    requests = read_csv(read_text(workload, "--workload"))
+    outcomes = run(fleet_value, requests, first, rankings)
     if as_json:
         print(json.dumps({"Rankings": [o.as_json() for o in outcomes]}, indent=2))
     else:
@@ -248,7 +246,7 @@ def simulate(
     if plot is not None:
         _plot(outcomes, plot)
         if not as_json:
-            console.print(f"Utilisation over time drawn in {plot}", highlight=False)
+            console.print(f"Utilisation over time drawn in {plot}", highlight=False, markup=False)
 
 
 def _table(outcomes: list[Outcome]) -> Any:

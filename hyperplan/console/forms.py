@@ -8,10 +8,11 @@ server's front door (server/body_limit.py).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
+from datetime import datetime
 from urllib.parse import parse_qsl
 
-from hyperplan.errors import HyperplanError
+from hyperplan.core.user_times import parse_time
+from hyperplan.errors import HyperplanError, ValidationError
 
 MAX_FIELDS = 200
 
@@ -76,19 +77,17 @@ class Fields:
             return None
         return int(value)
 
-    def moment(self, name: str, label: str) -> datetime | None:
-        """A date (YYYY-MM-DD) or a date and time (YYYY-MM-DDTHH:MM), in UTC; blank reads as None."""
+    def moment(self, name: str, label: str, now: datetime) -> datetime | None:
+        """A time in the CLI's one syntax (core/user_times.py: a date, a date and time, UTC unless a zone
+        is given, `now`, `+3d`), a relative one counted from `now`, the service clock's; blank is None."""
         value = self.form.get(name).strip()
         if not value:
             return None
         try:
-            when = datetime.fromisoformat(value)
-        except ValueError:
-            self.errors[name] = (
-                f"{label} must be a date (YYYY-MM-DD) or a date and time (YYYY-MM-DDTHH:MM), UTC."
-            )
+            return parse_time(value, now)
+        except ValidationError as exc:
+            self.errors[name] = f"{label}: {exc.message}"
             return None
-        return when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
 
     def check(self) -> None:
         if self.errors:

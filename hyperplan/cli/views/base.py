@@ -8,22 +8,25 @@ from datetime import UTC, datetime
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 
 @dataclass(frozen=True)
 class TableView:
-    """A table with a title on its left; empty cells for missing values."""
+    """A table with a title on its left; empty cells for missing values. Every cell and the title are
+    literal text: a node list such as hp-n[01-04] or a message naming [backend] is printed as it is, where
+    a str would be read as Rich markup and lose its brackets."""
 
     title: str
     columns: Sequence[str]
     rows: Sequence[Sequence[Any]]
 
     def __rich__(self) -> Table:
-        table = Table(title=self.title, title_justify="left")
+        table = Table(title=Text(self.title), title_justify="left")
         for column in self.columns:
-            table.add_column(column)
+            table.add_column(Text(column))
         for row in self.rows:
-            table.add_row(*("" if cell is None else str(cell) for cell in row))
+            table.add_row(*(Text("" if cell is None else str(cell)) for cell in row))
         return table
 
 
