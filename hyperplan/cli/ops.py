@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from hyperplan.cli.common import emit, json_output, native_client, reporting_errors
-from hyperplan.cli.options import ClientTyper
+from hyperplan.cli.options import TIME_HELP, ClientTyper
 
 audit_app = ClientTyper(help="The audit trail (administrators).", no_args_is_help=True)
 admin_app = ClientTyper(help="Fleet maintenance (administrators): drain and resume.", no_args_is_help=True)
@@ -16,14 +16,16 @@ admin_app = ClientTyper(help="Fleet maintenance (administrators): drain and resu
 
 @audit_app.command("list")
 def list_audit(
-    since: Annotated[str | None, typer.Option(help="From this instant on (ISO 8601, service time).")] = None,
+    since: Annotated[str | None, typer.Option(help="From this instant on. " + TIME_HELP)] = None,
     account: Annotated[str | None, typer.Option(help="Records made by or concerning this account.")] = None,
     before: Annotated[int | None, typer.Option(help="Only records listed before this one (its id).")] = None,
 ) -> None:
     """Administrator actions and security-relevant events, oldest first: the newest page of them (1,000
     records or 1 MiB); --before the first one's id for the page before."""
+    from hyperplan.cli.times import iso_instants
     from hyperplan.cli.views.ops import AuditTable
 
+    since = iso_instants({"--since": since})["--since"]
     with reporting_errors():
         result = native_client().get("/api/v1/audit", since=since, account=account, before=before)
     emit(result["Events"], AuditTable)
@@ -70,18 +72,23 @@ def usage(
         str | None, typer.Option(help="One account (administrators; others see their own).")
     ] = None,
     from_: Annotated[
-        str | None, typer.Option("--from", help="From this instant (ISO 8601); default: 30 days before --to.")
+        str | None,
+        typer.Option("--from", help="From this instant; default: 30 days before --to. " + TIME_HELP),
     ] = None,
-    to: Annotated[str | None, typer.Option(help="Until this instant (ISO 8601); default: now.")] = None,
+    to: Annotated[str | None, typer.Option(help="Until this instant; default: now. " + TIME_HELP)] = None,
     by_tag: Annotated[str | None, typer.Option(help="Group by this tag key's value too.")] = None,
     csv: Annotated[bool, typer.Option("--csv", help="CSV with a header line, for a spreadsheet.")] = False,
 ) -> None:
-    """Reserved against used instance-hours per account, pool and UTC day (service time)."""
+    """Instance-hours per account, pool and UTC day (service time): reserved by plans, used of them by
+    the plans' clusters and jobs (never more than reserved), and on demand (work on no plan) apart."""
     import csv as csv_module
     import sys
 
+    from hyperplan.cli.times import iso_instants
     from hyperplan.cli.views.ops import UsageTable
 
+    window = iso_instants({"--from": from_, "--to": to})  # a bad time refused before any request
+    from_, to = window["--from"], window["--to"]
     with reporting_errors():
         rows = native_client().get("/api/v1/usage", account=account, to=to, tag=by_tag, **{"from": from_})[
             "Usage"
@@ -100,6 +107,8 @@ def usage(
             "day",
             "reserved_instance_hours",
             "used_instance_hours",
+            "plan_used_instance_hours",
+            "on_demand_instance_hours",
         ]
     )
     for r in rows:
@@ -112,5 +121,7 @@ def usage(
                 r["Day"],
                 r["ReservedInstanceHours"],
                 r["UsedInstanceHours"],
+                r["PlanUsedInstanceHours"],
+                r["OnDemandInstanceHours"],
             ]
         )

@@ -91,6 +91,8 @@ def show_usage(request: NativeRequest) -> dict[str, Any]:
                 "AvailabilityZone": row.zone,
                 "Day": row.day.isoformat(),
                 "ReservedInstanceHours": row.reserved_instance_hours,
+                "PlanUsedInstanceHours": row.plan_used_instance_hours,
+                "OnDemandInstanceHours": row.on_demand_instance_hours,
                 "UsedInstanceHours": row.used_instance_hours,
             }
             for row in rows

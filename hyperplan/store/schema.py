@@ -543,6 +543,8 @@ class EndedNodeUsage(Base):
     launched_at: Mapped[datetime] = mapped_column(UTCDateTime)
     ended_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
     backend_id: Mapped[str] = mapped_column(String(64), default="")  # what retention forgets, then ""
+    # On a plan's capacity (counted with the plan's claims) or on demand, as the node was (0025).
+    on_plan: Mapped[bool] = mapped_column(server_default=false())
 
 
 class ChangeCounter(Base):

@@ -337,6 +337,8 @@ def test_usage_of_a_plan_whose_nodes_ran_half_its_time_per_day_and_by_tag(
     }
     assert sum(r["ReservedInstanceHours"] for r in rows) == pytest.approx(2 * hours)
     assert sum(r["UsedInstanceHours"] for r in rows) == pytest.approx(hours)  # two nodes, half the time
+    assert [r["PlanUsedInstanceHours"] for r in rows] == [r["UsedInstanceHours"] for r in rows]
+    assert {r["OnDemandInstanceHours"] for r in rows} == {0}  # all of it on the plan
     days = sorted({r["Day"] for r in rows})
     assert days[0] == start.date().isoformat() and days[-1] == end.date().isoformat()
     first = next(r for r in rows if r["Day"] == days[0])
@@ -350,7 +352,10 @@ def test_usage_of_a_plan_whose_nodes_ran_half_its_time_per_day_and_by_tag(
         "usage", "--account", "admin", "--csv", "--from", window["from"], "--to", window["to"]
     ).stdout
     header, *body = lines.strip().splitlines()
-    assert header == "account,instance_type,zone,day,reserved_instance_hours,used_instance_hours"
+    assert header == (
+        "account,instance_type,zone,day,reserved_instance_hours,used_instance_hours,"
+        "plan_used_instance_hours,on_demand_instance_hours"
+    )
     assert len(body) == len(rows) and all(line.startswith(f"admin,{P5},") for line in body)
     # Another account sees only its own usage.
     assert server.native(other_key).get("/api/v1/usage", **window)["Usage"] == []

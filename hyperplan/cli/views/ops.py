@@ -41,6 +41,9 @@ class DrainLine:
 
 @dataclass(frozen=True)
 class UsageTable:
+    """Per account, pool and day: what the plans reserved, how much of it their clusters and jobs used
+    (never more), and on-demand work apart, so that a plan's use is never mistaken for work on no plan."""
+
     rows: list[dict[str, Any]]
 
     def __rich__(self) -> TableView:
@@ -52,7 +55,8 @@ class UsageTable:
             "Zone",
             "Day",
             "Reserved h",
-            "Used h",
+            "Plan used h",
+            "On-demand h",
         ]
         body = [
             [
@@ -62,7 +66,8 @@ class UsageTable:
                 r["AvailabilityZone"],
                 r["Day"],
                 f"{r['ReservedInstanceHours']:g}",
-                f"{r['UsedInstanceHours']:g}",
+                f"{r['PlanUsedInstanceHours']:g}",
+                f"{r['OnDemandInstanceHours']:g}",
             ]
             for r in self.rows
         ]

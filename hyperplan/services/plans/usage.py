@@ -1,32 +1,39 @@
-"""Usage per account: instance-hours reserved by plans against instance-hours used by nodes and jobs,
-in service time, per account, pool and UTC day (docs/OPERATIONS.md). It tells a platform team which
-teams leave their reservations idle.
+"""Usage per account: instance-hours reserved by plans, how many of them the plans' clusters and jobs
+used, and on-demand instance-hours beside them, in service time, per account, pool and UTC day
+(docs/OPERATIONS.md). It tells a platform team which teams leave their reservations idle, and which
+work ran on demand.
 
 Reserved: each segment that holds capacity (not one whose plan failed before it began), from its start
-to its end, or to the moment a cancellation released it. Used: each cluster node from its launch until
-it ended (or now), one instance; each training job while it was Downloading or Training (its
-transitions), times its instance count. Both are cut at UTC midnights and at the asked window.
-Grouped by a tag key, each row also carries the value that tag has on the plan, the cluster or the job
-("" when it has none).
+to its end, or to the moment a cancellation released it. Plan used: what the plan's consumers (its
+clusters' instance groups, its training jobs) held of it, from their capacity claims (the plan's
+InUseInstanceCount over time), never more than the plan reserved in that pool at that instant
+(core/usage.py). On demand: each node of an on-demand instance group from its launch until it ended (or
+now), one instance; each training job without a plan while it was Downloading or Training (its
+transitions), times its instance count. All are cut at UTC midnights and at the asked window.
+Grouped by a tag key, reserved and plan-used hours carry the plan's value of that tag, on-demand hours
+the cluster's or the job's ("" when it has none).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from typing import Any, TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import RUNNING
+from hyperplan.core.usage import NOTHING, PoolDay, Span, Window, instance_time, plan_days
 from hyperplan.errors import AccessDenied, ValidationError
 from hyperplan.services.accounts import accounts
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import (
     Account,
+    CapacityClaim,
     Cluster,
     ClusterNode,
     EndedNodeUsage,
@@ -40,6 +47,7 @@ from hyperplan.store.schema import (
 
 MAX_DAYS = 400
 DEFAULT_DAYS = 30
+HOUR = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -49,11 +57,22 @@ class UsageRow:
     zone: str
     day: date
     reserved_instance_hours: float
-    used_instance_hours: float
+    plan_used_instance_hours: float  # of the reserved hours, those used: never more than them
+    on_demand_instance_hours: float
+    used_instance_hours: float  # both together: everything the account ran in the pool that day
     tag_value: str | None = None  # grouped by a tag: its value ("" untagged)
 
 
-Key = tuple[str, str, str, date, str | None]
+@dataclass
+class _Hours:
+    reserved: timedelta = NOTHING
+    plan_used: timedelta = NOTHING
+    on_demand: timedelta = NOTHING
+
+
+Key = tuple[str, str | None, PoolDay]  # account id, tag value, pool and day
+Statement = TypeVar("Statement", bound=Select[*tuple[Any, ...]])
+Tagger = Callable[[str], str | None]  # a resource's ARN -> the row's tag value
 
 
 def usage(
@@ -66,77 +85,150 @@ def usage(
     tag_key: str | None = None,
 ) -> list[UsageRow]:
     now = runtime.clock.now()
+    window = _window(start, end, now)
+    hours: dict[Key, _Hours] = defaultdict(_Hours)
+    with runtime.db.read() as session:
+        account_id = _scope(session, caller, account_ref)
+        names = {a.id: a.name for a in session.scalars(select(Account))}
+        tag_of = _tagger(session, tag_key)
+        for plan, segments, claims in _plans(session, account_id, window, now):
+            tag = tag_of(runtime.arn(plan.account_id, f"training-plan/{plan.name}"))
+            for pool_day, day in plan_days(segments, claims, window).items():
+                into = hours[(plan.account_id, tag, pool_day)]
+                into.reserved += day.reserved
+                into.plan_used += day.used
+        for owner, arn, span in _on_demand(session, runtime, account_id, window, now):
+            for pool_day, time in instance_time([span], window).items():
+                hours[(owner, tag_of(arn), pool_day)].on_demand += time
+    return _rows(hours, names)
+
+
+def _window(start: datetime | None, end: datetime | None, now: datetime) -> Window:
     end = end or now
     start = start or _midnight(end) - timedelta(days=DEFAULT_DAYS)
     if end <= start:
         raise ValidationError(f"from ({start.isoformat()}) must be before to ({end.isoformat()}).")
     if end - start > timedelta(days=MAX_DAYS):
         raise ValidationError(f"A usage report covers at most {MAX_DAYS} days; ask for a shorter window.")
-    reserved: dict[Key, float] = defaultdict(float)
-    used: dict[Key, float] = defaultdict(float)
-    with runtime.db.read() as session:
-        account_id = _scope(session, caller, account_ref)
-        names = {a.id: a.name for a in session.scalars(select(Account))}
-        tags = _tag_values(session, tag_key) if tag_key else {}
+    return Window(start, end)
 
-        def add(into: dict[Key, float], arn: str, account: str, pool: tuple[str, str], a: datetime,
-                b: datetime, count: int) -> None:  # fmt: skip
-            tag = tags.get(arn, "") if tag_key else None
-            for day, hours in _days(max(a, start), min(b, end)):
-                into[(names.get(account, account), pool[0], pool[1], day, tag)] += hours * count
 
-        plans = select(ReservedCapacity, TrainingPlan).join(
-            TrainingPlan, TrainingPlan.id == ReservedCapacity.plan_id
+def _plans(
+    session: Session, account_id: str | None, window: Window, now: datetime
+) -> Iterator[tuple[TrainingPlan, list[Span], list[Span]]]:
+    """Each plan with capacity in the window: its segments, and the claims its consumers held on them."""
+    segments = (
+        select(ReservedCapacity, TrainingPlan)
+        .join(TrainingPlan, TrainingPlan.id == ReservedCapacity.plan_id)
+        .where(
+            ReservedCapacity.holds_capacity.is_(True),
+            ReservedCapacity.start < window.end,
+            ReservedCapacity.end > window.start,
         )
-        if account_id:
-            plans = plans.where(TrainingPlan.account_id == account_id)
-        for segment, plan in session.execute(plans.where(ReservedCapacity.holds_capacity.is_(True))):
-            until = min(segment.end, segment.released_at) if segment.released_at else segment.end
-            arn = runtime.arn(plan.account_id, f"training-plan/{plan.name}")
-            pool = (segment.instance_type, segment.availability_zone)
-            add(reserved, arn, plan.account_id, pool, segment.start, until, segment.count)
-        nodes = (
-            select(ClusterNode, InstanceGroup, Cluster)
-            .join(InstanceGroup, InstanceGroup.id == ClusterNode.group_id)
-            .join(Cluster, Cluster.id == ClusterNode.cluster_id)
+    )
+    reserved: dict[int, list[Span]] = defaultdict(list)
+    plans: dict[int, TrainingPlan] = {}
+    for segment, plan in session.execute(_of_account(segments, TrainingPlan.account_id, account_id)):
+        until = min(segment.end, segment.released_at) if segment.released_at else segment.end
+        reserved[plan.id].append(Span(_pool(segment), segment.start, until, segment.count))
+        plans[plan.id] = plan
+    claims = (
+        select(CapacityClaim, ReservedCapacity)
+        .join(ReservedCapacity, ReservedCapacity.id == CapacityClaim.reserved_capacity_id)
+        .join(TrainingPlan, TrainingPlan.id == CapacityClaim.plan_id)
+        .where(
+            CapacityClaim.claimed_at < window.end,
+            or_(CapacityClaim.released_at.is_(None), CapacityClaim.released_at > window.start),
         )
-        if account_id:
-            nodes = nodes.where(Cluster.account_id == account_id)
-        for node, group, cluster in session.execute(nodes):
-            arn = runtime.arn(cluster.account_id, f"cluster/{cluster.cluster_id}")
-            pool = (group.instance_type, node.availability_zone)
-            add(used, arn, cluster.account_id, pool, node.launched_at, node.ended_at or now, 1)
-        ended = select(EndedNodeUsage)
-        if account_id:
-            ended = ended.where(EndedNodeUsage.account_id == account_id)
-        for record in session.scalars(ended.where(EndedNodeUsage.ended_at > start)):
-            arn = runtime.arn(record.account_id, f"cluster/{record.cluster_id}")
-            pool = (record.instance_type, record.availability_zone)
-            add(used, arn, record.account_id, pool, record.launched_at, record.ended_at, 1)
-        jobs = (
-            select(TrainingJobTransition, TrainingJob)
-            .join(TrainingJob, TrainingJob.id == TrainingJobTransition.job_id)
-            .where(TrainingJobTransition.status.in_([s.value for s in RUNNING]))
+    )
+    held: dict[int, list[Span]] = defaultdict(list)
+    for claim, segment in session.execute(_of_account(claims, TrainingPlan.account_id, account_id)):
+        span = Span(_pool(segment), claim.claimed_at, claim.released_at or now, claim.count)
+        held[claim.plan_id].append(span)
+    for plan_id, plan in plans.items():
+        yield plan, reserved[plan_id], held[plan_id]
+
+
+def _on_demand(
+    session: Session, runtime: ServiceContext, account_id: str | None, window: Window, now: datetime
+) -> Iterator[tuple[str, str, Span]]:
+    """Work on the pools' on-demand capacity: (its account's id, its cluster's or job's ARN, its span)."""
+    nodes = (
+        select(ClusterNode, InstanceGroup, Cluster)
+        .join(InstanceGroup, InstanceGroup.id == ClusterNode.group_id)
+        .join(Cluster, Cluster.id == ClusterNode.cluster_id)
+        .where(
+            ClusterNode.on_plan.is_(False),
+            ClusterNode.launched_at < window.end,
+            or_(ClusterNode.ended_at.is_(None), ClusterNode.ended_at > window.start),
         )
-        if account_id:
-            jobs = jobs.where(TrainingJob.account_id == account_id)
-        for transition, job in session.execute(jobs):
-            arn = runtime.arn(job.account_id, f"training-job/{job.name}")
-            pool = (job.instance_type, job.availability_zone or "")
-            add(
-                used,
-                arn,
-                job.account_id,
-                pool,
-                transition.started_at,
-                transition.ended_at or now,
-                job.instance_count,
+    )
+    for node, group, cluster in session.execute(_of_account(nodes, Cluster.account_id, account_id)):
+        arn = runtime.arn(cluster.account_id, f"cluster/{cluster.cluster_id}")
+        pool = (group.instance_type, node.availability_zone)
+        yield cluster.account_id, arn, Span(pool, node.launched_at, node.ended_at or now, 1)
+    ended = select(EndedNodeUsage).where(
+        EndedNodeUsage.on_plan.is_(False),
+        EndedNodeUsage.launched_at < window.end,
+        EndedNodeUsage.ended_at > window.start,
+    )
+    for record in session.scalars(_of_account(ended, EndedNodeUsage.account_id, account_id)):
+        arn = runtime.arn(record.account_id, f"cluster/{record.cluster_id}")
+        pool = (record.instance_type, record.availability_zone)
+        yield record.account_id, arn, Span(pool, record.launched_at, record.ended_at, 1)
+    jobs = (
+        select(TrainingJobTransition, TrainingJob)
+        .join(TrainingJob, TrainingJob.id == TrainingJobTransition.job_id)
+        .where(
+            TrainingJob.plan_id.is_(None),
+            TrainingJobTransition.status.in_([s.value for s in RUNNING]),
+            TrainingJobTransition.started_at < window.end,
+            or_(TrainingJobTransition.ended_at.is_(None), TrainingJobTransition.ended_at > window.start),
+        )
+    )
+    for transition, job in session.execute(_of_account(jobs, TrainingJob.account_id, account_id)):
+        arn = runtime.arn(job.account_id, f"training-job/{job.name}")
+        pool = (job.instance_type, job.availability_zone or "")
+        span = Span(pool, transition.started_at, transition.ended_at or now, job.instance_count)
+        yield job.account_id, arn, span
+
+
+def _rows(hours: dict[Key, _Hours], names: dict[str, str]) -> list[UsageRow]:
+    def order(key: Key) -> tuple[str, str, str, str, date]:
+        account, tag, ((instance_type, zone), day) = key
+        return names.get(account, account), tag or "", instance_type, zone, day
+
+    rows = []
+    for key in sorted(hours, key=order):
+        account, tag, ((instance_type, zone), day) = key
+        h = hours[key]
+        rows.append(
+            UsageRow(
+                account=names.get(account, account),
+                instance_type=instance_type,
+                zone=zone,
+                day=day,
+                reserved_instance_hours=_hours(h.reserved),
+                plan_used_instance_hours=_hours(h.plan_used),
+                on_demand_instance_hours=_hours(h.on_demand),
+                used_instance_hours=_hours(h.plan_used + h.on_demand),
+                tag_value=tag,
             )
-    keys = sorted(set(reserved) | set(used), key=lambda k: (k[0], k[4] or "", k[1], k[2], k[3]))
-    return [
-        UsageRow(k[0], k[1], k[2], k[3], round(reserved.get(k, 0.0), 4), round(used.get(k, 0.0), 4), k[4])
-        for k in keys
-    ]
+        )
+    return rows
+
+
+def _hours(time: timedelta) -> float:
+    return round(time / HOUR, 4)
+
+
+def _pool(segment: ReservedCapacity) -> tuple[str, str]:
+    return segment.instance_type, segment.availability_zone
+
+
+def _of_account(statement: Statement, column: Any, account_id: str | None) -> Statement:
+    """The statement kept to one account's rows, or all of them (an administrator's report)."""
+    return statement.where(column == account_id) if account_id else statement
 
 
 def _scope(session: Session, caller: Caller, account_ref: str | None) -> str | None:
@@ -150,19 +242,14 @@ def _scope(session: Session, caller: Caller, account_ref: str | None) -> str | N
     return accounts.get_account(session, account_ref).id if account_ref else None
 
 
-def _tag_values(session: Session, key: str) -> dict[str, str]:
+def _tagger(session: Session, key: str | None) -> Tagger:
+    """The row's tag value of a resource: None when the report is not grouped by a tag."""
+    if key is None:
+        return lambda _arn: None
     rows = session.execute(select(ResourceTag.resource_arn, ResourceTag.value).where(ResourceTag.key == key))
-    return {arn: value for arn, value in rows}
+    values = {arn: value for arn, value in rows}
+    return lambda arn: values.get(arn, "")
 
 
 def _midnight(moment: datetime) -> datetime:
     return moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-
-
-def _days(a: datetime, b: datetime) -> Iterator[tuple[date, float]]:
-    """The hours of [a, b) in each UTC day it touches."""
-    while a < b:
-        next_day = _midnight(a) + timedelta(days=1)
-        cut = min(b, next_day)
-        yield a.astimezone(UTC).date(), (cut - a).total_seconds() / 3600
-        a = cut

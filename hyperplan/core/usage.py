@@ -1,0 +1,105 @@
+"""Instance-time per pool and UTC day, from spans of service time (the usage report's arithmetic;
+services/plans/usage.py reads the spans from the store, docs/OPERATIONS.md says what each column means).
+
+A plan's use is what its consumers held of its reservation: at each instant, in each pool, the
+instances they held, but never more than the plan reserved there then. Counted so, a plan's used time
+never exceeds its reserved time, whatever its records say (a consumer recorded past its segment, say,
+or two of them holding more than the segment between them).
+
+Times are added as `timedelta`s, which are whole microseconds: a sum does not depend on the order of
+its terms, so "used <= reserved" holds exactly, and still after the one division into hours.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+
+Pool = tuple[str, str]  # instance type, availability zone
+PoolDay = tuple[Pool, date]
+NOTHING = timedelta(0)
+
+
+@dataclass(frozen=True)
+class Span:
+    """``count`` instances of ``pool`` from ``start`` to ``end`` (an empty span when end <= start)."""
+
+    pool: Pool
+    start: datetime
+    end: datetime
+    count: int
+
+
+@dataclass(frozen=True)
+class Window:
+    """The report's window: [start, end)."""
+
+    start: datetime
+    end: datetime
+
+
+@dataclass(frozen=True)
+class PlanDay:
+    """One plan's instance-time in one pool and day: what it reserved, and what of that was used."""
+
+    reserved: timedelta = NOTHING
+    used: timedelta = NOTHING
+
+
+def day_parts(start: datetime, end: datetime) -> Iterator[tuple[date, timedelta]]:
+    """[start, end) cut at UTC midnights: the time it has in each UTC day it touches."""
+    while start < end:
+        cut = min(end, _next_midnight(start))
+        yield start.astimezone(UTC).date(), cut - start
+        start = cut
+
+
+def instance_time(spans: Iterable[Span], window: Window) -> dict[PoolDay, timedelta]:
+    """Each span's count times its time inside the window, added per pool and UTC day."""
+    total: dict[PoolDay, timedelta] = defaultdict(lambda: NOTHING)
+    for span in spans:
+        for day, length in day_parts(max(span.start, window.start), min(span.end, window.end)):
+            total[(span.pool, day)] += length * span.count
+    return dict(total)
+
+
+def plan_days(reserved: Iterable[Span], held: Iterable[Span], window: Window) -> dict[PoolDay, PlanDay]:
+    """One plan's reserved and used instance-time per pool and UTC day within the window.
+
+    ``reserved`` are its segments (each to its end, or to when a cancellation released it); ``held`` what
+    its consumers held. Used is, at each instant of a pool, the lesser of the two counts: never more
+    than reserved, and never more than held."""
+    by_pool: dict[Pool, list[tuple[datetime, int, int]]] = defaultdict(list)
+    for kind, spans in ((0, reserved), (1, held)):
+        for span in spans:
+            start, end = max(span.start, window.start), min(span.end, window.end)
+            if start < end and span.count > 0:
+                by_pool[span.pool] += [(start, kind, span.count), (end, kind, -span.count)]
+    days: dict[PoolDay, PlanDay] = {}
+    for pool, changes in by_pool.items():
+        for piece_start, piece_end, counts in _steps(changes):
+            for day, length in day_parts(piece_start, piece_end):
+                before = days.get((pool, day), PlanDay())
+                days[(pool, day)] = PlanDay(
+                    before.reserved + length * counts[0], before.used + length * min(counts)
+                )
+    return days
+
+
+def _steps(changes: list[tuple[datetime, int, int]]) -> Iterator[tuple[datetime, datetime, tuple[int, int]]]:
+    """The pieces between consecutive instants where a count changes, each with its two counts
+    (reserved, held) over it; pieces where nothing is reserved (so nothing is used) are left out."""
+    counts = [0, 0]
+    ordered = sorted(changes, key=lambda change: change[0])
+    for index, (at, kind, delta) in enumerate(ordered):
+        counts[kind] += delta
+        following = ordered[index + 1][0] if index + 1 < len(ordered) else at
+        if following > at and counts[0] > 0:
+            yield at, following, (counts[0], counts[1])
+
+
+def _next_midnight(moment: datetime) -> datetime:
+    midnight = moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    return midnight + timedelta(days=1)
