@@ -1,8 +1,9 @@
 """The node agent: one small process per node that starts, watches and stops the node's processes.
 
 ``python -m hyperplan.backends.agent ROOT NODE_DIR``. The local back end starts it detached from the
-server (its parent shell exits at once, so init adopts it), so the agent and its node outlive the
-server. Why a process per node rather than the server doing the work:
+server (under a shell of its own that only waits for it, to write how it ended: ``local.WATCH_SCRIPT``),
+so the agent and its node outlive the server. What it prints to its error output (``agent.log``) is
+quoted in its node's failure if it dies. Why a process per node rather than the server doing the work:
 
 - An exit status goes only to a process's parent. The agent is the parent of every process of the
   node (OnCreate, tasks, exec) and writes each exit status to a file, whether or not a server is up.

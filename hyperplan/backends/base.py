@@ -357,6 +357,10 @@ class NodeStatus:
     host: str = field(default="", compare=False)
     """The machine the node runs on, once known (Slurm: the node's name); "" when the back end has
     no machines of its own (local, fake)."""
+    died: bool = False
+    """A Failure of the node's own making, not of its provisioning: what runs the node died (the local
+    back end's node agent). The message says how, and what it said last. Automatic node recovery
+    replaces such a node (services/clusters/node_recovery.py); a failed OnCreate would fail again."""
 
 
 @dataclass(frozen=True)

@@ -160,6 +160,7 @@ class _Node:
     sandbox_task: str | None = None
     state: NodeState = NodeState.PENDING
     message: str = ""
+    died: bool = False
     published: dict[str, str] = field(default_factory=dict)
     terminate_at: float | None = None
     tasks: list[str] = field(default_factory=list)
@@ -278,7 +279,7 @@ class FakeBackend:
         with self.world.lock:
             self._advance()
             node = self._node(node_id)
-            return NodeStatus(node.state, node.message)
+            return NodeStatus(node.state, node.message, died=node.died and node.state is NodeState.FAILURE)
 
     def task_status(self, task_id: str) -> TaskStatus:
         with self.world.lock:
@@ -475,7 +476,7 @@ class FakeBackend:
                 task = self.world.tasks[task_id]
                 if not task.status(self._now()).state.is_final():
                     task.outcome = TaskStatus(TaskState.LOST, message=f"ended unwatched: {message}")
-            node.state, node.message = NodeState.FAILURE, message
+            node.state, node.message, node.died = NodeState.FAILURE, message, True
 
     def published_env(self, ref: Ref) -> dict[str, str]:
         """The variables published to the node of ``ref`` (its ``$HYPERPLAN_ENV_DIR``)."""

@@ -18,7 +18,9 @@ one), so a reader sees the old or the new content, never half of it.
         container.json agent        the node's container, for a node that is one (``containers.py``)
         hosts          agent        its /etc/hosts
         lifecycle.stdout.log, lifecycle.stderr.log   OnCreate's output
-        agent.log      agent
+        agent.log      agent        its error output (tracebacks): its last words if it dies
+        watch.json     server       the agent's parent: a shell that only waits for it (pid, start time)
+        agent.exit     that shell   how the agent ended: its exit status, 128 + N when signal N killed it
       tasks/TASK_ID/                a task
         task.json      server       the spec
         proc.json      agent        pid, start time, once started
@@ -127,6 +129,8 @@ class StateRecord:
     state: str
     message: str = ""
     updated_at: float = field(default_factory=time.time)
+    died: bool = False
+    """A Failure of the node's own: its agent died (the server's record), not a provisioning failure."""
 
 
 @dataclass(frozen=True)
@@ -227,6 +231,8 @@ class NodeFiles:
         self.home = path / "home"
         self.lifecycle_dir = self.home / "lifecycle"
         self.agent_log = path / "agent.log"
+        self.watch = path / "watch.json"
+        self.agent_exit = path / "agent.exit"
         self.container = path / "container.json"
         """The node's container, once the agent has made it (``containers.Running``)."""
         self.timed = path / "lifecycle.timed.log"

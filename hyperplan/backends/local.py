@@ -15,7 +15,9 @@ back. So:
   timer too, a little later, for an agent that hangs.
 - **An agent that dies** (it should not) leaves processes nobody can watch: the next look at its node
   (a status call, adopt) kills them at once and records the node as Failure (Terminated if it was being
-  terminated) and its unfinished tasks as Lost.
+  terminated), saying how the agent ended and what it said last, and its unfinished tasks as Lost.
+  How it ended only a parent learns: the agent's parent is a shell that waits for it and writes its
+  exit status (a SIGKILL leaves the agent itself no chance to say anything).
 
 One root belongs to one server at a time: ``adopt`` kills whatever under the root it was not told about.
 
@@ -107,6 +109,22 @@ from hyperplan.backends.layout import (
 
 AGENT_START_SECONDS = 30.0
 """An agent that has not written its record this long after its node was made never started."""
+WATCH_WAIT_SECONDS = 2.0
+"""How long a look at a node whose agent has just died waits for the agent's parent to write how it
+ended (it does so at once: this only bounds the wait on a parent that was stopped)."""
+LAST_WORDS = 500
+"""How much of the end of a dead agent's error output its node's failure quotes."""
+WATCH_SCRIPT = (
+    'exit_file=$1; shift; { ( "$@" ) >&3 2>&3 3>&-; code=$?; [ "$code" = 0 ] || { umask 077; '
+    'echo "$code" > "$exit_file.new" && mv -f "$exit_file.new" "$exit_file"; }; } 3>&2 >/dev/null 2>&1 & '
+    "echo $!"
+)
+"""The agent's launcher: the agent runs in the background, its output to the agent's log, under a shell
+that waits for it and then writes its exit status unless it is 0 (an agent that ends its node, or a
+duplicate start, exits 0), atomically as every record; the shell's pid is printed for the server. The
+shell's own words (sh reports a child's fatal signal) go nowhere: the log holds the agent's alone. The
+agent is a subshell that execs it, so that its output is redirected in the child: sh redirects a plain
+command's output in the shell itself, where its report would follow."""
 BACKSTOP_MARGIN_SECONDS = 2.0
 """How long after a SIGKILL deadline the server kills for an agent that has not."""
 PACKAGE_PARENT = Path(hyperplan.__file__).resolve().parent.parent
@@ -377,29 +395,35 @@ class LocalBackend:
             self._launch(files)
 
     def _launch(self, files: NodeFiles) -> None:
-        """Start the node's agent detached: sh starts it in the background and exits, so the agent's
-        parent is init, not the server, and nothing of the server's death reaches it."""
+        """Start the node's agent detached: sh starts a waiting shell in the background (see
+        WATCH_SCRIPT) and exits, so the agent's parent is that shell, not the server, and nothing of the
+        server's death reaches it. The node's marks are the agent's alone (``env`` sets them for it):
+        the waiting shell must never count among the node's processes, which are killed at its end."""
         env = {
             "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
             "LANG": os.environ.get("LANG", "C.UTF-8"),
             "PYTHONPATH": str(PACKAGE_PARENT),
-            ROOT_VARIABLE: str(self.layout.root),
-            NODE_DIR_VARIABLE: str(files.path),
             **inherited_mark(),
         }
-        argv = [self.python, "-m", "hyperplan.backends.agent", str(self.layout.root), str(files.path)]
+        marks = [f"{ROOT_VARIABLE}={self.layout.root}", f"{NODE_DIR_VARIABLE}={files.path}"]
+        argv = ["env", *marks, self.python, "-m", "hyperplan.backends.agent", str(self.layout.root)]
+        argv.append(str(files.path))
         log_fd = os.open(files.agent_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, RECORD_MODE)
         with os.fdopen(log_fd, "ab") as log:
-            launcher = subprocess.Popen(
-                ["/bin/sh", "-c", '"$@" &', "sh", *argv],
+            launcher = subprocess.run(
+                ["/bin/sh", "-c", WATCH_SCRIPT, "sh", str(files.agent_exit), *argv],
                 stdin=subprocess.DEVNULL,
-                stdout=log,
+                stdout=subprocess.PIPE,
                 stderr=log,
                 env=env,
                 cwd=files.path,
                 start_new_session=True,
+                timeout=30,
+                check=False,
             )
-        launcher.wait(timeout=30)
+        with contextlib.suppress(ValueError, ProcessLookupError):  # gone already: it wrote the status
+            watch = int(launcher.stdout)
+            write_record(files.watch, ProcRecord(watch, procfs.starttime_of(watch)))
 
     def _settle(self, files: NodeFiles) -> None:
         """Finish for an agent that is gone without finishing: kill what is left of the node, record
@@ -411,7 +435,8 @@ class LocalBackend:
         if agent is None:
             record = read_record(files.spec, NodeRecord)
             if state is None and record is not None and time.time() - record.created_at > AGENT_START_SECONDS:
-                self._record_death(files, "the node agent did not start: " + tail(files.agent_log))
+                # Not a death of the node's own: it never ran (a replacement would not start either).
+                self._record_death(files, "the node agent did not start" + _said(files), died=False)
             return
         if procfs.is_alive(agent.pid, agent.starttime):
             return
@@ -422,15 +447,15 @@ class LocalBackend:
         self._remove_container(files)
         procfs.kill_until_gone(lambda: self._members(files, agent))
         if state is not None and state.state == NodeState.FAILURE:
-            self._record_death(files, state.message)
+            self._record_death(files, state.message, died=state.died)  # failed before, or settled already
         else:
-            self._record_death(files, "the node agent died: " + tail(files.agent_log, 500))
+            self._record_death(files, "the node agent died" + _ended(files) + _said(files), died=True)
 
-    def _record_death(self, files: NodeFiles, why: str) -> None:
+    def _record_death(self, files: NodeFiles, why: str, died: bool) -> None:
         if files.terminate.exists():
             write_record(files.state, StateRecord(NodeState.TERMINATED))
         else:
-            write_record(files.state, StateRecord(NodeState.FAILURE, why))
+            write_record(files.state, StateRecord(NodeState.FAILURE, why, died=died))
         for task_id in files.queued():
             self._lose(self.layout.task(task_id), "its node agent is gone")
 
@@ -519,6 +544,9 @@ class LocalBackend:
 
     def _destroy(self, files: NodeFiles) -> None:
         """Kill a node's agent and every process of it at once, and remove its files."""
+        watch = read_record(files.watch, ProcRecord)
+        if watch is not None and procfs.is_alive(watch.pid, watch.starttime):
+            procfs.send([watch.pid], SIGKILL)  # first: it would write the agent's end into files going away
         agent = read_record(files.agent, ProcRecord)
         if agent is not None:
             leader = {agent.pid} if procfs.is_alive(agent.pid, agent.starttime) else set()
@@ -672,4 +700,39 @@ def _node_status(files: NodeFiles) -> NodeStatus:
     if files.terminate.exists() and not current.is_final():
         # Ordered but not yet seen by the agent: it is shutting down from the caller's point of view.
         return NodeStatus(NodeState.SHUTTING_DOWN)
-    return NodeStatus(current, state.message if state is not None else "")
+    if state is None:
+        return NodeStatus(current)
+    return NodeStatus(current, state.message, died=state.died)
+
+
+def _ended(files: NodeFiles) -> str:
+    """How a dead agent ended, as its waiting parent wrote it (" (killed by SIGKILL, signal 9)"), or ""
+    when nobody knows: its parent is gone without a word (killed with it, or an agent started before
+    parents waited). The parent writes at once; a look that comes first waits for it, briefly."""
+    watch = read_record(files.watch, ProcRecord)
+    until = time.monotonic() + WATCH_WAIT_SECONDS
+    while not files.agent_exit.exists() and watch is not None and time.monotonic() < until:
+        if not procfs.is_alive(watch.pid, watch.starttime):
+            break
+        time.sleep(0.01)
+    try:
+        status = int(files.agent_exit.read_text())
+    except (OSError, ValueError):
+        return ""
+    return f" ({_agent_exit_words(status)})"
+
+
+def _agent_exit_words(status: int) -> str:
+    """A shell's exit status of the agent in words: 128 + N is signal N (the agent itself exits 0 or 1)."""
+    if status > 128:
+        number = status - 128
+        with contextlib.suppress(ValueError):
+            return f"killed by {Signals(number).name}, signal {number}"
+        return f"killed by signal {number}"
+    return f"exit code {status}"
+
+
+def _said(files: NodeFiles) -> str:
+    """What a dead agent said last (the end of its error output), or that it said nothing."""
+    words = tail(files.agent_log, LAST_WORDS)
+    return f"; its last words: {words}" if words else " and said nothing"

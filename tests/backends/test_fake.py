@@ -102,7 +102,7 @@ def test_a_test_completes_tasks_and_loses_nodes(fake: FakeBackend) -> None:
     with pytest.raises(NodeUnavailable):
         fake.complete("t-1")
     fake.lose_node(NODE, "host rebooted")
-    assert fake.node_status(NODE) == NodeStatus(NodeState.FAILURE, "host rebooted")
+    assert fake.node_status(NODE) == NodeStatus(NodeState.FAILURE, "host rebooted", died=True)
     assert fake.task_status("t-2").state is TaskState.LOST
 
 

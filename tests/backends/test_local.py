@@ -289,6 +289,7 @@ def test_adopt_leaves_no_orphans_even_ones_that_escaped(harness: LocalHarness) -
     agent = read_record(lost.agent, ProcRecord)
     assert agent is not None
     os.kill(agent.pid, signal.SIGKILL)
+    assert eventually(lost.agent_exit.exists, bool)  # its parent has said how it ended: nothing writes now
     shutil.rmtree(lost.path)
     backend = harness.restart()
     report = backend.adopt([NodeRef(NODE)])
@@ -311,11 +312,39 @@ def test_a_dead_agent_fails_its_node_and_loses_its_tasks(harness: LocalHarness) 
     assert agent is not None
     os.kill(agent.pid, signal.SIGKILL)
     status = eventually(lambda: harness.backend.node_status(NODE), lambda s: s.state is NodeState.FAILURE)
-    assert status.state is NodeState.FAILURE and "agent died" in status.message
+    # How it ended comes from its parent, which waited for it; a SIGKILL leaves the agent nothing to say.
+    said = "the node agent died (killed by SIGKILL, signal 9) and said nothing"
+    assert (status.state, status.message, status.died) == (NodeState.FAILURE, said, True)
     assert harness.backend.task_status("t-1").state is TaskState.LOST
     assert dies(task_pid)
     harness.backend.terminate(NodeRef(NODE), SECOND)
     assert harness.backend.node_status(NODE).state is NodeState.TERMINATED
+
+
+def test_a_dead_agent_s_node_failure_quotes_what_the_agent_said_last(harness: LocalHarness) -> None:
+    harness.backend.provision(NodeSpec(NODE, "ip-10-1-0-1", INSTANCE_TYPE))
+    assert node_settled(harness.backend).state is NodeState.RUNNING
+    # Its queue made a file: each of the agent's steps fails, and it says so on its error output.
+    files = layout(harness).node(NODE)
+    shutil.rmtree(files.queue)
+    files.queue.write_text("")
+    assert eventually(lambda: files.agent_log.read_text(), lambda said: "NotADirectoryError" in said)
+    files.queue.unlink()
+    files.queue.mkdir()
+    agent = read_record(files.agent, ProcRecord)
+    assert agent is not None
+    os.kill(agent.pid, signal.SIGKILL)
+    status = eventually(lambda: harness.backend.node_status(NODE), lambda s: s.state is NodeState.FAILURE)
+    assert status.message.startswith("the node agent died (killed by SIGKILL, signal 9); its last words: ")
+    assert status.message.endswith(
+        "NotADirectoryError: [Errno 20] Not a directory: " + repr(str(files.queue))
+    )
+    assert status.died
+    # A node that failed on its own is told apart from one whose provisioning failed.
+    harness.backend.provision(NodeSpec(OTHER_NODE, "ip-10-1-0-2", INSTANCE_TYPE, {}, *harness.lifecycle(
+        Program.exits(3, stderr=b"cannot mount /fsx\n")
+    )))  # fmt: skip
+    assert not node_settled(harness.backend, OTHER_NODE).died
 
 
 # --- jobs -------------------------------------------------------------------------------------------

@@ -106,6 +106,10 @@ def _fail_provisioning(runtime: ServiceContext, node_id: int, message: str) -> N
 def move_node(session: Session, node: ClusterNode, new: NodeStatus, message: str, now: datetime) -> None:
     status.change(session, NODE_LIFECYCLE, node, new, now, message)
     node.message = message
+    if new in (NodeStatus.FAILURE, GONE):
+        # An on-demand node is charged while it can work: no hour starts from its failure on
+        # (docs/DECISIONS.md, "On-demand use"), whether it is then replaced, kept or shut down.
+        metering.stop(session, metering.node_holder(node), now)
 
 
 def new_node(session: Session, group: InstanceGroup, region: str, now: datetime) -> ClusterNode:
@@ -135,6 +139,15 @@ def shut_down(
     message = "Shutting down: SIGTERM sent; SIGKILL follows after the grace period."
     move_node(session, node, NodeStatus.SHUTTING_DOWN, message, now)
     actions.terminate.append((node.backend_id, expiry))
+
+
+def retire(session: Session, node: ClusterNode, actions: NodeActions, now: datetime, message: str) -> None:
+    """A node that automatic node recovery ends (services/clusters/node_recovery.py, and the Slurm
+    reconcilers): shut down, its instance back to its plan's share or the on-demand pool once it is
+    Terminated, and no hour charged from now on; its group, a node short, is reconciled by the caller."""
+    shut_down(session, node, actions, now)
+    node.message = message
+    metering.stop(session, metering.node_holder(node), now)
 
 
 def node_refs(runtime: ServiceContext) -> list[NodeRef]:

@@ -98,6 +98,12 @@ class ClusterSettings:
     def subnets(self) -> tuple[str, ...]:
         return tuple((self.as_given.get("VpcConfig") or {}).get("Subnets", []))
 
+    @property
+    def recovers_nodes(self) -> bool:
+        """HyperPod's automatic node recovery: a failed node is replaced unless NodeRecovery is None
+        (Automatic, SageMaker's default, when the request did not say)."""
+        return self.as_given.get("NodeRecovery") != "None"
+
 
 @dataclass(frozen=True)
 class ClusterSpec:

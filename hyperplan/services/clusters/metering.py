@@ -1,8 +1,8 @@
 """On-demand use metered per started instance-hour of service time and debited to the ledger
 (docs/DECISIONS.md, "On-demand use").
 
-A holder of on-demand instances (a cluster node of an on-demand group, from its launch until it is
-Terminated; one attempt of a training job without a plan, while it holds its instances) gets one meter
+A holder of on-demand instances (a cluster node of an on-demand group, from its launch until it fails
+or is Terminated; one attempt of a training job without a plan, while it holds its instances) gets one meter
 (`OnDemandMeter`) when it starts, in the transaction that starts it. Hour 1 is charged then; each later
 hour at its start, by a timed event (``on-demand.meter``) of the lifecycle loop, which plans the next.
 When the holder gives its instances back its end is recorded (:func:`stop`) and no later hour starts;
@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 from hyperplan.core.fleet import Pool
 from hyperplan.core.jobs import HOLDING
 from hyperplan.core.metering import HOUR, hour_start, hours_started
+from hyperplan.core.status import NodeStatus
 from hyperplan.errors import ResourceLimitExceeded
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
 from hyperplan.services.accounts.accounts import get_account
@@ -143,7 +144,8 @@ def _still_holding(session: Session, meter: OnDemandMeter) -> bool:
     kind, _, rest = meter.holder.partition(":")
     if kind == "node":
         node = session.scalar(select(ClusterNode).where(ClusterNode.instance_id == rest))
-        return node is not None and node.status != NODE_GONE
+        # A failed node works no more (a store from before its failure stopped the meter: it ends here).
+        return node is not None and node.status not in (NodeStatus.FAILURE, NODE_GONE)
     job_id, _, attempt = rest.partition(":")
     job = session.get(TrainingJob, int(job_id))
     return job is not None and job.attempt == int(attempt) and job.attempt_state in HOLDING

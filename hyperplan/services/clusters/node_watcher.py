@@ -2,7 +2,8 @@
 
 A node's state changes by itself (an OnCreate script ends, a shutdown finishes, a process dies), and the
 back end tells no one: the watcher looks, stores each change that the node's lifecycle allows
-(hyperplan/core/status.py), and removes a deleted cluster once its last node is gone.
+(hyperplan/core/status.py), hands a node that died to automatic node recovery (node_recovery.py), and
+removes a deleted cluster once its last node is gone.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from hyperplan.backends.base import BackendError, NodeState
+from hyperplan.backends.base import NodeStatus as BackendNodeStatus
 from hyperplan.core.status import NODE_LIFECYCLE, ClusterStatus, NodeStatus
-from hyperplan.services.clusters import cluster_nodes, metering
+from hyperplan.services.clusters import cluster_nodes, node_recovery
 from hyperplan.services.clusters.cluster_records import GONE
 from hyperplan.services.runtime.context import ServiceContext
+from hyperplan.store.db import after_commit
 from hyperplan.store.schema import Cluster, ClusterNode, EndedNodeUsage, InstanceGroup
 from hyperplan.worker import Worker
 
@@ -70,7 +73,7 @@ def watch_nodes(runtime: ServiceContext) -> int:
         if seen.host and with_host(hostname, seen.host) != hostname:
             hosts[node_id] = with_host(hostname, seen.host)
         if _store_status(seen.state, NodeStatus(current)) is not None:
-            changes.append((node_id, seen.state, seen.message))
+            changes.append((node_id, seen))
     if hosts:
         with runtime.db.write() as session:
             for node_id, host in hosts.items():
@@ -97,24 +100,29 @@ def _store_status(state: NodeState, current: NodeStatus) -> NodeStatus | None:
     return new if NODE_LIFECYCLE.allows(current, new) else None
 
 
-def _apply(runtime: ServiceContext, changes: list[tuple[int, NodeState, str]]) -> int:
+def _apply(runtime: ServiceContext, changes: list[tuple[int, BackendNodeStatus]]) -> int:
     """Store what the back end said, against each node's status now: it may have moved since the look
-    (shut down by a request, say), and then the news may be stale."""
+    (shut down by a request, say), and then the news may be stale. A node that died is handed to
+    automatic node recovery in the same transaction (its replacement provisioned after the commit)."""
     now = runtime.clock.now()
     applied = 0
+    actions = cluster_nodes.NodeActions()
     with runtime.db.write() as session:
-        for node_id, state, message in changes:
+        for node_id, seen in changes:
             node = session.get(ClusterNode, node_id)
-            new = _store_status(state, NodeStatus(node.status)) if node is not None else None
+            new = _store_status(seen.state, NodeStatus(node.status)) if node is not None else None
             if node is None or new is None:
                 continue
-            default = {NodeStatus.RUNNING: "", GONE: "Terminated."}.get(new, node.message)
-            cluster_nodes.move_node(session, node, new, message or default, now)
+            # A replacement keeps saying which node it replaces once it runs.
+            default = {NodeStatus.RUNNING: node_recovery.kept_note(node.message), GONE: "Terminated."}
+            cluster_nodes.move_node(session, node, new, seen.message or default.get(new, node.message), now)
             if new == GONE:
                 node.ended_at = now
-                metering.stop(session, metering.node_holder(node), now)
+            elif new == NodeStatus.FAILURE and seen.died:
+                node_recovery.node_died(session, runtime, node, now, actions)
             applied += 1
         _finish_deletions(session)
+        after_commit(session, lambda: cluster_nodes.run_actions(runtime, actions))
     return applied
 
 
@@ -150,5 +158,6 @@ def _keep_usage(session: Session, cluster: Cluster) -> None:
                 launched_at=node.launched_at,
                 ended_at=node.ended_at or node.launched_at,
                 backend_id=node.backend_id,
+                on_plan=node.on_plan,
             )
         )

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.status import NodeStatus
 from hyperplan.services.clusters import cluster_nodes, cluster_reconcile
-from hyperplan.services.clusters.cluster_nodes import NodeActions, shut_down
+from hyperplan.services.clusters.cluster_nodes import NodeActions, retire
 from hyperplan.services.clusters.cluster_records import LIVE
 from hyperplan.services.clusters.cluster_request import ClusterSettings
 from hyperplan.services.plans import lifecycle
@@ -62,13 +62,10 @@ def recover_cluster_nodes(
             group = session.get(InstanceGroup, node.group_id)
             if cluster is None or group is None or group.plan_id is None:
                 continue
-            if ClusterSettings.from_json(cluster.settings).as_given.get("NodeRecovery") == "None":
+            if not ClusterSettings.from_json(cluster.settings).recovers_nodes:
                 continue
-            shut_down(session, node, actions, now)
-            node.message = (
-                f"Automatic node recovery: Slurm node {host} is {why}; "
-                "this instance is replaced by a new one."
-            )
+            message = f"Automatic node recovery: Slurm node {host} is {why}; "
+            retire(session, node, actions, now, message + "this instance is replaced by a new one.")
             plans.add(group.plan_id)
             plan = session.get(TrainingPlan, group.plan_id)
             if plan is not None:

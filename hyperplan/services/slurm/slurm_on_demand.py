@@ -34,7 +34,7 @@ from sqlalchemy.orm import Session
 from hyperplan.core.jobs import RUNNING, StopReason
 from hyperplan.services.accounts import audit
 from hyperplan.services.clusters import cluster_reconcile
-from hyperplan.services.clusters.cluster_nodes import SHUTDOWN_GRACE, NodeActions, run_actions, shut_down
+from hyperplan.services.clusters.cluster_nodes import SHUTDOWN_GRACE, NodeActions, retire, run_actions
 from hyperplan.services.clusters.cluster_records import LIVE
 from hyperplan.services.clusters.cluster_request import ClusterSettings
 from hyperplan.services.jobs.job_records import instances_of, settings_of, sigterm
@@ -81,8 +81,7 @@ def police(
     with runtime.db.write() as session:
         groups: dict[int, InstanceGroup] = {}
         for node, group, cluster, why in _ended(session, unhealthy, taken, pool_nodes):
-            shut_down(session, node, actions, now)
-            node.message = f"{why}; this on-demand instance is replaced by a new one."
+            retire(session, node, actions, now, f"{why}; this on-demand instance is replaced by a new one.")
             audit.record(
                 session,
                 now,
@@ -115,7 +114,7 @@ def _ended(
         if host not in pool_nodes:
             continue  # not placed yet (its name's second label is the region)
         if host in unhealthy:
-            if ClusterSettings.from_json(cluster.settings).as_given.get("NodeRecovery") == "None":
+            if not ClusterSettings.from_json(cluster.settings).recovers_nodes:
                 continue
             found.append((node, group, cluster, f"Slurm node {host} is {unhealthy[host]}"))
         elif host in taken:
