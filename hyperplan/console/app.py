@@ -11,10 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from starlette.routing import BaseRoute, Mount
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from hyperplan.console import admin, clusters, jobs, plans, signin
+from hyperplan.console import admin, clusters, favicon, jobs, plans, signin
 from hyperplan.console.web import PREFIX, Console, ConsoleRequest, ConsoleRoute, Page, Redirect
 from hyperplan.core.rate_limits import RequestClass
 from hyperplan.errors import UnknownRoute
@@ -54,6 +54,7 @@ def routes() -> list[BaseRoute]:
         )
 
     return [
+        Route("/favicon.ico", favicon.favicon, methods=["GET"]),  # the site's, asked for on every page
         get("/sign-in", signin.sign_in_form, public=True),
         post("/sign-in", signin.sign_in, public=True),
         post("/sign-out", signin.sign_out, public=True),

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from hyperplan.console.forms import FieldErrors, Fields, place
+from hyperplan.console.lengths import OfferingLength, offering_length
 from hyperplan.console.timeline import Window
 from hyperplan.console.web import ConsoleRequest, Page, Redirect
 from hyperplan.core.search_request import SearchRequest
@@ -24,6 +25,7 @@ from hyperplan.services.plans.plan_views import PlanView
 from hyperplan.wire import model, validate
 
 TARGETS = ("hyperpod-cluster", "training-job")
+MAX_INSTANCE_COUNT = 100_000  # what a form takes; the search then says what a pool can hold
 SEARCH_FIELDS = {
     "TargetResources": "target",
     "InstanceType": "instance_type",
@@ -59,6 +61,8 @@ def _search_page(request: ConsoleRequest, values: dict[str, str], **extra: Any) 
         "targets": TARGETS,
         "instance_types": fleet.reservable_types(),
         "max_days": fleet.policy.max_days,
+        "max_count": MAX_INSTANCE_COUNT,
+        "boundary": f"{fleet.policy.segment_end:%H:%M}",
         "validity_minutes": int(fleet.policy.offering_validity / timedelta(minutes=1)),
         "timelines": [],
         "window": None,
@@ -78,10 +82,10 @@ def search(request: ConsoleRequest) -> Page:
     fields = Fields(request.form)
     target = fields.text("target", "Target", max_length=32)
     instance_type = fields.text("instance_type", "Instance type", max_length=64)
-    count = fields.whole("instance_count", "Instance count", 1, 100_000)
+    count = fields.whole("instance_count", "Instance count", 1, MAX_INSTANCE_COUNT)
     days = fields.whole("duration_days", "Duration (days)", 1, request.runtime.fleet.policy.max_days)
-    start_after = fields.moment("start_after", "Start after")
-    end_before = fields.moment("end_before", "End before")
+    start_after = fields.moment("start_after", "Start after", request.now)
+    end_before = fields.moment("end_before", "End before", request.now)
     try:
         fields.check()
         assert count is not None and days is not None
@@ -96,6 +100,7 @@ def search(request: ConsoleRequest) -> Page:
         request,
         values,
         offerings=offerings,
+        lengths=[_length(request, offering, timedelta(days=days)) for offering in offerings],
         timelines=timelines,
         window=_window(timelines),
         marks=_marks(offerings),
@@ -140,6 +145,11 @@ def _plan_marks(plans_shown: list[PlanView]) -> dict[tuple[str, str], list[Mark]
     return marks
 
 
+def _length(request: ConsoleRequest, offering: OfferingView, asked: timedelta | None) -> OfferingLength:
+    segments = [(s.segment.start, s.segment.end) for s in offering.segments]
+    return offering_length(segments, request.runtime.fleet.policy.segment_end, asked)
+
+
 def _window(timelines: list[PoolTimeline]) -> Window | None:
     return Window(timelines[0].start, timelines[0].end) if timelines else None
 
@@ -150,10 +160,15 @@ def _offering_window(offering: OfferingView) -> Window:
 
 def review(request: ConsoleRequest) -> Page:
     offering = console_views.read_offering(request.runtime, request.caller, request.form.get("offering_id"))
-    return Page(
-        "review.html",
-        {"offering": offering, "window": _offering_window(offering), "values": {}, "errors": {}},
-    )
+    return Page("review.html", {**_review_context(request, offering), "values": {}, "errors": {}})
+
+
+def _review_context(request: ConsoleRequest, offering: OfferingView) -> dict[str, Any]:
+    return {
+        "offering": offering,
+        "window": _offering_window(offering),
+        "length": _length(request, offering, None),
+    }
 
 
 def purchase(request: ConsoleRequest) -> Page | Redirect:
@@ -172,7 +187,7 @@ def purchase(request: ConsoleRequest) -> Page | Redirect:
         errors = place(exc, {"TrainingPlanName": "plan_name", "Training plan": "plan_name"}).errors
     else:
         return Redirect(f"/plans/{_quoted(name)}?notice=purchased")
-    context = {"offering": offering, "window": _offering_window(offering), "values": {"plan_name": name}}
+    context = {**_review_context(request, offering), "values": {"plan_name": name}}
     return Page("review.html", {**context, "errors": errors}, status=400)
 
 
@@ -205,6 +220,7 @@ def _plan_page(request: ConsoleRequest, **extra: Any) -> Page:
         "transition": console_views.next_transition(plan, request.now),
         "notice": NOTICES.get(request.query.get("notice", ""), ""),
         "extension_offers": None,
+        "max_days": request.runtime.fleet.policy.max_days,
         "values": {},
         "errors": {},
     }
@@ -248,10 +264,10 @@ def capacity(request: ConsoleRequest) -> Page:
     timelines = console_views.capacity(request.runtime)
     wanted = request.query.get("instance_type", "")
     count_text = request.query.get("instance_count", "")
-    count = int(count_text) if count_text.isdigit() and 0 < int(count_text) <= 100_000 else None
+    count = int(count_text) if count_text.isdigit() and 0 < int(count_text) <= MAX_INSTANCE_COUNT else None
     errors = {}
     if count_text and count is None:
-        errors["instance_count"] = "Instance count must be a whole number from 1 to 100000."
+        errors["instance_count"] = f"Instance count must be a whole number from 1 to {MAX_INSTANCE_COUNT}."
     shown = [t for t in timelines if not wanted or t.pool.instance_type == wanted]
     own = _plan_marks(console_views.all_plans(request.runtime, request.caller))
     return Page(
@@ -262,6 +278,7 @@ def capacity(request: ConsoleRequest) -> Page:
             "instance_types": request.runtime.fleet.reservable_types(),
             "values": {"instance_type": wanted, "instance_count": count_text},
             "count": count,
+            "max_count": MAX_INSTANCE_COUNT,
             "marks": own,
             "errors": errors,
             "now": request.now,

@@ -58,7 +58,7 @@ def sign_in_form(
         return RedirectResponse(_next(request.query_params.get("next", "")), status_code=303)
     session = codec.new(None)
     page = Page("sign_in.html", {"values": {"next": request.query_params.get("next", "")}, "errors": {}})
-    return _with_cookie(render(console, codec, session, None, page), request, codec, session)
+    return _with_cookie(render(console, runtime, codec, session, None, page), request, codec, session)
 
 
 def sign_in(
@@ -72,9 +72,9 @@ def sign_in(
         errors = {"": "The sign-in form was stale or came from another page; nothing was done. Try again."}
         page = Page("sign_in.html", {"values": values, "errors": errors}, status=403)
         if session is not None:
-            return render(console, codec, session, None, page)
+            return render(console, runtime, codec, session, None, page)
         fresh = codec.new(None)
-        return _with_cookie(render(console, codec, fresh, None, page), request, codec, fresh)
+        return _with_cookie(render(console, runtime, codec, fresh, None, page), request, codec, fresh)
     assert session is not None
     key_id, secret = values["access_key_id"], form.get("secret_access_key")
     errors = {}
@@ -86,7 +86,7 @@ def sign_in(
     if caller is None:
         errors = errors or {"secret_access_key": WRONG_PAIR}
         page = Page("sign_in.html", {"values": values, "errors": errors}, status=400)
-        return render(console, codec, session, None, page)
+        return render(console, runtime, codec, session, None, page)
     if session.identity is not None:  # signed in again over a session: the old one ends
         runtime.console_sessions.end(runtime.db, session.nonce)
     signed_in = codec.new(Identity(key_id))
@@ -105,7 +105,7 @@ def sign_out(
             "This form's security token is missing or stale; you are still signed in. Reload and try again."
         )
         page = Page("error.html", {"message": message, "status": 403}, status=403)
-        return render(console, codec, session, caller, page)
+        return render(console, runtime, codec, session, caller, page)
     assert session is not None  # its CSRF token matched
     if session.identity is not None:  # ended in the store: the cookie, kept or copied, signs nobody in
         runtime.console_sessions.end(runtime.db, session.nonce)

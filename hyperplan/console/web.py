@@ -32,11 +32,13 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from hyperplan.console.forms import FieldErrors, Form
+from hyperplan.console.lengths import duration
 from hyperplan.console.session import COOKIE, Identity, Session, SessionCodec
 from hyperplan.core.rate_limits import RequestClass
 from hyperplan.errors import AccessDenied, AuthError, HyperplanError, ResourceNotFound, Throttling
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.orchestration import account_views, console_views
+from hyperplan.services.orchestration import clock as service_clock
 from hyperplan.services.runtime.context import ServiceContext
 
 log = logging.getLogger(__name__)
@@ -116,8 +118,9 @@ def _environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    templates.filters.update(when=when, money=money, price=price, day=day)
-    templates.globals.update(url=url)
+    templates.filters.update(when=when, money=money, price=price, day=day, duration=duration)
+    templates.filters.update(attributes=attributes, iso=iso, utc_minute=utc_minute, scale=scale)
+    templates.globals.update(url=url, clock_hints=CLOCK_HINTS)
     return templates
 
 
@@ -202,11 +205,12 @@ def _endpoint(route: ConsoleRoute, console: Console) -> Callable[[Request], Any]
         if session is None or caller is None:
             if request.method == "GET":
                 return RedirectResponse(f"{PREFIX}/sign-in?next={quote(request.url.path)}", status_code=303)
-            return _refusal(console, codec, session, None, 401, "Your session has ended: sign in again.")
+            ended = "Your session has ended: sign in again."
+            return _refusal(console, runtime, codec, session, None, 401, ended)
         form = Form.parse(await request.body()) if request.method == "POST" else Form([])
         if request.method == "POST" and not codec.csrf_ok(session, form.get(CSRF_FIELD)):
             return _refusal(
-                console, codec, session, caller, 403,
+                console, runtime, codec, session, caller, 403,
                 "This form's security token is missing or stale (the form came from another page or an "
                 "earlier session). Nothing was changed; reload the page and try again.",
             )  # fmt: skip
@@ -221,8 +225,8 @@ def _endpoint(route: ConsoleRoute, console: Console) -> Callable[[Request], Any]
                 )
             result = await run_in_threadpool(route.handler, console_request)
         except Exception as exc:
-            return _error_page(console, codec, session, caller, exc)
-        return _respond(console, codec, session, caller, result)
+            return _error_page(console, runtime, codec, session, caller, exc)
+        return _respond(console, runtime, codec, session, caller, result)
 
     return serve
 
@@ -238,7 +242,7 @@ def _public_endpoint(handler: Callable[..., Any], console: Console) -> Callable[
                 handler, console, codec, runtime, request, await request.body()
             )
         except Exception as exc:
-            return _error_page(console, codec, None, None, exc)
+            return _error_page(console, runtime, codec, None, None, exc)
         return result
 
     return serve
@@ -246,6 +250,7 @@ def _public_endpoint(handler: Callable[..., Any], console: Console) -> Callable[
 
 def _respond(
     console: Console,
+    runtime: ServiceContext,
     codec: SessionCodec,
     session: Session,
     caller: Caller,
@@ -254,18 +259,24 @@ def _respond(
     if isinstance(result, Redirect):
         return RedirectResponse(PREFIX + result.to, status_code=303)
     if isinstance(result, Page):
-        return render(console, codec, session, caller, result)
+        return render(console, runtime, codec, session, caller, result)
     return result
 
 
 def render(
-    console: Console, codec: SessionCodec, session: Session | None, caller: Caller | None, page: Page
+    console: Console,
+    runtime: ServiceContext,
+    codec: SessionCodec,
+    session: Session | None,
+    caller: Caller | None,
+    page: Page,
 ) -> HTMLResponse:
     return console.render(
         page,
         caller=caller,
         csrf_field=CSRF_FIELD,
         csrf=codec.csrf_token(session) if session else "",
+        service_clock=service_clock.show(runtime),  # in every page's header: whose time the page shows
     )
 
 
@@ -277,25 +288,31 @@ STATUS = (
 
 
 def _error_page(
-    console: Console, codec: SessionCodec, session: Session | None, caller: Caller | None, exc: Exception
+    console: Console,
+    runtime: ServiceContext,
+    codec: SessionCodec,
+    session: Session | None,
+    caller: Caller | None,
+    exc: Exception,
 ) -> Response:
     if isinstance(exc, FieldErrors):  # a handler that did not show its own form's errors
-        return _refusal(console, codec, session, caller, 400, "; ".join(exc.errors.values()))
+        return _refusal(console, runtime, codec, session, caller, 400, "; ".join(exc.errors.values()))
     if not isinstance(exc, HyperplanError):
         request_id = str(uuid.uuid4())
         log.exception("console request %s failed with a bug", request_id, exc_info=exc)
         message = f"Internal error (request {request_id}); the server log has the details."
-        return _refusal(console, codec, session, caller, 500, message)
+        return _refusal(console, runtime, codec, session, caller, 500, message)
     status = next((code for kind, code in STATUS if isinstance(exc, kind)), exc.status)
     if isinstance(exc, Throttling):
         message = f"Too many requests: {exc.message} Nothing was changed."
     else:
         message = exc.message
-    return _refusal(console, codec, session, caller, status, message)
+    return _refusal(console, runtime, codec, session, caller, status, message)
 
 
 def _refusal(
     console: Console,
+    runtime: ServiceContext,
     codec: SessionCodec,
     session: Session | None,
     caller: Caller | None,
@@ -303,7 +320,7 @@ def _refusal(
     message: str,
 ) -> Response:
     page = Page("error.html", {"message": message, "status": status}, status=status)
-    return render(console, codec, session, caller, page)
+    return render(console, runtime, codec, session, caller, page)
 
 
 # -- what templates use ------------------------------------------------------------------------------
@@ -314,14 +331,46 @@ def url(path: str, *parts: str) -> str:
     return PREFIX + path + "".join("/" + quote(str(part), safe="") for part in parts)
 
 
+CLOCK_HINTS = {
+    "wall": "The service's time is the real time.",
+    "manual": "The service's time moves only when an administrator advances or sets it "
+    "(hyperplan clock advance, hyperplan clock set).",
+    "accelerated": "The service's time runs faster than the real time, from where it was started or last "
+    "moved to.",
+}
+
+
+def iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def utc_minute(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def scale(factor: float) -> str:
+    """A time scale without a needless ".0": 40000, 1.5."""
+    return str(int(factor)) if factor == int(factor) else str(factor)
+
+
 def when(moment: datetime | None) -> Markup:
     """A moment in UTC, which the page's script also shows in the browser's zone."""
     if moment is None:
         return Markup("&mdash;")
-    utc = moment.astimezone(UTC)
-    return Markup('<time datetime="{}">{} UTC</time>').format(
-        utc.isoformat().replace("+00:00", "Z"), utc.strftime("%Y-%m-%d %H:%M")
-    )
+    return Markup('<time datetime="{}">{}</time>').format(iso(moment), utc_minute(moment))
+
+
+def attributes(values: Mapping[str, object]) -> Markup:
+    """An element's attributes from a mapping, each value escaped once: True is an attribute without a
+    value (required), False and None leave it out. Written as text in a template, an attribute would be
+    escaped as a whole (min=&#34;1&#34;), and the browser would not see it."""
+    found = []
+    for name, value in values.items():
+        if value is True:
+            found.append(Markup(" {}").format(name))
+        elif value is not None and value is not False:
+            found.append(Markup(' {}="{}"').format(name, value))
+    return Markup("").join(found)
 
 
 def day(moment: datetime) -> str:

@@ -6,8 +6,8 @@ part says which API the client means: ``sagemaker`` (the SageMaker API on POST /
 under /api/v1/), ``logs`` (CloudWatch Logs on POST /), ``sts`` (STS on POST /), ``s3`` (S3, on any path).
 The scope read here is only a hint for routing: each API verifies the whole signature for its own
 service, so a request that lies about its scope fails there. Unsigned requests reach only /healthz and
-the console (and the SageMaker adapter, which refuses them as AWS does); an unsigned request that looks
-like S3's gets S3's AccessDenied.
+the console and its /favicon.ico (and the SageMaker adapter, which refuses them as AWS does); an unsigned
+request that looks like S3's gets S3's AccessDenied.
 """
 
 from __future__ import annotations
@@ -40,14 +40,15 @@ async def aws_endpoint(request: Request) -> Response:
 
 
 _NOT_S3_PREFIXES = ("/console", "/api/")
+_NOT_S3_PATHS = frozenset({"/healthz", "/favicon.ico"})  # the icon: browsers ask for it on every page
 _S3_POSTS = frozenset({"delete", "uploads", "uploadId"})
 
 
 def is_s3(scope: Scope) -> bool:
     """Whether S3 answers the request: its credential scope names the service ``s3``; or it is unsigned
-    and looks like S3's (not the health check, the console or the native API, and a POST only with S3's
-    ``?delete``, ``?uploads`` or ``?uploadId``; other POSTs are SageMaker's), so that S3 refuses it with
-    its own AccessDenied."""
+    and looks like S3's (not the health check, the console, the site's icon or the native API, and a POST
+    only with S3's ``?delete``, ``?uploads`` or ``?uploadId``; other POSTs are SageMaker's), so that S3
+    refuses it with its own AccessDenied."""
     # Only the Authorization header names a scope (servers give header names in lower case).
     sent = [value for name, value in scope["headers"] if name == b"authorization"]
     headers = {"authorization": sent[-1].decode("latin-1")} if sent else {}  # the last, as a dict keeps
@@ -55,7 +56,7 @@ def is_s3(scope: Scope) -> bool:
     if service is not None:
         return service == S3_SERVICE
     path = scope["path"]
-    if path == "/healthz" or path.startswith(_NOT_S3_PREFIXES):
+    if path in _NOT_S3_PATHS or path.startswith(_NOT_S3_PREFIXES):
         return False
     if scope["method"] == "POST":  # SageMaker's, unless it is one of S3's POSTs
         return any(name in _S3_POSTS for name in _query_names(scope.get("query_string", b"")))

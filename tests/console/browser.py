@@ -4,6 +4,7 @@ browser downloads, which this machine cannot reach).
 `chromium()` installs the package when it is missing (as root; elsewhere the test is skipped, saying why).
 `browser_page()` starts it headless with a fresh profile and every background connection turned off
 (without them Chromium's own connections are refused by the closed network), and closes it after.
+`sign_in()` signs a page in to the console as a user would.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from hyperplan.signing import Credentials
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = [
@@ -67,3 +70,12 @@ def browser_page(viewport: dict[str, int] | None = None) -> Iterator[Any]:
             yield page
         finally:
             context.close()
+
+
+def sign_in(page: Any, url: str, credentials: Credentials) -> None:
+    """Through the sign-in form, as a user would; returns once the console's header offers to sign out."""
+    page.goto(f"{url}/console")
+    page.get_by_label("Access key ID").fill(credentials.access_key)
+    page.get_by_label("Secret access key").fill(credentials.secret_key)
+    page.get_by_role("button", name="Sign in").click()
+    page.get_by_role("button", name="Sign out").wait_for()

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from hyperplan.signing import Credentials
-from tests.console.browser import browser_page
+from tests.console.browser import browser_page, sign_in
 from tests.harness import ADMIN, Server
 
 pytestmark = pytest.mark.browser  # a part of its own (tests/parts.py)
@@ -35,11 +35,7 @@ def _shoot(page: Any, name: str) -> None:
 
 
 def _sign_in(page: Any, server: Server, credentials: Credentials) -> None:
-    page.goto(f"{server.url}/console")
-    page.get_by_label("Access key ID").fill(credentials.access_key)
-    page.get_by_label("Secret access key").fill(credentials.secret_key)
-    page.get_by_role("button", name="Sign in").click()
-    page.get_by_role("button", name="Sign out").wait_for()
+    sign_in(page, server.url, credentials)
 
 
 def _sign_out(page: Any) -> None:

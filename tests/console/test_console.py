@@ -9,9 +9,11 @@ next to its field; a throttled action says so.
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 import httpx
@@ -20,7 +22,7 @@ import pytest
 from hyperplan.console.app import routes
 from hyperplan.console.web import ConsoleRoute
 from hyperplan.signing import Credentials
-from tests.harness import ADMIN
+from tests.harness import ADMIN, service_now
 from tests.inprocess import InProcessServer
 
 P5 = "ml.p5.48xlarge"
@@ -352,3 +354,45 @@ def test_the_instance_capacity_choice_lists_only_plans_the_binding_rules_accept(
         ("worker", pod["TrainingPlanArn"]),
         ("tools", None),
     ]
+
+
+def test_search_times_are_read_as_the_cli_reads_them(fast_shared_server: InProcessServer) -> None:
+    # One time syntax for the console's forms and the CLI (core/user_times.py): `+3d` counts from the
+    # service clock (this server's manual one), a bare date is midnight UTC, and anything else is refused
+    # next to its field, naming the value and the forms it may take.
+    server = fast_shared_server
+    credentials = server.new_account("gamma-times")
+    console = Console(server)
+    assert console.sign_in(credentials).status_code == 303
+    console.get("/console/offerings")
+    search = {"target": "training-job", "instance_type": P5, "instance_count": "1", "duration_days": "1"}
+    refused = console.post("/console/offerings", {**search, "start_after": "tomorrow"})
+    said = html.unescape(refused.text)
+    assert refused.status_code == 400 and 'id="start_after-error"' in refused.text
+    assert "Start after: 'tomorrow' is not a time; give a date (2026-12-07, midnight UTC)" in said
+    assert "now, or a time from now (+3d, +12h" in said
+
+    now = service_now(server)
+    found = console.post("/console/offerings", {**search, "start_after": "+3d", "end_before": "+9d"})
+    api = server.sagemaker(credentials).search_training_plan_offerings(
+        InstanceType=P5,
+        InstanceCount=1,
+        DurationHours=24,
+        TargetResources=["training-job"],
+        StartTimeAfter=now + timedelta(days=3),
+        EndTimeBefore=now + timedelta(days=9),
+    )["TrainingPlanOfferings"]
+    assert api and found.status_code == 200
+    tables = re.findall(r'<table class="segments">(.*?)</table>', found.text, re.S)
+    shown = [[_instant(t) for t in re.findall(r'<time datetime="([^"]+)"', table)] for table in tables]
+    expected = [
+        [t for s in offering["ReservedCapacityOfferings"] for t in (s["StartTime"], s["EndTime"])]
+        for offering in api
+    ]
+    assert shown == expected
+    assert min(times[0] for times in shown) >= now + timedelta(days=3)
+    console.http.close()
+
+
+def _instant(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
