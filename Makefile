@@ -1,10 +1,10 @@
-# The two commands of the quick start are `make run` and `make test`; both set up what they need.
+# The commands of the quick start are `make run`, `make demo` and `make test`; each sets up what it needs.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: run test bench lint typecheck check clean screenshots
+.PHONY: run demo test bench lint typecheck check clean screenshots
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,13 @@ $(STAMP): pyproject.toml
 RUNTIME ?= auto
 run: $(STAMP)
 	$(BIN)/python -m hyperplan.containers.demo_runtime $(RUNTIME)
+
+## A training plan's whole life in a minute or two: a server of its own on the demo fleet under the manual
+## clock, which the walk moves; two plans bought, the HyperPod cluster of examples/hyperpod and the training
+## job of examples/training-job on them, each command printed as it runs, until the plans expire; then the
+## server stopped and nothing left running (hyperplan/cli/demo.py; tests/server/test_examples.py runs it).
+demo: $(STAMP)
+	$(BIN)/python -m hyperplan.cli.demo
 
 ## Set up and run every test, on one worker process more than the machine has cores (most tests wait on
 ## servers and processes, not on a core); TEST_WORKERS=0 runs them in this process. worksteal: an idle

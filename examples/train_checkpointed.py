@@ -18,8 +18,8 @@ generator that shuffles the data.
 
 Try it by hand::
 
-    python examples/make_dataset.py /tmp/demo/train/data.csv
-    SM_CHANNEL_TRAINING=/tmp/demo/train SM_CHECKPOINT_DIR=/tmp/demo/ckpt SM_MODEL_DIR=/tmp/demo/model \\
+    python examples/make_dataset.py demo/train/data.csv
+    SM_CHANNEL_TRAINING=demo/train SM_CHECKPOINT_DIR=demo/ckpt SM_MODEL_DIR=demo/model \\
         python examples/train_checkpointed.py --epochs 20 --epoch-seconds 0.5
     # `kill <pid>` it half-way (a plain kill is SIGTERM), then run the same command again
 """

@@ -44,7 +44,9 @@ def main(plan_arn: str, data_dir: str, job_name: str, *flags: str) -> None:
     estimator = Estimator(
         entry_point="train.py",
         source_dir=str(Path(__file__).parent),
-        image_uri="123456789012.dkr.ecr.us-west-2.amazonaws.com/train:latest",
+        # A framework image in the fleet's region: the demo fleet's [image_map] runs it from its own registry
+        # (runtime podman); without containers the fleet's [images] name its Python, else the server's.
+        image_uri="763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:2.5.1-cpu-py311",
         role="arn:aws:iam::123456789012:role/SageMakerRole",
         instance_count=1,
         instance_type="ml.p5.48xlarge",
