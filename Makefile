@@ -1,4 +1,4 @@
-# The commands of the quick start are `make run`, `make demo` and `make test`; each sets up what it needs.
+# The quick start is `make run` and `make test`; `make demo` walks a plan's life. Each sets up what it needs.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
