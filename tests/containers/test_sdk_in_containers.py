@@ -30,7 +30,7 @@ vcpus = 1
 memory_gib = 1
 
 [image_map]
-"123456789012.dkr.ecr.us-west-2.amazonaws.com/train:*" = "{python}"
+"763104351884.dkr.ecr.us-west-2.amazonaws.com/pytorch-training:*" = "{python}"
 
 [registries."{registry}"]
 insecure = true
