@@ -35,13 +35,17 @@ class Root(TyperGroup):
 
     def invoke(self, ctx: click.Context) -> Any:
         """Our error tree is a mistake in what the command was given, found before any request: one line
-        `Code: message`, exit code 2. A server's refusal or absence is one line too, exit code 1 (the
-        commands report them already; this catches any they do not). Anything else is a bug, and its
-        traceback is what a report of it needs."""
+        `Code: message`, exit code 2; so is Click's refusal of a subcommand's options (`Error: ...`). A
+        server's refusal or absence is one line too, exit code 1 (the commands report them already; this
+        catches any they do not). Anything else is a bug, and its traceback is what a report of it needs."""
         try:
             return super().invoke(ctx)
         except InternalFailure:
             raise
+        except click.exceptions.NoArgsIsHelpError:
+            raise  # a group given no command: its help, as Click shows it
+        except click.exceptions.UsageError as exc:  # a subcommand's options: one line, not Click's four
+            raise usage_failure(exc) from None
         except HyperplanError as exc:
             raise Failure(exc.code, exc.message, exit_code=2) from None
         except ApiError as exc:
@@ -69,3 +73,10 @@ class Root(TyperGroup):
             if rows:
                 with formatter.section(title):
                     formatter.write_dl(rows)
+
+
+def usage_failure(exc: click.exceptions.UsageError) -> Failure:
+    """Click's refusal of what a command was given, as one line that says where its help is."""
+    message = exc.format_message().rstrip(".")
+    where = f" (see `{exc.ctx.command_path} --help`)" if exc.ctx is not None else ""
+    return Failure("Error", message + where, exit_code=exc.exit_code)

@@ -74,14 +74,20 @@ def test_help_lists_the_commands_in_the_order_of_the_work() -> None:
             ["clock", "show", "--endpoint-url", "http://[::1"],
             "--endpoint-url 'http://[::1' is not a server's URL",
         ),
+        (
+            [*SEARCH, "--instance-count", "2"],
+            "Error: No such option: --instance-count (Possible options: --count, --instance-type) "
+            "(see `hyperplan plans search --help`)",
+        ),
     ],
-    ids=["a word", "no such day", "clock set", "audit --since", "usage --from", "bad IPv6"],
+    ids=["a word", "no such day", "clock set", "audit --since", "usage --from", "bad IPv6", "no such option"],
 )
 def test_a_mistake_in_a_client_command_is_one_line_before_any_request(args: list[str], expected: str) -> None:
     # The endpoint is a port nobody listens on: a request would end in "Cannot reach the server" (exit 1).
     env = client_env(HYPERPLAN_ENDPOINT_URL=f"http://127.0.0.1:{closed_port()}")
     output = no_traceback(run_cli(*args, env=env), 2)
     assert expected in output and "Cannot reach" not in output
+    assert len(output.strip().splitlines()) == 1, output  # not Click's usage block
 
 
 def test_an_endpoint_from_the_environment_is_named_as_such() -> None:
