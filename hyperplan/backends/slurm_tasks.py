@@ -76,8 +76,12 @@ from hyperplan.slurm.parse import Job
 
 log = logging.getLogger(__name__)
 
-SRUN_EXIT_WAIT = 5.0
-"""How long a look waits for a node task's srun to exit once Slurm says its step has ended."""
+SRUN_EXIT_WAIT = 1.0
+"""How long one look waits (holding the back end's lock) for a node task's srun to exit once Slurm says
+its step has ended."""
+SRUN_EXIT_PATIENCE = 60.0
+"""How long the looks wait in all for that srun (a loaded host may take it more than one look): until
+then the task is still ending; after, its end is taken from its runner's record, as without srun."""
 STEP_START_SECONDS = 60.0
 """A step's srun that has gone without its runner ever starting: Lost after this long."""
 STEP_REFUSED = "Unable to create step"
@@ -118,6 +122,7 @@ class TaskJobs:
         self.nodes = nodes
         self.images = images  # where containers' images are unpacked; None: this back end runs none
         self._launches: dict[str, subprocess.Popen[bytes]] = {}
+        self._step_gone: dict[str, float] = {}  # task -> when a look first found its step gone, srun not
 
     # --- starting --------------------------------------------------------------------------------
 
@@ -374,6 +379,8 @@ class TaskJobs:
             witness = None
             if started and not tenant_files.exists(directory / KILLED) and self._job_runs(node_dir):
                 witness = self._srun_exit(directory)
+                if witness is None and self._srun_still_ending(directory):
+                    return TaskStatus(TaskState.RUNNING)  # its word comes: not the tenant's record yet
             if witness is not None:
                 ended = runner_exit(out / "exit.json")
                 memory = slurm_memory.step_out_of_memory(_srun_words(directory, launch))
@@ -482,6 +489,17 @@ class TaskJobs:
         if not isinstance(code, int) or not 0 <= code <= 255:
             return None  # not known, or runuser itself was killed (no step status then)
         return code
+
+    def _srun_still_ending(self, directory: Path) -> bool:
+        """The server's own srun of a task whose step has ended has not exited yet (it follows its step's
+        end at once, but a loaded host can delay it past a look's wait), and has not kept the looks
+        waiting SRUN_EXIT_PATIENCE seconds since one first found it so."""
+        process = self._launches.get(directory.name)
+        if process is None or process.poll() is not None:
+            self._step_gone.pop(directory.name, None)
+            return False
+        since = self._step_gone.setdefault(directory.name, time.monotonic())
+        return time.monotonic() - since < SRUN_EXIT_PATIENCE
 
     def _srun_alive(self, directory: Path, launch: Mapping[str, Any]) -> bool:
         """A launched step whose runner has not started yet: its srun still trying, for a while."""
