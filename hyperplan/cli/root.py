@@ -33,6 +33,17 @@ class Root(TyperGroup):
         order = [name for names in self.sections.values() for name in names]
         self.commands = lazy_commands(self.commands, self.settings, dict(self.later), order)
 
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        """The root's own options refused as one line too (`hyperplan --bogus`), as a subcommand's are."""
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.exceptions.UsageError as exc:
+            raise usage_failure(exc) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         """Our error tree is a mistake in what the command was given, found before any request: one line
         `Code: message`, exit code 2; so is Click's refusal of a subcommand's options (`Error: ...`). A

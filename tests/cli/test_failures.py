@@ -79,8 +79,12 @@ def test_help_lists_the_commands_in_the_order_of_the_work() -> None:
             "Error: No such option: --instance-count (Possible options: --count, --instance-type) "
             "(see `hyperplan plans search --help`)",
         ),
+        (["--bogus", "plans", "list"], "Error: No such option: --bogus (see `hyperplan --help`)"),
     ],
-    ids=["a word", "no such day", "clock set", "audit --since", "usage --from", "bad IPv6", "no such option"],
+    ids=[
+        *["a word", "no such day", "clock set", "audit --since", "usage --from", "bad IPv6"],
+        *["no such option", "no such root option"],
+    ],
 )
 def test_a_mistake_in_a_client_command_is_one_line_before_any_request(args: list[str], expected: str) -> None:
     # The endpoint is a port nobody listens on: a request would end in "Cannot reach the server" (exit 1).
