@@ -60,6 +60,7 @@ def main(argv: list[str]) -> int:
     work = Path(tempfile.mkdtemp(prefix="hyperplan-compare-"))
     url, stop_postgres = (None, lambda: None) if args.store == "sqlite" else _postgres(work)
     if args.store == "postgres" and url is None:
+        shutil.rmtree(work, ignore_errors=True)
         return 1  # _postgres said why
     try:
         store = prepare_store(work / "filled", FillSpec(max_plans=sizes.max_plans), sizes.clients, url)
@@ -77,6 +78,7 @@ def main(argv: list[str]) -> int:
         _print(figures, args.store)
     finally:
         stop_postgres()
+        shutil.rmtree(work, ignore_errors=True)  # the filled store and its copies: nothing is kept
     return 0
 
 
