@@ -18,13 +18,14 @@ from hyperplan import metrics
 from hyperplan.backends.base import EXPIRATION_VARIABLE, AdoptReport, BackendError, NodeRef, NodeSpec
 from hyperplan.core.status import NODE_LIFECYCLE, NodeStatus
 from hyperplan.objects.uris import StorageError
+from hyperplan.services.accounts import audit
 from hyperplan.services.clusters import metering, node_containers
 from hyperplan.services.clusters.cluster_records import GONE
 from hyperplan.services.clusters.cluster_request import InstanceGroupSpec
 from hyperplan.services.runtime import slurm_placement, status, tenancy
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.services.storage import bucket_rights
-from hyperplan.store.schema import ClusterNode, InstanceGroup
+from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup
 
 SHUTDOWN_GRACE = timedelta(seconds=30)  # real time between SIGTERM and SIGKILL at reclaim or deletion
 
@@ -148,6 +149,24 @@ def retire(session: Session, node: ClusterNode, actions: NodeActions, now: datet
     shut_down(session, node, actions, now)
     node.message = message
     metering.stop(session, metering.node_holder(node), now)
+
+
+def record_on_demand(
+    session: Session,
+    now: datetime,
+    node: ClusterNode,
+    group: InstanceGroup,
+    cluster: Cluster,
+    why: str,
+    **more: str,
+) -> None:
+    """An on-demand node's recovery in the audit trail (a plan's node's is in the plan's history), with
+    what the back end adds (``more``: the node that replaced it, the Slurm node it was on)."""
+    detail = {"Cluster": cluster.name, "Group": group.name, "Reason": why, **more}
+    audit.record(
+        session, now, None, "cluster-node.recovered", account_id=cluster.account_id, target=node.instance_id,
+        detail=detail,
+    )  # fmt: skip
 
 
 def node_refs(runtime: ServiceContext) -> list[NodeRef]:

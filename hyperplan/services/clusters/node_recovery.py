@@ -18,9 +18,8 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from hyperplan.core.status import ClusterStatus
-from hyperplan.services.accounts import audit
 from hyperplan.services.clusters import cluster_reconcile
-from hyperplan.services.clusters.cluster_nodes import NodeActions, retire
+from hyperplan.services.clusters.cluster_nodes import NodeActions, record_on_demand, retire
 from hyperplan.services.clusters.cluster_request import ClusterSettings
 from hyperplan.services.plans import lifecycle
 from hyperplan.services.runtime.context import ServiceContext
@@ -80,12 +79,4 @@ def _record(
         )
         lifecycle.record(session, plan, "cluster-node-recovered", message, now)
         return
-    audit.record(
-        session,
-        now,
-        None,
-        "cluster-node.recovered",
-        account_id=cluster.account_id,
-        target=node.instance_id,
-        detail={"Cluster": cluster.name, "Group": group.name, "Reason": why, "ReplacedBy": ", ".join(fresh)},
-    )
+    record_on_demand(session, now, node, group, cluster, why, ReplacedBy=", ".join(fresh))

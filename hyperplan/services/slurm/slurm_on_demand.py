@@ -32,9 +32,14 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import RUNNING, StopReason
-from hyperplan.services.accounts import audit
 from hyperplan.services.clusters import cluster_reconcile
-from hyperplan.services.clusters.cluster_nodes import SHUTDOWN_GRACE, NodeActions, retire, run_actions
+from hyperplan.services.clusters.cluster_nodes import (
+    SHUTDOWN_GRACE,
+    NodeActions,
+    record_on_demand,
+    retire,
+    run_actions,
+)
 from hyperplan.services.clusters.cluster_records import LIVE
 from hyperplan.services.clusters.cluster_request import ClusterSettings
 from hyperplan.services.jobs.job_records import instances_of, settings_of, sigterm
@@ -82,16 +87,7 @@ def police(
         groups: dict[int, InstanceGroup] = {}
         for node, group, cluster, why in _ended(session, unhealthy, taken, pool_nodes):
             retire(session, node, actions, now, f"{why}; this on-demand instance is replaced by a new one.")
-            audit.record(
-                session,
-                now,
-                None,
-                "cluster-node.recovered",
-                account_id=cluster.account_id,
-                target=node.instance_id,
-                detail={"Cluster": cluster.name, "Group": group.name, "SlurmNode": slurm_node_of(node),
-                        "Reason": why},
-            )  # fmt: skip
+            record_on_demand(session, now, node, group, cluster, why, SlurmNode=slurm_node_of(node))
             groups[group.id] = group
         cluster_reconcile.reconcile(session, runtime, groups.values(), now, actions)
         after_commit(session, lambda: run_actions(runtime, actions))
