@@ -313,6 +313,18 @@ class InstanceGroup(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
+class InstanceGroupPlan(Base):
+    """A further plan of an instance group, beside its primary one (`InstanceGroup.plan_id`, the wire's
+    TrainingPlanArn): the group may run up to its target across all of them (docs/DECISIONS.md)."""
+
+    __tablename__ = "instance_group_plans"
+    __table_args__ = (UniqueConstraint("group_id", "plan_id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)  # the order added
+    group_id: Mapped[int] = mapped_column(ForeignKey("instance_groups.id"), index=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("training_plans.id"), index=True)
+    added_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
 class ClusterNode(Base):
     """One instance of a group. `backend_id` names it to the execution back end, recorded before it acts."""
 
@@ -325,6 +337,8 @@ class ClusterNode(Base):
     hostname: Mapped[str] = mapped_column(String(128))
     availability_zone: Mapped[str] = mapped_column(String(64))
     on_plan: Mapped[bool] = mapped_column(default=False)
+    # The plan whose capacity it runs on now, one of its group's plans; None on demand, or once it ended.
+    plan_id: Mapped[int | None] = mapped_column(ForeignKey("training_plans.id"), nullable=True, index=True)
     status: Mapped[str] = mapped_column(String(24))  # Pending, Running, Failure, ShuttingDown, Terminated
     message: Mapped[str] = mapped_column(Text, default="")
     launched_at: Mapped[datetime] = mapped_column(UTCDateTime)
@@ -363,6 +377,10 @@ class TrainingJob(Base):
     model_uri: Mapped[str | None] = mapped_column(Text, nullable=True)
     attempt: Mapped[int] = mapped_column(Integer, default=0)
     attempt_state: Mapped[str] = mapped_column(String(16), default="")
+    # The plan whose capacity its current (or last) attempt holds: `plan_id` or one of its further plans.
+    attempt_plan_id: Mapped[int | None] = mapped_column(
+        ForeignKey("training_plans.id"), nullable=True, index=True
+    )
     segment_end: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     pending_seconds: Mapped[float] = mapped_column(Float, default=0.0)
     pending_since: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
@@ -372,6 +390,18 @@ class TrainingJob(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     training_start_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     training_end_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class TrainingJobPlan(Base):
+    """A further plan a training job may run on, beside the one it names (`TrainingJob.plan_id`, the
+    wire's TrainingPlanArn): it runs on whichever has capacity first (docs/DECISIONS.md)."""
+
+    __tablename__ = "training_job_plans"
+    __table_args__ = (UniqueConstraint("job_id", "plan_id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)  # the order added
+    job_id: Mapped[int] = mapped_column(ForeignKey("training_jobs.id"), index=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("training_plans.id"), index=True)
+    added_at: Mapped[datetime] = mapped_column(UTCDateTime)
 
 
 class TrainingJobTransition(Base):
