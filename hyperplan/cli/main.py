@@ -168,7 +168,7 @@ def serve(
     """Run the server until SIGTERM or Ctrl-C."""
     options = ServeOptions(**locals())  # first: the parameters, and nothing else yet
     if options.shares_metrics:
-        share_metrics_between_processes()  # before anything imports prometheus_client
+        share_metrics_between_processes(options)  # before anything imports prometheus_client
     front = check_front_door(options)  # before the server's stack is imported: a refusal comes at once
     from hyperplan.cli.serving import run  # the server's runtime: every other command starts without it
 

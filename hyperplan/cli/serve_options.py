@@ -263,19 +263,44 @@ def refusals_exit() -> Iterator[None]:
         raise typer.Exit(2) from None
 
 
-def share_metrics_between_processes() -> None:
+def share_metrics_between_processes(options: ServeOptions) -> None:
     """`serve --workers N --metrics-listen ...`: every process counts into files of one fresh directory
     (prometheus_client's multiprocess mode, hyperplan/metrics.py), named before any of them imports
-    prometheus_client; the API processes inherit it, and the parent's listener adds them up."""
+    prometheus_client; the API processes inherit it, and the parent's listener adds them up.
+
+    The directory is the data directory's ``metrics/<pid>``: a server killed with SIGKILL cannot remove
+    it, so each start removes those of servers that are gone (several servers may share a data
+    directory); a data directory that is a file is left to the front door's refusal."""
     import atexit
     import shutil
-    import tempfile
+
+    from hyperplan.cli.client import default_data_dir
 
     variable = "PROMETHEUS_MULTIPROC_DIR"  # hyperplan.metrics.MULTIPROC_VARIABLE, not imported: see above
-    if not os.environ.get(variable):
-        directory = tempfile.mkdtemp(prefix="hyperplan-metrics-")
-        os.environ[variable] = directory
-        atexit.register(shutil.rmtree, directory, True)
+    data_dir = (options.data_dir or default_data_dir()).expanduser()
+    if os.environ.get(variable) or (data_dir.exists() and not data_dir.is_dir()):
+        return
+    parent = data_dir / "metrics"
+    parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    for left in parent.iterdir():
+        if not _process_alive(left.name):
+            shutil.rmtree(left, ignore_errors=True)
+    directory = parent / str(os.getpid())
+    directory.mkdir(mode=0o700, exist_ok=True)
+    os.environ[variable] = str(directory)
+    atexit.register(shutil.rmtree, directory, True)
+
+
+def _process_alive(pid: str) -> bool:
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, another user's
+        return True
+    return True
 
 
 def check_front_door(options: ServeOptions) -> FrontDoor:

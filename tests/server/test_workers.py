@@ -15,7 +15,7 @@ from typing import Any, cast
 import pytest
 
 from hyperplan.signing import sign_request
-from tests.harness import ADMIN, REGION, Server, wait_until
+from tests.harness import ADMIN, REGION, Server, free_port, wait_until
 from tests.postgres import Stores
 from tests.server import test_concurrency, test_operations, test_plans
 from tests.server.test_rate_limits import SHARED_BURST, limited_account, searches
@@ -249,3 +249,28 @@ def _served_by(connection: http.client.HTTPConnection, port: int, processes: set
             except OSError:
                 continue
     raise AssertionError(f"no API process holds the connection from port {client_port}")
+
+
+def test_shared_metrics_files_of_a_killed_server_are_removed_at_the_next_start(
+    server_factory: type[Server], tmp_path: Path
+) -> None:
+    """The multiprocess metrics directory lives in the data directory (metrics/<pid>): SIGKILL leaves
+    it there, not in /tmp, and the next start removes it; SIGTERM removes its own."""
+    data_dir = tmp_path / "data"
+    metrics = data_dir / "metrics"
+    listen = ("--metrics-listen", f"127.0.0.1:{free_port()}")
+    server = _two_workers(server_factory)(data_dir=data_dir, fleet=SMALL_FLEET, extra_args=listen).start()
+    server.sagemaker().list_training_plans()
+    assert server.process is not None
+    killed = str(server.process.pid)
+    assert [d.name for d in metrics.iterdir()] == [killed]
+    server.kill()
+    assert (metrics / killed).is_dir()  # a crash cannot tidy up
+    server.port = free_port()
+    server.extra_args = (*TWO, "--metrics-listen", f"127.0.0.1:{free_port()}")
+    server.start()
+    assert server.process is not None
+    restarted = str(server.process.pid)
+    assert [d.name for d in metrics.iterdir()] == [restarted]
+    assert server.stop() == 0
+    assert list(metrics.iterdir()) == []
