@@ -167,9 +167,9 @@ def serve(
 ) -> None:
     """Run the server until SIGTERM or Ctrl-C."""
     options = ServeOptions(**locals())  # first: the parameters, and nothing else yet
-    if options.shares_metrics:
-        share_metrics_between_processes(options)  # before anything imports prometheus_client
     front = check_front_door(options)  # before the server's stack is imported: a refusal comes at once
+    if options.shares_metrics:  # once no refusal is left to make: it makes a directory
+        share_metrics_between_processes(options)  # before anything imports prometheus_client
     from hyperplan.cli.serving import run  # the server's runtime: every other command starts without it
 
     run(options, front)

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from hyperplan.cli.common import console
 from hyperplan.server.limits import ServerLimits
 
 if TYPE_CHECKING:
@@ -246,7 +245,7 @@ def refusals_exit() -> Iterator[None]:
     """A refusal (HyperplanError) printed as `CODE: message`; the command then exits as on a bad option.
     So is a file or directory the server cannot make or open (a data directory that is a file, a key
     file's directory that does not exist): the operator's to fix, not a bug to trace."""
-    from hyperplan.cli.common import failure_line  # literal: "[backend] work_dir" is text, not markup
+    from hyperplan.cli.common import errors, failure_line  # literal: "[backend] work_dir" is text, not markup
     from hyperplan.errors import HyperplanError, InternalFailure
 
     try:
@@ -254,12 +253,12 @@ def refusals_exit() -> Iterator[None]:
     except InternalFailure:
         raise
     except HyperplanError as exc:
-        console.print(failure_line(exc.code, exc.message), soft_wrap=True)
+        errors.print(failure_line(exc.code, exc.message), soft_wrap=True)
         raise typer.Exit(2) from None
     except OSError as exc:
         if exc.filename is None:
             raise
-        console.print(failure_line(f"Cannot use {exc.filename}", exc.strerror), soft_wrap=True)
+        errors.print(failure_line(f"Cannot use {exc.filename}", exc.strerror), soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -270,7 +269,7 @@ def share_metrics_between_processes(options: ServeOptions) -> None:
 
     The directory is the data directory's ``metrics/<pid>``: a server killed with SIGKILL cannot remove
     it, so each start removes those of servers that are gone (several servers may share a data
-    directory); a data directory that is a file is left to the front door's refusal."""
+    directory). Called once the front door has refused what it refuses: nothing is made before."""
     import atexit
     import shutil
 
@@ -278,7 +277,7 @@ def share_metrics_between_processes(options: ServeOptions) -> None:
 
     variable = "PROMETHEUS_MULTIPROC_DIR"  # hyperplan.metrics.MULTIPROC_VARIABLE, not imported: see above
     data_dir = (options.data_dir or default_data_dir()).expanduser()
-    if os.environ.get(variable) or (data_dir.exists() and not data_dir.is_dir()):
+    if os.environ.get(variable):
         return
     parent = data_dir / "metrics"
     parent.mkdir(mode=0o700, parents=True, exist_ok=True)

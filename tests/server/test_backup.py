@@ -85,7 +85,7 @@ def test_a_backup_taken_during_a_purchase_burst_restores_every_acknowledged_plan
     assert before, "no purchase was acknowledged before the backup started"
 
     refused = hyperplan("restore", str(tmp_path / "backup"), "--data-dir", str(data_dir))
-    said = " ".join(refused.stdout.split())
+    said = " ".join(refused.stderr.split())
     assert refused.returncode == 2 and f"{data_dir} is not empty" in said  # never over a live data directory
     restored_dir = tmp_path / "restored"
     restored = hyperplan("restore", str(tmp_path / "backup"), "--data-dir", str(restored_dir))

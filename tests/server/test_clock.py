@@ -43,7 +43,7 @@ def test_clock_start_is_refused_with_the_wall_clock(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert refused.returncode == 2
-    assert "--clock-start needs --clock manual or accelerated" in refused.stdout
+    assert "--clock-start needs --clock manual or accelerated" in refused.stderr
 
 
 def test_clock_start_must_be_a_time(tmp_path: Path) -> None:
@@ -54,7 +54,7 @@ def test_clock_start_must_be_a_time(tmp_path: Path) -> None:
          "--clock-start", "2031-01-01T24:00:00"],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert refused.returncode == 2 and "'2031-01-01T24:00:00' is not a real date and time" in refused.stdout
+    assert refused.returncode == 2 and "'2031-01-01T24:00:00' is not a real date and time" in refused.stderr
 
 
 def test_advance_by_durations(fast_server: Server) -> None:

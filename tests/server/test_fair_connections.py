@@ -341,6 +341,6 @@ def test_a_share_one_address_could_fill_the_server_with_is_refused_at_start(tmp_
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert process.returncode == 2
-    said = " ".join(process.stdout.split())  # as Rich wrapped it
+    said = " ".join(process.stderr.split())  # as Rich wrapped it
     assert "--max-connections-per-address (8) must be below --max-connections (8)" in said
     assert not (tmp_path / "data").exists()  # refused before anything was made

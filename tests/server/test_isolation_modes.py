@@ -57,7 +57,7 @@ def test_a_work_directory_inside_the_data_directory_refuses_the_start(tmp_path: 
     data = tmp_path / "data"
     refused = _serve("--data-dir", str(data), "--isolation", "none", "--work-dir", str(data / "work"))
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    said = " ".join(refused.stdout.split())
+    said = " ".join(refused.stderr.split())
     assert f"StartRefused: work directory {data / 'work'}: it lies inside the data directory" in said
     assert not (data / "work").exists()
 
@@ -65,7 +65,7 @@ def test_a_work_directory_inside_the_data_directory_refuses_the_start(tmp_path: 
 def test_an_unknown_isolation_mode_refuses_the_start(tmp_path: Path) -> None:
     refused = _serve("--data-dir", str(tmp_path / "data"), "--isolation", "both")
     assert refused.returncode == 2
-    assert "isolation mode 'both': give 'users' or 'none'" in " ".join(refused.stdout.split())
+    assert "isolation mode 'both': give 'users' or 'none'" in " ".join(refused.stderr.split())
 
 
 # -- accounts delete ------------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ def test_serve_runtime_podman_where_podman_is_missing_refuses_naming_it(tmp_path
     empty.mkdir()
     refused = _serve(tmp_path / "data", empty, "--isolation", "none", "--runtime", "podman")
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    said = " ".join(refused.stdout.split())
+    said = " ".join(refused.stderr.split())
     assert (
         "StartRefused: --runtime podman: Podman is not usable here, it needs the podman command (apt-get "
         "install podman); an OCI runtime, runc (apt-get install runc)"
@@ -61,5 +61,5 @@ def test_serve_runtime_podman_where_podman_is_missing_refuses_naming_it(tmp_path
 def test_serve_runtime_with_an_unknown_runtime_refuses_before_anything_is_made(tmp_path: Path) -> None:
     refused = _serve(tmp_path / "data", Path("/usr/bin"), "--runtime", "docker")
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert "StartRefused: --runtime 'docker': give podman or process" in " ".join(refused.stdout.split())
+    assert "StartRefused: --runtime 'docker': give podman or process" in " ".join(refused.stderr.split())
     assert not (tmp_path / "data").exists()
