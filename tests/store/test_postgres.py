@@ -135,7 +135,7 @@ def test_serve_refuses_a_store_it_cannot_use_naming_it_without_its_password(tmp_
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert refused.returncode == 2
-    assert "'mysql' is not a store hyperplan knows" in " ".join(refused.stdout.split())
+    assert "'mysql' is not a store hyperplan knows" in " ".join(refused.stderr.split())
     unreachable = subprocess.run(
         [str(BIN / "hyperplan"), "serve", "--data-dir", str(tmp_path / "other"), "--isolation", "none",
          "--work-dir", str(tmp_path / "other-work"), "--database-url",
@@ -143,6 +143,6 @@ def test_serve_refuses_a_store_it_cannot_use_naming_it_without_its_password(tmp_
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert unreachable.returncode == 2
-    said = " ".join(unreachable.stdout.split())
+    said = " ".join(unreachable.stderr.split())
     assert "StartRefused" in said and "hp:***@127.0.0.1:1/none" in said
-    assert "secret" not in unreachable.stdout
+    assert "secret" not in unreachable.stdout + unreachable.stderr
