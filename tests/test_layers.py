@@ -236,7 +236,7 @@ EDGE_SURFACE: dict[str, set[str]] = {
     "storage": {"bucket_rights"},
     "webhooks": {"webhooks", "webhook_admin"},
     "plans": {"plans", "plan_views", "extensions", "payments", "quotas", "tags", "usage"},
-    "clusters": {"clusters", "cluster_views", "cluster_request", "cluster_exec"},
+    "clusters": {"clusters", "cluster_views", "cluster_request", "cluster_exec", "group_plans"},
     "jobs": {"jobs", "job_views", "job_request", "job_records", "job_logs", "log_streams"},
     "slurm": set(),
     "orchestration": {"account_views", "user_views", "audit_views", "console_views", "clock", "drain"},

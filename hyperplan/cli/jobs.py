@@ -1,4 +1,5 @@
-"""`hyperplan jobs`: list, describe and stop training jobs; read or follow an instance's logs."""
+"""`hyperplan jobs`: list, describe and stop training jobs; read or follow an instance's logs; give a job
+further plans to run on (`jobs plans`)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,12 @@ from hyperplan.cli.common import (
 )
 from hyperplan.cli.options import ClientTyper, TextCommand
 
-app = ClientTyper(help="Training jobs: list, describe, logs, stop.", no_args_is_help=True)
+app = ClientTyper(help="Training jobs: list, describe, logs, stop, plans.", no_args_is_help=True)
+plans_app = ClientTyper(
+    help="The plans a training job may run on: the one it names, and further ones added here.",
+    no_args_is_help=True,
+)
+app.add_typer(plans_app, name="plans")
 
 FOLLOW_PAUSE = 0.5  # seconds between polls of a log that has nothing new
 
@@ -55,9 +61,11 @@ def describe(name: str) -> None:
         job = plain(sagemaker_client().call("DescribeTrainingJob", TrainingJobName=name))
         # DescribeTrainingJob shows the TrainingImage as sent; the native view adds what it resolved to.
         native = native_client().get(f"/api/v1/training-jobs/{quote(name, safe='')}")
-    for member in ("ResolvedImage", "ImageDigest"):
+    for member in ("ResolvedImage", "ImageDigest", "RunningOnPlan"):
         if native.get(member):
             job[member] = native[member]
+    if len(native.get("TrainingPlans") or ()) > 1:  # further plans beside the one it names
+        job["TrainingPlans"] = native["TrainingPlans"]
     emit(job, JobDetail)
 
 
@@ -115,3 +123,50 @@ def logs(
             if not follow or page["Done"]:
                 return
             time.sleep(FOLLOW_PAUSE)
+
+
+JobArg = Annotated[str, typer.Argument(help="The training job's name.", show_default=False)]
+PlanArg = Annotated[
+    str, typer.Argument(help="A training plan of your account: its name or ARN.", show_default=False)
+]
+
+
+def _plans_path(job: str, plan: str | None = None) -> str:
+    from urllib.parse import quote
+
+    path = f"/api/v1/training-jobs/{quote(job, safe='')}/plans"
+    return f"{path}/{quote(plan, safe='')}" if plan is not None else path
+
+
+@plans_app.command("list")
+def list_plans(name: JobArg) -> None:
+    """The plans a job may run on: the one it names first, then its further plans, and which it runs on
+    now."""
+    from hyperplan.cli.views.jobs import JobPlansTable
+
+    with reporting_errors():
+        answer = native_client().get(_plans_path(name))
+    emit(answer, JobPlansTable)
+
+
+@plans_app.command("add")
+def add_plan(name: JobArg, plan: PlanArg) -> None:
+    """Give a waiting or running job a further plan (a training-job plan of the job's instance type, big
+    enough for it): it runs on whichever of its plans has room first, and carries on from its checkpoints
+    on another when a segment ends. Adding one it has already changes nothing."""
+    from hyperplan.cli.views.jobs import JobPlansTable
+
+    with reporting_errors():
+        answer = native_client().call("PUT", _plans_path(name, plan))
+    emit(answer, JobPlansTable)
+
+
+@plans_app.command("remove")
+def remove_plan(name: JobArg, plan: PlanArg) -> None:
+    """Take a further plan from a job: not the plan it names, nor the one it runs on now (stop the job, or
+    wait until it no longer runs there)."""
+    from hyperplan.cli.views.jobs import JobPlansTable
+
+    with reporting_errors():
+        answer = native_client().delete(_plans_path(name, plan))
+    emit(answer, JobPlansTable)

@@ -75,6 +75,8 @@ def routes() -> list[BaseRoute]:
         post("/new-cluster", clusters.create_cluster),
         get("/clusters/{name}", clusters.cluster_detail),
         post("/clusters/{name}/groups", clusters.add_group),
+        post("/clusters/{name}/groups/{group}/plans", clusters.add_group_plan),
+        post("/clusters/{name}/groups/{group}/plans/remove", clusters.remove_group_plan),
         get("/training-jobs", jobs.jobs_list),
         get("/training-jobs/{name}", jobs.job_detail),
         get("/training-jobs/{name}/log", jobs.job_log),

@@ -1,27 +1,42 @@
-"""Clusters: the list, a cluster's page (groups, their plans, nodes), creating one, adding a group.
+"""Clusters: the list, a cluster's page (groups, their plans, nodes), creating one, adding a group, a
+plan group's further plans added and removed.
 
 A group's "Instance capacity" is on-demand by default; the choice lists only the caller's plans that the
 binding rules accept for the group's instance type and the chosen subnets (``console_views.plan_choices``
 runs ``core/clusters.check_binding``). The request is checked against the SageMaker model like an API
 request, then given to the same service (``services/clusters/clusters.py``), which checks every rule again.
+A plan group's plans are read, added and removed through ``services/clusters/group_plans.py``, which the
+native API and the CLI call too; the add form offers the plans the same choice would, less the group's own.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import quote
 
 from hyperplan.console.forms import FieldErrors, Fields, Form, place
 from hyperplan.console.web import ConsoleRequest, Page, Redirect
-from hyperplan.errors import HyperplanError
-from hyperplan.services.clusters import cluster_views, clusters
+from hyperplan.errors import HyperplanError, ResourceNotFound
+from hyperplan.services.accounts.accounts import Caller
+from hyperplan.services.clusters import cluster_views, clusters, group_plans
 from hyperplan.services.clusters.cluster_request import ClusterSpec, ClusterUpdate
+from hyperplan.services.clusters.cluster_views import ClusterView, GroupView
+from hyperplan.services.clusters.group_plans import GroupPlansView
 from hyperplan.services.orchestration import console_views
+from hyperplan.services.orchestration.console_views import PlanChoice
+from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.wire import model, validate
 
 GROUP_ROWS = 2  # instance groups a new cluster's form offers; more are added from the cluster's page
 EXECUTION_ROLE = "arn:aws:iam::000000000000:role/hyperplan-console"  # the model requires one; unused here
-NOTICES = {"created": "Cluster created.", "group-added": "Instance group added."}
+NOTICES = {
+    "created": "Cluster created.",
+    "group-added": "Instance group added.",
+    "plan-added": "Training plan added to the instance group.",
+    "plan-removed": "Training plan removed from the instance group.",
+}
+PLAN_ARN_LENGTH = 2048  # the wire's TrainingPlanArn at most; a plan's name is shorter
 
 
 def clusters_list(request: ConsoleRequest) -> Page:
@@ -32,6 +47,7 @@ def cluster_detail(request: ConsoleRequest, **extra: Any) -> Page:
     runtime, caller = request.runtime, request.caller
     cluster = cluster_views.describe(runtime, caller, request.path["name"])
     _, nodes = cluster_views.nodes(runtime, caller, cluster.name)
+    choices = _choices(request, list(cluster.settings.subnets))
     context: dict[str, Any] = {
         "cluster": cluster,
         "nodes": nodes,
@@ -39,10 +55,14 @@ def cluster_detail(request: ConsoleRequest, **extra: Any) -> Page:
         "values": {"group_1_type": "", "group_1_capacity": ""},
         "errors": {},
         "rows": [1],
-        **_choices(request, list(cluster.settings.subnets)),
+        "plan_offers": _plan_offers(cluster, choices["choices"]),
+        "plan_values": {},  # group name -> the plan its add form was given
+        "plan_errors": {},  # group name -> why its plans were not changed
+        **choices,
     }
     context.update(extra)
-    return Page("cluster.html", context, status=400 if context["errors"] else 200)
+    refused = context["errors"] or context["plan_errors"]
+    return Page("cluster.html", context, status=400 if refused else 200)
 
 
 def _choices(request: ConsoleRequest, subnets: list[str]) -> dict[str, Any]:
@@ -167,3 +187,59 @@ def add_group(request: ConsoleRequest) -> Page | Redirect:
     except HyperplanError as exc:
         return cluster_detail(request, values=form.values(), errors=place(exc, _group_members(row_of)).errors)
     return Redirect(f"/clusters/{quote(cluster.name, safe='')}?notice=group-added")
+
+
+# -- a plan group's further plans -------------------------------------------------------------------------
+
+
+def _plan_offers(
+    cluster: ClusterView, choices: Mapping[str, tuple[PlanChoice, ...]]
+) -> dict[str, tuple[PlanChoice, ...]]:
+    """For each plan group, the plans its add form offers: those the group's capacity choice would (the
+    caller's, for its instance type and the cluster's subnets, by the binding rules), less the group's
+    own, and in its primary plan's zone when that plan is among them (a group runs in one zone)."""
+    return {group.name: _offers_for(group, choices) for group in cluster.groups if group.plans}
+
+
+def _offers_for(group: GroupView, choices: Mapping[str, tuple[PlanChoice, ...]]) -> tuple[PlanChoice, ...]:
+    candidates = choices.get(group.instance_type, ())
+    own = {plan.arn for plan in group.plans}
+    primary = next((c for c in candidates if any(p.primary and p.arn == c.arn for p in group.plans)), None)
+    zones = set(primary.zones) if primary is not None else None
+    return tuple(c for c in candidates if c.arn not in own and (zones is None or zones.intersection(c.zones)))
+
+
+GroupPlansChange = Callable[[ServiceContext, Caller, str, str, str], GroupPlansView]
+
+
+def add_group_plan(request: ConsoleRequest) -> Page | Redirect:
+    return _change_group_plans(request, group_plans.add_plan, "plan-added")
+
+
+def remove_group_plan(request: ConsoleRequest) -> Page | Redirect:
+    return _change_group_plans(request, group_plans.remove_plan, "plan-removed")
+
+
+def _change_group_plans(request: ConsoleRequest, change: GroupPlansChange, notice: str) -> Page | Redirect:
+    """Add or remove one of a group's plans, then back to the cluster's page (post-redirect-get). A
+    refusal is shown beside the group's plans, with what was chosen; the cluster and group are looked up
+    first, so that another account's, or a group the cluster lacks, is a 404 page like any other."""
+    runtime, caller = request.runtime, request.caller
+    cluster = cluster_views.describe(runtime, caller, request.path["name"])
+    group = request.path["group"]
+    if group not in {g.name for g in cluster.groups}:
+        raise ResourceNotFound(f"Cluster {cluster.name} has no instance group {group}.")
+    fields = Fields(request.form)
+    plan = fields.text("plan", "Training plan", max_length=PLAN_ARN_LENGTH)
+    try:
+        fields.check()
+        change(runtime, caller, cluster.name, group, plan)
+    except FieldErrors as exc:
+        return _plans_refused(request, group, plan, exc.errors["plan"])
+    except HyperplanError as exc:
+        return _plans_refused(request, group, plan, exc.message)
+    return Redirect(f"/clusters/{quote(cluster.name, safe='')}?notice={notice}#plans-{group}")
+
+
+def _plans_refused(request: ConsoleRequest, group: str, plan: str, message: str) -> Page:
+    return cluster_detail(request, plan_values={group: plan}, plan_errors={group: message})

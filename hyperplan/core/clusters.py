@@ -1,10 +1,11 @@
 """The rules of HyperPod instance groups on training plans, as pure functions.
 
-A group runs on one plan or on on-demand capacity, never both. A plan may back a group only when it is
+A group runs on plans or on on-demand capacity, never both. A plan may back a group only when it is
 the caller's, its target is hyperpod-cluster, it is Scheduled or Active, its instance type is the
 group's, and the group's subnets (when it has any) include the plan's zone. While a segment is open the
 plan's capacity goes to its groups in the order they were created, each up to its target; from the
-reclaim time to the next segment, none.
+reclaim time to the next segment, none. A group with further plans beside its primary one takes from
+each in turn (core/group_plans.py).
 """
 
 from __future__ import annotations
@@ -60,10 +61,11 @@ def check_lifecycle_script(where: str, on_create: str | None) -> None:
         )
 
 
-def check_binding(group: GroupFacts, plan: PlanFacts | None, plan_arn: str) -> None:
+def check_binding(group: GroupFacts, plan: PlanFacts | None, plan_arn: str, field: str | None = None) -> None:
     """Refuse, naming the rule, a plan that may not back this group. `plan` is None when the caller has
-    no plan by that ARN (absent, or another account's: the same answer either way)."""
-    field = f"{group.where}.TrainingPlanArn"
+    no plan by that ARN (absent, or another account's: the same answer either way). `field` names what
+    gave the plan (default: the group's TrainingPlanArn)."""
+    field = field or f"{group.where}.TrainingPlanArn"
     if group.capacity_requirements:
         raise ValidationError(
             f"{field}: a group runs on a training plan or on on-demand capacity, never both; "

@@ -14,7 +14,8 @@
 - **Pending time.** It counts only while the plan could give capacity: from a segment's start to its
   reclaim time (:func:`countable`). That is the plan's Active time minus the reclaim lead, so the gap
   between segments and the minutes after a reclaim, when a job waits because the plan cannot serve
-  anyone, never count against it. :func:`reached_at` says when a limit will be reached.
+  anyone, never count against it. :func:`reached_at` says when a limit will be reached. A job on several
+  plans counts while any of them could (:func:`merged_windows`).
 - **Running time.** It counts from the moment a job is given its instances (``Downloading``) until it
   gives them back or is told to stop; :data:`RUNNING` names those statuses.
 - **Attempts and instances.** Each time a job is given instances (once per segment it runs in) is an
@@ -262,6 +263,24 @@ def has_capacity_left(windows: Sequence[Window], now: datetime) -> bool:
     return any(window.end > now for window in windows)
 
 
+def merged_windows(windows: Iterable[Window]) -> list[Window]:
+    """The windows of a job's several plans as one list, in time order, overlapping or touching ones
+    joined: the job could be given capacity whenever any of its plans could, and an hour in which two of
+    them could counts once against its pending limits."""
+    merged: list[Window] = []
+    for window in sorted(windows, key=lambda w: (w.start, w.end)):
+        if merged and window.start <= merged[-1].end:
+            merged[-1] = Window(merged[-1].start, max(merged[-1].end, window.end))
+        else:
+            merged.append(window)
+    return merged
+
+
+def next_opening(windows: Sequence[Window], now: datetime) -> datetime | None:
+    """When the first window that has not begun by `now` begins; None when none is left to begin."""
+    return min((window.start for window in windows if window.start > now), default=None)
+
+
 # -- binding to a plan --------------------------------------------------------------------------------
 
 TARGET = "training-job"
@@ -278,10 +297,16 @@ class PlanFacts:
     capacity_left: bool  # whether any segment can still give capacity (before its reclaim time)
 
 
-def check_plan(plan: PlanFacts | None, plan_arn: str, instance_type: str, instance_count: int) -> None:
+def check_plan(
+    plan: PlanFacts | None,
+    plan_arn: str,
+    instance_type: str,
+    instance_count: int,
+    field: str = "ResourceConfig.TrainingPlanArn",
+) -> None:
     """Refuse, naming the rule, a plan that may not run this job. `plan` is None when the caller has no
-    plan by that ARN (absent, or another account's: the same answer either way)."""
-    field = "ResourceConfig.TrainingPlanArn"
+    plan by that ARN (absent, or another account's: the same answer either way). `field` names where the
+    plan was given: CreateTrainingJob's member, or the native route's further plan."""
     if plan is None:
         raise ValidationError(f"{field}: this account has no training plan {plan_arn} (plan-ownership rule).")
     if plan.target != TARGET:

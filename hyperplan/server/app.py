@@ -19,7 +19,9 @@ from hyperplan.errors import HyperplanError, MethodNotAllowed, UnknownRoute
 from hyperplan.server import (
     native,
     native_buckets,
+    native_clusters,
     native_exec,
+    native_job_plans,
     native_ops,
     native_registries,
     native_users,
@@ -95,6 +97,8 @@ def create_app(
         *native_buckets.routes(),
         *native_users.routes(),
         *native_registries.routes(),  # registries and their credentials (administrators)
+        *native_clusters.routes(),  # an instance group's plans
+        *native_job_plans.routes(),  # a training job's further plans
         *native_ops.routes(),  # audit trail, drain (docs/OPERATIONS.md)
         *console_routes(),  # the web console under /console (hyperplan/console)
     ]

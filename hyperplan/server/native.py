@@ -490,7 +490,8 @@ def plan_events(request: NativeRequest) -> dict[str, Any]:
 
 def describe_job(request: NativeRequest) -> dict[str, Any]:
     """What DescribeTrainingJob has no member for: the reference the job's TrainingImage resolved to
-    through the fleet's image map (DescribeTrainingJob shows the TrainingImage as sent, as AWS does)."""
+    through the fleet's image map (DescribeTrainingJob shows the TrainingImage as sent, as AWS does), and
+    every plan the job may run on with the one it runs on now (it shows the TrainingPlanArn as sent)."""
     from hyperplan.services.jobs import job_views
 
     job = job_views.describe(request.runtime, request.caller, request.path["name"])
@@ -502,6 +503,8 @@ def describe_job(request: NativeRequest) -> dict[str, Any]:
         "TrainingImage": job.request.algorithm.image,
         "ResolvedImage": job.resolved_image,
         "ImageDigest": job.image_digest,
+        "TrainingPlans": list(job.plan_arns),
+        "RunningOnPlan": job.running_on_plan,
     }
 
 

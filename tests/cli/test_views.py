@@ -24,7 +24,7 @@ from hyperplan.cli.views.accounts import (
 )
 from hyperplan.cli.views.buckets import BucketChanged, BucketsTable
 from hyperplan.cli.views.clock import ClockLine
-from hyperplan.cli.views.clusters import ClusterDetail, ClustersTable, NodesTable
+from hyperplan.cli.views.clusters import ClusterDetail, ClustersTable, GroupPlansTable, NodesTable
 from hyperplan.cli.views.fleet import FleetTable
 from hyperplan.cli.views.invoices import InvoiceDecided, InvoicesTable
 from hyperplan.cli.views.jobs import JobDetail, JobsTable, JobStatus
@@ -409,6 +409,35 @@ VIEWS: dict[str, RenderableType] = {
                 "LaunchTime": T0,
             }
         ],
+    ),
+    "clusters_group_plans": GroupPlansTable(
+        {
+            "ClusterName": "research",
+            "InstanceGroupName": "workers",
+            "InstanceType": "ml.p5.48xlarge",
+            "TargetCount": 4,
+            "CurrentCount": 2,
+            "Plans": [
+                {
+                    "TrainingPlanArn": PLAN_ARN,
+                    "TrainingPlanName": PLAN_ARN.rsplit("/", 1)[-1],
+                    "Primary": True,
+                    "Status": "Active",
+                    "ActiveNow": False,
+                    "CapacityNow": 0,
+                    "Serving": 0,
+                },
+                {
+                    "TrainingPlanArn": PLAN_ARN + "-more",
+                    "TrainingPlanName": PLAN_ARN.rsplit("/", 1)[-1] + "-more",
+                    "Primary": False,
+                    "Status": "Active",
+                    "ActiveNow": True,
+                    "CapacityNow": 2,
+                    "Serving": 2,
+                },
+            ],
+        }
     ),
     "jobs_table": JobsTable(
         [{**JOB, "TrainingPlanArn": PLAN_ARN}, {**JOB, "TrainingJobName": "on-demand-run"}]

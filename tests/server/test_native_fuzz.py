@@ -56,7 +56,7 @@ def method_of(route: NativeRoute) -> str:
 
 
 def route_id(route: NativeRoute) -> str:
-    return f"{method_of(route)} {route.path}"
+    return f"{method_of(route)} {route.path_format}"  # {plan:path} said {plan}
 
 
 def error_codes() -> set[str]:
@@ -182,6 +182,20 @@ def examples(invoice: str, webhook: str, spare_key: str, n: int) -> dict[str, Ex
             {"cluster": "fuzz-cluster", "node": "i-0"}, body={"Command": ["true"], "TimeoutSeconds": 5}
         ),
         "GET /api/v1/training-jobs/{name}": Example({"name": "fuzz-job"}),
+        "GET /api/v1/training-jobs/{name}/plans": Example({"name": "fuzz-job"}),
+        "PUT /api/v1/training-jobs/{name}/plans/{plan}": Example({"name": "fuzz-job", "plan": "fuzz-plan"}),
+        "DELETE /api/v1/training-jobs/{name}/plans/{plan}": Example(
+            {"name": "fuzz-job", "plan": "fuzz-plan"}
+        ),
+        "GET /api/v1/clusters/{cluster}/instance-groups/{group}/plans": Example(
+            {"cluster": "fuzz-cluster", "group": "workers"}
+        ),
+        "PUT /api/v1/clusters/{cluster}/instance-groups/{group}/plans/{plan}": Example(
+            {"cluster": "fuzz-cluster", "group": "workers", "plan": "fuzz-plan"}
+        ),
+        "DELETE /api/v1/clusters/{cluster}/instance-groups/{group}/plans/{plan}": Example(
+            {"cluster": "fuzz-cluster", "group": "workers", "plan": "fuzz-plan"}
+        ),
         "GET /api/v1/training-jobs/{name}/logs": Example(
             {"name": "fuzz-job"}, query={"host": "algo-1", "stream": "stdout", "cursor": "1:0"}
         ),
@@ -402,7 +416,7 @@ def paths(route: NativeRoute, example: Example, fuzz: Fuzzed) -> st.SearchStrate
     )
     # Dots too are encoded: a client would otherwise resolve "." and ".." segments away.
     return values.map(
-        lambda found: route.path.format(
+        lambda found: route.path_format.format(
             **{name: quote(value, safe="").replace(".", "%2E") for name, value in found.items()}
         )
     )
@@ -491,7 +505,7 @@ def test_one_bad_member_among_good_ones_is_refused_before_anything_is_written(
         for bad in BAD_LEAVES:
             n += 1
             example = fuzzed.example(route, 1000 + n)
-            path = route.path.format(**{k: quote(v, safe="") for k, v in example.path.items()})
+            path = route.path_format.format(**{k: quote(v, safe="") for k, v in example.path.items()})
             body = json.dumps(replaced(example.body, location, bad)).encode()
             check(fuzzed, route, ADMIN, path, "", body)
 
@@ -500,7 +514,7 @@ def test_one_bad_member_among_good_ones_is_refused_before_anything_is_written(
 def test_bodies_json_dumps_never_writes_are_refused_on_every_route(
     fuzzed: Fuzzed, route: NativeRoute
 ) -> None:
-    path = route.path.format(**{name: quote(fuzzed.known[0]) for name in route.param_convertors})
+    path = route.path_format.format(**{name: quote(fuzzed.known[0]) for name in route.param_convertors})
     fuzzed.store.changes()
     for body in RAW_BODIES:
         response = signed_native(fuzzed.server, method_of(route), path, body)

@@ -78,3 +78,31 @@ class NodesTable:
             ["Group", "Instance", "Host", "Type", "Status", "Launched", "Message"],
             rows,
         )
+
+
+@dataclass(frozen=True)
+class GroupPlansTable:
+    """An instance group's plans (the primary first, then the further ones as added): each plan's status,
+    whether it can serve now, the instances the group holds of it and its nodes running on it."""
+
+    answer: dict[str, Any]
+
+    def __rich__(self) -> TableView:
+        a = self.answer
+        rows = [
+            [
+                p["TrainingPlanName"],
+                "primary" if p["Primary"] else "further",
+                p["Status"],
+                "yes" if p["ActiveNow"] else "no",
+                p["CapacityNow"],
+                p["Serving"],
+            ]
+            for p in a["Plans"]
+        ]
+        title = (
+            f"Plans of group {a['InstanceGroupName']} of {a['ClusterName']} ({a['InstanceType']}, "
+            f"{a['CurrentCount']} of {a['TargetCount']} running)"
+        )
+        columns = ["Plan", "Role", "Status", "Serves now", "Capacity now", "Running on it"]
+        return TableView(title, columns, rows)

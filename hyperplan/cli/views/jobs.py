@@ -47,6 +47,10 @@ class JobDetail:
         if job.get("FailureReason"):
             parts.append(Text(job["FailureReason"], style="red"))
         parts.append(Text(f"Model: {job['ModelArtifacts']['S3ModelArtifacts']}"))
+        if job.get("TrainingPlans"):
+            parts.append(Text(f"Plans: {', '.join(last_part(arn) for arn in job['TrainingPlans'])}"))
+        if job.get("RunningOnPlan"):
+            parts.append(Text(f"Running on plan {last_part(job['RunningOnPlan'])}"))
         image = job.get("AlgorithmSpecification", {}).get("TrainingImage")
         if image:
             resolved = job.get("ResolvedImage")
@@ -75,4 +79,28 @@ class JobStatus:
     def __rich__(self) -> Text:
         return Text(
             f"{self.job['TrainingJobName']}: {self.job['TrainingJobStatus']} / {self.job['SecondaryStatus']}"
+        )
+
+
+@dataclass(frozen=True)
+class JobPlansTable:
+    """The plans a job may run on (`jobs plans list|add|remove`): the one it names first."""
+
+    answer: dict[str, Any]
+
+    def __rich__(self) -> TableView:
+        rows = [
+            [
+                p["TrainingPlanName"],
+                "named" if p["Primary"] else "further",
+                p["Status"],
+                "yes" if p["RunningOnIt"] else "",
+                p["TrainingPlanArn"],
+            ]
+            for p in self.answer["Plans"]
+        ]
+        return TableView(
+            f"Plans of training job {self.answer['TrainingJobName']}",
+            ["Plan", "Role", "Status", "Running on it", "ARN"],
+            rows,
         )

@@ -16,7 +16,12 @@ from hyperplan.errors import ResourceLimitExceeded, ValidationError
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.clusters import metering
 from hyperplan.services.clusters.cluster_nodes import NodeActions, shut_down
-from hyperplan.services.clusters.cluster_records import consumer, live_nodes
+from hyperplan.services.clusters.cluster_records import (
+    consumer,
+    forget_further_plans,
+    further_plans,
+    live_nodes,
+)
 from hyperplan.services.clusters.cluster_request import ClusterSettings, InstanceGroupSpec
 from hyperplan.services.plans import capacity_claims, lifecycle, on_demand, quotas
 from hyperplan.services.runtime.context import ServiceContext
@@ -63,6 +68,7 @@ def change_group(
             "cannot change (delete the group and add a new one)."
         )
     plan, zone = _placement(session, runtime, caller, cluster, spec, where, group=group)
+    _keep_further_plans(session, runtime, group, plan, zone, where)
     if (plan.id if plan else None) != group.plan_id:
         capacity_claims.give_back(session, consumer(group), runtime.clock.now())
     group.plan_id = plan.id if plan else None
@@ -71,8 +77,38 @@ def change_group(
     group.spec = spec.to_json()
 
 
+def _keep_further_plans(
+    session: Session,
+    runtime: ServiceContext,
+    group: InstanceGroup,
+    primary: TrainingPlan | None,
+    zone: str,
+    where: str,
+) -> None:
+    """A group's further plans under its new primary plan: none on demand; the new primary no longer a
+    further plan too; refused, naming them, when they are in another zone than the new primary's."""
+    further = further_plans(session, [group.id]).get(group.id, [])
+    if primary is None:
+        forget_further_plans(session, [group.id])
+        return
+    elsewhere = []
+    for row in further:
+        plan = session.get(TrainingPlan, row.plan_id)
+        if row.plan_id == primary.id:
+            session.delete(row)
+        elif plan is not None and _plan_zone(session, plan) != zone:
+            elsewhere.append(runtime.arn(plan.account_id, f"training-plan/{plan.name}"))
+    if elsewhere:
+        raise ValidationError(
+            f"{where}.TrainingPlanArn: plan {primary.name} is in {zone}, but group {group.name}'s "
+            f"further plan(s) {', '.join(elsewhere)} are in {group.availability_zone}; a group's plans "
+            "must all be in its zone (remove them first: hyperplan clusters plans remove)."
+        )
+
+
 def remove_group(session: Session, group: InstanceGroup, actions: NodeActions, now: datetime) -> None:
     capacity_claims.give_back(session, consumer(group), now)
+    forget_further_plans(session, [group.id])
     group.target_count = 0
     for node in live_nodes(session, group):
         shut_down(session, node, actions, now)

@@ -63,9 +63,11 @@ def _provision(runtime: ServiceContext, node: ClusterNode, spec: InstanceGroupSp
                 raise StorageError(f"{source_uri.rstrip('/')}/{on_create}", "no such lifecycle script")
         with runtime.db.read() as session:
             group = session.get(InstanceGroup, node.group_id)
-            plan_id = group.plan_id if group is not None else None
             zone = group.availability_zone if group is not None else None
-            where = slurm_placement.placement(runtime, session, plan_id, spec.instance_type or "", zone=zone)
+            # The node's own plan (one of its group's), whose segment's reservation it runs in on Slurm.
+            where = slurm_placement.placement(
+                runtime, session, node.plan_id, spec.instance_type or "", zone=zone
+            )
         container = node_containers.node_container(
             runtime, node.cluster_id, spec.instance_type or "", zone, spec.volume_gb
         )
@@ -111,9 +113,14 @@ def move_node(session: Session, node: ClusterNode, new: NodeStatus, message: str
         # An on-demand node is charged while it can work: no hour starts from its failure on
         # (docs/DECISIONS.md, "On-demand use"), whether it is then replaced, kept or shut down.
         metering.stop(session, metering.node_holder(node), now)
+    if new == GONE:
+        node.plan_id = None  # it runs on no plan any more (a live node's plan is what it holds)
 
 
-def new_node(session: Session, group: InstanceGroup, region: str, now: datetime) -> ClusterNode:
+def new_node(
+    session: Session, group: InstanceGroup, region: str, now: datetime, plan_id: int | None = None
+) -> ClusterNode:
+    """A new node of the group, on plan `plan_id` (one of the group's) or, without one, on demand."""
     instance_id = "i-" + secrets.token_hex(9)[:17]
     # The model's pattern for PrivateDnsHostname is ip-A-B-C-D.<domain>, as EC2 names its hosts.
     octets = "-".join(str(1 + secrets.randbelow(250)) for _ in range(2))
@@ -124,7 +131,8 @@ def new_node(session: Session, group: InstanceGroup, region: str, now: datetime)
         backend_id=f"node-{instance_id}",
         hostname=f"ip-10-1-{octets}.{region}.compute.internal",
         availability_zone=group.availability_zone,
-        on_plan=group.plan_id is not None,
+        on_plan=plan_id is not None,
+        plan_id=plan_id,
         status=NODE_LIFECYCLE.initial,
         message="Provisioning: running the lifecycle scripts.",
         launched_at=now,
@@ -186,6 +194,7 @@ def settle_adoption(runtime: ServiceContext, report: AdoptReport) -> None:
                 if node.status == NodeStatus.SHUTTING_DOWN:
                     status.change(session, NODE_LIFECYCLE, node, GONE, now, "Gone when the server started.")
                     node.ended_at = now
+                    node.plan_id = None
                     metering.stop(session, metering.node_holder(node), now)
                 elif node.status != GONE:  # recorded, never handed over: the server died in between
                     _fail_unprovisioned(session, node, now)

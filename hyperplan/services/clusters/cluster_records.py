@@ -1,7 +1,10 @@
-"""A cluster's rows: the cluster found by name or ARN, its groups, its nodes (live ones hold a place in
-their group), the running count, and the consumer name a group claims a plan's instances under."""
+"""A cluster's rows: the cluster found by name or ARN, its groups and each group's plans (the primary,
+then the further ones in the order added), its nodes (live ones hold a place in their group), the running
+count, and the consumer name a group claims a plan's instances under."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -10,7 +13,7 @@ from hyperplan.core.status import NodeStatus
 from hyperplan.errors import ResourceNotFound
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.runtime.context import ServiceContext
-from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup
+from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, InstanceGroupPlan
 
 LIVE = (NodeStatus.PENDING, NodeStatus.RUNNING, NodeStatus.FAILURE)  # nodes that hold a place in their group
 
@@ -37,6 +40,36 @@ def groups_of(session: Session, cluster: Cluster) -> list[InstanceGroup]:
             select(InstanceGroup).where(InstanceGroup.cluster_id == cluster.id).order_by(InstanceGroup.id)
         )
     )
+
+
+def group_named(session: Session, cluster: Cluster, name: str) -> InstanceGroup:
+    group = session.scalar(
+        select(InstanceGroup).where(InstanceGroup.cluster_id == cluster.id, InstanceGroup.name == name)
+    )
+    if group is None:
+        raise ResourceNotFound(f"Cluster {cluster.name} has no instance group {name}.")
+    return group
+
+
+def further_plans(session: Session, group_ids: Sequence[int]) -> dict[int, list[InstanceGroupPlan]]:
+    """Each group's further plans, in the order they were added (groups without any are absent)."""
+    found: dict[int, list[InstanceGroupPlan]] = {}
+    if not group_ids:
+        return found
+    rows = session.scalars(
+        select(InstanceGroupPlan)
+        .where(InstanceGroupPlan.group_id.in_(list(group_ids)))
+        .order_by(InstanceGroupPlan.id)
+    )
+    for row in rows:
+        found.setdefault(row.group_id, []).append(row)
+    return found
+
+
+def forget_further_plans(session: Session, group_ids: Sequence[int]) -> None:
+    """A group gone, or made on-demand, keeps no further plan."""
+    if group_ids:
+        session.query(InstanceGroupPlan).filter(InstanceGroupPlan.group_id.in_(list(group_ids))).delete()
 
 
 def nodes_of(session: Session, cluster: Cluster) -> list[ClusterNode]:

@@ -10,8 +10,9 @@ from sqlalchemy.orm import Session
 
 from hyperplan.errors import ResourceNotFound
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.clusters import cluster_records
+from hyperplan.services.clusters import cluster_records, group_plans
 from hyperplan.services.clusters.cluster_request import ClusterSettings, InstanceGroupSpec
+from hyperplan.services.clusters.group_plans import GroupPlanView
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup, TrainingPlan
 
@@ -23,8 +24,19 @@ class GroupView:
     target_count: int
     running_count: int
     spec: InstanceGroupSpec  # as it was given
-    plan_arn: str | None
+    plan_arn: str | None  # the primary plan's (the wire's TrainingPlanArn as given)
     plan_status: str | None
+    plans: tuple[GroupPlanView, ...] = ()  # the primary first, then the further plans as added
+
+    def plan_shown(self) -> GroupPlanView | None:
+        """The plan DescribeCluster shows: the primary, unless it cannot serve now and another of the
+        group's plans can (the first such), so that a wire user sees the plan serving the group now."""
+        if not self.plans:
+            return None
+        primary = self.plans[0]
+        if primary.active_now:
+            return primary
+        return next((plan for plan in self.plans if plan.active_now), primary)
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,7 @@ def list_all(runtime: ServiceContext, caller: Caller) -> list[ClusterView]:
 def _group_view(runtime: ServiceContext, session: Session, group: InstanceGroup) -> GroupView:
     plan = session.get(TrainingPlan, group.plan_id) if group.plan_id is not None else None
     return GroupView(
+        plans=group_plans.plan_views(session, runtime, group, runtime.clock.now()),
         name=group.name,
         instance_type=group.instance_type,
         target_count=group.target_count,

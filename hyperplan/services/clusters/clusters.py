@@ -2,17 +2,18 @@
 
 This module holds CreateCluster, UpdateCluster, DeleteCluster and BatchDeleteClusterNodes. The rest is in
 ``cluster_records`` (finding and listing the rows), ``cluster_groups`` (a group placed on a plan or on
-on-demand capacity), ``cluster_reconcile`` (nodes brought to what each group should have),
+on-demand capacity), ``group_plans`` (a group's further plans, added and removed), ``group_capacity``
+(what plan groups may hold now), ``cluster_reconcile`` (nodes brought to what each group should have),
 ``cluster_nodes`` (a node's moves and the back end's part, after the commit) and ``cluster_exec``.
 
-Every change to a cluster (create, update, delete, node deletion) and every event of a plan that
-backs groups (segment start, reclaim, end, failure) ends in `cluster_reconcile.reconcile`: it computes
-how many nodes each affected group should have now (its target for on-demand groups; its creation-order
-share of the open segment for plan groups, none from the reclaim time on) and records the nodes to add
-or remove, in the caller's transaction. What the execution back end must do about them runs after the
-commit (`cluster_nodes.NodeActions`), so the store always knows a node before the back end acts on it.
-The node watcher (``services/clusters/node_watcher.py``) brings back-end states (OnCreate done or failed,
-shutdown finished) into the store.
+Every change to a cluster (create, update, delete, node deletion, a group's plans) and every event of a
+plan that backs groups (segment start, reclaim, end, failure) ends in `cluster_reconcile`: it computes
+how many nodes each affected group should have now (its target for on-demand groups; for plan groups,
+their creation-order shares of their plans' open segments, none from a segment's reclaim time on) and
+records the nodes to add, carry over to another plan or remove, in the caller's transaction. What the
+execution back end must do about them runs after the commit (`cluster_nodes.NodeActions`), so the store
+always knows a node before the back end acts on it. The node watcher (``services/clusters/
+node_watcher.py``) brings back-end states (OnCreate done or failed, shutdown finished) into the store.
 """
 
 from __future__ import annotations

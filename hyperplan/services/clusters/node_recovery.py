@@ -71,7 +71,8 @@ def _record(
     started = (
         f"starts {', '.join(fresh)} in its place" if fresh else "starts no new one now (the fleet is drained)"
     )
-    plan = session.get(TrainingPlan, group.plan_id) if group.plan_id is not None else None
+    plan_id = node.plan_id if node.plan_id is not None else group.plan_id  # the plan it ran on
+    plan = session.get(TrainingPlan, plan_id) if plan_id is not None else None
     if plan is not None:
         message = (
             f"Cluster node {node.instance_id} (cluster {cluster.name}, group {group.name}) failed: {why}. "

@@ -15,7 +15,7 @@ from hyperplan.backends.base import BackendError, NodeState
 from hyperplan.backends.base import NodeStatus as BackendNodeStatus
 from hyperplan.core.status import NODE_LIFECYCLE, ClusterStatus, NodeStatus
 from hyperplan.services.clusters import cluster_nodes, node_recovery
-from hyperplan.services.clusters.cluster_records import GONE
+from hyperplan.services.clusters.cluster_records import GONE, forget_further_plans
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import Cluster, ClusterNode, EndedNodeUsage, InstanceGroup
@@ -80,7 +80,23 @@ def watch_nodes(runtime: ServiceContext) -> int:
                 node = session.get(ClusterNode, node_id)
                 if node is not None:
                     node.hostname = host
-    return _apply(runtime, changes) if changes else 0
+    if changes:
+        return _apply(runtime, changes)
+    _finish_quiet_deletions(runtime)
+    return 0
+
+
+def _finish_quiet_deletions(runtime: ServiceContext) -> None:
+    """A cluster deleted with no node (its plans not started yet, say) sees no node change: it is
+    removed here, or it would stay Deleting for ever."""
+    left = select(ClusterNode.id).where(ClusterNode.cluster_id == Cluster.id, ClusterNode.status != GONE)
+    with runtime.db.read() as session:
+        done = session.scalar(
+            select(Cluster.id).where(Cluster.status == ClusterStatus.DELETING, ~left.exists()).limit(1)
+        )
+    if done is not None:
+        with runtime.db.write() as session:
+            _finish_deletions(session)
 
 
 def with_host(hostname: str, host: str) -> str:
@@ -137,6 +153,10 @@ def _finish_deletions(session: Session) -> None:
         if not remaining:
             _keep_usage(session, cluster)
             session.query(ClusterNode).filter(ClusterNode.cluster_id == cluster.id).delete()
+            group_ids = session.scalars(
+                select(InstanceGroup.id).where(InstanceGroup.cluster_id == cluster.id)
+            )
+            forget_further_plans(session, list(group_ids))  # before their groups: they name them
             session.query(InstanceGroup).filter(InstanceGroup.cluster_id == cluster.id).delete()
             session.delete(cluster)
 

@@ -12,11 +12,13 @@ from sqlalchemy.orm import Session
 from hyperplan.core.jobs import FINAL_FOR_STOP, RUNNING, AttemptState, InstanceState, Secondary, StopReason
 from hyperplan.services.clusters import metering
 from hyperplan.services.jobs.job_clocks import max_runtime
-from hyperplan.services.jobs.job_queue import schedule_plan
+from hyperplan.services.jobs.job_queue import schedule_plans_of
 from hyperplan.services.jobs.job_records import (
     FAILURE_REASON_MAX,
     consumer,
     move_attempt,
+    names_of,
+    plans_of,
     request_of,
     settings_of,
 )
@@ -24,7 +26,7 @@ from hyperplan.services.jobs.job_status import move, note, terminate_instances
 from hyperplan.services.plans import capacity_claims
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.db import after_commit
-from hyperplan.store.schema import TrainingJob, TrainingJobInstance, TrainingPlan
+from hyperplan.store.schema import TrainingJob, TrainingJobInstance
 
 
 def instance_failed(
@@ -120,12 +122,16 @@ def _final_message(session: Session, job: TrainingJob, final: Secondary, model_u
     if final == Secondary.MAX_RUNTIME_EXCEEDED:
         return f"Stopped: MaxRuntimeInSeconds ({max_runtime(job)}) reached.{saved}"
     if final == Secondary.INTERRUPTED:
-        plan = session.get(TrainingPlan, job.plan_id) if job.plan_id else None
+        plans = plans_of(session, job)
         checkpoints = request_of(job).checkpoint_uri
         kept = f" Its checkpoints are at {checkpoints}." if checkpoints else ""
-        if plan is None:  # on-demand: a drain, or a Slurm reservation taking its node
+        if not plans:  # on-demand: a drain, or a Slurm reservation taking its node
             return f"Interrupted: its on-demand capacity was taken back before the job finished.{kept}{saved}"
-        return f"Interrupted: plan {plan.name}'s last segment ended before the job finished.{kept}{saved}"
+        if len(plans) == 1:
+            last = f"plan {plans[0].name}'s last segment"
+        else:
+            last = f"the last segment of its plans {names_of(plans)}"
+        return f"Interrupted: {last} ended before the job finished.{kept}{saved}"
     return f"Stopped by StopTrainingJob.{saved}"
 
 
@@ -161,8 +167,6 @@ def _with_detail(head: str, instance: TrainingJobInstance) -> str:
 
 
 def _serve_plan_of(session: Session, runtime: ServiceContext, job: TrainingJob, now: datetime) -> None:
-    if job.plan_id is None:
-        return
-    plan = session.get(TrainingPlan, job.plan_id)
-    if plan is not None:
-        schedule_plan(session, runtime, plan, now)
+    """The instances the job gave back are free on its attempt's plan; a job sent back by a reclaim may
+    start again on any of its plans with room."""
+    schedule_plans_of(session, runtime, job, now)

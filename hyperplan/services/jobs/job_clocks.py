@@ -1,22 +1,23 @@
 """A job's pending and running clocks, and the timed events planned for when its limits will be reached.
 
 ``job_status.move`` keeps them in step with every change of status; ``job_deadlines`` acts when one of
-the events comes due. Pending time counts only while the plan can give capacity (see
-``services/jobs/jobs.py``).
+the events comes due. Pending time counts only while the plan can give capacity, or for a job on several
+plans while any of them can (see ``services/jobs/jobs.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from hyperplan.core.jobs import TARGET, Window, countable, reached_at, usable_windows
+from hyperplan.core.jobs import TARGET, Window, countable, merged_windows, reached_at, usable_windows
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.events.loop import schedule
-from hyperplan.services.jobs.job_records import consumer, request_of, settings_of
+from hyperplan.services.jobs.job_records import consumer, plans_of, request_of, settings_of
 from hyperplan.services.plans import lifecycle
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import ScheduledEvent, TrainingJob, TrainingPlan
@@ -46,13 +47,18 @@ def windows_of(session: Session, runtime: ServiceContext, plan: TrainingPlan) ->
     return usable_windows(segments, lead)
 
 
+def job_windows(session: Session, runtime: ServiceContext, job: TrainingJob) -> list[Window]:
+    """When any of the job's plans can give capacity (core/jobs.py, merged_windows); none on demand."""
+    return merged_windows(
+        window for plan in plans_of(session, job) for window in windows_of(session, runtime, plan)
+    )
+
+
 def pending_time(session: Session, runtime: ServiceContext, job: TrainingJob, now: datetime) -> timedelta:
     """The pending time that counts against the job's limits, up to `now`."""
     total = timedelta(seconds=job.pending_seconds)
     if job.pending_since is not None and job.plan_id is not None:
-        plan = session.get(TrainingPlan, job.plan_id)
-        if plan is not None:
-            total += countable(job.pending_since, now, windows_of(session, runtime, plan))
+        total += countable(job.pending_since, now, job_windows(session, runtime, job))
     return total
 
 
@@ -87,10 +93,7 @@ def plan_pending_limits(session: Session, runtime: ServiceContext, job: Training
     """Timed events for the moments the pending limits will be reached, if the plan lasts that long."""
     if job.plan_id is None or job.pending_since is None:
         return
-    plan = session.get(TrainingPlan, job.plan_id)
-    if plan is None:
-        return
-    windows = windows_of(session, runtime, plan)
+    windows = job_windows(session, runtime, job)
     already = timedelta(seconds=job.pending_seconds)
     for kind, limit in pending_limits(runtime, job).items():
         due = reached_at(job.pending_since, already, limit, windows)
@@ -100,6 +103,22 @@ def plan_pending_limits(session: Session, runtime: ServiceContext, job: Training
             due = windows[-1].end
         if due is not None:
             schedule(session, PENDING_LIMIT, max(due, now), subject=event_subject(job), limit=kind)
+
+
+@contextmanager
+def plans_changing(
+    session: Session, runtime: ServiceContext, job: TrainingJob, now: datetime
+) -> Iterator[None]:
+    """The job's plans change inside: a Pending job's time so far counts by the plans it had, and from
+    now on, with its limits' events, by the plans it has after (an hour before a plan was added does not
+    count by that plan)."""
+    counting = job.pending_since is not None
+    if counting:
+        close_pending(session, runtime, job, now)
+    yield
+    if counting:
+        job.pending_since = now
+        plan_pending_limits(session, runtime, job, now)
 
 
 def plan_runtime_limit(session: Session, job: TrainingJob, now: datetime) -> None:

@@ -1,6 +1,7 @@
 """A job's limits come due: the timed events ``job.pending-limit`` and ``job.max-runtime`` (planned by
 ``job_clocks``) are run by the lifecycle loop; each acts when the limit is reached, or plans itself again
-when it fires early (pending time only counts while the plan can give capacity)."""
+when it fires early (pending time only counts while the plan, or one of a job's several plans, can give
+capacity)."""
 
 from __future__ import annotations
 
@@ -17,17 +18,17 @@ from hyperplan.services.jobs.job_clocks import (
     MAX_RUNTIME,
     PENDING_LIMIT,
     event_subject,
+    job_windows,
     max_runtime,
     pending_limits,
     pending_time,
     plan_runtime_limit,
     running_time,
-    windows_of,
 )
-from hyperplan.services.jobs.job_records import plan_name_of, settings_of, sigterm, span
+from hyperplan.services.jobs.job_records import names_of, plans_of, settings_of, sigterm, span
 from hyperplan.services.jobs.job_status import begin_stop, move
 from hyperplan.services.runtime.context import ServiceContext
-from hyperplan.store.schema import TrainingJob, TrainingPlan
+from hyperplan.store.schema import TrainingJob
 
 EPSILON = timedelta(milliseconds=1)
 
@@ -86,18 +87,22 @@ def _on_pending_limit(
     limit = pending_limits(runtime, job)[kind]
     waited = pending_time(session, runtime, job, now)
     if waited + EPSILON < limit:
-        plan = session.get(TrainingPlan, job.plan_id) if job.plan_id else None
-        windows = windows_of(session, runtime, plan) if plan else []
+        windows = job_windows(session, runtime, job)
         due = reached_at(now, waited, limit, windows)
         if due is None and windows and windows[-1].end > now:
             due = windows[-1].end
         if due is not None:
             schedule(session, PENDING_LIMIT, due, subject=event_subject(job), limit=kind)
         return
-    plan_name = plan_name_of(session, job)
+    plans = plans_of(session, job)
+    while_active = (
+        f"plan {plans[0].name} was Active"
+        if len(plans) == 1
+        else f"one of plans {names_of(plans)} was Active"
+    )
     if kind == CAPACITY_LIMIT:
         job.failure_reason = (
-            f"InsufficientCapacityError: the job waited {span(limit)} while plan {plan_name} was Active "
+            f"InsufficientCapacityError: the job waited {span(limit)} while {while_active} "
             f"for {job.instance_count} of its instances; other jobs held them. Ask for fewer instances, or "
             "run it on a plan with room."
         )
@@ -109,6 +114,6 @@ def _on_pending_limit(
             job,
             Secondary.STOPPED,
             f"Stopped: StoppingCondition.MaxPendingTimeInSeconds ({int(limit.total_seconds())}) reached: the "
-            f"job waited that long for {job.instance_count} instances while plan {plan_name} was Active.",
+            f"job waited that long for {job.instance_count} instances while {while_active}.",
             now,
         )

@@ -89,11 +89,11 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
                     raise NoCommand(f"the program cannot be run: {unreadable}")
             with (
                 runtime.db.read() as session
-            ):  # on Slurm: one allocation of `count` nodes in the plan's reservation
+            ):  # on Slurm: one allocation of `count` nodes in the reservation of the plan it was placed on
                 where = slurm_placement.placement(
                     runtime,
                     session,
-                    current.job.plan_id,
+                    current.job.attempt_plan_id,
                     current.job.instance_type,
                     group=f"job-{job_id}-attempt-{attempt}",
                     group_size=count,

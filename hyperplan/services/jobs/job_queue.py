@@ -1,5 +1,7 @@
-"""The queue on a plan: its free capacity offered to its waiting jobs, oldest first with backfill, and a
-job placed (its instances claimed, its tasks recorded, the runner woken after the commit)."""
+"""The queue on a plan: its free capacity offered to the waiting jobs that may run on it, oldest first with
+backfill, and a job placed on it (its instances claimed on that plan, its tasks recorded, the runner woken
+after the commit). A job on several plans is in each of their queues and starts in whichever has room
+first."""
 
 from __future__ import annotations
 
@@ -9,7 +11,16 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hyperplan import metrics
-from hyperplan.core.jobs import BETWEEN_ATTEMPTS, TARGET, WAITING, InstanceState, Secondary, select_to_start
+from hyperplan.core.jobs import (
+    BETWEEN_ATTEMPTS,
+    TARGET,
+    WAITING,
+    InstanceState,
+    Secondary,
+    has_capacity_left,
+    next_opening,
+    select_to_start,
+)
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.services.clusters import metering
 from hyperplan.services.jobs.job_clocks import windows_of
@@ -17,7 +28,9 @@ from hyperplan.services.jobs.job_records import (
     begin_attempt,
     consumer,
     instance_root,
-    plan_name_of,
+    names_of,
+    naming,
+    plans_of,
     request_of,
     when,
 )
@@ -44,8 +57,9 @@ def usable_segment(
 
 
 def schedule_plan(session: Session, runtime: ServiceContext, plan: TrainingPlan, now: datetime) -> None:
-    """Offer the plan's free capacity to its waiting jobs, oldest first, with backfill; the others are
-    Pending with a message that says what they wait for.
+    """Offer the plan's free capacity to the waiting jobs that may run on it (those that name it and
+    those given it as a further plan), oldest first, with backfill; the others are Pending with a message
+    that says what they wait for.
 
     A job sent back by a reclaim keeps its place while its last processes end and its checkpoints are
     stored ("draining"): the capacity it would get is kept for it, so a later job cannot take it just
@@ -53,7 +67,7 @@ def schedule_plan(session: Session, runtime: ServiceContext, plan: TrainingPlan,
     waiting = list(
         session.scalars(
             select(TrainingJob)
-            .where(TrainingJob.plan_id == plan.id, TrainingJob.secondary_status.in_(list(WAITING)))
+            .where(naming(plan.id), TrainingJob.secondary_status.in_(list(WAITING)))
             .order_by(TrainingJob.id)
         )
     )
@@ -73,12 +87,21 @@ def schedule_plan(session: Session, runtime: ServiceContext, plan: TrainingPlan,
         if job.id in started:
             place(session, runtime, job, segment, now)
             continue
-        message = DRAINED if draining else waiting_message(session, runtime, plan, segment, free, job, now)
+        message = DRAINED if draining else waiting_message(session, runtime, job, now)
         if job.secondary_status == Secondary.STARTING:
             move(session, runtime, job, Secondary.PENDING, message, now)
         elif segment is not None or job.attempt == 0:
             # A job sent back by a reclaim keeps the message that says why, until capacity is there.
             note(session, job, message, now)
+
+
+def schedule_plans_of(session: Session, runtime: ServiceContext, job: TrainingJob, now: datetime) -> None:
+    """Serve the queue of every plan the job may run on: the one its attempt held first (its instances
+    are free there now), then the others in the job's order, where it may start itself if it waits."""
+    plans = plans_of(session, job)
+    plans.sort(key=lambda plan: plan.id != job.attempt_plan_id)  # stable: the job's order otherwise
+    for plan in plans:
+        schedule_plan(session, runtime, plan, now)
 
 
 DRAINED = (
@@ -87,28 +110,48 @@ DRAINED = (
 )
 
 
-def waiting_message(
-    session: Session,
-    runtime: ServiceContext,
-    plan: TrainingPlan,
-    segment: ReservedCapacity | None,
-    free: int,
-    job: TrainingJob,
-    now: datetime,
+def waiting_message(session: Session, runtime: ServiceContext, job: TrainingJob, now: datetime) -> str:
+    """What a waiting job waits for, plan by plan."""
+    plans = plans_of(session, job)
+    if len(plans) == 1:
+        return _waiting_for_one(session, runtime, plans[0], job, now)
+    states = "; ".join(_plan_state(session, runtime, plan, now) for plan in plans)
+    return (
+        f"Waiting for capacity on plans {names_of(plans)}: the job needs {job.instance_count} instances and "
+        f"starts on whichever has room first; {states}."
+    )
+
+
+def _waiting_for_one(
+    session: Session, runtime: ServiceContext, plan: TrainingPlan, job: TrainingJob, now: datetime
 ) -> str:
+    segment = usable_segment(session, runtime, plan, now)
     if segment is not None:
+        free = segment.count - capacity_claims.in_use(session, plan.id, segment.id)
         return (
             f"Waiting for capacity: the job needs {job.instance_count} instances and plan {plan.name} has "
             f"{free} of {segment.count} free now; jobs on a plan start first in, first out, and a smaller "
             "later job may start first when an earlier one does not fit."
         )
-    upcoming = [w for w in windows_of(session, runtime, plan) if w.start > now]
-    if upcoming:
-        return (
-            f"Waiting for plan {plan.name} to become Active: its next segment starts at "
-            f"{when(upcoming[0].start)}."
-        )
+    opening = next_opening(windows_of(session, runtime, plan), now)
+    if opening is not None:
+        return f"Waiting for plan {plan.name} to become Active: its next segment starts at {when(opening)}."
     return f"Waiting: plan {plan.name} has no capacity to give now."
+
+
+def _plan_state(session: Session, runtime: ServiceContext, plan: TrainingPlan, now: datetime) -> str:
+    """One plan of several, as a waiting job's message says it."""
+    segment = usable_segment(session, runtime, plan, now)
+    if segment is not None:
+        free = segment.count - capacity_claims.in_use(session, plan.id, segment.id)
+        return f"plan {plan.name} has {free} of {segment.count} free now"
+    windows = windows_of(session, runtime, plan)
+    opening = next_opening(windows, now)
+    if opening is not None:
+        return f"plan {plan.name}'s next segment starts at {when(opening)}"
+    if not has_capacity_left(windows, now):
+        return f"plan {plan.name} has no capacity left to give ({plan.status})"
+    return f"plan {plan.name} has no capacity to give now"
 
 
 def place(
@@ -119,13 +162,14 @@ def place(
     now: datetime,
 ) -> None:
     """Give the job its instances: claim them, record its tasks, and have the runner start them."""
+    plan = session.get(TrainingPlan, segment.plan_id) if segment is not None else None
     if segment is not None:
-        plan = session.get(TrainingPlan, job.plan_id)
         assert plan is not None
         granted = capacity_claims.take(session, plan, consumer(job), job.instance_count, now)
         assert granted == job.instance_count, "placement is decided from the free count in this transaction"
         job.availability_zone = segment.availability_zone
         job.segment_end = segment.end
+    job.attempt_plan_id = plan.id if plan is not None else None  # its claims are on that plan
     if job.attempt == 0:  # its pending time as counted (job_clocks), once: at its first placement
         waited = job.pending_seconds + (
             (now - job.pending_since).total_seconds() if job.pending_since else 0.0
@@ -152,9 +196,8 @@ def place(
             )
         )
     where = (
-        f"plan {plan_name_of(session, job)}'s segment until {when(segment.end)} in "
-        f"{segment.availability_zone}"
-        if segment
+        f"plan {plan.name}'s segment until {when(segment.end)} in {segment.availability_zone}"
+        if segment and plan
         else f"on-demand capacity in {job.availability_zone}"
     )
     move(

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, or_, select
 from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import (
@@ -22,7 +22,7 @@ from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.jobs.job_request import TrainingJobSpec
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.services.runtime.job_work import JobSettings
-from hyperplan.store.schema import TrainingJob, TrainingJobInstance, TrainingPlan
+from hyperplan.store.schema import TrainingJob, TrainingJobInstance, TrainingJobPlan, TrainingPlan
 from hyperplan.training.contract import JobSpec
 
 FAILURE_REASON_MAX = 1024
@@ -90,9 +90,45 @@ def plan_arn(runtime: ServiceContext, plan: TrainingPlan) -> str:
     return runtime.arn(plan.account_id, f"training-plan/{plan.name}")
 
 
-def plan_name_of(session: Session, job: TrainingJob) -> str:
-    plan = session.get(TrainingPlan, job.plan_id) if job.plan_id else None
-    return plan.name if plan else ""
+def further_plan_ids(session: Session, job_id: int) -> list[int]:
+    """The plans a job was given beside the one it names, in the order they were added."""
+    return list(
+        session.scalars(
+            select(TrainingJobPlan.plan_id)
+            .where(TrainingJobPlan.job_id == job_id)
+            .order_by(TrainingJobPlan.id)
+        )
+    )
+
+
+def plans_of(session: Session, job: TrainingJob) -> list[TrainingPlan]:
+    """Every plan the job may run on: the one it names (the wire's TrainingPlanArn) first, then its
+    further plans in the order they were added; none for an on-demand job."""
+    if job.plan_id is None:
+        return []
+    ids = [job.plan_id, *further_plan_ids(session, job.id)]
+    return [plan for plan in (session.get(TrainingPlan, plan_id) for plan_id in ids) if plan is not None]
+
+
+def names_of(plans: list[TrainingPlan]) -> str:
+    """Plans as a status message names them: "a", "a and b", "a, b and c"."""
+    names = [plan.name for plan in plans]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
+
+
+def naming(plan_id: int) -> ColumnElement[bool]:
+    """The jobs that may run on a plan: those that name it and those given it as a further plan."""
+    further = select(TrainingJobPlan.job_id).where(TrainingJobPlan.plan_id == plan_id)
+    return or_(TrainingJob.plan_id == plan_id, TrainingJob.id.in_(further))
+
+
+def running_plan_id(job: TrainingJob) -> int | None:
+    """The plan whose capacity the job's attempt holds while it is under way (launching, running, or
+    storing what it made); None between attempts and for on-demand work."""
+    if job.attempt_state in BETWEEN_ATTEMPTS or job.plan_id is None:
+        return None
+    # An attempt recorded before attempts had a plan of their own ran on the job's one plan.
+    return job.attempt_plan_id or job.plan_id
 
 
 def consumer(job: TrainingJob) -> str:

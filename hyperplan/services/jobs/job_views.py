@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.jobs import job_clocks, job_records, job_status
@@ -44,6 +45,25 @@ class JobView:
     resolved_image: str | None = None
     # The digest of the image the job's instances last ran in (runtime podman); None without one.
     image_digest: str | None = None
+    # The ARNs of the plans it may run on, the one it names first (none on demand), and the one its
+    # attempt runs on now, if any.
+    plan_arns: tuple[str, ...] = ()
+    running_on_plan: str | None = None
+
+
+@dataclass(frozen=True)
+class JobPlanView:
+    arn: str
+    name: str
+    primary: bool  # the plan the job names (its TrainingPlanArn)
+    status: str
+    running_on_it: bool  # the job's attempt holds this plan's capacity now
+
+
+@dataclass(frozen=True)
+class JobPlansView:
+    job_name: str
+    plans: tuple[JobPlanView, ...]
 
 
 @dataclass(frozen=True)
@@ -63,6 +83,7 @@ def describe(runtime: ServiceContext, caller: Caller, name: str) -> JobView:
     with runtime.db.read() as session:
         job = job_records.get(session, runtime, caller, name)
         request = job_records.request_of(job)
+        on_plans = plans_view_of(session, runtime, job)
         return JobView(
             name=job.name,
             arn=job_records.job_arn(runtime, job),
@@ -82,7 +103,32 @@ def describe(runtime: ServiceContext, caller: Caller, name: str) -> JobView:
             running_seconds=int(job_clocks.running_time(job, now).total_seconds()),
             resolved_image=job.resolved_image,
             image_digest=job.image_digest,
+            plan_arns=tuple(plan.arn for plan in on_plans.plans),
+            running_on_plan=next((plan.arn for plan in on_plans.plans if plan.running_on_it), None),
         )
+
+
+def plans(runtime: ServiceContext, caller: Caller, name: str) -> JobPlansView:
+    """The plans one of the caller's jobs may run on, and which it runs on now."""
+    with runtime.db.read() as session:
+        return plans_view_of(session, runtime, job_records.get(session, runtime, caller, name))
+
+
+def plans_view_of(session: Session, runtime: ServiceContext, job: TrainingJob) -> JobPlansView:
+    running = job_records.running_plan_id(job)
+    return JobPlansView(
+        job_name=job.name,
+        plans=tuple(
+            JobPlanView(
+                arn=job_records.plan_arn(runtime, plan),
+                name=plan.name,
+                primary=plan.id == job.plan_id,
+                status=plan.status,
+                running_on_it=plan.id == running,
+            )
+            for plan in job_records.plans_of(session, job)
+        ),
+    )
 
 
 def summaries(runtime: ServiceContext, caller: Caller) -> list[JobSummary]:

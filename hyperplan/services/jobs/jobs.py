@@ -26,6 +26,10 @@ The store is the truth and every change is one transaction, as for clusters
   the composition root as a consumer of the lifecycle context: at a reclaim time running jobs get SIGTERM
   and go back to ``Pending`` (or, when no segment follows, are stopped as ``Interrupted``); at a segment start
   the queue is served.
+- **Several plans.** A job may be given further plans (:func:`add_plan`, :func:`remove_plan`; the rules
+  in ``job_plans``): it is in each plan's queue and runs on whichever has room first
+  (``TrainingJob.attempt_plan_id`` is the plan its attempt holds); only that plan's reclaim takes it
+  back, and it then starts again on any of its plans with room.
 - **Deadlines** are persisted timed events (``job.pending-limit``, ``job.max-runtime``) planned when a
   job starts or stops waiting or running (``job_clocks``), and re-planned when they fire early
   (``job_deadlines``); they run at their due time under the manual clock like every lifecycle event.
@@ -67,37 +71,40 @@ from hyperplan.backends.base import EXPIRATION_VARIABLE
 from hyperplan.core import served_types
 from hyperplan.core.bucket_rights import Right
 from hyperplan.core.jobs import (
-    BETWEEN_ATTEMPTS,
     FINAL,
     RUNNING,
     TARGET,
     WAITING,
     JobStatus,
-    PlanFacts,
     Secondary,
     StopReason,
     check_plan,
-    has_capacity_left,
+    next_opening,
 )
 from hyperplan.errors import ResourceInUse, ResourceLimitExceeded, ValidationError
 from hyperplan.objects.uris import SCHEME
+from hyperplan.services.accounts import audit
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.clusters import metering
+from hyperplan.services.jobs import job_plans, job_views
 from hyperplan.services.jobs.job_clocks import windows_of
-from hyperplan.services.jobs.job_queue import place, schedule_plan, usable_segment, waiting_message
+from hyperplan.services.jobs.job_queue import place, schedule_plan, usable_segment
 from hyperplan.services.jobs.job_records import (
     consumer,
     get,
     job_arn,
-    plan_arn,
-    request_of,
+    names_of,
+    naming,
+    plans_of,
+    running_plan_id,
     settings_of,
     sigterm,
     when,
 )
 from hyperplan.services.jobs.job_request import TrainingJobSpec
-from hyperplan.services.jobs.job_status import begin_stop, move, note, open_transition, terminate_instances
-from hyperplan.services.plans import capacity_claims, lifecycle, on_demand, quotas
+from hyperplan.services.jobs.job_status import begin_stop, move, open_transition, terminate_instances
+from hyperplan.services.jobs.job_views import JobPlansView
+from hyperplan.services.plans import capacity_claims, on_demand, quotas
 from hyperplan.services.runtime import drain_state
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.services.storage import bucket_rights
@@ -186,17 +193,7 @@ def _bound_plan(
                 TrainingPlan.account_id == caller.account_id, TrainingPlan.name == arn.removeprefix(prefix)
             )
         )
-    facts = None
-    if plan is not None:
-        segments = lifecycle.segments_of(session, plan.id)
-        facts = PlanFacts(
-            arn=plan_arn(runtime, plan),
-            target=plan.target,
-            status=plan.status,
-            instance_type=plan.instance_type,
-            instance_count=max((rc.count for rc in segments), default=0),
-            capacity_left=has_capacity_left(windows_of(session, runtime, plan), runtime.clock.now()),
-        )
+    facts = job_plans.plan_facts(session, runtime, plan) if plan is not None else None
     check_plan(facts, arn, checked.instance_type, checked.instance_count)
     assert plan is not None
     return plan
@@ -263,11 +260,44 @@ def stop(runtime: ServiceContext, caller: Caller, name: str) -> None:
             )
 
 
-def reconcile_plan(session: Session, runtime: ServiceContext, plan_id: int, now: datetime) -> None:
-    """A plan changed (segment start, reclaim, end, failure): its jobs follow, in this transaction.
+def add_plan(runtime: ServiceContext, caller: Caller, name: str, plan_ref: str) -> JobPlansView:
+    """Give a job a further plan (its name or ARN): it may run on whichever of its plans has room first.
+    Adding one it has already changes nothing."""
+    now = runtime.clock.now()
+    with runtime.db.write() as session:
+        job = get(session, runtime, caller, name)
+        added = job_plans.add(session, runtime, caller, job, plan_ref, now)
+        if added is not None:
+            _audit_plan(session, caller, job, "training-job.plan-add", added, now)
+        return job_views.plans_view_of(session, runtime, job)
 
-    When the plan cannot give capacity now, running jobs are reclaimed: back to Pending when a later
-    segment will, stopped as Interrupted when none will (and waiting jobs are then Interrupted too).
+
+def remove_plan(runtime: ServiceContext, caller: Caller, name: str, plan_ref: str) -> JobPlansView:
+    """Take a further plan from a job; not the one it names, nor the one it runs on now."""
+    now = runtime.clock.now()
+    with runtime.db.write() as session:
+        job = get(session, runtime, caller, name)
+        removed = job_plans.remove(session, runtime, caller, job, plan_ref, now)
+        _audit_plan(session, caller, job, "training-job.plan-remove", removed, now)
+        return job_views.plans_view_of(session, runtime, job)
+
+
+def _audit_plan(
+    session: Session, caller: Caller, job: TrainingJob, action: str, plan: TrainingPlan, now: datetime
+) -> None:
+    audit.record(
+        session, now, caller, action, account_id=job.account_id, target=job.name, detail={"Plan": plan.name}
+    )
+
+
+def reconcile_plan(session: Session, runtime: ServiceContext, plan_id: int, now: datetime) -> None:
+    """A plan changed (segment start, reclaim, end, failure): the jobs that may run on it follow, in this
+    transaction.
+
+    When the plan cannot give capacity now, the jobs running on it are reclaimed: back to Pending when a
+    later segment of any of their plans will give capacity (another plan Active now: as soon as their
+    processes have ended), stopped as Interrupted when none will; waiting jobs wait on, on their other
+    plans or this one's next segment, or are Interrupted when none of their plans has capacity ahead.
     When it can, its queue is served.
     """
     plan = session.get(TrainingPlan, plan_id)
@@ -276,10 +306,7 @@ def reconcile_plan(session: Session, runtime: ServiceContext, plan_id: int, now:
     jobs = list(
         session.scalars(
             select(TrainingJob)
-            .where(
-                TrainingJob.plan_id == plan.id,
-                TrainingJob.status.in_((JobStatus.IN_PROGRESS, JobStatus.STOPPING)),
-            )
+            .where(naming(plan.id), TrainingJob.status.in_((JobStatus.IN_PROGRESS, JobStatus.STOPPING)))
             .order_by(TrainingJob.id)
         )
     )
@@ -288,21 +315,14 @@ def reconcile_plan(session: Session, runtime: ServiceContext, plan_id: int, now:
     if usable_segment(session, runtime, plan, now) is not None:
         schedule_plan(session, runtime, plan, now)
         return
-    windows = windows_of(session, runtime, plan)
-    later = next((w.start for w in windows if w.start > now), None)
     segment = capacity_claims.open_segment(session, plan, now)
     for job in jobs:
         current = Secondary(job.secondary_status)
         if current in RUNNING or current == Secondary.STOPPING:
-            _reclaim(session, runtime, plan, job, segment, later, now)
-        elif current in WAITING and later is None:
-            move(session, runtime, job, Secondary.INTERRUPTED, _ended_message(plan, job), now)
+            if running_plan_id(job) == plan.id:  # a job running on another of its plans carries on
+                _reclaim(session, runtime, plan, job, segment, now)
         elif current in WAITING:
-            message = waiting_message(session, runtime, plan, None, 0, job, now)
-            if current == Secondary.STARTING:
-                move(session, runtime, job, Secondary.PENDING, message, now)
-            elif job.attempt_state in BETWEEN_ATTEMPTS and job.attempt == 0:
-                note(session, job, message, now)
+            job_plans.follow_while_waiting(session, runtime, job, now)
 
 
 def _reclaim(
@@ -311,11 +331,10 @@ def _reclaim(
     plan: TrainingPlan,
     job: TrainingJob,
     segment: ReservedCapacity | None,
-    later: datetime | None,
     now: datetime,
 ) -> None:
     """The plan takes its capacity back: SIGTERM now (with the segment's end published), SIGKILL after the
-    reclaim grace; the job waits for the next segment, or ends Interrupted when there is none."""
+    reclaim grace; the job waits for capacity on its plans, or ends Interrupted when none has any ahead."""
     grace = settings_of(runtime).reclaim_grace
     end = segment.end if segment else job.segment_end
     env = {EXPIRATION_VARIABLE: str(int(end.timestamp())) if end else "0"}
@@ -326,35 +345,54 @@ def _reclaim(
     )
     capacity_claims.give_back(session, consumer(job), now)
     current = Secondary(job.secondary_status)
+    resumes = _where_it_resumes(session, runtime, plan, job, now)
     if current == Secondary.STOPPING:
         terminate_instances(session, runtime, job, grace, env)  # stopping already: only sooner
-    elif later is not None:
-        move(
-            session,
-            runtime,
-            job,
-            Secondary.PENDING,
-            f"{why} The job starts again from its checkpoints when the next segment starts at {when(later)}.",
-            now,
-        )
+    elif resumes is not None:
+        move(session, runtime, job, Secondary.PENDING, f"{why} {resumes}", now)
         terminate_instances(session, runtime, job, grace, env)
     else:
+        plans = plans_of(session, job)
+        last = (
+            "the plan's last segment" if len(plans) == 1 else f"the last segment of plans {names_of(plans)}"
+        )
         begin_stop(
             session,
             runtime,
             job,
             StopReason.INTERRUPTED,
-            f"{why} It was the plan's last segment: the job will end Interrupted.",
+            f"{why} It was {last}: the job will end Interrupted.",
             grace,
             now,
             env,
         )
 
 
-def _ended_message(plan: TrainingPlan, job: TrainingJob) -> str:
-    checkpoints = request_of(job).checkpoint_uri
-    kept = f" Its checkpoints are at {checkpoints}." if checkpoints and job.attempt else ""
+def _where_it_resumes(
+    session: Session, runtime: ServiceContext, plan: TrainingPlan, job: TrainingJob, now: datetime
+) -> str | None:
+    """Where a reclaimed job starts again, as its message says it; None when none of its plans has
+    capacity ahead."""
+    if not job_plans.capacity_ahead(session, runtime, job, now):
+        return None
+    plans = plans_of(session, job)
+    if len(plans) == 1:
+        later = next_opening(windows_of(session, runtime, plan), now)
+        return (
+            f"The job starts again from its checkpoints when the next segment starts at {when(later)}."
+            if later
+            else "The job starts again from its checkpoints when its plan can give capacity again."
+        )
+    active = [other for other in plans if usable_segment(session, runtime, other, now) is not None]
+    if active:
+        return (
+            f"The job starts again from its checkpoints on whichever of plans {names_of(plans)} has room "
+            f"first: plan {active[0].name} is Active now."
+        )
+    openings = [(next_opening(windows_of(session, runtime, other), now), other.name) for other in plans]
+    soonest = min(((at, name) for at, name in openings if at is not None), default=None)
+    first = f": the next segment to start is plan {soonest[1]}'s, at {when(soonest[0])}" if soonest else ""
     return (
-        f"Interrupted: plan {plan.name} has no capacity left to give ({plan.status}) before the job "
-        f"finished.{kept}"
+        f"The job starts again from its checkpoints on whichever of plans {names_of(plans)} has room "
+        f"first{first}."
     )

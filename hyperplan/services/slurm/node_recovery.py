@@ -60,14 +60,15 @@ def recover_cluster_nodes(
         for node, host, why, where_new in found:
             cluster = session.get(Cluster, node.cluster_id)
             group = session.get(InstanceGroup, node.group_id)
-            if cluster is None or group is None or group.plan_id is None:
+            plan_id = node.plan_id  # the plan it runs on: its group's primary or a further one
+            if cluster is None or group is None or plan_id is None:
                 continue
             if not ClusterSettings.from_json(cluster.settings).recovers_nodes:
                 continue
             message = f"Automatic node recovery: Slurm node {host} is {why}; "
             retire(session, node, actions, now, message + "this instance is replaced by a new one.")
-            plans.add(group.plan_id)
-            plan = session.get(TrainingPlan, group.plan_id)
+            plans.add(plan_id)
+            plan = session.get(TrainingPlan, plan_id)
             if plan is not None:
                 message = (
                     f"Cluster node {node.instance_id} (group {group.name}) was on Slurm node {host}, "
@@ -83,8 +84,7 @@ def _live_plan_nodes(session: Session, plan_id: int | None) -> list[ClusterNode]
     return list(
         session.scalars(
             select(ClusterNode)
-            .join(InstanceGroup, InstanceGroup.id == ClusterNode.group_id)
-            .where(InstanceGroup.plan_id == plan_id, ClusterNode.status.in_(LIVE))
+            .where(ClusterNode.plan_id == plan_id, ClusterNode.status.in_(LIVE))
             .order_by(ClusterNode.id)
         )
     )
@@ -96,8 +96,7 @@ def _failed_on(session: Session, unhealthy: Mapping[str, str]) -> list[tuple[Clu
         return []
     failed = session.scalars(
         select(ClusterNode)
-        .join(InstanceGroup, InstanceGroup.id == ClusterNode.group_id)
-        .where(InstanceGroup.plan_id.is_not(None), ClusterNode.status == NodeStatus.FAILURE)
+        .where(ClusterNode.plan_id.is_not(None), ClusterNode.status == NodeStatus.FAILURE)
         .order_by(ClusterNode.id)
     )
     return [(node, host) for node in failed if (host := slurm_on_demand.slurm_node_of(node)) in unhealthy]

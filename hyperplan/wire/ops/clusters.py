@@ -92,9 +92,10 @@ def _group_view(group: GroupView) -> dict[str, Any]:
         "TrainingPlanStatus": "NotApplicable",
         **{k: spec[k] for k in ECHOED if k in spec},
     }
-    if group.plan_arn is not None:
-        view["TrainingPlanArn"] = group.plan_arn
-        view["TrainingPlanStatus"] = group.plan_status
+    shown = group.plan_shown()  # the primary's, or the plan serving the group while the primary cannot
+    if shown is not None:
+        view["TrainingPlanArn"] = shown.arn
+        view["TrainingPlanStatus"] = shown.status
     return view
 
 
@@ -132,9 +133,10 @@ def _before(moment: datetime, bound: datetime | None) -> bool:
 
 def _summary(cluster: ClusterView) -> dict[str, Any]:
     plan_arns: list[str] = []
-    for group in cluster.groups:
-        if group.plan_arn is not None and group.plan_arn not in plan_arns:
-            plan_arns.append(group.plan_arn)
+    for group in cluster.groups:  # every plan of every group, further plans included
+        for plan in group.plans:
+            if plan.arn not in plan_arns:
+                plan_arns.append(plan.arn)
     return {
         "ClusterArn": cluster.arn,
         "ClusterName": cluster.name,

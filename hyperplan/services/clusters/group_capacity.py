@@ -1,0 +1,114 @@
+"""What plan groups may hold now: each plan's usable capacity (its open segment's count while the plan is
+Active and before the segment's reclaim time, else none) shared among an account's plan groups in one
+allocation (core/group_plans.py), since groups of one account may share plans."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from datetime import datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from hyperplan.core import group_plans
+from hyperplan.core.lifecycle import PlanStatus
+from hyperplan.core.status import ClusterStatus
+from hyperplan.services.clusters.cluster_records import consumer, further_plans
+from hyperplan.services.plans import capacity_claims
+from hyperplan.services.runtime.context import ServiceContext
+from hyperplan.store.schema import CapacityClaim, Cluster, InstanceGroup, InstanceGroupPlan, TrainingPlan
+
+TARGET = "hyperpod-cluster"
+
+
+def usable(session: Session, runtime: ServiceContext, plan: TrainingPlan | None, now: datetime) -> int:
+    """How many of the plan's instances may serve groups now: none outside an open segment, from its
+    reclaim time on, or when the plan is not Active."""
+    if plan is None or plan.status != PlanStatus.ACTIVE:
+        return 0
+    segment = capacity_claims.open_segment(session, plan, now)
+    if segment is None or now >= segment.end - runtime.fleet.policy.reclaim_lead_for(TARGET):
+        return 0
+    return segment.count
+
+
+def plan_groups(session: Session, account_ids: Collection[str]) -> list[InstanceGroup]:
+    """The plan groups of the accounts' in-service clusters, in creation order."""
+    if not account_ids:
+        return []
+    return list(
+        session.scalars(
+            select(InstanceGroup)
+            .join(Cluster, Cluster.id == InstanceGroup.cluster_id)
+            .where(
+                Cluster.account_id.in_(list(account_ids)),
+                Cluster.status == ClusterStatus.IN_SERVICE,
+                InstanceGroup.plan_id.is_not(None),
+            )
+            .order_by(InstanceGroup.id)
+        )
+    )
+
+
+def accounts_of(session: Session, groups: Sequence[InstanceGroup]) -> set[str]:
+    cluster_ids = {group.cluster_id for group in groups}
+    if not cluster_ids:
+        return set()
+    return set(session.scalars(select(Cluster.account_id).where(Cluster.id.in_(cluster_ids))))
+
+
+def accounts_using(session: Session, plan_id: int) -> set[str]:
+    """The accounts with an in-service cluster whose groups have the plan, as primary or further plan."""
+    further = select(InstanceGroupPlan.group_id).where(InstanceGroupPlan.plan_id == plan_id)
+    return set(
+        session.scalars(
+            select(Cluster.account_id)
+            .join(InstanceGroup, InstanceGroup.cluster_id == Cluster.id)
+            .where(
+                Cluster.status == ClusterStatus.IN_SERVICE,
+                InstanceGroup.plan_id.is_not(None),
+                (InstanceGroup.plan_id == plan_id) | InstanceGroup.id.in_(further),
+            )
+        )
+    )
+
+
+def claims_of(session: Session, groups: Sequence[InstanceGroup]) -> dict[int, dict[int, int]]:
+    """The instances each group's open claims hold of each plan: {group id: {plan id: count}}."""
+    consumers = {consumer(group): group.id for group in groups}
+    if not consumers:
+        return {}
+    rows = session.execute(
+        select(CapacityClaim.consumer, CapacityClaim.plan_id, func.sum(CapacityClaim.count))
+        .where(CapacityClaim.consumer.in_(list(consumers)), CapacityClaim.released_at.is_(None))
+        .group_by(CapacityClaim.consumer, CapacityClaim.plan_id)
+    )
+    held: dict[int, dict[int, int]] = {}
+    for name, plan_id, count in rows:
+        held.setdefault(consumers[name], {})[plan_id] = int(count or 0)
+    return held
+
+
+def plan_order(session: Session, groups: Sequence[InstanceGroup]) -> dict[int, tuple[int, ...]]:
+    """Each plan group's plans in order: its primary, then its further plans as added."""
+    further = further_plans(session, [group.id for group in groups])
+    order: dict[int, tuple[int, ...]] = {}
+    for group in groups:
+        assert group.plan_id is not None
+        rest = (row.plan_id for row in further.get(group.id, []) if row.plan_id != group.plan_id)
+        order[group.id] = (group.plan_id, *rest)
+    return order
+
+
+def shares(
+    session: Session, runtime: ServiceContext, groups: Sequence[InstanceGroup], now: datetime
+) -> dict[int, dict[int, int]]:
+    """Each group's share of each of its plans now ({group id: {plan id: count}}, in the group's plan
+    order); `groups` are plan groups in creation order."""
+    order = plan_order(session, groups)
+    plan_ids = {plan_id for plans in order.values() for plan_id in plans}
+    capacity = {
+        plan_id: usable(session, runtime, session.get(TrainingPlan, plan_id), now) for plan_id in plan_ids
+    }
+    demands = [group_plans.GroupDemand(g.id, g.target_count, order[g.id]) for g in groups]
+    return group_plans.allocate(demands, capacity)
