@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 import typer
@@ -21,9 +22,17 @@ app = ClientTyper(help="Training plans: search, buy, list, show.", no_args_is_he
 
 @app.command("search")
 def search(
-    instance_type: Annotated[str, typer.Option(help="e.g. ml.p5.48xlarge")],
-    count: Annotated[int, typer.Option(help="Instances per segment.")],
+    instance_type: Annotated[
+        list[str],
+        typer.Option(
+            help="e.g. ml.p5.48xlarge, or TYPE:COUNT (ml.p4d.24xlarge:16) for a count of its own. Repeat it "
+            "to search several types at once."
+        ),
+    ],
     target: Annotated[str, typer.Option(help="training-job or hyperpod-cluster")],
+    count: Annotated[
+        int | None, typer.Option(help="Instances per segment, of every type given without :COUNT.")
+    ] = None,
     days: Annotated[int | None, typer.Option(help="Duration in days.")] = None,
     hours: Annotated[int | None, typer.Option(help="Duration in hours (rounded up to whole days).")] = None,
     start_after: Annotated[
@@ -33,16 +42,15 @@ def search(
         str | None, typer.Option(help="The latest end; default: 56 days from now. " + TIME_HELP)
     ] = None,
 ) -> None:
-    """Search for offerings: at most three, best first."""
+    """Search for offerings: at most three a type, best first (several types: fewest segments, then each
+    type's own ranking, the earliest finish, the lowest price)."""
     from hyperplan.cli.times import instants
-    from hyperplan.cli.views.plans import Offerings
 
     if (days is None) == (hours is None):
         raise typer.BadParameter("give exactly one of --days or --hours")
+    types = _types_and_counts(instance_type, count)
     window = instants({"--start-after": start_after, "--end-before": end_before})
     request: dict[str, Any] = {
-        "InstanceType": instance_type,
-        "InstanceCount": count,
         "DurationHours": hours if hours is not None else 24 * (days or 0),
         "TargetResources": [target],
     }
@@ -50,12 +58,69 @@ def search(
         request["StartTimeAfter"] = window["--start-after"]
     if window["--end-before"] is not None:
         request["EndTimeBefore"] = window["--end-before"]
+    if len(types) == 1:  # one type: SearchTrainingPlanOfferings, as any SageMaker client asks
+        _search_one_type(*types[0], request)
+    else:
+        _search_types(types, request)
+
+
+def _types_and_counts(given: list[str], count: int | None) -> list[tuple[str, int]]:
+    """Each --instance-type as (type, count): its own `:COUNT`, else --count. A value that is not TYPE or
+    TYPE:COUNT, a type given twice, or a type without a count is refused naming it, before any request."""
+    found: list[tuple[str, int]] = []
+    for value in given:
+        instance_type, own = _type_and_count(value)
+        if any(instance_type == seen for seen, _ in found):
+            raise typer.BadParameter(f"{instance_type} is given twice", param_hint="--instance-type")
+        chosen = own if own is not None else count
+        if chosen is None:
+            raise typer.BadParameter(
+                f"{instance_type} has no count: give --count, or the type as {instance_type}:COUNT",
+                param_hint="--count",
+            )
+        found.append((instance_type, chosen))
+    return found
+
+
+def _type_and_count(value: str) -> tuple[str, int | None]:
+    """TYPE (None: no count of its own) or TYPE:COUNT."""
+    if ":" not in value:
+        return value, None
+    instance_type, _, own = value.rpartition(":")
+    if not instance_type or not (own.isascii() and own.isdigit() and int(own) >= 1):
+        raise typer.BadParameter(
+            f"{value!r} is not TYPE or TYPE:COUNT (COUNT a whole number of at least 1), such as "
+            "ml.p4d.24xlarge:16",
+            param_hint="--instance-type",
+        )
+    return instance_type, int(own)
+
+
+def _search_one_type(instance_type: str, count: int, request: dict[str, Any]) -> None:
+    from hyperplan.cli.views.plans import Offerings
+
     with reporting_errors():
-        result = sagemaker_client().call("SearchTrainingPlanOfferings", **request)
+        result = sagemaker_client().call(
+            "SearchTrainingPlanOfferings", InstanceType=instance_type, InstanceCount=count, **request
+        )
     emit(
         plain(result["TrainingPlanOfferings"]) if json_output() else result["TrainingPlanOfferings"],
         Offerings,
     )
+
+
+def _search_types(types: list[tuple[str, int]], request: dict[str, Any]) -> None:
+    """Several types in one search: the native API's (docs/API.md), each offering saying its type."""
+    from hyperplan.cli.times import iso
+    from hyperplan.cli.views.plans import OfferingsAcross
+
+    body = {
+        "InstanceTypes": [{"InstanceType": kind, "InstanceCount": count} for kind, count in types],
+        **{key: iso(value) if isinstance(value, datetime) else value for key, value in request.items()},
+    }
+    with reporting_errors():
+        result = native_client().post("/api/v1/training-plan-offerings/search", body)
+    emit(result, OfferingsAcross)
 
 
 @app.command("buy")

@@ -21,15 +21,21 @@
 - **Attempts and instances.** Each time a job is given instances (once per segment it runs in) is an
   attempt, with a state of its own (:data:`ATTEMPT_LIFECYCLE`), and each of its instances too
   (:data:`INSTANCE_LIFECYCLE`).
+- **Booking its own capacity.** A job with an auto-book request (core/auto_book.py) names no plan: what
+  it asks must be bookable on the fleet (:func:`check_auto_book`), and the plan it buys is named after
+  it (:func:`booked_plan_name`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 
+from hyperplan.core.auto_book import TAG_KEY, AutoBookRequest, check_currency
+from hyperplan.core.fleet import Fleet
+from hyperplan.core.served_types import check_reservable
 from hyperplan.core.status import Lifecycle
 from hyperplan.errors import ValidationError
 
@@ -334,3 +340,52 @@ def check_plan(
             f"{plan.instance_count} instances; a job on a plan runs only on the plan's capacity, never on "
             "on-demand capacity (plan-capacity rule)."
         )
+
+
+# -- booking its own capacity -----------------------------------------------------------------------
+
+MAX_PLAN_NAME = 64  # the SageMaker model's TrainingPlanName
+
+
+def check_auto_book(fleet: Fleet, request: AutoBookRequest, currency: str, member: str | None) -> None:
+    """Refuse, naming the part, an auto-book request this fleet could never book: a type no plan can
+    reserve, a count its plans do not hold, a duration outside its plans' days, a price limit in another
+    currency. `member` names the native structure (``AutoBook``); None: the request is the tag's."""
+    policy = fleet.policy
+    for index, wanted in enumerate(request.types):
+        where = f"{member}.InstanceTypes[{index}]" if member else f"{TAG_KEY}: types"
+        instance_type, count = wanted.instance_type, wanted.instance_count
+        check_reservable(fleet, instance_type, f"{where}.InstanceType" if member else where)
+        allowed = policy.allowed_counts
+        if allowed is not None and count not in allowed:
+            listed = ", ".join(map(str, allowed))
+            raise ValidationError(
+                f"{where}: {instance_type} x{count}: plans hold {listed} instances, not {count}."
+            )
+        largest = max(pool.reservable for pool in fleet.pools_of_type(instance_type))
+        if count > largest:
+            raise ValidationError(
+                f"{where}: {instance_type} x{count}: the largest {instance_type} pool holds {largest}."
+            )
+    days = request.duration_hours // 24
+    if not policy.min_days <= days <= policy.max_days:
+        where = f"{member}.DurationHours" if member else f"{TAG_KEY}: days"
+        raise ValidationError(
+            f"{where}: plans last {policy.min_days} to {policy.max_days} days here, not {days}."
+        )
+    check_currency(request, currency, member)
+
+
+def booked_plan_name(job_name: str, taken: Collection[str]) -> str:
+    """The name of the plan a job books for itself: the job's own, or, when the account has a plan of
+    that name, the first of NAME-2, NAME-3, ... it has not (each at most the model's 64 characters: the
+    job's name is cut to make room for the number)."""
+    if job_name not in taken:
+        return job_name[:MAX_PLAN_NAME]
+    number = 2
+    while True:
+        suffix = f"-{number}"
+        candidate = job_name[: MAX_PLAN_NAME - len(suffix)] + suffix
+        if candidate not in taken:
+            return candidate
+        number += 1

@@ -18,10 +18,12 @@ from hyperplan.console.app import routes as console_routes
 from hyperplan.errors import HyperplanError, MethodNotAllowed, UnknownRoute
 from hyperplan.server import (
     native,
+    native_auto_book,
     native_buckets,
     native_clusters,
     native_exec,
     native_job_plans,
+    native_offerings,
     native_ops,
     native_registries,
     native_users,
@@ -97,8 +99,10 @@ def create_app(
         *native_buckets.routes(),
         *native_users.routes(),
         *native_registries.routes(),  # registries and their credentials (administrators)
+        *native_offerings.routes(),  # one search across instance types
         *native_clusters.routes(),  # an instance group's plans
         *native_job_plans.routes(),  # a training job's further plans
+        *native_auto_book.routes(),  # a training job that books its own capacity
         *native_ops.routes(),  # audit trail, drain (docs/OPERATIONS.md)
         *console_routes(),  # the web console under /console (hyperplan/console)
     ]

@@ -65,11 +65,16 @@ class NativeRoute(Route):
         admin: bool = False,
         body: Sequence[str] = (),
         query: Sequence[str] = (),
+        limited_as: RequestClass | None = None,
     ) -> None:
         self.admin = admin
         self.body_members = tuple(body)
         self.query_keys = tuple(query)
-        endpoint = _endpoint(handler, admin=admin, body=body, query=query, name=f"{method} {path}")
+        # The rate limit's class: a read or a write by its method, unless the route says (a search POSTs)
+        self.limited_as = limited_as or native_class(method)
+        endpoint = _endpoint(
+            handler, admin=admin, body=body, query=query, name=f"{method} {path}", limited_as=self.limited_as
+        )
         super().__init__(path, endpoint, methods=[method])
 
 
@@ -80,6 +85,7 @@ def _endpoint(
     body: Sequence[str] = (),
     query: Sequence[str] = (),
     name: str = "",
+    limited_as: RequestClass = RequestClass.WRITE,
 ) -> Callable[[Request], Any]:
     on_the_loop = inspect.iscoroutinefunction(handler)  # decided once, not at every request
 
@@ -93,7 +99,7 @@ def _endpoint(
         try:
             raw = await request.body()
             caller = await run_in_threadpool(authenticate, runtime, request, raw)
-            runtime.rate_limiter.admit(caller, native_class(request.method), runtime.fleet.rate_limits)
+            runtime.rate_limiter.admit(caller, limited_as, runtime.fleet.rate_limits)
             if admin:  # before the body is parsed: others learn nothing of what an admin route takes
                 require_admin(caller)
             parsed = fields.json_object(raw)
@@ -490,8 +496,10 @@ def plan_events(request: NativeRequest) -> dict[str, Any]:
 
 def describe_job(request: NativeRequest) -> dict[str, Any]:
     """What DescribeTrainingJob has no member for: the reference the job's TrainingImage resolved to
-    through the fleet's image map (DescribeTrainingJob shows the TrainingImage as sent, as AWS does), and
-    every plan the job may run on with the one it runs on now (it shows the TrainingPlanArn as sent)."""
+    through the fleet's image map (DescribeTrainingJob shows the TrainingImage as sent, as AWS does),
+    every plan the job may run on with the one it runs on now (it shows the TrainingPlanArn as sent), and
+    for a job that books its own capacity its request, the plan it booked and, while it waits to book,
+    why."""
     from hyperplan.services.jobs import job_views
 
     job = job_views.describe(request.runtime, request.caller, request.path["name"])
@@ -505,6 +513,17 @@ def describe_job(request: NativeRequest) -> dict[str, Any]:
         "ImageDigest": job.image_digest,
         "TrainingPlans": list(job.plan_arns),
         "RunningOnPlan": job.running_on_plan,
+        **(
+            {
+                "AutoBook": {
+                    "Request": job.auto_book.request.to_native(),
+                    "BookedPlan": job.auto_book.booked_plan,
+                    "Waiting": job.auto_book.waiting,
+                }
+            }
+            if job.auto_book is not None
+            else {}
+        ),
     }
 
 

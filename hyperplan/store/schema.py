@@ -390,6 +390,14 @@ class TrainingJob(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
     training_start_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     training_end_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    # A job that books its own capacity (services/jobs/auto_booking.py): its request as JSON
+    # (core/auto_book.py AutoBookRequest.to_json); None for a job that names its plan or runs on demand.
+    auto_book: Mapped[str | None] = mapped_column(Text, nullable=True)
+    # The name of the plan it books, recorded before the purchase, so that a booking cut short between
+    # buying and linking finds its plan again instead of buying twice; None until it has chosen one.
+    # Once it is linked, `plan_id` is that plan and `instance_type`/`instance_count` are the plan's (the
+    # request's ResourceConfig, as sent, stays in `request`).
+    auto_book_plan: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class TrainingJobPlan(Base):

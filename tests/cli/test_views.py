@@ -32,6 +32,7 @@ from hyperplan.cli.views.plans import (
     ExtensionOffers,
     ExtensionsTable,
     Offerings,
+    OfferingsAcross,
     PlanDetail,
     PlanHistory,
     PlansTable,
@@ -316,6 +317,30 @@ VIEWS: dict[str, RenderableType] = {
     "invoices_approved": InvoiceDecided({"InvoiceId": 7, "TrainingPlanName": "llm-pretrain"}, "approved"),
     "plans_offerings": Offerings([OFFERING]),
     "plans_no_offering": Offerings([]),
+    # A search across types answers through the native API: times in ISO 8601, each offering its type.
+    "plans_offerings_across": OfferingsAcross(
+        {
+            "TrainingPlanOfferings": [
+                {
+                    **OFFERING,
+                    "InstanceType": "ml.p5.48xlarge",
+                    "InstanceCount": 4,
+                    "ReservedCapacityOfferings": [
+                        {
+                            "AvailabilityZone": "us-east-1a",
+                            "InstanceCount": 4,
+                            "InstanceType": "ml.p5.48xlarge",
+                            "StartTime": "2026-12-01T11:30:00Z",
+                            "EndTime": "2026-12-03T11:30:00Z",
+                            "DurationHours": 48,
+                            "DurationMinutes": 0,
+                        }
+                    ],
+                }
+            ],
+            "Truncated": True,
+        }
+    ),
     "plans_detail": PlanDetail(PLAN),
     "plans_table": PlansTable([PLAN]),
     "plans_status": PlanStatus(

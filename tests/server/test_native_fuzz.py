@@ -229,6 +229,45 @@ def examples(invoice: str, webhook: str, spare_key: str, n: int) -> dict[str, Ex
             body={"Username": f"fuzz-{n}", "Password": f"fuzz-password-{n}"},
         ),
         "DELETE /api/v1/registries/{host}/credentials": Example({"host": "registry.example.com:5000"}),
+        "POST /api/v1/training-plan-offerings/search": Example(
+            body={
+                "InstanceTypes": [
+                    {"InstanceType": "ml.p5.48xlarge", "InstanceCount": 1 + n % 2},
+                    {"InstanceType": "ml.p4d.24xlarge"},
+                ],
+                "InstanceCount": 1,
+                "DurationHours": 24 * (1 + n % 3),
+                "TargetResources": ["training-job"],
+                "StartTimeAfter": "2027-01-02T11:30:00Z",
+                "EndTimeBefore": 1_800_000_000,  # epoch seconds: 2027-01-15T08:00:00Z
+            }
+        ),
+        "POST /api/v1/training-jobs": Example(
+            body={
+                "TrainingJob": {
+                    "TrainingJobName": f"fuzz-auto-{n}",
+                    "RoleArn": "arn:aws:iam::123456789012:role/FuzzRole",
+                    "AlgorithmSpecification": {
+                        "TrainingInputMode": "File",
+                        "ContainerEntrypoint": ["python", "-c", "pass"],
+                    },
+                    "OutputDataConfig": {"S3OutputPath": "s3://fuzz-bucket/output"},
+                    "ResourceConfig": {
+                        "InstanceType": "ml.p5.48xlarge",
+                        "InstanceCount": 1,
+                        "VolumeSizeInGB": 1,
+                    },
+                    "StoppingCondition": {"MaxRuntimeInSeconds": 3600, "MaxPendingTimeInSeconds": 7200},
+                },
+                "AutoBook": {
+                    "InstanceTypes": [{"InstanceType": "ml.p5.48xlarge", "InstanceCount": 1 + n % 2}],
+                    "DurationHours": 24 * (1 + n % 3),
+                    "Within": "14d",
+                    "MaxPrice": f"{n % 10_000}.{n % 100:02d}",  # mostly below any offering: it waits
+                    "Prefer": ("cheapest", "earliest")[n % 2],
+                },
+            }
+        ),
         "GET /api/v1/audit": Example(query={"since": "2026-12-01T00:00:00Z", **user}),
         "GET /api/v1/drain": Example(),
         "POST /api/v1/drain": Example(body={"StopRunning": n % 2 == 0}),

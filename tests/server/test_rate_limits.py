@@ -110,6 +110,24 @@ def test_the_native_api_is_limited_as_reads_and_writes(tight: InProcessServer) -
     assert refused.value.code == "ThrottlingException" and refused.value.status == 400
 
 
+def test_a_search_across_types_is_limited_as_a_search_and_shares_its_bucket(tight: InProcessServer) -> None:
+    """POST /api/v1/training-plan-offerings/search searches, whatever its method says: it takes the
+    search bucket's tokens (3 here), which the wire's searches share, not the writes'."""
+    searcher = tight.new_account("across")
+    native, client = tight.native(searcher), tight.sagemaker(searcher)
+    across = {
+        "InstanceTypes": [{"InstanceType": P5, "InstanceCount": 1}],
+        "DurationHours": 24,
+        "TargetResources": ["training-job"],
+    }
+    for _ in range(2):
+        native.call("POST", "/api/v1/training-plan-offerings/search", body=across)
+    assert searches(client, 2) == ["ok", "ThrottlingException"]
+    with pytest.raises(ApiError) as refused:
+        native.call("POST", "/api/v1/training-plan-offerings/search", body=across)
+    assert refused.value.code == "ThrottlingException"
+
+
 def test_an_administrator_gives_one_account_its_own_limits_and_takes_them_back(
     tight: InProcessServer,
 ) -> None:

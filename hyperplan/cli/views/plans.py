@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -43,6 +44,35 @@ class Offerings:
         return Group(*parts)
 
 
+@dataclass(frozen=True)
+class OfferingsAcross:
+    """A search across instance types (the native API's answer): the offerings in its order, each
+    titled with the type and count it is for."""
+
+    answer: dict[str, Any]
+
+    def __rich__(self) -> RenderableType:
+        offerings = [_timed(offering) for offering in self.answer["TrainingPlanOfferings"]]
+        shown = Offerings(offerings).__rich__()
+        if not self.answer.get("Truncated"):
+            return shown
+        more = Text("More offerings were found than one answer holds; narrow the search to see the rest.")
+        return Group(shown, more)
+
+
+def _timed(offering: dict[str, Any]) -> dict[str, Any]:
+    """An offering of the native API with its segments' times as instants (it writes them ISO 8601)."""
+    segments = [
+        {**s, "StartTime": _instant(s["StartTime"]), "EndTime": _instant(s["EndTime"])}
+        for s in offering["ReservedCapacityOfferings"]
+    ]
+    return {**offering, "ReservedCapacityOfferings": segments}
+
+
+def _instant(value: Any) -> Any:
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
 def _offering_table(number: int, offering: dict[str, Any]) -> TableView:
     segments = offering["ReservedCapacityOfferings"]
     rows = [
@@ -63,8 +93,10 @@ def _offering_table(number: int, offering: dict[str, Any]) -> TableView:
         offering["DurationHours"],
         offering["DurationMinutes"],
     )
+    # An offering of a search across types says which of them it is for.
+    kind = f"{offering['InstanceCount']} x {offering['InstanceType']}, " if "InstanceType" in offering else ""
     return TableView(
-        f"Offering {number}: {len(segments)} segment(s), {offering['UpfrontFee']} {currency} "
+        f"Offering {number}: {kind}{len(segments)} segment(s), {offering['UpfrontFee']} {currency} "
         f"({rate} {currency} per instance-hour)",
         ["Segment", "Zone", "Instances", "Start", "End", "Length"],
         rows,

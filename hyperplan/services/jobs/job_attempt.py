@@ -21,7 +21,8 @@ class Attempt:
 
     job: TrainingJob
     instances: list[TrainingJobInstance]
-    request: TrainingJobSpec  # the job's stored request, decoded once for the whole attempt
+    request: TrainingJobSpec  # the job's stored request, decoded once for the whole attempt, with the
+    # instances it runs on (job_records.runs_as)
 
     def instance_spec(self, host: str, interpreter: str | None = None) -> JobSpec:
         return self.request.instance(host, self.job.segment_end, interpreter)
@@ -32,7 +33,7 @@ def read_attempt(runtime: ServiceContext, job_id: int, attempt: int, state: Atte
         job = session.get(TrainingJob, job_id)
         if job is None or job.attempt != attempt or job.attempt_state != state:
             return None
-        return Attempt(job, job_records.instances_of(session, job_id, attempt), job_records.request_of(job))
+        return Attempt(job, job_records.instances_of(session, job_id, attempt), job_records.runs_as(job))
 
 
 def storage_of(runtime: ServiceContext, account_id: str) -> Storage:

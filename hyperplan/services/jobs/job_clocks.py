@@ -28,6 +28,9 @@ PENDING_LIMIT = "job.pending-limit"
 MAX_RUNTIME = "job.max-runtime"
 
 
+AUTO_BOOK = "job.auto-book"  # a job waiting to book its own capacity looks again (auto_booking.py)
+
+
 CAPACITY_LIMIT = "capacity"  # the 2-day wait for capacity (a setting) -> Failed, InsufficientCapacityError
 
 

@@ -1,5 +1,6 @@
 """A job's limits come due: the timed events ``job.pending-limit`` and ``job.max-runtime`` (planned by
-``job_clocks``) are run by the lifecycle loop; each acts when the limit is reached, or plans itself again
+``job_clocks``) are run by the lifecycle loop (so is ``job.auto-book``, a job waiting to book its own
+capacity looking again: ``auto_booking``); each acts when the limit is reached, or plans itself again
 when it fires early (pending time only counts while the plan, or one of a job's several plans, can give
 capacity)."""
 
@@ -13,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import RUNNING, Secondary, StopReason, reached_at
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
+from hyperplan.services.jobs import auto_booking
 from hyperplan.services.jobs.job_clocks import (
     CAPACITY_LIMIT,
     MAX_RUNTIME,
@@ -39,7 +41,7 @@ def event_handlers(runtime: ServiceContext) -> dict[str, EventHandler]:
     def deadline(session: Session, event: DueEvent) -> None:
         on_limit(session, runtime, event.kind, event.subject, event.payload, event.due_at)
 
-    return {PENDING_LIMIT: deadline, MAX_RUNTIME: deadline}
+    return {PENDING_LIMIT: deadline, MAX_RUNTIME: deadline, **auto_booking.event_handlers(runtime)}
 
 
 def on_limit(

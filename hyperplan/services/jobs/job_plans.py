@@ -140,6 +140,11 @@ def remove(
 
 
 def _check_open(job: TrainingJob) -> None:
+    if job.plan_id is None and job.auto_book is not None:
+        raise ValidationError(
+            f"Training job {job.name} books its own capacity and has not booked a plan yet; further plans "
+            "can be added once it has."
+        )
     if job.plan_id is None:
         raise ValidationError(
             f"Training job {job.name} runs on on-demand capacity (it names no TrainingPlanArn); further "

@@ -3,6 +3,7 @@ their directories are; and the wording the jobs' status messages share."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -55,11 +56,21 @@ def settings_of(runtime: ServiceContext) -> JobSettings:
 
 def job_spec(job: TrainingJob, host: str, interpreter: str | None = None) -> JobSpec:
     """The contract's view of one instance of a stored job (its request decoded here, once)."""
-    return request_of(job).instance(host, job.segment_end, interpreter)
+    return runs_as(job).instance(host, job.segment_end, interpreter)
 
 
 def request_of(job: TrainingJob) -> TrainingJobSpec:
+    """The CreateTrainingJob request as it was given."""
     return TrainingJobSpec.from_json(job.request)
+
+
+def runs_as(job: TrainingJob) -> TrainingJobSpec:
+    """The stored request with the instances the job runs on: the job's row says them, which for a job
+    that booked its own capacity are its plan's, not the ResourceConfig it was sent with
+    (services/jobs/auto_booking.py)."""
+    return dataclasses.replace(
+        request_of(job), instance_type=job.instance_type, instance_count=job.instance_count
+    )
 
 
 def get(session: Session, runtime: ServiceContext, caller: Caller, name: str) -> TrainingJob:

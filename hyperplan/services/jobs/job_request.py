@@ -6,6 +6,12 @@ command, the channels and URIs), and decodes the request. The services take the 
 The store keeps the request as it was given (``TrainingJob.request``, JSON): :meth:`TrainingJobSpec.to_json`
 writes it and :meth:`TrainingJobSpec.from_json` reads it back, so stores written before this module read
 the same.
+
+A job may ask to book its own capacity instead of naming a plan (core/auto_book.py): on the wire as the
+tag ``hyperplan:auto-book``, read here by :meth:`TrainingJobSpec.from_wire`; in the native API as the
+``AutoBook`` structure, added by :meth:`TrainingJobSpec.with_auto_book`. The request is kept in a column
+of its own (``TrainingJob.auto_book``), not in the stored CreateTrainingJob request, so :meth:`from_json`
+leaves it out.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from hyperplan.core.auto_book import TAG_KEY, AutoBookRequest, parse_tag
 from hyperplan.core.image_refs import check_training_image
 from hyperplan.core.jsonable import jsonable
 from hyperplan.errors import ValidationError
@@ -103,6 +110,12 @@ class TrainingJobSpec:
     volume_size_gb: int = DEFAULT_VOLUME_GB
     """``ResourceConfig.VolumeSizeInGB``: the size of each instance's disk in containers (the SDK's default
     when the request gives none, or 0)."""
+    auto_book: AutoBookRequest | None = None
+    """The capacity the job books itself (it names no plan), or None. Checked against the fleet when the
+    job is created (services/jobs/auto_booking.py)."""
+    auto_book_member: str | None = None
+    """Where the request came from, for refusals that name it: the native structure's member
+    (``AutoBook``), or None for the tag."""
 
     @classmethod
     def from_wire(
@@ -114,7 +127,10 @@ class TrainingJobSpec:
         instances run on several machines and talk over their network (the Slurm back end), so only a
         one-instance job can be cut off from it."""
         check_request(request, runs_images, across_nodes)
+        tagged = _auto_book_tag(request)
         spec = cls.decode(request)
+        if tagged is not None:
+            spec = spec.with_auto_book(parse_tag(tagged), None)
         if runs_images and not spec.algorithm.image:
             raise ValidationError(
                 "AlgorithmSpecification.TrainingImage is required: instances run in their image here."
@@ -129,6 +145,17 @@ class TrainingJobSpec:
         except UnsupportedInput as exc:
             raise ValidationError(f"InputDataConfig: {exc}.") from None
         return spec
+
+    def with_auto_book(self, request: AutoBookRequest, member: str | None) -> TrainingJobSpec:
+        """This job booking its own capacity as `request` asks (`member`: the native structure's name,
+        None for the tag). A job names a plan or books one, never both."""
+        if self.plan_arn is not None:
+            given = f"the {member} structure" if member else f"the tag {TAG_KEY}"
+            raise ValidationError(
+                f"ResourceConfig.TrainingPlanArn: a job that books its own capacity ({given}) names no "
+                "plan; give a TrainingPlanArn or an auto-book request, not both."
+            )
+        return dataclasses.replace(self, auto_book=request, auto_book_member=member)
 
     @classmethod
     def from_json(cls, text: str) -> TrainingJobSpec:
@@ -208,6 +235,15 @@ class TrainingJobSpec:
             cpu_count=os.cpu_count() or 1,
             interpreter=interpreter or sys.executable,
         )
+
+
+def _auto_book_tag(request: Mapping[str, Any]) -> str | None:
+    """The value of the request's tag ``hyperplan:auto-book``, if it has one (the model checked each
+    tag's characters and length; services/plans/tags.py refuses a key given twice)."""
+    for tag in request.get("Tags") or ():
+        if tag.get("Key") == TAG_KEY:
+            return str(tag.get("Value", ""))
+    return None
 
 
 def _channels(request: Mapping[str, Any]) -> tuple[Channel, ...]:

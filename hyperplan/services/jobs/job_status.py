@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from hyperplan.backends.base import BackendError, TaskRef
 from hyperplan.core.jobs import FINAL, JOB_LIFECYCLE, LIVE_INSTANCE, PRIMARY, RUNNING, Secondary, StopReason
 from hyperplan.services.jobs.job_clocks import (
+    AUTO_BOOK,
     MAX_RUNTIME,
     PENDING_LIMIT,
     cancel_events,
@@ -62,7 +63,7 @@ def move(
         job.training_start_at = now
     if new in FINAL:
         job.training_end_at = now
-        cancel_events(session, job, (PENDING_LIMIT, MAX_RUNTIME))
+        cancel_events(session, job, (PENDING_LIMIT, MAX_RUNTIME, AUTO_BOOK))
         capacity_claims.give_back(session, consumer(job), now)
 
 

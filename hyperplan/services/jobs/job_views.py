@@ -9,8 +9,9 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from hyperplan.core.auto_book import AutoBookRequest
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.jobs import job_clocks, job_records, job_status
+from hyperplan.services.jobs import auto_booking, job_clocks, job_records, job_status
 from hyperplan.services.jobs.job_request import TrainingJobSpec
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import TrainingJob, TrainingPlan
@@ -49,6 +50,17 @@ class JobView:
     # attempt runs on now, if any.
     plan_arns: tuple[str, ...] = ()
     running_on_plan: str | None = None
+    # A job that books its own capacity: what it asked for, the plan it booked (None until it has), and
+    # while it waits to book, why (its status message); None for a job that named its plan or runs on
+    # demand.
+    auto_book: AutoBookView | None = None
+
+
+@dataclass(frozen=True)
+class AutoBookView:
+    request: AutoBookRequest
+    booked_plan: str | None
+    waiting: str | None
 
 
 @dataclass(frozen=True)
@@ -105,7 +117,17 @@ def describe(runtime: ServiceContext, caller: Caller, name: str) -> JobView:
             image_digest=job.image_digest,
             plan_arns=tuple(plan.arn for plan in on_plans.plans),
             running_on_plan=next((plan.arn for plan in on_plans.plans if plan.running_on_it), None),
+            auto_book=_auto_book_view(job, on_plans),
         )
+
+
+def _auto_book_view(job: TrainingJob, on_plans: JobPlansView) -> AutoBookView | None:
+    request = auto_booking.booking_request(job)
+    if request is None:
+        return None
+    booked = next((plan.name for plan in on_plans.plans if plan.primary), None)
+    waiting = job.status_message if auto_booking.waiting_to_book(job) else None
+    return AutoBookView(request, booked, waiting)
 
 
 def plans(runtime: ServiceContext, caller: Caller, name: str) -> JobPlansView:

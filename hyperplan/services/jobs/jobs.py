@@ -26,6 +26,10 @@ The store is the truth and every change is one transaction, as for clusters
   the composition root as a consumer of the lifecycle context: at a reclaim time running jobs get SIGTERM
   and go back to ``Pending`` (or, when no segment follows, are stopped as ``Interrupted``); at a segment start
   the queue is served.
+- **Booking its own capacity.** A job with an auto-book request (the tag ``hyperplan:auto-book``, the
+  native ``AutoBook``) names no plan and runs on none on demand: once its creation commits, it books a plan
+  (``auto_booking``), waits Pending while nothing acceptable is free, and runs on the plan it bought as if
+  it had named it.
 - **Several plans.** A job may be given further plans (:func:`add_plan`, :func:`remove_plan`; the rules
   in ``job_plans``): it is in each plan's queue and runs on whichever has room first
   (``TrainingJob.attempt_plan_id`` is the plan its attempt holds); only that plan's reclaim takes it
@@ -86,7 +90,7 @@ from hyperplan.objects.uris import SCHEME
 from hyperplan.services.accounts import audit
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.clusters import metering
-from hyperplan.services.jobs import job_plans, job_views
+from hyperplan.services.jobs import auto_booking, job_plans, job_views
 from hyperplan.services.jobs.job_clocks import windows_of
 from hyperplan.services.jobs.job_queue import place, schedule_plan, usable_segment
 from hyperplan.services.jobs.job_records import (
@@ -132,6 +136,8 @@ def create(runtime: ServiceContext, caller: Caller, checked: TrainingJobSpec) ->
     job's ARN."""
     now = runtime.clock.now()
     resolved_image = _resolved_image(runtime, checked)  # the fleet's map: no store needed
+    if checked.auto_book is not None:
+        auto_booking.check(runtime, checked)  # what the fleet could never book: no store needed
     with runtime.db.write() as session:
         drain_state.refuse_if_drained(session, "CreateTrainingJob")
         name = checked.name
@@ -142,7 +148,8 @@ def create(runtime: ServiceContext, caller: Caller, checked: TrainingJobSpec) ->
         ):
             raise ResourceInUse(f"A training job named {name!r} already exists in this account.")
         plan = _bound_plan(session, runtime, caller, checked) if checked.plan_arn else None
-        zone = None if plan else _on_demand_zone(session, runtime, caller, checked)
+        on_demand = plan is None and checked.auto_book is None
+        zone = _on_demand_zone(session, runtime, caller, checked) if on_demand else None
         bucket_rights.require(session, runtime, caller, job_uses(checked))
         job = TrainingJob(
             account_id=caller.account_id,
@@ -160,13 +167,18 @@ def create(runtime: ServiceContext, caller: Caller, checked: TrainingJobSpec) ->
         )
         session.add(job)
         session.flush()
-        where = f"plan {plan.name}" if plan else f"on-demand capacity in {zone}"
+        if checked.auto_book is not None:
+            where = auto_booking.begin(session, job, checked.auto_book, now)
+        else:
+            where = f"plan {plan.name}" if plan else f"on-demand capacity in {zone}"
         image = f"; its image resolves to {resolved_image}" if resolved_image else ""
         open_transition(session, job, Secondary.STARTING, f"Starting the job on {where}{image}.", now)
         if plan is not None:
             schedule_plan(session, runtime, plan, now)
-        else:
+        elif on_demand:
             place(session, runtime, job, None, now)
+    if checked.auto_book is not None:  # the purchase is a write of its own: after this one committed
+        auto_booking.book(runtime, job.id, caller)
     return job_arn(runtime, job)
 
 
@@ -300,6 +312,7 @@ def reconcile_plan(session: Session, runtime: ServiceContext, plan_id: int, now:
     plans or this one's next segment, or are Interrupted when none of their plans has capacity ahead.
     When it can, its queue is served.
     """
+    auto_booking.plan_changed(session, runtime, plan_id, now)  # a plan of any target frees capacity
     plan = session.get(TrainingPlan, plan_id)
     if plan is None or plan.target != TARGET:
         return

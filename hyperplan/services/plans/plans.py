@@ -25,8 +25,9 @@ from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.offering_ids import OfferingClaim, OfferingIdError, OfferingSegment
 from hyperplan.core.offerings import Offering
 from hyperplan.core.paging import decode_token, encode_token
+from hyperplan.core.search_across import check_requests, merged, naming_type
 from hyperplan.core.search_request import SearchRequest
-from hyperplan.errors import Conflict, ResourceInUse, ResourceNotFound, ValidationError
+from hyperplan.errors import Conflict, HyperplanError, ResourceInUse, ResourceNotFound, ValidationError
 from hyperplan.services.accounts import acting, audit
 from hyperplan.services.accounts.accounts import Caller, get_account
 from hyperplan.services.plans import capacity_claims, lifecycle, payments, plan_purchase, quotas
@@ -67,6 +68,23 @@ def search(runtime: ServiceContext, caller: Caller, request: SearchRequest) -> l
     claims = [_claim(caller, offering, expires, index) for offering in offerings]
     ids = offering_ids.encode_all(claims, key=runtime.offering_key, fleet=runtime.fleet)
     return [SignedOffering(i, offering, request) for i, offering in zip(ids, offerings, strict=True)]
+
+
+def search_across(
+    runtime: ServiceContext, caller: Caller, requests: Sequence[SearchRequest]
+) -> list[SignedOffering]:
+    """One search across instance types (core/search_across.py): `requests` hold one type each, with
+    its own count, and the same duration, target and window. Each type is searched as `search` searches
+    it (at most the fleet's max_offerings, its quotas checked), the answers merged into one order; each
+    offering's `request` says its type. The first type refused refuses the whole search, naming it."""
+    check_requests(requests)
+    answers = []
+    for request in requests:
+        try:
+            answers.append(search(runtime, caller, request))
+        except HyperplanError as refusal:
+            raise naming_type(refusal, request.instance_type) from None
+    return merged(answers, lambda signed: signed.offering)
 
 
 def _claim(caller: Caller, offering: Offering, expires: datetime, index: dict[PoolKey, int]) -> OfferingClaim:

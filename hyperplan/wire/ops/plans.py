@@ -36,7 +36,7 @@ def search_training_plan_offerings(ctx: RequestContext, request: dict[str, Any])
         end_before=request.get("EndTimeBefore"),
     )
     found = plans.search(ctx.runtime, ctx.caller, search)
-    return {"TrainingPlanOfferings": [_offering(ctx.runtime, signed) for signed in found]}
+    return {"TrainingPlanOfferings": [offering_json(ctx.runtime, signed) for signed in found]}
 
 
 def _refuse_unserved_modes(request: dict[str, Any]) -> None:
@@ -112,7 +112,7 @@ def _extension_views(ctx: RequestContext, found: list[ExtensionView]) -> list[di
     return views
 
 
-def _offering(runtime: ServiceContext, signed: SignedOffering) -> dict[str, Any]:
+def offering_json(runtime: ServiceContext, signed: SignedOffering) -> dict[str, Any]:
     offering: Offering = signed.offering
     hours, minutes = offering.duration_hours_minutes
     result: dict[str, Any] = {
