@@ -648,6 +648,37 @@ def window_can_be_met(
     return finish <= end
 
 
+NEVER = datetime.min.replace(tzinfo=UTC)
+"""What `met_until` answers for a window no plan can meet, whenever it is asked."""
+
+
+def met_until(
+    request: AutoBookRequest,
+    created_at: datetime,
+    lead: timedelta,
+    *,
+    segment_end: time | None = None,
+) -> datetime | None:
+    """The last instant at which ``window_can_be_met`` holds (None: a window without an end always is;
+    NEVER: none is), so that a waiting job fails at that moment, not at its next hourly look. A plan
+    that starts at the soonest ends in time while that start plus the duration is at most the last
+    segment end (``segment_end``'s time of day) not after the window's end."""
+    start_after, end = request.window(created_at)
+    if end is None:
+        return None
+    last_end = end if segment_end is None else _last_boundary(end, segment_end)
+    latest_start = last_end - timedelta(hours=request.duration_hours)
+    if start_after is not None and start_after > latest_start:
+        return NEVER
+    return latest_start - lead
+
+
+def _last_boundary(moment: datetime, segment_end: time) -> datetime:
+    moment = moment.astimezone(UTC)
+    boundary = datetime.combine(moment.date(), segment_end, tzinfo=UTC)
+    return boundary if boundary <= moment else boundary - _DAY
+
+
 def _next_boundary(moment: datetime, segment_end: time) -> datetime:
     moment = moment.astimezone(UTC)
     boundary = datetime.combine(moment.date(), segment_end, tzinfo=UTC)

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from hyperplan.core.auto_book import (
     MAX_TAG_VALUE,
+    NEVER,
     TAG_KEY,
     AutoBookRequest,
     Candidate,
@@ -25,6 +26,7 @@ from hyperplan.core.auto_book import (
     choose,
     describe,
     from_native,
+    met_until,
     parse_tag,
     why_none,
     window_can_be_met,
@@ -730,3 +732,33 @@ def test_the_documented_refusals_are_the_ones_given() -> None:
         with pytest.raises(ValidationError) as refused:
             parse_tag(value)
         assert refused.value.message == message
+
+
+@given(
+    within_hours=st.integers(1, 24 * 60),
+    days=st.integers(1, 5),
+    start_after_hours=st.none() | st.integers(0, 24 * 20),
+    now_minutes=st.integers(-60, 60 * 24 * 70),
+    lead_minutes=st.integers(0, 24 * 60),
+    segment_end=st.none() | st.sampled_from([time(11, 30), time(0, 0), time(23, 59)]),
+)
+def test_met_until_is_the_last_instant_the_window_can_be_met(
+    within_hours: int,
+    days: int,
+    start_after_hours: int | None,
+    now_minutes: int,
+    lead_minutes: int,
+    segment_end: time | None,
+) -> None:
+    """A waiting job's look is planned at `met_until`: it must agree with `window_can_be_met` everywhere."""
+    start_after = None if start_after_hours is None else CREATED + timedelta(hours=start_after_hours)
+    end = CREATED + timedelta(hours=within_hours)
+    assume(start_after is None or start_after < end)
+    wanted = request(duration_hours=24 * days, start_after=start_after, end_before=end)
+    now, lead = CREATED + timedelta(minutes=now_minutes), timedelta(minutes=lead_minutes)
+    until = met_until(wanted, CREATED, lead, segment_end=segment_end)
+    assert until is not None
+    assert window_can_be_met(wanted, CREATED, now, lead, segment_end=segment_end) == (now <= until)
+    if until is not NEVER:
+        assert window_can_be_met(wanted, CREATED, until, lead, segment_end=segment_end)
+    assert met_until(request(), CREATED, lead) is None  # no end: never too late

@@ -54,6 +54,7 @@ from hyperplan.core.auto_book import (
     acceptable,
     choose,
     describe,
+    met_until,
     why_none,
     window_can_be_met,
 )
@@ -109,12 +110,14 @@ def check(runtime: ServiceContext, checked: TrainingJobSpec) -> None:
     check_auto_book(runtime.fleet, request, currency, checked.auto_book_member)
 
 
-def begin(session: Session, job: TrainingJob, request: AutoBookRequest, now: datetime) -> str:
+def begin(
+    session: Session, runtime: ServiceContext, job: TrainingJob, request: AutoBookRequest, now: datetime
+) -> str:
     """In the creating transaction: the job keeps its request and looks again every hour until it has
     booked (the first booking follows the commit: :func:`book`). Returns where its Starting message says
     it runs."""
     job.auto_book = request.to_json()
-    _schedule_look(session, job, now)
+    _schedule_look(session, runtime, job, now)
     return f"capacity it books itself ({describe(request, job.created_at)})"
 
 
@@ -129,15 +132,24 @@ def booking_request(job: TrainingJob) -> AutoBookRequest | None:
 # -- when to look again ------------------------------------------------------------------------------
 
 
-def _schedule_look(session: Session, job: TrainingJob, now: datetime) -> None:
-    """The job's next look: at the next hour of service time, or at its MaxPendingTimeInSeconds if that
-    comes first (it fails then, not up to an hour later)."""
+def _schedule_look(session: Session, runtime: ServiceContext, job: TrainingJob, now: datetime) -> None:
+    """The job's next look: at the next hour of service time, or sooner at the moment it can wait no
+    longer (its MaxPendingTimeInSeconds, or just after the last instant its window can be met), so that
+    it fails then, not up to an hour later."""
     cancel_events(session, job, (AUTO_BOOK,))
     due = now.replace(minute=0, second=0, microsecond=0) + LOOK_EVERY
-    deadline = _max_pending_at(job)
-    if deadline is not None and now < deadline < due:
-        due = deadline
+    for deadline in (_max_pending_at(job), _window_missed_at(runtime, job)):
+        if deadline is not None and deadline < due:
+            due = max(deadline, now)
     schedule(session, AUTO_BOOK, due, subject=event_subject(job))
+
+
+def _window_missed_at(runtime: ServiceContext, job: TrainingJob) -> datetime | None:
+    request, policy = booking_request(job), runtime.fleet.policy
+    if request is None:
+        return None
+    until = met_until(request, job.created_at, policy.lead_time, segment_end=policy.segment_end)
+    return None if until is None else until + timedelta(microseconds=1)
 
 
 def _max_pending_at(job: TrainingJob) -> datetime | None:
@@ -153,7 +165,7 @@ def event_handlers(runtime: ServiceContext) -> dict[str, EventHandler]:
         job = session.get(TrainingJob, int(event.subject.removeprefix("training-job:")))
         if job is None or not waiting_to_book(job):
             return
-        _schedule_look(session, job, event.due_at)
+        _schedule_look(session, runtime, job, event.due_at)
         job_id = job.id
         after_commit(session, lambda: book(runtime, job_id))
 

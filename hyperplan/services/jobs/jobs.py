@@ -168,7 +168,7 @@ def create(runtime: ServiceContext, caller: Caller, checked: TrainingJobSpec) ->
         session.add(job)
         session.flush()
         if checked.auto_book is not None:
-            where = auto_booking.begin(session, job, checked.auto_book, now)
+            where = auto_booking.begin(session, runtime, job, checked.auto_book, now)
         else:
             where = f"plan {plan.name}" if plan else f"on-demand capacity in {zone}"
         image = f"; its image resolves to {resolved_image}" if resolved_image else ""
