@@ -51,7 +51,7 @@ from hyperplan.services.jobs import job_deadlines, jobs
 from hyperplan.services.jobs.job_runner import JobRunner
 from hyperplan.services.orchestration import account_views, adoption, demo_load
 from hyperplan.services.orchestration.retention import RetentionWorker
-from hyperplan.services.plans import lifecycle, payments
+from hyperplan.services.plans import lifecycle, payments, reclaim_warnings
 from hyperplan.services.runtime import leadership, slurm_placement
 from hyperplan.services.runtime.context import LifecycleContext, ServiceContext, Settings, Wakes
 from hyperplan.services.runtime.job_work import JobLocks, JobSettings
@@ -581,6 +581,7 @@ def event_handlers(context: ServiceContext) -> dict[str, EventHandler]:
         demo_load.event_handlers(context),
         job_deadlines.event_handlers(context),
         metering.event_handlers(context),
+        reclaim_warnings.event_handlers(context),
     ):
         clash = merged.keys() & handlers.keys()
         if clash:

@@ -78,6 +78,9 @@ RELAY_START_SECONDS = 10.0
 HOME_INSIDE = "/root"
 """Where a node's home (with its lifecycle scripts) is in its container: root's home, as root runs there."""
 SELF_TERMINATE_GRACE = 10.0
+RUN_SCRIPT = 'if [ "$(head -c 2 "$1")" = "#!" ]; then chmod u+x "$1" && exec "$1"; fi; exec /bin/sh "$1"'
+"""How a hook runs, as lifecycle_argv runs OnCreate: a #! script as it asks (storage drops mode bits),
+any other under sh; as the node's user, in the shell the hook is started with (``$0`` is its name)."""
 LOCK_WAIT_SECONDS = 2.0
 PR_SET_CHILD_SUBREAPER = 36
 WAKE_SIGNALS = (signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -107,6 +110,9 @@ class Agent:
         self.children: dict[int, Child] = {}
         self.seen: set[str] = set()
         self.deadline: float | None = None
+        self.hook: int | None = None
+        """The pid of the terminate's hook (on_reclaim.sh) while it runs; SIGTERM waits for it."""
+        self.hook_until: float | None = None
         self.task_deadlines: dict[str, float] = {}
         self.done = False
         self.wakeup = self._listen()
@@ -171,7 +177,7 @@ class Agent:
 
     def _wait(self) -> None:
         timeout = POLL_SECONDS
-        for deadline in (self.deadline, *self.task_deadlines.values()):
+        for deadline in (self.deadline, self.hook_until, *self.task_deadlines.values()):
             if deadline is not None:
                 timeout = min(timeout, max(0.0, deadline - time.monotonic()))
         select.select([self.wakeup], [], [], timeout)
@@ -384,18 +390,57 @@ class Agent:
         order = read_record(self.files.terminate, TerminateOrder)
         if order is None:
             return
+        was_running = self.state is NodeState.RUNNING
         self._set_state(NodeState.SHUTTING_DOWN)
         self.deadline = order.deadline
         self._drop_queued("its node was terminated before it started")
+        if order.hook is not None and was_running and self._start_hook(order.hook):
+            self.hook_until = time.monotonic() + order.grace
+            return  # SIGTERM once the hook has ended (_continue_shutdown)
+        # No hook ran: the hook's share of the deadline is not the processes' to have.
+        self.deadline = min(order.deadline, time.monotonic() + order.grace)
         procfs.send(self._processes(), signal.SIGTERM)
 
     def _continue_shutdown(self) -> None:
         order = read_record(self.files.terminate, TerminateOrder)
         if order is not None and self.deadline is not None:
             self.deadline = min(self.deadline, order.deadline)
+        if self.hook_until is not None:
+            now = time.monotonic()
+            if self.hook is not None and now < min(self.hook_until, self.deadline or now):
+                return
+            self._end_hook(order.grace if order is not None else 0.0)
         if self._processes() and self.deadline is not None and time.monotonic() < self.deadline:
             return
         self._finish()
+
+    def _start_hook(self, name: str) -> bool:
+        """Start the node's lifecycle script ``name`` (on_reclaim.sh) as OnCreate runs, its output in the
+        node's log; False when the node has no such file. The node's user decides how it runs: the
+        agent (root) never opens or changes a file of the home the user owns by now."""
+        script = self.files.lifecycle_dir / name
+        if not script.is_file():
+            return False
+        path, cwd = str(script), script.parent
+        if self.container is not None:  # the same file, where the container sees the home
+            inside = Path(HOME_INSIDE) / script.relative_to(self.files.home)
+            path, cwd = str(inside), inside.parent
+        argv = ["/bin/sh", "-c", RUN_SCRIPT, name, path]
+        self.hook = self._spawn(
+            argv, self._env(), cwd, self.files.log, self.files.timed, self.files.path / "hook.env"
+        )
+        return True
+
+    def _end_hook(self, grace: float) -> None:
+        """The hook is over (or out of time: what is left of it is killed); the node goes as any does:
+        SIGTERM now, SIGKILL ``grace`` later."""
+        if self.hook is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(self.hook, signal.SIGKILL)
+        self.hook_until = None
+        procfs.send(self._processes(), signal.SIGTERM)
+        if self.deadline is not None:
+            self.deadline = min(self.deadline, time.monotonic() + grace)
 
     def _finish(self) -> None:
         for child in self.children.values():
@@ -449,6 +494,9 @@ class Agent:
                 return
             if pid == 0:
                 return
+            if pid == self.hook:
+                self.hook = None
+                continue
             child = self.children.pop(pid, None)
             # Orphans re-parented to us (we are a subreaper) are reaped and otherwise ignored.
             if child is None:

@@ -477,10 +477,16 @@ class Backend(Protocol):
         a node, of a sandboxed task, or of a task's process group. Nothing happens for ended work."""
         ...
 
-    def terminate(self, ref: Ref, grace: timedelta, env: Mapping[str, str] | None = None) -> None:
+    def terminate(
+        self, ref: Ref, grace: timedelta, env: Mapping[str, str] | None = None, hook: str | None = None
+    ) -> None:
         """Publish ``env``, send SIGTERM now, SIGKILL to whatever is left once ``grace`` has passed in
         real time, even if the server dies meanwhile. Returns at once: a node is ShuttingDown, then
-        Terminated; a task ends Exited or Killed. Again: the earlier SIGKILL deadline wins."""
+        Terminated; a task ends Exited or Killed. Again: the earlier SIGKILL deadline wins.
+
+        ``hook`` (nodes only): a script of the node's lifecycle directory that, if the node is Running
+        and has it, runs first, as the node's processes do, its output in the node's log, for at most
+        ``grace``; SIGTERM follows when it ends, SIGKILL ``grace`` later (the reclaim's on_reclaim.sh)."""
         ...
 
     def exec(

@@ -80,8 +80,10 @@ class RoutingBackend:
     def signal(self, ref: Ref, sig: Signals, env: Mapping[str, str] | None = None) -> None:
         self._for(ref).signal(ref, sig, env)
 
-    def terminate(self, ref: Ref, grace: timedelta, env: Mapping[str, str] | None = None) -> None:
-        self._for(ref).terminate(ref, grace, env)
+    def terminate(
+        self, ref: Ref, grace: timedelta, env: Mapping[str, str] | None = None, hook: str | None = None
+    ) -> None:
+        self._for(ref).terminate(ref, grace, env, hook)
 
     def exec(
         self,

@@ -295,7 +295,9 @@ class FakeBackend:
                 proc.deliver(sig, self._now())
             self._advance()
 
-    def terminate(self, ref: Ref, grace: timedelta, env: Mapping[str, str] | None = None) -> None:
+    def terminate(
+        self, ref: Ref, grace: timedelta, env: Mapping[str, str] | None = None, hook: str | None = None
+    ) -> None:
         with self.world.lock:
             self._advance()
             node, procs = self._target(ref)

@@ -151,6 +151,9 @@ class TerminateOrder:
     """time.monotonic() at which SIGKILL is due: CLOCK_MONOTONIC is the same for every process of a
     boot, and no process outlives a reboot."""
     requested_at: float = field(default_factory=time.time)
+    hook: str | None = None
+    """A node's script (in its lifecycle directory) to run before its SIGTERM, for at most ``grace``:
+    then ``deadline`` is two graces after the order (the hook's, then the processes')."""
 
 
 def run_as_record(run_as: RunAs | None) -> dict[str, Any] | None:

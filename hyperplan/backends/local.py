@@ -254,13 +254,17 @@ class LocalBackend:
             return
         self._signal_task(node, task, sig)
 
-    def terminate(self, ref: Ref, grace: timedelta, env: Mapping[str, str] | None = None) -> None:
+    def terminate(
+        self, ref: Ref, grace: timedelta, env: Mapping[str, str] | None = None, hook: str | None = None
+    ) -> None:
         node, task = self._target(ref)
         self._publish(node, env)
         if self._has_ended(ref):
             return
         seconds = max(0.0, grace.total_seconds())
-        order = TerminateOrder(seconds, time.monotonic() + seconds)
+        hook = hook if task is None else None  # a task has no lifecycle of its own
+        # With a hook, SIGKILL is due a grace after the hook's: the agent sends SIGTERM when it ends.
+        order = TerminateOrder(seconds, time.monotonic() + seconds * (2 if hook else 1), hook=hook)
         path = node.terminate if task is None else task.terminate
         earlier = read_record(path, TerminateOrder)
         if earlier is None or order.deadline < earlier.deadline:

@@ -204,7 +204,9 @@ class SlurmBackend:
                     str(target.job_id), sig, full=isinstance(ref, TaskRef) and not target.grouped
                 )
 
-    def terminate(self, ref: Ref, grace: timedelta, env: Mapping[str, str] | None = None) -> None:
+    def terminate(
+        self, ref: Ref, grace: timedelta, env: Mapping[str, str] | None = None, hook: str | None = None
+    ) -> None:
         with self._lock:
             target = self._target(ref)
             self._publish(target.env_dir, env)

@@ -119,8 +119,12 @@ def update(
             "or CLASS=default for the fleet's. Repeat for several classes."
         ),
     ] = None,
+    reclaim_warning_hours: Annotated[
+        str | None,
+        typer.Option(help='Hours before each segment\'s reclaim to warn at, e.g. 24,1 ("" for none).'),
+    ] = None,
 ) -> None:
-    """Set an account's payment mode, budget, quotas and rate limits (administrators)."""
+    """Set an account's payment mode, budget, quotas, rate limits and reclaim warnings (administrators)."""
     from hyperplan.cli.views.accounts import AccountSettings
 
     body: dict[str, Any] = {
@@ -139,9 +143,17 @@ def update(
         body["Quotas"] = limits
     if rate_limit:
         body["RateLimits"] = dict(_rate_limit(given) for given in rate_limit)
+    if reclaim_warning_hours is not None:
+        body["ReclaimWarningHours"] = _hours(reclaim_warning_hours)
     with reporting_errors():
         result = native_client().call("PATCH", f"/api/v1/accounts/{account}", body=body)
     emit(result, AccountSettings)
+
+
+def _hours(given: str) -> list[Any]:
+    """``24,1`` -> [24, 1]; what is not a whole number goes to the server as given, which names it."""
+    parts = [part.strip() for part in given.split(",") if part.strip()]
+    return [int(part) if part.isdigit() else part for part in parts]
 
 
 def _rate_limit(given: str) -> tuple[str, dict[str, Any] | None]:

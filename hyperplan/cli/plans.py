@@ -233,3 +233,43 @@ def extensions(name: str) -> None:
         arn = client.call("DescribeTrainingPlan", TrainingPlanName=name)["TrainingPlanArn"]
         found = client.items("DescribeTrainingPlanExtensionHistory", TrainingPlanArn=arn)
     emit(plain(found), ExtensionsTable)
+
+
+@app.command("auto-extend")
+def auto_extend(
+    name: str,
+    max_days: Annotated[
+        int | None, typer.Option(help="Days the policy may add in all (1-182), at the reclaim warnings.")
+    ] = None,
+    max_price: Annotated[
+        str | None, typer.Option(help="The most one extension may cost, e.g. 5000.00.")
+    ] = None,
+    off: Annotated[bool, typer.Option("--off", help="Remove the plan's extension policy.")] = False,
+) -> None:
+    """Extend a plan by itself at its last segment's reclaim warnings (the longest extension within
+    --max-price and the budget), or show its policy and attempts (no option), or remove it (--off)."""
+    path = f"/api/v1/training-plans/{name}/extension-policy"
+    with reporting_errors():
+        client = native_client()
+        if off:
+            result = client.delete(path)
+        elif max_days is None and max_price is None:
+            result = client.get(path)
+        else:
+            body: dict[str, Any] = {"MaxDays": max_days}
+            if max_price is not None:
+                body["MaxPrice"] = max_price
+            result = client.call("PUT", path, body=body)
+    emit(result, _policy_lines)
+
+
+def _policy_lines(result: dict[str, Any]) -> str:
+    if result.get("Deleted"):
+        return f"Extension policy of {result['TrainingPlanName']} removed."
+    price = f", each at most {result['MaxPrice']} {result['CurrencyCode']}" if result.get("MaxPrice") else ""
+    lines = [
+        f"{result['TrainingPlanName']}: up to {result['MaxDays']} days in all{price}; "
+        f"{result['DaysBought']} bought so far."
+    ]
+    lines += [f"  {a['At']}  {a['Message']}" for a in result.get("Attempts", [])]
+    return "\n".join(lines)

@@ -69,6 +69,8 @@ def routes() -> list[BaseRoute]:
         get("/plans/{name}", plans.plan_detail),
         post("/plans/{name}/extensions", plans.extension_search, search),
         post("/plans/{name}/extend", plans.extend, purchase),
+        post("/plans/{name}/extension-policy", plans.set_extension_policy),
+        post("/plans/{name}/extension-policy/off", plans.clear_extension_policy),
         get("/capacity", plans.capacity),
         get("/clusters", clusters.clusters_list),
         get("/new-cluster", clusters.new_cluster),

@@ -1,14 +1,15 @@
-"""Training plans: the list, the search, review and purchase, a plan's page and its extensions; and the
-capacity at a glance.
+"""Training plans: the list, the search, review and purchase, a plan's page, its extensions and its
+automatic extension policy; and the capacity at a glance.
 
-Handlers translate between forms and the services the API uses (plans, extensions, plan_views,
-account_views, console_views); a refusal is shown next to the field it names, and changes nothing.
+Handlers translate between forms and the services the API uses (plans, extensions, extension_policy,
+plan_views, account_views, console_views); a refusal is shown next to the field it names, and changes nothing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
 from typing import Any
 from urllib.parse import quote
 
@@ -16,11 +17,13 @@ from hyperplan.console.forms import FieldErrors, Fields, place
 from hyperplan.console.lengths import OfferingLength, offering_length
 from hyperplan.console.timeline import Window
 from hyperplan.console.web import ConsoleRequest, Page, Redirect
+from hyperplan.core.reclaim_warnings import MAX_POLICY_DAYS
 from hyperplan.core.search_request import SearchRequest
 from hyperplan.errors import HyperplanError, ValidationError
 from hyperplan.services.orchestration import account_views, console_views
 from hyperplan.services.orchestration.console_views import OfferingView, PoolTimeline
-from hyperplan.services.plans import extensions, plan_views, plans
+from hyperplan.services.plans import extension_policy, extensions, plan_views, plans
+from hyperplan.services.plans.extension_policy import PolicyView
 from hyperplan.services.plans.plan_views import PlanView
 from hyperplan.wire import model, validate
 
@@ -37,7 +40,19 @@ SEARCH_FIELDS = {
 NOTICES = {
     "purchased": "Training plan purchased.",
     "extended": "Training plan extended.",
+    "policy-set": "Automatic extension policy saved.",
+    "policy-cleared": "Automatic extension turned off.",
 }
+# Where a refusal of the extension policy's service is shown: the field whose name its message gives first.
+POLICY_FIELDS = {
+    "MaxDays": "policy_max_days",
+    "Max days": "policy_max_days",
+    "max days": "policy_max_days",
+    "MaxPrice": "policy_max_price",
+    "Max price": "policy_max_price",
+    "max price": "policy_max_price",
+}
+POLICY_PANEL = "#extension-policy"
 
 
 def plans_list(request: ConsoleRequest) -> Page:
@@ -209,6 +224,7 @@ def _plan_page(request: ConsoleRequest, **extra: Any) -> Page:
         if invoice.plan_name == plan.name
     ]
     window = Window.around([(s.start, s.end) for s in plan.segments])
+    policy = extension_policy.get_policy(runtime, caller, plan.name)
     context: dict[str, Any] = {
         "plan": plan,
         "events": history.events,
@@ -223,9 +239,14 @@ def _plan_page(request: ConsoleRequest, **extra: Any) -> Page:
         "max_days": request.runtime.fleet.policy.max_days,
         "values": {},
         "errors": {},
+        "policy": policy,
+        "policy_values": _policy_values(policy),
+        "policy_errors": {},
+        "policy_max_days": MAX_POLICY_DAYS,
     }
     context.update(extra)
-    return Page("plan.html", context, status=400 if context["errors"] else 200)
+    refused = context["errors"] or context["policy_errors"]
+    return Page("plan.html", context, status=400 if refused else 200)
 
 
 def plan_detail(request: ConsoleRequest) -> Page:
@@ -255,6 +276,70 @@ def extend(request: ConsoleRequest) -> Page | Redirect:
     except HyperplanError as exc:
         return _plan_page(request, errors={"extension_days": exc.message})
     return Redirect(f"/plans/{_quoted(plan.name)}?notice=extended")
+
+
+# -- a plan's automatic extension policy ---------------------------------------------------------------
+
+
+def set_extension_policy(request: ConsoleRequest) -> Page | Redirect:
+    """Save the policy from the panel's form, then back to the plan's page (post-redirect-get). The form
+    checks only that its fields are numbers; their bounds are the service's (as for the API and the CLI),
+    whose refusal is shown next to the field it names, with what was typed. The plan is looked up first,
+    so that another account's is a 404 page like any other."""
+    plan = plan_views.describe(request.runtime, request.caller, request.path["name"])
+    values = request.form.values()
+    fields = Fields(request.form)
+    max_days = _policy_days(fields)
+    max_price = _policy_price(fields)
+    try:
+        fields.check()
+        assert max_days is not None
+        extension_policy.set_policy(request.runtime, request.caller, plan.name, max_days, max_price)
+    except FieldErrors as exc:
+        return _plan_page(request, policy_values=values, policy_errors=exc.errors)
+    except HyperplanError as exc:
+        return _plan_page(request, policy_values=values, policy_errors=place(exc, POLICY_FIELDS).errors)
+    return Redirect(f"/plans/{_quoted(plan.name)}?notice=policy-set{POLICY_PANEL}")
+
+
+def clear_extension_policy(request: ConsoleRequest) -> Page | Redirect:
+    plan = plan_views.describe(request.runtime, request.caller, request.path["name"])
+    try:
+        extension_policy.clear_policy(request.runtime, request.caller, plan.name)
+    except HyperplanError as exc:
+        return _plan_page(request, policy_errors={"": exc.message})
+    return Redirect(f"/plans/{_quoted(plan.name)}?notice=policy-cleared{POLICY_PANEL}")
+
+
+def _policy_values(policy: PolicyView | None) -> dict[str, str]:
+    """The form shows the policy in force, to be changed rather than typed again."""
+    if policy is None:
+        return {}
+    price = "" if policy.max_price is None else str(policy.max_price)
+    return {"policy_max_days": str(policy.max_days), "policy_max_price": price}
+
+
+def _policy_days(fields: Fields) -> int | None:
+    """A whole number, any: 0 or 400 is the service's to refuse, in its own words."""
+    text = fields.text("policy_max_days", "Max days", max_length=16)
+    if text and not text.isdigit():
+        fields.errors["policy_max_days"] = "Max days must be a whole number of days."
+    return int(text) if text.isdigit() else None
+
+
+def _policy_price(fields: Fields) -> Decimal | None:
+    """An amount, or None when left blank (no price limit: the account's budget still bounds it)."""
+    text = fields.text("policy_max_price", "Max price", required=False, max_length=32)
+    if not text:
+        return None
+    try:
+        amount = Decimal(text)
+        if not amount.is_finite():  # NaN and Infinity parse, but are no price
+            raise InvalidOperation
+    except InvalidOperation:
+        fields.errors["policy_max_price"] = "Max price must be an amount, such as 12000 or 12000.50."
+        return None
+    return amount
 
 
 # -- capacity --------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from hyperplan.server import (
     native_buckets,
     native_clusters,
     native_exec,
+    native_extension_policy,
     native_job_plans,
     native_offerings,
     native_ops,
@@ -103,6 +104,7 @@ def create_app(
         *native_clusters.routes(),  # an instance group's plans
         *native_job_plans.routes(),  # a training job's further plans
         *native_auto_book.routes(),  # a training job that books its own capacity
+        *native_extension_policy.routes(),  # a plan's automatic extensions
         *native_ops.routes(),  # audit trail, drain (docs/OPERATIONS.md)
         *console_routes(),  # the web console under /console (hyperplan/console)
     ]

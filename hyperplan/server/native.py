@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from hyperplan.core import reclaim_warnings as reclaim_rules
 from hyperplan.core.hostlist import compress
 from hyperplan.core.instance_types import InstanceType
 from hyperplan.core.jsonable import jsonable, zulu_time
@@ -32,7 +33,7 @@ from hyperplan.services.accounts.accounts import Caller, NewKey
 from hyperplan.services.orchestration import account_views, audit_views
 from hyperplan.services.orchestration import clock as clock_service
 from hyperplan.services.orchestration.account_views import AccountView, InvoiceView
-from hyperplan.services.plans import payments, plans, quotas
+from hyperplan.services.plans import payments, plans, quotas, reclaim_warnings
 from hyperplan.services.runtime import fleet as fleet_service
 from hyperplan.services.runtime.context import ServiceContext
 
@@ -332,6 +333,8 @@ def update_account(request: NativeRequest) -> dict[str, Any]:
     budget, add_budget = (_budget(request, body, name) for name in ("Budget", "AddBudget"))
     mode = fields.text(body, "PaymentMode", required=False, max_length=16)
     rate_limits = _rate_limit_changes(body)
+    given_leads = body.get(reclaim_rules.LEAD_FIELD)
+    leads = None if given_leads is None else reclaim_rules.lead_hours(given_leads)
     account = account_views.update_account(
         request.runtime,
         request.path["account"],
@@ -345,7 +348,11 @@ def update_account(request: NativeRequest) -> dict[str, Any]:
         rate_limits=rate_limits,
         caller=request.caller,
     )
-    return _account_json(account)
+    # Checked above with the rest, so a refusal writes nothing; set once the rest is written.
+    if leads is not None:
+        reclaim_warnings.set_lead_hours(request.runtime, account.id, leads)
+    hours = reclaim_warnings.get_lead_hours(request.runtime, account.id)
+    return {**_account_json(account), reclaim_rules.LEAD_FIELD: list(hours)}
 
 
 def _rate_limit_changes(body: Mapping[str, Any]) -> dict[RequestClass, RateLimit | None]:
@@ -570,7 +577,7 @@ def job_logs(request: NativeRequest) -> dict[str, Any]:
 
 
 def routes() -> list[Route]:
-    account_update = ("PaymentMode", "Budget", "AddBudget", "Quotas", "RateLimits")
+    account_update = ("PaymentMode", "Budget", "AddBudget", "Quotas", "RateLimits", reclaim_rules.LEAD_FIELD)
     return [
         NativeRoute("GET", "/api/v1/whoami", whoami),
         NativeRoute("GET", "/api/v1/accounts", list_accounts, admin=True),

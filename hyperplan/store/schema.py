@@ -59,6 +59,9 @@ class Account(Base):
     rate_limits: Mapped[str | None] = mapped_column(Text, nullable=True)
     # On-demand instances of one type at any instant (services/plans/quotas.py); None: the fleet's quota.
     max_on_demand_instances_per_type: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Hours before each segment's reclaim time at which the account is warned, as JSON: [24, 1]; None: the
+    # default (core/reclaim_warnings.DEFAULT_LEAD_HOURS); [] : no warnings.
+    reclaim_warning_hours: Mapped[str | None] = mapped_column(Text, nullable=True)
 
 
 class OsIdBlock(Base):
@@ -239,6 +242,34 @@ class PlanExtension(Base):
     payment_status: Mapped[str] = mapped_column(String(16))  # Pending, Paid, Failed
     extended_at: Mapped[datetime] = mapped_column(UTCDateTime)
     holds_capacity: Mapped[bool] = mapped_column(default=True)
+
+
+class ExtensionPolicy(Base):
+    """A plan's automatic extension (services/plans/extension_policy.py): up to `max_days` in all, each
+    extension at most `max_price` (None: any price the budget allows)."""
+
+    __tablename__ = "extension_policies"
+    plan_id: Mapped[int] = mapped_column(ForeignKey("training_plans.id"), primary_key=True)
+    max_days: Mapped[int] = mapped_column(Integer)
+    max_price: Mapped[Decimal | None] = mapped_column(DecimalString, nullable=True)
+    currency: Mapped[str] = mapped_column(String(3))
+    days_bought: Mapped[int] = mapped_column(Integer, default=0)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class ExtensionAttempt(Base):
+    """One try of a plan's extension policy, written before it buys (so a crash never buys twice for one
+    warning: the unique key) and finished with its outcome."""
+
+    __tablename__ = "extension_attempts"
+    __table_args__ = (UniqueConstraint("plan_id", "segment_end", "lead_hours"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("training_plans.id"), index=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    segment_end: Mapped[datetime] = mapped_column(UTCDateTime)  # the end it tried to move
+    lead_hours: Mapped[int] = mapped_column(Integer)
+    bought: Mapped[bool] = mapped_column(default=False)
+    message: Mapped[str] = mapped_column(Text)
 
 
 class RegistryCredential(Base):

@@ -157,6 +157,7 @@ def examples(invoice: str, webhook: str, spare_key: str, n: int) -> dict[str, Ex
         "Budget": f"{n % 100_000}.{n % 100:02d}",
         "AddBudget": f"0.{n // 7 % 100:02d}",
         "Quotas": {"MaxActivePlans": 1 + n % 999, "MaxReservedInstancesPerType": 1 + n // 3 % 999},
+        "ReclaimWarningHours": [1 + n % 168, 1 + n // 5 % 168],
     }
     new_account = {"Name": f"fuzz-new-{n}", "Admin": n % 2 == 0, "PaymentMode": "budget"}
     return {
@@ -182,6 +183,11 @@ def examples(invoice: str, webhook: str, spare_key: str, n: int) -> dict[str, Ex
             {"cluster": "fuzz-cluster", "node": "i-0"}, body={"Command": ["true"], "TimeoutSeconds": 5}
         ),
         "GET /api/v1/training-jobs/{name}": Example({"name": "fuzz-job"}),
+        "PUT /api/v1/training-plans/{plan}/extension-policy": Example(
+            {"plan": "fuzz-plan"}, body={"MaxDays": 1 + n % 182, "MaxPrice": f"{1 + n % 9999}.{n % 100:02d}"}
+        ),
+        "GET /api/v1/training-plans/{plan}/extension-policy": Example({"plan": "fuzz-plan"}),
+        "DELETE /api/v1/training-plans/{plan}/extension-policy": Example({"plan": "fuzz-plan"}),
         "GET /api/v1/training-jobs/{name}/plans": Example({"name": "fuzz-job"}),
         "PUT /api/v1/training-jobs/{name}/plans/{plan}": Example({"name": "fuzz-job", "plan": "fuzz-plan"}),
         "DELETE /api/v1/training-jobs/{name}/plans/{plan}": Example(

@@ -28,6 +28,10 @@ from hyperplan.services.storage import bucket_rights
 from hyperplan.store.schema import Cluster, ClusterNode, InstanceGroup
 
 SHUTDOWN_GRACE = timedelta(seconds=30)  # real time between SIGTERM and SIGKILL at reclaim or deletion
+RECLAIM_HOOK = "on_reclaim.sh"
+"""A script of the group's LifeCycleConfig.SourceS3Uri that runs on each Running node when its plan's
+capacity is taken back, before its SIGTERM, for at most SHUTDOWN_GRACE (docs/DECISIONS.md, "Reclaim
+hook"); no other shutdown runs it."""
 
 
 @dataclass
@@ -35,13 +39,18 @@ class NodeActions:
     provision: list[tuple[ClusterNode, InstanceGroupSpec, str]] = field(
         default_factory=list
     )  # node, its group's specification, expiry
-    terminate: list[tuple[str, str]] = field(default_factory=list)  # backend id, expiry epoch
+    terminate: list[tuple[str, str, bool]] = field(
+        default_factory=list
+    )  # backend id, expiry epoch, whether a reclaim (RECLAIM_HOOK runs)
 
 
 def run_actions(runtime: ServiceContext, actions: NodeActions) -> None:
-    for backend_id, expiry in actions.terminate:
+    for backend_id, expiry, reclaim in actions.terminate:
+        hook = RECLAIM_HOOK if reclaim else None
         with contextlib.suppress(BackendError):  # already gone: the watcher settles it
-            runtime.backend.terminate(NodeRef(backend_id), SHUTDOWN_GRACE, env={EXPIRATION_VARIABLE: expiry})
+            runtime.backend.terminate(
+                NodeRef(backend_id), SHUTDOWN_GRACE, env={EXPIRATION_VARIABLE: expiry}, hook=hook
+            )
     for node, spec, expiry in actions.provision:
         _provision(runtime, node, spec, expiry)
     if actions.provision or actions.terminate:
@@ -143,11 +152,23 @@ def new_node(
 
 
 def shut_down(
-    session: Session, node: ClusterNode, actions: NodeActions, now: datetime, expiry: str = "0"
+    session: Session,
+    node: ClusterNode,
+    actions: NodeActions,
+    now: datetime,
+    expiry: str = "0",
+    reclaim: bool = False,
 ) -> None:
+    """The node goes: SIGTERM, then SIGKILL after SHUTDOWN_GRACE; at a `reclaim` (its plan's capacity
+    taken back) its RECLAIM_HOOK, if its lifecycle has one, runs first, for at most SHUTDOWN_GRACE."""
     message = "Shutting down: SIGTERM sent; SIGKILL follows after the grace period."
+    if reclaim:
+        message = (
+            f"Shutting down: its plan's capacity is taken back; {RECLAIM_HOOK} runs if its lifecycle "
+            "has one, then SIGTERM; SIGKILL follows after the grace period."
+        )
     move_node(session, node, NodeStatus.SHUTTING_DOWN, message, now)
-    actions.terminate.append((node.backend_id, expiry))
+    actions.terminate.append((node.backend_id, expiry, reclaim))
 
 
 def retire(session: Session, node: ClusterNode, actions: NodeActions, now: datetime, message: str) -> None:

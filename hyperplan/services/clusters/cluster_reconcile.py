@@ -144,7 +144,11 @@ def _converge_plan_group(
     expiry = _Expiries(session, now)
     for node_id in plan.shut_down:
         node = nodes[node_id]
-        shut_down(session, node, actions, now, expiry.of(node.plan_id))
+        # A reclaim when its plan can hold nothing now (reclaim time, end, plan no longer Active);
+        # a node let go while its plan still has capacity (a scale-down, a drain) is not one.
+        plan_now = session.get(TrainingPlan, node.plan_id) if node.plan_id is not None else None
+        reclaim = plan_now is not None and group_capacity.usable(session, runtime, plan_now, now) == 0
+        shut_down(session, node, actions, now, expiry.of(node.plan_id), reclaim=reclaim)
     for node_id, plan_id in plan.move:
         _carry_over(session, nodes[node_id], plan_id, now)
     held = plan.held(facts)

@@ -16,6 +16,7 @@ from hyperplan.services.jobs.job_queue import schedule_plans_of
 from hyperplan.services.jobs.job_records import (
     FAILURE_REASON_MAX,
     consumer,
+    how_to_resume,
     move_attempt,
     names_of,
     plans_of,
@@ -123,8 +124,7 @@ def _final_message(session: Session, job: TrainingJob, final: Secondary, model_u
         return f"Stopped: MaxRuntimeInSeconds ({max_runtime(job)}) reached.{saved}"
     if final == Secondary.INTERRUPTED:
         plans = plans_of(session, job)
-        checkpoints = request_of(job).checkpoint_uri
-        kept = f" Its checkpoints are at {checkpoints}." if checkpoints else ""
+        kept = how_to_resume(job)
         if not plans:  # on-demand: a drain, or a Slurm reservation taking its node
             return f"Interrupted: its on-demand capacity was taken back before the job finished.{kept}{saved}"
         if len(plans) == 1:

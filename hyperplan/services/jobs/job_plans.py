@@ -30,10 +30,10 @@ from hyperplan.services.jobs.job_clocks import job_windows, plans_changing, wind
 from hyperplan.services.jobs.job_queue import schedule_plan, waiting_message
 from hyperplan.services.jobs.job_records import (
     further_plan_ids,
+    how_to_resume,
     names_of,
     plan_arn,
     plans_of,
-    request_of,
     running_plan_id,
 )
 from hyperplan.services.jobs.job_status import move, note
@@ -179,8 +179,7 @@ def follow_while_waiting(session: Session, runtime: ServiceContext, job: Trainin
 
 def ended_message(session: Session, job: TrainingJob) -> str:
     """Why a waiting job ended: none of its plans has capacity left to give."""
-    checkpoints = request_of(job).checkpoint_uri
-    kept = f" Its checkpoints are at {checkpoints}." if checkpoints and job.attempt else ""
+    kept = how_to_resume(job) if job.attempt else ""  # a job that never ran has none
     plans = plans_of(session, job)
     if len(plans) == 1:
         plan = plans[0]

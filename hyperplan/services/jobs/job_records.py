@@ -181,3 +181,15 @@ def span(delta: timedelta) -> str:
 
 def sigterm(grace: timedelta) -> str:
     return f"the instances got SIGTERM and get SIGKILL after {span(grace)}."
+
+
+def how_to_resume(job: TrainingJob) -> str:
+    """What a job ended before it finished says of its checkpoints (a leading space), none without a
+    CheckpointConfig: where they are and how to carry on from them, as SageMaker resumes (a new job)."""
+    checkpoints = request_of(job).checkpoint_uri
+    if not checkpoints:
+        return ""
+    return (
+        f" Its checkpoints are in {checkpoints} (CheckpointConfig.S3Uri): create a new job with the same "
+        "CheckpointConfig to resume from them."
+    )

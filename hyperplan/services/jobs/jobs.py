@@ -96,6 +96,7 @@ from hyperplan.services.jobs.job_queue import place, schedule_plan, usable_segme
 from hyperplan.services.jobs.job_records import (
     consumer,
     get,
+    how_to_resume,
     job_arn,
     names_of,
     naming,
@@ -374,7 +375,8 @@ def _reclaim(
             runtime,
             job,
             StopReason.INTERRUPTED,
-            f"{why} It was {last}: the job will end Interrupted.",
+            f"{why} It was {last}: the job will end Interrupted once its checkpoints are stored."
+            + how_to_resume(job),
             grace,
             now,
             env,

@@ -20,7 +20,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from hyperplan.core import status_rows
+from hyperplan.core import reclaim_warnings, status_rows
 from hyperplan.core.lifecycle import (
     PLAN_LIFECYCLE,
     RESERVED_CAPACITY_LIFECYCLE,
@@ -153,12 +153,16 @@ def segment_events(
     ]
     if reminder > now:
         events.append((RECLAIM_REMINDER, reminder, {"segment": ordinal, "reclaim_at": reclaim.isoformat()}))
+    first_warning = reclaim_warnings.first_check(reclaim, now)
+    if first_warning is not None:  # the account's reclaim warnings (services/plans/reclaim_warnings.py)
+        warnings = {"segment": ordinal, "since": now.isoformat()}
+        events.append((reclaim_warnings.RECLAIM_WARNING, first_warning, warnings))
     return events
 
 
 def _cancel_segment_end(session: Session, plan: TrainingPlan, ordinal: int) -> None:
-    """Drop the pending reclaim and end events (and the reclaim reminder) of one segment."""
-    kinds = (SEGMENT_RECLAIM, SEGMENT_END, RECLAIM_REMINDER)
+    """Drop the pending reclaim and end events (and the reclaim reminder and warnings) of one segment."""
+    kinds = (SEGMENT_RECLAIM, SEGMENT_END, RECLAIM_REMINDER, reclaim_warnings.RECLAIM_WARNING)
     pending = session.scalars(
         select(ScheduledEvent).where(
             ScheduledEvent.subject == str(plan.id),
