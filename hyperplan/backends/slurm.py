@@ -19,6 +19,8 @@ The files live under ``root`` (on the work root, which every node mounts at the 
     ROOT/nodes/NODE_ID/   node.json job.json state.json terminate.json (the server's) env/ (published,
                           readable) node.sh  home/ (the user's) out/ (the user's: the batch's own output)
                           oncreate/run.json oncreate/out/{stdout,stderr}.log,exit.json (the runner's)
+                          reclaim/run.json reclaim/out/ (on_reclaim.sh at a reclaim: terminate's
+                          ``hook``, run by the batch script's SIGTERM trap, its output in oncreate/out)
     ROOT/tasks/TASK_ID/   task.json launch.json job.json state.json terminate.json srun.json killed
                           (the server's)  run.json (the runner's spec)  out/{started,exit}.json
                           {stdout,stderr}.log (the runner's)
@@ -213,14 +215,19 @@ class SlurmBackend:
             if self._has_ended(ref):
                 return
             seconds = max(0.0, grace.total_seconds())
-            order = TerminateOrder(seconds, time.time() + seconds)
             path = target.directory / "terminate.json"
             earlier = read_json(path)
             first = earlier is None
+            # The hook (a node's, at its first terminate) runs from the batch script's trap: SIGKILL is
+            # then due a grace after the hook's, as on the local back end.
+            wanted = first and seconds > 0 and isinstance(ref, NodeRef) and hook is not None
+            if not wanted or hook is None or not self._node_jobs.prepare_hook(target.directory, hook):
+                hook = None
+            order = TerminateOrder(seconds, time.time() + seconds * (2 if hook else 1))
             if earlier is not None and earlier["deadline"] <= order.deadline:
                 order = TerminateOrder(earlier["grace"], earlier["deadline"])
             else:
-                write_json(path, asdict(order), READABLE_FILE_MODE)
+                write_json(path, {**asdict(order), "hook": hook}, READABLE_FILE_MODE)
             if first:
                 target = self._target(ref)  # a step may have started meanwhile
                 if target.step is not None:
@@ -230,6 +237,9 @@ class SlurmBackend:
                     job = self._queue.job(target.job_id)
                     if job is not None and job.state == "PENDING":
                         self._queue.cancel(str(target.job_id))
+                    elif hook is not None:
+                        # The batch script alone: it runs the hook, then signals the node's steps.
+                        self._queue.cancel(str(target.job_id), SIGTERM, batch=True)
                     else:
                         # A node's batch script ends its hold on it; a sandbox's is the runner. A
                         # group's batch script is srun, which would end its step at once: its

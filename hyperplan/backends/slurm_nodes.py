@@ -16,6 +16,7 @@ from signal import Signals
 from typing import Any
 
 from hyperplan.backends import slurm_containers, tenant_files
+from hyperplan.backends.agent import RUN_SCRIPT
 from hyperplan.backends.base import (
     BackendError,
     Mount,
@@ -51,6 +52,7 @@ from hyperplan.backends.slurm_records import (
     write_json,
 )
 from hyperplan.backends.slurm_submit import (
+    RECLAIM_DIR,
     SUBMIT_RETRY_SECONDS,
     Submitter,
     base_env,
@@ -59,6 +61,9 @@ from hyperplan.backends.slurm_submit import (
 )
 from hyperplan.slurm.client import SlurmError
 
+HOOK_SCRIPT = '[ -e "$1" ] || exit 0; ' + RUN_SCRIPT
+"""How a reclaim hook runs (the local agent's way, as OnCreate runs), nothing when the node's copy of
+its lifecycle has no such file: whether it has is the node's user's to see, not the server's (root)."""
 CANCEL_AGAIN_SECONDS = 10.0
 """A node being failed (its OnCreate record says so) is cancelled again this often until its job ends."""
 
@@ -185,6 +190,27 @@ class NodeJobs:
             self.settle(directory, NodeState.FAILURE, f"its image cannot be used: {found}")
             return False
         return found
+
+    def prepare_hook(self, directory: Path, name: str) -> bool:
+        """Write the runner spec of the node's lifecycle script ``name`` (on_reclaim.sh) that its batch
+        script runs at its next SIGTERM, as OnCreate ran (the node's user and environment, the published
+        variables, its output in the node's log); False when the node cannot run one: it is not held
+        (Running) yet, it has no lifecycle, or it runs in a container (not supported on Slurm yet)."""
+        record = read_json(directory / "node.json")
+        if record is None or record.get("lifecycle_source") is None or record.get("container") is not None:
+            return False
+        if "/" in name or name in ("", ".", "..") or not tenant_files.exists(directory / "out" / "held"):
+            return False
+        run_as = run_as_from(record)
+        home = directory / "home"
+        script = home / "lifecycle" / name
+        env = {**base_env(home, run_as, directory), **dict(record["env"])}
+        logs = directory / "oncreate" / "out"  # the node's log, when it ran an OnCreate
+        write_runner_spec(
+            directory / RECLAIM_DIR, ["/bin/sh", "-c", HOOK_SCRIPT, name, str(script)], env, script.parent,
+            run_as, directory / "env", log_dir=logs if logs.is_dir() else None,
+        )  # fmt: skip
+        return True
 
     def submit(self, directory: Path) -> None:
         """Submit the node's job unless it has one (or is settled); a refusal because the reservation

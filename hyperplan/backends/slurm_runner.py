@@ -10,6 +10,9 @@ in the task's ``out/`` directory (the user's):
 - ``timed.log``: each line of it with the time it was written (``timedlog.py``'s format);
 - ``exit.json``: the program's exit code, or the signal that ended it.
 
+With ``log_dir`` in ``run.json`` the three logs are appended there instead (a node's on_reclaim.sh: the
+node's log, its OnCreate's ``out/``); the records stay in ``out/``.
+
 The program runs in the runner's process group (the one Slurm signals), with the variables published
 in the envdir added to its environment. The runner itself ignores SIGTERM and the like: Slurm signals
 the group, the program gets it directly. Under ``proctrack/cgroup`` Slurm signals (all but SIGKILL)
@@ -191,6 +194,8 @@ def main(argv: list[str]) -> int:
     with open(os.path.join(task_dir, "run.json")) as spec_file:
         spec = json.load(spec_file)
     out = os.path.join(task_dir, "out")
+    # A node's on_reclaim.sh writes its output to the node's log (its OnCreate's), its records here.
+    logs = spec.get("log_dir") or out
     alone = _signalled_alone()
     for sig in IGNORED:
         signal.signal(sig, _pass_on if alone else signal.SIG_IGN)
@@ -198,8 +203,8 @@ def main(argv: list[str]) -> int:
     slurm = {k: v for k, v in os.environ.items() if k.startswith(("SLURM", "CUDA_", "GPU_DEVICE"))}
     container = spec.get("container")
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-    stdout = os.open(os.path.join(out, "stdout.log"), flags, 0o600)
-    stderr = os.open(os.path.join(out, "stderr.log"), flags, 0o600)
+    stdout = os.open(os.path.join(logs, "stdout.log"), flags, 0o600)
+    stderr = os.open(os.path.join(logs, "stderr.log"), flags, 0o600)
     if container is None:
         env = {**slurm, **spec["env"], **extra, **published(spec.get("env_dir"))}
         command, command_env, cwd = spec["argv"], env, spec["cwd"]
@@ -223,7 +228,7 @@ def main(argv: list[str]) -> int:
 
     # The program runs under the timed-log wrapper (timedlog.py, beside this file, standard library only
     # too): its output reaches the two logs unchanged, and each line with its time reaches timed.log.
-    wrapped = [sys.executable, "-I", "-S", TIMEDLOG, "--log", os.path.join(out, "timed.log"), "--"]
+    wrapped = [sys.executable, "-I", "-S", TIMEDLOG, "--log", os.path.join(logs, "timed.log"), "--"]
     kills_before = None
     if container is not None:
         kills_before = oom_kill_count()

@@ -52,6 +52,10 @@ TOOLS = (RUNNER_FILE, TIMEDLOG_FILE, SCRATCH_FILE)
 runner, the timed-log wrapper it runs every program under (found beside it), and the scratch sweeper
 ``clear_user`` runs. The back end runs copies of them (``install_tools``), never the package's own."""
 SYSTEM_PYTHON = "/usr/bin/python3"
+RECLAIM_DIR = "reclaim"
+"""A node's directory for its reclaim hook's runner spec (``run.json``) and records (``out/``)."""
+READ_GRACE = 'import json, sys; print(max(0.1, float(json.load(open(sys.argv[1]))["grace"])))'
+"""The hook's time, read by the node's batch script from ``terminate.json`` (``timeout`` takes 0 as none)."""
 
 
 # --- what the nodes run -----------------------------------------------------------------------------
@@ -104,15 +108,19 @@ def write_runner_spec(
     run_as: RunAs | None,
     env_dir: Path,
     container: Mapping[str, Any] | None = None,
+    log_dir: Path | None = None,
 ) -> None:
     """The step runner's ``run.json`` (what it runs, where, with what; ``container``: in which container,
-    ``slurm_containers.lay_out``) and its ``out/``, the user's."""
+    ``slurm_containers.lay_out``; ``log_dir``: where its output goes, if not its ``out/``) and its
+    ``out/``, the user's."""
     make_dir(directory, PASSAGE_MODE)
     out = directory / "out"
     make_dir(out, 0o700)
     spec: dict[str, Any] = {"argv": argv, "env": dict(env), "cwd": str(cwd), "env_dir": str(env_dir)}
     if container is not None:
         spec["container"] = dict(container)
+    if log_dir is not None:
+        spec["log_dir"] = str(log_dir)
     write_json(directory / "run.json", spec)
     if run_as is not None:
         os.chown(directory / "run.json", run_as.uid, run_as.gid)
@@ -166,12 +174,28 @@ class Submitter:
         # signal to the node goes to its steps), or Slurm when it cancels the job or its time is up.
         # The trap reaps its sleep before it exits: slurmstepd then finds the batch step's cgroup empty
         # at its first look; a sleep still dying there costs the job a second in COMPLETING.
+        # At a reclaim terminate signals the batch script alone (``--batch``) after writing the hook's
+        # runner spec (``RECLAIM_DIR``): the trap runs it for at most the grace of ``terminate.json``,
+        # then sends the node's steps their SIGTERM (without ``--full``: the steps only) and ends.
         lines += [
+            f"reclaim() {{\n{self._reclaim_lines(directory)}\n}}",
             'touch "$node/out/held"',
-            "trap 'kill $! 2>/dev/null; wait; exit 0' TERM",
+            "trap 'kill $! 2>/dev/null; wait; reclaim; exit 0' TERM",
             "while :; do sleep 5 & wait $!; done",
         ]
         return "\n".join(lines) + "\n"
+
+    def _reclaim_lines(self, directory: Path) -> str:
+        """The batch script's ``reclaim``: the hook (if terminate wrote its spec), then the steps' SIGTERM."""
+        grace = shlex.join([self.python, "-I", "-S", "-c", READ_GRACE, str(directory / "terminate.json")])
+        runner = shlex.join(step_argv(self.python, self.runner, directory / RECLAIM_DIR))
+        spec = shlex.quote(str(directory / RECLAIM_DIR / "run.json"))
+        return "\n".join([
+            f"  [ -f {spec} ] || return 0",
+            f"  grace=$({grace}) || return 0",
+            f'  timeout -s KILL "$grace" {runner}',
+            '  scancel --signal=TERM "$SLURM_JOB_ID" 2>/dev/null',
+        ])  # fmt: skip
 
     def sandbox_script(self, directory: Path) -> str:
         """A sandboxed task's batch script: the runner itself, so Slurm's ExitCode is the runner's."""
