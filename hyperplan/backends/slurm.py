@@ -20,7 +20,8 @@ The files live under ``root`` (on the work root, which every node mounts at the 
                           readable) node.sh  home/ (the user's) out/ (the user's: the batch's own output)
                           oncreate/run.json oncreate/out/{stdout,stderr}.log,exit.json (the runner's)
                           reclaim/run.json reclaim/out/ (on_reclaim.sh at a reclaim: terminate's
-                          ``hook``, run by the batch script's SIGTERM trap, its output in oncreate/out)
+                          ``hook``, run by the batch script's SIGTERM trap, its output in oncreate/out;
+                          for a node in a container, its container's files too, as in oncreate/)
     ROOT/tasks/TASK_ID/   task.json launch.json job.json state.json terminate.json srun.json killed
                           (the server's)  run.json (the runner's spec)  out/{started,exit}.json
                           {stdout,stderr}.log (the runner's)

@@ -177,17 +177,19 @@ def lay_out(
     env_dir: Path,
     name: str,
     hosts: bool = False,
+    log_dir: Path | None = None,
 ) -> None:
     """Everything a program's container needs in ``directory`` before its image is unpacked: the
     container's description (root's), the runner's own directories and its ``run.json`` (the user's).
     ``container`` is its :func:`record`; ``program`` its argv, environment and working directory inside;
     ``own`` the node's or task's own directories; ``name`` the container's; with ``hosts`` (a job's
-    instance) the runner writes its ``/etc/hosts`` (the job's hosts by address), else it is the node's."""
+    instance) the runner writes its ``/etc/hosts`` (the job's hosts by address), else it is the node's;
+    ``log_dir``: where the program's output goes, if not ``directory/out`` (a node's on_reclaim.sh)."""
     hosts_file = directory / "hosts" if hosts else None
     _describe(directory, container, run_as, program, hostname, own, env_dir, hosts_file)
     block = _runner_block(directory, name, hosts, run_as)
     argv, env, cwd = program
-    write_runner_spec(directory, list(argv), env, cwd, run_as, env_dir, block)
+    write_runner_spec(directory, list(argv), env, cwd, run_as, env_dir, block, log_dir)
 
 
 def ready(directory: Path, images: SlurmImages) -> bool | str:
@@ -219,6 +221,12 @@ def ready(directory: Path, images: SlurmImages) -> bool | str:
     )
     oci_bundle.write_template(directory, spec)  # (the runner's alone to read)
     return True
+
+
+def node_mounts(directory: Path) -> list[Mount]:
+    """A node's own directories (:func:`own_dirs`, made at its provision) as its containers bind them:
+    for a program started later (its on_reclaim.sh), without touching what its user owns by now."""
+    return [Mount(directory / name, target) for name, target in NODE_DIRS.items()]
 
 
 def inside(path: Path, home: Path) -> str:

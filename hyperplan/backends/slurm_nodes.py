@@ -194,22 +194,54 @@ class NodeJobs:
     def prepare_hook(self, directory: Path, name: str) -> bool:
         """Write the runner spec of the node's lifecycle script ``name`` (on_reclaim.sh) that its batch
         script runs at its next SIGTERM, as OnCreate ran (the node's user and environment, the published
-        variables, its output in the node's log); False when the node cannot run one: it is not held
-        (Running) yet, it has no lifecycle, or it runs in a container (not supported on Slurm yet)."""
+        variables, in a container of the node's image when its OnCreate ran in one, its output in the
+        node's log); False when the node cannot run one: it is not held (Running) yet, or it has no
+        lifecycle (or, in a container, its image is not unpacked)."""
         record = read_json(directory / "node.json")
-        if record is None or record.get("lifecycle_source") is None or record.get("container") is not None:
+        if record is None or record.get("lifecycle_source") is None:
             return False
         if "/" in name or name in ("", ".", "..") or not tenant_files.exists(directory / "out" / "held"):
             return False
-        run_as = run_as_from(record)
         home = directory / "home"
         script = home / "lifecycle" / name
-        env = {**base_env(home, run_as, directory), **dict(record["env"])}
         logs = directory / "oncreate" / "out"  # the node's log, when it ran an OnCreate
+        log_dir = logs if logs.is_dir() else None
+        if record.get("container") is not None:
+            return self._prepare_hook_in_container(directory, record, name, script, log_dir)
+        run_as = run_as_from(record)
+        env = {**base_env(home, run_as, directory), **dict(record["env"])}
         write_runner_spec(
             directory / RECLAIM_DIR, ["/bin/sh", "-c", HOOK_SCRIPT, name, str(script)], env, script.parent,
-            run_as, directory / "env", log_dir=logs if logs.is_dir() else None,
+            run_as, directory / "env", log_dir=log_dir,
         )  # fmt: skip
+        return True
+
+    def _prepare_hook_in_container(
+        self, directory: Path, record: Mapping[str, Any], name: str, script: Path, log_dir: Path | None
+    ) -> bool:
+        """The hook in a container of the node's image laid out as OnCreate's (``_describe_on_create``):
+        the node's own directories, root inside, the lifecycle copy at ``/root/lifecycle``. Its template
+        is written now (the image is unpacked: the node runs); without one nothing is left to run."""
+        run_as = run_as_from(record)
+        if run_as is None or self.images is None:
+            return False
+        home = directory / "home"
+        inside = slurm_containers.inside(script, home)
+        program = (
+            ["/bin/sh", "-c", HOOK_SCRIPT, name, inside],
+            slurm_containers.inside_env(record["env"]),
+            slurm_containers.inside(script.parent, home),
+        )
+        reclaim = directory / RECLAIM_DIR
+        make_dir(reclaim, PASSAGE_MODE)
+        slurm_containers.lay_out(
+            reclaim, record["container"], run_as, program, record["name"],
+            slurm_containers.node_mounts(directory), directory / "env", f"{record['node_id']}.reclaim",
+            log_dir=log_dir,
+        )  # fmt: skip
+        if slurm_containers.ready(reclaim, self.images) is not True:
+            (reclaim / "run.json").unlink(missing_ok=True)  # the batch script then runs no hook
+            return False
         return True
 
     def submit(self, directory: Path) -> None:
