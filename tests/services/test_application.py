@@ -8,6 +8,7 @@ import pytest
 
 from hyperplan.app import AppConfig, Application, BackendFactory, event_handlers, local_backend
 from hyperplan.backends.fake import FakeBackend, FakeWorld
+from hyperplan.core import reclaim_warnings
 from hyperplan.errors import StartRefused
 from hyperplan.services.clusters import metering
 from hyperplan.services.jobs import job_clocks
@@ -81,6 +82,8 @@ def test_every_service_timed_event_has_exactly_one_handler(tmp_path: Path) -> No
         demo_load.TOP_UP,
         job_clocks.PENDING_LIMIT,
         job_clocks.MAX_RUNTIME,
+        job_clocks.AUTO_BOOK,
+        reclaim_warnings.RECLAIM_WARNING,
         metering.METER_EVENT,
     }
     assert set(handlers) == kinds
