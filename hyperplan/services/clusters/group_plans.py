@@ -70,20 +70,14 @@ def list_plans(runtime: ServiceContext, caller: Caller, cluster: str, group: str
 def add_plan(runtime: ServiceContext, caller: Caller, cluster: str, group: str, plan: str) -> GroupPlansView:
     """Add `plan` (a name or an ARN) to the group's further plans; adding one it has is no change."""
     now = runtime.clock.now()
-    actions = NodeActions()
     with runtime.db.write() as session:
-        found = cluster_records.get(session, runtime, caller, cluster)
-        _check_in_service(found)
-        target = cluster_records.group_named(session, found, group)
+        found, target = _group_in_service(session, runtime, caller, cluster, group)
         added = _plan_or_none(session, runtime, caller, plan)
         if not _check(session, runtime, found, target, added, plan):
             assert added is not None  # _check refuses a missing plan
             drain_state.refuse_if_drained(session, f"Adding a plan to group {target.name}")
             session.add(InstanceGroupPlan(group_id=target.id, plan_id=added.id, added_at=now))
-            session.flush()
-            _audit(session, caller, "cluster-group.plan-add", found, target, added, now)
-            reconcile(session, runtime, [target], now, actions)
-            after_commit(session, lambda: run_actions(runtime, actions))
+            _changed(session, runtime, caller, "cluster-group.plan-add", found, target, added, now)
         return _view(session, runtime, found, target)
 
 
@@ -93,11 +87,8 @@ def remove_plan(
     """Remove one of the group's further plans (its nodes on it carry over to the others' room, or go);
     the primary plan is changed with UpdateCluster, never removed here."""
     now = runtime.clock.now()
-    actions = NodeActions()
     with runtime.db.write() as session:
-        found = cluster_records.get(session, runtime, caller, cluster)
-        _check_in_service(found)
-        target = cluster_records.group_named(session, found, group)
+        found, target = _group_in_service(session, runtime, caller, cluster, group)
         removed = plans.get(session, runtime, caller, plan)
         if removed.id == target.plan_id:
             raise _primary_refusal(runtime, target, removed)
@@ -109,11 +100,35 @@ def remove_plan(
         if row is None:
             raise ResourceNotFound(f"Group {target.name} of cluster {found.name} has no plan {plan}.")
         session.delete(row)
-        session.flush()
-        _audit(session, caller, "cluster-group.plan-remove", found, target, removed, now)
-        reconcile(session, runtime, [target], now, actions)
-        after_commit(session, lambda: run_actions(runtime, actions))
+        _changed(session, runtime, caller, "cluster-group.plan-remove", found, target, removed, now)
         return _view(session, runtime, found, target)
+
+
+def _group_in_service(
+    session: Session, runtime: ServiceContext, caller: Caller, cluster: str, group: str
+) -> tuple[Cluster, InstanceGroup]:
+    found = cluster_records.get(session, runtime, caller, cluster)
+    _check_in_service(found)
+    return found, cluster_records.group_named(session, found, group)
+
+
+def _changed(
+    session: Session,
+    runtime: ServiceContext,
+    caller: Caller,
+    action: str,
+    cluster: Cluster,
+    group: InstanceGroup,
+    plan: TrainingPlan,
+    now: datetime,
+) -> None:
+    """A group's plans changed in this transaction: audited, and its nodes follow at once (added,
+    carried over or taken back), the back end told after the commit."""
+    session.flush()
+    _audit(session, caller, action, cluster, group, plan, now)
+    actions = NodeActions()
+    reconcile(session, runtime, [group], now, actions)
+    after_commit(session, lambda: run_actions(runtime, actions))
 
 
 def plan_views(
