@@ -174,6 +174,31 @@ class Notifications:
     reclaim_reminder: timedelta = timedelta(minutes=30)  # before each segment's capacity is taken back
 
 
+SPOT_PREFERENCES = ("lent", "on-demand")
+# The bounds of the [spot] table's durations and of a plan's lending settings (core/spot.py): a notice
+# longer than an hour would hold an owner's work back too long to be a promise worth making; a minimum
+# run or a stop-lending margin beyond a week is longer than any segment's useful part; the kill itself
+# (SIGKILL and the processes gone) takes seconds, so minutes of grace would hide broken promises.
+SPOT_NOTICE_CEILING = timedelta(hours=1)
+SPOT_SPAN_CEILING = timedelta(days=7)
+SPOT_KILL_GRACE_CEILING = timedelta(minutes=5)
+
+
+@dataclass(frozen=True)
+class SpotPolicy:
+    """Managed spot training (core/spot.py): what spot capacity costs, what a lending plan's owner earns,
+    where a spot job looks first, and the defaults and bounds of a plan's lending policy."""
+
+    price_fraction: Decimal = Decimal("0.35")  # spot price = this x the pool's on-demand price
+    lender_share: Decimal = Decimal("0.8")  # a lending plan's owner gets this share of what borrowers paid
+    prefer: str = "lent"  # "lent" or "on-demand": where a spot job looks first (SPOT_PREFERENCES)
+    notice: timedelta = timedelta(seconds=120)  # a plan's default reclaim notice
+    max_notice: timedelta = timedelta(minutes=10)  # the longest notice a plan may set
+    min_run: timedelta = timedelta(minutes=5)  # a plan's default minimum borrower run
+    stop_margin: timedelta = timedelta(minutes=15)  # a plan's default stop-lending margin
+    kill_grace: timedelta = timedelta(seconds=10)  # allowed for the kill itself when a promise is judged
+
+
 @dataclass(frozen=True)
 class DirectoryBucket:
     """A bucket kept as a directory (which must exist) on storage the nodes share. ``accounts`` (names or
@@ -215,6 +240,8 @@ class Fleet:
     background_load: BackgroundLoad | None = None
     buckets: Mapping[str, Bucket] = field(default_factory=lambda: MappingProxyType({}), hash=False)
     quotas: Quotas = Quotas()
+    # [spot]: managed spot training on lent and on-demand capacity (core/spot.py).
+    spot: SpotPolicy = SpotPolicy()
     default_payment_mode: str = "auto"
     # [accounts] os_ids: the uids and gids the server gives the OS users it makes for accounts
     # (core/id_ranges.py); each handed out once, ever.

@@ -15,6 +15,8 @@ In brief::
     [policy]     lead_time, horizon, segment_end, min_days, max_days, allowed_counts, max_segments,
                  max_offerings, offering_validity, ranking, [policy.reclaim_lead] <target> = duration
     [background_load]  cycle_days, quiet_days, quiet_booked, busy_booked, seed     (optional)
+    [spot]       price_fraction, lender_share, prefer = "lent" | "on-demand", notice, max_notice, min_run,
+                 stop_margin, kill_grace: managed spot training and plans' lending (core/spot.py)
     [quotas]     max_active_plans, max_reserved_instances_per_type, max_reserved_share_per_type,
                  max_reserved_instance_hours_per_30_days, max_on_demand_instances_per_type,
                  max_on_demand_share_per_type
@@ -47,9 +49,9 @@ In brief::
                  AWS's published figures (core/instance_types.py); required for a pool's type without them
 
 Each table has its reader: ``fleet_capacity`` (zones, pools, backend), ``fleet_policy`` (policy,
-background_load), ``fleet_buckets``, ``fleet_limits`` (quotas, rate_limits) and ``fleet_settings``
-(accounts, notifications, images, webhooks, retention), ``fleet_instance_types``, ``fleet_images``
-(image_map, registries); ``fleet_values`` has the checks they share.
+background_load), ``fleet_spot`` (spot), ``fleet_buckets``, ``fleet_limits`` (quotas, rate_limits) and
+``fleet_settings`` (accounts, notifications, images, webhooks, retention), ``fleet_instance_types``,
+``fleet_images`` (image_map, registries); ``fleet_values`` has the checks they share.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ from hyperplan.core.fleet_settings import (
     read_subordinate_ids,
     read_webhooks,
 )
+from hyperplan.core.fleet_spot import read_spot
 from hyperplan.core.fleet_values import Table
 from hyperplan.errors import ValidationError
 
@@ -89,7 +92,7 @@ _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d+")
 _TOP_KEYS = (
     "region", "currency", "zones", "pools", "policy", "background_load", "quotas", "buckets", "accounts",
     "notifications", "images", "webhooks", "rate_limits", "backend", "retention", "instance_types",
-    "image_map", "registries",
+    "image_map", "registries", "spot",
 )  # fmt: skip
 
 
@@ -113,6 +116,7 @@ def parse_fleet(text: str) -> Fleet:
         background_load=read_background_load(top.table("background_load")),
         buckets=read_buckets(top.table("buckets") or {}),
         quotas=read_quotas(top.table("quotas") or {}),
+        spot=read_spot(top.table("spot") or {}),
         default_payment_mode=read_payment_mode(top.table("accounts") or {}),
         os_ids=read_os_ids(top.table("accounts") or {}),
         subordinate_ids=read_subordinate_ids(top.table("accounts") or {}),

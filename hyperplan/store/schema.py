@@ -272,6 +272,61 @@ class ExtensionAttempt(Base):
     message: Mapped[str] = mapped_column(Text)
 
 
+class LendingPolicy(Base):
+    """A plan's lending of its idle instances to managed spot training jobs of other accounts
+    (services/plans/lending.py, core/spot.py). A plan without a row lends nothing (mode ``none``)."""
+
+    __tablename__ = "lending_policies"
+    plan_id: Mapped[int] = mapped_column(ForeignKey("training_plans.id"), primary_key=True)
+    notice_seconds: Mapped[int] = mapped_column(Integer)  # a borrower's notice before it is killed
+    min_run_seconds: Mapped[int] = mapped_column(
+        Integer
+    )  # a borrower runs this long before a foreseen reclaim
+    stop_margin_seconds: Mapped[int] = mapped_column(Integer)  # no loan starts this close to a reclaim time
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
+class SpotRun(Base):
+    """One attempt of a managed spot training job on the instances it ran on: lent by a plan (`plan_id`)
+    or the pool's free on-demand capacity (`plan_id` None). Written when the attempt is placed, ended when
+    its instances are given back, then settled: the borrower charged per second at the spot price and the
+    lending plan's owner credited its share, each a ledger line (services/jobs/spot_money.py)."""
+
+    __tablename__ = "spot_runs"
+    __table_args__ = (
+        UniqueConstraint("job_id", "attempt"),
+        Index("ix_spot_runs_plan_open", "plan_id", "ended_at"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("training_jobs.id"), index=True)
+    attempt: Mapped[int] = mapped_column(Integer)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)  # the borrower
+    plan_id: Mapped[int | None] = mapped_column(ForeignKey("training_plans.id"), nullable=True)
+    reserved_capacity_id: Mapped[int | None] = mapped_column(
+        ForeignKey("reserved_capacities.id"), nullable=True
+    )
+    owner_account_id: Mapped[str | None] = mapped_column(ForeignKey("accounts.id"), nullable=True, index=True)
+    instance_type: Mapped[str] = mapped_column(String(64))
+    availability_zone: Mapped[str] = mapped_column(String(64))
+    count: Mapped[int] = mapped_column(Integer)
+    # The spot price (the fleet's fraction of the pool's on-demand price) and the owner's share, at the start.
+    price_per_instance_hour: Mapped[Decimal] = mapped_column(DecimalString)
+    currency: Mapped[str] = mapped_column(String(3))
+    lender_share: Mapped[Decimal] = mapped_column(DecimalString, default=Decimal("0"))
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    # A reclaim: why ("owner-job", "owner-group", "segment-end", "plan-ended", "lending-off", on Slurm
+    # "on-demand-taken": its on-demand node taken by a reservation), when the
+    # owner asked, the deadline promised (asked + notice, or earlier at a segment's reclaim time), and
+    # when the owner had the instances again (the run's end).
+    reclaim_reason: Mapped[str] = mapped_column(String(32), default="")
+    reclaim_requested_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    reclaim_deadline: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+    charged: Mapped[Decimal] = mapped_column(DecimalString, default=Decimal("0"))
+    credited: Mapped[Decimal] = mapped_column(DecimalString, default=Decimal("0"))
+    settled: Mapped[bool] = mapped_column(default=False)
+
+
 class RegistryCredential(Base):
     """The user name and password a container runtime logs in to one registry with (`hyperplan registries
     set-credentials`; services/accounts/registry_credentials.py). The password is a Fernet token under the
@@ -429,6 +484,11 @@ class TrainingJob(Base):
     # Once it is linked, `plan_id` is that plan and `instance_type`/`instance_count` are the plan's (the
     # request's ResourceConfig, as sent, stays in `request`).
     auto_book_plan: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # Managed spot training (services/jobs/spot.py): its wait bound, and the plan whose idle instances its
+    # current attempt borrows (None: on-demand capacity, or not running).
+    spot: Mapped[bool] = mapped_column(default=False, server_default=false())
+    max_wait_seconds: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    lent_plan_id: Mapped[int | None] = mapped_column(ForeignKey("training_plans.id"), nullable=True)
 
 
 class TrainingJobPlan(Base):
