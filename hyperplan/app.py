@@ -47,7 +47,7 @@ from hyperplan.services.accounts import accounts, os_users, sealed_secrets, work
 from hyperplan.services.accounts.key_cache import KeyCache
 from hyperplan.services.clusters import cluster_reconcile, metering
 from hyperplan.services.clusters.node_watcher import NodeWatcher
-from hyperplan.services.jobs import job_deadlines, jobs
+from hyperplan.services.jobs import job_deadlines, jobs, spot
 from hyperplan.services.jobs.job_runner import JobRunner
 from hyperplan.services.orchestration import account_views, adoption, demo_load
 from hyperplan.services.orchestration.retention import RetentionWorker
@@ -274,7 +274,9 @@ class Application:
             db=db,
             clock=store.clock,
             calendar=calendar,
-            lifecycle=LifecycleContext(calendar, fleet, consumers=(self._clusters_follow, self._jobs_follow)),
+            lifecycle=LifecycleContext(
+                calendar, fleet, consumers=(self._clusters_follow, self._jobs_follow, self._spot_follows)
+            ),
             backend=backend,
             keys=keys,
             offering_key=_offering_key(db),
@@ -285,6 +287,7 @@ class Application:
             job_locks=JobLocks(),
             slurm=slurm,
             booking_checks=(slurm_placement.check_can_book,) if slurm is not None else (),
+            reclaim_lent=spot.reclaim_for_owner,
             shared=SharedState(db, calendar, keys, store.clock, slurm),
             rate_limiter=RateLimiter(store=SharedBuckets(db)),
             images=_images(backend),
@@ -411,6 +414,9 @@ class Application:
 
     def _jobs_follow(self, session: Session, plan_id: int, now: datetime) -> None:
         jobs.reconcile_plan(session, self.context, plan_id, now)
+
+    def _spot_follows(self, session: Session, plan_id: int, now: datetime) -> None:
+        spot.plan_changed(session, self.context, plan_id, now)  # after the owner's own work was served
 
 
 def _preflight(config: AppConfig) -> _Preflight:
@@ -582,6 +588,7 @@ def event_handlers(context: ServiceContext) -> dict[str, EventHandler]:
         job_deadlines.event_handlers(context),
         metering.event_handlers(context),
         reclaim_warnings.event_handlers(context),
+        spot.event_handlers(context),
     ):
         clash = merged.keys() & handlers.keys()
         if clash:

@@ -55,6 +55,13 @@ JOB_PENDING = Histogram(
     buckets=(0.0, 60.0, 600.0, 3600.0, 6 * 3600.0, 86400.0, 7 * 86400.0, float("inf")),
     registry=INSTRUMENTS,
 )
+SPOT_RECLAIMS = Counter(
+    "hyperplan_spot_reclaims",
+    "Lent instances taken back from managed spot training jobs for their owner, by whether the promise "
+    "was kept: the owner had them by the notice's deadline plus the fleet's kill grace.",
+    ["promise"],
+    registry=INSTRUMENTS,
+)
 WEBHOOK_DELIVERIES = Counter(
     "hyperplan_webhook_deliveries",
     "Webhook delivery attempts, by outcome (delivered, failed).",

@@ -240,6 +240,7 @@ EDGE_SURFACE: dict[str, set[str]] = {
         "plan_views",
         "extensions",
         "extension_policy",
+        "lending",
         "payments",
         "quotas",
         "reclaim_warnings",
@@ -258,10 +259,12 @@ SERVICES_SURFACE: dict[str, set[str]] = {
     | {"shared_state", "slurm_placement", "slurm_state", "containment"},
     "storage": EDGE_SURFACE["storage"],
     "webhooks": EDGE_SURFACE["webhooks"],
-    "plans": EDGE_SURFACE["plans"] | {"lifecycle", "capacity_claims", "on_demand"},
+    "plans": EDGE_SURFACE["plans"] | {"lifecycle", "capacity_claims", "on_demand", "loans"},
     "clusters": EDGE_SURFACE["clusters"]
-    | {"cluster_groups", "cluster_nodes", "cluster_reconcile", "cluster_records", "metering", "node_watcher"},
-    "jobs": EDGE_SURFACE["jobs"] | {"job_queue", "job_status", "job_watch", "job_deadlines", "job_runner"},
+    | {"cluster_groups", "cluster_nodes", "cluster_reconcile", "cluster_records", "metering", "node_watcher"}
+    | {"group_capacity"},
+    "jobs": EDGE_SURFACE["jobs"]
+    | {"job_queue", "job_status", "job_watch", "job_deadlines", "job_runner", "spot"},
     "slurm": {"slurm_reservations"},
     "orchestration": EDGE_SURFACE["orchestration"] | {"adoption", "demo_load", "fleet_metrics", "retention"},
 }

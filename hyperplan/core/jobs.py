@@ -9,6 +9,9 @@
   next segment. It ends ``Completed``, ``Failed``, or ``Stopped`` with the secondary status saying why:
   ``Stopped`` (StopTrainingJob or MaxPendingTimeInSeconds), ``Interrupted`` (the plan ended first) or
   ``MaxRuntimeExceeded``. ``Stopping`` is the grace period between SIGTERM and the end of the processes.
+  A managed spot job (services/jobs/spot.py) waits in ``Pending`` for lent or on-demand capacity, is
+  ``SpotInterrupted`` (``Interrupted`` on the wire, still InProgress) while its lent instances are taken
+  back, and ends ``MaxWaitTimeExceeded`` when its wait bound runs out.
 - **The queue.** First in, first out, but a later job that fits starts when an earlier one does not
   (:func:`select_to_start`).
 - **Pending time.** It counts only while the plan could give capacity: from a segment's start to its
@@ -60,6 +63,11 @@ class Secondary(StrEnum):
     STOPPED = "Stopped"
     INTERRUPTED = "Interrupted"
     MAX_RUNTIME_EXCEEDED = "MaxRuntimeExceeded"
+    MAX_WAIT_TIME_EXCEEDED = "MaxWaitTimeExceeded"
+    # A managed spot job whose lent instances are being taken back: still InProgress (it waits and
+    # resumes), shown on the wire as "Interrupted" (:func:`shown`), stored apart from the final
+    # Interrupted so that each stored status has one primary status and one set of moves.
+    SPOT_INTERRUPTED = "SpotInterrupted"
 
 
 PRIMARY: dict[Secondary, JobStatus] = {
@@ -74,9 +82,19 @@ PRIMARY: dict[Secondary, JobStatus] = {
     Secondary.STOPPED: JobStatus.STOPPED,
     Secondary.INTERRUPTED: JobStatus.STOPPED,
     Secondary.MAX_RUNTIME_EXCEEDED: JobStatus.STOPPED,
+    Secondary.MAX_WAIT_TIME_EXCEEDED: JobStatus.STOPPED,
+    Secondary.SPOT_INTERRUPTED: JobStatus.IN_PROGRESS,
 }
 
-_ENDS = frozenset({Secondary.FAILED, Secondary.STOPPED, Secondary.INTERRUPTED})
+
+def shown(secondary: str) -> str:
+    """A stored secondary status as SageMaker names it (a spot interruption is "Interrupted")."""
+    return Secondary.INTERRUPTED.value if secondary == Secondary.SPOT_INTERRUPTED else secondary
+
+
+_ENDS = frozenset(
+    {Secondary.FAILED, Secondary.STOPPED, Secondary.INTERRUPTED, Secondary.MAX_WAIT_TIME_EXCEEDED}
+)
 
 # Every move a job's secondary status may make; anything else is a bug (`Lifecycle.check` refuses it).
 _MOVES: dict[Secondary, frozenset[Secondary]] = {
@@ -84,20 +102,41 @@ _MOVES: dict[Secondary, frozenset[Secondary]] = {
     Secondary.PENDING: frozenset({Secondary.DOWNLOADING} | _ENDS),
     # Downloading may end in Failed (a channel cannot be fetched) or go back to Pending (reclaimed).
     Secondary.DOWNLOADING: frozenset(
-        {Secondary.TRAINING, Secondary.PENDING, Secondary.STOPPING, Secondary.FAILED}
+        {
+            Secondary.TRAINING,
+            Secondary.PENDING,
+            Secondary.STOPPING,
+            Secondary.FAILED,
+            Secondary.SPOT_INTERRUPTED,
+        }
     ),
     Secondary.TRAINING: frozenset(
-        {Secondary.UPLOADING, Secondary.PENDING, Secondary.STOPPING, Secondary.FAILED}
+        {
+            Secondary.UPLOADING,
+            Secondary.PENDING,
+            Secondary.STOPPING,
+            Secondary.FAILED,
+            Secondary.SPOT_INTERRUPTED,
+        }
     ),
+    # A spot job's processes end after the notice; then it waits again, or it is stopped meanwhile.
+    Secondary.SPOT_INTERRUPTED: frozenset({Secondary.PENDING, Secondary.STOPPING} | _ENDS),
     Secondary.UPLOADING: frozenset({Secondary.COMPLETED, Secondary.FAILED}),
     Secondary.STOPPING: frozenset(
-        {Secondary.STOPPED, Secondary.INTERRUPTED, Secondary.MAX_RUNTIME_EXCEEDED, Secondary.FAILED}
+        {
+            Secondary.STOPPED,
+            Secondary.INTERRUPTED,
+            Secondary.MAX_RUNTIME_EXCEEDED,
+            Secondary.MAX_WAIT_TIME_EXCEEDED,
+            Secondary.FAILED,
+        }
     ),
     Secondary.COMPLETED: frozenset(),
     Secondary.FAILED: frozenset(),
     Secondary.STOPPED: frozenset(),
     Secondary.INTERRUPTED: frozenset(),
     Secondary.MAX_RUNTIME_EXCEEDED: frozenset(),
+    Secondary.MAX_WAIT_TIME_EXCEEDED: frozenset(),
 }
 
 JOB_LIFECYCLE = Lifecycle(
@@ -192,6 +231,7 @@ class StopReason(StrEnum):
     MAX_RUNTIME = "max-runtime"
     INTERRUPTED = "interrupted"  # the plan's last segment was taken back
     FAILED = "failed"  # an instance failed; the others are being stopped
+    MAX_WAIT = "max-wait"  # a spot job's MaxWaitTimeInSeconds ran out while it ran
 
 
 FINAL_FOR_STOP: dict[StopReason, Secondary] = {
@@ -199,6 +239,7 @@ FINAL_FOR_STOP: dict[StopReason, Secondary] = {
     StopReason.MAX_RUNTIME: Secondary.MAX_RUNTIME_EXCEEDED,
     StopReason.INTERRUPTED: Secondary.INTERRUPTED,
     StopReason.FAILED: Secondary.FAILED,
+    StopReason.MAX_WAIT: Secondary.MAX_WAIT_TIME_EXCEEDED,
 }
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import botocore.session
 import pytest
 
-from hyperplan.core.jobs import ATTEMPT_LIFECYCLE, INSTANCE_LIFECYCLE, JOB_LIFECYCLE
+from hyperplan.core.jobs import ATTEMPT_LIFECYCLE, INSTANCE_LIFECYCLE, JOB_LIFECYCLE, Secondary, shown
 from hyperplan.core.lifecycle import FINAL, PLAN_LIFECYCLE, RESERVED_CAPACITY_LIFECYCLE, PlanStatus
 from hyperplan.core.status import (
     CLUSTER_LIFECYCLE,
@@ -67,17 +67,20 @@ EXPECTED: dict[str, dict[str, set[str]]] = {
     # wait Pending; a reclaim sends a running one back to Pending (resumed in the next segment) or ends it
     # Interrupted; StopTrainingJob goes through Stopping.
     "training-job": {
-        "Starting": {"Pending", "Downloading", "Failed", "Interrupted", "Stopped"},
-        "Pending": {"Downloading", "Failed", "Interrupted", "Stopped"},
-        "Downloading": {"Training", "Pending", "Stopping", "Failed"},
-        "Training": {"Uploading", "Pending", "Stopping", "Failed"},
+        "Starting": {"Pending", "Downloading", "Failed", "Interrupted", "Stopped", "MaxWaitTimeExceeded"},
+        "Pending": {"Downloading", "Failed", "Interrupted", "Stopped", "MaxWaitTimeExceeded"},
+        "Downloading": {"Training", "Pending", "Stopping", "Failed", "SpotInterrupted"},
+        "Training": {"Uploading", "Pending", "Stopping", "Failed", "SpotInterrupted"},
         "Uploading": {"Completed", "Failed"},
-        "Stopping": {"Stopped", "Interrupted", "MaxRuntimeExceeded", "Failed"},
+        "Stopping": {"Stopped", "Interrupted", "MaxRuntimeExceeded", "MaxWaitTimeExceeded", "Failed"},
+        # A spot job whose lent instances are taken back waits again once its processes are gone.
+        "SpotInterrupted": {"Pending", "Stopping", "Failed", "Interrupted", "Stopped", "MaxWaitTimeExceeded"},
         "Completed": set(),
         "Failed": set(),
         "Stopped": set(),
         "Interrupted": set(),
         "MaxRuntimeExceeded": set(),
+        "MaxWaitTimeExceeded": set(),
     },
     # services/jobs/jobs.py: an attempt is launched (its tasks handed to the back end), runs while the watcher
     # follows them, ends (checkpoints and model stored) and is over; one none of whose tasks could start is
@@ -196,7 +199,7 @@ def test_a_node_told_to_shut_down_only_ends() -> None:
         (RESERVED_CAPACITY_LIFECYCLE, "ReservedCapacityStatus", set()),
         (CLUSTER_LIFECYCLE, "ClusterStatus", set()),
         (NODE_LIFECYCLE, "ClusterInstanceStatus", {"Terminated"}),  # gone: never on the wire
-        (JOB_LIFECYCLE, "SecondaryStatus", set()),
+        (JOB_LIFECYCLE, "SecondaryStatus", {"SpotInterrupted"}),  # stored only: see the next test
     ],
     ids=lambda value: value if isinstance(value, str) else "",
 )
@@ -205,6 +208,13 @@ def test_statuses_on_the_wire_are_sagemakers(
 ) -> None:
     model = botocore.session.get_session().get_service_model("sagemaker")
     assert {str(s) for s in _states(machine)} - ours_only <= set(model.shape_for(shape).enum)
+
+
+def test_every_secondary_status_a_job_answers_is_sagemakers() -> None:
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    answered = {shown(status) for status in Secondary}
+    assert answered <= set(model.shape_for("SecondaryStatus").enum)
+    assert shown(Secondary.SPOT_INTERRUPTED) == "Interrupted"  # InProgress, as SageMaker shows a spot job
 
 
 def test_the_instance_group_status_hyperplan_answers_is_sagemakers() -> None:

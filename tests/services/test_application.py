@@ -11,7 +11,7 @@ from hyperplan.backends.fake import FakeBackend, FakeWorld
 from hyperplan.core import reclaim_warnings
 from hyperplan.errors import StartRefused
 from hyperplan.services.clusters import metering
-from hyperplan.services.jobs import job_clocks
+from hyperplan.services.jobs import job_clocks, spot
 from hyperplan.services.orchestration import demo_load
 from hyperplan.services.plans import lifecycle
 from tests.harness import SERVER_START, unisolated
@@ -83,6 +83,8 @@ def test_every_service_timed_event_has_exactly_one_handler(tmp_path: Path) -> No
         job_clocks.PENDING_LIMIT,
         job_clocks.MAX_RUNTIME,
         job_clocks.AUTO_BOOK,
+        job_clocks.SPOT_MAX_WAIT,
+        spot.STOP_LENDING,
         reclaim_warnings.RECLAIM_WARNING,
         metering.METER_EVENT,
     }

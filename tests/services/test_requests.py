@@ -58,8 +58,22 @@ JOB: dict[str, Any] = {
 }
 
 
+NO_PLAN = {k: v for k, v in JOB["ResourceConfig"].items() if k != "TrainingPlanArn"}
+
+
 def _with(**members: Any) -> dict[str, Any]:
     return {**JOB, **members}
+
+
+def test_a_spot_request_is_decoded_with_its_wait() -> None:
+    spec = TrainingJobSpec.from_wire(
+        _with(
+            EnableManagedSpotTraining=True,
+            ResourceConfig=NO_PLAN,
+            StoppingCondition={"MaxRuntimeInSeconds": 3600, "MaxWaitTimeInSeconds": 7200},
+        )
+    )
+    assert (spec.spot, spec.plan_arn, spec.stopping.max_wait_seconds) == (True, None, 7200)
 
 
 def test_a_job_request_is_decoded_into_what_the_services_read() -> None:
@@ -111,7 +125,19 @@ def test_a_job_stored_before_the_decoder_existed_reads_the_same() -> None:
     ("request_", "message"),
     [
         ({k: v for k, v in JOB.items() if k != "ResourceConfig"}, "ResourceConfig is required: give "),
-        (_with(EnableManagedSpotTraining=True), "EnableManagedSpotTraining: this deployment has no spot"),
+        (_with(EnableManagedSpotTraining=True), "ResourceConfig.TrainingPlanArn: a managed spot training"),
+        (
+            _with(EnableManagedSpotTraining=True, ResourceConfig=NO_PLAN),
+            "StoppingCondition.MaxWaitTimeInSeconds is required",
+        ),
+        (
+            _with(
+                EnableManagedSpotTraining=True,
+                ResourceConfig=NO_PLAN,
+                StoppingCondition={"MaxRuntimeInSeconds": 7200, "MaxWaitTimeInSeconds": 3600},
+            ),
+            "StoppingCondition.MaxWaitTimeInSeconds (3600) must be at least MaxRuntimeInSeconds (7200)",
+        ),
         (_with(RetryStrategy={"MaximumRetryAttempts": 2}), "RetryStrategy: this deployment does not serve "),
         (
             _with(ResourceConfig={"InstanceType": "ml.m5.large", "InstanceCount": 0}),

@@ -92,7 +92,10 @@ def _reconcile_plan_groups(
     groups = group_capacity.plan_groups(session, accounts)
     known = {group.id for group in groups}
     groups += [group for group in also if group.id not in known]
-    allocation = group_capacity.shares(session, runtime, [g for g in groups if g.id in known], now)
+    in_service = [g for g in groups if g.id in known]
+    allocation = group_capacity.shares(session, runtime, in_service, now)
+    if not drained.draining:
+        group_capacity.take_back_lent(session, runtime, allocation, in_service, now)
     holds: dict[int, dict[int, int]] = {}
     for group in groups:
         shares = allocation.get(group.id, {})

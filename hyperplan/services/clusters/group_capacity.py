@@ -14,7 +14,7 @@ from hyperplan.core import group_plans
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.status import ClusterStatus
 from hyperplan.services.clusters.cluster_records import consumer, further_plans
-from hyperplan.services.plans import capacity_claims
+from hyperplan.services.plans import capacity_claims, loans
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import CapacityClaim, Cluster, InstanceGroup, InstanceGroupPlan, TrainingPlan
 
@@ -101,14 +101,52 @@ def plan_order(session: Session, groups: Sequence[InstanceGroup]) -> dict[int, t
 
 
 def shares(
-    session: Session, runtime: ServiceContext, groups: Sequence[InstanceGroup], now: datetime
+    session: Session,
+    runtime: ServiceContext,
+    groups: Sequence[InstanceGroup],
+    now: datetime,
+    with_lent: bool = False,
 ) -> dict[int, dict[int, int]]:
     """Each group's share of each of its plans now ({group id: {plan id: count}}, in the group's plan
-    order); `groups` are plan groups in creation order."""
+    order); `groups` are plan groups in creation order. Instances a plan lends to managed spot training
+    are not the groups' until they are back (`with_lent`: as if they were: what the groups want)."""
     order = plan_order(session, groups)
     plan_ids = {plan_id for plans in order.values() for plan_id in plans}
     capacity = {
-        plan_id: usable(session, runtime, session.get(TrainingPlan, plan_id), now) for plan_id in plan_ids
+        plan_id: usable(session, runtime, session.get(TrainingPlan, plan_id), now)
+        - (0 if with_lent else loans.lent(session, plan_id))
+        for plan_id in plan_ids
     }
     demands = [group_plans.GroupDemand(g.id, g.target_count, order[g.id]) for g in groups]
-    return group_plans.allocate(demands, capacity)
+    return group_plans.allocate(demands, {plan_id: max(count, 0) for plan_id, count in capacity.items()})
+
+
+def wanted_of(session: Session, runtime: ServiceContext, plan_id: int, now: datetime) -> int:
+    """How many of the plan's instances its groups would hold now if none were lent."""
+    groups = plan_groups(session, accounts_using(session, plan_id))
+    allocation = shares(session, runtime, groups, now, with_lent=True)
+    return sum(share.get(plan_id, 0) for share in allocation.values())
+
+
+def take_back_lent(
+    session: Session,
+    runtime: ServiceContext,
+    allocation: dict[int, dict[int, int]],
+    groups: Sequence[InstanceGroup],
+    now: datetime,
+) -> None:
+    """Where the groups want more of a plan than its lent instances leave them, those are taken back for
+    them (services/jobs/spot.py through ``runtime.reclaim_lent``); the groups grow once they are."""
+    lending = {
+        plan_id: count
+        for plan_id in {p for plans in plan_order(session, groups).values() for p in plans}
+        if (count := loans.lent(session, plan_id))
+    }
+    if not lending:
+        return
+    wanted = shares(session, runtime, groups, now, with_lent=True)
+    for plan_id in lending:
+        held = sum(share.get(plan_id, 0) for share in allocation.values())
+        needed = sum(share.get(plan_id, 0) for share in wanted.values()) - held
+        if needed > 0:
+            runtime.reclaim_lent(session, runtime, plan_id, needed, "owner-group", now)

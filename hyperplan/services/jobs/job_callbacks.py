@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import FINAL_FOR_STOP, RUNNING, AttemptState, InstanceState, Secondary, StopReason
 from hyperplan.services.clusters import metering
+from hyperplan.services.jobs import spot
 from hyperplan.services.jobs.job_clocks import max_runtime
 from hyperplan.services.jobs.job_queue import schedule_plans_of
 from hyperplan.services.jobs.job_records import (
@@ -76,6 +77,7 @@ def tasks_ended(
             )
     # The runner finds the attempt in the store (ending) and does its I/O.
     after_commit(session, runtime.wakes.jobs.notify)
+    spot.run_ended(session, runtime, job, now)  # a spot job's instances are free for their owner now
     _serve_plan_of(session, runtime, job, now)
 
 
@@ -113,7 +115,19 @@ def attempt_ended(
     elif current in RUNNING:
         job.failure_reason = job.failure_reason or error or "InternalServerError: the job's instances ended."
         move(session, runtime, job, Secondary.FAILED, job.failure_reason, now)
+    elif current == Secondary.SPOT_INTERRUPTED:
+        move(
+            session,
+            runtime,
+            job,
+            Secondary.PENDING,
+            "Interrupted: the instances it borrowed went back to their owner and its checkpoints are "
+            "stored; it waits for compute capacity and resumes from them.",
+            now,
+        )
+    spot.run_ended(session, runtime, job, now)  # an attempt that ended before its tasks did
     _serve_plan_of(session, runtime, job, now)
+    spot.serve(session, runtime, now)  # what the job gave back may be lent, or on demand, again
 
 
 def _final_message(session: Session, job: TrainingJob, final: Secondary, model_uri: str | None) -> str:

@@ -28,6 +28,7 @@ PENDING_LIMIT = "job.pending-limit"
 MAX_RUNTIME = "job.max-runtime"
 
 
+SPOT_MAX_WAIT = "job.spot-max-wait"  # a spot job's MaxWaitTimeInSeconds since its creation (spot.py)
 AUTO_BOOK = "job.auto-book"  # a job waiting to book its own capacity looks again (auto_booking.py)
 
 

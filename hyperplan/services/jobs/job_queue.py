@@ -35,7 +35,7 @@ from hyperplan.services.jobs.job_records import (
     when,
 )
 from hyperplan.services.jobs.job_status import move, note
-from hyperplan.services.plans import capacity_claims
+from hyperplan.services.plans import capacity_claims, loans
 from hyperplan.services.runtime import drain_state
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.db import after_commit
@@ -74,9 +74,14 @@ def schedule_plan(session: Session, runtime: ServiceContext, plan: TrainingPlan,
     if not waiting:
         return
     segment = usable_segment(session, runtime, plan, now)
-    free = segment.count - capacity_claims.in_use(session, plan.id, segment.id) if segment else 0
-    started = set(select_to_start([(j.id, j.instance_count) for j in waiting], free)) if segment else set()
+    lent = loans.lent(session, plan.id, segment.id) if segment else 0
+    free = segment.count - capacity_claims.in_use(session, plan.id, segment.id) - lent if segment else 0
+    queue = [(j.id, j.instance_count) for j in waiting]
+    started = set(select_to_start(queue, free)) if segment else set()
     draining = drain_state.current(session).draining
+    reclaiming: set[int] = set()
+    if segment is not None and lent and not draining:
+        reclaiming = _take_back_lent(session, runtime, plan, queue, free, lent, now) - started
     if draining:
         started = (
             set()
@@ -87,12 +92,46 @@ def schedule_plan(session: Session, runtime: ServiceContext, plan: TrainingPlan,
         if job.id in started:
             place(session, runtime, job, segment, now)
             continue
-        message = DRAINED if draining else waiting_message(session, runtime, job, now)
+        message = (
+            DRAINED
+            if draining
+            else _reclaim_message(session, plan, job, now)
+            if job.id in reclaiming
+            else waiting_message(session, runtime, job, now)
+        )
         if job.secondary_status == Secondary.STARTING:
             move(session, runtime, job, Secondary.PENDING, message, now)
         elif segment is not None or job.attempt == 0:
             # A job sent back by a reclaim keeps the message that says why, until capacity is there.
             note(session, job, message, now)
+
+
+def _take_back_lent(
+    session: Session,
+    runtime: ServiceContext,
+    plan: TrainingPlan,
+    queue: list[tuple[int, int]],
+    free: int,
+    lent: int,
+    now: datetime,
+) -> set[int]:
+    """The waiting jobs that would start if the plan's lent instances were back: as many as they need are
+    taken back from the managed spot jobs that borrow them (services/jobs/spot.py); returns those jobs."""
+    wanted = select_to_start(queue, free + lent)
+    counts = dict(queue)
+    needed = sum(counts[job_id] for job_id in wanted) - max(free, 0)
+    if needed > 0:
+        runtime.reclaim_lent(session, runtime, plan.id, needed, "owner-job", now)
+    return set(wanted)
+
+
+def _reclaim_message(session: Session, plan: TrainingPlan, job: TrainingJob, now: datetime) -> str:
+    deadline = loans.latest_deadline(session, plan.id)
+    by = f", by {when(deadline)} at the latest" if deadline is not None else ""
+    return (
+        f"Waiting for plan {plan.name}'s instances: some were lent to managed spot training while the plan "
+        f"had them idle and are being taken back for this job{by}."
+    )
 
 
 def schedule_plans_of(session: Session, runtime: ServiceContext, job: TrainingJob, now: datetime) -> None:
@@ -127,7 +166,11 @@ def _waiting_for_one(
 ) -> str:
     segment = usable_segment(session, runtime, plan, now)
     if segment is not None:
-        free = segment.count - capacity_claims.in_use(session, plan.id, segment.id)
+        free = (
+            segment.count
+            - capacity_claims.in_use(session, plan.id, segment.id)
+            - loans.lent(session, plan.id, segment.id)
+        )
         return (
             f"Waiting for capacity: the job needs {job.instance_count} instances and plan {plan.name} has "
             f"{free} of {segment.count} free now; jobs on a plan start first in, first out, and a smaller "
@@ -143,7 +186,11 @@ def _plan_state(session: Session, runtime: ServiceContext, plan: TrainingPlan, n
     """One plan of several, as a waiting job's message says it."""
     segment = usable_segment(session, runtime, plan, now)
     if segment is not None:
-        free = segment.count - capacity_claims.in_use(session, plan.id, segment.id)
+        free = (
+            segment.count
+            - capacity_claims.in_use(session, plan.id, segment.id)
+            - loans.lent(session, plan.id, segment.id)
+        )
         return f"plan {plan.name} has {free} of {segment.count} free now"
     windows = windows_of(session, runtime, plan)
     opening = next_opening(windows, now)
@@ -161,7 +208,8 @@ def place(
     segment: ReservedCapacity | None,
     now: datetime,
 ) -> None:
-    """Give the job its instances: claim them, record its tasks, and have the runner start them."""
+    """Give the job its instances: claim them on the segment's plan (or meter them on demand), record its
+    tasks, and have the runner start them."""
     plan = session.get(TrainingPlan, segment.plan_id) if segment is not None else None
     if segment is not None:
         assert plan is not None
@@ -170,12 +218,12 @@ def place(
         job.availability_zone = segment.availability_zone
         job.segment_end = segment.end
     job.attempt_plan_id = plan.id if plan is not None else None  # its claims are on that plan
-    if job.attempt == 0:  # its pending time as counted (job_clocks), once: at its first placement
-        waited = job.pending_seconds + (
-            (now - job.pending_since).total_seconds() if job.pending_since else 0.0
-        )
-        after_commit(session, lambda: metrics.JOB_PENDING.observe(max(waited, 0.0)))
-    begin_attempt(job)
+    where = (
+        f"plan {plan.name}'s segment until {when(segment.end)} in {segment.availability_zone}"
+        if segment and plan
+        else f"on-demand capacity in {job.availability_zone}"
+    )
+    start_attempt(session, runtime, job, where, now)
     if segment is None:  # on-demand: metered while it holds its instances (services/clusters/metering.py)
         assert job.availability_zone is not None
         pool = metering.pool_of(runtime, job.instance_type, job.availability_zone)
@@ -183,6 +231,19 @@ def place(
         metering.start(
             session, job.account_id, holder, f"training job {job.name}", pool, job.instance_count, now
         )
+
+
+def start_attempt(
+    session: Session, runtime: ServiceContext, job: TrainingJob, where: str, now: datetime
+) -> None:
+    """The job's next attempt on instances already decided (`where` says which, for its message): its
+    tasks recorded, Downloading, and the runner woken after the commit."""
+    if job.attempt == 0:  # its pending time as counted (job_clocks), once: at its first placement
+        waited = job.pending_seconds + (
+            (now - job.pending_since).total_seconds() if job.pending_since else 0.0
+        )
+        after_commit(session, lambda: metrics.JOB_PENDING.observe(max(waited, 0.0)))
+    begin_attempt(job)
     job.stop_reason = ""
     for host in host_names(job.instance_count):
         session.add(
@@ -195,11 +256,6 @@ def place(
                 state=InstanceState.RECORDED,
             )
         )
-    where = (
-        f"plan {plan.name}'s segment until {when(segment.end)} in {segment.availability_zone}"
-        if segment and plan
-        else f"on-demand capacity in {job.availability_zone}"
-    )
     move(
         session,
         runtime,

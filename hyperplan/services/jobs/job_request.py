@@ -29,6 +29,7 @@ from typing import Any
 from hyperplan.core.auto_book import TAG_KEY, AutoBookRequest, parse_tag
 from hyperplan.core.image_refs import check_training_image
 from hyperplan.core.jsonable import jsonable
+from hyperplan.core.spot import check_spot_request
 from hyperplan.errors import ValidationError
 from hyperplan.objects.uris import StorageError, parse_s3_uri
 from hyperplan.training.contract import (
@@ -82,6 +83,7 @@ class Checkpoints:
 class StoppingCondition:
     max_runtime_seconds: int | None = None
     max_pending_seconds: int | None = None
+    max_wait_seconds: int | None = None  # managed spot training: the wait for capacity plus the run
 
     @property
     def max_runtime(self) -> int:
@@ -116,6 +118,9 @@ class TrainingJobSpec:
     auto_book_member: str | None = None
     """Where the request came from, for refusals that name it: the native structure's member
     (``AutoBook``), or None for the tag."""
+    spot: bool = False
+    """``EnableManagedSpotTraining``: the job runs on idle instances plans lend, or on free on-demand
+    capacity, waiting for them and interrupted when an owner takes them back (services/jobs/spot.py)."""
 
     @classmethod
     def from_wire(
@@ -154,6 +159,11 @@ class TrainingJobSpec:
             raise ValidationError(
                 f"ResourceConfig.TrainingPlanArn: a job that books its own capacity ({given}) names no "
                 "plan; give a TrainingPlanArn or an auto-book request, not both."
+            )
+        if self.spot:
+            raise ValidationError(
+                "EnableManagedSpotTraining: a managed spot training job books no plan; give an auto-book "
+                "request or EnableManagedSpotTraining, not both."
             )
         return dataclasses.replace(self, auto_book=request, auto_book_member=member)
 
@@ -195,9 +205,11 @@ class TrainingJobSpec:
             stopping=StoppingCondition(
                 max_runtime_seconds=stopping.get("MaxRuntimeInSeconds"),
                 max_pending_seconds=stopping.get("MaxPendingTimeInSeconds"),
+                max_wait_seconds=stopping.get("MaxWaitTimeInSeconds"),
             ),
             as_given=jsonable(request),
             network_isolation=bool(request.get("EnableNetworkIsolation")),
+            spot=bool(request.get("EnableManagedSpotTraining")),
         )
 
     @property
@@ -301,12 +313,20 @@ def _refuse_unserved(request: Mapping[str, Any], runs_images: bool) -> None:
     for member, what in UNSERVED.items():
         if request.get(member):
             raise ValidationError(f"{member}: this deployment does not serve {what}.")
+    stopping = request.get("StoppingCondition") or {}
     if request.get("EnableManagedSpotTraining"):
-        raise ValidationError("EnableManagedSpotTraining: this deployment has no spot capacity.")
-    if (request.get("StoppingCondition") or {}).get("MaxWaitTimeInSeconds") is not None:
+        names_plan = bool((request.get("ResourceConfig") or {}).get("TrainingPlanArn"))
+        check_spot_request(stopping, names_plan)
+        if _auto_book_tag(request) is not None:
+            raise ValidationError(
+                f"Tags: a managed spot training job books no plan; leave out the tag {TAG_KEY} or "
+                "EnableManagedSpotTraining."
+            )
+    elif stopping.get("MaxWaitTimeInSeconds") is not None:
         raise ValidationError(
-            "StoppingCondition.MaxWaitTimeInSeconds: it is for managed spot training, which this deployment "
-            "does not serve; use MaxPendingTimeInSeconds to bound the wait for a plan's capacity."
+            "StoppingCondition.MaxWaitTimeInSeconds: it is for managed spot training "
+            "(EnableManagedSpotTraining true); use MaxPendingTimeInSeconds to bound the wait for a plan's "
+            "capacity."
         )
     if request.get("EnableNetworkIsolation") and not runs_images:
         raise ValidationError(

@@ -17,6 +17,7 @@ from hyperplan.services.jobs.job_clocks import (
     AUTO_BOOK,
     MAX_RUNTIME,
     PENDING_LIMIT,
+    SPOT_MAX_WAIT,
     cancel_events,
     close_pending,
     close_running,
@@ -63,7 +64,7 @@ def move(
         job.training_start_at = now
     if new in FINAL:
         job.training_end_at = now
-        cancel_events(session, job, (PENDING_LIMIT, MAX_RUNTIME, AUTO_BOOK))
+        cancel_events(session, job, (PENDING_LIMIT, MAX_RUNTIME, AUTO_BOOK, SPOT_MAX_WAIT))
         capacity_claims.give_back(session, consumer(job), now)
 
 

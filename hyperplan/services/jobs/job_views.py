@@ -10,11 +10,13 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hyperplan.core.auto_book import AutoBookRequest
+from hyperplan.core.jobs import shown
+from hyperplan.core.spot import billable_seconds, training_seconds
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.jobs import auto_booking, job_clocks, job_records, job_status
 from hyperplan.services.jobs.job_request import TrainingJobSpec
 from hyperplan.services.runtime.context import ServiceContext
-from hyperplan.store.schema import TrainingJob, TrainingPlan
+from hyperplan.store.schema import SpotRun, TrainingJob, TrainingPlan
 from hyperplan.training.workspace import model_uri
 
 
@@ -41,6 +43,12 @@ class JobView:
     training_start_at: datetime | None
     training_end_at: datetime | None
     running_seconds: int  # across segments, up to now
+    # TrainingTimeInSeconds and BillableTimeInSeconds: both the running time for a job on a plan or on
+    # demand; for a managed spot job, from its first start to its end (waits and interruptions included)
+    # and the seconds its runs held instances (what it is charged for).
+    training_seconds: int = 0
+    billable_seconds: int = 0
+    spot: bool = False
     # The reference the TrainingImage resolved to at creation (the fleet's image map); None without an
     # image, or for a job made before resolutions were recorded.
     resolved_image: str | None = None
@@ -101,24 +109,41 @@ def describe(runtime: ServiceContext, caller: Caller, name: str) -> JobView:
             arn=job_records.job_arn(runtime, job),
             model_uri=job.model_uri or model_uri(request.instance("algo-1", job.segment_end)),
             status=job.status,
-            secondary_status=job.secondary_status,
+            secondary_status=shown(job.secondary_status),
             request=request,
             created_at=job.created_at,
             updated_at=job.updated_at,
             transitions=tuple(
-                TransitionView(t.status, t.started_at, t.ended_at, t.message)
+                TransitionView(shown(t.status), t.started_at, t.ended_at, t.message)
                 for t in job_status.transitions_of(session, job)
             ),
             failure_reason=job.failure_reason,
             training_start_at=job.training_start_at,
             training_end_at=job.training_end_at,
             running_seconds=int(job_clocks.running_time(job, now).total_seconds()),
+            **_times(session, job, now),
+            spot=job.spot,
             resolved_image=job.resolved_image,
             image_digest=job.image_digest,
             plan_arns=tuple(plan.arn for plan in on_plans.plans),
             running_on_plan=next((plan.arn for plan in on_plans.plans if plan.running_on_it), None),
             auto_book=_auto_book_view(job, on_plans),
         )
+
+
+def _times(session: Session, job: TrainingJob, now: datetime) -> dict[str, int]:
+    running = int(job_clocks.running_time(job, now).total_seconds())
+    if not job.spot:
+        return {"training_seconds": running, "billable_seconds": running}
+    runs = [
+        (run.started_at, run.ended_at)
+        for run in session.scalars(select(SpotRun).where(SpotRun.job_id == job.id).order_by(SpotRun.id))
+    ]
+    first = runs[0][0] if runs else None
+    return {
+        "training_seconds": training_seconds(first, job.training_end_at, now),
+        "billable_seconds": billable_seconds(runs, now),
+    }
 
 
 def _auto_book_view(job: TrainingJob, on_plans: JobPlansView) -> AutoBookView | None:
@@ -172,7 +197,7 @@ def _summary(runtime: ServiceContext, job: TrainingJob, plans: dict[int, str]) -
         created_at=job.created_at,
         updated_at=job.updated_at,
         status=job.status,
-        secondary_status=job.secondary_status,
+        secondary_status=shown(job.secondary_status),
         training_end_at=job.training_end_at,
         plan_arn=plans[job.plan_id] if job.plan_id is not None else None,
     )

@@ -90,7 +90,7 @@ from hyperplan.objects.uris import SCHEME
 from hyperplan.services.accounts import audit
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.clusters import metering
-from hyperplan.services.jobs import auto_booking, job_plans, job_views
+from hyperplan.services.jobs import auto_booking, job_plans, job_views, spot, spot_money
 from hyperplan.services.jobs.job_clocks import windows_of
 from hyperplan.services.jobs.job_queue import place, schedule_plan, usable_segment
 from hyperplan.services.jobs.job_records import (
@@ -149,8 +149,10 @@ def create(runtime: ServiceContext, caller: Caller, checked: TrainingJobSpec) ->
         ):
             raise ResourceInUse(f"A training job named {name!r} already exists in this account.")
         plan = _bound_plan(session, runtime, caller, checked) if checked.plan_arn else None
-        on_demand = plan is None and checked.auto_book is None
+        on_demand = plan is None and checked.auto_book is None and not checked.spot
         zone = _on_demand_zone(session, runtime, caller, checked) if on_demand else None
+        if checked.spot:
+            _check_spot(session, runtime, caller, checked)
         bucket_rights.require(session, runtime, caller, job_uses(checked))
         job = TrainingJob(
             account_id=caller.account_id,
@@ -170,12 +172,17 @@ def create(runtime: ServiceContext, caller: Caller, checked: TrainingJobSpec) ->
         session.flush()
         if checked.auto_book is not None:
             where = auto_booking.begin(session, runtime, job, checked.auto_book, now)
+        elif checked.spot:
+            where = "managed spot capacity (idle instances plans lend, or free on-demand capacity)"
         else:
             where = f"plan {plan.name}" if plan else f"on-demand capacity in {zone}"
         image = f"; its image resolves to {resolved_image}" if resolved_image else ""
         open_transition(session, job, Secondary.STARTING, f"Starting the job on {where}{image}.", now)
         if plan is not None:
             schedule_plan(session, runtime, plan, now)
+        elif checked.spot:
+            assert checked.stopping.max_wait_seconds is not None  # checked with the request
+            spot.begin(session, runtime, job, checked.stopping.max_wait_seconds, now)
         elif on_demand:
             place(session, runtime, job, None, now)
     if checked.auto_book is not None:  # the purchase is a write of its own: after this one committed
@@ -210,6 +217,24 @@ def _bound_plan(
     check_plan(facts, arn, checked.instance_type, checked.instance_count)
     assert plan is not None
     return plan
+
+
+def _check_spot(session: Session, runtime: ServiceContext, caller: Caller, checked: TrainingJobSpec) -> None:
+    """A spot job's type must be one the fleet has, and a budget account must hold an hour of it at the
+    spot price; where it runs is decided when capacity is there (spot.py)."""
+    pools = runtime.fleet.pools_of_type(checked.instance_type)
+    if not pools:
+        raise served_types.refuse_unknown_for_job(
+            runtime.fleet, checked.instance_type, "ResourceConfig.InstanceType"
+        )
+    if checked.instance_count > max(p.instance_count for p in pools):
+        raise ValidationError(
+            f"ResourceConfig.InstanceCount: {checked.instance_count} {checked.instance_type} is more than "
+            "any pool of the fleet holds, lent or on demand; ask for fewer."
+        )
+    spot_money.check_budget(
+        session, runtime, caller.account_id, pools[0], checked.instance_count, "CreateTrainingJob"
+    )
 
 
 def _on_demand_zone(
@@ -260,6 +285,9 @@ def stop(runtime: ServiceContext, caller: Caller, name: str) -> None:
                 "Stopped by StopTrainingJob before it got instances.",
                 now,
             )
+        elif current == Secondary.SPOT_INTERRUPTED:  # its processes are ending already (spot.py)
+            job.stop_reason = StopReason.USER
+            move(session, runtime, job, Secondary.STOPPING, "Stopping by StopTrainingJob.", now)
         elif current in RUNNING:
             grace = settings_of(runtime).stop_grace
             begin_stop(

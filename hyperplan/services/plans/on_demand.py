@@ -73,6 +73,7 @@ def _held_by_groups(
 def used_by_jobs(session: Session, pool: Pool) -> int:
     query = select(func.coalesce(func.sum(TrainingJob.instance_count), 0)).where(
         TrainingJob.plan_id.is_(None),
+        TrainingJob.lent_plan_id.is_(None),  # a spot job on a plan's lent instances holds none of these
         TrainingJob.attempt_state.in_(HOLDING),
         TrainingJob.availability_zone == pool.availability_zone,
         TrainingJob.instance_type == pool.instance_type,
@@ -104,6 +105,7 @@ def held_by_account(
         select(func.coalesce(func.sum(TrainingJob.instance_count), 0)).where(
             TrainingJob.account_id == account_id,
             TrainingJob.plan_id.is_(None),
+            TrainingJob.lent_plan_id.is_(None),
             TrainingJob.attempt_state.in_(HOLDING),
             TrainingJob.instance_type == instance_type,
         )

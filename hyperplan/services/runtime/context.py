@@ -126,6 +126,18 @@ ClockMover = Callable[[datetime], int]
 # what a back end needs of an account before a plan is bought for it (the Slurm back end: its OS user).
 BookingCheck = Callable[["ServiceContext", str], None]
 
+# (session, runtime, plan id, instances needed, why, now) -> None: an owner's work needs `needed` more of
+# the plan's instances than its open segment has free, and some are lent to managed spot training jobs;
+# they are taken back (services/jobs/spot.py, installed by app.py, since the clusters package that needs
+# it may not import the jobs package).
+ReclaimLent = Callable[[Session, "ServiceContext", int, int, str, datetime], None]
+
+
+def _lends_nothing(
+    session: Session, runtime: ServiceContext, plan_id: int, needed: int, why: str, now: datetime
+) -> None:
+    """Without the spot service installed nothing is ever lent, so nothing is taken back."""
+
 
 @dataclass(frozen=True)
 class ServiceContext:
@@ -149,6 +161,7 @@ class ServiceContext:
     # The back end's own checks of a buying account (app.py installs them with the back end), so that the
     # generic purchase names no back end.
     booking_checks: tuple[BookingCheck, ...] = ()
+    reclaim_lent: ReclaimLent = _lends_nothing
     refusals: RefusedSignatures = field(default_factory=RefusedSignatures)  # refused signatures, counted
     shared: SharedState | None = None  # brings this process's memory up to date with the store
     # The console's sessions as the store records them; the idle timeout from the server's environment.

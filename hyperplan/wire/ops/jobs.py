@@ -71,11 +71,13 @@ def describe_training_job(ctx: RequestContext, request: dict[str, Any]) -> dict[
         result["TrainingStartTime"] = job.training_start_at
     if job.training_end_at is not None:
         result["TrainingEndTime"] = job.training_end_at
-    # Running time only (from instances given to instances given back), across segments; the plan's fee
-    # is paid up front, so billable time is the same wall-clock figure SageMaker reports per instance.
-    if job.running_seconds >= 1:
-        result["TrainingTimeInSeconds"] = job.running_seconds
-        result["BillableTimeInSeconds"] = job.running_seconds
+    # On a plan or on demand: running time only (from instances given to instances given back), across
+    # segments; the plan's fee is paid up front, so billable time is the same wall-clock figure. A managed
+    # spot job: from its first start to its end, and the seconds it held instances (services/jobs/spot.py).
+    if job.training_seconds >= 1:
+        result["TrainingTimeInSeconds"] = job.training_seconds
+    if job.billable_seconds >= 1:
+        result["BillableTimeInSeconds"] = job.billable_seconds
     return result
 
 
