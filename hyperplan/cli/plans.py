@@ -273,3 +273,44 @@ def _policy_lines(result: dict[str, Any]) -> str:
     ]
     lines += [f"  {a['At']}  {a['Message']}" for a in result.get("Attempts", [])]
     return "\n".join(lines)
+
+
+@app.command("lending")
+def lending(
+    name: str,
+    idle: Annotated[bool, typer.Option("--idle", help="Lend the plan's idle instances.")] = False,
+    none: Annotated[bool, typer.Option("--none", help="Lend nothing (the default).")] = False,
+    notice: Annotated[
+        int | None,
+        typer.Option(help="With --idle: seconds of notice a borrower gets."),
+    ] = None,
+    min_run: Annotated[
+        int | None,
+        typer.Option(help="With --idle: seconds a borrower runs before a younger one is reclaimed first."),
+    ] = None,
+    margin: Annotated[
+        int | None,
+        typer.Option(help="With --idle: seconds before a segment's reclaim time when lending stops."),
+    ] = None,
+) -> None:
+    """A plan's lending of its idle instances to other accounts' managed spot training jobs: show it (no
+    option; an administrator also sees each borrower's run), lend (--idle, each value left out the
+    fleet's default) or stop (--none)."""
+    from hyperplan.cli.views.lending import LendingDetail
+
+    values = {"Notice": notice, "MinRun": min_run, "StopMargin": margin}
+    given = {member: value for member, value in values.items() if value is not None}
+    if idle and none:
+        raise typer.BadParameter("give --idle or --none, not both")
+    if given and not idle:
+        raise typer.BadParameter("--notice, --min-run and --margin go with --idle")
+    path = f"/api/v1/training-plans/{name}/lending"
+    with reporting_errors():
+        client = native_client()
+        if none:
+            result = client.delete(path)
+        elif idle:
+            result = client.call("PUT", path, body=given)
+        else:
+            result = client.get(path)
+    emit(result, LendingDetail)

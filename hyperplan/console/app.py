@@ -71,6 +71,8 @@ def routes() -> list[BaseRoute]:
         post("/plans/{name}/extend", plans.extend, purchase),
         post("/plans/{name}/extension-policy", plans.set_extension_policy),
         post("/plans/{name}/extension-policy/off", plans.clear_extension_policy),
+        post("/plans/{name}/lending", plans.set_lending),
+        post("/plans/{name}/lending/off", plans.clear_lending),
         get("/capacity", plans.capacity),
         get("/clusters", clusters.clusters_list),
         get("/new-cluster", clusters.new_cluster),

@@ -1,8 +1,9 @@
-"""Training plans: the list, the search, review and purchase, a plan's page, its extensions and its
-automatic extension policy; and the capacity at a glance.
+"""Training plans: the list, the search, review and purchase, a plan's page, its extensions, its
+automatic extension policy and its lending of idle instances; and the capacity at a glance.
 
 Handlers translate between forms and the services the API uses (plans, extensions, extension_policy,
-plan_views, account_views, console_views); a refusal is shown next to the field it names, and changes nothing.
+lending, plan_views, account_views, console_views); a refusal is shown next to the field it names, and
+changes nothing.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ from hyperplan.core.search_request import SearchRequest
 from hyperplan.errors import HyperplanError, ValidationError
 from hyperplan.services.orchestration import account_views, console_views
 from hyperplan.services.orchestration.console_views import OfferingView, PoolTimeline
-from hyperplan.services.plans import extension_policy, extensions, plan_views, plans
+from hyperplan.services.plans import extension_policy, extensions, lending, plan_views, plans
 from hyperplan.services.plans.extension_policy import PolicyView
+from hyperplan.services.plans.lending import LendingView
 from hyperplan.services.plans.plan_views import PlanView
 from hyperplan.wire import model, validate
 
@@ -42,6 +44,8 @@ NOTICES = {
     "extended": "Training plan extended.",
     "policy-set": "Automatic extension policy saved.",
     "policy-cleared": "Automatic extension turned off.",
+    "lending-set": "Lending saved: the plan lends its idle instances.",
+    "lending-cleared": "Lending stopped: the plan lends nothing.",
 }
 # Where a refusal of the extension policy's service is shown: the field whose name its message gives first.
 POLICY_FIELDS = {
@@ -53,6 +57,11 @@ POLICY_FIELDS = {
     "max price": "policy_max_price",
 }
 POLICY_PANEL = "#extension-policy"
+# The lending form's fields, by the service's names for them (services/plans/lending.FIELD_NAMES), and
+# each field's label.
+LENDING_FIELDS = {"Notice": "lending_notice", "MinRun": "lending_min_run", "StopMargin": "lending_margin"}
+LENDING_LABELS = {"lending_notice": "Notice", "lending_min_run": "Minimum run", "lending_margin": "Margin"}
+LENDING_PANEL = "#lending"
 
 
 def plans_list(request: ConsoleRequest) -> Page:
@@ -225,6 +234,8 @@ def _plan_page(request: ConsoleRequest, **extra: Any) -> Page:
     ]
     window = Window.around([(s.start, s.end) for s in plan.segments])
     policy = extension_policy.get_policy(runtime, caller, plan.name)
+    lent = lending.view(runtime, caller, plan.name)
+    spot = runtime.fleet.spot
     context: dict[str, Any] = {
         "plan": plan,
         "events": history.events,
@@ -243,9 +254,18 @@ def _plan_page(request: ConsoleRequest, **extra: Any) -> Page:
         "policy_values": _policy_values(policy),
         "policy_errors": {},
         "policy_max_days": MAX_POLICY_DAYS,
+        "lending": lent,
+        "lending_values": _lending_values(lent),
+        "lending_errors": {},
+        "lending_defaults": {
+            "lending_notice": int(spot.notice.total_seconds()),
+            "lending_min_run": int(spot.min_run.total_seconds()),
+            "lending_margin": int(spot.stop_margin.total_seconds()),
+        },
+        "lending_max_notice": int(spot.max_notice.total_seconds()),
     }
     context.update(extra)
-    refused = context["errors"] or context["policy_errors"]
+    refused = context["errors"] or context["policy_errors"] or context["lending_errors"]
     return Page("plan.html", context, status=400 if refused else 200)
 
 
@@ -340,6 +360,64 @@ def _policy_price(fields: Fields) -> Decimal | None:
         fields.errors["policy_max_price"] = "Max price must be an amount, such as 12000 or 12000.50."
         return None
     return amount
+
+
+# -- a plan's lending of its idle instances -------------------------------------------------------------
+
+
+def set_lending(request: ConsoleRequest) -> Page | Redirect:
+    """Lend the plan's idle instances on the form's terms (each left blank: the fleet's default), then back
+    to the plan's page. The form checks only that each is a number of seconds; the bounds are the
+    service's, whose refusal is shown next to the field it names. Another account's plan is a 404 page."""
+    plan = plan_views.describe(request.runtime, request.caller, request.path["name"])
+    values = request.form.values()
+    fields = Fields(request.form)
+    seconds = {field: _lending_seconds(fields, field) for field in LENDING_LABELS}
+    try:
+        fields.check()
+        lending.set_policy(
+            request.runtime,
+            request.caller,
+            plan.name,
+            notice=seconds["lending_notice"],
+            min_run=seconds["lending_min_run"],
+            stop_margin=seconds["lending_margin"],
+        )
+    except FieldErrors as exc:
+        return _plan_page(request, lending_values=values, lending_errors=exc.errors)
+    except HyperplanError as exc:
+        return _plan_page(request, lending_values=values, lending_errors=place(exc, LENDING_FIELDS).errors)
+    return Redirect(f"/plans/{_quoted(plan.name)}?notice=lending-set{LENDING_PANEL}")
+
+
+def clear_lending(request: ConsoleRequest) -> Page | Redirect:
+    plan = plan_views.describe(request.runtime, request.caller, request.path["name"])
+    try:
+        lending.clear_policy(request.runtime, request.caller, plan.name)
+    except HyperplanError as exc:
+        return _plan_page(request, lending_errors={"": exc.message})
+    return Redirect(f"/plans/{_quoted(plan.name)}?notice=lending-cleared{LENDING_PANEL}")
+
+
+def _lending_values(view: LendingView) -> dict[str, str]:
+    """The form shows the terms in force, to be changed rather than typed again; blank when none."""
+    if view.mode != lending.IDLE:
+        return {}
+    return {
+        "lending_notice": str(view.notice_seconds),
+        "lending_min_run": str(view.min_run_seconds),
+        "lending_margin": str(view.stop_margin_seconds),
+    }
+
+
+def _lending_seconds(fields: Fields, name: str) -> int | None:
+    """Whole seconds, or None when blank (the fleet's default); any size: bounds are the service's."""
+    label = LENDING_LABELS[name]
+    text = fields.text(name, label, required=False, max_length=16)
+    if text and not (text.isascii() and text.isdigit()):
+        fields.errors[name] = f"{label} must be a whole number of seconds."
+        return None
+    return int(text) if text else None
 
 
 # -- capacity --------------------------------------------------------------------------------------------

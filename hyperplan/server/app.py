@@ -24,6 +24,7 @@ from hyperplan.server import (
     native_exec,
     native_extension_policy,
     native_job_plans,
+    native_lending,
     native_offerings,
     native_ops,
     native_registries,
@@ -105,6 +106,7 @@ def create_app(
         *native_job_plans.routes(),  # a training job's further plans
         *native_auto_book.routes(),  # a training job that books its own capacity
         *native_extension_policy.routes(),  # a plan's automatic extensions
+        *native_lending.routes(),  # a plan's lending of its idle instances to spot jobs
         *native_ops.routes(),  # audit trail, drain (docs/OPERATIONS.md)
         *console_routes(),  # the web console under /console (hyperplan/console)
     ]

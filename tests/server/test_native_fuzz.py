@@ -188,6 +188,11 @@ def examples(invoice: str, webhook: str, spare_key: str, n: int) -> dict[str, Ex
         ),
         "GET /api/v1/training-plans/{plan}/extension-policy": Example({"plan": "fuzz-plan"}),
         "DELETE /api/v1/training-plans/{plan}/extension-policy": Example({"plan": "fuzz-plan"}),
+        "PUT /api/v1/training-plans/{plan}/lending": Example(
+            {"plan": "fuzz-plan"}, body={"Notice": 1 + n % 600, "MinRun": n % 3600, "StopMargin": n % 7200}
+        ),
+        "GET /api/v1/training-plans/{plan}/lending": Example({"plan": "fuzz-plan"}),
+        "DELETE /api/v1/training-plans/{plan}/lending": Example({"plan": "fuzz-plan"}),
         "GET /api/v1/training-jobs/{name}/plans": Example({"name": "fuzz-job"}),
         "PUT /api/v1/training-jobs/{name}/plans/{plan}": Example({"name": "fuzz-job", "plan": "fuzz-plan"}),
         "DELETE /api/v1/training-jobs/{name}/plans/{plan}": Example(

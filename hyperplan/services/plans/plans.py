@@ -27,10 +27,11 @@ from hyperplan.core.offerings import Offering
 from hyperplan.core.paging import decode_token, encode_token
 from hyperplan.core.search_across import check_requests, merged, naming_type
 from hyperplan.core.search_request import SearchRequest
+from hyperplan.core.spot import LENDING_TAG
 from hyperplan.errors import Conflict, HyperplanError, ResourceInUse, ResourceNotFound, ValidationError
 from hyperplan.services.accounts import acting, audit
 from hyperplan.services.accounts.accounts import Caller, get_account
-from hyperplan.services.plans import capacity_claims, lifecycle, payments, plan_purchase, quotas
+from hyperplan.services.plans import capacity_claims, lending, lifecycle, payments, plan_purchase, quotas
 from hyperplan.services.plans import tags as tag_store
 from hyperplan.services.plans.tags import Tag
 from hyperplan.services.runtime.context import ServiceContext
@@ -104,7 +105,10 @@ def create(
     runtime: ServiceContext, caller: Caller, name: str, offering_id: str, tags: Sequence[Tag] = ()
 ) -> str:
     """CreateTrainingPlan: buys the offering, tagged with `tags` (checked by the caller, tags.check) in
-    the same transaction; returns the new plan's ARN."""
+    the same transaction; returns the new plan's ARN. A `hyperplan:lending` tag is its lending policy:
+    its value is checked before anything is bought."""
+    given = {tag.key: tag.value for tag in tags}
+    lending.lending_in(runtime, given)  # a bad value refuses the purchase
     now = runtime.clock.now()
     claim = _claim_for(runtime, caller, offering_id, now)  # the offering is one this server signed
     segments = _segments_of(runtime, claim)
@@ -118,6 +122,8 @@ def create(
         purchase.write(session)
         if tags:
             tag_store.put(session, caller.account_id, arn, tags)
+        if LENDING_TAG in given:
+            _lend_as_tagged(session, runtime, caller, name, given, now)
 
     try:
         # Refused on a snapshot if it can be; else checked again under the account's and the pools'
@@ -129,6 +135,18 @@ def create(
     # No wake of the lifecycle loop here: the commit woke it, as it inserted timed events
     # (Database.on_insert).
     return arn
+
+
+def _lend_as_tagged(
+    session: Session, runtime: ServiceContext, caller: Caller, name: str, tags: dict[str, str], now: datetime
+) -> None:
+    """The new plan's lending policy, from its tag; a plan whose payment failed as it was bought has
+    nothing to lend."""
+    plan = session.scalar(
+        select(TrainingPlan).where(TrainingPlan.account_id == caller.account_id, TrainingPlan.name == name)
+    )
+    if plan is not None and not PlanStatus(plan.status).is_final:
+        lending.apply_tags(session, runtime, plan, tags, now, caller)
 
 
 def plan_arn(runtime: ServiceContext, plan: TrainingPlan) -> str:

@@ -1,7 +1,9 @@
 """Tags on training plans, clusters and training jobs, as SageMaker has them: AddTags, ListTags,
 DeleteTags, and `Tags` at create. At most 50 a resource; keys beginning with `aws:` are AWS's own and
 refused, as SageMaker does. The resource is named by its ARN and must be the caller's (an administrator
-may tag any account's). Usage reports group by them (services/plans/usage.py)."""
+may tag any account's). Usage reports group by them (services/plans/usage.py). On a plan, the tag
+`hyperplan:lending` is its lending policy (services/plans/lending.py): written or removed with it.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from hyperplan.errors import AccessDenied, ResourceNotFound, ValidationError
+from hyperplan.services.accounts import acting
 from hyperplan.services.accounts.accounts import Caller
+from hyperplan.services.plans import lending
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import Cluster, ResourceTag, TrainingJob, TrainingPlan
 
@@ -40,7 +44,12 @@ def check(tags: Sequence[Tag], where: str = "Tags") -> None:
 def add(runtime: ServiceContext, caller: Caller, arn: str, tags: Sequence[Tag]) -> list[Tag]:
     check(tags)
     with runtime.db.write() as session:
+        acting.act(session, caller.user_id)
         account_id = _resource_account(session, runtime, caller, arn)
+        plan = _plan(session, runtime, account_id, arn)
+        if plan is not None:  # hyperplan:lending sets the plan's lending policy (a bad value refuses all)
+            given = {tag.key: tag.value for tag in tags}
+            lending.apply_tags(session, runtime, plan, given, runtime.clock.now(), caller)
         put(session, account_id, arn, tags)
         return _list(session, arn)
 
@@ -70,7 +79,11 @@ def put(session: Session, account_id: str, arn: str, tags: Sequence[Tag]) -> Non
 
 def remove(runtime: ServiceContext, caller: Caller, arn: str, keys: Sequence[str]) -> None:
     with runtime.db.write() as session:
-        _resource_account(session, runtime, caller, arn)
+        acting.act(session, caller.user_id)
+        account_id = _resource_account(session, runtime, caller, arn)
+        plan = _plan(session, runtime, account_id, arn)
+        if plan is not None:  # without hyperplan:lending the plan lends nothing
+            lending.untag(session, runtime, plan, keys, runtime.clock.now(), caller)
         session.execute(delete(ResourceTag).where(ResourceTag.resource_arn == arn, ResourceTag.key.in_(keys)))
 
 
@@ -85,6 +98,17 @@ def _list(session: Session, arn: str) -> list[Tag]:
         select(ResourceTag).where(ResourceTag.resource_arn == arn).order_by(ResourceTag.key)
     )
     return [Tag(row.key, row.value) for row in rows]
+
+
+def _plan(session: Session, runtime: ServiceContext, account_id: str, arn: str) -> TrainingPlan | None:
+    """The training plan the ARN names (None for a cluster or a job); `_resource_account` checked it."""
+    prefix = runtime.arn(account_id, "training-plan/")
+    if not arn.startswith(prefix):
+        return None
+    name = arn.removeprefix(prefix)
+    return session.scalar(
+        select(TrainingPlan).where(TrainingPlan.account_id == account_id, TrainingPlan.name == name)
+    )
 
 
 def _resource_account(session: Session, runtime: ServiceContext, caller: Caller, arn: str) -> str:
