@@ -80,7 +80,8 @@ def usage(
     csv: Annotated[bool, typer.Option("--csv", help="CSV with a header line, for a spreadsheet.")] = False,
 ) -> None:
     """Instance-hours per account, pool and UTC day (service time): reserved by plans, used of them by
-    the plans' clusters and jobs (never more than reserved), and on demand (work on no plan) apart."""
+    the plans' clusters and jobs (never more than reserved), and on demand (work on no plan) apart;
+    lent to spot jobs by the plans, and run by the account's spot jobs, with their money."""
     import csv as csv_module
     import sys
 
@@ -109,6 +110,10 @@ def usage(
             "used_instance_hours",
             "plan_used_instance_hours",
             "on_demand_instance_hours",
+            "lent_instance_hours",
+            "spot_instance_hours",
+            "spot_charged",
+            "lending_credited",
         ]
     )
     for r in rows:
@@ -123,5 +128,9 @@ def usage(
                 r["UsedInstanceHours"],
                 r["PlanUsedInstanceHours"],
                 r["OnDemandInstanceHours"],
+                r["LentInstanceHours"],
+                r["SpotInstanceHours"],
+                r["SpotCharged"],
+                r["LendingCredited"],
             ]
         )

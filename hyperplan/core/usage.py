@@ -8,6 +8,10 @@ or two of them holding more than the segment between them).
 
 Times are added as `timedelta`s, which are whole microseconds: a sum does not depend on the order of
 its terms, so "used <= reserved" holds exactly, and still after the one division into hours.
+
+Money (a spot run's charge, a lending plan's credit) is not spread over the time it paid for: each
+amount counts whole on the UTC day of its instant (`amounts_per_day`), so a day's figure is what the
+ledger wrote that day.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 
 Pool = tuple[str, str]  # instance type, availability zone
 PoolDay = tuple[Pool, date]
@@ -30,6 +35,15 @@ class Span:
     start: datetime
     end: datetime
     count: int
+
+
+@dataclass(frozen=True)
+class Amount:
+    """Money of ``pool`` written at ``at`` (a charge or a credit: the row of its UTC day gets all of it)."""
+
+    pool: Pool
+    at: datetime
+    amount: Decimal
 
 
 @dataclass(frozen=True)
@@ -62,6 +76,15 @@ def instance_time(spans: Iterable[Span], window: Window) -> dict[PoolDay, timede
     for span in spans:
         for day, length in day_parts(max(span.start, window.start), min(span.end, window.end)):
             total[(span.pool, day)] += length * span.count
+    return dict(total)
+
+
+def amounts_per_day(amounts: Iterable[Amount], window: Window) -> dict[PoolDay, Decimal]:
+    """Each amount whose instant is inside the window, added per pool and UTC day of that instant."""
+    total: dict[PoolDay, Decimal] = defaultdict(Decimal)
+    for amount in amounts:
+        if window.start <= amount.at < window.end:
+            total[(amount.pool, amount.at.astimezone(UTC).date())] += amount.amount
     return dict(total)
 
 

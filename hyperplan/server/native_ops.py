@@ -94,6 +94,10 @@ def show_usage(request: NativeRequest) -> dict[str, Any]:
                 "PlanUsedInstanceHours": row.plan_used_instance_hours,
                 "OnDemandInstanceHours": row.on_demand_instance_hours,
                 "UsedInstanceHours": row.used_instance_hours,
+                "LentInstanceHours": row.lent_instance_hours,
+                "SpotInstanceHours": row.spot_instance_hours,
+                "SpotCharged": str(row.spot_charged),  # money as a decimal string, never a float
+                "LendingCredited": str(row.lending_credited),
             }
             for row in rows
         ]

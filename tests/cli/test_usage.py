@@ -1,17 +1,26 @@
 """`hyperplan usage` keeps a plan's use apart from on-demand work (docs/OPERATIONS.md, "Usage per
 account"): a plan's used hours never exceed its reserved hours, even when the manual clock jumps days
-past its end in one move, and on-demand nodes and jobs in the same pool have a column of their own."""
+past its end in one move, and on-demand nodes and jobs in the same pool have a column of their own; a
+plan's instances lent to managed spot training, and the spot jobs that ran on them, have theirs, with
+their money, each on its own account's rows."""
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import UTC, date, datetime, timedelta
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
+from rich.console import Console
+from sqlalchemy import select
 
 from hyperplan.cli.views.ops import UsageTable
+from hyperplan.services.accounts import accounts
+from hyperplan.services.jobs import spot_money
+from hyperplan.store.schema import ReservedCapacity, SpotRun, TrainingJob, TrainingPlan
 from tests.cli.test_views import GOLDEN, render
 from tests.harness import SERVER_START, wait_until
 from tests.inprocess import InProcessServer
@@ -147,17 +156,118 @@ def test_plans_use_at_most_what_they_reserve_and_on_demand_work_is_counted_apart
         "PlanUsedInstanceHours": 32.5,
         "OnDemandInstanceHours": 24.0,
         "UsedInstanceHours": 56.5,
+        "LentInstanceHours": 0.0,
+        "SpotInstanceHours": 0.0,
+        "SpotCharged": "0.00",
+        "LendingCredited": "0.00",
     }
 
-    # The CLI's CSV: the earlier columns as they were, the two parts after them.
+    # The CLI's CSV: the earlier columns as they were, the two parts after them, then spot's four.
     csv = server.cli("usage", "--account", "admin", "--csv", "--from", window["from"], "--to", window["to"])
     header, *lines = csv.stdout.strip().splitlines()
-    assert header == (
-        "account,instance_type,zone,day,reserved_instance_hours,used_instance_hours,"
-        "plan_used_instance_hours,on_demand_instance_hours"
-    )
-    assert lines[3] == f"admin,{P5},{ZONE},2027-01-03,34.5,56.5,32.5,24.0"
+    assert header == CSV_HEADER
+    assert lines[3] == f"admin,{P5},{ZONE},2027-01-03,34.5,56.5,32.5,24.0,0.0,0.0,0.00,0.00"
     assert len(lines) == len(rows)
+
+
+CSV_HEADER = (
+    "account,instance_type,zone,day,reserved_instance_hours,used_instance_hours,"
+    "plan_used_instance_hours,on_demand_instance_hours,"
+    "lent_instance_hours,spot_instance_hours,spot_charged,lending_credited"
+)
+
+
+def _spot_job_lent(
+    server: InProcessServer, borrower: str, plan_name: str, start: datetime, seconds: float
+) -> None:
+    """A managed spot training job of `borrower` that ran `seconds` on 2 instances its plan lent, settled
+    as the spot scheduler settles an ended run (inserted: this file checks the report, not placement)."""
+    assert server.runtime is not None
+    runtime = server.runtime.context
+    end = start + timedelta(seconds=seconds)
+    with runtime.db.write() as session:
+        borrower_id = accounts.get_account(session, borrower).id
+        plan = session.scalars(select(TrainingPlan).where(TrainingPlan.name == plan_name)).one()
+        segment = session.scalars(select(ReservedCapacity).where(ReservedCapacity.plan_id == plan.id)).one()
+        job = TrainingJob(
+            account_id=borrower_id,
+            name="borrowed",
+            instance_type=P5,
+            instance_count=2,
+            availability_zone=ZONE,
+            status="Completed",
+            secondary_status="Completed",
+            request=json.dumps({"TrainingJobName": "borrowed", "EnableManagedSpotTraining": True}),
+            created_at=start,
+            updated_at=end,
+            spot=True,
+            max_wait_seconds=86_400,
+        )
+        session.add(job)
+        session.flush()
+        run = SpotRun(
+            job_id=job.id,
+            attempt=1,
+            account_id=borrower_id,
+            plan_id=plan.id,
+            reserved_capacity_id=segment.id,
+            owner_account_id=plan.account_id,
+            instance_type=P5,
+            availability_zone=ZONE,
+            count=2,
+            price_per_instance_hour=spot_money.spot_price_of(runtime, runtime.fleet.pools_of_type(P5)[0]),
+            currency="USD",
+            lender_share=runtime.fleet.spot.lender_share,
+            started_at=start,
+            ended_at=end,
+        )
+        session.add(run)
+        session.flush()
+        spot_money.settle(session, runtime, run, end)
+
+
+def test_usage_shows_the_owner_its_lent_hours_and_credits_and_the_borrower_its_spot_hours_and_charges(
+    shared_pool: InProcessServer,
+) -> None:
+    server = shared_pool
+    owner, borrower = server.new_account("vision"), server.new_account("speech")
+    client = server.sagemaker(owner)
+    offering = client.search_training_plan_offerings(
+        InstanceType=P5,
+        InstanceCount=2,
+        DurationHours=24,
+        TargetResources=["training-job"],
+        StartTimeAfter=JOB_PLAN_START,
+    )["TrainingPlanOfferings"][0]
+    client.create_training_plan(
+        TrainingPlanName="lender", TrainingPlanOfferingId=offering["TrainingPlanOfferingId"]
+    )
+    # 2 instances lent from 12:30 for 643.5 s: 2 x 643.5 x 14.00 (0.35 x 40.00) / 3600 = 5.005, charged
+    # 5.01 (half up); the owner's 0.8 of it, 4.008, credited 4.00 (down).
+    _spot_job_lent(server, "speech", "lender", JOB_PLAN_START + HOUR, 643.5)
+    server.set_clock(JOB_PLAN_START + 2 * HOUR)
+    window = {"from": "2027-01-02T00:00:00Z", "to": (JOB_PLAN_START + 2 * HOUR).isoformat()}
+    lent = round(2 * 643.5 / 3600, 4)
+
+    [mine] = server.native(owner).get("/api/v1/usage", **window)["Usage"]
+    assert (mine["Account"], mine["Day"]) == ("vision", "2027-01-02")
+    assert (mine["LentInstanceHours"], mine["LendingCredited"]) == (lent, "4.00")
+    assert (mine["SpotInstanceHours"], mine["SpotCharged"]) == (0.0, "0.00")
+    # Lent instances are the plan's idle ones, not its use.
+    assert mine["PlanUsedInstanceHours"] == 0.0
+
+    [theirs] = server.native(borrower).get("/api/v1/usage", **window)["Usage"]
+    assert (theirs["Account"], theirs["Day"]) == ("speech", "2027-01-02")
+    assert (theirs["SpotInstanceHours"], theirs["SpotCharged"]) == (lent, "5.01")
+    assert (theirs["LentInstanceHours"], theirs["LendingCredited"]) == (0.0, "0.00")
+    assert (theirs["OnDemandInstanceHours"], theirs["UsedInstanceHours"]) == (0.0, lent)
+
+    # The borrower's CSV: its spot columns at the end, the owner nowhere in it.
+    csv = server.cli("usage", "--csv", "--from", window["from"], "--to", window["to"], credentials=borrower)
+    assert csv.stdout.strip().splitlines() == [
+        CSV_HEADER,
+        f"speech,{P5},{ZONE},2027-01-02,0.0,{lent},0.0,0.0,0.0,{lent},5.01,0.00",
+    ]
 
 
 USAGE: list[dict[str, Any]] = [
@@ -170,6 +280,10 @@ USAGE: list[dict[str, Any]] = [
         "PlanUsedInstanceHours": 32.5,
         "OnDemandInstanceHours": 24.0,
         "UsedInstanceHours": 56.5,
+        "LentInstanceHours": 0.0,
+        "SpotInstanceHours": 0.0,
+        "SpotCharged": "0.00",
+        "LendingCredited": "0.00",
     },
     {
         "Account": "vision",
@@ -180,13 +294,44 @@ USAGE: list[dict[str, Any]] = [
         "PlanUsedInstanceHours": 0.0,
         "OnDemandInstanceHours": 12.0,
         "UsedInstanceHours": 12.0,
+        "LentInstanceHours": 0.0,
+        "SpotInstanceHours": 0.0,
+        "SpotCharged": "0.00",
+        "LendingCredited": "0.00",
     },
 ]
 
 
-def test_the_usage_table_shows_plan_use_and_on_demand_hours_in_columns_of_their_own() -> None:
-    text = render(UsageTable(USAGE))
-    golden = GOLDEN / "usage_table.txt"
+# An owner that lent 6.25 instance-hours of its plan and ran 3 of its own on spot, and a day with neither.
+SPOT_USAGE: list[dict[str, Any]] = [
+    USAGE[0]
+    | {
+        "UsedInstanceHours": 59.5,
+        "LentInstanceHours": 6.25,
+        "SpotInstanceHours": 3.0,
+        "SpotCharged": "42.00",
+        "LendingCredited": "21.00",
+    },
+    USAGE[1],
+]
+
+
+def _golden(name: str, text: str) -> None:
+    golden = GOLDEN / f"{name}.txt"
     if os.environ.get("HYPERPLAN_UPDATE_GOLDEN"):
         golden.write_text(text, encoding="utf-8")
     assert text == golden.read_text(encoding="utf-8")
+
+
+def test_the_usage_table_shows_plan_use_and_on_demand_hours_in_columns_of_their_own() -> None:
+    # No spot work in any row: no spot columns, the table as it always was.
+    _golden("usage_table", render(UsageTable(USAGE)))
+
+
+def test_the_usage_table_shows_spot_columns_when_a_row_lent_or_ran_spot_work() -> None:
+    # Eleven columns: at the width of a wide terminal (the golden views' 100 would cut every header).
+    out = StringIO()
+    Console(width=160, file=out, color_system=None, force_terminal=False).print(UsageTable(SPOT_USAGE))
+    text = "".join(line.rstrip() + "\n" for line in out.getvalue().splitlines())
+    _golden("usage_table_spot", text)
+    assert "Lending credited" in text and "21.00" in text

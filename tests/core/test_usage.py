@@ -1,15 +1,28 @@
-"""The usage report's arithmetic (hyperplan/core/usage.py): instance-time per pool and UTC day, and a
-plan's use counted as the lesser of what its consumers held and what it reserved, at each instant."""
+"""The usage report's arithmetic (hyperplan/core/usage.py): instance-time per pool and UTC day, a
+plan's use counted as the lesser of what its consumers held and what it reserved, at each instant, and
+money counted whole on the UTC day it was written."""
 
 from __future__ import annotations
 
 from collections import defaultdict
-from datetime import UTC, date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta, timezone
+from decimal import Decimal
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hyperplan.core.usage import NOTHING, PlanDay, Pool, Span, Window, day_parts, instance_time, plan_days
+from hyperplan.core.usage import (
+    NOTHING,
+    Amount,
+    PlanDay,
+    Pool,
+    Span,
+    Window,
+    amounts_per_day,
+    day_parts,
+    instance_time,
+    plan_days,
+)
 
 P5_B: Pool = ("ml.p5.48xlarge", "us-west-2b")
 P5_A: Pool = ("ml.p5.48xlarge", "us-west-2a")
@@ -63,6 +76,23 @@ def test_on_demand_time_is_count_times_length_per_day() -> None:
         (P5_B, DAY1.date() + timedelta(days=1)): 1 * HOUR,
     }
     assert list(day_parts(DAY1 + HOUR, DAY1 + HOUR)) == []  # an empty span has no day
+
+
+def test_money_counts_whole_on_the_utc_day_it_was_written_and_inside_the_window_only() -> None:
+    # A spot run's charge at 23:59 UTC, and one written at 01:00 in UTC+2 (23:00 UTC the day before).
+    late = Amount(P5_B, DAY1 + 23 * HOUR + 59 * HOUR / 60, Decimal("5.01"))
+    eastern = Amount(P5_B, (DAY1 + 23 * HOUR).astimezone(timezone(2 * HOUR)), Decimal("0.43"))
+    next_day = Amount(P5_B, DAY1 + 24 * HOUR, Decimal("14.00"))
+    other_pool = Amount(P5_A, DAY1 + HOUR, Decimal("1.00"))
+    assert amounts_per_day([late, eastern, next_day, other_pool], WIDE) == {
+        (P5_B, DAY1.date()): Decimal("5.44"),
+        (P5_B, DAY1.date() + timedelta(days=1)): Decimal("14.00"),
+        (P5_A, DAY1.date()): Decimal("1.00"),
+    }
+    # The window is [start, end): an amount at its end belongs to the next report.
+    window = Window(DAY1 + 23 * HOUR, DAY1 + 24 * HOUR)
+    assert amounts_per_day([late, eastern, next_day], window) == {(P5_B, DAY1.date()): Decimal("5.44")}
+    assert amounts_per_day([next_day], Window(DAY1, DAY1 + 24 * HOUR)) == {}
 
 
 # -- any interleaving ----------------------------------------------------------------------------------

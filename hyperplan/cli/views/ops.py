@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 from rich.text import Text
@@ -42,12 +43,16 @@ class DrainLine:
 @dataclass(frozen=True)
 class UsageTable:
     """Per account, pool and day: what the plans reserved, how much of it their clusters and jobs used
-    (never more), and on-demand work apart, so that a plan's use is never mistaken for work on no plan."""
+    (never more), and on-demand work apart, so that a plan's use is never mistaken for work on no plan;
+    then managed spot training: the plans' instances lent, the account's spot jobs' hours, and the money
+    of each (what the spot runs were charged, what lending was credited). The spot columns are shown
+    only when a row has some: a fleet without spot work keeps its table as narrow as it was."""
 
     rows: list[dict[str, Any]]
 
     def __rich__(self) -> TableView:
         tagged = any("TagValue" in r for r in self.rows)
+        spot = any(_has_spot(r) for r in self.rows)
         columns = [
             "Account",
             *(["Tag"] if tagged else []),
@@ -57,6 +62,7 @@ class UsageTable:
             "Reserved h",
             "Plan used h",
             "On-demand h",
+            *(["Lent h", "Spot h", "Spot charged", "Lending credited"] if spot else []),
         ]
         body = [
             [
@@ -68,7 +74,27 @@ class UsageTable:
                 f"{r['ReservedInstanceHours']:g}",
                 f"{r['PlanUsedInstanceHours']:g}",
                 f"{r['OnDemandInstanceHours']:g}",
+                *(_spot_cells(r) if spot else []),
             ]
             for r in self.rows
         ]
         return TableView("Usage (instance-hours)", columns, body)
+
+
+def _has_spot(row: dict[str, Any]) -> bool:
+    """Whether a usage row has any managed spot training: hours lent or run, money charged or credited."""
+    return bool(
+        row["LentInstanceHours"]
+        or row["SpotInstanceHours"]
+        or Decimal(row["SpotCharged"])
+        or Decimal(row["LendingCredited"])
+    )
+
+
+def _spot_cells(row: dict[str, Any]) -> list[str]:
+    return [
+        f"{row['LentInstanceHours']:g}",
+        f"{row['SpotInstanceHours']:g}",
+        row["SpotCharged"],
+        row["LendingCredited"],
+    ]

@@ -9,9 +9,14 @@ clusters' instance groups, its training jobs) held of it, from their capacity cl
 InUseInstanceCount over time), never more than the plan reserved in that pool at that instant
 (core/usage.py). On demand: each node of an on-demand instance group from its launch until it ended (or
 now), one instance; each training job without a plan while it was Downloading or Training (its
-transitions), times its instance count. All are cut at UTC midnights and at the asked window.
-Grouped by a tag key, reserved and plan-used hours carry the plan's value of that tag, on-demand hours
-the cluster's or the job's ("" when it has none).
+transitions), times its instance count; a managed spot training job is not on demand here, it has
+columns of its own. Spot (its spot runs, services/jobs/spot.py): on the borrower's rows, each run of
+its spot jobs while it held its instances (lent by a plan or on demand), times its count, and what
+the run was charged; on the lending plan owner's rows, each run its plans lent instances to (open
+ones until now), and the owner's credit for it. Money counts on the UTC day its run ended (when it
+was settled, services/jobs/spot_money.py). Hours are cut at UTC midnights and at the asked window.
+Grouped by a tag key, reserved, plan-used and lent hours and credits carry the plan's value of that
+tag, on-demand and spot hours and charges the cluster's or the job's ("" when it has none).
 """
 
 from __future__ import annotations
@@ -20,16 +25,27 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 from typing import Any, TypeVar
 
 from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session
 
 from hyperplan.core.jobs import RUNNING
-from hyperplan.core.usage import NOTHING, PoolDay, Span, Window, instance_time, plan_days
+from hyperplan.core.usage import (
+    NOTHING,
+    Amount,
+    PoolDay,
+    Span,
+    Window,
+    amounts_per_day,
+    instance_time,
+    plan_days,
+)
 from hyperplan.errors import AccessDenied, ValidationError
 from hyperplan.services.accounts import accounts
 from hyperplan.services.accounts.accounts import Caller
+from hyperplan.services.plans.payments import currency_places, fleet_currency
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import (
     Account,
@@ -40,6 +56,7 @@ from hyperplan.store.schema import (
     InstanceGroup,
     ReservedCapacity,
     ResourceTag,
+    SpotRun,
     TrainingJob,
     TrainingJobTransition,
     TrainingPlan,
@@ -59,7 +76,11 @@ class UsageRow:
     reserved_instance_hours: float
     plan_used_instance_hours: float  # of the reserved hours, those used: never more than them
     on_demand_instance_hours: float
-    used_instance_hours: float  # both together: everything the account ran in the pool that day
+    used_instance_hours: float  # plan used, on demand and spot: everything the account ran in the pool
+    lent_instance_hours: float  # its plans' instances that other accounts' spot jobs ran on
+    spot_instance_hours: float  # its spot jobs' runs, on lent instances or on demand
+    spot_charged: Decimal  # what its spot runs that ended that day were charged
+    lending_credited: Decimal  # what its plans were credited for runs that ended that day
     tag_value: str | None = None  # grouped by a tag: its value ("" untagged)
 
 
@@ -68,6 +89,10 @@ class _Hours:
     reserved: timedelta = NOTHING
     plan_used: timedelta = NOTHING
     on_demand: timedelta = NOTHING
+    lent: timedelta = NOTHING
+    spot: timedelta = NOTHING
+    spot_charged: Decimal = Decimal(0)
+    lending_credited: Decimal = Decimal(0)
 
 
 Key = tuple[str, str | None, PoolDay]  # account id, tag value, pool and day
@@ -100,7 +125,8 @@ def usage(
         for owner, arn, span in _on_demand(session, runtime, account_id, window, now):
             for pool_day, time in instance_time([span], window).items():
                 hours[(owner, tag_of(arn), pool_day)].on_demand += time
-    return _rows(hours, names)
+        _add_spot(hours, _spot_runs(session, runtime, account_id, window, now), tag_of, window, account_id)
+    return _rows(hours, names, currency_places(fleet_currency(runtime.fleet)))
 
 
 def _window(start: datetime | None, end: datetime | None, now: datetime) -> Window:
@@ -181,6 +207,7 @@ def _on_demand(
         .join(TrainingJob, TrainingJob.id == TrainingJobTransition.job_id)
         .where(
             TrainingJob.plan_id.is_(None),
+            TrainingJob.spot.is_(False),  # a spot job's hours are its runs' (_spot_runs)
             TrainingJobTransition.status.in_([s.value for s in RUNNING]),
             TrainingJobTransition.started_at < window.end,
             or_(TrainingJobTransition.ended_at.is_(None), TrainingJobTransition.ended_at > window.start),
@@ -193,11 +220,96 @@ def _on_demand(
         yield job.account_id, arn, span
 
 
-def _rows(hours: dict[Key, _Hours], names: dict[str, str]) -> list[UsageRow]:
+@dataclass(frozen=True)
+class _SpotSide:
+    """One side of a spot run: the account whose row it is on, the ARN its tag value comes from."""
+
+    account_id: str
+    arn: str
+
+
+@dataclass(frozen=True)
+class _SpotRunSeen:
+    borrower: _SpotSide  # the spot job's account and the job
+    owner: _SpotSide | None  # the lending plan's account and the plan; None on on-demand capacity
+    span: Span
+    charged: Amount | None  # at the run's end; None while it is open or not yet settled
+    credited: Amount | None  # likewise, and None on on-demand capacity
+
+
+def _spot_runs(
+    session: Session, runtime: ServiceContext, account_id: str | None, window: Window, now: datetime
+) -> Iterator[_SpotRunSeen]:
+    """Spot runs that held instances in the window, or ended in it, of the account as borrower or as
+    lender (every account's for an administrator's report)."""
+    runs = (
+        select(SpotRun, TrainingJob, TrainingPlan)
+        .join(TrainingJob, TrainingJob.id == SpotRun.job_id)
+        .outerjoin(TrainingPlan, TrainingPlan.id == SpotRun.plan_id)
+        .where(
+            SpotRun.started_at < window.end,
+            or_(SpotRun.ended_at.is_(None), SpotRun.ended_at >= window.start),
+        )
+    )
+    if account_id:
+        runs = runs.where(or_(SpotRun.account_id == account_id, SpotRun.owner_account_id == account_id))
+    for run, job, plan in session.execute(runs):
+        pool = (run.instance_type, run.availability_zone)
+        borrower = _SpotSide(run.account_id, runtime.arn(run.account_id, f"training-job/{job.name}"))
+        owner = None
+        if plan is not None:
+            owner = _SpotSide(plan.account_id, runtime.arn(plan.account_id, f"training-plan/{plan.name}"))
+        settled_at = run.ended_at if run.settled and run.ended_at is not None else None
+        yield _SpotRunSeen(
+            borrower=borrower,
+            owner=owner,
+            span=Span(pool, run.started_at, run.ended_at or now, run.count),
+            charged=Amount(pool, settled_at, run.charged) if settled_at else None,
+            credited=Amount(pool, settled_at, run.credited) if settled_at and owner else None,
+        )
+
+
+def _add_spot(
+    hours: dict[Key, _Hours],
+    runs: Iterator[_SpotRunSeen],
+    tag_of: Tagger,
+    window: Window,
+    account_id: str | None,
+) -> None:
+    """Each run's hours and charge on its borrower's rows, its hours and credit on its lender's; only
+    the sides of the report's account (all for an administrator's report): an owner never sees a row
+    of the account that borrowed its instances, nor a borrower the lender's."""
+    for run in runs:
+        if account_id in (None, run.borrower.account_id):
+            into = _into(hours, run.borrower, tag_of)
+            for pool_day, time in instance_time([run.span], window).items():
+                into(pool_day).spot += time
+            for pool_day, amount in amounts_per_day(_present(run.charged), window).items():
+                into(pool_day).spot_charged += amount
+        if run.owner is not None and account_id in (None, run.owner.account_id):
+            into = _into(hours, run.owner, tag_of)
+            for pool_day, time in instance_time([run.span], window).items():
+                into(pool_day).lent += time
+            for pool_day, amount in amounts_per_day(_present(run.credited), window).items():
+                into(pool_day).lending_credited += amount
+
+
+def _into(hours: dict[Key, _Hours], side: _SpotSide, tag_of: Tagger) -> Callable[[PoolDay], _Hours]:
+    """The figures of one side's row for a pool and day."""
+    tag = tag_of(side.arn)
+    return lambda pool_day: hours[(side.account_id, tag, pool_day)]
+
+
+def _present(amount: Amount | None) -> list[Amount]:
+    return [amount] if amount is not None else []
+
+
+def _rows(hours: dict[Key, _Hours], names: dict[str, str], places: int) -> list[UsageRow]:
     def order(key: Key) -> tuple[str, str, str, str, date]:
         account, tag, ((instance_type, zone), day) = key
         return names.get(account, account), tag or "", instance_type, zone, day
 
+    minor_unit = Decimal(1).scaleb(-places)  # every amount written in the currency's minor unit: "0.00"
     rows = []
     for key in sorted(hours, key=order):
         account, tag, ((instance_type, zone), day) = key
@@ -211,7 +323,11 @@ def _rows(hours: dict[Key, _Hours], names: dict[str, str]) -> list[UsageRow]:
                 reserved_instance_hours=_hours(h.reserved),
                 plan_used_instance_hours=_hours(h.plan_used),
                 on_demand_instance_hours=_hours(h.on_demand),
-                used_instance_hours=_hours(h.plan_used + h.on_demand),
+                used_instance_hours=_hours(h.plan_used + h.on_demand + h.spot),
+                lent_instance_hours=_hours(h.lent),
+                spot_instance_hours=_hours(h.spot),
+                spot_charged=h.spot_charged.quantize(minor_unit),
+                lending_credited=h.lending_credited.quantize(minor_unit),
                 tag_value=tag,
             )
         )
