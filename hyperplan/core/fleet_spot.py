@@ -29,15 +29,19 @@ def read_spot(values: Mapping[str, Any]) -> SpotPolicy:
     table = Table(values, "spot", _SPOT_KEYS)
     default = SpotPolicy()
     max_notice = _duration(table, "max_notice", default.max_notice, timedelta(seconds=1), SPOT_NOTICE_CEILING)
+    notice = _duration(table, "notice", default.notice, timedelta(seconds=1), max_notice, "max_notice")
     return SpotPolicy(
         price_fraction=_fraction(table, "price_fraction", default.price_fraction, zero_allowed=False),
         lender_share=_fraction(table, "lender_share", default.lender_share, zero_allowed=True),
         prefer=_prefer(table, default.prefer),
         # A plan's notice may be anything up to max_notice, so the fleet's default must be too.
-        notice=_duration(table, "notice", default.notice, timedelta(seconds=1), max_notice, "max_notice"),
+        notice=notice,
         max_notice=max_notice,
         min_run=_duration(table, "min_run", default.min_run, timedelta(0), SPOT_SPAN_CEILING),
-        stop_margin=_duration(table, "stop_margin", default.stop_margin, timedelta(0), SPOT_SPAN_CEILING),
+        # The default margin must hold the default notice (core/spot.py refuses a plan's policy otherwise).
+        stop_margin=_duration(
+            table, "stop_margin", default.stop_margin, notice, SPOT_SPAN_CEILING, least_name="notice"
+        ),
         kill_grace=_duration(table, "kill_grace", default.kill_grace, timedelta(0), SPOT_KILL_GRACE_CEILING),
     )
 
@@ -72,12 +76,15 @@ def _duration(
     least: timedelta,
     most: timedelta,
     most_name: str | None = None,
+    least_name: str | None = None,
 ) -> timedelta:
-    """A duration within [least, most]; ``most_name`` names the key ``most`` came from, if any."""
+    """A duration within [least, most]; ``most_name`` and ``least_name`` name the keys the bounds came
+    from, if any."""
     value = table.duration(key, default)
     given = "" if key in table.values else " (the default)"
     if value < least:
-        raise table.fail(key, f"{format_duration(value)}{given} is shorter than {format_duration(least)}")
+        floor = f"{least_name}, {format_duration(least)}" if least_name else format_duration(least)
+        raise table.fail(key, f"{format_duration(value)}{given} is shorter than {floor}")
     if value > most:
         limit = f"{most_name}, {format_duration(most)}" if most_name else format_duration(most)
         raise table.fail(key, f"{format_duration(value)}{given} is longer than {limit}")

@@ -163,6 +163,13 @@ def _checked_lending(
                 f"{prefix}{subject(field, given)} is longer than {most_name}, {longest} seconds."
             )
         values[field] = timedelta(seconds=given)
+    if values["stop_margin"] < values["notice"]:
+        # At the stop-lending point the borrowers get their notice, which must end by the reclaim time.
+        margin, notice = (int(values[f].total_seconds()) for f in ("stop_margin", "notice"))
+        raise ValidationError(
+            f"{prefix}{subject('stop_margin', margin)} is shorter than {subject('notice', notice)}: the "
+            "borrowers' notice at the stop-lending point must end by the segment's reclaim time."
+        )
     return Lending(**values)
 
 

@@ -313,6 +313,9 @@ class SpotRun(Base):
     price_per_instance_hour: Mapped[Decimal] = mapped_column(DecimalString)
     currency: Mapped[str] = mapped_column(String(3))
     lender_share: Mapped[Decimal] = mapped_column(DecimalString, default=Decimal("0"))
+    # The notice promised when the run started (the plan's policy then; 0 on on-demand capacity): a
+    # policy changed or removed later never shortens it.
+    notice_seconds: Mapped[int] = mapped_column(Integer, default=0)
     started_at: Mapped[datetime] = mapped_column(UTCDateTime)
     ended_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
     # A reclaim: why ("owner-job", "owner-group", "segment-end", "plan-ended", "lending-off", on Slurm

@@ -89,6 +89,11 @@ def test_shares_are_exact_decimals_whether_written_as_numbers_or_text() -> None:
         (("prefer = 1",), "spot.prefer: 1 is not a string"),
         (('notice = "0s"',), "spot.notice: 0s is shorter than 1s"),
         (('notice = "11m"',), "spot.notice: 11m is longer than max_notice, 10m"),
+        (('notice = "5m"', 'stop_margin = "2m"'), "spot.stop_margin: 2m is shorter than notice, 5m"),
+        (
+            ('max_notice = "20m"', 'notice = "20m"'),
+            "spot.stop_margin: 15m (the default) is shorter than notice, 20m",
+        ),
         (('max_notice = "1m"',), "spot.notice: 2m (the default) is longer than max_notice, 1m"),
         (('max_notice = "1h1s"',), "spot.max_notice: 1h1s is longer than 1h"),
         (('max_notice = "0s"', 'notice = "0s"'), "spot.max_notice: 0s is shorter than 1s"),

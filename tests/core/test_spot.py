@@ -59,7 +59,12 @@ def test_lending_bounds_name_the_value_as_the_caller_calls_it() -> None:
     )
     assert refusal(rules.lending_from, FLEET, min_run=10**30, names=names).startswith("MinRunSeconds (1000")
     longer = SpotPolicy(max_notice=timedelta(hours=1))
-    assert rules.lending_from(longer, notice=3600).notice == timedelta(hours=1)
+    assert rules.lending_from(longer, notice=3600, stop_margin=3600).notice == timedelta(hours=1)
+    # The margin must hold the notice: borrowers told at the stop-lending point are gone by the reclaim.
+    assert refusal(rules.lending_from, longer, notice=3600) == (
+        "stop_margin (900) is shorter than notice (3600): the borrowers' notice at the stop-lending point "
+        "must end by the segment's reclaim time."
+    )
 
 
 def test_the_tag_says_none_or_idle_with_settings_in_any_order() -> None:
@@ -266,7 +271,8 @@ def test_training_time_spans_the_first_start_to_the_end_and_billable_time_the_ru
 
 seconds_ = st.integers(min_value=0, max_value=7 * 86_400)
 lendings = st.builds(
-    lambda notice, min_run, margin: rules.lending_from(FLEET, notice, min_run, margin),
+    # The margin is at least the notice (a policy is refused otherwise): margin = notice + extra.
+    lambda notice, min_run, extra: rules.lending_from(FLEET, notice, min_run, min(notice + extra, 604_800)),
     st.integers(min_value=1, max_value=600),
     seconds_,
     seconds_,

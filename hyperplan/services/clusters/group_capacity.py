@@ -12,11 +12,18 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core import group_plans
 from hyperplan.core.lifecycle import PlanStatus
-from hyperplan.core.status import ClusterStatus
+from hyperplan.core.status import ClusterStatus, NodeStatus
 from hyperplan.services.clusters.cluster_records import consumer, further_plans
 from hyperplan.services.plans import capacity_claims, loans
 from hyperplan.services.runtime.context import ServiceContext
-from hyperplan.store.schema import CapacityClaim, Cluster, InstanceGroup, InstanceGroupPlan, TrainingPlan
+from hyperplan.store.schema import (
+    CapacityClaim,
+    Cluster,
+    ClusterNode,
+    InstanceGroup,
+    InstanceGroupPlan,
+    TrainingPlan,
+)
 
 TARGET = "hyperpod-cluster"
 
@@ -126,6 +133,18 @@ def wanted_of(session: Session, runtime: ServiceContext, plan_id: int, now: date
     groups = plan_groups(session, accounts_using(session, plan_id))
     allocation = shares(session, runtime, groups, now, with_lent=True)
     return sum(share.get(plan_id, 0) for share in allocation.values())
+
+
+def nodes_on(session: Session, plan_id: int) -> int:
+    """The plan's nodes not yet Terminated: a node shutting down still holds its instance."""
+    return int(
+        session.scalar(
+            select(func.count(ClusterNode.id)).where(
+                ClusterNode.plan_id == plan_id, ClusterNode.status != NodeStatus.TERMINATED
+            )
+        )
+        or 0
+    )
 
 
 def take_back_lent(

@@ -232,8 +232,9 @@ def _check_spot(session: Session, runtime: ServiceContext, caller: Caller, check
             f"ResourceConfig.InstanceCount: {checked.instance_count} {checked.instance_type} is more than "
             "any pool of the fleet holds, lent or on demand; ask for fewer."
         )
+    dearest = max(pools, key=lambda pool: pool.on_demand_price_per_instance_hour)  # wherever it lands
     spot_money.check_budget(
-        session, runtime, caller.account_id, pools[0], checked.instance_count, "CreateTrainingJob"
+        session, runtime, caller.account_id, dearest, checked.instance_count, "CreateTrainingJob"
     )
 
 

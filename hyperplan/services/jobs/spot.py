@@ -26,7 +26,7 @@ SageMaker's model documents it): a timed event stops it then, as ``MaxWaitTimeEx
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select
@@ -63,6 +63,9 @@ from hyperplan.store.schema import LendingPolicy, ReservedCapacity, SpotRun, Tra
 
 MAX_WAIT = SPOT_MAX_WAIT
 STOP_LENDING = "spot.stop-lending"  # a run's plan reaches its stop-lending point
+# Why an owner took its lent instances back: each such reclaim is a plan event and counted in the metric.
+# (A run is also interrupted for the fleet's reasons, "drained" and on Slurm "on-demand-taken": no promise.)
+OWNER_NEEDS = ("owner-job", "owner-group", "segment-end", "plan-ended", "lending-off")
 
 
 # -- a spot job's life -------------------------------------------------------------------------------
@@ -163,6 +166,7 @@ def _on_lent(session: Session, runtime: ServiceContext, job: TrainingJob, now: d
         now,
     )
     run = _new_run(session, runtime, job, pool, now, lender.plan, lender.segment)
+    run.notice_seconds = int(lender.lending.notice.total_seconds())
     schedule(session, STOP_LENDING, stop, subject=f"spot-run:{run.id}")
     _admit_borrowers(session, runtime)
     return True
@@ -209,7 +213,11 @@ def idle(
     if plan.target == JOB_TARGET:
         free = segment.count - capacity_claims.in_use(session, plan.id, segment.id) - lent
         return 0 if _owner_jobs_waiting(session, plan) else max(free, 0)
-    return max(segment.count - group_capacity.wanted_of(session, runtime, plan.id, now) - lent, 0)
+    # The groups' share, or their nodes while more are still shutting down (each holds its instance).
+    held = max(
+        group_capacity.wanted_of(session, runtime, plan.id, now), group_capacity.nodes_on(session, plan.id)
+    )
+    return max(segment.count - held - lent, 0)
 
 
 def _owner_jobs_waiting(session: Session, plan: TrainingPlan) -> bool:
@@ -272,6 +280,7 @@ def _new_run(
         price_per_instance_hour=spot_money.spot_price_of(runtime, pool),
         currency=pool.currency,
         lender_share=runtime.fleet.spot.lender_share if plan else 0,
+        notice_seconds=0,
         started_at=now,
         reclaim_reason="",
         charged=0,
@@ -303,7 +312,8 @@ def reclaim_for_owner(
         lending,
     )
     for run_id in chosen:
-        _interrupt(session, runtime, runs[run_id], why, reclaim_deadline(now, lending, None), now)
+        run = runs[run_id]
+        _interrupt(session, runtime, run, why, _deadline(run, lending, now, None), now)
 
 
 def _interrupt(
@@ -327,9 +337,8 @@ def _interrupt(
             runtime,
             job,
             Secondary.SPOT_INTERRUPTED,
-            f"Interrupted: the instances it borrowed are going back to their owner: {sigterm(notice)} "
-            f"(at {when(run.reclaim_deadline)}). The job then waits for compute capacity again and resumes "
-            "from its checkpoints.",
+            f"Interrupted: {_why_words(why)}: {sigterm(notice)} (at {when(run.reclaim_deadline)}). The job "
+            "then waits for compute capacity again and resumes from its checkpoints.",
             now,
         )
         terminate_instances(session, runtime, job, notice, env)
@@ -338,18 +347,27 @@ def _interrupt(
     # Uploading: its tasks have ended; the run ends with the attempt.
 
 
-def interrupt_on_demand(
-    session: Session, runtime: ServiceContext, job: TrainingJob, grace: timedelta, now: datetime
+def interrupt(
+    session: Session, runtime: ServiceContext, job: TrainingJob, why: str, grace: timedelta, now: datetime
 ) -> None:
-    """A spot job on on-demand capacity whose node a plan's reservation takes (on Slurm): interrupted
-    with the reclaim grace, as a borrower is, and waiting again once its processes are gone."""
+    """A running spot job whose instances go for a reason of the fleet's, not an owner's (a drain that
+    stops running work; on Slurm, a reservation taking its on-demand node): interrupted with `grace`, as
+    a borrower is, and waiting again once its processes are gone (within its MaxWaitTimeInSeconds)."""
     run = session.scalar(
         select(SpotRun).where(
             SpotRun.job_id == job.id, SpotRun.attempt == job.attempt, SpotRun.ended_at.is_(None)
         )
     )
     if run is not None:
-        _interrupt(session, runtime, run, "on-demand-taken", now + grace, now)
+        _interrupt(session, runtime, run, why, now + grace, now)
+
+
+def _why_words(why: str) -> str:
+    if why == "drained":
+        return "the fleet is drained for maintenance"
+    if why == "on-demand-taken":
+        return "its on-demand node is taken by a training plan's reservation"
+    return "the instances it borrowed are going back to their owner"
 
 
 def plan_changed(session: Session, runtime: ServiceContext, plan_id: int, now: datetime) -> None:
@@ -371,8 +389,17 @@ def plan_changed(session: Session, runtime: ServiceContext, plan_id: int, now: d
                 else "segment-end"
             )
             hard_end = _hard_end(session, runtime, plan, run)
-            _interrupt(session, runtime, run, why, reclaim_deadline(now, lending, hard_end), now)
+            _interrupt(session, runtime, run, why, _deadline(run, lending, now, hard_end), now)
     serve(session, runtime, now)
+
+
+def _deadline(run: SpotRun, lending: Lending, now: datetime, hard_end: datetime | None) -> datetime:
+    """The notice promised when the run started (a policy changed since never shortens it), never past
+    the segment's reclaim time."""
+    promised = (
+        replace(lending, notice=timedelta(seconds=run.notice_seconds)) if run.notice_seconds else lending
+    )
+    return reclaim_deadline(now, promised, hard_end)
 
 
 def _still_lendable(
@@ -414,7 +441,7 @@ def run_ended(session: Session, runtime: ServiceContext, job: TrainingJob, now: 
     plan = session.get(TrainingPlan, run.plan_id) if run.plan_id is not None else None
     if plan is None:
         return
-    if run.reclaim_requested_at is not None:
+    if run.reclaim_requested_at is not None and run.reclaim_reason in OWNER_NEEDS:
         _record_reclaim(session, runtime, plan, run)
     if plan.target == JOB_TARGET:
         schedule_plan(session, runtime, plan, now)
@@ -477,7 +504,7 @@ def event_handlers(runtime: ServiceContext) -> dict[str, EventHandler]:
         if plan is None:
             return
         lending = loans.policy_or_default(session, runtime.fleet.spot, plan.id)
-        deadline = reclaim_deadline(event.due_at, lending, _hard_end(session, runtime, plan, run))
+        deadline = _deadline(run, lending, event.due_at, _hard_end(session, runtime, plan, run))
         _interrupt(session, runtime, run, "segment-end", deadline, event.due_at)
 
     return {MAX_WAIT: max_wait, STOP_LENDING: stop_lending}

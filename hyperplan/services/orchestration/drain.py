@@ -20,6 +20,7 @@ from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.services.accounts import audit
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.clusters import cluster_reconcile
+from hyperplan.services.jobs import spot
 from hyperplan.services.jobs.job_queue import schedule_plan
 from hyperplan.services.jobs.job_records import consumer, settings_of, sigterm
 from hyperplan.services.jobs.job_status import begin_stop, move, terminate_instances
@@ -78,6 +79,7 @@ def resume(runtime: ServiceContext, caller: Caller | None) -> DrainState:
         )
         for plan in plans:
             schedule_plan(session, runtime, plan, now)
+        spot.serve(session, runtime, now)  # the spot jobs that waited through the drain
     cluster_reconcile.reconcile_all(runtime)
     runtime.wakes.jobs.notify()
     runtime.wakes.nodes.notify()
@@ -94,7 +96,9 @@ def _stop_running_jobs(session: Session, runtime: ServiceContext, now: datetime)
     )
     stopped = []
     for job in list(jobs):
-        if job.plan_id is not None:
+        if job.spot:  # a managed spot job waits through the drain and resumes from its checkpoints
+            spot.interrupt(session, runtime, job, "drained", grace, now)
+        elif job.plan_id is not None:
             capacity_claims.give_back(session, consumer(job), now)
             message = f"{why} The job starts again from its checkpoints when the fleet resumes."
             move(session, runtime, job, Secondary.PENDING, message, now)

@@ -44,6 +44,7 @@ def upgrade() -> None:
         sa.Column("price_per_instance_hour", hyperplan.store.types.DecimalString(), nullable=False),
         sa.Column("currency", sa.String(length=3), nullable=False),
         sa.Column("lender_share", hyperplan.store.types.DecimalString(), nullable=False),
+        sa.Column("notice_seconds", sa.Integer(), nullable=False),
         sa.Column("started_at", hyperplan.store.types.UTCDateTime(), nullable=False),
         sa.Column("ended_at", hyperplan.store.types.UTCDateTime(), nullable=True),
         sa.Column("reclaim_reason", sa.String(length=32), nullable=False),
