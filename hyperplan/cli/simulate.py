@@ -5,6 +5,10 @@ Each replay is a whole application in this process (the composition root `hyperp
 SQLite store in a temporary directory, under the manual clock: the clock is moved to each request's
 arrival (running the timed events on the way), the request is searched as its buyer's account, and the
 offering the buyer chooses is bought with CreateTrainingPlan's service. Nothing listens on a port.
+
+With spot jobs (``--spot``), or busy intervals in the workload, what each ranking booked is then replayed
+as lenders (core/borrowing.py): the owners' busy hours, the idle hours, what spot jobs borrowed, the
+reclaims and the money.
 """
 
 from __future__ import annotations
@@ -26,9 +30,10 @@ import typer
 from hyperplan.cli.common import console, read_text
 
 if TYPE_CHECKING:  # imported where used: every other command starts without numpy and HiGHS
+    from hyperplan.core.borrowing import BorrowingOutcome
     from hyperplan.core.fleet import Fleet, PoolKey
     from hyperplan.core.offerings import Offering
-    from hyperplan.core.workloads import WorkloadRequest
+    from hyperplan.core.workloads import SpotJob, WorkloadRequest
 
     Bought = tuple[WorkloadRequest, Offering]
 
@@ -48,13 +53,15 @@ class Outcome:
     revenue: Decimal
     bound: float  # the LP upper bound, instance-days
     daily: list[float]  # booked share of all reservable instances, day by day over the span
+    # What the booked plans lent (with spot jobs or busy intervals given; None otherwise).
+    borrowing: BorrowingOutcome | None = None
 
     @property
     def ratio(self) -> float:
         return self.instance_days / self.bound if self.bound else 1.0
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        row = {
             "Ranking": self.ranking,
             "Requests": self.requests,
             "Accepted": self.accepted,
@@ -64,10 +71,40 @@ class Outcome:
             "LpBound": round(self.bound, 2),
             "RatioToBound": round(self.ratio, 4),
         }
+        if self.borrowing is not None:
+            row["Borrowing"] = _borrowing_json(self.borrowing)
+        return row
 
 
-def run(fleet: Fleet, requests: list[WorkloadRequest], start: datetime, rankings: list[str]) -> list[Outcome]:
-    """The workload replayed once per ranking, each on a store of its own."""
+def _borrowing_json(outcome: BorrowingOutcome) -> dict[str, Any]:
+    def hours(instance_time: timedelta) -> float:
+        return round(instance_time / HOUR, 2)
+
+    return {
+        "ReservedInstanceHours": hours(outcome.reserved),
+        "BusyInstanceHours": hours(outcome.busy),
+        "IdleInstanceHours": hours(outcome.idle),
+        "LentInstanceHours": hours(outcome.lent),
+        "LostAtReclaimsInstanceHours": hours(outcome.lost),
+        "Reclaims": outcome.reclaims,
+        "PromisesKept": outcome.promises_kept,
+        "SpotJobs": outcome.jobs,
+        "SpotJobsCompleted": outcome.completed,
+        "SpotJobsDropped": outcome.dropped,
+        "SpotRevenue": str(outcome.revenue),
+        "OwnerCredits": str(outcome.credits),
+    }
+
+
+def run(
+    fleet: Fleet,
+    requests: list[WorkloadRequest],
+    start: datetime,
+    rankings: list[str],
+    spot_jobs: list[SpotJob] | None = None,
+) -> list[Outcome]:
+    """The workload replayed once per ranking, each on a store of its own; with spot jobs (``[]`` is
+    some: none) or busy intervals in the requests, each ranking's plans then replayed as lenders."""
     from hyperplan.core.bound import lp_bound
     from hyperplan.core.replay import hour_zero, jobs_of
 
@@ -80,8 +117,26 @@ def run(fleet: Fleet, requests: list[WorkloadRequest], start: datetime, rankings
     for ranking in rankings:
         ranked = replace(fleet, policy=replace(fleet.policy, ranking=ranking))
         bought = _replay(ranked, requests, start, hour0)
-        outcomes.append(_outcome(ranked, ranking, requests, bought, bound, hour0, span_days))
+        outcome = _outcome(ranked, ranking, requests, bought, bound, hour0, span_days)
+        if spot_jobs is not None or any(request.busy_h for request in requests):
+            outcome = replace(outcome, borrowing=_lent(ranked, bought, spot_jobs or [], hour0))
+        outcomes.append(outcome)
     return outcomes
+
+
+def _lent(fleet: Fleet, bought: list[Bought], spot_jobs: list[SpotJob], hour0: datetime) -> BorrowingOutcome:
+    """What the plans bought would have lent to the spot jobs, each plan lending while its owner is not
+    busy (docs/PLANNING.md, "Borrowing")."""
+    from hyperplan.core.borrowing import borrowers, lending_segments, simulate_borrowing
+    from hyperplan.services.plans.payments import currency_places, fleet_currency
+
+    segments = [
+        segment
+        for number, (request, offer) in enumerate(bought, start=1)
+        for segment in lending_segments(number, offer, request.busy_h, fleet)
+    ]
+    places = currency_places(fleet_currency(fleet))
+    return simulate_borrowing(segments, borrowers(spot_jobs, hour0), fleet, places)
 
 
 def _replay(fleet: Fleet, requests: list[WorkloadRequest], start: datetime, hour0: datetime) -> list[Bought]:
@@ -196,11 +251,21 @@ def simulate(
     workload: Annotated[
         Path,
         typer.Option(
-            help="Workload CSV: arrival_h,instance_type,count,days,start_after_h,end_before_h,target,choice.",
+            help="Workload CSV: arrival_h,instance_type,count,days,start_after_h,end_before_h,target,choice"
+            "[,busy_h].",
             exists=True,
             dir_okay=False,
         ),
     ],
+    spot: Annotated[
+        Path | None,
+        typer.Option(
+            help="Spot jobs CSV (arrival_h,instance_type,count,run_h,max_wait_h,checkpoint_h), borrowing the "
+            "plans' idle instances.",
+            exists=True,
+            dir_okay=False,
+        ),
+    ] = None,
     ranking: Annotated[
         list[str] | None,
         typer.Option(help="A ranking to replay under (packing, earliest); repeat it; default: all."),
@@ -219,11 +284,12 @@ def simulate(
     ] = None,
 ) -> None:
     """Replay a workload through the real search and booking code under each ranking, in this process
-    (manual clock, a temporary store), and compare what each booked with the LP upper bound."""
+    (manual clock, a temporary store), and compare what each booked with the LP upper bound; with spot
+    jobs, what the plans lent them while their owners were not busy."""
     from hyperplan.cli.times import absolute
     from hyperplan.core.fleet import RANKINGS
     from hyperplan.core.fleet_file import parse_fleet
-    from hyperplan.core.workloads import read_csv
+    from hyperplan.core.workloads import read_csv, read_spot_csv
 
     rankings = list(dict.fromkeys(ranking)) if ranking else list(RANKINGS)
     unknown = [r for r in rankings if r not in RANKINGS]
@@ -238,18 +304,19 @@ def simulate(
     # (hyperplan/cli/root.py).
     fleet_value = parse_fleet(read_text(fleet, "--fleet"))
     requests = read_csv(read_text(workload, "--workload"))
-    outcomes = run(fleet_value, requests, first, rankings)
+    spot_jobs = read_spot_csv(read_text(spot, "--spot")) if spot is not None else None
+    outcomes = run(fleet_value, requests, first, rankings, spot_jobs)
     if as_json:
         print(json.dumps({"Rankings": [o.as_json() for o in outcomes]}, indent=2))
     else:
-        console.print(_table(outcomes))
+        console.print(_table(outcomes, with_spot=spot_jobs is not None))
     if plot is not None:
         _plot(outcomes, plot)
         if not as_json:
             console.print(f"Utilisation over time drawn in {plot}", highlight=False, markup=False)
 
 
-def _table(outcomes: list[Outcome]) -> Any:
+def _table(outcomes: list[Outcome], with_spot: bool = False) -> Any:
     from rich.table import Table
 
     table = Table(title="Simulated bookings per ranking")
@@ -265,9 +332,37 @@ def _table(outcomes: list[Outcome]) -> Any:
     rows.append(("revenue", [f"{o.revenue:,.2f}" for o in outcomes]))
     rows.append(("LP upper bound (instance-days)", [f"{o.bound:.1f}" for o in outcomes]))
     rows.append(("ratio to the bound", [f"{o.ratio:.1%}" for o in outcomes]))
+    lent = [o.borrowing for o in outcomes if o.borrowing is not None]
+    if lent and len(lent) == len(outcomes):  # each ranking's, or none
+        rows.extend(_borrowing_rows(lent, with_spot))
     for name, cells in rows:
         table.add_row(name, *cells)
     return table
+
+
+def _borrowing_rows(lent: list[BorrowingOutcome], with_spot: bool) -> list[tuple[str, list[str]]]:
+    """The plans' instance-hours (reserved = busy + idle + lent) and, with spot jobs, what they borrowed."""
+
+    def hours(instance_time: timedelta) -> str:
+        return f"{instance_time / HOUR:,.1f}"
+
+    rows = [
+        ("reserved instance-hours", [hours(b.reserved) for b in lent]),
+        ("  owners' busy", [hours(b.busy) for b in lent]),
+        ("  idle", [hours(b.idle) for b in lent]),
+    ]
+    if not with_spot:
+        return rows
+    return [
+        *rows,
+        ("  lent to spot jobs", [hours(b.lent) for b in lent]),
+        ("    of it, work lost at reclaims", [hours(b.lost) for b in lent]),
+        ("reclaims (promises kept)", [f"{b.reclaims} ({b.promises_kept} kept)" for b in lent]),
+        ("spot jobs completed", [f"{b.completed} / {b.jobs}" for b in lent]),
+        ("spot jobs dropped", [str(b.dropped) for b in lent]),
+        ("spot revenue", [f"{b.revenue:,.2f}" for b in lent]),
+        ("owners' credits", [f"{b.credits:,.2f}" for b in lent]),
+    ]
 
 
 def _check_matplotlib() -> None:

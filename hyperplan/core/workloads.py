@@ -5,7 +5,15 @@ Times are hours from *hour 0*, the first segment end (11:30 UTC) at or after the
 that day k runs from hour 24 k to hour 24 (k + 1). The CSV's header is exactly ``CSV_HEADER``; an empty
 ``start_after_h`` or ``end_before_h`` leaves that end of the window at its default (the soonest start;
 the policy's horizon). ``choice`` is which offering the buyer takes: the ``first``, the ``cheapest`` or
-the ``earliest`` to finish.
+the ``earliest`` to finish. An optional last column, ``busy_h``, gives the plan's owner's busy intervals,
+``START-END`` hours from the plan's start separated by spaces (``0-20 30-46``): while busy, the owner's
+work uses all of the plan's instances; empty (or the column left out, as older files do) is busy the
+whole plan, so such a plan lends nothing (core/borrowing.py).
+
+Spot jobs, managed spot training jobs that borrow plans' idle instances, are a second CSV
+(``SPOT_CSV_HEADER``): when each is submitted, its instances, the hours of running it needs to complete,
+its ``MaxWaitTimeInSeconds`` in hours (from its submission, waits and runs together) and how often it
+saves a checkpoint (an interruption loses the work since the last one).
 
 The generators draw shapes published from public GPU cluster traces, in instances (nodes of 8 GPUs) and
 days: gang sizes are powers of two, small gangs far more common than large ones; durations are heavy
@@ -27,12 +35,13 @@ import csv
 import io
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from hyperplan.core.fleet import SERVED_TARGETS
 from hyperplan.errors import ValidationError
 
-CSV_HEADER = (
+PLAN_COLUMNS = (
     "arrival_h",
     "instance_type",
     "count",
@@ -42,7 +51,11 @@ CSV_HEADER = (
     "target",
     "choice",
 )
+CSV_HEADER = (*PLAN_COLUMNS, "busy_h")  # PLAN_COLUMNS alone is read too: the files from before busy_h
+SPOT_CSV_HEADER = ("arrival_h", "instance_type", "count", "run_h", "max_wait_h", "checkpoint_h")
 CHOICES = ("first", "cheapest", "earliest")
+
+Hours = tuple[float, float]  # [start, end) in hours
 
 
 @dataclass(frozen=True)
@@ -55,10 +68,24 @@ class WorkloadRequest:
     end_before_h: float | None  # None: the default (the policy's horizon after the arrival)
     target: str = "training-job"
     choice: str = "first"
+    # The owner's busy intervals, hours from the plan's start, sorted and disjoint; empty: the whole plan.
+    busy_h: tuple[Hours, ...] = ()
 
     @property
     def instance_days(self) -> int:
         return self.count * self.days
+
+
+@dataclass(frozen=True)
+class SpotJob:
+    """A managed spot training job of the workload: it borrows idle instances of plans (core/borrowing.py)."""
+
+    arrival_h: float  # when it is submitted
+    instance_type: str
+    count: int
+    run_h: float  # hours of running it needs to complete
+    max_wait_h: float  # its MaxWaitTimeInSeconds in hours: from its submission, waiting and running
+    checkpoint_h: float  # running hours between its checkpoints
 
 
 # -- CSV ---------------------------------------------------------------------------------------------
@@ -66,65 +93,166 @@ class WorkloadRequest:
 
 def read_csv(text: str) -> list[WorkloadRequest]:
     """The requests of a workload's CSV text, in arrival order (stable); a ValidationError names the line
-    and the column that is wrong."""
+    and the column that is wrong. The header is ``CSV_HEADER``, or ``PLAN_COLUMNS`` (no busy intervals)."""
+    return sorted(
+        (_request(cells) for cells in _rows(text, "workload", (CSV_HEADER, PLAN_COLUMNS))),
+        key=lambda r: r.arrival_h,
+    )
+
+
+def read_spot_csv(text: str) -> list[SpotJob]:
+    """The spot jobs of a CSV text whose header is ``SPOT_CSV_HEADER``, in arrival order (stable); a
+    ValidationError names the line and the column that is wrong."""
+    return sorted(
+        (_spot_job(cells) for cells in _rows(text, "spot jobs", (SPOT_CSV_HEADER,))),
+        key=lambda j: j.arrival_h,
+    )
+
+
+class _Cells:
+    """One CSV line's cells by column, read into values; each refusal names the file, line and column."""
+
+    def __init__(self, what: str, line: int, cells: dict[str, str]) -> None:
+        self.what, self.line, self.cells = what, line, cells
+
+    def fail(self, column: str, why: str) -> ValidationError:
+        return ValidationError(f"{self.what} line {self.line}, {column}: {self.cells[column]!r} {why}")
+
+    def text(self, column: str) -> str:
+        if not self.cells[column]:
+            raise self.fail(column, "is empty")
+        return self.cells[column]
+
+    def hours(self, column: str) -> float:
+        return _hours_at_or_after_zero(self.cells[column], lambda why: self.fail(column, why))
+
+    def optional_hours(self, column: str) -> float | None:
+        return self.hours(column) if self.cells[column] else None
+
+    def positive_hours(self, column: str) -> float:
+        value = self.hours(column)
+        if value <= 0:
+            raise self.fail(column, "is not a number of hours above 0")
+        return value
+
+    def whole(self, column: str) -> int:
+        if not self.cells[column].isdigit() or int(self.cells[column]) < 1:
+            raise self.fail(column, "is not a positive whole number")
+        return int(self.cells[column])
+
+    def one_of(self, column: str, allowed: tuple[str, ...]) -> str:
+        if self.cells[column] not in allowed:
+            raise self.fail(column, f"is not one of {', '.join(allowed)}")
+        return self.cells[column]
+
+
+def _rows(text: str, what: str, headers: tuple[tuple[str, ...], ...]) -> list[_Cells]:
+    """The non-blank lines after the header (the first of ``headers`` is the one asked for; the others
+    are older forms still read), each as its cells by column."""
     rows = list(csv.reader(io.StringIO(text)))
-    if not rows or tuple(cell.strip() for cell in rows[0]) != CSV_HEADER:
-        raise ValidationError(f"workload: the first line must be the header {','.join(CSV_HEADER)}")
-    requests = []
+    header = tuple(cell.strip() for cell in rows[0]) if rows else ()
+    if header not in headers:
+        older = "".join(f" (or {','.join(h)})" for h in headers[1:])
+        raise ValidationError(f"{what}: the first line must be the header {','.join(headers[0])}{older}")
+    out = []
     for line, row in enumerate(rows[1:], start=2):
         if not any(cell.strip() for cell in row):
             continue
-        if len(row) != len(CSV_HEADER):
-            raise ValidationError(f"workload line {line}: {len(row)} columns, not {len(CSV_HEADER)}")
-        requests.append(_request(line, dict(zip(CSV_HEADER, (cell.strip() for cell in row), strict=True))))
-    return sorted(requests, key=lambda r: r.arrival_h)
+        if len(row) != len(header):
+            raise ValidationError(f"{what} line {line}: {len(row)} columns, not {len(header)}")
+        out.append(_Cells(what, line, dict(zip(header, (cell.strip() for cell in row), strict=True))))
+    return out
 
 
-def _request(line: int, cells: dict[str, str]) -> WorkloadRequest:
-    def fail(column: str, why: str) -> ValidationError:
-        return ValidationError(f"workload line {line}, {column}: {cells[column]!r} {why}")
+def _hours_at_or_after_zero(text: str, fail: Callable[[str], ValidationError]) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise fail("is not a number of hours") from None
+    if not math.isfinite(value) or value < 0:
+        raise fail("is not a number of hours at or after hour 0")
+    return value
 
-    def hours(column: str, optional: bool) -> float | None:
-        if optional and not cells[column]:
-            return None
-        try:
-            value = float(cells[column])
-        except ValueError:
-            raise fail(column, "is not a number of hours") from None
-        if not math.isfinite(value) or value < 0:
-            raise fail(column, "is not a number of hours at or after hour 0")
-        return value
 
-    def whole(column: str) -> int:
-        if not cells[column].isdigit() or int(cells[column]) < 1:
-            raise fail(column, "is not a positive whole number")
-        return int(cells[column])
-
-    arrival = hours("arrival_h", False)
-    assert arrival is not None
-    start_after, end_before = hours("start_after_h", True), hours("end_before_h", True)
-    if not cells["instance_type"]:
-        raise fail("instance_type", "is empty")
-    if cells["target"] not in SERVED_TARGETS:
-        raise fail("target", f"is not one of {', '.join(SERVED_TARGETS)}")
-    if cells["choice"] not in CHOICES:
-        raise fail("choice", f"is not one of {', '.join(CHOICES)}")
+def _request(cells: _Cells) -> WorkloadRequest:
+    arrival = cells.hours("arrival_h")
+    start_after, end_before = cells.optional_hours("start_after_h"), cells.optional_hours("end_before_h")
+    instance_type = cells.text("instance_type")
+    target, choice = cells.one_of("target", SERVED_TARGETS), cells.one_of("choice", CHOICES)
     if start_after is not None and end_before is not None and end_before <= start_after:
-        raise fail("end_before_h", "is not after start_after_h")
+        raise cells.fail("end_before_h", "is not after start_after_h")
     return WorkloadRequest(
-        arrival, cells["instance_type"], whole("count"), whole("days"), start_after, end_before,
-        cells["target"], cells["choice"],
+        arrival, instance_type, cells.whole("count"), cells.whole("days"), start_after, end_before,
+        target, choice, _busy_hours(cells),
+    )  # fmt: skip
+
+
+def _busy_hours(cells: _Cells) -> tuple[Hours, ...]:
+    """The ``busy_h`` cell's intervals, sorted and with those that overlap or touch joined (the owner is
+    busy in either, so the union is what it says); none when the column is empty or absent."""
+    intervals = []
+    for word in cells.cells.get("busy_h", "").split():
+        start, dash, end = word.partition("-")
+
+        def fail(why: str, word: str = word) -> ValidationError:
+            return cells.fail("busy_h", f"has {word!r}, which {why}")
+
+        if not dash:
+            raise fail("is not START-END (hours from the plan's start, such as 0-20)")
+        low = _hours_at_or_after_zero(start, lambda why: fail(f"starts with what {why}"))
+        high = _hours_at_or_after_zero(end, lambda why: fail(f"ends with what {why}"))
+        if high <= low:
+            raise fail("does not end after it starts")
+        intervals.append((low, high))
+    return _joined(intervals)
+
+
+def _joined(intervals: list[Hours]) -> tuple[Hours, ...]:
+    joined: list[Hours] = []
+    for low, high in sorted(intervals):
+        if joined and low <= joined[-1][1]:
+            joined[-1] = (joined[-1][0], max(joined[-1][1], high))
+        else:
+            joined.append((low, high))
+    return tuple(joined)
+
+
+def _spot_job(cells: _Cells) -> SpotJob:
+    run_h = cells.positive_hours("run_h")
+    max_wait_h = cells.positive_hours("max_wait_h")
+    if max_wait_h < run_h:  # as SageMaker refuses MaxWaitTimeInSeconds below MaxRuntimeInSeconds
+        raise cells.fail("max_wait_h", "is shorter than run_h: the wait counts the running hours too")
+    return SpotJob(
+        cells.hours("arrival_h"), cells.text("instance_type"), cells.whole("count"), run_h, max_wait_h,
+        cells.positive_hours("checkpoint_h"),
     )  # fmt: skip
 
 
 def write_csv(requests: list[WorkloadRequest]) -> str:
+    """The requests as CSV text :func:`read_csv` reads back; the column ``busy_h`` only when some request
+    has busy intervals, so that a generated workload is written as it was before the column existed."""
+    with_busy = any(r.busy_h for r in requests)
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(CSV_HEADER)
+    writer.writerow(CSV_HEADER if with_busy else PLAN_COLUMNS)
     for r in requests:
+        row = [_hours(r.arrival_h), r.instance_type, r.count, r.days, _hours(r.start_after_h),
+               _hours(r.end_before_h), r.target, r.choice]  # fmt: skip
+        if with_busy:
+            row.append(" ".join(f"{_hours(low)}-{_hours(high)}" for low, high in r.busy_h))
+        writer.writerow(row)
+    return out.getvalue()
+
+
+def write_spot_csv(jobs: list[SpotJob]) -> str:
+    """The spot jobs as CSV text :func:`read_spot_csv` reads back."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(SPOT_CSV_HEADER)
+    for j in jobs:
         writer.writerow(
-            [_hours(r.arrival_h), r.instance_type, r.count, r.days, _hours(r.start_after_h),
-             _hours(r.end_before_h), r.target, r.choice]
+            [_hours(j.arrival_h), j.instance_type, j.count, _hours(j.run_h), _hours(j.max_wait_h),
+             _hours(j.checkpoint_h)]
         )  # fmt: skip
     return out.getvalue()
 
@@ -132,7 +260,7 @@ def write_csv(requests: list[WorkloadRequest]) -> str:
 def _hours(value: float | None) -> str:
     if value is None:
         return ""
-    return str(int(value)) if value == int(value) else f"{value:g}"
+    return str(int(value)) if value == int(value) else repr(value)
 
 
 # -- generators --------------------------------------------------------------------------------------

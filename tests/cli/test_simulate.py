@@ -1,5 +1,6 @@
 """`hyperplan simulate` on the shipped example (examples/planning): the table of both rankings side by
-side with the plot of utilisation over time, and one ranking's row as JSON."""
+side with the plot of utilisation over time, and one ranking's row as JSON; with the owners' busy hours
+and spot jobs, what the plans lent and what was taken back."""
 
 from __future__ import annotations
 
@@ -9,16 +10,18 @@ from pathlib import Path
 
 import pytest
 
+from hyperplan.core.workloads import read_csv
 from tests.cli.support import BIN, client_env
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "planning"
-ARGS = ("--fleet", str(EXAMPLES / "fleet.toml"), "--workload", str(EXAMPLES / "tiny.csv"))
 START = ("--start", "2026-03-02T09:00:00Z")
+SPOT = ("--spot", str(EXAMPLES / "spot.csv"))
 
 
-def simulate(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def simulate(tmp_path: Path, *args: str, workload: str = "tiny.csv") -> subprocess.CompletedProcess[str]:
     env = client_env(TMPDIR=str(tmp_path), COLUMNS="120")  # the replays' stores go to the test's directory
-    command = [str(BIN / "hyperplan"), "simulate", *ARGS, *START, *args]
+    files = ("--fleet", str(EXAMPLES / "fleet.toml"), "--workload", str(EXAMPLES / workload))
+    command = [str(BIN / "hyperplan"), "simulate", *files, *START, *args]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr
     return done
@@ -49,3 +52,66 @@ def test_simulate_prints_one_ranking_as_json(tmp_path: Path) -> None:
     assert 0 < row["InstanceDays"] <= row["LpBound"]
     assert row["RatioToBound"] == round(row["InstanceDays"] / row["LpBound"], 4)
     assert set(row["Utilisation"]) == {"ml.p5.48xlarge/us-west-2a"}
+    assert "Borrowing" not in row  # no busy hours, no spot jobs: every plan is its owner's all along
+
+
+def cells(lines: list[str], name: str) -> list[str]:
+    """The table row named ``name``: its cells, one per ranking."""
+    for line in lines:
+        first, *rest = (cell.strip() for cell in line.strip("│ ").split("│"))
+        if first == name:
+            return rest
+    raise AssertionError(f"no row {name!r} in:\n" + "\n".join(lines))
+
+
+def hours(lines: list[str], name: str) -> list[float]:
+    return [float(cell.replace(",", "")) for cell in cells(lines, name)]
+
+
+def test_simulate_with_spot_jobs_prints_idle_lent_and_reclaimed_hours_that_add_up(tmp_path: Path) -> None:
+    lines = simulate(tmp_path, *SPOT, workload="tiny-busy.csv").stdout.splitlines()
+    reserved, busy, idle, lent = (
+        hours(lines, name)
+        for name in ("reserved instance-hours", "owners' busy", "idle", "lent to spot jobs")
+    )
+    lost = hours(lines, "of it, work lost at reclaims")
+    for ranking in range(2):  # packing, earliest
+        assert busy[ranking] + idle[ranking] + lent[ranking] == pytest.approx(reserved[ranking], abs=0.15)
+        assert min(busy[ranking], idle[ranking], lent[ranking]) > 0
+        assert 0 < lost[ranking] < lent[ranking]
+    for reclaims in cells(lines, "reclaims (promises kept)"):
+        taken, kept = reclaims.removesuffix(" kept)").split(" (")
+        assert int(taken) == int(kept) > 0  # each borrower exits on SIGTERM, within its notice
+    completed, dropped = cells(lines, "spot jobs completed"), cells(lines, "spot jobs dropped")
+    for done, gone in zip(completed, dropped, strict=True):
+        assert done.endswith(" / 10") and int(done.split(" / ")[0]) + int(gone) == 10
+    revenue, credits = (hours(lines, name) for name in ("spot revenue", "owners' credits"))
+    assert all(0 < credit < paid for credit, paid in zip(credits, revenue, strict=True))
+
+
+def test_simulate_as_json_counts_each_plan_busy_as_its_workload_line_says(tmp_path: Path) -> None:
+    done = simulate(tmp_path, *SPOT, "--ranking", "packing", "--json", workload="tiny-busy.csv")
+    (row,) = json.loads(done.stdout)["Rankings"]
+    requests = read_csv((EXAMPLES / "tiny-busy.csv").read_text())
+    assert row["Accepted"] == row["Requests"] == len(requests)  # so every line's plan was booked
+    lent = row["Borrowing"]
+    assert lent["ReservedInstanceHours"] == 24 * row["InstanceDays"]
+    # Busy hours cut to each plan's days; a line without them is busy the whole plan.
+    assert lent["BusyInstanceHours"] == sum(
+        r.count * (sum(min(end, 24 * r.days) - start for start, end in r.busy_h) if r.busy_h else 24 * r.days)
+        for r in requests
+    )
+    assert lent["IdleInstanceHours"] == pytest.approx(
+        lent["ReservedInstanceHours"] - lent["BusyInstanceHours"] - lent["LentInstanceHours"], abs=0.01
+    )
+    assert lent["SpotJobs"] == lent["SpotJobsCompleted"] + lent["SpotJobsDropped"] == 10
+    assert lent["Reclaims"] == lent["PromisesKept"] > 0
+
+
+def test_simulate_with_busy_hours_and_no_spot_jobs_reports_the_idle_hours(tmp_path: Path) -> None:
+    lines = simulate(tmp_path, "--ranking", "earliest", workload="tiny-busy.csv").stdout.splitlines()
+    (reserved,), (busy,), (idle,) = (
+        hours(lines, name) for name in ("reserved instance-hours", "owners' busy", "idle")
+    )
+    assert busy + idle == pytest.approx(reserved, abs=0.1) and idle > 0
+    assert not any("lent to spot jobs" in line or "reclaims" in line for line in lines)
