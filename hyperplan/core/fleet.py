@@ -19,6 +19,7 @@ from hyperplan.core.id_ranges import DEFAULT_OS_IDS, DEFAULT_SUBORDINATE_IDS, Id
 from hyperplan.core.image_refs import ImageSources, Mapped
 from hyperplan.core.instance_types import AWS_INSTANCE_TYPES, InstanceType
 from hyperplan.core.rate_limits import DEFAULT_RATE_LIMITS, RateLimits
+from hyperplan.core.returns import STRICT, CancellationPolicy
 from hyperplan.core.webhook_targets import WebhookTargets
 
 PoolKey = tuple[str, str]
@@ -64,6 +65,9 @@ class Pool:
     # The share of an instance's published size (vCPUs, memory) one of its containers may use
     # (core/container_limits.py): 1 where a host is an instance, less where a small host plays a big type.
     limits_scale: float = 1.0
+    # The pool's own cancellation policy (``[[pools]] cancellation``, core/fleet_cancellation.py), where
+    # it differs from the fleet's; None: the fleet's ``[cancellation]``.
+    cancellation: CancellationPolicy | None = None
 
     @property
     def key(self) -> PoolKey:
@@ -242,6 +246,9 @@ class Fleet:
     quotas: Quotas = Quotas()
     # [spot]: managed spot training on lent and on-demand capacity (core/spot.py).
     spot: SpotPolicy = SpotPolicy()
+    # [cancellation]: what returning a plan's capacity refunds and its resale credits (core/returns.py);
+    # strict (no returns, SageMaker's rule) unless the file says otherwise. A pool may have its own.
+    cancellation: CancellationPolicy = STRICT
     default_payment_mode: str = "auto"
     # [accounts] os_ids: the uids and gids the server gives the OS users it makes for accounts
     # (core/id_ranges.py); each handed out once, ever.
@@ -294,6 +301,12 @@ class Fleet:
             return self.images[image]
         prefixes = [k for k in self.images if k.endswith("*") and image.startswith(k[:-1])]
         return self.images[max(prefixes, key=len)] if prefixes else None
+
+    def cancellation_for(self, instance_type: str, zone: str) -> CancellationPolicy:
+        """The cancellation policy of the pool of ``instance_type`` in ``zone``: its own, else the
+        fleet's (also for a pool the fleet no longer has: a plan bought before the file changed)."""
+        own = next((pool.cancellation for pool in self.pools if pool.key == (instance_type, zone)), None)
+        return own or self.cancellation
 
     def pools_of_type(self, instance_type: str) -> tuple[Pool, ...]:
         return tuple(pool for pool in self.pools if pool.instance_type == instance_type)

@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from hyperplan.core.fleet import BACKEND_KINDS, AvailabilityZone, BackendSettings, Pool
+from hyperplan.core.fleet_cancellation import read_pool_cancellation
 from hyperplan.core.fleet_values import Table, refuse_repeats
 from hyperplan.core.hostlist import expand
 from hyperplan.core.image_refs import parse_image
@@ -57,7 +58,7 @@ def _zone(table: Table, region: str) -> AvailabilityZone:
 
 _POOL_KEYS = (
     "instance_type", "zone", "count", "reservable", "price_per_instance_hour", "currency", "nodes",
-    "feature", "on_demand_price_per_instance_hour", "limits_scale",
+    "feature", "on_demand_price_per_instance_hour", "limits_scale", "cancellation",
 )  # fmt: skip
 
 
@@ -117,6 +118,7 @@ def _pool(table: Table, zone_names: list[str], currency: str, backend: BackendSe
             else None
         ),
         limits_scale=_limits_scale(table),
+        cancellation=read_pool_cancellation(table),
     )
 
 

@@ -17,6 +17,10 @@ In brief::
     [background_load]  cycle_days, quiet_days, quiet_booked, busy_booked, seed     (optional)
     [spot]       price_fraction, lender_share, prefer = "lent" | "on-demand", notice, max_notice, min_run,
                  stop_margin, kill_grace: managed spot training and plans' lending (core/spot.py)
+    [cancellation]  preset = "strict" | "flexible", tiers = [{before = "7d", refund = 1.0}, ...],
+                 resale_share, quote_validity, refund_cap, cap_period: what returning
+                 a plan's capacity refunds (core/returns.py); a pool may name a preset or table of
+                 its own, cancellation = "flexible" (default: strict, no returns)
     [quotas]     max_active_plans, max_reserved_instances_per_type, max_reserved_share_per_type,
                  max_reserved_instance_hours_per_30_days, max_on_demand_instances_per_type,
                  max_on_demand_share_per_type
@@ -49,9 +53,10 @@ In brief::
                  AWS's published figures (core/instance_types.py); required for a pool's type without them
 
 Each table has its reader: ``fleet_capacity`` (zones, pools, backend), ``fleet_policy`` (policy,
-background_load), ``fleet_spot`` (spot), ``fleet_buckets``, ``fleet_limits`` (quotas, rate_limits) and
-``fleet_settings`` (accounts, notifications, images, webhooks, retention), ``fleet_instance_types``,
-``fleet_images`` (image_map, registries); ``fleet_values`` has the checks they share.
+background_load), ``fleet_spot`` (spot), ``fleet_cancellation`` (cancellation, and a pool's own),
+``fleet_buckets``, ``fleet_limits`` (quotas, rate_limits) and ``fleet_settings`` (accounts,
+notifications, images, webhooks, retention), ``fleet_instance_types``, ``fleet_images`` (image_map,
+registries); ``fleet_values`` has the checks they share.
 """
 
 from __future__ import annotations
@@ -61,6 +66,7 @@ import tomllib
 
 from hyperplan.core.fleet import Fleet
 from hyperplan.core.fleet_buckets import read_buckets
+from hyperplan.core.fleet_cancellation import read_cancellation
 from hyperplan.core.fleet_capacity import (
     CURRENCY,
     CURRENCY_HINT,
@@ -92,7 +98,7 @@ _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d+")
 _TOP_KEYS = (
     "region", "currency", "zones", "pools", "policy", "background_load", "quotas", "buckets", "accounts",
     "notifications", "images", "webhooks", "rate_limits", "backend", "retention", "instance_types",
-    "image_map", "registries", "spot",
+    "image_map", "registries", "spot", "cancellation",
 )  # fmt: skip
 
 
@@ -117,6 +123,7 @@ def parse_fleet(text: str) -> Fleet:
         buckets=read_buckets(top.table("buckets") or {}),
         quotas=read_quotas(top.table("quotas") or {}),
         spot=read_spot(top.table("spot") or {}),
+        cancellation=read_cancellation(top.table("cancellation") or {}),
         default_payment_mode=read_payment_mode(top.table("accounts") or {}),
         os_ids=read_os_ids(top.table("accounts") or {}),
         subordinate_ids=read_subordinate_ids(top.table("accounts") or {}),
