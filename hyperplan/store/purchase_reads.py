@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
 from functools import cache
@@ -50,6 +50,7 @@ from hyperplan.store.schema import (
     Invoice,
     PlanExtension,
     ReservedCapacity,
+    ReturnedWindow,
     Setting,
     TrainingPlan,
     Webhook,
@@ -110,6 +111,10 @@ class Holdings:
 
     pools: list[tuple[str, str, int, int, int]]
     account: list[tuple[str, str, datetime, datetime, int]]
+    # Capacity returned by other plans (returned_windows) in the pools over the windows: a purchase that
+    # finds some may be reselling it (services/plans/resale.py); read in the same statement, so that a
+    # purchase that finds none (nearly all) pays nothing for the question.
+    returned: int = 0
 
     def booked_in_pool(self, pool: Pool, start: datetime, end: datetime) -> int:
         """peak_booked_slots of what `pool` holds that overlaps [start, end): the most instances held
@@ -212,7 +217,13 @@ def _holdings_rows(pool_count: int, every_type: bool, *, unindexed_type: bool) -
 
     segments_in_pool, segments_of_account = held(rc, func.coalesce(rc.released_at, rc.end))
     extensions_in_pool, extensions_of_account = held(ext, ext.end)
-    return union_all(segments_in_pool, extensions_in_pool, segments_of_account, extensions_of_account)
+    rw = ReturnedWindow
+    returned = select(literal(2), rw.instance_type, rw.availability_zone, rw.start, rw.end, rw.count).where(
+        in_pools(rw), rw.start < high, rw.end > low
+    )
+    return union_all(
+        segments_in_pool, extensions_in_pool, segments_of_account, extensions_of_account, returned
+    )
 
 
 @cache
@@ -232,16 +243,20 @@ def _holdings_query(pool_count: int, every_type: bool, packed: bool) -> Prepared
 def _holdings_of(rows: Any) -> Holdings:
     found = Holdings([], [])
     times: dict[int, datetime] = {}  # segments mostly share the day grid's few instants
+    returned = 0
     for tag, instance_type, zone, start, end, held in rows:
         if not tag:
             found.pools.append((instance_type, zone, start, end, held))
+            continue
+        if tag == 2:
+            returned += 1
             continue
         if (begins := times.get(start)) is None:
             begins = times[start] = from_micros(start)
         if (ends := times.get(end)) is None:
             ends = times[end] = from_micros(end)
         found.account.append((instance_type, zone, begins, ends, held))
-    return found
+    return replace(found, returned=returned) if returned else found
 
 
 def read_holdings(connection: Connection, window: HoldingsWindow, every_type: bool) -> Holdings:

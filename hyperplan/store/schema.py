@@ -330,6 +330,80 @@ class SpotRun(Base):
     settled: Mapped[bool] = mapped_column(default=False)
 
 
+class ReturnQuote(Base):
+    """What returning part of a plan would give back and refund (services/plans/returns.py), valid until
+    `valid_until` (service time) and only while the plan is as it was (`fingerprint`: its segments then).
+    Used once: `used_at`."""
+
+    __tablename__ = "return_quotes"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)  # rq-<random>, what the caller names
+    plan_id: Mapped[int] = mapped_column(ForeignKey("training_plans.id"), index=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    scope: Mapped[str] = mapped_column(Text)  # JSON: {"Kind": plan|segment|instances|tail, ...}
+    windows: Mapped[str] = mapped_column(Text)  # JSON: the windows returned (pool, start, end, count)
+    refund: Mapped[Decimal] = mapped_column(DecimalString)
+    currency: Mapped[str] = mapped_column(String(3))
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    valid_until: Mapped[datetime] = mapped_column(UTCDateTime)
+    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime, nullable=True)
+
+
+class PlanReturn(Base):
+    """A return carried out: the quote it followed, what it refunded, and the instance-hours it gave
+    back (the plan's refundable value is what it paid over every instance-hour it ever held)."""
+
+    __tablename__ = "plan_returns"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("training_plans.id"), index=True)
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
+    quote_id: Mapped[str] = mapped_column(ForeignKey("return_quotes.id"), unique=True)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+    scope: Mapped[str] = mapped_column(Text)
+    instance_hours: Mapped[float] = mapped_column(Float)
+    refund: Mapped[Decimal] = mapped_column(DecimalString)
+    currency: Mapped[str] = mapped_column(String(3))
+    # Where the refund went: "ledger" (money back: a ledger line, and a budget grew), "invoice reduced"
+    # or "invoice cancelled" (the plan's invoice still awaited approval: less to pay), "nothing".
+    settled: Mapped[str] = mapped_column(String(24), default="nothing")
+
+
+class ReturnedWindow(Base):
+    """Capacity a return gave back to the calendar: `count` instances of a pool over [start, end). The
+    instance-hours of it a later booking needed (the pool had no other free instance then) are resold,
+    and the returning account credited its share for each, once (services/plans/resale.py)."""
+
+    __tablename__ = "returned_windows"
+    __table_args__ = (Index("ix_returned_windows_pool", "instance_type", "availability_zone", "end"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    return_id: Mapped[int] = mapped_column(ForeignKey("plan_returns.id"), index=True)
+    plan_id: Mapped[int] = mapped_column(ForeignKey("training_plans.id"))
+    account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"))
+    instance_type: Mapped[str] = mapped_column(String(64))
+    availability_zone: Mapped[str] = mapped_column(String(64))
+    start: Mapped[datetime] = mapped_column(UTCDateTime)
+    end: Mapped[datetime] = mapped_column(UTCDateTime)
+    count: Mapped[int] = mapped_column(Integer)
+    # What the returning account paid per instance-hour of it, and its resale share (the policy's, then).
+    price_per_instance_hour: Mapped[Decimal] = mapped_column(DecimalString)
+    resale_share: Mapped[Decimal] = mapped_column(DecimalString)
+
+
+class Resale(Base):
+    """Instances of a returned window a later plan's segment needed over [start, end): resold, and the
+    returning account credited `credited` for them (never more in all than it paid for the plan)."""
+
+    __tablename__ = "resales"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    window_id: Mapped[int] = mapped_column(ForeignKey("returned_windows.id"), index=True)
+    buyer_plan_id: Mapped[int] = mapped_column(ForeignKey("training_plans.id"), index=True)
+    start: Mapped[datetime] = mapped_column(UTCDateTime)
+    end: Mapped[datetime] = mapped_column(UTCDateTime)
+    count: Mapped[int] = mapped_column(Integer)
+    credited: Mapped[Decimal] = mapped_column(DecimalString)
+    at: Mapped[datetime] = mapped_column(UTCDateTime)
+
+
 class RegistryCredential(Base):
     """The user name and password a container runtime logs in to one registry with (`hyperplan registries
     set-credentials`; services/accounts/registry_credentials.py). The password is a Fernet token under the

@@ -175,6 +175,9 @@ class Purchase:
         self.booked = [(pool.key, s.start, s.end, claim.count) for pool, s in segments]
         self.facts: AccountFacts | None = None
         self.new_ids: NewIds | None = None  # PostgreSQL: drawn in the check
+        # Whether its pools held returned capacity over its windows (read with the holdings): only then
+        # may it be reselling some (services/plans/resale.py).
+        self.returned_seen = False
         self._terms: Terms | None = None
 
     def work_out(self) -> Terms:
@@ -209,7 +212,10 @@ class Purchase:
             facts, held, self.new_ids = found
         else:
             facts = _READS.read_facts(connection, account, self.name, self.offering_id)
-        _check(self.runtime, connection, facts, self.name, self.offering_id, self.claim, self.segments, held)
+        checked = _check(
+            self.runtime, connection, facts, self.name, self.offering_id, self.claim, self.segments, held
+        )
+        self.returned_seen = checked.returned > 0
         return facts
 
     def _facts_and_holdings(
@@ -253,9 +259,10 @@ def _check(
     claim: OfferingClaim,
     segments: Segments,
     already: tuple[Holdings, bool] | None = None,
-) -> None:
+) -> Holdings:
     """Every refusal a purchase can meet in the store, in the order the wire has always given them;
-    `already`: what is held, already read (read_facts_and_holdings), and whether of every type."""
+    `already`: what is held, already read (read_facts_and_holdings), and whether of every type. Returns
+    what is held, as read."""
     drain_state.refuse_if(drain_state.from_setting(facts.drain), "CreateTrainingPlan")
     if facts.name_taken:
         raise ResourceInUse(f"A training plan named {name!r} already exists in this account.")
@@ -277,6 +284,7 @@ def _check(
         adding = [(s.start, s.end, claim.count) for _, s in segments]
         low, high = quotas.hours_span(adding)
         quotas.check_hours_held(runtime, facts, held.of_account(None, low, high), adding)
+    return held
 
 
 class _Rows:

@@ -31,7 +31,15 @@ from hyperplan.core.spot import LENDING_TAG
 from hyperplan.errors import Conflict, HyperplanError, ResourceInUse, ResourceNotFound, ValidationError
 from hyperplan.services.accounts import acting, audit
 from hyperplan.services.accounts.accounts import Caller, get_account
-from hyperplan.services.plans import capacity_claims, lending, lifecycle, payments, plan_purchase, quotas
+from hyperplan.services.plans import (
+    capacity_claims,
+    lending,
+    lifecycle,
+    payments,
+    plan_purchase,
+    quotas,
+    resale,
+)
 from hyperplan.services.plans import tags as tag_store
 from hyperplan.services.plans.tags import Tag
 from hyperplan.services.runtime.context import ServiceContext
@@ -120,6 +128,8 @@ def create(
     def buy(session: Session) -> None:
         acting.act(session, caller.user_id)
         purchase.write(session)
+        if purchase.returned_seen:  # returned capacity in its pools (read with the holdings): resold?
+            resale.credit_for(session, runtime, resale.NewPlan(caller.account_id, name, purchase.booked), now)
         if tags:
             tag_store.put(session, caller.account_id, arn, tags)
         if LENDING_TAG in given:
