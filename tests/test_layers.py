@@ -244,6 +244,7 @@ EDGE_SURFACE: dict[str, set[str]] = {
         "payments",
         "quotas",
         "reclaim_warnings",
+        "returns",
         "tags",
         "usage",
     },

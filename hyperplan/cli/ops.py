@@ -73,23 +73,49 @@ def usage(
     ] = None,
     from_: Annotated[
         str | None,
-        typer.Option("--from", help="From this instant; default: 30 days before --to. " + TIME_HELP),
+        typer.Option(
+            "--from",
+            help="From this instant; default: 30 days before --to (--monthly: the first of the month two "
+            "months before). " + TIME_HELP,
+        ),
     ] = None,
     to: Annotated[str | None, typer.Option(help="Until this instant; default: now. " + TIME_HELP)] = None,
-    by_tag: Annotated[str | None, typer.Option(help="Group by this tag key's value too.")] = None,
+    by_tag: Annotated[
+        str | None, typer.Option(help="Group by this tag key's value too (daily only).")
+    ] = None,
+    monthly: Annotated[
+        bool,
+        typer.Option(
+            "--monthly",
+            help="Per account and calendar month: reserved, used, idle, lent, returned; paid, refunded, "
+            "credited, net cost.",
+        ),
+    ] = False,
     csv: Annotated[bool, typer.Option("--csv", help="CSV with a header line, for a spreadsheet.")] = False,
 ) -> None:
     """Instance-hours per account, pool and UTC day (service time): reserved by plans, used of them by
     the plans' clusters and jobs (never more than reserved), and on demand (work on no plan) apart;
-    lent to spot jobs by the plans, and run by the account's spot jobs, with their money."""
-    import csv as csv_module
-    import sys
-
+    lent to spot jobs by the plans, and run by the account's spot jobs, with their money; returned by
+    the plans, refunded and credited for resales. --monthly: the books per account and month."""
     from hyperplan.cli.times import iso_instants
-    from hyperplan.cli.views.ops import UsageTable
 
     window = iso_instants({"--from": from_, "--to": to})  # a bad time refused before any request
     from_, to = window["--from"], window["--to"]
+    if monthly:
+        if by_tag is not None:
+            raise typer.BadParameter(
+                "--by-tag groups the daily report only, not --monthly.", param_hint="--by-tag"
+            )
+        _monthly_usage(account, from_, to, csv)
+        return
+    _daily_usage(account, from_, to, by_tag, csv)
+
+
+def _daily_usage(
+    account: str | None, from_: str | None, to: str | None, by_tag: str | None, csv: bool
+) -> None:
+    from hyperplan.cli.views.ops import UsageTable
+
     with reporting_errors():
         rows = native_client().get("/api/v1/usage", account=account, to=to, tag=by_tag, **{"from": from_})[
             "Usage"
@@ -98,39 +124,83 @@ def usage(
         emit(rows, UsageTable)
         return
     tagged = by_tag is not None
-    writer = csv_module.writer(sys.stdout, lineterminator="\n")
-    writer.writerow(
+    # New columns go at the end: a sheet that reads the earlier ones by position still reads them.
+    header = [
+        "account",
+        *(["tag_value"] if tagged else []),
+        "instance_type",
+        "zone",
+        "day",
+        "reserved_instance_hours",
+        "used_instance_hours",
+        "plan_used_instance_hours",
+        "on_demand_instance_hours",
+        "lent_instance_hours",
+        "spot_instance_hours",
+        "spot_charged",
+        "lending_credited",
+        "returned_instance_hours",
+        "refunded",
+        "resale_credited",
+    ]
+    lines = [
         [
-            "account",
-            *(["tag_value"] if tagged else []),
-            "instance_type",
-            "zone",
-            "day",
-            "reserved_instance_hours",
-            "used_instance_hours",
-            "plan_used_instance_hours",
-            "on_demand_instance_hours",
-            "lent_instance_hours",
-            "spot_instance_hours",
-            "spot_charged",
-            "lending_credited",
+            r["Account"],
+            *([r["TagValue"]] if tagged else []),
+            r["InstanceType"],
+            r["AvailabilityZone"],
+            r["Day"],
+            r["ReservedInstanceHours"],
+            r["UsedInstanceHours"],
+            r["PlanUsedInstanceHours"],
+            r["OnDemandInstanceHours"],
+            r["LentInstanceHours"],
+            r["SpotInstanceHours"],
+            r["SpotCharged"],
+            r["LendingCredited"],
+            r["ReturnedInstanceHours"],
+            r["Refunded"],
+            r["ResaleCredited"],
         ]
+        for r in rows
+    ]
+    _write_csv(header, lines)
+
+
+MONTHLY_COLUMNS = (
+    ("account", "Account"),
+    ("month", "Month"),
+    ("reserved_instance_hours", "ReservedInstanceHours"),
+    ("plan_used_instance_hours", "PlanUsedInstanceHours"),
+    ("idle_instance_hours", "IdleInstanceHours"),
+    ("lent_instance_hours", "LentInstanceHours"),
+    ("returned_instance_hours", "ReturnedInstanceHours"),
+    ("paid", "Paid"),
+    ("refunded", "Refunded"),
+    ("credited", "Credited"),
+    ("net_cost", "NetCost"),
+)
+"""The monthly CSV's columns, each with the API member it holds."""
+
+
+def _monthly_usage(account: str | None, from_: str | None, to: str | None, csv: bool) -> None:
+    from hyperplan.cli.views.ops import MonthlyUsageTable
+
+    with reporting_errors():
+        books = native_client().get("/api/v1/usage/monthly", account=account, to=to, **{"from": from_})
+    if not csv:
+        emit(books, MonthlyUsageTable)
+        return
+    _write_csv(
+        [column for column, _member in MONTHLY_COLUMNS],
+        [[row[member] for _column, member in MONTHLY_COLUMNS] for row in books["Months"]],
     )
-    for r in rows:
-        writer.writerow(
-            [
-                r["Account"],
-                *([r["TagValue"]] if tagged else []),
-                r["InstanceType"],
-                r["AvailabilityZone"],
-                r["Day"],
-                r["ReservedInstanceHours"],
-                r["UsedInstanceHours"],
-                r["PlanUsedInstanceHours"],
-                r["OnDemandInstanceHours"],
-                r["LentInstanceHours"],
-                r["SpotInstanceHours"],
-                r["SpotCharged"],
-                r["LendingCredited"],
-            ]
-        )
+
+
+def _write_csv(header: list[str], lines: list[list[object]]) -> None:
+    import csv as csv_module
+    import sys
+
+    writer = csv_module.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(header)
+    writer.writerows(lines)

@@ -103,10 +103,29 @@ def _search_one_type(instance_type: str, count: int, request: dict[str, Any]) ->
         result = sagemaker_client().call(
             "SearchTrainingPlanOfferings", InstanceType=instance_type, InstanceCount=count, **request
         )
-    emit(
-        plain(result["TrainingPlanOfferings"]) if json_output() else result["TrainingPlanOfferings"],
-        Offerings,
-    )
+        offerings = _with_policies(result["TrainingPlanOfferings"])
+    emit(plain(offerings) if json_output() else offerings, Offerings)
+
+
+def _with_policies(offerings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each offering with the cancellation policy of its (first segment's) pool, as the native search
+    gives it: SageMaker's answer has no member for it, so the fleet's policies are asked for once."""
+    if not offerings:
+        return offerings
+    fleet = native_client().get("/api/v1/cancellation-policies")
+    by_pool = {(p["InstanceType"], p["AvailabilityZone"]): p["CancellationPolicy"] for p in fleet["Pools"]}
+    found = []
+    for offering in offerings:
+        first = offering["ReservedCapacityOfferings"][0]
+        policy = by_pool.get((first["InstanceType"], first["AvailabilityZone"]), fleet["Default"])
+        found.append({**offering, "CancellationPolicy": policy})
+    return found
+
+
+def _with_plan_policy(plan: dict[str, Any]) -> dict[str, Any]:
+    """DescribeTrainingPlan's answer with the plan's cancellation policy (the native plan's)."""
+    native = native_client().get(f"/api/v1/training-plans/{plan['TrainingPlanName']}")
+    return {**plan, "CancellationPolicy": native["CancellationPolicy"]}
 
 
 def _search_types(types: list[tuple[str, int]], request: dict[str, Any]) -> None:
@@ -128,23 +147,24 @@ def buy(
     name: str,
     offering_id: Annotated[str, typer.Option(help="An id from `hyperplan plans search`.")],
 ) -> None:
-    """Buy an offering as a plan named NAME. Purchases are final."""
+    """Buy an offering as a plan named NAME. It can be returned only as the fleet's cancellation policy
+    allows (shown with the offering; under strict, the default, purchases are final)."""
     from hyperplan.cli.views.plans import PlanDetail
 
     with reporting_errors():
         client = sagemaker_client()
         arn = client.call("CreateTrainingPlan", TrainingPlanName=name, TrainingPlanOfferingId=offering_id)
-        plan = client.call("DescribeTrainingPlan", TrainingPlanName=name)
+        plan = _with_plan_policy(client.call("DescribeTrainingPlan", TrainingPlanName=name))
     emit({"TrainingPlanArn": arn["TrainingPlanArn"]} if json_output() else plan, PlanDetail)
 
 
 @app.command("show")
 def show(name: str) -> None:
-    """Show one plan and its reserved capacities."""
+    """Show one plan, its reserved capacities and its cancellation policy."""
     from hyperplan.cli.views.plans import PlanDetail
 
     with reporting_errors():
-        plan = sagemaker_client().call("DescribeTrainingPlan", TrainingPlanName=name)
+        plan = _with_plan_policy(sagemaker_client().call("DescribeTrainingPlan", TrainingPlanName=name))
     emit(plain(plan) if json_output() else plan, PlanDetail)
 
 
@@ -215,7 +235,7 @@ def extend(
     name: str,
     offering_id: Annotated[str, typer.Option(help="An id from `hyperplan plans extend-search`.")],
 ) -> None:
-    """Buy an extension. Purchases are final."""
+    """Buy an extension: part of the plan from then on, returned as its cancellation policy allows."""
     from hyperplan.cli.views.plans import ExtensionsTable
 
     with reporting_errors():
@@ -314,3 +334,94 @@ def lending(
         else:
             result = client.get(path)
     emit(result, LendingDetail)
+
+
+@app.command("quote-return")
+def quote_return(
+    name: str,
+    segment: Annotated[
+        int | None, typer.Option(help="Return this segment (its number: rc1 is 1); none: the whole plan.")
+    ] = None,
+    instances: Annotated[
+        int | None, typer.Option(help="With --segment: return this many of its instances.")
+    ] = None,
+    from_: Annotated[
+        str | None,
+        typer.Option(
+            "--from",
+            help="With --segment: return its tail from this 11:30 UTC boundary, or `next` (the first "
+            "boundary ahead). " + TIME_HELP,
+        ),
+    ] = None,
+) -> None:
+    """Ask what returning part of a plan (or all of it) would give back and refund now, under its
+    cancellation policy; carry it out with `hyperplan plans return --quote ID` while the quote is valid."""
+    if segment is None and (instances is not None or from_ is not None):
+        raise typer.BadParameter("--instances and --from go with --segment")
+    if instances is not None and from_ is not None:
+        raise typer.BadParameter("give --instances or --from, not both")
+    body: dict[str, Any] = {}
+    if segment is not None:
+        body["Segment"] = segment
+    if instances is not None:
+        body["Instances"] = instances
+    if from_ is not None:
+        body["From"] = from_ if from_ == "next" else _boundary(from_)
+    with reporting_errors():
+        result = native_client().post(f"/api/v1/training-plans/{name}/return-quotes", body)
+    emit(result, _quote_lines)
+
+
+def _boundary(text: str) -> str:
+    from hyperplan.cli.times import iso_instants
+
+    when = iso_instants({"--from": text})["--from"]
+    assert when is not None  # given
+    return when
+
+
+@app.command("return")
+def return_plan(
+    quote: Annotated[str, typer.Option(help="A quote's id, from `hyperplan plans quote-return`.")],
+) -> None:
+    """Carry out a return quote: the capacity goes back to the fleet and the refund is paid as quoted;
+    refused when the quote expired, was used, or the plan changed since (ask for a new one)."""
+    with reporting_errors():
+        result = native_client().post(f"/api/v1/return-quotes/{quote}/return", {})
+    emit(result, _return_lines)
+
+
+def _quote_lines(result: dict[str, Any]) -> str:
+    lines = [
+        f"Quote {result['QuoteId']} for {result['TrainingPlanName']}, valid until {result['ValidUntil']}:",
+        *_returned_lines(result),
+        f"  refund: {result['Refund']} {result['CurrencyCode']}",
+        f"  policy: {result['Policy']['Description']}",
+        f"Carry it out with: hyperplan plans return --quote {result['QuoteId']}",
+    ]
+    return "\n".join(lines)
+
+
+def _return_lines(result: dict[str, Any]) -> str:
+    lines = [
+        f"{result['TrainingPlanName']} ({result['Status']}): returned as quoted in {result['QuoteId']}.",
+        *_returned_lines(result),
+        f"  refund: {result['Refund']} {result['CurrencyCode']} ({result['RefundSettled']})",
+    ]
+    return "\n".join(lines)
+
+
+def _returned_lines(result: dict[str, Any]) -> list[str]:
+    lines = ["  returned:"]
+    lines += [
+        f"    {w['InstanceCount']} x {w['InstanceType']} in {w['AvailabilityZone']}, "
+        f"{w['StartTime']} to {w['EndTime']}"
+        for w in result["Returned"]
+    ]
+    lines.append("  segments after:" if result["Segments"] else "  segments after: none")
+    lines += [
+        f"    {s['ReservedCapacityArn'].rpartition('-')[2]}: {s['InstanceCount']} x {s['InstanceType']} in "
+        f"{s['AvailabilityZone']}, {s['StartTime']} to {s['EndTime']}"
+        for s in result["Segments"]
+    ]
+    return lines

@@ -14,7 +14,7 @@ from typing import Any
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from hyperplan.console import admin, clusters, favicon, jobs, plans, signin
+from hyperplan.console import admin, clusters, favicon, jobs, plans, signin, usage
 from hyperplan.console.web import PREFIX, Console, ConsoleRequest, ConsoleRoute, Page, Redirect
 from hyperplan.core.rate_limits import RequestClass
 from hyperplan.errors import UnknownRoute
@@ -73,7 +73,10 @@ def routes() -> list[BaseRoute]:
         post("/plans/{name}/extension-policy/off", plans.clear_extension_policy),
         post("/plans/{name}/lending", plans.set_lending),
         post("/plans/{name}/lending/off", plans.clear_lending),
+        post("/plans/{name}/return-quote", plans.quote_return),
+        post("/plans/{name}/return", plans.carry_out_return, purchase),
         get("/capacity", plans.capacity),
+        get("/usage", usage.usage_page),
         get("/clusters", clusters.clusters_list),
         get("/new-cluster", clusters.new_cluster),
         post("/new-cluster", clusters.create_cluster),

@@ -1,9 +1,11 @@
 """Training plans: the list, the search, review and purchase, a plan's page, its extensions, its
-automatic extension policy and its lending of idle instances; and the capacity at a glance.
+automatic extension policy, its lending of idle instances and the return of its capacity (a quote, then
+its confirmation); and the capacity at a glance. Every offering and plan shows its pool's cancellation
+policy (core/cancellation_words.py).
 
 Handlers translate between forms and the services the API uses (plans, extensions, extension_policy,
-lending, plan_views, account_views, console_views); a refusal is shown next to the field it names, and
-changes nothing.
+lending, returns, plan_views, account_views, console_views); a refusal is shown next to the field it
+names, and changes nothing.
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ from hyperplan.console.forms import FieldErrors, Fields, place
 from hyperplan.console.lengths import OfferingLength, offering_length
 from hyperplan.console.timeline import Window
 from hyperplan.console.web import ConsoleRequest, Page, Redirect
+from hyperplan.core.cancellation_words import policies_for, policy_for, policy_words
+from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.reclaim_warnings import MAX_POLICY_DAYS
+from hyperplan.core.returns import Scope
 from hyperplan.core.search_request import SearchRequest
 from hyperplan.errors import HyperplanError, ValidationError
 from hyperplan.services.orchestration import account_views, console_views
 from hyperplan.services.orchestration.console_views import OfferingView, PoolTimeline
-from hyperplan.services.plans import extension_policy, extensions, lending, plan_views, plans
+from hyperplan.services.plans import extension_policy, extensions, lending, plan_views, plans, returns
 from hyperplan.services.plans.extension_policy import PolicyView
 from hyperplan.services.plans.lending import LendingView
 from hyperplan.services.plans.plan_views import PlanView
@@ -46,6 +51,8 @@ NOTICES = {
     "policy-cleared": "Automatic extension turned off.",
     "lending-set": "Lending saved: the plan lends its idle instances.",
     "lending-cleared": "Lending stopped: the plan lends nothing.",
+    "returned": "Capacity returned: the plan's reserved capacities below are what it keeps; the refund is "
+    "credited to the account (or taken off the plan's pending invoice).",
 }
 # Where a refusal of the extension policy's service is shown: the field whose name its message gives first.
 POLICY_FIELDS = {
@@ -62,6 +69,23 @@ POLICY_PANEL = "#extension-policy"
 LENDING_FIELDS = {"Notice": "lending_notice", "MinRun": "lending_min_run", "StopMargin": "lending_margin"}
 LENDING_LABELS = {"lending_notice": "Notice", "lending_min_run": "Minimum run", "lending_margin": "Margin"}
 LENDING_PANEL = "#lending"
+# The return form: what can be returned (core/returns.py's scopes, in the words the form shows), and where
+# a refusal is shown: the field whose name the service's message gives first.
+RETURN_SCOPES = {
+    "plan": "The whole plan",
+    "segment": "A segment",
+    "instances": "Some instances of a segment",
+    "tail": "A segment's tail, from a date",
+}
+RETURN_FIELDS = {
+    "Segment": "return_segment",
+    "segment": "return_segment",
+    "Instances": "return_instances",
+    "instances": "return_instances",
+    "From": "return_from",
+    "boundary": "return_from",
+}
+RETURN_PANEL = "#returns"
 
 
 def plans_list(request: ConsoleRequest) -> Page:
@@ -125,6 +149,7 @@ def search(request: ConsoleRequest) -> Page:
         values,
         offerings=offerings,
         lengths=[_length(request, offering, timedelta(days=days)) for offering in offerings],
+        policies=[_offering_policy(request, offering) for offering in offerings],
         timelines=timelines,
         window=_window(timelines),
         marks=_marks(offerings),
@@ -178,6 +203,12 @@ def _window(timelines: list[PoolTimeline]) -> Window | None:
     return Window(timelines[0].start, timelines[0].end) if timelines else None
 
 
+def _offering_policy(request: ConsoleRequest, offering: OfferingView) -> str:
+    """The words of the cancellation policy a plan bought from this offering would have: its (first
+    segment's) pool's, as the native search answers it."""
+    return policy_words(policy_for(request.runtime.fleet, offering.segments[0].segment.pool_key))
+
+
 def _offering_window(offering: OfferingView) -> Window:
     return Window.around([(s.segment.start, s.segment.end) for s in offering.segments])
 
@@ -192,6 +223,7 @@ def _review_context(request: ConsoleRequest, offering: OfferingView) -> dict[str
         "offering": offering,
         "window": _offering_window(offering),
         "length": _length(request, offering, None),
+        "policy": _offering_policy(request, offering),
     }
 
 
@@ -236,6 +268,9 @@ def _plan_page(request: ConsoleRequest, **extra: Any) -> Page:
     policy = extension_policy.get_policy(runtime, caller, plan.name)
     lent = lending.view(runtime, caller, plan.name)
     spot = runtime.fleet.spot
+    cancellation = policies_for(
+        runtime.fleet, [(s.instance_type, s.availability_zone) for s in plan.segments]
+    )
     context: dict[str, Any] = {
         "plan": plan,
         "events": history.events,
@@ -263,9 +298,20 @@ def _plan_page(request: ConsoleRequest, **extra: Any) -> Page:
             "lending_margin": int(spot.stop_margin.total_seconds()),
         },
         "lending_max_notice": int(spot.max_notice.total_seconds()),
+        "cancellation": [policy_words(policy) for policy in cancellation],
+        "returns_allowed": any(policy.allows_returns for policy in cancellation),
+        "plan_ended": PlanStatus(plan.status).is_final,
+        "return_scopes": RETURN_SCOPES,
+        "boundary": f"{runtime.fleet.policy.segment_end:%H:%M}",
+        "return_segments": [(_ordinal(s.arn), s) for s in plan.segments if s.holds_capacity],
+        "return_values": {"return_scope": "plan"},
+        "return_errors": {},
+        "quote": None,
     }
     context.update(extra)
-    refused = context["errors"] or context["policy_errors"] or context["lending_errors"]
+    refused = (
+        context["errors"] or context["policy_errors"] or context["lending_errors"] or context["return_errors"]
+    )
     return Page("plan.html", context, status=400 if refused else 200)
 
 
@@ -418,6 +464,68 @@ def _lending_seconds(fields: Fields, name: str) -> int | None:
         fields.errors[name] = f"{label} must be a whole number of seconds."
         return None
     return int(text) if text else None
+
+
+# -- returning a plan's capacity -------------------------------------------------------------------------
+
+
+def quote_return(request: ConsoleRequest) -> Page:
+    """Ask what returning the form's scope would give back and refund; the plan's page shows the quote
+    with a button that carries it out (valid for the policy's few minutes of service time). The form
+    checks only the shape of its fields; what may be returned is the service's to say, next to the field
+    its message names. Another account's plan is a 404 page, as everywhere."""
+    plan = plan_views.describe(request.runtime, request.caller, request.path["name"])
+    values = request.form.values()
+    fields = Fields(request.form)
+    scope = _return_scope(fields, request.now)
+    try:
+        fields.check()
+        assert scope is not None
+        quoted = returns.quote(request.runtime, request.caller, plan.name, scope)
+    except FieldErrors as exc:
+        return _plan_page(request, return_values=values, return_errors=exc.errors)
+    except HyperplanError as exc:
+        return _plan_page(request, return_values=values, return_errors=place(exc, RETURN_FIELDS).errors)
+    return _plan_page(request, return_values=values, quote=quoted, quote_policy=policy_words(quoted.policy))
+
+
+def carry_out_return(request: ConsoleRequest) -> Page | Redirect:
+    """Carry out the quote the confirm button holds, then back to the plan's page (post-redirect-get);
+    a quote that expired, was used, or whose plan changed since is refused with the service's words."""
+    plan = plan_views.describe(request.runtime, request.caller, request.path["name"])
+    try:
+        returns.carry_out(request.runtime, request.caller, request.form.get("quote_id"))
+    except HyperplanError as exc:
+        return _plan_page(request, return_errors={"": exc.message})
+    return Redirect(f"/plans/{_quoted(plan.name)}?notice=returned{RETURN_PANEL}")
+
+
+def _return_scope(fields: Fields, now: datetime) -> Scope | None:
+    """The form's scope: its kind, and the segment, count or date the kind needs (others are ignored)."""
+    kind = fields.text("return_scope", "What to return", max_length=16)
+    if kind not in RETURN_SCOPES:
+        fields.errors["return_scope"] = "Choose what to return: " + ", ".join(RETURN_SCOPES) + "."
+        return None
+    if kind == "plan":
+        return Scope("plan")
+    ordinal = _form_number(fields, "return_segment", "Segment")
+    instances = _form_number(fields, "return_instances", "Instances") if kind == "instances" else None
+    start = fields.moment("return_from", "From", now) if kind == "tail" else None
+    return Scope(kind, ordinal=ordinal, instances=instances, start=start)
+
+
+def _form_number(fields: Fields, name: str, label: str) -> int | None:
+    """A whole number of at least 1; its bounds (a segment the plan has, a count it may leave) are the
+    service's."""
+    text = fields.text(name, label, max_length=16)
+    if text and not (text.isascii() and text.isdigit() and int(text) >= 1):
+        fields.errors[name] = f"{label} must be a whole number of at least 1."
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
+def _ordinal(arn: str) -> int:
+    """A reserved capacity's number in its plan, from its ARN (reserved-capacity/PLAN-rcN)."""
+    return int(arn.rsplit("-rc", 1)[1])
 
 
 # -- capacity --------------------------------------------------------------------------------------------

@@ -12,6 +12,10 @@ its terms, so "used <= reserved" holds exactly, and still after the one division
 Money (a spot run's charge, a lending plan's credit) is not spread over the time it paid for: each
 amount counts whole on the UTC day of its instant (`amounts_per_day`), so a day's figure is what the
 ledger wrote that day.
+
+The monthly books (`months`) fold an account's days into calendar months: reserved, used, lent and
+returned time, and the money of each (paid, refunded, credited); idle time and the net cost are derived
+there, in one place, so that every reader (API, CLI, console) shows the same arithmetic.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
-from decimal import Decimal
+from decimal import ROUND_DOWN, Decimal
 
 Pool = tuple[str, str]  # instance type, availability zone
 PoolDay = tuple[Pool, date]
@@ -126,3 +130,96 @@ def _steps(changes: list[tuple[datetime, int, int]]) -> Iterator[tuple[datetime,
 def _next_midnight(moment: datetime) -> datetime:
     midnight = moment.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     return midnight + timedelta(days=1)
+
+
+# The monthly books (`hyperplan usage --monthly`): each account's days folded into its months.
+
+
+@dataclass(frozen=True)
+class DayBooks:
+    """What one account's day adds to its month: a usage row's figures (any pool), or a payment alone.
+
+    ``used`` is the reserved time the plans' consumers used (never more than reserved, plan_days);
+    ``credited`` every credit of the day (resales of returned capacity, lending to spot jobs); ``paid``
+    what left the account that day (plans' and extensions' fees, on-demand and spot charges)."""
+
+    account: str
+    day: date
+    reserved: timedelta = NOTHING
+    used: timedelta = NOTHING
+    lent: timedelta = NOTHING
+    returned: timedelta = NOTHING
+    refunded: Decimal = Decimal(0)
+    credited: Decimal = Decimal(0)
+    paid: Decimal = Decimal(0)
+
+
+@dataclass(frozen=True)
+class MonthBooks:
+    """One account's UTC calendar month (``month``: its first day), inside the report's window."""
+
+    account: str
+    month: date
+    reserved: timedelta = NOTHING
+    used: timedelta = NOTHING
+    lent: timedelta = NOTHING
+    returned: timedelta = NOTHING
+    refunded: Decimal = Decimal(0)
+    credited: Decimal = Decimal(0)
+    paid: Decimal = Decimal(0)
+
+    @property
+    def idle(self) -> timedelta:
+        """Reserved time neither used nor lent; never below zero (a spot run still open is counted
+        lent until now, and may overlap a consumer's claim recorded at the same instant)."""
+        return max(NOTHING, self.reserved - self.used - self.lent)
+
+    @property
+    def net_cost(self) -> Decimal:
+        """What the month cost the account: paid, less what was refunded and credited back."""
+        return self.paid - self.refunded - self.credited
+
+    def plus(self, day: DayBooks) -> MonthBooks:
+        return MonthBooks(
+            account=self.account,
+            month=self.month,
+            reserved=self.reserved + day.reserved,
+            used=self.used + day.used,
+            lent=self.lent + day.lent,
+            returned=self.returned + day.returned,
+            refunded=self.refunded + day.refunded,
+            credited=self.credited + day.credited,
+            paid=self.paid + day.paid,
+        )
+
+
+def month_of(day: date) -> date:
+    """The first day of a day's calendar month: the key of its month."""
+    return day.replace(day=1)
+
+
+def months(days: Iterable[DayBooks]) -> list[MonthBooks]:
+    """The days added up per account and calendar month, ordered by account, then month. Time stays in
+    timedeltas until the reader divides it into hours, so a month's used never exceeds its reserved."""
+    books: dict[tuple[str, date], MonthBooks] = {}
+    for day in days:
+        key = (day.account, month_of(day.day))
+        books[key] = books.get(key, MonthBooks(*key)).plus(day)
+    return [books[key] for key in sorted(books)]
+
+
+def split(amount: Decimal, weights: list[Decimal], places: int) -> list[Decimal]:
+    """``amount`` shared in proportion to ``weights`` (at least one of them positive), each share in the
+    currency's minor unit, the shares adding up to exactly ``amount`` (each boundary of the running total
+    is rounded down, so no unit is lost or made). A refund of a return that gave back windows of several
+    pools is split so over their pools."""
+    total = sum(weights, start=Decimal(0))
+    unit = Decimal(1).scaleb(-places)
+    shares, running, before = [], Decimal(0), Decimal(0)
+    for index, weight in enumerate(weights):
+        running += weight
+        last = index == len(weights) - 1
+        upto = amount if last else (amount * running / total).quantize(unit, rounding=ROUND_DOWN)
+        shares.append(upto - before)
+        before = upto
+    return shares

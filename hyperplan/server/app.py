@@ -20,6 +20,7 @@ from hyperplan.server import (
     native,
     native_auto_book,
     native_buckets,
+    native_cancellation,
     native_clusters,
     native_exec,
     native_extension_policy,
@@ -28,6 +29,7 @@ from hyperplan.server import (
     native_offerings,
     native_ops,
     native_registries,
+    native_returns,
     native_users,
     native_webhooks,
 )
@@ -107,7 +109,11 @@ def create_app(
         *native_auto_book.routes(),  # a training job that books its own capacity
         *native_extension_policy.routes(),  # a plan's automatic extensions
         *native_lending.routes(),  # a plan's lending of its idle instances to spot jobs
+        *native_returns.routes(),  # a plan's capacity returned: quote, then return
         *native_ops.routes(),  # audit trail, drain (docs/OPERATIONS.md)
+        # cancellation policies, the fleet's and a plan's: after every other route, as its plan path
+        # (/api/v1/training-plans/{plan:path}) would also match theirs
+        *native_cancellation.routes(),
         *console_routes(),  # the web console under /console (hyperplan/console)
     ]
     limits = limits or ServerLimits()

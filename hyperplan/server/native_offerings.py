@@ -2,7 +2,8 @@
 types"): SearchTrainingPlanOfferings' search for up to eight types at once, each with its own count.
 
 Each offering is answered as SearchTrainingPlanOfferings answers it, plus the type and count it is
-for; its id is the same signed id CreateTrainingPlan takes. Handlers translate; the order and the
+for and the cancellation policy of its pool (`CancellationPolicy`: docs/RETURNS.md); its id is the same
+signed id CreateTrainingPlan takes. Handlers translate; the order and the
 rules live in hyperplan/core/search_across.py and hyperplan.services.plans.plans.
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 from starlette.routing import Route
 
 from hyperplan.clock import parse_instant
+from hyperplan.core.cancellation_words import policy_for, policy_json
 from hyperplan.core.jsonable import jsonable, zulu_time
 from hyperplan.core.page_bytes import fitting, utf8_bytes
 from hyperplan.core.rate_limits import RequestClass
@@ -53,9 +55,12 @@ def search_offerings(request: NativeRequest) -> dict[str, Any]:
 
 def _offering_json(request: NativeRequest, signed: SignedOffering) -> dict[str, Any]:
     """One offering as SearchTrainingPlanOfferings answers it (its times as the native API writes
-    them), plus the type and count it was searched for."""
+    them), plus the type and count it was searched for and what a return of it would refund: the
+    policy of its (first segment's) pool, which a plan bought from it keeps."""
     searched = {"InstanceType": signed.request.instance_type, "InstanceCount": signed.request.instance_count}
-    result: dict[str, Any] = jsonable({**wire_offering(request.runtime, signed), **searched}, zulu_time)
+    policy = policy_for(request.runtime.fleet, signed.offering.segments[0].pool_key)
+    added = {**searched, "CancellationPolicy": policy_json(policy)}
+    result: dict[str, Any] = jsonable({**wire_offering(request.runtime, signed), **added}, zulu_time)
     return result
 
 

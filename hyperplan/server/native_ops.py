@@ -1,8 +1,10 @@
 """Native routes for operating the fleet (docs/OPERATIONS.md): the audit trail (read only: nothing in
-the API changes a record) and drain and resume."""
+the API changes a record), drain and resume, and usage (per account, pool and day, or per account and
+month: the monthly books)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from starlette.routing import Route
@@ -13,6 +15,7 @@ from hyperplan.server.native import NativeRequest, NativeRoute
 from hyperplan.services.accounts.audit import AuditView
 from hyperplan.services.orchestration import audit_views, drain
 from hyperplan.services.plans import usage
+from hyperplan.services.plans.payments import fleet_currency
 from hyperplan.services.runtime.drain_state import DrainState
 
 
@@ -68,12 +71,18 @@ def resume(request: NativeRequest) -> dict[str, Any]:
     return _drain_json(drain.resume(request.runtime, request.caller))
 
 
-def show_usage(request: NativeRequest) -> dict[str, Any]:
-    query = request.query
+def _usage_window(request: NativeRequest) -> dict[str, datetime | None]:
+    """The report's `from` and `to` query values, as instants (None: the report's default)."""
     instants = {}
     for name in ("from", "to"):
-        text = fields.query_text(query, name, max_length=64)
+        text = fields.query_text(request.query, name, max_length=64)
         instants[name] = parse_instant(text) if text else None
+    return instants
+
+
+def show_usage(request: NativeRequest) -> dict[str, Any]:
+    query = request.query
+    instants = _usage_window(request)
     rows = usage.usage(
         request.runtime,
         request.caller,
@@ -98,9 +107,43 @@ def show_usage(request: NativeRequest) -> dict[str, Any]:
                 "SpotInstanceHours": row.spot_instance_hours,
                 "SpotCharged": str(row.spot_charged),  # money as a decimal string, never a float
                 "LendingCredited": str(row.lending_credited),
+                "ReturnedInstanceHours": row.returned_instance_hours,
+                "Refunded": str(row.refunded),
+                "ResaleCredited": str(row.resale_credited),
             }
             for row in rows
         ]
+    }
+
+
+def show_monthly_usage(request: NativeRequest) -> dict[str, Any]:
+    """The monthly books: per account and calendar month, the same scoping as /api/v1/usage."""
+    instants = _usage_window(request)
+    rows = usage.monthly_usage(
+        request.runtime,
+        request.caller,
+        account_ref=fields.query_text(request.query, "account", max_length=64) or None,
+        start=instants["from"],
+        end=instants["to"],
+    )
+    return {
+        "Currency": fleet_currency(request.runtime.fleet),
+        "Months": [
+            {
+                "Account": row.account,
+                "Month": row.month,
+                "ReservedInstanceHours": row.reserved_instance_hours,
+                "PlanUsedInstanceHours": row.plan_used_instance_hours,
+                "IdleInstanceHours": row.idle_instance_hours,
+                "LentInstanceHours": row.lent_instance_hours,
+                "ReturnedInstanceHours": row.returned_instance_hours,
+                "Paid": str(row.paid),  # money as a decimal string, never a float
+                "Refunded": str(row.refunded),
+                "Credited": str(row.credited),
+                "NetCost": str(row.net_cost),
+            }
+            for row in rows
+        ],
     }
 
 
@@ -111,4 +154,5 @@ def routes() -> list[Route]:
         NativeRoute("POST", "/api/v1/drain", start_drain, admin=True, body=("StopRunning",)),
         NativeRoute("POST", "/api/v1/resume", resume, admin=True),
         NativeRoute("GET", "/api/v1/usage", show_usage, query=("account", "from", "to", "tag")),
+        NativeRoute("GET", "/api/v1/usage/monthly", show_monthly_usage, query=("account", "from", "to")),
     ]

@@ -160,20 +160,25 @@ def test_plans_use_at_most_what_they_reserve_and_on_demand_work_is_counted_apart
         "SpotInstanceHours": 0.0,
         "SpotCharged": "0.00",
         "LendingCredited": "0.00",
+        "ReturnedInstanceHours": 0.0,
+        "Refunded": "0.00",
+        "ResaleCredited": "0.00",
     }
 
-    # The CLI's CSV: the earlier columns as they were, the two parts after them, then spot's four.
+    # The CLI's CSV: the earlier columns as they were, the two parts after them, then spot's four, then
+    # returns' three.
     csv = server.cli("usage", "--account", "admin", "--csv", "--from", window["from"], "--to", window["to"])
     header, *lines = csv.stdout.strip().splitlines()
     assert header == CSV_HEADER
-    assert lines[3] == f"admin,{P5},{ZONE},2027-01-03,34.5,56.5,32.5,24.0,0.0,0.0,0.00,0.00"
+    assert lines[3] == f"admin,{P5},{ZONE},2027-01-03,34.5,56.5,32.5,24.0,0.0,0.0,0.00,0.00,0.0,0.00,0.00"
     assert len(lines) == len(rows)
 
 
 CSV_HEADER = (
     "account,instance_type,zone,day,reserved_instance_hours,used_instance_hours,"
     "plan_used_instance_hours,on_demand_instance_hours,"
-    "lent_instance_hours,spot_instance_hours,spot_charged,lending_credited"
+    "lent_instance_hours,spot_instance_hours,spot_charged,lending_credited,"
+    "returned_instance_hours,refunded,resale_credited"
 )
 
 
@@ -266,7 +271,7 @@ def test_usage_shows_the_owner_its_lent_hours_and_credits_and_the_borrower_its_s
     csv = server.cli("usage", "--csv", "--from", window["from"], "--to", window["to"], credentials=borrower)
     assert csv.stdout.strip().splitlines() == [
         CSV_HEADER,
-        f"speech,{P5},{ZONE},2027-01-02,0.0,{lent},0.0,0.0,0.0,{lent},5.01,0.00",
+        f"speech,{P5},{ZONE},2027-01-02,0.0,{lent},0.0,0.0,0.0,{lent},5.01,0.00,0.0,0.00,0.00",
     ]
 
 

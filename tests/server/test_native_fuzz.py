@@ -193,6 +193,12 @@ def examples(invoice: str, webhook: str, spare_key: str, n: int) -> dict[str, Ex
         ),
         "GET /api/v1/training-plans/{plan}/lending": Example({"plan": "fuzz-plan"}),
         "DELETE /api/v1/training-plans/{plan}/lending": Example({"plan": "fuzz-plan"}),
+        "POST /api/v1/training-plans/{plan}/return-quotes": Example(
+            {"plan": "fuzz-plan"}, body={"Segment": 1, "Instances": 1 + n % 4}
+        ),
+        "POST /api/v1/return-quotes/{quote}/return": Example({"quote": f"rq-{n:032x}"}),
+        "GET /api/v1/training-plans/{plan}": Example({"plan": "fuzz-plan"}),
+        "GET /api/v1/cancellation-policies": Example(),
         "GET /api/v1/training-jobs/{name}/plans": Example({"name": "fuzz-job"}),
         "PUT /api/v1/training-jobs/{name}/plans/{plan}": Example({"name": "fuzz-job", "plan": "fuzz-plan"}),
         "DELETE /api/v1/training-jobs/{name}/plans/{plan}": Example(
@@ -285,6 +291,9 @@ def examples(invoice: str, webhook: str, spare_key: str, n: int) -> dict[str, Ex
         "POST /api/v1/resume": Example(),
         "GET /api/v1/usage": Example(
             query={**user, "from": "2026-12-01T00:00:00Z", "to": "2027-01-01T00:00:00Z", "tag": "team"}
+        ),
+        "GET /api/v1/usage/monthly": Example(
+            query={**user, "from": "2026-12-01T00:00:00Z", "to": "2027-01-01T00:00:00Z"}
         ),
     }
 

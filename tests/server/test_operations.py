@@ -355,7 +355,8 @@ def test_usage_of_a_plan_whose_nodes_ran_half_its_time_per_day_and_by_tag(
     assert header == (
         "account,instance_type,zone,day,reserved_instance_hours,used_instance_hours,"
         "plan_used_instance_hours,on_demand_instance_hours,"
-        "lent_instance_hours,spot_instance_hours,spot_charged,lending_credited"
+        "lent_instance_hours,spot_instance_hours,spot_charged,lending_credited,"
+        "returned_instance_hours,refunded,resale_credited"
     )
     assert len(body) == len(rows) and all(line.startswith(f"admin,{P5},") for line in body)
     # Another account sees only its own usage.

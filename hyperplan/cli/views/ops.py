@@ -1,4 +1,5 @@
-"""Operating the fleet: the audit trail, the drain state, usage per account."""
+"""Operating the fleet: the audit trail, the drain state, usage per account (per day, and the monthly
+books)."""
 
 from __future__ import annotations
 
@@ -45,14 +46,16 @@ class UsageTable:
     """Per account, pool and day: what the plans reserved, how much of it their clusters and jobs used
     (never more), and on-demand work apart, so that a plan's use is never mistaken for work on no plan;
     then managed spot training: the plans' instances lent, the account's spot jobs' hours, and the money
-    of each (what the spot runs were charged, what lending was credited). The spot columns are shown
-    only when a row has some: a fleet without spot work keeps its table as narrow as it was."""
+    of each (what the spot runs were charged, what lending was credited); then returns: the hours the
+    plans gave back, their refunds and the credits for their resales. The spot and the returns columns
+    are shown only when a row has some: a fleet without either keeps its table as narrow as it was."""
 
     rows: list[dict[str, Any]]
 
     def __rich__(self) -> TableView:
         tagged = any("TagValue" in r for r in self.rows)
         spot = any(_has_spot(r) for r in self.rows)
+        returns = any(_has_returns(r) for r in self.rows)
         columns = [
             "Account",
             *(["Tag"] if tagged else []),
@@ -63,6 +66,7 @@ class UsageTable:
             "Plan used h",
             "On-demand h",
             *(["Lent h", "Spot h", "Spot charged", "Lending credited"] if spot else []),
+            *(["Returned h", "Refunded", "Resale credited"] if returns else []),
         ]
         body = [
             [
@@ -75,6 +79,7 @@ class UsageTable:
                 f"{r['PlanUsedInstanceHours']:g}",
                 f"{r['OnDemandInstanceHours']:g}",
                 *(_spot_cells(r) if spot else []),
+                *(_returns_cells(r) if returns else []),
             ]
             for r in self.rows
         ]
@@ -98,3 +103,62 @@ def _spot_cells(row: dict[str, Any]) -> list[str]:
         row["SpotCharged"],
         row["LendingCredited"],
     ]
+
+
+def _has_returns(row: dict[str, Any]) -> bool:
+    """Whether a usage row has any return: hours given back, a refund, a resale's credit (a row of a
+    server from before returns has none of the members)."""
+    return bool(
+        row.get("ReturnedInstanceHours")
+        or Decimal(row.get("Refunded", "0"))
+        or Decimal(row.get("ResaleCredited", "0"))
+    )
+
+
+def _returns_cells(row: dict[str, Any]) -> list[str]:
+    return [f"{row['ReturnedInstanceHours']:g}", row["Refunded"], row["ResaleCredited"]]
+
+
+@dataclass(frozen=True)
+class MonthlyUsageTable:
+    """The monthly books, per account and calendar month: the plans' hours (reserved, used of them,
+    idle: neither used nor lent, lent to spot jobs, returned), then the money (paid, refunded, credited
+    for resales and lending) and the net cost that follows from it, in the fleet's currency."""
+
+    books: dict[str, Any]
+
+    def __rich__(self) -> TableView:
+        columns = [
+            "Account",
+            "Month",
+            "Reserved h",
+            "Used h",
+            "Idle h",
+            "Lent h",
+            "Returned h",
+            "Paid",
+            "Refunded",
+            "Credited",
+            "Net cost",
+        ]
+        body = [
+            [
+                m["Account"],
+                m["Month"],
+                *(
+                    f"{m[member]:g}"
+                    for member in (
+                        "ReservedInstanceHours",
+                        "PlanUsedInstanceHours",
+                        "IdleInstanceHours",
+                        "LentInstanceHours",
+                        "ReturnedInstanceHours",
+                    )
+                ),
+                *(m[member] for member in ("Paid", "Refunded", "Credited", "NetCost")),
+            ]
+            for m in self.books["Months"]
+        ]
+        return TableView(
+            f"Usage per month (instance-hours; money in {self.books['Currency']})", columns, body
+        )

@@ -29,19 +29,33 @@ def per_instance_hour(fee: str, count: int, hours: int, minutes: int) -> str:
 
 @dataclass(frozen=True)
 class Offerings:
-    """Search results: a table of segments per offering, and how to buy it."""
+    """Search results: a table of segments per offering, and how to buy it; and the cancellation policy
+    a plan bought from it would have, once for all when they share it (nearly always: one fleet's)."""
 
     offerings: list[dict[str, Any]]
 
     def __rich__(self) -> RenderableType:
         if not self.offerings:
             return Text("No offering fits. Try a wider window, fewer instances or a shorter duration.")
+        words = [policy_words(offering) for offering in self.offerings]
+        shared = len(set(words)) == 1
         parts: list[RenderableType] = []
         for number, offering in enumerate(self.offerings, start=1):
             offering_id = offering["TrainingPlanOfferingId"]
             parts.append(_offering_table(number, offering))
+            if not shared and words[number - 1]:
+                parts.append(Text(f"  returns: {words[number - 1]}"))
             parts.append(Text(f"  buy with: hyperplan plans buy NAME --offering-id {offering_id}\n"))
+        if shared and words[0]:
+            parts.append(Text(f"Returns: {words[0]}"))
         return Group(*parts)
+
+
+def policy_words(answer: dict[str, Any]) -> str:
+    """The words of the cancellation policy an offering or a plan carries (the native API's
+    `CancellationPolicy.Description`); empty when the answer has none."""
+    policy = answer.get("CancellationPolicy")
+    return str(policy.get("Description", "")) if isinstance(policy, dict) else ""
 
 
 @dataclass(frozen=True)
@@ -119,6 +133,9 @@ class PlanDetail:
             f"({plan['InUseInstanceCount']} in use, {plan['AvailableInstanceCount']} available); "
             f"{plan['UpfrontFee']} {plan['CurrencyCode']}",
         )
+        words = policy_words(plan)
+        if words:
+            heading.append(f"\n  returns: {words}")
         rows = [
             [
                 last_part(s["ReservedCapacityArn"]),

@@ -15,8 +15,17 @@ its spot jobs while it held its instances (lent by a plan or on demand), times i
 the run was charged; on the lending plan owner's rows, each run its plans lent instances to (open
 ones until now), and the owner's credit for it. Money counts on the UTC day its run ended (when it
 was settled, services/jobs/spot_money.py). Hours are cut at UTC midnights and at the asked window.
-Grouped by a tag key, reserved, plan-used and lent hours and credits carry the plan's value of that
-tag, on-demand and spot hours and charges the cluster's or the job's ("" when it has none).
+Returns (services/plans/returns.py): on the returning account's rows, the instance-hours each return gave
+back (its returned windows, on the days they cover), its refund whole on the UTC day of the return (when
+it was money back, a ledger line; not when it made an invoice awaiting approval smaller), and
+the credit for each resale of a returned window whole on the UTC day of the resale (services/plans/
+resale.py). A return whose windows lie in several pools has its refund split over them by their value.
+Grouped by a tag key, reserved, plan-used, lent and returned hours, credits and refunds carry the plan's
+value of that tag, on-demand and spot hours and charges the cluster's or the job's ("" when it has none).
+
+The monthly books (`monthly_usage`) fold the same days per account and calendar month, with what the
+account paid (core/usage.py `months`): every ledger line that took money out (plans' and extensions'
+fees, on-demand and spot charges), a budget set lower aside.
 """
 
 from __future__ import annotations
@@ -31,16 +40,21 @@ from typing import Any, TypeVar
 from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session
 
+from hyperplan.core import status_rows
 from hyperplan.core.jobs import RUNNING
 from hyperplan.core.usage import (
     NOTHING,
     Amount,
+    DayBooks,
+    MonthBooks,
     PoolDay,
     Span,
     Window,
     amounts_per_day,
     instance_time,
+    months,
     plan_days,
+    split,
 )
 from hyperplan.errors import AccessDenied, ValidationError
 from hyperplan.services.accounts import accounts
@@ -54,8 +68,12 @@ from hyperplan.store.schema import (
     ClusterNode,
     EndedNodeUsage,
     InstanceGroup,
+    LedgerEntry,
+    PlanReturn,
+    Resale,
     ReservedCapacity,
     ResourceTag,
+    ReturnedWindow,
     SpotRun,
     TrainingJob,
     TrainingJobTransition,
@@ -64,7 +82,10 @@ from hyperplan.store.schema import (
 
 MAX_DAYS = 400
 DEFAULT_DAYS = 30
+DEFAULT_MONTHS = 3  # the monthly report's default: this month and the two before
 HOUR = timedelta(hours=1)
+SECOND = timedelta(seconds=1)
+MICROSECOND = timedelta(microseconds=1)
 
 
 @dataclass(frozen=True)
@@ -82,6 +103,9 @@ class UsageRow:
     spot_charged: Decimal  # what its spot runs that ended that day were charged
     lending_credited: Decimal  # what its plans were credited for runs that ended that day
     tag_value: str | None = None  # grouped by a tag: its value ("" untagged)
+    returned_instance_hours: float = 0.0  # of its plans' capacity, given back by returns (those days)
+    refunded: Decimal = Decimal(0)  # what its returns made that day were refunded
+    resale_credited: Decimal = Decimal(0)  # what resales that day of capacity it returned credited it
 
 
 @dataclass
@@ -93,6 +117,26 @@ class _Hours:
     spot: timedelta = NOTHING
     spot_charged: Decimal = Decimal(0)
     lending_credited: Decimal = Decimal(0)
+    returned: timedelta = NOTHING
+    refunded: Decimal = Decimal(0)
+    resale_credited: Decimal = Decimal(0)
+
+
+@dataclass(frozen=True)
+class MonthRow:
+    """One account's calendar month (the part of it inside the report's window): the monthly books."""
+
+    account: str
+    month: str  # "2027-01"
+    reserved_instance_hours: float
+    plan_used_instance_hours: float  # of the reserved hours, those its plans' consumers used
+    idle_instance_hours: float  # reserved, neither used nor lent; never below 0
+    lent_instance_hours: float
+    returned_instance_hours: float
+    paid: Decimal  # plans' and extensions' fees paid that month, on-demand and spot charges
+    refunded: Decimal
+    credited: Decimal  # resales of returned capacity and lending to spot jobs
+    net_cost: Decimal  # paid - refunded - credited
 
 
 Key = tuple[str, str | None, PoolDay]  # account id, tag value, pool and day
@@ -110,33 +154,84 @@ def usage(
     tag_key: str | None = None,
 ) -> list[UsageRow]:
     now = runtime.clock.now()
-    window = _window(start, end, now)
-    hours: dict[Key, _Hours] = defaultdict(_Hours)
+    window = _window(start, end, now, _days_before)
     with runtime.db.read() as session:
         account_id = _scope(session, caller, account_ref)
-        names = {a.id: a.name for a in session.scalars(select(Account))}
-        tag_of = _tagger(session, tag_key)
-        for plan, segments, claims in _plans(session, account_id, window, now):
-            tag = tag_of(runtime.arn(plan.account_id, f"training-plan/{plan.name}"))
-            for pool_day, day in plan_days(segments, claims, window).items():
-                into = hours[(plan.account_id, tag, pool_day)]
-                into.reserved += day.reserved
-                into.plan_used += day.used
-        for owner, arn, span in _on_demand(session, runtime, account_id, window, now):
-            for pool_day, time in instance_time([span], window).items():
-                hours[(owner, tag_of(arn), pool_day)].on_demand += time
-        _add_spot(hours, _spot_runs(session, runtime, account_id, window, now), tag_of, window, account_id)
-    return _rows(hours, names, currency_places(fleet_currency(runtime.fleet)))
+        names = _names(session)
+        hours = _collect(session, runtime, account_id, window, now, _tagger(session, tag_key))
+    return _rows(hours, names, _places(runtime))
 
 
-def _window(start: datetime | None, end: datetime | None, now: datetime) -> Window:
+def monthly_usage(
+    runtime: ServiceContext,
+    caller: Caller,
+    *,
+    account_ref: str | None,
+    start: datetime | None,
+    end: datetime | None,
+) -> list[MonthRow]:
+    """Per account and calendar month: the daily figures added up, and what the account paid. Without
+    `start`, from the first of the month two months before `end`'s (three calendar months). Without
+    `end`, up to and including now: a fee paid at this very instant (under a manual clock, a purchase
+    just made) is in the books at once; the microsecond added is far below the hours' precision."""
+    now = runtime.clock.now()
+    window = _window(start, end or now + MICROSECOND, now, _months_before)
+    with runtime.db.read() as session:
+        account_id = _scope(session, caller, account_ref)
+        names = _names(session)
+        hours = _collect(session, runtime, account_id, window, now, _tagger(session, None))
+        paid = list(_payments(session, account_id, window))
+    days = [_day_books(key, figures) for key, figures in hours.items()]
+    return _month_rows(months(days + paid), names, _places(runtime))
+
+
+def _collect(
+    session: Session,
+    runtime: ServiceContext,
+    account_id: str | None,
+    window: Window,
+    now: datetime,
+    tag_of: Tagger,
+) -> dict[Key, _Hours]:
+    """Every figure of the report per account, tag value, pool and day."""
+    hours: dict[Key, _Hours] = defaultdict(_Hours)
+    for plan, segments, claims in _plans(session, account_id, window, now):
+        tag = tag_of(runtime.arn(plan.account_id, f"training-plan/{plan.name}"))
+        for pool_day, day in plan_days(segments, claims, window).items():
+            into = hours[(plan.account_id, tag, pool_day)]
+            into.reserved += day.reserved
+            into.plan_used += day.used
+    for owner, arn, span in _on_demand(session, runtime, account_id, window, now):
+        for pool_day, time in instance_time([span], window).items():
+            hours[(owner, tag_of(arn), pool_day)].on_demand += time
+    _add_spot(hours, _spot_runs(session, runtime, account_id, window, now), tag_of, window, account_id)
+    _add_returns(hours, session, runtime, account_id, window, tag_of)
+    return hours
+
+
+def _window(
+    start: datetime | None, end: datetime | None, now: datetime, default_start: Callable[[datetime], datetime]
+) -> Window:
     end = end or now
-    start = start or _midnight(end) - timedelta(days=DEFAULT_DAYS)
+    start = start or default_start(end)
     if end <= start:
         raise ValidationError(f"from ({start.isoformat()}) must be before to ({end.isoformat()}).")
     if end - start > timedelta(days=MAX_DAYS):
         raise ValidationError(f"A usage report covers at most {MAX_DAYS} days; ask for a shorter window.")
     return Window(start, end)
+
+
+def _days_before(end: datetime) -> datetime:
+    """The daily report's default start: 30 days before the midnight before its end."""
+    return _midnight(end) - timedelta(days=DEFAULT_DAYS)
+
+
+def _months_before(end: datetime) -> datetime:
+    """The monthly report's default start: the first of the month two months before its end's month."""
+    first = _midnight(end).replace(day=1)
+    for _ in range(DEFAULT_MONTHS - 1):
+        first = (first - timedelta(days=1)).replace(day=1)
+    return first
 
 
 def _plans(
@@ -304,6 +399,157 @@ def _present(amount: Amount | None) -> list[Amount]:
     return [amount] if amount is not None else []
 
 
+@dataclass(frozen=True)
+class _ReturnedSeen:
+    """A returned window with what the report needs of it: its account, its plan's ARN, its span."""
+
+    window: ReturnedWindow
+    plan_arn: str
+    span: Span
+
+
+def _add_returns(
+    hours: dict[Key, _Hours],
+    session: Session,
+    runtime: ServiceContext,
+    account_id: str | None,
+    window: Window,
+    tag_of: Tagger,
+) -> None:
+    """On the returning account's rows: the windows its returns gave back (on the days they cover), each
+    return's refund (on its day, over its windows' pools), each resale's credit (on the resale's day)."""
+    places = _places(runtime)
+    returned = (
+        select(ReturnedWindow, TrainingPlan)
+        .join(TrainingPlan, TrainingPlan.id == ReturnedWindow.plan_id)
+        .where(ReturnedWindow.start < window.end, ReturnedWindow.end > window.start)
+    )
+    for seen in _returned(session, runtime, _of_account(returned, ReturnedWindow.account_id, account_id)):
+        key = (seen.window.account_id, tag_of(seen.plan_arn))
+        for pool_day, time in instance_time([seen.span], window).items():
+            hours[(*key, pool_day)].returned += time
+    for plan_return, plan_arn, amounts in _refunds(session, runtime, account_id, window, places):
+        for pool_day, amount in amounts_per_day(amounts, window).items():
+            hours[(plan_return.account_id, tag_of(plan_arn), pool_day)].refunded += amount
+    resales = (
+        select(Resale, ReturnedWindow, TrainingPlan)
+        .join(ReturnedWindow, ReturnedWindow.id == Resale.window_id)
+        .join(TrainingPlan, TrainingPlan.id == ReturnedWindow.plan_id)
+        .where(Resale.at >= window.start, Resale.at < window.end)
+    )
+    for resale, returned_window, plan in session.execute(
+        _of_account(resales, ReturnedWindow.account_id, account_id)
+    ):
+        tag = tag_of(runtime.arn(plan.account_id, f"training-plan/{plan.name}"))
+        credit = Amount(_pool(returned_window), resale.at, resale.credited)
+        for pool_day, amount in amounts_per_day([credit], window).items():
+            hours[(returned_window.account_id, tag, pool_day)].resale_credited += amount
+
+
+def _returned(session: Session, runtime: ServiceContext, statement: Any) -> Iterator[_ReturnedSeen]:
+    for returned_window, plan in session.execute(statement):
+        arn = runtime.arn(plan.account_id, f"training-plan/{plan.name}")
+        span = Span(_pool(returned_window), returned_window.start, returned_window.end, returned_window.count)
+        yield _ReturnedSeen(returned_window, arn, span)
+
+
+def _refunds(
+    session: Session, runtime: ServiceContext, account_id: str | None, window: Window, places: int
+) -> Iterator[tuple[PlanReturn, str, list[Amount]]]:
+    """Each return made in the window: its plan's ARN and its refund as amounts at its instant, one per
+    pool of its windows, in proportion to the value each pool gave back (one pool: all of it there)."""
+    made = (
+        select(PlanReturn, TrainingPlan)
+        .join(TrainingPlan, TrainingPlan.id == PlanReturn.plan_id)
+        .where(PlanReturn.at >= window.start, PlanReturn.at < window.end)
+    )
+    for plan_return, plan in session.execute(_of_account(made, PlanReturn.account_id, account_id)):
+        if not _paid_back(session, plan_return):
+            continue
+        windows = session.scalars(
+            select(ReturnedWindow)
+            .where(ReturnedWindow.return_id == plan_return.id)
+            .order_by(ReturnedWindow.id)
+        ).all()
+        value: dict[tuple[str, str], Decimal] = defaultdict(Decimal)
+        for returned_window in windows:
+            seconds = (returned_window.end - returned_window.start) // SECOND * returned_window.count
+            value[_pool(returned_window)] += seconds * returned_window.price_per_instance_hour
+        pools = list(value) or [(plan.instance_type, "")]
+        weights = [value[pool] for pool in pools] if any(value.values()) else [Decimal(1)] * len(pools)
+        shares = split(plan_return.refund, weights, places)
+        arn = runtime.arn(plan.account_id, f"training-plan/{plan.name}")
+        yield (
+            plan_return,
+            arn,
+            [Amount(pool, plan_return.at, share) for pool, share in zip(pools, shares, strict=True)],
+        )
+
+
+def _paid_back(session: Session, plan_return: PlanReturn) -> bool:
+    """Whether the return's refund was money back (a ledger line). A refund that reduced or cancelled an
+    invoice still awaiting approval was not: it shows as less paid, and counting it refunded too would
+    count it twice."""
+    return plan_return.settled == "ledger"
+
+
+def _payments(session: Session, account_id: str | None, window: Window) -> Iterator[DayBooks]:
+    """What each account paid, per ledger line that took money out in the window: plans' and extensions'
+    fees, on-demand and spot charges. A budget set lower is a negative line too, but no payment."""
+    budget_lines = (status_rows.budget_line(True), status_rows.budget_line(False))
+    lines = select(LedgerEntry).where(
+        LedgerEntry.at >= window.start,
+        LedgerEntry.at < window.end,
+        LedgerEntry.description.not_in(budget_lines),
+    )
+    for line in session.scalars(_of_account(lines, LedgerEntry.account_id, account_id)):
+        if line.amount < 0:  # the store keeps amounts as decimal text: compared here, not in SQL
+            yield DayBooks(line.account_id, line.at.astimezone(UTC).date(), paid=-line.amount)
+
+
+def _day_books(key: Key, figures: _Hours) -> DayBooks:
+    account, _tag, (_pool_of_day, day) = key
+    return DayBooks(
+        account=account,
+        day=day,
+        reserved=figures.reserved,
+        used=figures.plan_used,
+        lent=figures.lent,
+        returned=figures.returned,
+        refunded=figures.refunded,
+        credited=figures.resale_credited + figures.lending_credited,
+    )
+
+
+def _month_rows(books: list[MonthBooks], names: dict[str, str], places: int) -> list[MonthRow]:
+    minor_unit = Decimal(1).scaleb(-places)
+    rows = [
+        MonthRow(
+            account=names.get(month.account, month.account),
+            month=month.month.strftime("%Y-%m"),
+            reserved_instance_hours=_hours(month.reserved),
+            plan_used_instance_hours=_hours(month.used),
+            idle_instance_hours=_hours(month.idle),
+            lent_instance_hours=_hours(month.lent),
+            returned_instance_hours=_hours(month.returned),
+            paid=month.paid.quantize(minor_unit),
+            refunded=month.refunded.quantize(minor_unit),
+            credited=month.credited.quantize(minor_unit),
+            net_cost=month.net_cost.quantize(minor_unit),
+        )
+        for month in books
+    ]
+    return sorted(rows, key=lambda row: (row.account, row.month))
+
+
+def _names(session: Session) -> dict[str, str]:
+    return {a.id: a.name for a in session.scalars(select(Account))}
+
+
+def _places(runtime: ServiceContext) -> int:
+    return currency_places(fleet_currency(runtime.fleet))
+
+
 def _rows(hours: dict[Key, _Hours], names: dict[str, str], places: int) -> list[UsageRow]:
     def order(key: Key) -> tuple[str, str, str, str, date]:
         account, tag, ((instance_type, zone), day) = key
@@ -329,6 +575,9 @@ def _rows(hours: dict[Key, _Hours], names: dict[str, str], places: int) -> list[
                 spot_charged=h.spot_charged.quantize(minor_unit),
                 lending_credited=h.lending_credited.quantize(minor_unit),
                 tag_value=tag,
+                returned_instance_hours=_hours(h.returned),
+                refunded=h.refunded.quantize(minor_unit),
+                resale_credited=h.resale_credited.quantize(minor_unit),
             )
         )
     return rows
@@ -338,7 +587,7 @@ def _hours(time: timedelta) -> float:
     return round(time / HOUR, 4)
 
 
-def _pool(segment: ReservedCapacity) -> tuple[str, str]:
+def _pool(segment: ReservedCapacity | ReturnedWindow) -> tuple[str, str]:
     return segment.instance_type, segment.availability_zone
 
 
