@@ -147,9 +147,12 @@ def check_run_as(run_as: RunAs | None) -> None:
 
 
 def not_yet(error: SlurmError) -> bool:
-    """sbatch refused the job because its reservation is not there (yet)."""
+    """sbatch refused the job because its reservation is not there (yet), or does not admit its user yet
+    (a managed spot job's user is added to the lending plan's reservation by the next reservation pass)."""
     detail = error.detail.lower()
-    return "reservation" in detail and ("invalid" in detail or "not found" in detail)
+    return "reservation" in detail and any(
+        word in detail for word in ("invalid", "not found", "access denied")
+    )
 
 
 class Submitter:

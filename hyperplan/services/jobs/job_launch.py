@@ -90,10 +90,11 @@ def launch(runtime: ServiceContext, job_id: int, attempt: int) -> None:
             with (
                 runtime.db.read() as session
             ):  # on Slurm: one allocation of `count` nodes in the reservation of the plan it was placed on
+                # (its own, or the one lending it idle nodes: a managed spot job, services/jobs/spot.py)
                 where = slurm_placement.placement(
                     runtime,
                     session,
-                    current.job.attempt_plan_id,
+                    current.job.attempt_plan_id or current.job.lent_plan_id,
                     current.job.instance_type,
                     group=f"job-{job_id}-attempt-{attempt}",
                     group_size=count,

@@ -21,7 +21,7 @@ from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.services.runtime.slurm_placement import reservation_name
 from hyperplan.services.slurm import slurm_on_demand
 from hyperplan.slurm.parse import Reservation
-from hyperplan.store.schema import Account, ReservedCapacity, TrainingPlan
+from hyperplan.store.schema import Account, ReservedCapacity, SpotRun, TrainingPlan
 
 _PAID = (PlanStatus.SCHEDULED, PlanStatus.ACTIVE)
 
@@ -48,6 +48,13 @@ class Desired:
     # reservation of its pool starts: its Slurm end is brought to `end` when it is later (never kept up
     # to the drift later, which could overlap the next one).
     ending: bool = False
+    # The OS users of the managed spot jobs the plan lends this segment's nodes to now (services/jobs/
+    # spot.py): admitted while their runs are open, the owner's user alone otherwise.
+    borrowers: tuple[str, ...] = ()
+
+    @property
+    def users(self) -> tuple[str, ...]:
+        return (self.user, *self.borrowers)
 
 
 def desired(session: Session, runtime: ServiceContext, real_now: datetime) -> list[Desired]:
@@ -66,6 +73,7 @@ def desired(session: Session, runtime: ServiceContext, real_now: datetime) -> li
         .order_by(ReservedCapacity.start, ReservedCapacity.id)
     ).all()
     slurm_pools = {pool.key for pool in runtime.fleet.pools if pool.nodes}
+    borrowers = _borrowers(session)
     lead = slurm_on_demand.lead(runtime)
     found = []
     for rc, plan, user in rows:
@@ -95,10 +103,26 @@ def desired(session: Session, runtime: ServiceContext, real_now: datetime) -> li
                 real_end,
                 early,
                 ending=clock.kind != "wall" and end - now <= lead,
+                borrowers=borrowers.get(rc.id, ()),
             )
         )
     pools_with_early = {want.pool for want in found if want.early}
     return [replace(want, ending=want.ending and want.pool in pools_with_early) for want in found]
+
+
+def _borrowers(session: Session) -> dict[int, tuple[str, ...]]:
+    """Each segment's borrowers now: the OS users of the accounts whose spot runs on it are open."""
+    rows = session.execute(
+        select(SpotRun.reserved_capacity_id, Account.os_user)
+        .join(Account, Account.id == SpotRun.account_id)
+        .where(SpotRun.ended_at.is_(None), SpotRun.reserved_capacity_id.is_not(None))
+        .order_by(SpotRun.id)
+    ).all()
+    found: dict[int, tuple[str, ...]] = {}
+    for segment_id, user in rows:
+        if segment_id is not None and user is not None and user not in found.get(segment_id, ()):
+            found[segment_id] = (*found.get(segment_id, ()), user)
+    return found
 
 
 # -- which nodes -------------------------------------------------------------------------------------------

@@ -39,9 +39,12 @@ def correct(
     if not same_nodes(have.nodes, nodes):
         changes["nodes"] = nodes
         said.append(f"nodes {compress(have.nodes)} -> {compress(nodes)}")
-    if tuple(have.users) != (want.user,):
-        changes["users"] = [want.user]
-        said.append(f"users {','.join(have.users) or 'none'} -> {want.user}")
+    if set(have.users) != set(want.users):
+        changes["users"] = list(want.users)
+        # Borrowers admitted and let go (spot lending) are no correction, and the owner's history never
+        # names another account: only an owner's user found missing is said.
+        if want.user not in have.users:
+            said.append(f"users {','.join(have.users) or 'none'} -> {want.user}")
     started = has_started(have, real_now)
     if want.start is not None and not want.early and not started and have.start != want.start:
         changes["start"] = want.start
@@ -74,7 +77,7 @@ def correct(
                 why,
             )
         )
-    if len(changes) > 1 or not replaced:  # more than the replacements said
+    if said and (len(changes) > 1 or not replaced):  # more than the replacements said
         notes.append(
             Note(
                 want.plan_id,
@@ -111,7 +114,7 @@ def create(
     try:
         got = client.create_reservation(
             want.name,
-            users=[want.user],
+            users=list(want.users),
             nodes=nodes,
             start=start,
             end=want.end.replace(microsecond=0),
@@ -121,7 +124,7 @@ def create(
         log.warning("could not make Slurm reservation %s: %s", want.name, error.detail)
         return []
     _check_read_back(want, got, nodes)
-    where = f"on {compress(got.nodes)} for {want.user} from {_at(got.start)} to {_at(got.end)} UTC"
+    where = f"on {compress(got.nodes)} for {want.user} from {_at(got.start)} to {_at(got.end)} UTC"  # owner
     if want.name in moved:
         kind, message = "slurm-reservation-moved", f"Slurm reservation {want.name} moved: now {where}."
     elif made_before:
@@ -139,8 +142,8 @@ def _check_read_back(want: Desired, got: Reservation, nodes: tuple[str, ...]) ->
     wrong = []
     if not same_nodes(got.nodes, nodes):
         wrong.append(f"nodes {compress(got.nodes) if got.nodes else 'none'}, not {compress(nodes)}")
-    if tuple(got.users) != (want.user,):
-        wrong.append(f"users {','.join(got.users) or 'none'}, not {want.user}")
+    if set(got.users) != set(want.users):
+        wrong.append(f"users {','.join(got.users) or 'none'}, not {','.join(want.users)}")
     if want.start is not None and not want.early and want.start > utcnow() and got.start != want.start:
         wrong.append(f"start {_at(got.start)}, not {_at(want.start)}")
     if _end_differs(want, got):

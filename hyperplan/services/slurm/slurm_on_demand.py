@@ -42,6 +42,7 @@ from hyperplan.services.clusters.cluster_nodes import (
 )
 from hyperplan.services.clusters.cluster_records import LIVE
 from hyperplan.services.clusters.cluster_request import ClusterSettings
+from hyperplan.services.jobs import spot
 from hyperplan.services.jobs.job_records import instances_of, settings_of, sigterm
 from hyperplan.services.jobs.job_status import begin_stop
 from hyperplan.services.runtime.context import ServiceContext
@@ -139,6 +140,9 @@ def end_jobs(runtime: ServiceContext, taken: Mapping[str, str], outside: Sequenc
     with runtime.db.write() as session:
         for job, slurm_job in _jobs_on(session, prefix, on_taken):
             host = next(node for node in slurm_job.nodes if node in taken)
+            if job.spot:  # a managed spot job waits again and resumes from its checkpoints (spot.py)
+                spot.interrupt(session, runtime, job, "on-demand-taken", grace, now)
+                continue
             why = (
                 f"Its on-demand capacity is taken back: Slurm node {host} is taken by the plan reservation "
                 f"{taken[host]}; {sigterm(grace)} It ends Interrupted."
