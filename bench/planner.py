@@ -1,5 +1,6 @@
 """The planner (docs/PLANNING.md): what each ranking books of the issue's workloads against the LP upper
-bound, and what a second segment adds on calendars at least 80% full.
+bound, and what a second segment adds on calendars at least 80% full; then the grid of workload shapes
+of issue 54 (bench/planner_grid.py).
 
 The workloads are replayed on a calendar with the real search and the calendar's booking
 (``replay_on_calendar``: the same code `hyperplan simulate` runs under the services, minus the store);
@@ -15,6 +16,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from bench import planner_grid
 from bench.report import Report, at_least, heading, line
 from bench.scale import Scale
 from bench.server import BENCH_START
@@ -80,6 +82,7 @@ def run(report: Report, *, scale: Scale) -> None:
     report.add(at_least(packing - earliest, TARGET_OVER_EARLIEST, "points", "planner: packing over earliest"))
     _services_agree(fleet, spec, scale)
     _split_gain(report, fleet, calendars, hour0, spec, scale)
+    planner_grid.run(report, scale=scale)
 
 
 def _services_agree(fleet: Fleet, spec: WorkloadSpec, scale: Scale) -> None:

@@ -68,6 +68,8 @@ LABELS = {
         "planner: packing ranking / LP bound",
         "planner: packing over earliest",
         "planner: acceptance, 2 segments / 1",
+        "planner grid: packing over earliest, mean",  # issue 54's grid, one tiny point at smoke size
+        "planner grid: points where packing >= earliest",
     ),
     "containers": tuple(
         f"containers: {what}, {runtime}"

@@ -27,6 +27,12 @@ and the tail of the durations:
 
 They are shapes, not replays: the traces' jobs last minutes to days on GPUs, these plans last days on
 nodes; what is kept is the power-of-two gangs and the skew of both distributions.
+
+Beyond the shapes, :class:`WorkloadSpec`'s knobs (issue 54) set the gang sizes and the durations' tail
+directly, how long before its window a request arrives (a lead-time :class:`Mix`), how much longer than
+the plan its window is (a slack :class:`Mix`), the offered load, and the pools (one per zone); left at
+their defaults, a spec gives exactly the workloads it gave before them. ``PRESETS`` names whole specs:
+``issue54`` is the workload of issue 54 (one pool of 64, 8 weeks, lead times and slack from small sets).
 """
 
 from __future__ import annotations
@@ -284,6 +290,46 @@ SHAPES = {
 
 
 @dataclass(frozen=True)
+class Mix:
+    """A number of days: one of ``days`` (drawn by ``weights``, equally when empty), plus ``plus``, plus a
+    uniform draw in [0, ``jitter``)."""
+
+    days: tuple[float, ...]
+    weights: tuple[float, ...] = ()
+    plus: float = 0.0
+    jitter: float = 0.0
+
+    def draw(self, rng: random.Random) -> float:
+        value = rng.choices(self.days, self.weights or None)[0] + self.plus
+        return value + rng.uniform(0, self.jitter) if self.jitter else value
+
+    def describe(self) -> str:
+        def days(value: float) -> str:
+            return f"{value * 24:g} h" if 0 < value < 1 else f"{value:g} d"
+
+        weights = f" weighted {'/'.join(f'{w:g}' for w in self.weights)}" if self.weights else ""
+        extra = (f" + {days(self.plus)}" if self.plus else "") + (
+            f" + up to {days(self.jitter)}" if self.jitter else ""
+        )
+        return "{" + ", ".join(days(d) for d in self.days) + "}" + weights + extra
+
+
+# Lead times (arrival to the window's opening) and slack (the window's length less the plan's), in days:
+# the planner bench's grid (bench/planner_grid.py). "issue54" are issue 54's: {30 minutes, 1, 3, 7, 14
+# days} plus up to a day, and {0, 1, 2, 7, 14} plus a day; the others are shorter and longer.
+LEAD_MIXES = {
+    "soon": Mix((1 / 48, 1), jitter=1),
+    "issue54": Mix((1 / 48, 1, 3, 7, 14), jitter=1),
+    "ahead": Mix((7, 14, 21), jitter=1),
+}
+SLACK_MIXES = {
+    "tight": Mix((0, 1), plus=1),
+    "issue54": Mix((0, 1, 2, 7, 14), plus=1),
+    "loose": Mix((7, 14, 28), plus=1),
+}
+
+
+@dataclass(frozen=True)
 class WorkloadSpec:
     """The issue's workload by default: one pool of 64 over a calendar of 8 weeks; requests arriving over
     the first 4 weeks whose instance-days add up to ``load`` (1.3) times the pool's capacity over the 8
@@ -304,6 +350,41 @@ class WorkloadSpec:
     max_delay_days: float = 7.0
     slack: tuple[float, float] = (1.5, 3.0)  # window length / plan length
     default_window_share: float = 0.0  # of the requests, those leaving the window at its defaults
+    # Issue 54's knobs. Left at these defaults, the workloads are those of before them, seed for seed.
+    zones: int = 1  # pools of the type, one per zone, each of pool_size: the load is of all of them
+    count_weights: tuple[float, ...] | None = None  # of 1, 2, 4, ... instances; None: the shape's
+    tail: float | None = None  # the durations' Pareto index (the smaller, the heavier); None: the shape's
+    lead: Mix | None = None  # days from the arrival to the window's opening; None: up to max_delay_days
+    slack_days: Mix | None = None  # days the window is longer than the plan; None: the ratio ``slack``
+    # Where the span cuts a window below the plan and a day: True, the window runs past the span to keep
+    # them; False, it stays cut, even when the plan no longer fits (no one can book that request).
+    keep_fit: bool = True
+
+    @property
+    def capacity(self) -> int:
+        """Instance-days over the span, of all the pools."""
+        return self.pool_size * self.zones * self.span_days
+
+
+PRESETS = {
+    # Issue 54's workload: one pool of 64, 8 weeks; gangs of 1-32, each size half as frequent as the one
+    # below (so each offers as many instance-days); whole days 1-28, median 3 (a Pareto of index 0.4);
+    # arrivals over the first 4 weeks until 1.3 x the capacity is offered; lead times and slack from
+    # LEAD_MIXES and SLACK_MIXES "issue54"; windows cut at the span; buyers take the first offering.
+    "issue54": WorkloadSpec(
+        count_weights=(32, 16, 8, 4, 2, 1),
+        tail=0.4,
+        lead=LEAD_MIXES["issue54"],
+        slack_days=SLACK_MIXES["issue54"],
+        keep_fit=False,
+    ),
+}
+
+
+def preset(name: str) -> WorkloadSpec:
+    if name not in PRESETS:
+        raise ValidationError(f"workload preset {name!r}: one of {', '.join(PRESETS)}")
+    return PRESETS[name]
 
 
 def generate(spec: WorkloadSpec, seed: int) -> list[WorkloadRequest]:
@@ -312,21 +393,29 @@ def generate(spec: WorkloadSpec, seed: int) -> list[WorkloadRequest]:
     if spec.shape not in SHAPES:
         raise ValidationError(f"workload shape {spec.shape!r}: one of {', '.join(SHAPES)}")
     shape, rng = SHAPES[spec.shape], random.Random(seed)
-    counts = [2**i for i in range(len(shape.count_weights)) if 2**i <= max(spec.pool_size // 2, 1)]
-    weights = shape.count_weights[: len(counts)]
-    demand = spec.load * spec.pool_size * spec.span_days
+    count_weights = spec.count_weights or shape.count_weights
+    tail = shape.tail if spec.tail is None else spec.tail
+    counts = [2**i for i in range(len(count_weights)) if 2**i <= max(spec.pool_size // 2, 1)]
+    weights = count_weights[: len(counts)]
+    demand = spec.load * spec.capacity
     sizes: list[tuple[int, int]] = []
     while sum(c * d for c, d in sizes) < demand:
         sizes.append(
-            (rng.choices(counts, weights)[0], _bounded_pareto(rng, shape.tail, spec.min_days, spec.max_days))
+            (rng.choices(counts, weights)[0], _bounded_pareto(rng, tail, spec.min_days, spec.max_days))
         )
     arrivals = sorted(float(round(rng.uniform(0, spec.arrival_days * 24))) for _ in sizes)
     out = []
     for arrival, (count, days) in zip(arrivals, sizes, strict=True):
-        opens = float(round(arrival + rng.uniform(0, spec.max_delay_days * 24)))
-        length = 24 * max(days * rng.uniform(*spec.slack), days + 1)
+        if spec.lead is None:
+            opens = float(round(arrival + rng.uniform(0, spec.max_delay_days * 24)))
+        else:  # to the half hour, so that 30 minutes stays 30 minutes
+            opens = round(2 * (arrival + 24 * spec.lead.draw(rng))) / 2
+        if spec.slack_days is None:
+            length = 24 * max(days * rng.uniform(*spec.slack), days + 1)
+        else:
+            length = 24 * (days + spec.slack_days.draw(rng))
         closes = float(min(math.ceil(opens + length), spec.span_days * 24))
-        if closes - opens < 24 * (days + 1):  # cut by the span: the window keeps a day's slack
+        if spec.keep_fit and closes - opens < 24 * (days + 1):  # cut by the span: keep a day's slack
             closes = float(math.ceil(opens + 24 * (days + 1)))
         default = rng.random() < spec.default_window_share
         start_after, end_before = (None, None) if default else (opens, closes)
