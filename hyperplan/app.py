@@ -51,7 +51,7 @@ from hyperplan.services.jobs import job_deadlines, jobs, spot
 from hyperplan.services.jobs.job_runner import JobRunner
 from hyperplan.services.orchestration import account_views, adoption, demo_load
 from hyperplan.services.orchestration.retention import RetentionWorker
-from hyperplan.services.plans import lifecycle, payments, reclaim_warnings
+from hyperplan.services.plans import lifecycle, payments, reclaim_warnings, resale
 from hyperplan.services.runtime import leadership, slurm_placement
 from hyperplan.services.runtime.context import LifecycleContext, ServiceContext, Settings, Wakes
 from hyperplan.services.runtime.job_work import JobLocks, JobSettings
@@ -589,6 +589,7 @@ def event_handlers(context: ServiceContext) -> dict[str, EventHandler]:
         metering.event_handlers(context),
         reclaim_warnings.event_handlers(context),
         spot.event_handlers(context),
+        resale.event_handlers(context),
     ):
         clash = merged.keys() & handlers.keys()
         if clash:

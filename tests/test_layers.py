@@ -260,7 +260,7 @@ SERVICES_SURFACE: dict[str, set[str]] = {
     | {"shared_state", "slurm_placement", "slurm_state", "containment"},
     "storage": EDGE_SURFACE["storage"],
     "webhooks": EDGE_SURFACE["webhooks"],
-    "plans": EDGE_SURFACE["plans"] | {"lifecycle", "capacity_claims", "on_demand", "loans"},
+    "plans": EDGE_SURFACE["plans"] | {"lifecycle", "capacity_claims", "on_demand", "loans", "resale"},
     "clusters": EDGE_SURFACE["clusters"]
     | {"cluster_groups", "cluster_nodes", "cluster_reconcile", "cluster_records", "metering", "node_watcher"}
     | {"group_capacity"},

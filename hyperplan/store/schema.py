@@ -402,6 +402,9 @@ class Resale(Base):
     count: Mapped[int] = mapped_column(Integer)
     credited: Mapped[Decimal] = mapped_column(DecimalString)
     at: Mapped[datetime] = mapped_column(UTCDateTime)
+    # Its credit is in the returning account's ledger (services/plans/resale.py settles it in a
+    # transaction of its own, which takes that account's lock first, never under a purchase's pools').
+    settled: Mapped[bool] = mapped_column(default=False)
 
 
 class RegistryCredential(Base):

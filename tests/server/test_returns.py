@@ -20,7 +20,7 @@ import pytest
 
 from hyperplan.cli.client import ApiError
 from hyperplan.signing import Credentials
-from tests.harness import ADMIN, Server, boundary_after, service_now
+from tests.harness import ADMIN, Server, boundary_after, service_now, wait_until
 from tests.inprocess import InProcessServer
 from tests.server.test_jobs import JOB_PERIODS, _describe, _make_dataset, _sleeper, _wait_status
 
@@ -327,7 +327,10 @@ def test_returned_capacity_bought_by_another_account_credits_the_returner_its_sh
         _buy(flexible, other, "second-hand", 4, start, 1)["ReservedCapacitySummaries"][0]["AvailabilityZone"]
         == "us-west-2a"
     )
-    credits = [e for e in _ledger(flexible, "team") if "Resale" in e["Description"]]
+    # The credit is settled at once by the lifecycle loop, in a transaction of its own.
+    credits = wait_until(
+        lambda: [e for e in _ledger(flexible, "team") if "Resale" in e["Description"]], timeout=30
+    )
     assert len(credits) == 1
     paid_for_them = fee / 2  # the returned 4 of 8 instances for the whole day
     assert Decimal(credits[0]["Amount"]) == paid_for_them / 2  # the resale share, 0.5

@@ -13,7 +13,7 @@ from hyperplan.errors import StartRefused
 from hyperplan.services.clusters import metering
 from hyperplan.services.jobs import job_clocks, spot
 from hyperplan.services.orchestration import demo_load
-from hyperplan.services.plans import lifecycle
+from hyperplan.services.plans import lifecycle, resale
 from tests.harness import SERVER_START, unisolated
 
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
@@ -85,6 +85,7 @@ def test_every_service_timed_event_has_exactly_one_handler(tmp_path: Path) -> No
         job_clocks.AUTO_BOOK,
         job_clocks.SPOT_MAX_WAIT,
         spot.STOP_LENDING,
+        resale.CREDIT_EVENT,
         reclaim_warnings.RECLAIM_WARNING,
         metering.METER_EVENT,
     }

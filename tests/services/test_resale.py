@@ -38,7 +38,7 @@ from hyperplan.store.schema import (
     ReturnQuote,
     TrainingPlan,
 )
-from tests.harness import SERVER_START, unisolated
+from tests.harness import SERVER_START, unisolated, wait_until
 from tests.postgres import Stores
 
 P5 = "ml.p5.48xlarge"
@@ -222,8 +222,15 @@ def _resales(market: Market) -> list[tuple[str, datetime, datetime, int, Decimal
         return [tuple(row) for row in rows]  # type: ignore[misc]
 
 
+def _settled(market: Market) -> bool:
+    """Whether the lifecycle loop has credited every resale (a purchase leaves it a timed event)."""
+    with market.runtime.db.read() as session:
+        return session.scalar(select(Resale.id).where(Resale.settled.is_(False)).limit(1)) is None
+
+
 def _credits(market: Market, caller: Caller) -> tuple[list[Decimal], Decimal]:
-    """The account's resale ledger lines and its budget now."""
+    """The account's resale ledger lines and its budget, once every resale is credited."""
+    assert wait_until(lambda: _settled(market), timeout=30), "the resale credits were never settled"
     with market.runtime.db.read() as session:
         lines = session.scalars(
             select(LedgerEntry.amount).where(

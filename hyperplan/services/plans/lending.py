@@ -29,10 +29,11 @@ from sqlalchemy.orm import Session
 from hyperplan.core.fleet import SERVED_TARGETS
 from hyperplan.core.lifecycle import PlanStatus
 from hyperplan.core.spot import LENDING_TAG, Lending, lending_from, parse_lending_tag, promise_kept
-from hyperplan.errors import ResourceNotFound, ValidationError
+from hyperplan.errors import ValidationError
 from hyperplan.services.accounts import acting, audit
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.plans import lifecycle, payments
+from hyperplan.services.plans.plan_refs import plan_named
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import Account, LendingPolicy, SpotRun, TrainingJob, TrainingPlan
 
@@ -80,7 +81,7 @@ class LendingView:
 def view(runtime: ServiceContext, caller: Caller, plan_ref: str) -> LendingView:
     """The plan's policy and what it lent (plan_ref: its name, or its ARN)."""
     with runtime.db.read() as session:
-        plan = _plan(session, runtime, caller, plan_ref)
+        plan = plan_named(session, runtime, caller, plan_ref)
         return _view(session, runtime, caller, plan, runtime.clock.now())
 
 
@@ -98,7 +99,7 @@ def set_policy(
     now = runtime.clock.now()
     with runtime.db.write() as session:
         acting.act(session, caller.user_id)
-        plan = _plan(session, runtime, caller, plan_ref)
+        plan = plan_named(session, runtime, caller, plan_ref)
         _write(session, runtime, caller, plan, lending, now)
         return _view(session, runtime, caller, plan, now)
 
@@ -108,7 +109,7 @@ def clear_policy(runtime: ServiceContext, caller: Caller, plan_ref: str) -> Lend
     now = runtime.clock.now()
     with runtime.db.write() as session:
         acting.act(session, caller.user_id)
-        plan = _plan(session, runtime, caller, plan_ref)
+        plan = plan_named(session, runtime, caller, plan_ref)
         _write(session, runtime, caller, plan, None, now)
         return _view(session, runtime, caller, plan, now)
 
@@ -247,27 +248,6 @@ def _detail(lending: Lending) -> dict[str, int]:
 
 
 # -- reading -------------------------------------------------------------------------------------------
-
-
-def _plan(session: Session, runtime: ServiceContext, caller: Caller, ref: str) -> TrainingPlan:
-    """The plan a name (the caller's) or an ARN names; another account's only for an administrator.
-    Any other account's plan is not found, as if it did not exist."""
-    account_id, name = caller.account_id, ref
-    if ref.startswith("arn:"):
-        prefix = f"arn:aws:sagemaker:{runtime.region}:"
-        account_id, _, resource = ref.removeprefix(prefix).partition(":")
-        kind, _, name = resource.partition("/")
-        theirs = account_id != caller.account_id and not caller.is_admin
-        if not ref.startswith(prefix) or kind != "training-plan" or theirs:
-            name = ""
-    plan = None
-    if name:
-        plan = session.scalar(
-            select(TrainingPlan).where(TrainingPlan.account_id == account_id, TrainingPlan.name == name)
-        )
-    if plan is None:
-        raise ResourceNotFound(f"Training plan {ref} does not exist.")
-    return plan
 
 
 def _view(

@@ -163,6 +163,11 @@ def segment_events(
 def _cancel_segment_end(session: Session, plan: TrainingPlan, ordinal: int) -> None:
     """Drop the pending reclaim and end events (and the reclaim reminder and warnings) of one segment."""
     kinds = (SEGMENT_RECLAIM, SEGMENT_END, RECLAIM_REMINDER, reclaim_warnings.RECLAIM_WARNING)
+    cancel_segment_events(session, plan, ordinal, kinds)
+
+
+def cancel_segment_events(session: Session, plan: TrainingPlan, ordinal: int, kinds: Sequence[str]) -> None:
+    """Drop one segment's pending timed events of these kinds (an extension or a return moves them)."""
     pending = session.scalars(
         select(ScheduledEvent).where(
             ScheduledEvent.subject == str(plan.id),

@@ -124,12 +124,15 @@ def create(
         check(runtime, caller.account_id)
     arn = runtime.arn(caller.account_id, f"training-plan/{name}")
     purchase = plan_purchase.Purchase(runtime, caller, name, offering_id, claim, segments, now)
+    resold: list[int] = []  # the new plan's id when it resold returned capacity
 
     def buy(session: Session) -> None:
         acting.act(session, caller.user_id)
         purchase.write(session)
         if purchase.returned_seen:  # returned capacity in its pools (read with the holdings): resold?
-            resale.credit_for(session, runtime, resale.NewPlan(caller.account_id, name, purchase.booked), now)
+            bought = resale.NewPlan(caller.account_id, name, purchase.booked)
+            if (plan_id := resale.credit_for(session, runtime, bought, now)) is not None:
+                resold.append(plan_id)
         if tags:
             tag_store.put(session, caller.account_id, arn, tags)
         if LENDING_TAG in given:
@@ -142,6 +145,8 @@ def create(
     except IntegrityError:
         # A racing buyer committed the same name or offering between our checks and our insert.
         raise ResourceInUse(f"Training plan {name!r} or its offering was just taken; search again.") from None
+    for plan_id in resold:
+        resale.settle(runtime, plan_id, now)
     # No wake of the lifecycle loop here: the commit woke it, as it inserted timed events
     # (Database.on_insert).
     return arn

@@ -36,6 +36,7 @@ from hyperplan.core import resale as rules
 from hyperplan.core.calendar import slot_after, slot_of, slot_span, slot_start
 from hyperplan.core.fleet import PoolKey
 from hyperplan.core.status import InvoiceStatus
+from hyperplan.events.loop import DueEvent, EventHandler, schedule
 from hyperplan.services.plans.payments import currency_places
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.locks import lock_account
@@ -91,16 +92,18 @@ def _any_window(session: Session, booked: Sequence[Booked]) -> bool:
     return bool(_probe(len(booked)).rows(session.connection(), params))
 
 
-def credit_for(session: Session, runtime: ServiceContext, plan: NewPlan, now: datetime) -> Decimal:
-    """Resell what `plan`'s segments took from returned windows, and credit their returning accounts;
-    the total credited. In the purchase's transaction, after its rows are written."""
+def credit_for(session: Session, runtime: ServiceContext, plan: NewPlan, now: datetime) -> int | None:
+    """Resell what `plan`'s segments took from returned windows, in the purchase's transaction after its
+    rows are written; their returners' credits are settled in a transaction of their own (`settle`, once
+    the purchase has committed; a timed event in case the process stops first). The new plan's id when
+    credits await settling, else None."""
     if not plan.booked or not _any_window(session, plan.booked):
-        return Decimal(0)
+        return None
     bought = session.scalar(
         select(TrainingPlan).where(TrainingPlan.account_id == plan.account_id, TrainingPlan.name == plan.name)
     )
     if bought is None:
-        return Decimal(0)
+        return None
     credits = _Credits()
     segments = session.scalars(
         select(ReservedCapacity)
@@ -109,7 +112,18 @@ def credit_for(session: Session, runtime: ServiceContext, plan: NewPlan, now: da
     )
     for segment in list(segments):
         _resell(session, runtime, bought, segment, now, credits)
-    return _credit_accounts(session, credits, now)
+    if not credits.by_plan:
+        return None
+    # The returners' accounts are locked and credited in a transaction of their own: this purchase holds
+    # its pools' locks, and an account's lock is always taken before any pool's (store/locks.py).
+    schedule(session, CREDIT_EVENT, now, subject=str(bought.id))
+    return bought.id
+
+
+def settle(runtime: ServiceContext, buyer_plan_id: int, now: datetime) -> None:
+    """A committed purchase's resale credits, at once (the timed event then finds none left)."""
+    with runtime.db.write() as session:
+        settle_credits(session, buyer_plan_id, now)
 
 
 # -- one segment ----------------------------------------------------------------------------------------
@@ -276,6 +290,35 @@ def _room(session: Session, plan: TrainingPlan) -> Decimal:
     )
     zero = Decimal(0)
     return rules.room(sum(paid, start=zero), sum(refunded, start=zero), sum(credited, start=zero))
+
+
+CREDIT_EVENT = "plan.resale-credit"  # a purchase's resales credited to their returners (subject: its plan)
+
+
+def event_handlers(runtime: ServiceContext) -> dict[str, EventHandler]:
+    """The resale credits a purchase left to settle, for the lifecycle loop."""
+
+    def settle(session: Session, event: DueEvent) -> None:
+        settle_credits(session, int(event.subject), event.due_at)
+
+    return {CREDIT_EVENT: settle}
+
+
+def settle_credits(session: Session, buyer_plan_id: int, now: datetime) -> Decimal:
+    """The unsettled resales of a purchase credited: one ledger line per returning account, its budget
+    grown in mode `budget`; each resale settled once (a repeated event finds none left)."""
+    rows = session.execute(
+        select(Resale, ReturnedWindow.plan_id)
+        .join(ReturnedWindow, ReturnedWindow.id == Resale.window_id)
+        .where(Resale.buyer_plan_id == buyer_plan_id, Resale.settled.is_(False))
+        .order_by(Resale.id)
+    ).all()
+    credits = _Credits()
+    for resale, plan_id in rows:
+        resale.settled = True
+        credits.by_plan[plan_id] += resale.credited
+        credits.hours_by_plan[plan_id] += rules.Span(resale.start, resale.end, resale.count).instance_hours()
+    return _credit_accounts(session, credits, now)
 
 
 def _credit_accounts(session: Session, credits: _Credits, now: datetime) -> Decimal:

@@ -59,6 +59,7 @@ from hyperplan.errors import Conflict, ResourceNotFound, ValidationError
 from hyperplan.services.accounts import acting, audit
 from hyperplan.services.accounts.accounts import Caller, get_account
 from hyperplan.services.plans import capacity_claims, lifecycle, payments
+from hyperplan.services.plans.plan_refs import plan_named
 from hyperplan.services.runtime import status
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.changes import CALENDAR
@@ -138,7 +139,7 @@ def quote(runtime: ServiceContext, caller: Caller, plan_ref: str, scope: Scope) 
     now = runtime.clock.now()
     with runtime.db.write() as session:
         acting.act(session, caller.user_id)
-        plan = _plan(session, runtime, caller, plan_ref)
+        plan = plan_named(session, runtime, caller, plan_ref)
         _check_returnable(session, plan)
         segments = _segments(lifecycle.segments_of(session, plan.id))
         priced = _price(session, runtime.fleet, plan, segments, scope, now)
@@ -167,27 +168,6 @@ def quote(runtime: ServiceContext, caller: Caller, plan_ref: str, scope: Scope) 
             plan.currency,
             priced.policy,
         )
-
-
-def _plan(session: Session, runtime: ServiceContext, caller: Caller, ref: str) -> TrainingPlan:
-    """The plan a name (the caller's) or an ARN names; another account's only for an administrator.
-    Any other account's plan is not found, as if it did not exist."""
-    account_id, name = caller.account_id, ref
-    if ref.startswith("arn:"):
-        prefix = f"arn:aws:sagemaker:{runtime.region}:"
-        account_id, _, resource = ref.removeprefix(prefix).partition(":")
-        kind, _, name = resource.partition("/")
-        theirs = account_id != caller.account_id and not caller.is_admin
-        if not ref.startswith(prefix) or kind != "training-plan" or theirs:
-            name = ""
-    plan = None
-    if name:
-        plan = session.scalar(
-            select(TrainingPlan).where(TrainingPlan.account_id == account_id, TrainingPlan.name == name)
-        )
-    if plan is None:
-        raise ResourceNotFound(f"Training plan {ref} does not exist.")
-    return plan
 
 
 def _check_returnable(session: Session, plan: TrainingPlan) -> None:
@@ -426,12 +406,12 @@ def _follow_kept(
     for rc in rows:
         segment = wanted.pop(rc.ordinal, None)
         if segment is None:
-            _cancel_events(session, plan, rc.ordinal, _ALL_EVENTS)
+            lifecycle.cancel_segment_events(session, plan, rc.ordinal, _ALL_EVENTS)
             session.delete(rc)
             continue
         rc.count = segment.count
         if segment.end != rc.end:
-            _cancel_events(session, plan, rc.ordinal, _END_EVENTS)
+            lifecycle.cancel_segment_events(session, plan, rc.ordinal, _END_EVENTS)
             rc.end = segment.end
             lifecycle.schedule_segment(session, plan, rc, policies, now, only_end=True)
             if rc.start <= now and rc.end - policies.reclaim_lead <= now:  # its reclaim time has passed
@@ -472,19 +452,6 @@ def _close(session: Session, plan: TrainingPlan, rows: list[ReservedCapacity], n
         .values(done=True)
     )
     lifecycle.transition(session, plan, PlanStatus.EXPIRED, message, "status", now)
-
-
-def _cancel_events(session: Session, plan: TrainingPlan, ordinal: int, kinds: Sequence[str]) -> None:
-    pending = session.scalars(
-        select(ScheduledEvent).where(
-            ScheduledEvent.subject == str(plan.id),
-            ScheduledEvent.done.is_(False),
-            ScheduledEvent.kind.in_(kinds),
-        )
-    )
-    for event in pending:
-        if json.loads(event.payload).get("segment") == ordinal:
-            event.done = True
 
 
 def _record_return(

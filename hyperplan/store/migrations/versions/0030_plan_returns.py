@@ -89,6 +89,7 @@ def upgrade() -> None:
         sa.Column("count", sa.Integer(), nullable=False),
         sa.Column("credited", hyperplan.store.types.DecimalString(), nullable=False),
         sa.Column("at", hyperplan.store.types.UTCDateTime(), nullable=False),
+        sa.Column("settled", sa.Boolean(), nullable=False),
         sa.ForeignKeyConstraint(["window_id"], ["returned_windows.id"]),
         sa.ForeignKeyConstraint(["buyer_plan_id"], ["training_plans.id"]),
         sa.PrimaryKeyConstraint("id"),
