@@ -48,12 +48,12 @@ from hyperplan.core.spot import (
 )
 from hyperplan.errors import ResourceLimitExceeded
 from hyperplan.events.loop import DueEvent, EventHandler, schedule
-from hyperplan.services.clusters import group_capacity, metering
+from hyperplan.services.clusters import cluster_reconcile, group_capacity, metering
 from hyperplan.services.jobs import spot_money
 from hyperplan.services.jobs.job_clocks import SPOT_MAX_WAIT, event_subject
 from hyperplan.services.jobs.job_queue import TARGET as JOB_TARGET
 from hyperplan.services.jobs.job_queue import schedule_plan, start_attempt
-from hyperplan.services.jobs.job_records import settings_of, sigterm, span, when
+from hyperplan.services.jobs.job_records import naming, settings_of, sigterm, span, when
 from hyperplan.services.jobs.job_status import begin_stop, move, note, terminate_instances
 from hyperplan.services.plans import capacity_claims, lifecycle, loans, on_demand, quotas
 from hyperplan.services.runtime import drain_state
@@ -222,8 +222,6 @@ def idle(
 
 def _owner_jobs_waiting(session: Session, plan: TrainingPlan) -> bool:
     """Whether a job of the owner waits for this plan: its instances are the job's, not a borrower's."""
-    from hyperplan.services.jobs.job_records import naming  # the queue's own reading of "on this plan"
-
     return (
         session.scalar(
             select(TrainingJob.id)
@@ -446,8 +444,6 @@ def run_ended(session: Session, runtime: ServiceContext, job: TrainingJob, now: 
     if plan.target == JOB_TARGET:
         schedule_plan(session, runtime, plan, now)
     else:
-        from hyperplan.services.clusters import cluster_reconcile
-
         cluster_reconcile.reconcile_plan(session, runtime, plan.id, now)
 
 
