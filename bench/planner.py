@@ -16,7 +16,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from bench import planner_grid
+from bench import planner_grid, planner_prices
 from bench.report import Report, at_least, heading, line
 from bench.scale import Scale
 from bench.server import BENCH_START
@@ -83,6 +83,7 @@ def run(report: Report, *, scale: Scale) -> None:
     _services_agree(fleet, spec, scale)
     _split_gain(report, fleet, calendars, hour0, spec, scale)
     planner_grid.run(report, scale=scale)
+    planner_prices.run(report, scale=scale)
 
 
 def _services_agree(fleet: Fleet, spec: WorkloadSpec, scale: Scale) -> None:

@@ -274,6 +274,14 @@ def simulate(
     plot: Annotated[
         Path | None, typer.Option(help="Draw utilisation over time into this PNG (needs matplotlib).")
     ] = None,
+    compare_prices: Annotated[
+        bool,
+        typer.Option(
+            "--compare-prices",
+            help="Replay each ranking twice: at list prices and at load-based prices (the fleet's [pricing] "
+            "bounds, or 0.8-1.5), side by side; a buyer whose choice is 'cheapest' then takes quieter days.",
+        ),
+    ] = False,
     start: Annotated[
         str | None,
         typer.Option(
@@ -305,7 +313,18 @@ def simulate(
     fleet_value = parse_fleet(read_text(fleet, "--fleet"))
     requests = read_csv(read_text(workload, "--workload"))
     spot_jobs = read_spot_csv(read_text(spot, "--spot")) if spot is not None else None
-    outcomes = run(fleet_value, requests, first, rankings, spot_jobs)
+    if compare_prices:
+        listed = replace(fleet_value, pricing=replace(fleet_value.pricing, load_based=False))
+        loaded = replace(fleet_value, pricing=replace(fleet_value.pricing, load_based=True))
+        outcomes = [
+            *run(listed, requests, first, rankings, spot_jobs),
+            *(
+                replace(o, ranking=f"{o.ranking}, load prices")
+                for o in run(loaded, requests, first, rankings, spot_jobs)
+            ),
+        ]
+    else:
+        outcomes = run(fleet_value, requests, first, rankings, spot_jobs)
     if as_json:
         print(json.dumps({"Rankings": [o.as_json() for o in outcomes]}, indent=2))
     else:

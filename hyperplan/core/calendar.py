@@ -12,7 +12,7 @@ checked inside the booking transaction with :func:`peak_booked_slots` (see there
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar, cast
 
@@ -163,6 +163,9 @@ class CapacityCalendar:
     def __init__(self, pools: Iterable[Pool]) -> None:
         self._reservable = {pool.key: pool.reservable for pool in pools}
         self._tracks: dict[PoolKey, _Track] = {}
+        # Capacity plans returned (core/returns.py), per pool: what a resale discount prices
+        # (core/pricing.py). Only ever added to: a returned window stays returned once resold.
+        self._returned: dict[PoolKey, _Track] = {}
         self._derived: dict[Hashable, object] = {}
 
     def derived(self, key: Hashable, make: Callable[[], T]) -> T:
@@ -244,6 +247,22 @@ class CapacityCalendar:
         track.add(first, stop, -count)
         self._changed()
 
+    def mark_returned(self, pool_key: PoolKey, start: datetime, end: datetime, count: int) -> None:
+        """Note that ``count`` instances of ``[start, end)`` came back from a plan's return (the release
+        itself is :meth:`release`'s): a search prices what it can offer only from them."""
+        first, stop = _checked_span(start, end, count)
+        self._returned.setdefault(pool_key, _Track()).add(first, stop, count)
+        self._changed()
+
+    def has_returned(self, pool_keys: Iterable[PoolKey]) -> bool:
+        """Whether any of the pools ever had capacity returned (most never do)."""
+        return any(key in self._returned for key in pool_keys)
+
+    def returned_days_of(self, pool_keys: Sequence[PoolKey], start: datetime, days: int) -> Ints:
+        """The most returned instances at any time of each of ``days`` days from ``start``, one row per
+        pool (zeros where none was)."""
+        return _day_peaks_of(self._returned, pool_keys, start, days)
+
     def booked(self, pool_key: PoolKey, start: datetime, end: datetime) -> Counts:
         """Booked instances in each slot that ``[start, end)`` touches."""
         first, stop = slot_span(start, end)
@@ -264,12 +283,7 @@ class CapacityCalendar:
 
     def free_days_of(self, pool_keys: Sequence[PoolKey], start: datetime, days: int) -> Ints:
         """:meth:`free_days` of several pools at once: one row per pool, in the order given."""
-        first = slot_of(start)
-        peaks = np.zeros((len(pool_keys), days), dtype=np.int64)
-        for row, pool_key in enumerate(pool_keys):
-            track = self._tracks.get(pool_key)
-            if track:
-                track.day_peaks_into(first, peaks[row])
+        peaks = _day_peaks_of(self._tracks, pool_keys, start, days)
         reservable = np.array([self.reservable(pool_key) for pool_key in pool_keys], dtype=np.int64)
         return np.maximum(reservable[:, None] - peaks, 0)
 
@@ -293,6 +307,20 @@ class CapacityCalendar:
 
     def _track(self, pool_key: PoolKey) -> _Track:
         return self._tracks.setdefault(pool_key, _Track())
+
+
+def _day_peaks_of(
+    tracks: Mapping[PoolKey, _Track], pool_keys: Sequence[PoolKey], start: datetime, days: int
+) -> Ints:
+    """Each pool's most counted in each of ``days`` days from ``start``, one row per pool (zeros for a
+    pool without a track)."""
+    first = slot_of(start)
+    peaks = np.zeros((len(pool_keys), days), dtype=np.int64)
+    for row, pool_key in enumerate(pool_keys):
+        track = tracks.get(pool_key)
+        if track:
+            track.day_peaks_into(first, peaks[row])
+    return peaks
 
 
 def _checked_span(start: datetime, end: datetime, count: int) -> tuple[int, int]:

@@ -117,6 +117,21 @@ def _default_reclaim_lead() -> Mapping[str, timedelta]:
 
 
 @dataclass(frozen=True)
+class LoadPricing:
+    """``[pricing]``: an offering's price follows how loaded its days are (core/pricing.py), from ``low``
+    times the pool's price on an idle day to ``high`` times it on a full one. Off by default: every
+    offering costs the pool's price, as on AWS."""
+
+    load_based: bool = False
+    low: Decimal = Decimal("0.8")
+    high: Decimal = Decimal("1.5")
+
+
+# The highest a load-based multiplier may go (an offering id carries it in ten-thousandths, under 6.5536).
+LOAD_PRICE_CEILING = Decimal(5)
+
+
+@dataclass(frozen=True)
 class BookingPolicy:
     """The rules of what may be booked (docs/DECISIONS.md, "Booking policy"); the defaults follow AWS."""
 
@@ -249,6 +264,8 @@ class Fleet:
     # [cancellation]: what returning a plan's capacity refunds and its resale credits (core/returns.py);
     # strict (no returns, SageMaker's rule) unless the file says otherwise. A pool may have its own.
     cancellation: CancellationPolicy = STRICT
+    # [pricing]: load-based prices (core/pricing.py); off unless the file turns them on.
+    pricing: LoadPricing = LoadPricing()
     default_payment_mode: str = "auto"
     # [accounts] os_ids: the uids and gids the server gives the OS users it makes for accounts
     # (core/id_ranges.py); each handed out once, ever.

@@ -2,7 +2,7 @@
 capacity refunds, and what resale of returned capacity credits (core/returns.py applies them).
 
 Either is a preset's name (``"strict"``, the default: no returns; ``"flexible"``) or a table: a
-``preset`` to start from, and any of ``tiers``, ``resale_share``, ``quote_validity``,
+``preset`` to start from, and any of ``tiers``, ``resale_share``, ``resale_discount``, ``quote_validity``,
 ``refund_cap`` and ``cap_period`` over it. A table with its own ``tiers`` is named ``custom``.
 """
 
@@ -19,7 +19,7 @@ from hyperplan.core.durations import MAX_DURATION, format_duration
 from hyperplan.core.fleet_values import Table
 from hyperplan.core.returns import PRESETS, CancellationPolicy, RefundTier
 
-_KEYS = ("preset", "tiers", "resale_share", "quote_validity", "refund_cap", "cap_period")
+_KEYS = ("preset", "tiers", "resale_share", "resale_discount", "quote_validity", "refund_cap", "cap_period")
 _TIER_KEYS = ("before", "refund")
 # A quote holds a refund against a plan that others may be buying around: a day is the most it may.
 QUOTE_VALIDITY_CEILING = timedelta(days=1)
@@ -35,6 +35,7 @@ def read_cancellation(values: Mapping[str, Any], path: str = "cancellation") -> 
         name="custom" if "tiers" in table.values else base.name,
         tiers=tiers,
         resale_share=_share(table, "resale_share", base.resale_share, zero_allowed=True),
+        resale_discount=_share(table, "resale_discount", base.resale_discount, zero_allowed=True),
         quote_validity=_duration(
             table, "quote_validity", base.quote_validity, most=QUOTE_VALIDITY_CEILING, positive=True
         ),

@@ -20,7 +20,10 @@ In brief::
     [cancellation]  preset = "strict" | "flexible", tiers = [{before = "7d", refund = 1.0}, ...],
                  resale_share, quote_validity, refund_cap, cap_period: what returning
                  a plan's capacity refunds (core/returns.py); a pool may name a preset or table of
-                 its own, cancellation = "flexible" (default: strict, no returns)
+                 its own, cancellation = "flexible" (default: strict, no returns); resale_discount:
+                 the share off the price of what a search can offer only from returned capacity
+    [pricing]    load_based = true | false (default false), low = 0.8, high = 1.5: an offering's price
+                 runs from low x the pool's price on idle days to high x on full ones (core/pricing.py)
     [quotas]     max_active_plans, max_reserved_instances_per_type, max_reserved_share_per_type,
                  max_reserved_instance_hours_per_30_days, max_on_demand_instances_per_type,
                  max_on_demand_share_per_type
@@ -79,6 +82,7 @@ from hyperplan.core.fleet_images import read_image_sources
 from hyperplan.core.fleet_instance_types import read_instance_types
 from hyperplan.core.fleet_limits import read_exec_limits, read_quotas, read_rate_limits
 from hyperplan.core.fleet_policy import read_background_load, read_policy
+from hyperplan.core.fleet_pricing import read_pricing
 from hyperplan.core.fleet_settings import (
     read_images,
     read_notifications,
@@ -98,7 +102,7 @@ _REGION = re.compile(r"[a-z]{2}(-[a-z]+)+-\d+")
 _TOP_KEYS = (
     "region", "currency", "zones", "pools", "policy", "background_load", "quotas", "buckets", "accounts",
     "notifications", "images", "webhooks", "rate_limits", "backend", "retention", "instance_types",
-    "image_map", "registries", "spot", "cancellation",
+    "image_map", "registries", "spot", "cancellation", "pricing",
 )  # fmt: skip
 
 
@@ -124,6 +128,7 @@ def parse_fleet(text: str) -> Fleet:
         quotas=read_quotas(top.table("quotas") or {}),
         spot=read_spot(top.table("spot") or {}),
         cancellation=read_cancellation(top.table("cancellation") or {}),
+        pricing=read_pricing(top.table("pricing") or {}),
         default_payment_mode=read_payment_mode(top.table("accounts") or {}),
         os_ids=read_os_ids(top.table("accounts") or {}),
         subordinate_ids=read_subordinate_ids(top.table("accounts") or {}),

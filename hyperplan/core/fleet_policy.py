@@ -35,12 +35,23 @@ def read_policy(values: Mapping[str, Any]) -> BookingPolicy:
         min_days=min_days,
         max_days=max_days,
         allowed_counts=_allowed_counts(table, default.allowed_counts),
-        max_segments=table.integer("max_segments", default.max_segments, minimum=1),
+        max_segments=_max_segments(table, default.max_segments),
         max_offerings=table.integer("max_offerings", default.max_offerings, minimum=1),
         offering_validity=table.duration("offering_validity", default.offering_validity),
         ranking=_ranking(table, default.ranking),
         reclaim_lead=_reclaim_lead(table.table("reclaim_lead") or {}),
     )
+
+
+# An offering id carries each segment in 12 bytes and must stay within SageMaker's 256 characters.
+MOST_SEGMENTS = 10
+
+
+def _max_segments(table: Table, default: int) -> int:
+    value = table.integer("max_segments", default, minimum=1)
+    if value > MOST_SEGMENTS:
+        raise table.fail("max_segments", f"{value} is more than {MOST_SEGMENTS} (an offering id's room)")
+    return value
 
 
 def _ranking(table: Table, default: str) -> str:

@@ -5,7 +5,10 @@ bought, the target, the count and each segment's pool and times), packed, signed
 key and spelled in the alphabet the SageMaker model allows (`[a-z0-9\\-]+`, at most 256 characters).
 Buying decodes and verifies it; the plan row keeps the id, unique, so that an offering is bought once.
 The fleet's fingerprint is inside, so an offering made before the fleet file changed is refused
-rather than sold at a stale price. Prices are not carried: they follow from the segments and the fleet.
+rather than sold at a stale price. A price is not carried whole: it follows from the segments, the fleet
+and each segment's price multiplier (core/pricing.py), which is carried, in ten-thousandths, so that an
+offering costs what the search priced it at even if the calendar changed in between. Version 1 ids
+(before multipliers) still decode, each segment at the list price.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from decimal import Decimal
 
 import numpy as np
 
@@ -25,10 +29,13 @@ from hyperplan.core.fleet import Fleet
 from hyperplan.core.keyed_hash import hmac_sha256
 
 PREFIX = "tpo-"
-_VERSION = 1
+_VERSION = 2
 # version, fleet fingerprint, nonce, account, expiry, target, count, segments
 _HEADER = struct.Struct(">B4s4sQIBHB")
-_SEGMENT = struct.Struct(">HII")  # pool index, start, end (epoch seconds)
+_SEGMENT = struct.Struct(">HIIH")  # pool index, start, end (epoch seconds), multiplier (1/10,000ths)
+_SEGMENT_V1 = struct.Struct(">HII")  # without the multiplier: the list price
+_MULTIPLIER_UNITS = 10_000
+_EXTENSION_VERSION = 1
 _MAC_BYTES = 10
 TARGETS = ("training-job", "hyperpod-cluster")
 
@@ -42,6 +49,7 @@ class OfferingSegment:
     pool_index: int
     start: datetime
     end: datetime
+    multiplier: Decimal = Decimal(1)  # of the list price (core/pricing.py), to four places
 
 
 @dataclass(frozen=True)
@@ -80,7 +88,10 @@ def encode_all(claims: Sequence[OfferingClaim], *, key: bytes, fleet: Fleet) -> 
             TARGETS.index(claim.target),
             claim.count,
             len(claim.segments),
-        ) + b"".join(_SEGMENT.pack(s.pool_index, _seconds(s.start), _seconds(s.end)) for s in claim.segments)
+        ) + b"".join(
+            _SEGMENT.pack(s.pool_index, _seconds(s.start), _seconds(s.end), _units(s.multiplier))
+            for s in claim.segments
+        )
         raw.append(body + _mac(key, body))
     return [PREFIX + text for text in _base32(raw)]
 
@@ -113,15 +124,16 @@ def decode(offering_id: str, *, key: bytes, fleet: Fleet) -> OfferingClaim:
     if not hmac.compare_digest(mac, _mac(key, body)):
         raise OfferingIdError("signature does not match")
     version, fingerprint, _nonce, account, expires, target, count, n_segments = _HEADER.unpack_from(body)
-    if version != _VERSION or fingerprint != fleet.fingerprint():
+    if version not in (1, _VERSION) or fingerprint != fleet.fingerprint():
         raise OfferingIdError("made for another version of the fleet")
-    if len(body) != _HEADER.size + n_segments * _SEGMENT.size or target >= len(TARGETS):
+    each = _SEGMENT if version == _VERSION else _SEGMENT_V1
+    if len(body) != _HEADER.size + n_segments * each.size or target >= len(TARGETS):
         raise OfferingIdError("malformed")
     segments = tuple(
-        OfferingSegment(index, _time(start), _time(end))
-        for index, start, end in (
-            _SEGMENT.unpack_from(body, _HEADER.size + i * _SEGMENT.size) for i in range(n_segments)
+        OfferingSegment(
+            fields[0], _time(fields[1]), _time(fields[2]), _multiplier(fields[3] if len(fields) > 3 else None)
         )
+        for fields in (each.unpack_from(body, _HEADER.size + i * each.size) for i in range(n_segments))
     )
     if any(s.pool_index >= len(fleet.pools) for s in segments):
         raise OfferingIdError("names a pool the fleet does not have")
@@ -138,7 +150,26 @@ def _unpack_text(offering_id: str) -> bytes:
         raise OfferingIdError("not base32") from exc
     if len(raw) < _HEADER.size + _MAC_BYTES:
         raise OfferingIdError("too short")
+    if _base32([raw])[0] != offering_id.removeprefix(PREFIX):
+        # The last character may carry unused bits: another spelling of the same bytes would decode,
+        # and pass the signature, as a second id of one offering (which must be bought once).
+        raise OfferingIdError("not spelled as the service spells it")
     return raw
+
+
+def _units(multiplier: Decimal) -> int:
+    units = multiplier * _MULTIPLIER_UNITS
+    if units != units.to_integral_value() or not 0 < units < 1 << 16:
+        raise ValueError(f"a price multiplier of {multiplier} cannot be carried (four places, under 6.5536)")
+    return int(units)
+
+
+def _multiplier(units: int | None) -> Decimal:
+    if units is None:
+        return Decimal(1)
+    if units == 0:
+        raise OfferingIdError("malformed")
+    return (Decimal(units) / _MULTIPLIER_UNITS).quantize(Decimal("0.0001"))
 
 
 def _seconds(when: datetime) -> int:
@@ -166,7 +197,7 @@ class ExtensionClaim:
 
 def encode_extension(claim: ExtensionClaim, *, key: bytes, fleet: Fleet) -> str:
     body = _EXTENSION.pack(
-        _VERSION,
+        _EXTENSION_VERSION,
         fleet.fingerprint(),
         _nonce(),
         int(claim.account_id),
@@ -188,6 +219,6 @@ def decode_extension(offering_id: str, *, key: bytes, fleet: Fleet) -> Extension
     if not hmac.compare_digest(mac, _mac(key, body)):
         raise OfferingIdError("signature does not match")
     version, fingerprint, _nonce, account, expires, plan_id, start, end = _EXTENSION.unpack(body)
-    if version != _VERSION or fingerprint != fleet.fingerprint():
+    if version != _EXTENSION_VERSION or fingerprint != fleet.fingerprint():
         raise OfferingIdError("made for another version of the fleet")
     return ExtensionClaim(f"{account:012d}", _time(expires), plan_id, _time(start), _time(end))

@@ -23,6 +23,9 @@ class Segment:
     start: datetime
     end: datetime
     count: int
+    # Its price is count x hours x the pool's price x this (core/pricing.py): 1 but where the fleet
+    # prices by load or discounts returned capacity.
+    multiplier: Decimal = Decimal(1)
 
     @property
     def duration_hours_minutes(self) -> tuple[int, int]:

@@ -51,6 +51,9 @@ class CancellationPolicy:
     name: str = "strict"
     tiers: tuple[RefundTier, ...] = ()
     resale_share: Decimal = Decimal(0)  # share of the resold instance-hours' value credited to the seller
+    # Share off the price of the instance-days a search can offer only from returned capacity
+    # (core/pricing.py); 0: returned capacity sells at the usual price.
+    resale_discount: Decimal = Decimal(0)
     quote_validity: timedelta = timedelta(minutes=10)
     refund_cap: Decimal | None = None  # the most refunded to one account per cap_period (None: no cap)
     cap_period: timedelta = timedelta(days=30)
@@ -79,6 +82,8 @@ class CancellationPolicy:
         line = ", ".join(parts)
         if self.resale_share:
             line += f"; {_percent(self.resale_share)} of resold instance-hours credited"
+        if self.resale_discount:
+            line += f"; returned capacity offered {_percent(self.resale_discount)} off"
         if self.refund_cap is not None:
             line += f"; at most {_plain(self.refund_cap)} refunded per account in {_words(self.cap_period)}"
         return line
@@ -92,6 +97,7 @@ class CancellationPolicy:
                 for tier in sorted(self.tiers, key=lambda tier: tier.before, reverse=True)
             ],
             "ResaleShare": _plain(self.resale_share),
+            "ResaleDiscount": _plain(self.resale_discount),
             "QuoteValiditySeconds": int(self.quote_validity.total_seconds()),
             "RefundCap": None if self.refund_cap is None else _plain(self.refund_cap),
             "CapPeriodSeconds": int(self.cap_period.total_seconds()),

@@ -81,9 +81,10 @@ from decimal import Decimal
 from hyperplan.core.calendar import CapacityCalendar
 from hyperplan.core.fleet import Fleet
 from hyperplan.core.offerings import Offering, Segment
-from hyperplan.core.pricing import segment_price
+from hyperplan.core.pricing import ONE, segment_price
 from hyperplan.core.search_days import _PoolDays
 from hyperplan.core.search_plan import _Candidate, _Planner
+from hyperplan.core.search_prices import PriceDays
 from hyperplan.core.search_rank import _Packer
 from hyperplan.core.search_request import SearchRequest, _Query, _query
 
@@ -98,18 +99,20 @@ def search(fleet: Fleet, calendar: CapacityCalendar, request: SearchRequest, now
 
 @dataclass(frozen=True)
 class DaysRead:
-    """What a search reads from the calendar: its validated query and each pool's days. A value: the
-    calendar may change once it is read, and the planning (most of a search's time) needs no lock."""
+    """What a search reads from the calendar: its validated query, each pool's days, and what prices
+    them beyond the list price (None: nothing does). A value: the calendar may change once it is read,
+    and the planning (most of a search's time) needs no lock."""
 
     query: _Query
     grids: _PoolDays
+    prices: PriceDays | None = None
 
 
 def read_days(fleet: Fleet, calendar: CapacityCalendar, request: SearchRequest, now: datetime) -> DaysRead:
     """The first half of :func:`search`: validate the request and read the calendar (a caller that
     shares the calendar between threads holds its lock over this only)."""
     query = _query(fleet, request, now)
-    return DaysRead(query, _PoolDays.read(calendar, query))
+    return DaysRead(query, _PoolDays.read(calendar, query), PriceDays.read(fleet, calendar, query))
 
 
 def plan_offerings(fleet: Fleet, read: DaysRead) -> list[Offering]:
@@ -119,7 +122,7 @@ def plan_offerings(fleet: Fleet, read: DaysRead) -> list[Offering]:
     (which the calendar keeps until it next changes): the same search asked again before the next
     change (the same type, count, length and target, without a window, in the same minute) is answered
     from there rather than planned again."""
-    kept, key = read.grids.plans, _plan_key(fleet.policy.ranking, read.query)
+    kept, key = read.grids.plans, (_plan_key(fleet.policy.ranking, read.query), read.prices)
     found = kept.get(key)
     if found is None:
         found = _plan(fleet.policy.ranking, read)
@@ -148,6 +151,7 @@ def _plan_key(ranking: str, query: _Query) -> tuple[object, ...]:
         query.latest_start_day,
         query.max_segments,
         query.max_offerings,
+        query.days_ahead,
     )
 
 
@@ -155,18 +159,25 @@ def _plan(ranking: str, read: DaysRead) -> tuple[Offering, ...]:
     planner = _Planner(read.query, read.grids)
     if planner.fits is None:  # the window is shorter than the plan
         return ()
-    chosen = _Packer(planner).best() if ranking == "packing" else planner.best()
-    return tuple(_offering(read.query, candidate) for candidate in chosen)
+    chosen = _Packer(planner, read.query.days_ahead).best() if ranking == "packing" else planner.best()
+    return tuple(_offering(read, candidate) for candidate in chosen)
 
 
-def _offering(query: _Query, candidate: _Candidate) -> Offering:
-    """The offering a candidate stands for: its days made times, its fee priced exactly (a candidate's
-    cost is a float, for ranking only)."""
+def _offering(read: DaysRead, candidate: _Candidate) -> Offering:
+    """The offering a candidate stands for: its days made times, each segment's price multiplier read
+    from its days (core/pricing.py), its fee priced exactly (a candidate's cost is a float, for ranking
+    only)."""
+    query, prices = read.query, read.prices
     segments, fee = [], Decimal("0.00")
     for index, (pool_index, start_day, stop_day) in enumerate(candidate.segments):
         pool = query.pools[pool_index]
         start = query.soonest if index == 0 and candidate.partial else query.day_start(start_day)
         end = query.day_start(stop_day)
-        segments.append(Segment(pool.key, start, end, query.count))
-        fee += segment_price(pool, start, end, query.count)
+        times = (
+            ONE
+            if prices is None
+            else prices.multiplier(read.grids.free_days, pool_index, start_day, stop_day, query.count)
+        )
+        segments.append(Segment(pool.key, start, end, query.count, times))
+        fee += segment_price(pool, start, end, query.count, times)
     return Offering(query.target, tuple(segments), fee, query.pools[0].currency)

@@ -24,14 +24,24 @@ class _Packer:
       (instances; the day before the window counts as full), so that it fills a gap to the level of its
       neighbours rather than cut a ragged edge that only a request of just that size could use.
 
+    When the caller says how far ahead the window opens (``days_ahead``: whole days from the search to
+    the window's first day, rounded up) and that is more than a week (``_FAR_AHEAD_DAYS``), a placement
+    also costs ``_DELAY_COST`` per day it holds for each day it starts after the window's first: such a
+    window's first days can be reached only by requests that plan as far ahead, so fewer requests are
+    still to come for them than for the days after; spreading the booking later would leave them idle
+    (issue 54's grid, docs/PLANNING.md). Without ``days_ahead`` (None), or with a window that opens
+    within a week, the score is the two parts above alone.
+
     With one segment, every start of every pool in the window is scored at once. With more, the
     candidates are the first ``_SPLIT_POOL x max_offerings`` of the earliest ranking's with that many
     segments (each placed earliest-first), scored alike. A score is a sum of parts that each depend on
     one end of the placement (see :meth:`ends`), computed once per calendar read: O(P N)."""
 
-    def __init__(self, planner: _Planner) -> None:
+    def __init__(self, planner: _Planner, days_ahead: int | None = None) -> None:
         self.planner = planner
         self.query = planner.query
+        far = days_ahead is not None and days_ahead >= _FAR_AHEAD_DAYS
+        self.delay_cost = _DELAY_COST if far else 0.0
 
     # Read on first use: a search where nothing fits scores nothing, and need not derive them.
     @property
@@ -80,15 +90,19 @@ class _Packer:
 
     def _scores(self, pool: Ints, starts: Ints, stops: Ints) -> Floats:
         """The scores of placements [start, stop), each in its pool (see :meth:`ends`)."""
-        return np.asarray(
-            self.opens[pool, starts] + self.closes[pool, stops] + self.query.count * (stops - starts),
-            dtype=np.float64,
-        )
+        held = stops - starts
+        score = self.opens[pool, starts] + self.closes[pool, stops] + self.query.count * held
+        if self.delay_cost:
+            score = score + self.delay_cost * held * starts
+        return np.asarray(score, dtype=np.float64)
 
     def _scores_from(self, starts: int, days: int) -> Floats:
         """(P, starts): the scores of placements of ``days`` days in every pool from each of the first
         ``starts`` days (each must end in the window)."""
-        return self.opens[:, :starts] + self.closes[:, days : days + starts] + self.query.count * days
+        score = self.opens[:, :starts] + self.closes[:, days : days + starts] + self.query.count * days
+        if self.delay_cost:
+            score = score + self.delay_cost * days * np.arange(starts)
+        return score
 
     def _singles(self) -> tuple[Iterator[tuple[float, _Candidate]], tuple[float, _Candidate]] | None:
         """Every one-segment placement (and the same with the partial day where it starts on day 0),
@@ -159,3 +173,10 @@ def _same(a: _Candidate, b: _Candidate) -> bool:
 
 
 _SPLIT_POOL = 8
+# A window that opens this many days or more after the search (rounded up) is far ahead: its placements
+# pay _DELAY_COST per day held for each day they start after its first (see _Packer). Measured on issue
+# 54's grid (docs/PLANNING.md): beyond a week, filling such windows from the front books more; the
+# project's older workloads, whose windows open within a week, are left as they were. A whole number, so
+# that scores stay whole numbers (the order key of _singles relies on it).
+_FAR_AHEAD_DAYS = 8
+_DELAY_COST = 1.0

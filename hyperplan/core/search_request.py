@@ -39,6 +39,7 @@ class _Query:
     latest_start_day: int  # the last day a segment may open the plan on (negative: only the soonest)
     max_segments: int
     max_offerings: int
+    days_ahead: int = 0  # whole days from the search to day 0, rounded up (the packing ranking reads it)
 
     @property
     def has_partial_day(self) -> bool:
@@ -69,6 +70,7 @@ def _query(fleet: Fleet, request: SearchRequest, now: datetime) -> _Query:
         latest_start_day=(latest_start - first_boundary) // DAY,
         max_segments=policy.max_segments,
         max_offerings=policy.max_offerings,
+        days_ahead=-((now - first_boundary) // DAY),
     )
 
 

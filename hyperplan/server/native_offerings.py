@@ -55,11 +55,13 @@ def search_offerings(request: NativeRequest) -> dict[str, Any]:
 
 def _offering_json(request: NativeRequest, signed: SignedOffering) -> dict[str, Any]:
     """One offering as SearchTrainingPlanOfferings answers it (its times as the native API writes
-    them), plus the type and count it was searched for and what a return of it would refund: the
-    policy of its (first segment's) pool, which a plan bought from it keeps."""
+    them), plus the type and count it was searched for, each segment's price multiplier (of the pool's
+    list price: load-based prices and resale discounts, core/pricing.py) and what a return of it would
+    refund: the policy of its (first segment's) pool, which a plan bought from it keeps."""
     searched = {"InstanceType": signed.request.instance_type, "InstanceCount": signed.request.instance_count}
     policy = policy_for(request.runtime.fleet, signed.offering.segments[0].pool_key)
-    added = {**searched, "CancellationPolicy": policy_json(policy)}
+    multipliers = [format(segment.multiplier.normalize(), "f") for segment in signed.offering.segments]
+    added = {**searched, "PriceMultipliers": multipliers, "CancellationPolicy": policy_json(policy)}
     result: dict[str, Any] = jsonable({**wire_offering(request.runtime, signed), **added}, zulu_time)
     return result
 

@@ -115,3 +115,18 @@ def test_simulate_with_busy_hours_and_no_spot_jobs_reports_the_idle_hours(tmp_pa
     )
     assert busy + idle == pytest.approx(reserved, abs=0.1) and idle > 0
     assert not any("lent to spot jobs" in line or "reclaims" in line for line in lines)
+
+
+def test_simulate_compares_list_and_load_based_prices_for_cheapest_buyers(tmp_path: Path) -> None:
+    cheapest = tmp_path / "cheapest.csv"
+    cheapest.write_text((EXAMPLES / "tiny.csv").read_text().replace(",first", ",cheapest"))
+    assert "cheapest" in cheapest.read_text()
+    answer = simulate(tmp_path, "--ranking", "packing", "--compare-prices", "--json", workload=str(cheapest))
+    listed, loaded = json.loads(answer.stdout)["Rankings"]
+    assert (listed["Ranking"], loaded["Ranking"]) == ("packing", "packing, load prices")
+    assert listed["LpBound"] == loaded["LpBound"]
+    assert 0 < loaded["InstanceDays"] <= loaded["LpBound"]
+    # The example fleet has no [pricing]: list prices are its own, load-based ones the defaults (0.8-1.5 x).
+    per_day = [float(row["Revenue"]) / row["InstanceDays"] for row in (listed, loaded)]
+    assert per_day[0] != per_day[1]
+    assert 0.8 * per_day[0] <= per_day[1] <= 1.5 * per_day[0]

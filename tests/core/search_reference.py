@@ -10,6 +10,7 @@ have changed since: the oracle checks which requests are refused and where, not 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -147,6 +148,7 @@ class _Query:
     latest_start_day: int  # the last day a segment may open the plan on (negative: only the soonest)
     max_segments: int
     max_offerings: int
+    days_ahead: int  # whole days from the search to day 0, rounded up
 
     @property
     def has_partial_day(self) -> bool:
@@ -177,6 +179,7 @@ def _query(fleet: Fleet, request: SearchRequest, now: datetime) -> _Query:
         latest_start_day=(latest_start - first_boundary) // DAY,
         max_segments=policy.max_segments,
         max_offerings=policy.max_offerings,
+        days_ahead=math.ceil((first_boundary - now) / DAY),
     )
 
 
@@ -588,6 +591,8 @@ class _Packer:
     def __init__(self, planner: _Planner) -> None:
         self.planner = planner
         self.query = planner.query
+        # A window opening 8 or more days ahead: a placement also costs a day held per day it starts late.
+        self.delay = 1.0 if self.query.days_ahead >= 8 else 0.0
         # (pools, days): every pool's window has the same days, so that placements in several pools
         # are scored in one go
         self.free = np.stack([g.free_days.astype(np.float64) for g in planner.grids])
@@ -632,7 +637,8 @@ class _Packer:
         first, last = free[pool, starts], free[pool, stops - 1]
         steps = np.abs(before - first) + np.abs(last - after)
         steps_then = np.abs(before - first + count) + np.abs(last - count - after)
-        return np.asarray(_EDGE_WEIGHT * (steps_then - steps) - held, dtype=np.float64)
+        late = self.delay * (stops - starts) * starts
+        return np.asarray(_EDGE_WEIGHT * (steps_then - steps) - held + late, dtype=np.float64)
 
     def _singles(self) -> tuple[Iterator[tuple[float, _Candidate]], tuple[float, _Candidate]] | None:
         """Every one-segment placement (and the same with the partial day where it starts on day 0),

@@ -3,6 +3,7 @@ defaults, the presets, tiers, the refusals (each naming its key), and which poli
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 
@@ -55,8 +56,9 @@ def test_the_presets() -> None:
 
 def test_the_demo_fleet_is_flexible_in_every_pool() -> None:
     fleet = parse_fleet(demo_text())
-    assert fleet.cancellation == FLEXIBLE
-    assert all(fleet.cancellation_for(*pool.key) == FLEXIBLE for pool in fleet.pools)
+    demo = replace(FLEXIBLE, resale_discount=Decimal("0.2"))  # and offers returned capacity 20% off
+    assert fleet.cancellation == demo
+    assert all(fleet.cancellation_for(*pool.key) == demo for pool in fleet.pools)
 
 
 def test_keys_change_a_preset_and_keep_its_name() -> None:

@@ -317,6 +317,7 @@ def test_the_policy_for_machines() -> None:
         "Name": "flexible",
         "Tiers": [{"BeforeSeconds": 604800, "Fraction": "1"}, {"BeforeSeconds": 0, "Fraction": "0.5"}],
         "ResaleShare": "0.5",
+        "ResaleDiscount": "0",
         "QuoteValiditySeconds": 600,
         "RefundCap": None,
         "CapPeriodSeconds": 2592000,

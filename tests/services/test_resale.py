@@ -21,12 +21,9 @@ from typing import Any
 import pytest
 from sqlalchemy import event, select
 
-from hyperplan.app import AppConfig, Application
-from hyperplan.backends.fake import FakeBackend, FakeWorld
 from hyperplan.core.search_request import SearchRequest
-from hyperplan.services.accounts import accounts
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.plans import payments, plans
+from hyperplan.services.plans import plans
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import (
     Account,
@@ -38,32 +35,12 @@ from hyperplan.store.schema import (
     ReturnQuote,
     TrainingPlan,
 )
-from tests.harness import SERVER_START, unisolated, wait_until
+from tests.harness import wait_until
 from tests.postgres import Stores
+from tests.services.running import P5, ZONE, application, new_account, one_pool_fleet
 
-P5 = "ml.p5.48xlarge"
-ZONE = "us-west-2a"
 HOURS = 48
 SHARE = Decimal("0.5")
-
-
-def _fleet_file(reservable: int) -> str:
-    return f"""
-region = "us-west-2"
-currency = "USD"
-[[zones]]
-name = "{ZONE}"
-zone_id = "usw2-az1"
-subnets = []
-[[pools]]
-instance_type = "{P5}"
-zone = "{ZONE}"
-count = {reservable}
-reservable = {reservable}
-price_per_instance_hour = "40.00"
-[policy]
-allowed_counts = "any"
-"""
 
 
 @dataclass(frozen=True)
@@ -83,14 +60,7 @@ class Market:
 
 
 def _account(runtime: ServiceContext, name: str) -> Caller:
-    with runtime.db.write() as session:
-        key = accounts.create_account(
-            session, name, box=runtime.secret_box, now=runtime.clock.now(), payment_mode="budget"
-        )
-        payments.update_account(
-            session, name, mode=None, budget=None, add_budget=Decimal("100000"), now=runtime.clock.now()
-        )
-    return Caller(key.account_id, name, False, key.access_key_id)
+    return new_account(runtime, name, "budget", Decimal("100000"))
 
 
 def _buy(
@@ -165,23 +135,9 @@ def _return(runtime: ServiceContext, seller: Caller, name: str, refund: Decimal)
 @contextmanager
 def _market(tmp_path: Path, reservable: int, stores: Stores | None = None) -> Iterator[Market]:
     """A pool of `reservable`: the holder keeps 2 instances, the seller returned 2 over the same 48 hours."""
-    fleet_path = tmp_path / "fleet.toml"
-    fleet_path.write_text(_fleet_file(reservable))
-    world = FakeWorld()
-    application = Application(
-        AppConfig(
-            data_dir=tmp_path / "data",
-            fleet_path=fleet_path,
-            clock="manual",
-            clock_start=SERVER_START,
-            database_url=None if stores is None else stores.url(),
-            backend=lambda _work_dir: FakeBackend(world),
-            **unisolated(tmp_path / "data"),
-        )
-    )
-    application.start()
-    try:
-        runtime = application.context
+    url = None if stores is None else stores.url()
+    with application(tmp_path, one_pool_fleet(reservable), database_url=url) as app:
+        runtime = app.context
         seller, holder = _account(runtime, "vision"), _account(runtime, "speech")
         buyer, other_buyer = _account(runtime, "audio"), _account(runtime, "robotics")
         _buy(runtime, seller, "returned-plan", 2, None)
@@ -199,8 +155,6 @@ def _market(tmp_path: Path, reservable: int, stores: Stores | None = None) -> It
             window_id,
             returned.upfront_fee,
         )
-    finally:
-        application.stop()
 
 
 @pytest.fixture

@@ -19,8 +19,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from hyperplan.app import AppConfig, Application
-from hyperplan.backends.fake import FakeBackend, FakeWorld
 from hyperplan.core.search_request import SearchRequest
 from hyperplan.errors import ResourceLimitExceeded
 from hyperplan.services.accounts import accounts
@@ -30,28 +28,11 @@ from hyperplan.services.orchestration import account_views
 from hyperplan.services.plans import payments, plans, usage
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.schema import ReservedCapacity, SpotRun, TrainingJob, TrainingPlan
-from tests.harness import SERVER_START, unisolated
+from tests.services.running import P5, ZONE, application, new_account, one_pool_fleet
 
-P5 = "ml.p5.48xlarge"
-ZONE = "us-west-2a"
 # One pool of 8, 4 of them reservable: the owner's plan lends from the reservable part, on-demand spot
 # work runs on the rest. Spot price: the default 0.35 x 40.00 = 14.00 an instance-hour.
-FLEET = f"""
-region = "us-west-2"
-currency = "USD"
-[[zones]]
-name = "{ZONE}"
-zone_id = "usw2-az1"
-subnets = []
-[[pools]]
-instance_type = "{P5}"
-zone = "{ZONE}"
-count = 8
-reservable = 4
-price_per_instance_hour = "40.00"
-[policy]
-allowed_counts = "any"
-"""
+FLEET = one_pool_fleet(8, reservable=4)
 SPOT_PRICE = Decimal("14.00")
 HOUR = timedelta(hours=1)
 
@@ -67,36 +48,12 @@ class Fleet:
     segment: ReservedCapacity
 
 
-def _account(runtime: ServiceContext, name: str, mode: str) -> Caller:
-    with runtime.db.write() as session:
-        key = accounts.create_account(
-            session, name, box=runtime.secret_box, now=runtime.clock.now(), payment_mode=mode
-        )
-        if mode == "budget":  # enough for the plan's fee, granted as an administrator grants it
-            payments.update_account(
-                session, name, mode=None, budget=None, add_budget=Decimal("100000"), now=runtime.clock.now()
-            )
-    return Caller(key.account_id, name, False, key.access_key_id)
-
-
 def _start(tmp_path: Path, mode: str) -> Iterator[Fleet]:
-    fleet_path = tmp_path / "fleet.toml"
-    fleet_path.write_text(FLEET)
-    world = FakeWorld()
-    application = Application(
-        AppConfig(
-            data_dir=tmp_path / "data",
-            fleet_path=fleet_path,
-            clock="manual",
-            clock_start=SERVER_START,
-            backend=lambda _work_dir: FakeBackend(world),
-            **unisolated(tmp_path / "data"),
-        )
-    )
-    application.start()
-    try:
-        runtime = application.context
-        owner, borrower = _account(runtime, "vision", mode), _account(runtime, "speech", mode)
+    with application(tmp_path, FLEET) as app:
+        runtime = app.context
+        # enough for the plan's fee in mode budget, granted as an administrator grants it
+        budget = Decimal("100000") if mode == "budget" else None
+        owner, borrower = (new_account(runtime, name, mode, budget) for name in ("vision", "speech"))
         offering = plans.search(runtime, owner, SearchRequest(P5, 2, 48, "training-job", None, None))[0]
         plans.create(runtime, owner, "vision-plan", offering.offering_id)
         with runtime.db.read() as session:
@@ -105,8 +62,6 @@ def _start(tmp_path: Path, mode: str) -> Iterator[Fleet]:
                 select(ReservedCapacity).where(ReservedCapacity.plan_id == plan.id)
             ).one()
         yield Fleet(runtime, owner, borrower, plan.id, segment)
-    finally:
-        application.stop()
 
 
 @pytest.fixture

@@ -81,8 +81,9 @@ def offering_view(
     priced = []
     for segment in offering.segments:
         pool = runtime.fleet.pool(segment.pool_key)
-        price = segment_price(pool, segment.start, segment.end, segment.count)
-        priced.append(PricedSegment(segment, price, pool.price_per_instance_hour))
+        price = segment_price(pool, segment.start, segment.end, segment.count, segment.multiplier)
+        # What an instance-hour of this segment costs: the list price times its multiplier.
+        priced.append(PricedSegment(segment, price, pool.price_per_instance_hour * segment.multiplier))
     hours = sum((s.end - s.start for s in offering.segments), timedelta()) / timedelta(hours=1)
     per_hour = offering.upfront_fee / Decimal(str(hours * offering.instance_count)) if hours else Decimal(0)
     return OfferingView(
@@ -112,8 +113,8 @@ def read_offering(runtime: ServiceContext, caller: Caller, offering_id: str) -> 
     segments = []
     fee = Decimal(0)
     for pool, part in plans._segments_of(runtime, claim):
-        segments.append(Segment(pool.key, part.start, part.end, claim.count))
-        fee += segment_price(pool, part.start, part.end, claim.count)
+        segments.append(Segment(pool.key, part.start, part.end, claim.count, part.multiplier))
+        fee += segment_price(pool, part.start, part.end, claim.count, part.multiplier)
     currency = runtime.fleet.pools[claim.segments[0].pool_index].currency
     offering = Offering(claim.target, tuple(segments), fee, currency)
     return offering_view(runtime, offering_id, offering, claim.expires_at)

@@ -101,8 +101,11 @@ def _window(account_id: str, segments: Segments, count: int, every_type: bool) -
 
 
 def price_of(segments: Segments, count: int) -> Decimal:
-    """The fee follows from the segments and the fleet's prices, exactly as the search priced it."""
-    return sum((segment_price(pool, s.start, s.end, count) for pool, s in segments), start=Decimal("0"))
+    """The fee follows from the segments, the fleet's prices and each segment's multiplier (which the
+    offering carries), exactly as the search priced it."""
+    return sum(
+        (segment_price(pool, s.start, s.end, count, s.multiplier) for pool, s in segments), start=Decimal("0")
+    )
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,9 @@ def _claim(caller: Caller, offering: Offering, expires: datetime, index: dict[Po
         expires_at=expires,
         target=offering.target,
         count=offering.segments[0].count,
-        segments=tuple(OfferingSegment(index[s.pool_key], s.start, s.end) for s in offering.segments),
+        segments=tuple(
+            OfferingSegment(index[s.pool_key], s.start, s.end, s.multiplier) for s in offering.segments
+        ),
     )
 
 
