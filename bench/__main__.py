@@ -1,6 +1,7 @@
 """``python -m bench [--quick | --smoke] [--profile] [--keep] [SECTION ...]``.
 
-Sections: search, http, scale, memory, lifecycle, cli, fairness, planner, containers (default: all of them).
+Sections: search, http, scale, memory, lifecycle, cli, fairness, planner, containers, history (default: all
+of them).
 """
 
 from __future__ import annotations
@@ -13,11 +14,22 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import cli, containers, fairness, http_bench, lifecycle, memory, planner, scaleout, search
+from bench import cli, containers, fairness, history, http_bench, lifecycle, memory, planner, scaleout, search
 from bench.report import Report, line, load_average, machine_banner, speed_check
 from bench.scale import Scale
 
-SECTIONS = ("search", "http", "scale", "memory", "lifecycle", "cli", "fairness", "planner", "containers")
+SECTIONS = (
+    "search",
+    "http",
+    "scale",
+    "memory",
+    "lifecycle",
+    "cli",
+    "fairness",
+    "planner",
+    "containers",
+    "history",
+)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -73,6 +85,8 @@ def main(argv: list[str]) -> int:
             planner.run(report, scale=args.scale)
         if "containers" in sections:
             containers.run(report, workdir, scale=args.scale)
+        if "history" in sections:
+            history.run(report, workdir, scale=args.scale)
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)

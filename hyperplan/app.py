@@ -257,7 +257,7 @@ class Application:
     ) -> ServiceContext:
         """What every service is handed (services/runtime/context.py), over the store just opened."""
         db, fleet, slurm = store.db, preflight.fleet, preflight.slurm
-        calendar = LiveCalendar(fleet)
+        calendar = LiveCalendar(fleet, store.clock.now)
         keys = KeyCache()
         return ServiceContext(
             settings=Settings(

@@ -76,6 +76,25 @@ LABELS = {
         for what in ("job launch", "node provisioning")
         for runtime in ("process", "podman", "added by podman")
     ),
+    # issue 55: a tiny 1x history on SQLite (PostgreSQL is left out of a smoke run), each figure that has
+    # a target, and the Slurm reconciler's pass over recorded output
+    "history": (
+        *(
+            f"history SQLite: {name} at 1x"
+            for name in (
+                "search p99, in-process (ms)",
+                "HTTP search p99 (ms)",
+                "HTTP purchase p99 (ms)",
+                "lifecycle lag p99 (ms)",
+                "ListTrainingPlans, first page (ms)",
+                "ListTrainingPlans, last page (ms)",
+                "console plans list (ms)",
+                "start-up to healthy (s)",
+                "RSS after the load (MiB)",
+            )
+        ),
+        "Slurm reconciler pass p99 (20 nodes)",
+    ),
 }
 
 

@@ -89,12 +89,12 @@ RETURN_PANEL = "#returns"
 
 
 def plans_list(request: ConsoleRequest) -> Page:
+    """A page of the account's plans, latest start first; `?page=` is the token of an older page."""
     now = request.now
-    rows = [
-        (plan, console_views.next_transition(plan, now))
-        for plan in console_views.all_plans(request.runtime, request.caller)
-    ]
-    return Page("plans.html", {"rows": rows, "now": now})
+    token = request.query.get("page", "")
+    shown, older = console_views.plans_page(request.runtime, request.caller, token)
+    rows = [(plan, console_views.next_transition(plan, now)) for plan in shown]
+    return Page("plans.html", {"rows": rows, "now": now, "older": older, "paged": bool(token)})
 
 
 # -- search, review, purchase ------------------------------------------------------------------------
@@ -540,7 +540,7 @@ def capacity(request: ConsoleRequest) -> Page:
     if count_text and count is None:
         errors["instance_count"] = f"Instance count must be a whole number from 1 to {MAX_INSTANCE_COUNT}."
     shown = [t for t in timelines if not wanted or t.pool.instance_type == wanted]
-    own = _plan_marks(console_views.all_plans(request.runtime, request.caller))
+    own = _plan_marks(console_views.live_plans(request.runtime, request.caller))
     return Page(
         "capacity.html",
         {

@@ -193,6 +193,30 @@ class Notifications:
     reclaim_reminder: timedelta = timedelta(minutes=30)  # before each segment's capacity is taken back
 
 
+@dataclass(frozen=True)
+class Retention:
+    """``[retention]``: how long what has ended is kept (docs/OPERATIONS.md, "Retention"); None: for ever,
+    each one's default. `period` is the files' (ended jobs' trees and logs, terminated nodes' homes:
+    services/orchestration/retention.py); the others are rows of the store
+    (services/orchestration/row_retention.py)."""
+
+    period: timedelta | None = None
+    # Status events and done timed events of plans that ended longer ago, and other done timed events.
+    events: timedelta | None = None
+    audit: timedelta | None = None  # audit rows
+    leases: timedelta | None = None  # rate-limit buckets (leased from) untouched this long, real time
+    # On-demand metering's hourly ledger lines older than this: one line per holder and day instead.
+    metering: timedelta | None = None
+
+    @property
+    def removes_files(self) -> bool:
+        return self.period is not None
+
+    @property
+    def removes_rows(self) -> bool:
+        return any(p is not None for p in (self.events, self.audit, self.leases, self.metering))
+
+
 SPOT_PREFERENCES = ("lent", "on-demand")
 # The bounds of the [spot] table's durations and of a plan's lending settings (core/spot.py): a notice
 # longer than an hour would hold an owner's work back too long to be a promise worth making; a minimum
@@ -288,9 +312,10 @@ class Fleet:
     # account's and in all (core/exec_limits.py).
     exec_limits: ExecLimits = field(default_factory=ExecLimits)
     backend: BackendSettings = BackendSettings()
-    # [retention] period: ended jobs' files and terminated nodes' homes are removed this long after they
-    # ended (services/orchestration/retention.py); None: kept for ever.
-    retention: timedelta | None = None
+    # [retention]: ended jobs' files and terminated nodes' homes (`period`), and rows of the store
+    # (events, audit, leases, metering), removed or compacted this long after they ended; kept for ever
+    # unless set (services/orchestration/retention.py, row_retention.py).
+    retention: Retention = Retention()
     # [instance_types]: the size of each pool's type (and any other the file sizes), the fleet file's
     # figures over AWS's (core/instance_types.py); containers are sized from them.
     instance_types: Mapping[str, InstanceType] = field(

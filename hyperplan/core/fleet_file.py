@@ -51,15 +51,17 @@ In brief::
                  hostlist; count, if given, must equal their number), and may name their feature
                  (default: its instance type)
     [retention]  period = "30d": ended jobs' trees and logs and terminated nodes' homes are removed this
-                 long after they ended (default: kept)
+                 long after they ended; events = "90d", audit = "365d", leases = "1d": those rows of
+                 the store removed (events: of plans ended that long ago); metering = "30d": hourly
+                 on-demand ledger lines compacted to one per holder and day (each default: kept)
     [instance_types."<type>"]  vcpus, memory_gib, accelerators, accelerator_kind: a type's size, over
                  AWS's published figures (core/instance_types.py); required for a pool's type without them
 
 Each table has its reader: ``fleet_capacity`` (zones, pools, backend), ``fleet_policy`` (policy,
-background_load), ``fleet_spot`` (spot), ``fleet_cancellation`` (cancellation, and a pool's own),
-``fleet_buckets``, ``fleet_limits`` (quotas, rate_limits) and ``fleet_settings`` (accounts,
-notifications, images, webhooks, retention), ``fleet_instance_types``, ``fleet_images`` (image_map,
-registries); ``fleet_values`` has the checks they share.
+background_load), ``fleet_spot`` (spot), ``fleet_pricing`` (pricing), ``fleet_cancellation``
+(cancellation, and a pool's own), ``fleet_buckets``, ``fleet_limits`` (quotas, rate_limits) and
+``fleet_settings`` (accounts, notifications, images, webhooks, retention), ``fleet_instance_types``,
+``fleet_images`` (image_map, registries); ``fleet_values`` has the checks they share.
 """
 
 from __future__ import annotations

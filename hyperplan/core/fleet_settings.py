@@ -9,7 +9,7 @@ from types import MappingProxyType
 from typing import Any
 
 from hyperplan.core.durations import format_duration
-from hyperplan.core.fleet import PAYMENT_MODES, Notifications
+from hyperplan.core.fleet import PAYMENT_MODES, Notifications, Retention
 from hyperplan.core.fleet_values import Table
 from hyperplan.core.id_ranges import (
     DEFAULT_OS_IDS,
@@ -96,12 +96,26 @@ def read_webhooks(values: Mapping[str, Any]) -> WebhookTargets:
         raise ValidationError(str(error)) from None
 
 
-def read_retention(values: Mapping[str, Any]) -> timedelta | None:
-    """``[retention] period = "30d"``: how long ended work's files stay (none given: for ever)."""
-    table = Table(values, "retention", ("period",))
-    if "period" not in values:
+_RETENTION_KEYS = ("period", "events", "audit", "leases", "metering")
+# The shortest each may be: a file or row going within the hour it ended is a mistake, not a policy; the
+# metering ledger is compacted by whole UTC days, so its period is at least one.
+_AN_HOUR, _A_DAY = (timedelta(hours=1), "an hour"), (timedelta(days=1), "a day")
+_SHORTEST = {key: _AN_HOUR for key in _RETENTION_KEYS} | {"metering": _A_DAY}
+
+
+def read_retention(values: Mapping[str, Any]) -> Retention:
+    """``[retention]``: ``period = "30d"``, how long ended work's files stay; ``events``, ``audit``,
+    ``leases``, ``metering``, how long those rows stay (metering: hourly lines before they are compacted
+    per day). Each one not given: kept for ever."""
+    table = Table(values, "retention", _RETENTION_KEYS)
+    return Retention(**{key: _retention_period(table, key) for key in _RETENTION_KEYS})
+
+
+def _retention_period(table: Table, key: str) -> timedelta | None:
+    if key not in table.values:
         return None
-    period = table.duration("period", timedelta(0))
-    if period < timedelta(hours=1):
-        raise table.fail("period", f"{format_duration(period)} is shorter than an hour")
+    period = table.duration(key, timedelta(0))
+    shortest, words = _SHORTEST[key]
+    if period < shortest:
+        raise table.fail(key, f"{format_duration(period)} is shorter than {words}")
     return period

@@ -16,12 +16,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from functools import cache
 from typing import Any, cast
 
 from sqlalchemy import (
+    BigInteger,
     BindParameter,
     Connection,
     Select,
@@ -31,12 +32,14 @@ from sqlalchemy import (
     exists,
     func,
     literal,
+    literal_column,
     or_,
     select,
     true,
     union_all,
 )
 from sqlalchemy.dialects.postgresql import REGCLASS
+from sqlalchemy.orm import Session
 from sqlalchemy.sql.elements import UnaryExpression
 from sqlalchemy.sql.operators import custom_op
 
@@ -46,6 +49,7 @@ from hyperplan.core.quotas import Interval
 from hyperplan.errors import ResourceNotFound
 from hyperplan.store.prepared import Prepared
 from hyperplan.store.schema import (
+    SEGMENT_LENGTH,
     Account,
     Invoice,
     PlanExtension,
@@ -162,12 +166,80 @@ class HoldingsWindow:
         return params
 
 
+FAR_FUTURE = datetime(9999, 1, 1, tzinfo=UTC)
+"""Later than any row's end (the service sells days, not millennia)."""
+
+
+def ends_after(end: Any, bound: Any) -> Any:
+    """`end > bound`, stated as the closed range (bound, FAR_FUTURE): the same rows, but PostgreSQL's
+    planner, which weighs a prepared statement's generic plan without the bound's value, takes a range
+    with both ends for a narrow one (and reads the index by end) where it takes one end alone for a
+    third of the table (and reads all of it). psycopg prepares a statement run five times."""
+    return and_(end > bound, end < literal(FAR_FUTURE, type_=ReservedCapacity.end.type))
+
+
+def _longest_segment() -> Any:
+    """The longest segment's length (microseconds; NULL when there is none), from the last entry of
+    ix_rc_length: both databases read a max over an index's expression from its end."""
+    return (
+        select(func.max(literal_column(SEGMENT_LENGTH, BigInteger))).select_from(_SEGMENTS).scalar_subquery()
+    )
+
+
+def _segments_overlapping(end: Any, low: Any, high: Any) -> Any:
+    """The bounds by end of the segments that may hold capacity in [low, high): `end > low` (a segment
+    holds nothing after its end) and `end < high + the longest segment's length` (one that ends later
+    starts at or after `high`). A range with both ends, as the indexes by end read it: what overlaps the
+    window, not every segment booked after it. The caller still states the exact conditions."""
+    return and_(end > low, end < high.op("+", return_type=BigInteger)(_longest_segment()))
+
+
 _UNINDEXED: custom_op[Any] = custom_op("+")  # SQLite's unary +: the value as it is, from no index
 
 
-def _holdings_rows(pool_count: int, every_type: bool, *, unindexed_type: bool) -> Any:
-    """The union _holdings_query reads (see there); `unindexed_type` (SQLite): the account's rows
-    compared on their type as `+instance_type` (see of_types)."""
+def _unindexed(column: Any, sqlite: bool) -> Any:
+    """`column`'s value compared as no index serves it: SQLite's `+column`; on PostgreSQL, which has no
+    unary + on text, `column || ''` for text and `column + 0` for a number (the value unchanged). For a
+    read whose planner would otherwise take an index that reads history (see _holdings_rows)."""
+    if sqlite:
+        return UnaryExpression(column, operator=_UNINDEXED)
+    if column.type.python_type is str:
+        return column.op("||")(literal_column("''"))
+    return column.op("+")(literal_column("0"))
+
+
+def _owner(table: Any) -> Any:
+    """The account of the plan of `table`'s row, as a scalar subquery on the plan's id.
+
+    Not a join: given a join, PostgreSQL's planner weighs starting from the account's plans, whose
+    number it cannot know from an unindexed comparison (it guesses 0.5% of the table), and takes that
+    side when the type has many segments ahead: a scan of every plan of the store, then each of the
+    account's plans' segments (the 10x history bench read 15,000 rows a purchase so). A scalar
+    subquery is never turned into a join by either database: each segment the window's conditions
+    keep is looked up by its plan's id, after them (its cost puts it last), and nothing else is read."""
+    return select(TrainingPlan.account_id).where(TrainingPlan.id == table.plan_id).scalar_subquery()
+
+
+def _holdings_rows(pool_count: int, every_type: bool, *, sqlite: bool) -> Any:
+    """The union _holdings_query reads (see there), as `sqlite` or PostgreSQL writes it.
+
+    Every read is bounded by the window, not by the store's past nor by what is booked after it: a
+    segment is held until its end at the latest (its released_at is before its end) and starts no
+    earlier than its end less the longest segment's length, so each segments' read states the range
+    `low < end < high + longest` (_segments_overlapping) besides the exact conditions, and the indexes
+    by end (0031) read the segments whose end falls in it: those that overlap the window, and the few
+    that end within a longest segment after it. Extensions that hold capacity (unpaid ones, a few) are
+    read from ix_ext_holding by `end > low` (ends_after).
+
+    - The pools' segments: from ix_rc_type_end, the type's range of ends (the zone checked in the
+      index).
+    - The account's segments: the type's (ix_rc_type_end) or, of every type, the fleet's (ix_rc_end)
+      segments whose end falls in the window's range, each kept if its plan is the account's (`_owner`:
+      one look at the plan by its id, for the segments the window's other conditions kept). The
+      starts' comparison is made unindexed (`_unindexed`), so that no planner reads a range of starts
+      (the type's whole past). Neither planner can start from the account's plans (every plan it ever
+      had, then each one's segments, a scan of every plan where it misjudged their number): both grow
+      with history."""
     rc, ext = ReservedCapacity, PlanExtension
 
     def in_pools(table: Any) -> Any:
@@ -180,46 +252,48 @@ def _holdings_rows(pool_count: int, every_type: bool, *, unindexed_type: bool) -
 
     def of_types(table: Any) -> Any:
         # The pools' types, one comparison each (a type twice is harmless): no expanding IN list, so
-        # that the statement can be prepared. On SQLite the type is compared as `+instance_type`, which
-        # no index serves: without statistics its planner otherwise read every segment of the type,
-        # any account's (the pools' index leads with the type), to keep the account's few; this way it
-        # reads the account's plans, then their segments (a third of the time on the bench's store).
-        # PostgreSQL plans from its statistics, and has no unary + on text.
-        instance_type = table.instance_type
-        if unindexed_type:
-            instance_type = UnaryExpression(instance_type, operator=_UNINDEXED)
+        # that the statement can be prepared.
         return (
-            true() if every_type else or_(*(instance_type == bindparam(f"t{i}") for i in range(pool_count)))
+            true()
+            if every_type
+            else or_(*(table.instance_type == bindparam(f"t{i}") for i in range(pool_count)))
         )
 
     low, high, alow, ahigh = (
         bindparam(n, type_=ReservedCapacity.start.type) for n in ("low", "high", "alow", "ahigh")
     )
 
-    def held(table: Any, end: Any) -> tuple[Select[Any], Select[Any]]:
-        """Its rows in the pools, then the account's own (the union's tags 0 and 1)."""
+    def held(table: Any, end: Any, by_end: Callable[[Any, Any, Any], Any]) -> tuple[Select[Any], Select[Any]]:
+        """Its rows in the pools, then the account's own (the union's tags 0 and 1); `by_end(end, low,
+        high)`: the range of ends its index reads for a window."""
         columns = (table.instance_type, table.availability_zone, table.start, end, table.count)
         in_pool = select(literal(0), *columns).where(
-            table.holds_capacity.is_(True), in_pools(table), table.start < high, end > low
+            table.holds_capacity.is_(True),
+            in_pools(table),
+            by_end(table.end, low, high),
+            _unindexed(table.start, sqlite) < high,
+            end > low,
         )
-        the_accounts = (
-            select(literal(1), *columns)
-            .join(TrainingPlan, TrainingPlan.id == table.plan_id)
-            .where(
-                TrainingPlan.account_id == bindparam("account"),
-                of_types(table),
-                table.holds_capacity.is_(True),
-                table.start < ahigh,
-                end > alow,
-            )
+        the_accounts = select(literal(1), *columns).where(
+            of_types(table),
+            table.holds_capacity.is_(True),
+            by_end(table.end, alow, ahigh),
+            _unindexed(table.start, sqlite) < ahigh,
+            end > alow,
+            _owner(table) == bindparam("account"),
         )
         return in_pool, the_accounts
 
-    segments_in_pool, segments_of_account = held(rc, func.coalesce(rc.released_at, rc.end))
-    extensions_in_pool, extensions_of_account = held(ext, ext.end)
+    def extensions_by_end(end: Any, low: Any, _high: Any) -> Any:
+        return ends_after(end, low)  # ix_ext_holding holds the few unpaid ones only
+
+    segments_in_pool, segments_of_account = held(
+        rc, func.coalesce(rc.released_at, rc.end), _segments_overlapping
+    )
+    extensions_in_pool, extensions_of_account = held(ext, ext.end, extensions_by_end)
     rw = ReturnedWindow
     returned = select(literal(2), rw.instance_type, rw.availability_zone, rw.start, rw.end, rw.count).where(
-        in_pools(rw), rw.start < high, rw.end > low
+        in_pools(rw), rw.start < high, ends_after(rw.end, low)
     )
     return union_all(
         segments_in_pool, extensions_in_pool, segments_of_account, extensions_of_account, returned
@@ -233,11 +307,30 @@ def _holdings_query(pool_count: int, every_type: bool, packed: bool) -> Prepared
     and 1. `packed` (SQLite): every row in one, as a JSON array of arrays. The driver lets the GIL go
     for each row it steps to, and takes it back after: in the writers' turn, with the process's other
     threads at work, each take can wait (a busy pool's window holds tens of rows); one row, one wait."""
-    rows = _holdings_rows(pool_count, every_type, unindexed_type=packed)
+    rows = _holdings_rows(pool_count, every_type, sqlite=packed)
     if not packed:
         return Prepared(rows)
     each = rows.subquery()
     return Prepared(select(func.json_group_array(func.json_array(*each.c))))
+
+
+@cache
+def _account_holdings_query(every_type: bool, sqlite: bool) -> Any:
+    """The account's own part of _holdings_rows alone (tag 1; of its one type :t0, or of every type),
+    over [:alow, :ahigh)."""
+    return union_all(*_holdings_rows(1, every_type, sqlite=sqlite).selects[2:4])
+
+
+def read_account_holdings(
+    session: Session, account_id: str, instance_type: str | None, low: datetime, high: datetime
+) -> list[tuple[datetime, datetime, int]]:
+    """What the account holds over [low, high) (segments and unpaid extensions, read as a purchase reads
+    them): of one type, or of every type (None); (start, end, count) each. Through the session, which
+    flushes what it holds first, as any of its queries does."""
+    sqlite = session.get_bind().dialect.name == "sqlite"
+    query = _account_holdings_query(instance_type is None, sqlite)
+    params = {"account": account_id, "alow": low, "ahigh": high, "t0": instance_type or ""}
+    return [(start, end, count) for _, _, _, start, end, count in session.execute(query, params)]
 
 
 def _holdings_of(rows: Any) -> Holdings:
@@ -343,7 +436,7 @@ class PurchaseReads:
         key = (pool_count, every_type, segment_ids)
         prepared = self._with_holdings.get(key)
         if prepared is None:
-            each = _holdings_rows(pool_count, every_type, unindexed_type=False).subquery()
+            each = _holdings_rows(pool_count, every_type, sqlite=False).subquery()
             packed = select(func.json_agg(func.json_build_array(*each.c))).scalar_subquery()
             query = self._facts_query().add_columns(packed)
             if segment_ids:

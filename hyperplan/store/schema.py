@@ -27,6 +27,18 @@ class Base(DeclarativeBase):
     pass
 
 
+# The predicates of the partial indexes (0031), written as the reads that use them write theirs: each
+# database uses a partial index only for a query whose WHERE states (or implies) its predicate.
+LIVE_PLAN = "status NOT IN ('Expired', 'Failed')"
+"""A plan that counts against its account's quota (services/plans/quotas.py active_plans)."""
+HOLDING_EXTENSION_SQLITE = "holds_capacity IS 1"
+HOLDING_EXTENSION_POSTGRESQL = "holds_capacity IS true"
+"""An extension that holds its capacity itself, as SQLAlchemy writes `holds_capacity.is_(True)`."""
+SEGMENT_LENGTH = '("end" - start)'
+"""A segment's length in the store's microseconds, as ix_rc_length holds it and the reads that use it
+write it (store/purchase_reads.py _longest_segment)."""
+
+
 class Setting(Base):
     """Small named values the service keeps: the clock, the offering signing key."""
 
@@ -101,6 +113,15 @@ class TrainingPlan(Base):
         UniqueConstraint("account_id", "name"),
         # A purchase counts the account's active plans by status, over those plans only (0020).
         Index("ix_plan_account_status", "account_id", "status"),
+        # The plans that count against the quota, and nothing else: the quota's count (a purchase's,
+        # a search's) reads an account's live plans, never the expired ones of its past (0031).
+        Index(
+            "ix_plan_account_live",
+            "account_id",
+            "status",
+            sqlite_where=text(LIVE_PLAN),
+            postgresql_where=text(LIVE_PLAN),
+        ),
     )
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"))
@@ -128,6 +149,27 @@ class ReservedCapacity(Base):
             "ix_rc_pool_time",
             *("instance_type", "availability_zone", "start", "end", "holds_capacity", "released_at", "count"),
         ),
+        # A type's segments by end (0031): what a pool holds over a window, and what an account holds of
+        # a type, is what ends after the window's start (a segment is held no later than its end:
+        # released_at is before it), so the range `end > low` reads the window's and the future's
+        # segments of the type, never its past (ix_rc_pool_time's range `start < high` read all of it).
+        # Covering, the plan's id included: the account's are kept by a look at each one's plan.
+        Index(
+            "ix_rc_type_end",
+            *("instance_type", "end", "availability_zone", "start", "holds_capacity", "released_at"),
+            *("count", "plan_id"),
+        ),
+        # Segments of every type by end (0031): an account's holdings of every type (the instance-hours
+        # quota), what is held from an instant on (the live calendar), the open segments.
+        Index(
+            "ix_rc_end",
+            *("end", "instance_type", "availability_zone", "start", "holds_capacity", "released_at"),
+            *("count", "plan_id"),
+        ),
+        # Segments by length (0031): the longest, read from the index's last entry, bounds the ends a
+        # window's holdings can have (end < window end + longest), so that the ranges by end above read
+        # what overlaps the window, not every segment booked after it.
+        Index("ix_rc_length", text(SEGMENT_LENGTH)),
     )
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     plan_id: Mapped[int] = mapped_column(ForeignKey("training_plans.id"), index=True)
@@ -179,6 +221,8 @@ class LedgerEntry(Base):
     """An append-only line of an account's money: payments, budget grants."""
 
     __tablename__ = "ledger_entries"
+    # A day's lines read by date: the metering compaction, the usage report's payments (0032).
+    __table_args__ = (Index("ix_ledger_at", "at"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     account_id: Mapped[str] = mapped_column(ForeignKey("accounts.id"), index=True)
     invoice_id: Mapped[int | None] = mapped_column(ForeignKey("invoices.id"), nullable=True)
@@ -229,6 +273,16 @@ class PlanExtension(Base):
     """
 
     __tablename__ = "plan_extensions"
+    __table_args__ = (
+        # Only the extensions that hold capacity themselves (unpaid ones: a few at any time), by pool and
+        # end: a purchase's holdings read them from here, not from every extension ever bought (0031).
+        Index(
+            "ix_ext_holding",
+            *("instance_type", "availability_zone", "end"),
+            sqlite_where=text(HOLDING_EXTENSION_SQLITE),
+            postgresql_where=text(HOLDING_EXTENSION_POSTGRESQL),
+        ),
+    )
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     plan_id: Mapped[int] = mapped_column(ForeignKey("training_plans.id"), index=True)
     offering_id: Mapped[str] = mapped_column(String(256), unique=True)

@@ -396,3 +396,33 @@ def test_search_times_are_read_as_the_cli_reads_them(fast_shared_server: InProce
 
 def _instant(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def test_the_plans_list_is_paged_latest_first(
+    fast_shared_server: InProcessServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A year of plans is pages away: each page lists a few, latest start first, and links to the next;
+    a page token the list did not give is refused, naming it."""
+    from hyperplan.services.orchestration import console_views
+
+    monkeypatch.setattr(console_views, "PLANS_PAGE", 2)
+    server = fast_shared_server
+    credentials = server.new_account("epsilon")
+    client = server.sagemaker(credentials)
+    for name, days in (("eps-first", 1), ("eps-second", 2), ("eps-third", 3)):
+        start = service_now(server) + timedelta(days=2 * days + 1)
+        offering = client.search_training_plan_offerings(
+            InstanceType=P5, InstanceCount=1, DurationHours=24, TargetResources=["training-job"],
+            StartTimeAfter=start, EndTimeBefore=start + timedelta(days=2),
+        )["TrainingPlanOfferings"][0]["TrainingPlanOfferingId"]  # fmt: skip
+        client.create_training_plan(TrainingPlanName=name, TrainingPlanOfferingId=offering)
+    console = Console(server)
+    console.sign_in(credentials)
+    first = console.get("/console/plans").text
+    assert re.findall(r">(eps-[a-z]+)</a>", first) == ["eps-third", "eps-second"]
+    older = html.unescape(re.search(r'href="(/console/plans\?page=[^"]+)">Earlier plans', first)[1])
+    second = console.get(older).text
+    assert re.findall(r">(eps-[a-z]+)</a>", second) == ["eps-first"]
+    assert "Earlier plans" not in second and "Latest plans" in second
+    refused = console.get("/console/plans?page=not-a-token")
+    assert refused.status_code == 400 and "NextToken" in refused.text

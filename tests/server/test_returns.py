@@ -27,12 +27,13 @@ from tests.server.test_jobs import JOB_PERIODS, _describe, _make_dataset, _sleep
 SMALL_FLEET = Path(__file__).parent.parent / "fleets" / "small.toml"
 P5 = "ml.p5.48xlarge"
 FULL_POOL = 8  # us-west-2a's p5s: only that pool holds 8, so a search for 8 shows what it has free
-FLEXIBLE = '\n[cancellation]\npreset = "flexible"\n'
+FLEXIBLE = '\n[cancellation]\npreset = "flexible"\nresale_discount = 0.25\n'
 
 
 @pytest.fixture
 def flexible(fast_server_factory: type[InProcessServer], tmp_path: Path) -> Iterator[InProcessServer]:
-    """The small fleet under the flexible policy: full refund 7 days ahead, half up to the start."""
+    """The small fleet under the flexible policy: full refund 7 days ahead, half up to the start; what
+    only returned capacity can give is offered a quarter off."""
     fleet = tmp_path / "flexible.toml"
     fleet.write_text(SMALL_FLEET.read_text() + FLEXIBLE)
     server = fast_server_factory(data_dir=tmp_path / "flexible", fleet=fleet, env=JOB_PERIODS)
@@ -322,11 +323,24 @@ def test_returned_capacity_bought_by_another_account_credits_the_returner_its_sh
     credits_before = [e for e in _ledger(flexible, "team") if "Resale" in e["Description"]]
     assert credits_before == []
 
-    # Only the 4 returned instances are free that day, in us-west-2a.
-    assert (
-        _buy(flexible, other, "second-hand", 4, start, 1)["ReservedCapacitySummaries"][0]["AvailabilityZone"]
-        == "us-west-2a"
-    )
+    # Only the 4 returned instances are free that day, in us-west-2a: the offering says so, a quarter off
+    # (resale_discount), and the plan bought from it costs that.
+    window = {"StartTimeAfter": start.timestamp(), "EndTimeBefore": (start + timedelta(days=1)).timestamp()}
+    searched = flexible.native(other).post(
+        "/api/v1/training-plan-offerings/search",
+        {
+            "InstanceTypes": [{"InstanceType": P5}],
+            "InstanceCount": 4,
+            "DurationHours": 24,
+            "TargetResources": ["training-job"],
+            **window,
+        },
+    )["TrainingPlanOfferings"][0]
+    assert searched["PriceMultipliers"] == ["0.75"]
+    list_price = fee / 2  # what the returning team paid for 4 of its 8 instances that day
+    second_hand = _buy(flexible, other, "second-hand", 4, start, 1)
+    assert second_hand["ReservedCapacitySummaries"][0]["AvailabilityZone"] == "us-west-2a"
+    assert Decimal(second_hand["UpfrontFee"]) == list_price * Decimal("0.75")
     # The credit is settled at once by the lifecycle loop, in a transaction of its own.
     credits = wait_until(
         lambda: [e for e in _ledger(flexible, "team") if "Resale" in e["Description"]], timeout=30
@@ -342,3 +356,6 @@ def test_returned_capacity_bought_by_another_account_credits_the_returner_its_sh
     _return(flexible, other, again["QuoteId"])
     _buy(flexible, other, "third-hand", 4, start, 1)
     assert len([e for e in _ledger(flexible, "team") if "Resale" in e["Description"]]) == 1
+    # A day the pool has room of its own costs the list price.
+    later = start + timedelta(days=5)
+    assert Decimal(_buy(flexible, other, "first-hand", 4, later, 1)["UpfrontFee"]) == list_price

@@ -31,7 +31,7 @@ from hyperplan.objects.uris import StorageError, StoredObject
 from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.clusters import cluster_groups
 from hyperplan.services.jobs import job_views
-from hyperplan.services.plans import lifecycle, plan_views, plans
+from hyperplan.services.plans import lifecycle, plan_views, plans, quotas
 from hyperplan.services.plans.plan_views import PlanView
 from hyperplan.services.runtime import fleet
 from hyperplan.services.runtime.context import ServiceContext
@@ -142,15 +142,21 @@ def next_transition(plan: PlanView, now: datetime) -> Transition | None:
     return min(moments, key=lambda t: t.at, default=None)
 
 
-def all_plans(runtime: ServiceContext, caller: Caller) -> list[PlanView]:
-    """Every plan of the caller's account, by start time."""
-    found: list[PlanView] = []
-    token = None
-    while True:
-        page, token = plan_views.list_plans(runtime, caller, plans.ListQuery(next_token=token))
-        found.extend(page)
-        if not token:
-            return found
+PLANS_PAGE = 100  # plans a console page lists
+
+
+def plans_page(
+    runtime: ServiceContext, caller: Caller, token: str | None
+) -> tuple[list[PlanView], str | None]:
+    """A page of the caller's plans, latest start first (a year of history is pages away, not read), and
+    the token of the next; a token that is not one the list gave is a ValidationError."""
+    query = plans.ListQuery(sort_order="Descending", max_results=PLANS_PAGE, next_token=token or None)
+    return plan_views.list_plans(runtime, caller, query)
+
+
+def live_plans(runtime: ServiceContext, caller: Caller) -> list[PlanView]:
+    """The caller's plans that are neither Expired nor Failed: what the capacity page marks."""
+    return plan_views.live_plans(runtime, caller)
 
 
 # -- capacity ---------------------------------------------------------------------------------------------
@@ -255,9 +261,11 @@ def plan_choices(
     types = sorted({pool.instance_type for pool in runtime.fleet.pools})
     choices: dict[str, list[PlanChoice]] = {t: [] for t in types}
     with runtime.db.read() as session:
+        # Only plans that still hold capacity can take a group: the live ones (never the account's past).
         owned = session.scalars(
             select(TrainingPlan)
-            .where(TrainingPlan.account_id == caller.account_id, TrainingPlan.target == TARGET)
+            .where(*quotas.live_plan_filter(caller.account_id), TrainingPlan.target == TARGET)
+            .with_hint(TrainingPlan, "INDEXED BY ix_plan_account_live", "sqlite")
             .order_by(TrainingPlan.id)
         )
         for plan in owned:

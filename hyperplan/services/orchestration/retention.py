@@ -1,13 +1,15 @@
 """Retention: ended work's files removed once the fleet's retention period has passed (`[retention]
-period` in the fleet file; none: everything is kept), by a background worker (`retention`).
+period` in the fleet file; none: everything is kept), by a background worker (`retention`), which also
+runs the retention of rows (`[retention]` events, audit, leases, metering: row_retention.py).
 
 What goes, for a training job that ended (Completed, Failed, Stopped, its last attempt ended) longer ago
 than the period: its attempt trees under the work directory (WORK/jobs/<id>) and what the back end keeps
 of each of its tasks, logs included (`Backend.forget`). For a cluster node Terminated longer ago: what
 the back end keeps of it, its home included (`Backend.forget`), whether its cluster still exists or not.
-What stays: every row of the store (a job is still described, its history read), and every bucket: the
-checkpoints and models there are the user's. Log streams another part keeps elsewhere are removed by
-the back end's `forget` too; retention knows only that contract.
+What stays: the job's and the node's rows (a job is still described, its history read; which rows may
+go, and when, is row_retention.py's), and every bucket: the checkpoints and models there are the user's.
+Log streams another part keeps elsewhere are removed by the back end's `forget` too; retention knows
+only that contract.
 
 Each pass handles what ended between the previous pass's cutoff and its own (kept in the store, so a
 restart does not walk everything again); a failure leaves the cutoff where it was, and the next pass
@@ -27,6 +29,7 @@ from hyperplan.backends import disks
 from hyperplan.backends.base import NodeRef, TaskRef
 from hyperplan.core.jobs import BETWEEN_ATTEMPTS, JobStatus
 from hyperplan.core.status import NodeStatus
+from hyperplan.services.orchestration import row_retention
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store import settings as stored
 from hyperplan.store.schema import ClusterNode, EndedNodeUsage, TrainingJob, TrainingJobInstance
@@ -47,7 +50,7 @@ class Pass:
 
 
 def run_once(runtime: ServiceContext) -> Pass:
-    period = runtime.fleet.retention
+    period = runtime.fleet.retention.period
     if period is None:
         return Pass(0, 0)
     cutoff = runtime.clock.now() - period
@@ -110,7 +113,8 @@ class RetentionWorker:
         self.worker = Worker("retention", self._step, poll=poll)
 
     def start(self) -> None:
-        if self.runtime.fleet.retention is not None:
+        retention = self.runtime.fleet.retention
+        if retention.removes_files or retention.removes_rows:
             self.worker.start()
 
     def stop(self) -> None:
@@ -118,5 +122,8 @@ class RetentionWorker:
             self.worker.stop()
 
     def _step(self) -> float | None:
-        run_once(self.runtime)
+        files = run_once(self.runtime)
+        rows = row_retention.run_once(self.runtime, stopping=lambda: self.worker.stopping)
+        if files.jobs or files.nodes or rows.changed:
+            log.info("retention: %s; %s", files, rows)
         return None

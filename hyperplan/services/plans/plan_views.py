@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hyperplan.services.accounts.accounts import Caller
-from hyperplan.services.plans import capacity_claims, extensions, lifecycle, plans
+from hyperplan.services.plans import capacity_claims, extensions, lifecycle, plans, quotas
 from hyperplan.services.plans.capacity_claims import Counters
 from hyperplan.services.plans.plans import ListQuery, plan_arn
 from hyperplan.services.runtime.context import ServiceContext
@@ -69,6 +70,21 @@ def list_plans(
     with runtime.db.read() as session:
         rows, token = plans.list_plans(session, caller, query)
         return [_plan_view(runtime, session, plan) for plan in rows], token
+
+
+def live_plans(runtime: ServiceContext, caller: Caller, target: str | None = None) -> list[PlanView]:
+    """The caller's plans that are neither Expired nor Failed (of `target`, if given), oldest first: read
+    through the account's live plans' index, never its past (a year of expired plans)."""
+    query = (
+        select(TrainingPlan)
+        .where(*quotas.live_plan_filter(caller.account_id))
+        .with_hint(TrainingPlan, "INDEXED BY ix_plan_account_live", "sqlite")
+        .order_by(TrainingPlan.id)
+    )
+    if target is not None:
+        query = query.where(TrainingPlan.target == target)
+    with runtime.db.read() as session:
+        return [_plan_view(runtime, session, plan) for plan in session.scalars(query)]
 
 
 def reserved_capacity(runtime: ServiceContext, caller: Caller, arn: str) -> tuple[SegmentView, int]:

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from sqlalchemy import Select, func, or_, select, true
+from sqlalchemy import Select, func, literal_column, select
 from sqlalchemy.orm import Session
+from sqlalchemy.sql.elements import ColumnClause, ColumnElement
 
 from hyperplan.core.calendar import peak_booked
 from hyperplan.core.lifecycle import PlanStatus
@@ -31,7 +32,8 @@ from hyperplan.errors import ResourceLimitExceeded
 from hyperplan.services.accounts.accounts import get_account
 from hyperplan.services.plans import on_demand
 from hyperplan.services.runtime.context import ServiceContext
-from hyperplan.store.schema import Account, PlanExtension, ReservedCapacity, TrainingPlan
+from hyperplan.store.purchase_reads import read_account_holdings
+from hyperplan.store.schema import Account, TrainingPlan
 
 MAX_QUOTA = 1_000_000
 """The largest quota an administrator may set: more than any fleet holds, well inside the column's
@@ -136,20 +138,33 @@ def _check_plans(session: Session, runtime: ServiceContext, account: Account) ->
     check_plans_held(runtime, account, held or 0)
 
 
-# The statuses of a plan that counts against the account's quota.
-_HELD = [status for status in PlanStatus if status not in (PlanStatus.EXPIRED, PlanStatus.FAILED)]
+# The statuses of a plan that does not count against the account's quota, as the partial index of the
+# plans that do writes them (store/schema.py LIVE_PLAN): literal values, not bound parameters, so that
+# each database sees the index's own predicate in the query (and the statement can still be prepared).
+_NOT_HELD: list[ColumnClause[Any]] = [
+    literal_column(f"'{status}'") for status in (PlanStatus.EXPIRED, PlanStatus.FAILED)
+]
+
+
+def live_plan_filter(account_id: Any) -> list[ColumnElement[bool]]:
+    """The account's plans that are neither Expired nor Failed, as ix_plan_account_live holds them."""
+    return [TrainingPlan.account_id == account_id, TrainingPlan.status.not_in(_NOT_HELD)]
 
 
 def active_plans(account_id: Any) -> Select[int]:
     """How many plans the account holds that count against its quota (`account_id`: a value, or a
     column to correlate with)."""
-    # The statuses that count, each an equality (not NOT IN, not an expanding IN list, which could not
-    # be prepared: store/purchase_reads.py): the (account_id, status) index then reads the account's
-    # active plans only, not every plan it ever had.
+    # `status NOT IN ('Expired', 'Failed')`: the predicate of ix_plan_account_live (0031), which holds
+    # the plans that count and nothing else, so the count reads the account's live plans, never the
+    # expired ones of its past (the (account_id, status) index with one equality per live status was
+    # read plan by plan on PostgreSQL, expired ones included).
+    # SQLite, without statistics, weighs the two indexes that lead with the account alike and takes
+    # the one it meets first: told which.
     return (
         select(func.count())
         .select_from(TrainingPlan)
-        .where(TrainingPlan.account_id == account_id, or_(*(TrainingPlan.status == s for s in _HELD)))
+        .where(*live_plan_filter(account_id))
+        .with_hint(TrainingPlan, "INDEXED BY ix_plan_account_live", "sqlite")
     )
 
 
@@ -238,31 +253,10 @@ def check_hours_held(
 def _account_intervals(
     session: Session, account_id: str, instance_type: str | None, start: datetime, end: datetime
 ) -> list[tuple[datetime, datetime, int]]:
-    """What the account holds between start and end: of one type, or of every type (None)."""
-    rc_end = func.coalesce(ReservedCapacity.released_at, ReservedCapacity.end)
-    segments = (
-        select(ReservedCapacity.start, rc_end, ReservedCapacity.count)
-        .join(TrainingPlan, TrainingPlan.id == ReservedCapacity.plan_id)
-        .where(
-            TrainingPlan.account_id == account_id,
-            ReservedCapacity.instance_type == instance_type if instance_type else true(),
-            ReservedCapacity.holds_capacity.is_(True),
-            ReservedCapacity.start < end,
-            rc_end > start,
-        )
-    )
-    extensions = (
-        select(PlanExtension.start, PlanExtension.end, PlanExtension.count)
-        .join(TrainingPlan, TrainingPlan.id == PlanExtension.plan_id)
-        .where(
-            TrainingPlan.account_id == account_id,
-            PlanExtension.instance_type == instance_type if instance_type else true(),
-            PlanExtension.holds_capacity.is_(True),
-            PlanExtension.start < end,
-            PlanExtension.end > start,
-        )
-    )
-    return [(s, e, n) for s, e, n in [*session.execute(segments).all(), *session.execute(extensions).all()]]
+    """What the account holds between start and end: of one type, or of every type (None). Read as a
+    purchase reads it (store/purchase_reads.py): from the segments that end after `start`, not from
+    every plan the account ever had."""
+    return read_account_holdings(session, account_id, instance_type, start, end)
 
 
 def set_limits(

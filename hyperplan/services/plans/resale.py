@@ -41,6 +41,7 @@ from hyperplan.services.plans.payments import currency_places
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.store.locks import lock_account
 from hyperplan.store.prepared import Prepared
+from hyperplan.store.purchase_reads import ends_after
 from hyperplan.store.schema import (
     Account,
     Invoice,
@@ -202,6 +203,7 @@ def _held(session: Session, key: PoolKey, first: int, stop: int, new_plan_id: in
             rc.holds_capacity.is_(True),
             rc.start < high,
             rc_end > low,
+            ends_after(rc.end, low),  # implied by the line above, and read by index (ix_rc_type_end)
             rc.plan_id != new_plan_id,
         )
     )

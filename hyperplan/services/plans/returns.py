@@ -376,7 +376,10 @@ def _apply(
     )
     runtime.lifecycle.plan_changed(session, plan.id, now)
     bookings = [((w.instance_type, w.availability_zone), w.start, w.end, w.count) for w in returned.windows]
-    after_commit(session, lambda: runtime.calendar.release(bookings, committed_change(session, CALENDAR)))
+    after_commit(
+        session,
+        lambda: runtime.calendar.release(bookings, committed_change(session, CALENDAR), returned=True),
+    )
     return ReturnView(
         row.id,
         plan.account_id,

@@ -21,9 +21,9 @@ lock when a pool thread holds it (`holding`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -36,15 +36,23 @@ from hyperplan.core.search_request import SearchRequest
 from hyperplan.errors import ResourceLimitExceeded
 from hyperplan.store import changes
 from hyperplan.store.db import Database
-from hyperplan.store.schema import ChangeCounter, PlanExtension, ReservedCapacity
+from hyperplan.store.purchase_reads import ends_after
+from hyperplan.store.schema import ChangeCounter, PlanExtension, ReservedCapacity, ReturnedWindow
 from hyperplan.waits import holding, may_wait
 
 Booking = tuple[tuple[str, str], datetime, datetime, int]
 
 
+# How far behind the service clock a load reaches: what ended earlier is never read again (searches look
+# ahead of now, the console's capacity page from the current booking day, at most a day back; a service
+# clock never goes back). The store's rows of a year of plans stay out of memory and out of the start-up.
+LOOK_BACK = timedelta(days=2)
+
+
 class LiveCalendar:
-    def __init__(self, fleet: Fleet) -> None:
+    def __init__(self, fleet: Fleet, now: Callable[[], datetime] | None = None) -> None:
         self.fleet = fleet
+        self._now = now  # the service clock; None: load everything (a store without a clock)
         self._calendar = CapacityCalendar(fleet.pools)
         self._lock = threading.Lock()
         self._reservable: dict[PoolKey, int] = {}  # set_reservable's counts, kept across reloads
@@ -61,12 +69,16 @@ class LiveCalendar:
             version = session.scalar(
                 select(ChangeCounter.value).where(ChangeCounter.name == changes.CALENDAR)
             )
-            bookings = held(session)
+            since = None if self._now is None else self._now() - LOOK_BACK
+            bookings = held(session, ending_after=since)
+            returned = returned_windows(session, ending_after=since)
         calendar = CapacityCalendar(self.fleet.pools)
         for key, start, end, count in bookings:
             # restore, not book: a pool made smaller in the fleet file must not stop the server from
             # starting with the plans it already sold.
             calendar.restore(key, start, end, count)
+        for key, start, end, count in returned:
+            calendar.mark_returned(key, start, end, count)
         with self._lock:
             for pool_key, reservable in self._reservable.items():
                 calendar.set_reservable(pool_key, reservable)
@@ -130,7 +142,11 @@ class LiveCalendar:
                     # restore, not book: the store's check decided; a copy that disagrees is reloaded
                     self._calendar.restore(pool_key, start, end, count)
 
-    def release(self, bookings: Iterable[Booking], version: int | None = None) -> None:
+    def release(
+        self, bookings: Iterable[Booking], version: int | None = None, returned: bool = False
+    ) -> None:
+        """Free what a transaction committed as calendar `version`; `returned`: a plan gave it back
+        (services/plans/returns.py), which a search may price at a resale discount."""
         with self._lock:
             if self._apply(version):
                 for pool_key, start, end, count in bookings:
@@ -138,6 +154,8 @@ class LiveCalendar:
                         self._calendar.release(pool_key, start, end, count)
                     except ValueError:  # not held in this copy: it is behind the store
                         self._stale = True
+                    if returned:
+                        self._calendar.mark_returned(pool_key, start, end, count)
 
     def _apply(self, version: int | None) -> bool:
         """Whether a change committed as `version` is still to be applied here; moves `version` on when
@@ -165,11 +183,38 @@ class LiveCalendar:
 # -- what the store says is held: the authority ---------------------------------------------------------
 
 
+def returned_windows(session: Session, ending_after: datetime | None = None) -> list[Booking]:
+    """The windows of capacity plans returned (services/plans/returns.py), those ending after
+    `ending_after` (None: all): what a search may offer at a resale discount."""
+    query = select(
+        ReturnedWindow.instance_type,
+        ReturnedWindow.availability_zone,
+        ReturnedWindow.start,
+        ReturnedWindow.end,
+        ReturnedWindow.count,
+    )
+    if ending_after is not None:
+        query = query.where(ReturnedWindow.end > ending_after)
+    rows = session.execute(query).all()
+    return [((t, z), start, end, count) for t, z, start, end, count in rows]
+
+
 def held(
-    session: Session, pool: PoolKey | None = None, start: datetime | None = None, end: datetime | None = None
+    session: Session,
+    pool: PoolKey | None = None,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    *,
+    ending_after: datetime | None = None,
 ) -> list[Booking]:
     """Every interval of capacity held by plans' segments and by unpaid extensions, optionally only those
-    of one pool that overlap [start, end). A segment cancelled while open is held until `released_at`."""
+    of one pool that overlap [start, end), or (`ending_after`) only those held after that instant (a
+    calendar that answers for times from then on needs no earlier row). A segment cancelled while open
+    is held until `released_at`.
+
+    Each bound is also stated on the row's `end` (a segment is held no later than its end: released_at
+    comes before it), as a range (purchase_reads.ends_after), so that the indexes by end
+    (store/schema.py, 0031) read what is held after the bound, never the store's past."""
     rc_end = func.coalesce(ReservedCapacity.released_at, ReservedCapacity.end)
     segments = select(
         ReservedCapacity.instance_type,
@@ -193,8 +238,12 @@ def held(
             PlanExtension.instance_type == pool[0], PlanExtension.availability_zone == pool[1]
         )
     if start is not None and end is not None:
-        segments = segments.where(ReservedCapacity.start < end, rc_end > start)
-        extensions = extensions.where(PlanExtension.start < end, PlanExtension.end > start)
+        segments = segments.where(ends_after(ReservedCapacity.end, start), ReservedCapacity.start < end)
+        segments = segments.where(rc_end > start)
+        extensions = extensions.where(PlanExtension.start < end, ends_after(PlanExtension.end, start))
+    if ending_after is not None:
+        segments = segments.where(ends_after(ReservedCapacity.end, ending_after), rc_end > ending_after)
+        extensions = extensions.where(ends_after(PlanExtension.end, ending_after))
     rows = [*session.execute(segments).all(), *session.execute(extensions).all()]
     return [((t, az), s, e, n) for t, az, s, e, n in rows if e > s]
 

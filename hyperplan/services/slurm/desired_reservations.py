@@ -67,6 +67,8 @@ def desired(session: Session, runtime: ServiceContext, real_now: datetime) -> li
         .join(TrainingPlan, TrainingPlan.id == ReservedCapacity.plan_id)
         .join(Account, Account.id == TrainingPlan.account_id)
         .where(
+            # Bounded by the segments' end (ix_rc_end): a year of expired plans' segments is not read.
+            ReservedCapacity.end > now,
             ReservedCapacity.holds_capacity.is_(True),
             TrainingPlan.status.in_([str(s) for s in _PAID]),
         )

@@ -58,22 +58,46 @@ def shorten_on_demand(
             )  # fmt: skip
 
 
-def follow_end(client: SlurmClient, want: Desired, before: datetime, after: datetime) -> list[Note]:
+class PassQueue:
+    """Slurm's queue (``squeue --json``) as one pass reads it: at most once, when a reservation's end
+    first moves, its jobs kept by reservation. (Read for each reservation whose end moved, a pass that
+    corrected many ends read and parsed the whole queue each time.) A failed read is tried again at the
+    next reservation that needs it."""
+
+    def __init__(self, client: SlurmClient) -> None:
+        self.client = client
+        self._by_reservation: dict[str, list[Job]] | None = None
+
+    def jobs_in(self, reservation: str) -> list[Job]:
+        """The jobs naming `reservation`; SlurmError when the queue cannot be read."""
+        if self._by_reservation is None:
+            found: dict[str, list[Job]] = {}
+            for job in self.client.queue():
+                if job.reservation is not None:
+                    found.setdefault(job.reservation, []).append(job)
+            self._by_reservation = found
+        return self._by_reservation.get(reservation, [])
+
+
+def follow_end(
+    client: SlurmClient, want: Desired, before: datetime, after: datetime, queue: PassQueue | None = None
+) -> list[Note]:
     """The reservation's end moved (an extension, or a manual clock's drift): the jobs in it move their
     time limit by as much (as root: ``scontrol update JobId=... TimeLimit=+N|-N``, in whole minutes
-    rounded so that no job ends after its reservation). Their limit was the reservation's end, at most."""
+    rounded so that no job ends after its reservation). Their limit was the reservation's end, at most.
+    `queue`: the pass's (read once for all its reservations); None: read for this one."""
     seconds = (after - before).total_seconds()
     minutes = int(seconds // 60) if seconds >= 0 else -int(-seconds // 60 + (1 if -seconds % 60 else 0))
     if minutes == 0:
         return []
     moved = []
     try:
-        jobs = client.queue()
+        jobs = (queue or PassQueue(client)).jobs_in(want.name)
     except SlurmError as error:
         log.warning("could not read the jobs of Slurm reservation %s: %s", want.name, error.detail)
         return []
     for job in jobs:
-        if job.reservation != want.name or job.state not in ("PENDING", "RUNNING", "SUSPENDED"):
+        if job.state not in ("PENDING", "RUNNING", "SUSPENDED"):
             continue
         try:
             client.run("scontrol", "update", f"JobId={job.id}", f"TimeLimit={minutes:+d}")

@@ -13,7 +13,7 @@ from typing import Literal
 from hyperplan.clock import utcnow
 from hyperplan.core.hostlist import compress
 from hyperplan.services.slurm.desired_reservations import Desired, has_started, same_nodes
-from hyperplan.services.slurm.job_time_limits import follow_end
+from hyperplan.services.slurm.job_time_limits import PassQueue, follow_end
 from hyperplan.services.slurm.reservation_notes import Note
 from hyperplan.slurm.client import SlurmClient, SlurmError
 from hyperplan.slurm.parse import Node, Reservation
@@ -33,7 +33,9 @@ def correct(
     replaced: tuple[tuple[str, str], ...],
     health: dict[str, Node],
     real_now: datetime,
+    queue: PassQueue | None = None,
 ) -> list[Note]:
+    """`queue`: the pass's Slurm queue, read once for every reservation whose end moves."""
     changes: dict[str, object] = {}
     said = []
     if not same_nodes(have.nodes, nodes):
@@ -63,7 +65,7 @@ def correct(
         log.warning("could not correct Slurm reservation %s: %s", want.name, error.detail)
         return []
     _check_read_back(want, got, nodes)
-    notes = follow_end(client, want, have.end, got.end) if "end" in changes else []
+    notes = follow_end(client, want, have.end, got.end, queue) if "end" in changes else []
     for failed, new in replaced:
         node = health.get(failed)
         why = f"{node.state} ({node.reason})" if node is not None and node.reason else "unhealthy"

@@ -158,13 +158,14 @@ def _reconcile(runtime: ServiceContext, state: SlurmState) -> list[Note]:
                 continue
             del actual[want.name]
             remake.append(want.name)
+    queue = job_time_limits.PassQueue(client)  # read once, if any reservation's end moves
     for want in wanted:
         have = actual.get(want.name)
         placement = placements[want.name]
         if have is None or not placement.nodes:
             continue
         notes += reservation_changes.correct(
-            client, want, have, placement.nodes, placement.replaced, nodes, real_now
+            client, want, have, placement.nodes, placement.replaced, nodes, real_now, queue
         )
     with runtime.db.read() as session:
         made_before = reservation_notes.made_before(session, [w for w in wanted if w.name not in actual])

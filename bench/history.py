@@ -1,0 +1,635 @@
+"""Costs against history (issue 55): stores with a year of bookings at 1x, 10x and 100x the demo, on
+SQLite and on PostgreSQL, and what a request costs on each: whether the figures stay flat as the
+history grows.
+
+For each store and size (bench/history_build.py builds the history, bench/history_fleet.py the fleet):
+in-process search p99 (the live calendar as loaded from the store); a purchase's statements and what its
+refusal check's reads cost the database (its reads run again alone: on PostgreSQL under EXPLAIN ANALYZE,
+with the rows they read); a server's start-up (process start to the first healthy answer) and RSS;
+HTTP search and purchase throughput and p99 with 8 client processes (bench/loadgen.py, as the `http`
+section); ListTrainingPlans of the lister's plans (first and last page, signed) and the console's plans
+list (signed in with a session); and the lifecycle loop's lag p99 with 10,000 timed events due within
+one minute of real time, on the same store (a server with the wall clock; plans of seconds written in
+bulk beside the history, as bench/timed_store.py writes them through purchases).
+
+Each figure is printed beside its ratio to the size below and to 1x; the 100x figures beside the
+issue's targets. Nothing is asserted: the bench prints.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import create_engine, event, make_url, select, text
+
+from bench import history_slurm, mix
+from bench.fill import Booking, window_start
+from bench.history_build import (
+    History,
+    HistorySpec,
+    PlacedPlan,
+    Segment,
+    build,
+    finish_bulk,
+    open_application,
+    write_plans,
+)
+from bench.history_fleet import fleet_file
+from bench.loadgen import CREATE, SEARCH, Client, ClientJob, run_phase
+from bench.report import Figure, Report, heading, line, percentile
+from bench.scale import Scale
+from bench.scaleout import _postgres
+from bench.server import ServerProcess, cpu_seconds, memory_kib, offering_for, running_server
+from hyperplan.core.status_rows import (
+    RECLAIM_REMINDER,
+    SEGMENT_END,
+    SEGMENT_RECLAIM,
+    SEGMENT_START,
+    START_REMINDER,
+)
+from hyperplan.errors import HyperplanError
+from hyperplan.services.accounts.accounts import Caller, NewKey
+from hyperplan.services.plans import plans
+from hyperplan.store.schema import ScheduledEvent
+
+SPECS = {
+    1: HistorySpec(plans=500, accounts=10, lister_plans=5_000),
+    10: HistorySpec(plans=5_000, accounts=100, lister_plans=5_000),
+    100: HistorySpec(plans=50_000, accounts=1_000, lister_plans=5_000),
+}
+SMOKE_SPEC = HistorySpec(plans=40, accounts=3, lister_plans=30)
+PAGE = 100  # ListTrainingPlans' MaxResults
+
+# The issue's targets at 100x: (comparison, limit); each figure also within 1.5x of its 1x value.
+TARGETS: dict[str, tuple[str, float]] = {
+    "search p99, in-process (ms)": ("<=", 7.5),
+    "HTTP search p99 (ms)": ("<=", 50.0),
+    "HTTP purchase p99 (ms)": ("<=", 100.0),
+    "lifecycle lag p99 (ms)": ("<=", 1000.0),
+    "ListTrainingPlans, first page (ms)": ("<=", 300.0),
+    "ListTrainingPlans, last page (ms)": ("<=", 300.0),
+    "console plans list (ms)": ("<=", 300.0),
+    "start-up to healthy (s)": ("<=", 10.0),
+    "RSS after the load (MiB)": ("<=", 1024.0),
+}
+WITHIN = 1.5  # of the 1x figure
+LAG_WRITE_SECONDS_PER_PLAN = 0.005  # a generous estimate of writing a lag plan in bulk, index upkeep included
+LAG_START_REMINDER = timedelta(seconds=2)  # a lag plan's first event: its start reminder, before its start
+
+
+@dataclass(frozen=True)
+class Sizes:
+    multiples: tuple[int, ...]
+    clients: int
+    seconds: float  # per HTTP phase
+    searches: int  # in-process
+    purchases: int  # in-process, for the statement costs
+    offerings: int  # per client, in the HTTP purchase phase
+    lag_plans: int  # 5 timed events each
+    lag_spread: int  # seconds over which their starts are spread
+    lag_length: int  # seconds each plan lasts
+    pages: int  # repeats of each list request
+
+    @staticmethod
+    def of(scale: Scale) -> Sizes:
+        if scale is Scale.SMOKE:
+            return Sizes((1,), 2, 0.5, 30, 3, 3, 10, 2, 3, 2)
+        lag = (2_000, 50, 8)  # 10,000 events, all due within one minute
+        if scale is Scale.QUICK:
+            return Sizes((1, 10), 8, 3, 300, 20, 20, *lag, 3)
+        return Sizes((1, 10, 100), 8, 10, 2_000, 50, 60, *lag, 5)
+
+
+@dataclass
+class Figures:
+    """One store's figures, per size: name -> value (nan: not measured)."""
+
+    store: str
+    by_size: dict[int, dict[str, float]] = field(default_factory=dict)
+    notes: dict[int, list[str]] = field(default_factory=dict)
+
+
+def run(report: Report, workdir: Path, *, scale: Scale) -> None:
+    heading("History: costs against a year of bookings at 1x, 10x and 100x (SQLite, PostgreSQL)")
+    sizes = Sizes.of(scale)
+    sqlite = Figures("SQLite")
+    for multiple in sizes.multiples:
+        _measure_size(sqlite, workdir, multiple, scale, sizes, database_url=None)
+    _print_table(report, sqlite, sizes)
+    # The Slurm reconciler at 200 and 2,000 nodes, from recorded sinfo/scontrol output (this machine
+    # cannot run 2,000 slurmd): its own table, beside the stores' history.
+    history_slurm.run(report, workdir, scale=scale)
+    if scale is Scale.SMOKE:
+        line("PostgreSQL: left out of a smoke run (it starts a PostgreSQL server); `make bench` runs it")
+        return
+    url, stop_postgres = _postgres(workdir)
+    if url is None:
+        line("PostgreSQL: none could be started here (needs root or PostgreSQL installed); skipped")
+        return
+    try:
+        postgres = Figures("PostgreSQL")
+        for multiple in sizes.multiples:
+            database = _new_database(url, f"history_{multiple}x")
+            _measure_size(postgres, workdir, multiple, scale, sizes, database_url=database)
+        _print_table(report, postgres, sizes)
+    finally:
+        stop_postgres()
+
+
+def _new_database(url: str, name: str) -> str:
+    """A new, empty database on the development cluster of ``url``; its URL."""
+    engine = create_engine(
+        url.replace("postgresql://", "postgresql+psycopg://", 1), isolation_level="AUTOCOMMIT"
+    )
+    try:
+        with engine.connect() as connection:
+            connection.execute(text(f"DROP DATABASE IF EXISTS {name}"))
+            connection.execute(text(f"CREATE DATABASE {name}"))
+    finally:
+        engine.dispose()
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+# -- one size of one store ---------------------------------------------------------------------------
+
+
+def _measure_size(
+    figures: Figures, workdir: Path, multiple: int, scale: Scale, sizes: Sizes, database_url: str | None
+) -> None:
+    spec = SMOKE_SPEC if scale is Scale.SMOKE else SPECS[multiple]
+    kind = "pg" if database_url else "sqlite"
+    fleet_path = fleet_file(multiple, workdir)
+    line(
+        f"{figures.store} {multiple}x: building {spec.plans:,} plans over {spec.accounts:,} accounts, "
+        f"and the lister's {spec.lister_plans:,}"
+    )
+    history = build(workdir / f"history-{kind}-{multiple}x", fleet_path, spec, database_url)
+    values: dict[str, float] = {}
+    figures.by_size[multiple] = values
+    try:
+        _describe(history, fleet_path)
+        values["search p99, in-process (ms)"] = _search_p99(history, sizes)
+        values.update(_purchase_costs(history, sizes))
+    finally:
+        history.close()
+    extra = ("--database-url", database_url) if database_url else ()
+    began = time.monotonic()
+    with running_server(history.data_dir, fleet=fleet_path, extra=extra, timeout=600) as server:
+        values["start-up to healthy (s)"] = time.monotonic() - began
+        values.update(_lists(history, server, sizes))
+        values.update(_http(history, server, sizes))
+        values["RSS after the load (MiB)"] = memory_kib(server.pid)["VmRSS"] / 1024
+    values["lifecycle lag p99 (ms)"] = _lag(
+        history, fleet_path, extra, sizes, values["start-up to healthy (s)"]
+    )
+    line(f"{figures.store} {multiple}x: " + "; ".join(f"{k} {_shown(v)}" for k, v in values.items()))
+
+
+def _describe(history: History, fleet_path: Path) -> None:
+    fleet = history.fleet
+    nodes = sum(pool.instance_count for pool in fleet.pools)
+    zones = len({pool.availability_zone for pool in fleet.pools})
+    rows = ", ".join(f"{name} {count:,}" for name, count in history.rows.items())
+    line(
+        f"  fleet {fleet_path.name}: {len(fleet.pools)} pools, {nodes:,} nodes, {zones} zones; built in "
+        f"{history.build_seconds:.1f} s: {history.plans:,} plans, {history.segments:,} segments "
+        f"({history.missed} plans found no room), {history.booked:.1%} of the 120-day window ahead booked"
+    )
+    line(f"  rows: {rows}")
+    heaviest = history.plans_of[:3]
+    line(f"  plans of the heaviest accounts (the load clients'): {heaviest}...")
+
+
+def _shown(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:,.2f}"
+
+
+# -- in-process: search, and a purchase's statements -------------------------------------------------
+
+
+def _search_p99(history: History, sizes: Sizes) -> float:
+    now = history.runtime.clock.now()
+    context = mix.MixContext.of(history.fleet, now)
+    rng = random.Random(11)
+    requests = [mix.search_request(rng, context) for _ in range(sizes.searches)]
+    for request in requests[:20]:  # warm-up, untimed
+        _search_once(history, request, now)
+    seconds = [_search_once(history, request, now) for request in requests]
+    return percentile(seconds, 99) * 1000
+
+
+def _search_once(history: History, request: Any, now: datetime) -> float:
+    began = time.perf_counter()
+    with suppress(HyperplanError):  # a refused search is timed as any other
+        history.runtime.calendar.search(request, now)
+    return time.perf_counter() - began
+
+
+Statement = tuple[str, Any]
+
+
+@contextmanager
+def _statements(history: History) -> Iterator[list[Statement]]:
+    """Every statement the store's engine runs inside the block, with its parameters as the driver got
+    them (store/prepared.py announces its own to the same listeners)."""
+    seen: list[Statement] = []
+
+    def note(_conn: Any, _cursor: Any, statement: str, parameters: Any, _context: Any, many: bool) -> None:
+        if not many:
+            seen.append((statement, parameters))
+
+    engine = history.runtime.db.engine
+    event.listen(engine, "before_cursor_execute", note)
+    try:
+        yield seen
+    finally:
+        event.remove(engine, "before_cursor_execute", note)
+
+
+def _is_refusal_read(statement: str) -> bool:
+    """A read of the refusal check: the account's facts and the holdings (plans and segments)."""
+    head = statement.lstrip().upper()
+    reads = head.startswith(("SELECT", "WITH"))
+    return reads and ("reserved_capacities" in statement or "training_plans" in statement)
+
+
+def _purchase_costs(history: History, sizes: Sizes) -> dict[str, float]:
+    """Purchases by the heaviest account (its plans are those the refusal check visits), in-process:
+    statements per purchase and their wall time; then each refusal read run again alone, timed (on
+    PostgreSQL under EXPLAIN ANALYZE: the database's execution time and the rows its plan nodes read)."""
+    runtime, key = history.runtime, history.keys[0]
+    caller = Caller(key.account_id, key.account_name, False, key.access_key_id)
+    bookings = _free_bookings(history, sizes.purchases)
+    statements: list[int] = []
+    walls: list[float] = []
+    reads: list[Statement] = []
+    for number, booking in enumerate(bookings):
+        offering = offering_for(runtime, caller, booking, 10_000 + number)
+        with _statements(history) as seen:
+            began = time.perf_counter()
+            plans.create(runtime, caller, f"costs-{number}", offering)
+            walls.append(time.perf_counter() - began)
+        statements.append(len(seen))
+        reads += [(sql, params) for sql, params in seen if _is_refusal_read(sql)]
+    db_ms, rows = _rerun(history, reads)
+    per = max(len(bookings), 1)
+    line(
+        f"  purchases in-process by the heaviest account ({history.plans_of[0]:,} plans): {len(bookings)}, "
+        f"{statistics.mean(statements or [0]):.1f} statements each, "
+        f"wall p50 {percentile(walls, 50) * 1000:.2f} ms; "
+        f"refusal reads {len(reads) / per:.1f} a purchase: {db_ms / per:.3f} ms of the database"
+        + ("" if math.isnan(rows) else f", {rows / per:,.0f} rows read")
+    )
+    return {
+        "purchase statements": statistics.mean(statements or [math.nan]),
+        "purchase wall p50, in-process (ms)": percentile(walls, 50) * 1000,
+        "refusal reads, DB time per purchase (ms)": db_ms / per,
+        "refusal reads, rows per purchase (PostgreSQL)": rows / per,
+    }
+
+
+def _free_bookings(history: History, count: int) -> list[Booking]:
+    """One-instance, one-day bookings with room, spread over the window ahead."""
+    fleet, calendar = history.fleet, history.runtime.calendar
+    start = window_start(fleet, history.runtime.clock.now())
+    found: list[Booking] = []
+    rng = random.Random(3)
+    pools = [i for i, pool in enumerate(fleet.pools) if pool.reservable > 0]
+    while len(found) < count:
+        index = rng.choice(pools)
+        first = start + timedelta(days=rng.randrange(100))
+        if calendar.can_book(fleet.pools[index].key, first, first + timedelta(days=1), 1):
+            found.append(Booking(index, first, first + timedelta(days=1), 1))
+    return found
+
+
+def _rerun(history: History, reads: list[Statement]) -> tuple[float, float]:
+    """The reads run again, alone, in a transaction rolled back: (milliseconds in all, rows in all; nan
+    on SQLite, which does not count them)."""
+    engine = history.runtime.db.engine
+    postgres = engine.dialect.name == "postgresql"
+    total_ms, total_rows = 0.0, 0.0
+    with engine.connect() as connection:
+        driver = connection.connection.dbapi_connection
+        assert driver is not None
+        cursor = driver.cursor()
+        try:
+            for sql, params in reads:
+                if postgres:
+                    cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+                    [plan] = cursor.fetchone()[0]  # type: ignore[index]  # EXPLAIN returns its one row
+                    total_ms += float(plan["Execution Time"])
+                    total_rows += _rows_read(plan["Plan"])
+                else:
+                    began = time.perf_counter()
+                    cursor.execute(sql, params)
+                    cursor.fetchall()
+                    total_ms += (time.perf_counter() - began) * 1000
+        finally:
+            cursor.close()
+            driver.rollback()
+    return total_ms, (total_rows if postgres else math.nan)
+
+
+def _rows_read(node: dict[str, Any]) -> float:
+    """Rows the scans of a plan read (actual rows x loops of each scan node, and those its filters
+    removed)."""
+    own = 0.0
+    if "Scan" in node.get("Node Type", ""):
+        loops = node.get("Actual Loops", 1)
+        own = (node.get("Actual Rows", 0) + node.get("Rows Removed by Filter", 0)) * loops
+    return own + sum(_rows_read(child) for child in node.get("Plans", []))
+
+
+# -- over HTTP ---------------------------------------------------------------------------------------
+
+
+def _endpoint(history: History, server: ServerProcess, key: NewKey) -> Any:
+    return server.endpoint(key, history.fleet.region)
+
+
+def _http(history: History, server: ServerProcess, sizes: Sizes) -> dict[str, float]:
+    context = mix.MixContext.of(history.fleet, history.runtime.clock.now())
+    clients = min(sizes.clients, len(history.keys))
+    searching = [
+        ClientJob("search", i, _endpoint(history, server, history.keys[i]), context, sizes.seconds, tag="hs")
+        for i in range(clients)
+    ]
+    searched = run_phase(searching, server_cpu=lambda: cpu_seconds(server.pid))
+    buying = [
+        ClientJob(
+            "buy",
+            i,
+            _endpoint(history, server, history.keys[i]),
+            context,
+            sizes.seconds,
+            offerings=sizes.offerings,
+            tag="hb",
+        )
+        for i in range(clients)
+    ]
+    bought = run_phase(buying, server_cpu=lambda: cpu_seconds(server.pid))
+    failed = searched.failed(SEARCH) + bought.failed(CREATE)
+    line(
+        f"  HTTP, {clients} clients: searches {searched.rate(SEARCH):,.0f}/s, p99 "
+        f"{percentile(searched.latencies.get(SEARCH, []), 99) * 1000:.1f} ms; purchases (buy only) "
+        f"{bought.rate(CREATE):,.0f}/s ({bought.breakdown(CREATE)}), p99 "
+        f"{percentile(bought.latencies.get(CREATE, []), 99) * 1000:.1f} ms"
+        + (f"; !! {failed} calls failed unexpectedly" if failed else "")
+    )
+    return {
+        "HTTP searches/s": searched.rate(SEARCH),
+        "HTTP search p99 (ms)": percentile(searched.latencies.get(SEARCH, []), 99) * 1000,
+        "HTTP purchases/s": bought.rate(CREATE),
+        "HTTP purchase p99 (ms)": percentile(bought.latencies.get(CREATE, []), 99) * 1000,
+    }
+
+
+def _lists(history: History, server: ServerProcess, sizes: Sizes) -> dict[str, float]:
+    """ListTrainingPlans of the lister's plans, signed: its first page, and its last (reached by the
+    tokens); then the console's plans list, signed in with the lister's key."""
+    client = Client(_endpoint(history, server, history.lister))
+    try:
+        first = _timed_calls(client, {"MaxResults": PAGE}, sizes.pages)
+        token, pages = None, 0
+        while True:
+            outcome, found = client.call(
+                "ListTrainingPlans", {"MaxResults": PAGE, **({"NextToken": token} if token else {})}
+            )
+            if outcome != "ok":
+                raise RuntimeError(f"ListTrainingPlans: {outcome}")
+            pages += 1
+            if "NextToken" not in found:
+                break
+            last_token, token = token, found["NextToken"]
+        last_request = {"MaxResults": PAGE, **({"NextToken": last_token} if pages > 1 else {})}
+        last = _timed_calls(client, last_request, sizes.pages)
+    finally:
+        client.close()
+    console = _console_list(history, server, sizes.pages)
+    line(
+        f"  lists of the lister ({pages} pages of {PAGE}): ListTrainingPlans first page {first:.1f} ms, "
+        f"last page {last:.1f} ms; console plans list {console:.1f} ms (median of {sizes.pages})"
+    )
+    return {
+        "ListTrainingPlans, first page (ms)": first,
+        "ListTrainingPlans, last page (ms)": last,
+        "console plans list (ms)": console,
+    }
+
+
+def _timed_calls(client: Client, payload: dict[str, Any], repeats: int) -> float:
+    """The median of ``repeats`` calls (each signed before it is timed), in milliseconds."""
+    took = []
+    for _ in range(repeats):
+        prepared = client.prepare("ListTrainingPlans", payload)
+        began = time.perf_counter()
+        outcome, _ = client.send(prepared)
+        took.append(time.perf_counter() - began)
+        if outcome != "ok":
+            raise RuntimeError(f"ListTrainingPlans: {outcome}")
+    return statistics.median(took) * 1000
+
+
+def _console_list(history: History, server: ServerProcess, repeats: int) -> float:
+    """GET /console/plans, signed in as a browser is (the sign-in form, its CSRF token, the cookie)."""
+    with httpx.Client(
+        base_url=f"http://127.0.0.1:{server.port}", follow_redirects=False, timeout=120
+    ) as http:
+        form = http.get("/console/sign-in").text
+        token = form.split('name="csrf_token" value="', 1)[1].split('"', 1)[0]
+        key = history.lister
+        fields = {
+            "access_key_id": key.access_key_id,
+            "secret_access_key": key.secret_access_key,
+            "csrf_token": token,
+        }
+        signed_in = http.post("/console/sign-in", data=fields)
+        if signed_in.status_code >= 400:
+            raise RuntimeError(f"console sign-in: HTTP {signed_in.status_code}")
+        took = []
+        for _ in range(repeats):
+            began = time.perf_counter()
+            page = http.get("/console/plans")
+            took.append(time.perf_counter() - began)
+            if page.status_code != 200:
+                raise RuntimeError(f"console plans list: HTTP {page.status_code}")
+    return statistics.median(took) * 1000
+
+
+# -- the lifecycle loop's lag -------------------------------------------------------------------------
+
+
+def _lag(
+    history: History, fleet_path: Path, extra: tuple[str, ...], sizes: Sizes, start_seconds: float
+) -> float:
+    """Plans of seconds written beside the history (their five timed events each, all due within a
+    minute of real time), then a server with the wall clock on the store: the p99 of ran_at - due_at
+    over their events.
+
+    The due times are fixed once the store is open, after its (slow) opening, with room for writing the
+    plans and for the server's start: none should fall due before the server answers, so that the loop
+    starts on time and the figure is the loop's, not its start-up's. Any that did are counted and
+    printed, and left out (as bench/lifecycle.py does); they may still delay those after them."""
+    reopened = open_application(history.data_dir, fleet_path, _url_of(extra))
+    try:
+        runtime = reopened.context
+        setup = LAG_WRITE_SECONDS_PER_PLAN * sizes.lag_plans + start_seconds * 1.5 + 10
+        base = datetime.fromtimestamp(math.ceil(time.time() + setup), UTC)
+        placed = _lag_plans(history, sizes, base)
+        write_plans(runtime, placed, [*history.keys, history.lister], datetime.now(UTC))
+        finish_bulk(runtime)
+        url = runtime.db.url
+    finally:
+        reopened.stop()
+    first_due = base - LAG_START_REMINDER
+    last_due = base + timedelta(seconds=sizes.lag_spread + sizes.lag_length)
+    with running_server(history.data_dir, fleet=fleet_path, clock="wall", extra=extra, timeout=600):
+        serving = time.time()
+        _wait_drained(url, first_due, last_due)
+    lags, early = _lags(url, first_due, last_due, serving)
+    if early:
+        line(f"  !! {early:,} lag events fell due before the server answered; left out")
+    ahead = first_due.timestamp() - serving
+    line(
+        f"  lifecycle lag: {len(placed):,} plans, {len(lags):,} of {len(placed) * 5:,} events timed "
+        f"(due within {sizes.lag_spread + sizes.lag_length} s, the first {ahead:+.1f} s after the server "
+        f"answered), p50 {percentile(lags, 50):.0f} / p99 {percentile(lags, 99):.0f} ms"
+    )
+    return percentile(lags, 99)
+
+
+def _url_of(extra: tuple[str, ...]) -> str | None:
+    return extra[1] if extra else None
+
+
+def _lag_plans(history: History, sizes: Sizes, base: datetime) -> list[PlacedPlan]:
+    pools = [i for i, pool in enumerate(history.fleet.pools) if pool.reservable > 0]
+    placed = []
+    second = timedelta(seconds=1)
+    for i in range(sizes.lag_plans):
+        start = base + timedelta(seconds=i * sizes.lag_spread / sizes.lag_plans)
+        end = start + sizes.lag_length * second
+        reclaim = end - 2 * second
+        timed = (
+            (START_REMINDER, start - LAG_START_REMINDER, '{"segment": 1}'),
+            (SEGMENT_START, start, '{"segment": 1}'),
+            (
+                RECLAIM_REMINDER,
+                reclaim - 2 * second,
+                f'{{"segment": 1, "reclaim_at": "{reclaim.isoformat()}"}}',
+            ),
+            (SEGMENT_RECLAIM, reclaim, '{"segment": 1}'),
+            (SEGMENT_END, end, '{"segment": 1}'),
+        )
+        segment = Segment(pools[i % len(pools)], start, end, 1)
+        placed.append(PlacedPlan(i % len(history.keys), (segment,), start - 60 * second, timed))
+    return placed
+
+
+def _events_engine(url: str) -> Any:
+    return create_engine(url)
+
+
+def _wait_drained(url: str, first_due: datetime, last_due: datetime) -> None:
+    time.sleep(max(0.0, last_due.timestamp() - time.time()) + 0.2)
+    engine = _events_engine(url)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with engine.connect() as connection:
+                pending = connection.execute(
+                    select(ScheduledEvent.id)
+                    .where(
+                        ScheduledEvent.done.is_(False),
+                        ScheduledEvent.due_at >= first_due,
+                        ScheduledEvent.due_at <= last_due,
+                    )
+                    .limit(1)
+                ).first()
+            if pending is None:
+                return
+            time.sleep(0.2)
+        line("  !! lag events still pending 120 s after the last was due")
+    finally:
+        engine.dispose()
+
+
+def _lags(url: str, first_due: datetime, last_due: datetime, serving: float) -> tuple[list[float], int]:
+    """The lag (ms) of each lag event that ran and fell due once the server answered; and how many fell
+    due before it answered (left out)."""
+    engine = _events_engine(url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                select(ScheduledEvent.due_at, ScheduledEvent.ran_at).where(
+                    ScheduledEvent.due_at >= first_due,
+                    ScheduledEvent.due_at <= last_due,
+                    ScheduledEvent.ran_at.is_not(None),
+                )
+            ).all()
+    finally:
+        engine.dispose()
+    timed = [(ran - due).total_seconds() * 1000 for due, ran in rows if due.timestamp() >= serving]
+    return timed, len(rows) - len(timed)
+
+
+# -- the table ------------------------------------------------------------------------------------------
+
+
+def _print_table(report: Report, figures: Figures, sizes: Sizes) -> None:
+    multiples = [m for m in sizes.multiples if m in figures.by_size]
+    if not multiples:
+        return
+    heading(f"History table, {figures.store}: each size beside its growth from the size below")
+    line(f"HTTP figures with {sizes.clients} client processes, {sizes.seconds:g} s a phase")
+    names = list(figures.by_size[multiples[0]])
+    width = max(len(name) for name in names) + 2
+    header = "".join(f"{f'{m}x':>22}" for m in multiples)
+    summary: list[tuple[str, tuple[str, float], float, float]] = []
+    line(f"{'':<{width}}{header}   x of 1x    target at {multiples[-1]}x")
+    for name in names:
+        cells, previous = [], math.nan
+        for m in multiples:
+            value = figures.by_size[m].get(name, math.nan)
+            growth = value / previous if previous and not math.isnan(previous) and previous != 0 else math.nan
+            cells.append(
+                f"{_shown(value):>12}" + (f" ({growth:5.2f}x)" if not math.isnan(growth) else " " * 9)
+            )
+            previous = value
+        first, largest = (
+            figures.by_size[multiples[0]].get(name, math.nan),
+            figures.by_size[multiples[-1]].get(name, math.nan),
+        )
+        overall = largest / first if first and not math.isnan(first) and not math.isnan(largest) else math.nan
+        target = TARGETS.get(name)
+        shown_target = f"{target[0]} {target[1]:g}, within {WITHIN}x" if target else ""
+        line(f"{name:<{width}}{''.join(f'{c:>22}' for c in cells)}   {_shown(overall):>7}   {shown_target}")
+        if target:
+            summary.append((name, target, largest, overall))
+    for name, target, largest, overall in summary:
+        if target:
+            met = (
+                None
+                if math.isnan(largest)
+                else largest <= target[1] and (math.isnan(overall) or overall <= WITHIN)
+            )
+            report.add(
+                Figure(
+                    f"history {figures.store}: {name} at {multiples[-1]}x",
+                    _shown(largest),
+                    f"{target[0]} {target[1]:g}",
+                    met,
+                    note=f"{_shown(overall)} x its 1x value (target within {WITHIN}x)",
+                )
+            )

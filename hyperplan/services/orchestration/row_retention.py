@@ -1,0 +1,274 @@
+"""Retention of rows: what the store need not keep for ever, removed (or, for the metering ledger,
+compacted) once the fleet's ``[retention]`` periods have passed (docs/DECISIONS.md, "Retention of rows";
+docs/OPERATIONS.md, "Retention"). Run by the retention worker (retention.py), on the leader, off every
+request's path.
+
+What goes, each kind only when its period is set:
+- ``events``: the status events (status_events) of the segments, invoices and extensions of plans that
+  ended (Expired, Failed) longer ago than the period, and those plans' timed events that are done; and
+  every other done timed event (on-demand meters' hours, jobs' deadlines, spot runs') due longer ago.
+  A done timed event is never read again (the loop and every cancellation look at pending ones only);
+  status events are read by nothing a user sees. A live plan's rows all stay, whatever their age.
+- ``audit``: audit rows older than the period (service time): `audit list` no longer shows them.
+- ``leases``: the rate limiter's buckets (rate_buckets) untouched for the period, real time, as the
+  buckets count: such a bucket is full again (for any limit whose burst refills within the period) and
+  is made again, full, by the next lease.
+- ``metering``: hourly on-demand ledger lines older than the period, one line per holder and day in
+  their place with the same total (metering_compaction.py).
+What stays for ever: plans, their segments and history (plan_events), invoices, the ledger's totals.
+
+Deletes go by batches of ids selected first (`BATCH` rows, one short write transaction each, the rule
+repeated in the delete itself), so no request waits long behind one, and a crash between two batches
+leaves a store where every remaining row is whole. Ended plans are visited once: the store keeps the
+cutoff up to which they were (`PLANS_THROUGH`), moved only once a pass has handled them all. Running a
+pass twice changes nothing the second time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import ColumnElement, CursorResult, Result, Table, delete, select, tuple_
+from sqlalchemy.orm import InstrumentedAttribute, Session
+
+from hyperplan.core.lifecycle import FINAL, RESERVED_CAPACITY_LIFECYCLE
+from hyperplan.core.reclaim_warnings import RECLAIM_WARNING
+from hyperplan.core.status import EXTENSION_LIFECYCLE, INVOICE_LIFECYCLE
+from hyperplan.core.status_rows import (
+    PAYMENT_DEADLINE,
+    RECLAIM_REMINDER,
+    SEGMENT_END,
+    SEGMENT_RECLAIM,
+    SEGMENT_START,
+    START_REMINDER,
+)
+from hyperplan.services.orchestration import metering_compaction
+from hyperplan.services.plans.resale import CREDIT_EVENT
+from hyperplan.services.runtime.context import ServiceContext
+from hyperplan.store import settings as stored
+from hyperplan.store.schema import (
+    AuditEvent,
+    Base,
+    Invoice,
+    PlanExtension,
+    RateBucket,
+    ReservedCapacity,
+    ScheduledEvent,
+    StatusEvent,
+    TrainingPlan,
+)
+
+PLANS_THROUGH = "retention.plans-through"  # ended plans up to this cutoff have had their events removed
+BATCH = 1000  # rows a delete transaction removes at most
+PLANS_AT_ONCE = 200  # ended plans whose rows are gathered in one read
+# The timed events whose subject is a plan (its id): kept while the plan lives, whatever their age.
+PLAN_TIMED_KINDS = (
+    SEGMENT_START,
+    SEGMENT_RECLAIM,
+    SEGMENT_END,
+    START_REMINDER,
+    RECLAIM_REMINDER,
+    PAYMENT_DEADLINE,
+    RECLAIM_WARNING,
+    CREDIT_EVENT,
+)
+
+
+@dataclass(frozen=True)
+class RowPass:
+    status_events: int = 0
+    timed_events: int = 0
+    audit_events: int = 0
+    rate_buckets: int = 0
+    hourly_lines: int = 0  # metering lines compacted away
+    day_lines: int = 0  # and the lines written in their place
+
+    @property
+    def changed(self) -> int:
+        return (
+            self.status_events + self.timed_events + self.audit_events + self.rate_buckets + self.hourly_lines
+        )
+
+
+def run_once(
+    runtime: ServiceContext,
+    *,
+    wall: Callable[[], float] = time.time,
+    stopping: Callable[[], bool] = lambda: False,
+) -> RowPass:
+    """One pass over every kind of row whose period is set. `wall`: real time (seconds since the
+    epoch), which the rate buckets count in; `stopping`: checked between batches, to end a long pass."""
+    retention = runtime.fleet.retention
+    now = runtime.clock.now()
+    status_events = timed_events = audit_events = rate_buckets = 0
+    if retention.events is not None:
+        status_events, timed_events = _ended_plans_events(runtime, now - retention.events, stopping)
+        timed_events += _other_done_timed_events(runtime, now - retention.events, stopping)
+    if retention.audit is not None:
+        audit_events = _audit_events(runtime, now - retention.audit, stopping)
+    if retention.leases is not None:
+        rate_buckets = _rate_buckets(runtime, wall() - retention.leases.total_seconds(), stopping)
+    compacted = metering_compaction.Compacted()
+    if retention.metering is not None:
+        compacted = metering_compaction.compact(runtime, retention.metering, stopping)
+    return RowPass(
+        status_events, timed_events, audit_events, rate_buckets, compacted.hourly_lines, compacted.day_lines
+    )
+
+
+# -- events ------------------------------------------------------------------------------------------
+
+
+def _ended_plans_events(
+    runtime: ServiceContext, cutoff: datetime, stopping: Callable[[], bool]
+) -> tuple[int, int]:
+    """The status events and done timed events of plans that ended by `cutoff` (and after the last
+    pass's cutoff): how many of each were removed."""
+    with runtime.db.read() as session:
+        since = stored.get_time(session, PLANS_THROUGH)
+        if since is not None and since >= cutoff:
+            return 0, 0
+        ended = select(TrainingPlan.id).where(
+            TrainingPlan.status.in_([s.value for s in FINAL]), TrainingPlan.updated_at <= cutoff
+        )
+        if since is not None:
+            ended = ended.where(TrainingPlan.updated_at > since)
+        plan_ids = list(session.scalars(ended.order_by(TrainingPlan.id)))
+    status_events = timed_events = 0
+    for chunk in _chunks(plan_ids, PLANS_AT_ONCE):
+        if stopping():
+            return status_events, timed_events  # the cutoff stays: the next pass visits them again
+        with runtime.db.read() as session:
+            status_ids = _status_event_ids(session, chunk)
+            timed_ids = _done_plan_timed_event_ids(session, chunk)
+        status_events += _delete_ids(runtime, StatusEvent, status_ids)
+        timed_events += _delete_ids(runtime, ScheduledEvent, timed_ids, ScheduledEvent.done.is_(True))
+    with runtime.db.write() as session:
+        stored.put_time(session, PLANS_THROUGH, cutoff)
+    return status_events, timed_events
+
+
+def _status_event_ids(session: Session, plan_ids: Sequence[int]) -> list[int]:
+    """The status events of these plans' segments, invoices and extensions."""
+    parts = (
+        (
+            RESERVED_CAPACITY_LIFECYCLE.kind,
+            select(ReservedCapacity.id).where(ReservedCapacity.plan_id.in_(plan_ids)),
+        ),
+        (INVOICE_LIFECYCLE.kind, select(Invoice.id).where(Invoice.plan_id.in_(plan_ids))),
+        (EXTENSION_LIFECYCLE.kind, select(PlanExtension.id).where(PlanExtension.plan_id.in_(plan_ids))),
+    )
+    ids: list[int] = []
+    for kind, entities in parts:
+        entity_ids = list(session.scalars(entities))
+        for chunk in _chunks(entity_ids, BATCH):
+            ids += session.scalars(
+                select(StatusEvent.id).where(
+                    StatusEvent.entity_kind == kind, StatusEvent.entity_id.in_(chunk)
+                )
+            )
+    return ids
+
+
+def _done_plan_timed_event_ids(session: Session, plan_ids: Sequence[int]) -> list[int]:
+    return list(
+        session.scalars(
+            select(ScheduledEvent.id).where(
+                ScheduledEvent.subject.in_([str(plan_id) for plan_id in plan_ids]),
+                ScheduledEvent.kind.in_(PLAN_TIMED_KINDS),
+                ScheduledEvent.done.is_(True),
+            )
+        )
+    )
+
+
+def _other_done_timed_events(runtime: ServiceContext, cutoff: datetime, stopping: Callable[[], bool]) -> int:
+    """Done timed events of anything but a plan (meters' hours, jobs' and spot runs' deadlines) due by
+    `cutoff`, oldest first in the pending index's order (done, due_at, id)."""
+    old_and_done = (
+        ScheduledEvent.done.is_(True),
+        ScheduledEvent.due_at <= cutoff,
+        ScheduledEvent.kind.not_in(PLAN_TIMED_KINDS),
+    )
+    return _delete_pages(runtime, ScheduledEvent, old_and_done, ScheduledEvent.due_at, stopping)
+
+
+# -- audit and rate buckets ------------------------------------------------------------------------------
+
+
+def _audit_events(runtime: ServiceContext, cutoff: datetime, stopping: Callable[[], bool]) -> int:
+    """Audit rows dated before `cutoff` (service time), oldest first by their (at, id) index."""
+    return _delete_pages(runtime, AuditEvent, (AuditEvent.at < cutoff,), AuditEvent.at, stopping)
+
+
+def _rate_buckets(runtime: ServiceContext, cutoff: float, stopping: Callable[[], bool]) -> int:
+    """Rate buckets last counted before `cutoff` (real time, seconds since the epoch). The delete says
+    so again: a bucket leased from since it was read stays (PostgreSQL checks the row again once the
+    lease's lock is gone; SQLite's writers take turns)."""
+    removed = 0
+    untouched = RateBucket.counted_at < cutoff
+    while not stopping():
+        with runtime.db.read() as session:
+            keys = [
+                tuple(row)
+                for row in session.execute(
+                    select(RateBucket.account_id, RateBucket.request_class).where(untouched).limit(BATCH)
+                )
+            ]
+        if not keys:
+            break
+        key = tuple_(RateBucket.account_id, RateBucket.request_class)
+        with runtime.db.write() as session:
+            removed += _rowcount(session.execute(delete(RateBucket).where(key.in_(keys), untouched)))
+    return removed
+
+
+# -- batches ---------------------------------------------------------------------------------------------
+
+
+def _delete_pages(
+    runtime: ServiceContext,
+    model: type[Base],
+    conditions: Sequence[ColumnElement[bool]],
+    when: InstrumentedAttribute[datetime],
+    stopping: Callable[[], bool],
+) -> int:
+    """Delete the rows of `model` that meet `conditions`, a page of BATCH at a time, oldest (`when`)
+    first: each page's ids read, then deleted in a transaction of its own under the same conditions;
+    the next page is the next read's first, the rows before it gone."""
+    table = cast(Table, model.__table__)
+    page = select(table.c.id).where(*conditions).order_by(when, table.c.id).limit(BATCH)
+    removed = 0
+    while not stopping():
+        with runtime.db.read() as session:
+            ids = list(session.scalars(page))
+        gone = _delete_ids(runtime, model, ids, *conditions) if ids else 0
+        if not gone:
+            break  # nothing left (or what was found is no longer old: a clock set back)
+        removed += gone
+    return removed
+
+
+def _delete_ids(
+    runtime: ServiceContext, model: type[Base], ids: Sequence[int], *still: ColumnElement[bool]
+) -> int:
+    """Delete these rows of `model`, BATCH a transaction, each only if `still` holds for it then."""
+    table = cast(Table, model.__table__)
+    removed = 0
+    for chunk in _chunks(ids, BATCH):
+        with runtime.db.write() as session:
+            removed += _rowcount(session.execute(delete(table).where(table.c.id.in_(chunk), *still)))
+    return removed
+
+
+def _rowcount(result: Result[Any]) -> int:
+    return cast(CursorResult[Any], result).rowcount
+
+
+def _chunks(items: Sequence[int], size: int) -> Iterator[Sequence[int]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
