@@ -9,6 +9,17 @@ Several servers on one store: only the elected leader runs this loop (services/r
 each event is claimed in the transaction that runs it (its row FOR UPDATE SKIP LOCKED, then checked not done),
 so even a second runner could never run one twice.
 
+Under the wall and accelerated clocks, and in the catch-up at startup (`run_due`), due events run in
+batches: up to BATCH_EVENTS of them, for up to BATCH_SECONDS, in one transaction, in (due time, id)
+order, each handler seeing what the ones before it wrote; one read finds a batch, one statement claims
+it, one commit ends it. So a minute with 10,000 events due pays for a few hundred commits (SQLite's is
+an fsync), not 10,000. Each event's `done` still commits with its effect, in that one transaction. A
+batch ends early where an event's order could otherwise change: before an event another runner holds,
+and after a handler that scheduled an event due no later than the next in the batch (that one runs
+first, in the next batch). A handler that raises rolls the batch back, and the batch runs again one
+event per transaction, so that the events before it commit as they would alone and the error is the
+same. `ran_at` is stamped once per batch, just before its commit: the time its effects became real.
+
 Under the manual clock nothing runs by itself: `advance_to` steps the clock to each due event in turn
 (so the handler sees the service time it was due at) and returns when all events due by the target
 have run. Under the wall and accelerated clocks a background thread does the same continuously; an
@@ -17,7 +28,8 @@ accelerated clock may also be moved ahead by `advance_to`, which re-anchors it t
 A catch-up can be long (a year of a demo fleet's events takes minutes), so every runner looks for a stop
 request between two events: `request_stop` (the server calls it from its SIGTERM handler) makes the
 catch-up at startup, the background loop and a clock move in progress end after the event they are
-running, committed. What did not run is still pending and runs at the next start, or the next move.
+running, committed (with the events of its batch that ran before it). What did not run is still pending
+and runs at the next start, or the next move.
 """
 
 from __future__ import annotations
@@ -25,11 +37,14 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
+from sqlalchemy import event as orm_event
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -43,6 +58,11 @@ from hyperplan.worker import Wake, Worker
 
 log = logging.getLogger(__name__)
 
+# A batch's bounds. Its transaction holds the writers' turn (SQLite's write lock; PostgreSQL's writers'
+# lock), so other writers wait at most about BATCH_SECONDS for it, plus the commit.
+BATCH_EVENTS = 100
+BATCH_SECONDS = 0.1
+
 
 @dataclass(frozen=True)
 class DueEvent:
@@ -54,6 +74,16 @@ class DueEvent:
 
 
 EventHandler = Callable[[Session, DueEvent], None]
+
+
+class BatchReader(Protocol):
+    """A handler that reads what a whole batch of its events needs at once (one statement, not one per
+    event), in the batch's transaction before any of them runs: `prepare` is called once per batch with
+    those of its events the batch claimed."""
+
+    def __call__(self, session: Session, event: DueEvent) -> None: ...
+
+    def prepare(self, session: Session, events: Sequence[DueEvent]) -> None: ...
 
 
 def schedule(session: Session, kind: str, due_at: datetime, subject: str = "", **payload: Any) -> None:
@@ -78,13 +108,12 @@ class TimedEventLoop:
     # -- running events -------------------------------------------------------------------------
 
     def run_due(self, until: datetime) -> int:
-        """Run every pending event due at or before `until`, in order, until a stop is requested.
-        Returns how many ran."""
+        """Run every pending event due at or before `until`, in order and in batches (the module's
+        docstring), until a stop is requested. Returns how many ran."""
         ran = 0
         with self._lock:
-            while not self.stopping and (event := self._next_due(until)) is not None:
-                self._run_one(event)
-                ran += 1
+            while not self.stopping and (batch := self._due_batch(until)):
+                ran += self._run_batch(batch)
         return ran
 
     def advance_to(self, target: datetime) -> int:
@@ -157,19 +186,111 @@ class TimedEventLoop:
             )
 
     def _next_due(self, until: datetime) -> DueEvent | None:
+        batch = self._due_batch(until, limit=1)
+        return batch[0] if batch else None
+
+    def _due_batch(self, until: datetime, limit: int = BATCH_EVENTS) -> list[DueEvent]:
+        """The first `limit` pending events due at or before `until`, in order; one read."""
         with self.db.read() as session:
-            row = session.scalars(
+            rows = session.scalars(
                 select(ScheduledEvent)
                 .where(ScheduledEvent.done.is_(False), ScheduledEvent.due_at <= until)
                 .order_by(ScheduledEvent.due_at, ScheduledEvent.id)
-                .limit(1)
-            ).first()
-            if row is None:
-                return None
-            return DueEvent(row.id, row.kind, row.subject, row.due_at, json.loads(row.payload))
+                .limit(limit)
+            )
+            return [
+                DueEvent(row.id, row.kind, row.subject, row.due_at, json.loads(row.payload)) for row in rows
+            ]
 
-    def _run_one(self, event: DueEvent) -> None:
+    def _run_batch(self, batch: list[DueEvent]) -> int:
+        """The batch in one transaction; if a handler raises, again one event per transaction, so that
+        those before it commit and its error is raised as it would be alone. Returns how many ran."""
+        if len(batch) == 1:
+            return self._run_one(batch[0])
+        try:
+            return self._run_together(batch)
+        except Exception:
+            log.warning(
+                "a batch of %d timed events failed; running them one by one", len(batch), exc_info=True
+            )
+        ran = 0
+        for event in batch:
+            if self.stopping:
+                break
+            ran += self._run_one(event)
+        return ran
+
+    def _run_together(self, batch: list[DueEvent]) -> int:
+        """Claim the batch (rows another runner holds are skipped, and the batch ends before the first
+        of them: what comes after it may depend on it), then run its events in order, each only if no
+        runner, nor a handler before it in this batch, marked it done. Ends early on a stop request,
+        past BATCH_SECONDS, or after a handler that scheduled an event due no later than the next."""
+        began = time.monotonic()
+        ran: list[ScheduledEvent] = []
+        with self.db.write() as session:
+            claimed = {
+                row.id: row
+                for row in session.scalars(
+                    select(ScheduledEvent)
+                    .where(ScheduledEvent.id.in_([event.id for event in batch]))
+                    .with_for_update(skip_locked=True)
+                )
+            }
+            self._prepare(session, [event for event in batch if event.id in claimed])
+            with _new_events_watched(session) as scheduled:
+                for position, event in enumerate(batch):
+                    row = claimed.get(event.id)
+                    if row is None:
+                        break  # another runner has it: it, and what follows it, wait for the next batch
+                    if row.done:
+                        continue  # ran already, or a handler before it in this batch cancelled it
+                    self._handle(session, event)
+                    row.done = True
+                    ran.append(row)
+                    following = batch[position + 1] if position + 1 < len(batch) else None
+                    if (
+                        following is None
+                        or self.stopping
+                        or time.monotonic() - began >= BATCH_SECONDS
+                        or (scheduled and min(scheduled) <= following.due_at)
+                    ):
+                        break
+            self._finish(session, ran)
+        return len(ran)
+
+    def _prepare(self, session: Session, events: list[DueEvent]) -> None:
+        """Each BatchReader handler's reads for its events of the batch, once."""
+        by_handler: dict[int, tuple[Any, list[DueEvent]]] = {}
+        for event in events:
+            handler = self.handlers.get(event.kind)
+            if handler is not None and hasattr(handler, "prepare"):
+                by_handler.setdefault(id(handler), (handler, []))[1].append(event)
+        for handler, mine in by_handler.values():
+            handler.prepare(session, mine)
+
+    def _handle(self, session: Session, event: DueEvent) -> None:
+        """One event's handler, in the claiming transaction."""
+        metrics.LIFECYCLE_LAG.observe(max((self.clock.now() - event.due_at).total_seconds(), 0.0))
         handler = self.handlers.get(event.kind)
+        if handler is None:
+            log.error("no handler for event kind %r (event %d); marking it done", event.kind, event.id)
+        else:
+            handler(session, event)
+
+    def _finish(self, session: Session, ran: list[ScheduledEvent]) -> None:
+        """Stamp the events that ran with the time just before their commit, and save the clock."""
+        if not ran:
+            return
+        now = self.clock.now()
+        for row in ran:
+            row.ran_at = now
+        if self.clock.kind != "wall":
+            # Saved with the events, so that a restarted clock never reads earlier than what has run.
+            settings.put_time(session, settings.CLOCK_NOW, now)
+
+    def _run_one(self, event: DueEvent) -> int:
+        """One event in a transaction of its own (the manual clock's moves, a batch's retry); 1 if it
+        ran, 0 if another runner has it or ran it first."""
         with self.db.write() as session:
             # The claim: the row locked until this transaction ends (skipped if another runner holds it;
             # SQLite's write lock is already exclusive), and run only if nobody marked it done before.
@@ -177,17 +298,11 @@ class TimedEventLoop:
                 select(ScheduledEvent).where(ScheduledEvent.id == event.id).with_for_update(skip_locked=True)
             ).first()
             if row is None or row.done:
-                return  # another runner has it, or ran it first
-            metrics.LIFECYCLE_LAG.observe(max((self.clock.now() - event.due_at).total_seconds(), 0.0))
-            if handler is None:
-                log.error("no handler for event kind %r (event %d); marking it done", event.kind, event.id)
-            else:
-                handler(session, event)
+                return 0  # another runner has it, or ran it first
+            self._handle(session, event)
             row.done = True
-            row.ran_at = self.clock.now()
-            if self.clock.kind != "wall":
-                # Saved with the event, so that a restarted clock never reads earlier than what has run.
-                settings.put_time(session, settings.CLOCK_NOW, self.clock.now())
+            self._finish(session, [row])
+        return 1
 
     def next_due_time(self) -> datetime | None:
         with self.db.read() as session:
@@ -234,3 +349,20 @@ class TimedEventLoop:
             return 1.0
         seconds = (due - self.clock.now()).total_seconds() / getattr(self.clock, "scale", 1.0)
         return max(0.0, min(1.0, seconds))
+
+
+@contextmanager
+def _new_events_watched(session: Session) -> Iterator[list[datetime]]:
+    """The due times of the timed events added to `session` while the block runs (a handler's follow-up
+    events), so that a batch can end before an event one of them should precede."""
+    due_times: list[datetime] = []
+
+    def added(_session: Session, instance: object) -> None:
+        if isinstance(instance, ScheduledEvent) and instance.due_at is not None:
+            due_times.append(instance.due_at)
+
+    orm_event.listen(session, "transient_to_pending", added)
+    try:
+        yield due_times
+    finally:
+        orm_event.remove(session, "transient_to_pending", added)

@@ -10,8 +10,8 @@ shutdown, which stops the runtime. Two kinds of work never see that flag:
   before uvicorn looks at the flag at all.
 
 So the handler here also asks the lifecycle loop to stop (``request_stop``, from the composition root).
-Both check between two events: the event in progress commits, the rest stay pending, and the server
-stops within one event's time.
+Both check between two events: the event in progress commits (with those of its batch before it), the
+rest stay pending, and the server stops within one event's time.
 """
 
 from __future__ import annotations

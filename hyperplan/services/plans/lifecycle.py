@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import event as orm_event
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
@@ -53,6 +54,11 @@ from hyperplan.store.schema import PlanEvent, PlanExtension, ReservedCapacity, S
 
 
 def segments_of(session: Session, plan_id: int) -> list[ReservedCapacity]:
+    """The plan's segments in order; from a lifecycle batch's one read of its plans' segments when this
+    transaction holds it (SegmentEvents.prepare), else read."""
+    read = _segments_read(session).get(plan_id)
+    if read is not None:
+        return list(read)
     return list(
         session.scalars(
             select(ReservedCapacity)
@@ -304,13 +310,60 @@ def _cancel_events(session: Session, plan: TrainingPlan) -> None:
 
 def event_handlers(ctx: LifecycleContext) -> dict[str, EventHandler]:
     """The timed events of plans' segments, for the lifecycle loop."""
-
-    def segment_changed(session: Session, event: DueEvent) -> None:
-        # At its due time, not when the loop got to it: the history says when things happened.
-        on_segment_event(session, ctx, event.kind, event.subject, event.payload, event.due_at)
-
     kinds = (SEGMENT_START, SEGMENT_RECLAIM, SEGMENT_END, START_REMINDER, RECLAIM_REMINDER)
-    return dict.fromkeys(kinds, segment_changed)
+    return dict.fromkeys(kinds, SegmentEvents(ctx))
+
+
+_PLANS_READ = "lifecycle_plans_read"
+_SEGMENTS_READ = "lifecycle_segments_read"  # {plan id: its segments in order}, read once for a batch
+
+
+def _segments_read(session: Session) -> dict[int, list[ReservedCapacity]]:
+    """The batch's segments as read, unless a segment has been added or deleted in this transaction
+    since (a return cuts a plan's segments into new rows): then they are read again, from the store."""
+    read: dict[int, list[ReservedCapacity]] = session.info.get(_SEGMENTS_READ, {})
+    if read and any(isinstance(row, ReservedCapacity) for row in (*session.new, *session.deleted)):
+        read.clear()
+    return read
+
+
+def _forget_segments_read(session: Session, instance: object) -> None:
+    if isinstance(instance, ReservedCapacity):
+        session.info.get(_SEGMENTS_READ, {}).clear()
+
+
+class SegmentEvents:
+    """The segment events' handler. A batch's plans and their segments are read in two statements
+    (events/loop.py's BatchReader), not two per event: each event's `session.get` of its plan finds it
+    in the session, and `segments_of` its segments (the same objects, so what an event before it in the
+    batch changed is seen). A segment added or deleted later in the transaction (a return's cut) drops
+    what was read: `segments_of` reads from the store again."""
+
+    def __init__(self, ctx: LifecycleContext) -> None:
+        self.ctx = ctx
+
+    def prepare(self, session: Session, events: Sequence[DueEvent]) -> None:
+        plan_ids = {int(event.subject) for event in events if event.subject.isdigit()}
+        if len(plan_ids) < 2:
+            return  # a read of one plan, as the event itself would make
+        read = session.scalars(select(TrainingPlan).where(TrainingPlan.id.in_(plan_ids))).all()
+        # Held for the transaction: the session's identity map keeps unchanged rows only weakly.
+        session.info.setdefault(_PLANS_READ, []).extend(read)
+        segments: dict[int, list[ReservedCapacity]] = {plan_id: [] for plan_id in plan_ids}
+        for rc in session.scalars(
+            select(ReservedCapacity)
+            .where(ReservedCapacity.plan_id.in_(plan_ids))
+            .order_by(ReservedCapacity.plan_id, ReservedCapacity.ordinal)
+        ):
+            segments[rc.plan_id].append(rc)
+        if _SEGMENTS_READ not in session.info:  # rows added or deleted later in the batch: read again
+            orm_event.listen(session, "pending_to_persistent", _forget_segments_read)
+            orm_event.listen(session, "persistent_to_deleted", _forget_segments_read)
+        session.info[_SEGMENTS_READ] = segments
+
+    def __call__(self, session: Session, event: DueEvent) -> None:
+        # At its due time, not when the loop got to it: the history says when things happened.
+        on_segment_event(session, self.ctx, event.kind, event.subject, event.payload, event.due_at)
 
 
 def on_segment_event(
