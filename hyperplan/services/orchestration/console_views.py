@@ -265,7 +265,6 @@ def plan_choices(
         owned = session.scalars(
             select(TrainingPlan)
             .where(*quotas.live_plan_filter(caller.account_id), TrainingPlan.target == TARGET)
-            .with_hint(TrainingPlan, "INDEXED BY ix_plan_account_live", "sqlite")
             .order_by(TrainingPlan.id)
         )
         for plan in owned:

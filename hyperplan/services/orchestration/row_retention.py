@@ -175,15 +175,16 @@ def _status_event_ids(session: Session, plan_ids: Sequence[int]) -> list[int]:
 
 
 def _done_plan_timed_event_ids(session: Session, plan_ids: Sequence[int]) -> list[int]:
-    return list(
-        session.scalars(
-            select(ScheduledEvent.id).where(
-                ScheduledEvent.subject.in_([str(plan_id) for plan_id in plan_ids]),
-                ScheduledEvent.kind.in_(PLAN_TIMED_KINDS),
-                ScheduledEvent.done.is_(True),
-            )
+    # Read by subject, `done` sifted here: with `done` in the WHERE, SQLite (without statistics) took the
+    # pending index (done, ...) and read every done event of the store for each page of plans (197 s
+    # for a 100x store's first pass, against PostgreSQL's 19 s). A plan has a few dozen events at most.
+    rows = session.execute(
+        select(ScheduledEvent.id, ScheduledEvent.done).where(
+            ScheduledEvent.subject.in_([str(plan_id) for plan_id in plan_ids]),
+            ScheduledEvent.kind.in_(PLAN_TIMED_KINDS),
         )
     )
+    return [event_id for event_id, done in rows if done]
 
 
 def _other_done_timed_events(runtime: ServiceContext, cutoff: datetime, stopping: Callable[[], bool]) -> int:

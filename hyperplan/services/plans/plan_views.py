@@ -75,12 +75,7 @@ def list_plans(
 def live_plans(runtime: ServiceContext, caller: Caller, target: str | None = None) -> list[PlanView]:
     """The caller's plans that are neither Expired nor Failed (of `target`, if given), oldest first: read
     through the account's live plans' index, never its past (a year of expired plans)."""
-    query = (
-        select(TrainingPlan)
-        .where(*quotas.live_plan_filter(caller.account_id))
-        .with_hint(TrainingPlan, "INDEXED BY ix_plan_account_live", "sqlite")
-        .order_by(TrainingPlan.id)
-    )
+    query = select(TrainingPlan).where(*quotas.live_plan_filter(caller.account_id)).order_by(TrainingPlan.id)
     if target is not None:
         query = query.where(TrainingPlan.target == target)
     with runtime.db.read() as session:
