@@ -41,7 +41,6 @@ from bench.history_build import (
     Segment,
     build,
     finish_bulk,
-    open_application,
     write_plans,
 )
 from bench.history_fleet import fleet_file
@@ -49,7 +48,14 @@ from bench.loadgen import CREATE, SEARCH, Client, ClientJob, run_phase
 from bench.report import Figure, Report, heading, line, percentile
 from bench.scale import Scale
 from bench.scaleout import _postgres
-from bench.server import ServerProcess, cpu_seconds, memory_kib, offering_for, running_server
+from bench.server import (
+    ServerProcess,
+    cpu_seconds,
+    memory_kib,
+    offering_for,
+    open_application,
+    running_server,
+)
 from hyperplan.core.status_rows import (
     RECLAIM_REMINDER,
     SEGMENT_END,

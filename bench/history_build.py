@@ -32,8 +32,8 @@ from typing import Any, cast
 from sqlalchemy import Connection, Table, func, insert, select, text
 
 from bench.fill import DAY, WINDOW_DAYS, window_start
-from bench.server import BENCH_START, unisolated
-from hyperplan.app import AppConfig, Application
+from bench.server import open_application
+from hyperplan.app import Application
 from hyperplan.clock import utcnow
 from hyperplan.core import status_rows
 from hyperplan.core.calendar import CapacityCalendar
@@ -130,20 +130,6 @@ class History:
 
     def close(self) -> None:
         self.application.stop()
-
-
-def open_application(data_dir: Path, fleet_path: Path, database_url: str | None) -> Application:
-    config = AppConfig(
-        data_dir=data_dir,
-        fleet_path=fleet_path,
-        clock="manual",
-        clock_start=BENCH_START,
-        database_url=database_url,
-        **unisolated(data_dir),
-    )
-    application = Application(config)
-    application.bootstrap()
-    return application
 
 
 def build(data_dir: Path, fleet_path: Path, spec: HistorySpec, database_url: str | None = None) -> History:

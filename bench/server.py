@@ -75,12 +75,12 @@ class Store:
 BENCH_START = datetime(2026, 12, 31, 23, 50, tzinfo=UTC)
 
 
-def prepare_store(data_dir: Path, spec: FillSpec, clients: int, database_url: str | None = None) -> Store:
-    """A data directory with the bench fleet, ``clients`` accounts, and plans booked per ``spec`` (in
-    the data directory's SQLite, or the database at ``database_url``)."""
+def open_application(data_dir: Path, fleet_path: Path, database_url: str | None) -> Application:
+    """The service over `data_dir` (or the database at `database_url`) on `fleet_path`, bootstrapped with
+    the manual clock at BENCH_START and no worker running: what the benchmarks fill their stores with."""
     config = AppConfig(
         data_dir=data_dir,
-        fleet_path=FLEET,
+        fleet_path=fleet_path,
         clock="manual",
         clock_start=BENCH_START,
         database_url=database_url,
@@ -88,6 +88,13 @@ def prepare_store(data_dir: Path, spec: FillSpec, clients: int, database_url: st
     )
     application = Application(config)
     application.bootstrap()
+    return application
+
+
+def prepare_store(data_dir: Path, spec: FillSpec, clients: int, database_url: str | None = None) -> Store:
+    """A data directory with the bench fleet, ``clients`` accounts, and plans booked per ``spec`` (in
+    the data directory's SQLite, or the database at ``database_url``)."""
+    application = open_application(data_dir, FLEET, database_url)
     runtime = application.context
     now = runtime.clock.now()
     with runtime.db.write() as session:

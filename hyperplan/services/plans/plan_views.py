@@ -72,12 +72,10 @@ def list_plans(
         return [_plan_view(runtime, session, plan) for plan in rows], token
 
 
-def live_plans(runtime: ServiceContext, caller: Caller, target: str | None = None) -> list[PlanView]:
-    """The caller's plans that are neither Expired nor Failed (of `target`, if given), oldest first: read
-    through the account's live plans' index, never its past (a year of expired plans)."""
+def live_plans(runtime: ServiceContext, caller: Caller) -> list[PlanView]:
+    """The caller's plans that are neither Expired nor Failed, oldest first: read through the account's
+    live plans' index, never its past (a year of expired plans)."""
     query = select(TrainingPlan).where(*quotas.live_plan_filter(caller.account_id)).order_by(TrainingPlan.id)
-    if target is not None:
-        query = query.where(TrainingPlan.target == target)
     with runtime.db.read() as session:
         return [_plan_view(runtime, session, plan) for plan in session.scalars(query)]
 
