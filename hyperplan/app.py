@@ -51,7 +51,7 @@ from hyperplan.services.jobs import job_deadlines, jobs, spot
 from hyperplan.services.jobs.job_runner import JobRunner
 from hyperplan.services.orchestration import account_views, adoption, demo_load
 from hyperplan.services.orchestration.retention import RetentionWorker
-from hyperplan.services.plans import lifecycle, payments, reclaim_warnings, resale
+from hyperplan.services.plans import lifecycle, payments, plans, reclaim_warnings, resale
 from hyperplan.services.runtime import leadership, slurm_placement
 from hyperplan.services.runtime.context import LifecycleContext, ServiceContext, Settings, Wakes
 from hyperplan.services.runtime.job_work import JobLocks, JobSettings
@@ -330,6 +330,7 @@ class Application:
         context = self.open()
         self.bootstrap()
         context.calendar.load(context.db)
+        plans.compile_ahead(context)  # no request compiles a purchase's statements
         assert self.leadership is not None
         if self.config.metrics_listen and self._metrics is None:
             # Every server that may lead listens (the API processes of --workers count into the shared

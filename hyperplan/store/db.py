@@ -415,6 +415,12 @@ def _bump_many(count: int) -> Prepared:
     )
 
 
+def counter_shapes_ahead(most: int) -> None:
+    """Make the statements that move 1 to `most` counters at once (for prepared.compile_every)."""
+    for count in range(1, most + 1):
+        _bump_many(count)
+
+
 def _writers_lock(concurrent: bool, durable: bool) -> Prepared:
     take = "pg_advisory_xact_lock_shared" if concurrent else "pg_advisory_xact_lock"
     relax = "" if durable else ", set_config('synchronous_commit', 'off', true)"

@@ -25,6 +25,7 @@ from sqlalchemy import (
     BigInteger,
     BindParameter,
     Connection,
+    Dialect,
     Select,
     Table,
     and_,
@@ -445,6 +446,17 @@ class PurchaseReads:
                 )
             prepared = self._with_holdings.setdefault(key, Prepared(query))
         return prepared
+
+    def shapes_ahead(self, dialect: Dialect, most_segments: int, every_type: bool) -> None:
+        """Make the statements of a purchase of up to `most_segments` segments (for compile_every): on
+        PostgreSQL the read on the snapshot and the read in the write, with the ids of its segments, for
+        each number of pools they may be in; on SQLite the holdings' read, per number of pools."""
+        for pools in range(1, most_segments + 1):
+            if dialect.name != "postgresql":
+                _holdings_query(pools, every_type, dialect.name == "sqlite")
+                continue
+            for segment_ids in (0, *range(pools, most_segments + 1)):
+                self._facts_and_holdings_query(pools, every_type, segment_ids)
 
     def read_facts_and_holdings(
         self,

@@ -11,7 +11,7 @@ statement, in its round trip.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
 from functools import cache
@@ -20,6 +20,7 @@ from typing import Any, cast
 from sqlalchemy import (
     BindParameter,
     Connection,
+    Dialect,
     Integer,
     Table,
     Text,
@@ -115,6 +116,20 @@ def _segments_insert(count: int, with_id: bool) -> Prepared:
 @cache
 def _rows_insert(table: Table, count: int) -> Prepared:
     return _insert(table, rows=count)
+
+
+def shapes_ahead(dialect: Dialect, segment_counts: Iterable[int], event_rows: int) -> None:
+    """Make the statements a purchase of each of `segment_counts` segments writes (for compile_every),
+    its rows of events from 1 to `event_rows` a table: on PostgreSQL each with its id drawn already,
+    elsewhere returning it."""
+    drawn = dialect.name == "postgresql"
+    for table in (_PLANS, _INVOICES):
+        _one_row_insert(table, drawn)
+    for count in segment_counts:
+        _segments_insert(count, drawn)
+    for table in (_HISTORY, _STATUS_EVENTS, _TIMED):
+        for count in range(1, event_rows + 1):
+            _rows_insert(table, count)
 
 
 def _flat(rows: Sequence[Row]) -> Row:

@@ -57,6 +57,11 @@ class SignedOffering:
     request: SearchRequest
 
 
+def compile_ahead(runtime: ServiceContext) -> int:
+    """At the server's start: a purchase's statements compiled (plan_purchase.compile_ahead)."""
+    return plan_purchase.compile_ahead(runtime)
+
+
 def search(runtime: ServiceContext, caller: Caller, request: SearchRequest) -> list[SignedOffering]:
     now = runtime.clock.now()
     # What the check reads (the account and its plans) changes only with the keys and calendar counters:
