@@ -17,7 +17,6 @@ rest stay pending, and the server stops within one event's time.
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import socket
 import sys
@@ -38,24 +37,6 @@ class _Server(uvicorn.Server):
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.request_stop()  # safe here: sets flags and takes no lock
         super().handle_exit(sig, frame)
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets)
-        if self.started:
-            settle_heap()
-
-
-def settle_heap() -> None:
-    """Once the server has started (its modules imported, its store opened, its calendar loaded, missed
-    events run): collect once, then leave every object alive by then out of the collector's later passes
-    (`gc.freeze`). A full collection walks every object tracked; most of them are the server's own code
-    and state, alive until it stops (about 180,000 on the bench's store). Each such pass held the GIL, and
-    so stopped every request in progress, 80 to 200 ms under a purchase load on PostgreSQL (a gc callback
-    timing them: four in a 5-second phase); after the freeze the same passes took about 4 ms. Objects
-    made later (a request's, the calendar's new bookings) are collected as before. Only in the serving
-    process: a process that builds many apps (the tests) would keep each one's cycles for good."""
-    gc.collect()
-    gc.freeze()
 
 
 SWITCH_INTERVAL = 0.001
