@@ -30,8 +30,8 @@ from bench.loadgen import CREATE, SEARCH, PhaseResult
 from bench.phases import Sizes
 from bench.report import line, percentile
 from bench.scale import Scale
-from bench.scaleout import _phase, _postgres
-from bench.server import ServerProcess, Store, prepare_store, running_server, snapshot
+from bench.scaleout import _phase
+from bench.server import ServerProcess, Store, dev_postgres, prepare_store, running_server, snapshot
 
 BUILDS = ("before", "after")
 KINDS = {"search": SEARCH, "buy": CREATE}
@@ -58,10 +58,10 @@ def main(argv: list[str]) -> int:
     scale = Scale.SMOKE if args.smoke else Scale.FULL
     sizes = Sizes.of(scale)
     work = Path(tempfile.mkdtemp(prefix="hyperplan-compare-"))
-    url, stop_postgres = (None, lambda: None) if args.store == "sqlite" else _postgres(work)
+    url, stop_postgres = (None, lambda: None) if args.store == "sqlite" else dev_postgres(work)
     if args.store == "postgres" and url is None:
         shutil.rmtree(work, ignore_errors=True)
-        return 1  # _postgres said why
+        return 1  # dev_postgres said why
     try:
         store = prepare_store(work / "filled", FillSpec(max_plans=sizes.max_plans), sizes.clients, url)
         copies = _Copies(store, url)

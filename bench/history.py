@@ -47,7 +47,6 @@ from bench.history_fleet import fleet_file
 from bench.loadgen import CREATE, SEARCH, Client, ClientJob, run_phase
 from bench.report import Figure, Report, heading, line, percentile
 from bench.scale import Scale
-from bench.scaleout import _postgres
 from bench.server import (
     ServerProcess,
     cpu_seconds,
@@ -55,6 +54,7 @@ from bench.server import (
     offering_for,
     open_application,
     running_server,
+    section_postgres,
 )
 from hyperplan.core.status_rows import (
     RECLAIM_REMINDER,
@@ -135,13 +135,10 @@ def run(report: Report, workdir: Path, *, scale: Scale) -> None:
     # The Slurm reconciler at 200 and 2,000 nodes, from recorded sinfo/scontrol output (this machine
     # cannot run 2,000 slurmd): its own table, beside the stores' history.
     history_slurm.run(report, workdir, scale=scale)
-    if scale is Scale.SMOKE:
-        line("PostgreSQL: left out of a smoke run (it starts a PostgreSQL server); `make bench` runs it")
+    cluster = section_postgres(workdir, scale)
+    if cluster is None:
         return
-    url, stop_postgres = _postgres(workdir)
-    if url is None:
-        line("PostgreSQL: none could be started here (needs root or PostgreSQL installed); skipped")
-        return
+    url, stop_postgres = cluster
     try:
         postgres = Figures("PostgreSQL")
         for multiple in sizes.multiples:

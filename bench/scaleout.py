@@ -11,11 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -27,7 +23,15 @@ from bench.loadgen import CREATE, SEARCH, ClientJob, PhaseResult, run_phase
 from bench.phases import Sizes, describe_phase
 from bench.report import Figure, Report, at_least, at_most, heading, line, percentile, speed_check
 from bench.scale import Scale
-from bench.server import ServerProcess, Store, prepare_store, running_server, snapshot, tree_cpu_seconds
+from bench.server import (
+    ServerProcess,
+    Store,
+    prepare_store,
+    running_server,
+    section_postgres,
+    snapshot,
+    tree_cpu_seconds,
+)
 
 TARGET_SEARCH_CPU_MS = 1.5
 TARGET_PURCHASE_CPU_MS = 3.0
@@ -35,7 +39,6 @@ TARGET_SEARCHES = 700.0
 TARGET_PURCHASES = 300.0
 TARGET_CREATE_P99_MS = 100.0
 FAILOVER_LEASE = 2.0  # seconds: the lease the failover measurement runs with
-ROOT = Path(__file__).parents[1]
 
 
 def run(report: Report, workdir: Path, *, scale: Scale) -> None:
@@ -47,13 +50,10 @@ def run(report: Report, workdir: Path, *, scale: Scale) -> None:
         _table(report, store, sizes, "workers 2, SQLite", lambda name: _workers(copies[name]))
     finally:
         store.close()
-    if scale is Scale.SMOKE:
-        line("PostgreSQL: left out of a smoke run (it starts a PostgreSQL server); `make bench` runs it")
+    cluster = section_postgres(workdir, scale)
+    if cluster is None:
         return
-    url, stop_postgres = _postgres(workdir)
-    if url is None:
-        line("PostgreSQL: none could be started here (needs root or PostgreSQL installed); skipped")
-        return
+    url, stop_postgres = cluster
     try:
         pg = prepare_store(
             workdir / "pg", FillSpec(max_plans=sizes.max_plans), clients=sizes.clients, database_url=url
@@ -86,28 +86,6 @@ def _two_servers(data_dir: Path, url: str, *extra: str) -> Iterator[list[ServerP
     shared = ("--database-url", url, *extra)
     with running_server(data_dir, extra=shared) as first, running_server(data_dir, extra=shared) as second:
         yield [first, second]
-
-
-def _postgres(workdir: Path) -> tuple[str | None, Callable[[], None]]:
-    if os.geteuid() != 0:
-        from hyperplan.store.postgres_dev import bin_dir
-
-        if bin_dir() is None:
-            return None, lambda: None
-    root = Path(tempfile.mkdtemp(prefix="hp-bench-pg-", dir="/tmp"))
-    root.chmod(0o711)
-    script = [sys.executable, str(ROOT / "scripts" / "postgres-dev")]
-    made = subprocess.run([*script, "up", str(root / "pg")], capture_output=True, text=True, timeout=900)
-    if made.returncode != 0:
-        line(f"PostgreSQL: postgres-dev up failed: {made.stderr.strip()[-300:]}")
-        return None, lambda: None
-
-    def stop() -> None:
-        stopped = subprocess.run([*script, "down", str(root / "pg")], capture_output=True, timeout=120)
-        if stopped.returncode == 0:  # the cluster's files: 70 MB left in /tmp otherwise
-            shutil.rmtree(root, ignore_errors=True)
-
-    return made.stdout.strip(), stop
 
 
 # -- the table -------------------------------------------------------------------------------------------

@@ -16,8 +16,9 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -26,6 +27,8 @@ from typing import Any
 
 from bench.fill import Booking, FillSpec, booked_fraction, fill, window_start
 from bench.loadgen import Endpoint
+from bench.report import line
+from bench.scale import Scale
 from hyperplan.app import AppConfig, Application
 from hyperplan.core.calendar import CapacityCalendar
 from hyperplan.core.fleet import Fleet
@@ -294,3 +297,41 @@ def tree_cpu_seconds(pid: int) -> float:
 
 def command_line(pid: int) -> str:
     return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+
+
+def dev_postgres(workdir: Path) -> tuple[str | None, Callable[[], None]]:
+    """A development PostgreSQL cluster (scripts/postgres-dev) under a new directory of /tmp: its URL and
+    how to stop it; (None, a no-op) when none can be started here (not root and no PostgreSQL), saying
+    why if it failed."""
+    if os.geteuid() != 0:
+        from hyperplan.store.postgres_dev import bin_dir
+
+        if bin_dir() is None:
+            return None, lambda: None
+    root = Path(tempfile.mkdtemp(prefix="hp-bench-pg-", dir="/tmp"))
+    root.chmod(0o711)
+    script = [sys.executable, str(Path(__file__).parents[1] / "scripts" / "postgres-dev")]
+    made = subprocess.run([*script, "up", str(root / "pg")], capture_output=True, text=True, timeout=900)
+    if made.returncode != 0:
+        line(f"PostgreSQL: postgres-dev up failed: {made.stderr.strip()[-300:]}")
+        return None, lambda: None
+
+    def stop() -> None:
+        stopped = subprocess.run([*script, "down", str(root / "pg")], capture_output=True, timeout=120)
+        if stopped.returncode == 0:  # the cluster's files: 70 MB left in /tmp otherwise
+            shutil.rmtree(root, ignore_errors=True)
+
+    return made.stdout.strip(), stop
+
+
+def section_postgres(workdir: Path, scale: Scale) -> tuple[str, Callable[[], None]] | None:
+    """The PostgreSQL cluster of a section that measures both stores, or None with the line saying why
+    there is none: a smoke run leaves it out, and a machine may not be able to start one."""
+    if scale is Scale.SMOKE:
+        line("PostgreSQL: left out of a smoke run (it starts a PostgreSQL server); `make bench` runs it")
+        return None
+    url, stop = dev_postgres(workdir)
+    if url is None:
+        line("PostgreSQL: none could be started here (needs root or PostgreSQL installed); skipped")
+        return None
+    return url, stop
