@@ -77,6 +77,12 @@ class ManualClock(Clock):
                 )
             self._now = when
 
+    def rewind_to(self, when: datetime) -> None:
+        """Set the clock back to `when`: only for a batch of timed events that stepped it forward and
+        rolled back, so that the instants it stepped through never became real."""
+        with self._lock:
+            self._now = when
+
     def follow(self, when: datetime) -> None:
         """Take the time another process moved the shared clock to; never backwards."""
         with self._lock:

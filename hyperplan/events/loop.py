@@ -21,9 +21,11 @@ event per transaction, so that the events before it commit as they would alone a
 same. `ran_at` is stamped once per batch, just before its commit: the time its effects became real.
 
 Under the manual clock nothing runs by itself: `advance_to` steps the clock to each due event in turn
-(so the handler sees the service time it was due at) and returns when all events due by the target
-have run. Under the wall and accelerated clocks a background thread does the same continuously; an
-accelerated clock may also be moved ahead by `advance_to`, which re-anchors it the same way.
+(so the handler sees the service time it was due at, and `ran_at` is that time) and returns when all
+events due by the target have run. It runs them in batches too, the clock stepped inside the batch's
+transaction and set back if the batch rolls back. Under the wall and accelerated clocks a background
+thread does the same continuously; an accelerated clock may also be moved ahead by `advance_to`, which
+re-anchors it the same way.
 
 A catch-up can be long (a year of a demo fleet's events takes minutes), so every runner looks for a stop
 request between two events: `request_stop` (the server calls it from its SIGTERM handler) makes the
@@ -49,7 +51,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from hyperplan import metrics
-from hyperplan.clock import AcceleratedClock, Clock, ManualClock
+from hyperplan.clock import AcceleratedClock, Anchor, Clock, ManualClock
 from hyperplan.errors import ServiceUnavailable
 from hyperplan.store import settings
 from hyperplan.store.db import Database
@@ -125,17 +127,11 @@ class TimedEventLoop:
             return self._jump_to(clock, target)
         if not isinstance(clock, ManualClock):
             raise TypeError("only the manual and accelerated clocks are moved by hand")
-        ran = 0
         with self._lock:
-            self._refuse_when_stopping(ran)
+            self._refuse_when_stopping(0)
             if target < clock.now():
                 clock.move_to(target)  # refuses, naming both times
-            while (event := self._next_due(target)) is not None:
-                self._refuse_when_stopping(ran)
-                if event.due_at > clock.now():
-                    clock.move_to(event.due_at)
-                self._run_one(event)
-                ran += 1
+            ran = self._step_through(target, _ManualSteps(clock))
             clock.move_to(target)
             self._save_clock()
         return ran
@@ -145,26 +141,31 @@ class TimedEventLoop:
         at its own due time (the clock set there), then the clock runs on from `target`. Its new anchor
         is stored, so that every process on the store reads the moved clock
         (services/runtime/shared_state.py)."""
-        ran, moved = 0, False
+        steps = _AcceleratedSteps(clock)
         with self._lock:
             try:
-                self._refuse_when_stopping(ran)
+                self._refuse_when_stopping(0)
                 if target < clock.now():
                     clock.jump(target)  # refuses, naming both times
-                while (event := self._next_due(target)) is not None:
-                    self._refuse_when_stopping(ran)
-                    if event.due_at > clock.now():
-                        clock.jump(event.due_at)
-                        moved = True
-                    self._run_one(event)
-                    ran += 1
+                ran = self._step_through(target, steps)
                 clock.jump(max(target, clock.now()))
-                moved = True
+                steps.moved = True
             finally:
-                if moved:
+                if steps.moved:
                     with self.db.write() as session:
                         settings.put_record(session, settings.CLOCK_ANCHOR, clock.anchor.record())
                         settings.put_time(session, settings.CLOCK_NOW, clock.now())
+        return ran
+
+    def _step_through(self, target: datetime, steps: ClockSteps) -> int:
+        """Run every event due by `target` in order, each with the clock set to its due time, in batches
+        as `run_due` does (a clock move over days of a busy fleet is thousands of events: one commit
+        each would make it slow). A stop request ends it after the event running, with a
+        ServiceUnavailable that says how many ran."""
+        ran = 0
+        while batch := self._due_batch(target):
+            self._refuse_when_stopping(ran)
+            ran += self._run_batch(batch, steps)
         return ran
 
     @property
@@ -202,25 +203,31 @@ class TimedEventLoop:
                 DueEvent(row.id, row.kind, row.subject, row.due_at, json.loads(row.payload)) for row in rows
             ]
 
-    def _run_batch(self, batch: list[DueEvent]) -> int:
+    def _run_batch(self, batch: list[DueEvent], steps: ClockSteps | None = None) -> int:
         """The batch in one transaction; if a handler raises, again one event per transaction, so that
-        those before it commit and its error is raised as it would be alone. Returns how many ran."""
-        if len(batch) == 1:
-            return self._run_one(batch[0])
-        try:
-            return self._run_together(batch)
-        except Exception:
-            log.warning(
-                "a batch of %d timed events failed; running them one by one", len(batch), exc_info=True
-            )
+        those before it commit and its error is raised as it would be alone. With `steps` (a clock
+        moved by hand), the clock is set to each event's due time before it runs, and set back to where
+        it was if the batch rolls back. Returns how many ran."""
+        if len(batch) > 1:
+            mark = steps.mark() if steps is not None else None
+            try:
+                return self._run_together(batch, steps)
+            except Exception:
+                log.warning(
+                    "a batch of %d timed events failed; running them one by one", len(batch), exc_info=True
+                )
+                if steps is not None:
+                    steps.back_to(mark)
         ran = 0
         for event in batch:
             if self.stopping:
                 break
+            if steps is not None:
+                steps.step(event.due_at)
             ran += self._run_one(event)
         return ran
 
-    def _run_together(self, batch: list[DueEvent]) -> int:
+    def _run_together(self, batch: list[DueEvent], steps: ClockSteps | None) -> int:
         """Claim the batch (rows another runner holds are skipped, and the batch ends before the first
         of them: what comes after it may depend on it), then run its events in order, each only if no
         runner, nor a handler before it in this batch, marked it done. Ends early on a stop request,
@@ -244,6 +251,9 @@ class TimedEventLoop:
                         break  # another runner has it: it, and what follows it, wait for the next batch
                     if row.done:
                         continue  # ran already, or a handler before it in this batch cancelled it
+                    if steps is not None:
+                        steps.step(event.due_at)
+                        row.ran_at = self.clock.now()  # a moved clock: each event at its own time
                     self._handle(session, event)
                     row.done = True
                     ran.append(row)
@@ -283,7 +293,8 @@ class TimedEventLoop:
             return
         now = self.clock.now()
         for row in ran:
-            row.ran_at = now
+            if row.ran_at is None:
+                row.ran_at = now
         if self.clock.kind != "wall":
             # Saved with the events, so that a restarted clock never reads earlier than what has run.
             settings.put_time(session, settings.CLOCK_NOW, now)
@@ -349,6 +360,51 @@ class TimedEventLoop:
             return 1.0
         seconds = (due - self.clock.now()).total_seconds() / getattr(self.clock, "scale", 1.0)
         return max(0.0, min(1.0, seconds))
+
+
+class ClockSteps(Protocol):
+    """A clock moved by hand through the events due on the way: set to each one's due time before it
+    runs (never backwards), and set back to a mark when the batch that moved it rolls back."""
+
+    def mark(self) -> object: ...
+
+    def step(self, due_at: datetime) -> None: ...
+
+    def back_to(self, mark: object) -> None: ...
+
+
+class _ManualSteps:
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+
+    def mark(self) -> object:
+        return self.clock.now()
+
+    def step(self, due_at: datetime) -> None:
+        if due_at > self.clock.now():
+            self.clock.move_to(due_at)
+
+    def back_to(self, mark: object) -> None:
+        assert isinstance(mark, datetime)
+        self.clock.rewind_to(mark)
+
+
+class _AcceleratedSteps:
+    def __init__(self, clock: AcceleratedClock) -> None:
+        self.clock = clock
+        self.moved = False  # whether the anchor changed, so that the new one is stored
+
+    def mark(self) -> object:
+        return self.clock.anchor
+
+    def step(self, due_at: datetime) -> None:
+        if due_at > self.clock.now():
+            self.clock.jump(due_at)
+            self.moved = True
+
+    def back_to(self, mark: object) -> None:
+        assert isinstance(mark, Anchor)
+        self.clock.anchor = mark
 
 
 @contextmanager

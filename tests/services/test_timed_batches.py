@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import event as orm_event
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
@@ -184,3 +185,66 @@ def test_payloads_reach_the_handler_as_written(db: Database) -> None:
         schedule(session, "note", T0, "x", segment=2, reclaim_at="then")
     _loop(db, {"note": keep}).run_due(T0 + timedelta(hours=1))
     assert seen == [json.loads('{"segment": 2, "reclaim_at": "then"}')]
+
+
+def _manual_loop(db: Database, handlers: dict[str, EventHandler]) -> tuple[TimedEventLoop, ManualClock]:
+    """A loop on a manual clock standing at T0, before every event the tests write."""
+    clock = ManualClock(T0)
+    return TimedEventLoop(db, clock, handlers), clock
+
+
+def test_a_clock_move_runs_its_events_in_batches_each_at_its_own_due_time(db: Database) -> None:
+    commits: list[int] = []
+    seen: list[tuple[str, datetime]] = []
+    loop, clock = _manual_loop(db, {})
+
+    def at_its_time(session: Session, event: DueEvent) -> None:
+        seen.append((event.subject, clock.now()))
+        session.add(Setting(key=f"ran-{event.subject}", value=f"{len(seen):06d}"))
+
+    loop.handlers["note"] = at_its_time
+    total = BATCH_EVENTS + 20
+    _write(db, [("note", T0 + timedelta(minutes=i + 1), f"e{i:04d}") for i in range(total)])
+
+    def counted(_session: Session) -> None:
+        commits.append(1)
+
+    orm_event.listen(Session, "after_commit", counted)
+    try:
+        assert loop.advance_to(T0 + timedelta(days=1)) == total
+    finally:
+        orm_event.remove(Session, "after_commit", counted)
+    assert seen == [(f"e{i:04d}", T0 + timedelta(minutes=i + 1)) for i in range(total)]
+    assert clock.now() == T0 + timedelta(days=1)
+    assert len(commits) < total / 10, f"{len(commits)} commits for {total} events"
+    with db.read() as session:
+        stamped = dict(session.execute(select(ScheduledEvent.subject, ScheduledEvent.ran_at)).tuples().all())
+    assert stamped == {f"e{i:04d}": T0 + timedelta(minutes=i + 1) for i in range(total)}
+
+
+def test_a_handler_failing_in_a_clock_move_stops_the_clock_at_it_with_the_events_before_it_done(
+    db: Database,
+) -> None:
+    record = Recorder()
+    broken = {"yes": True}
+
+    def sometimes(session: Session, event: DueEvent) -> None:
+        if broken["yes"]:
+            raise RuntimeError("the handler is broken")
+        record(session, event)
+
+    due = [T0 + timedelta(minutes=m) for m in (1, 2, 3, 4)]
+    _write(db, [("note", due[0], "a"), ("note", due[1], "b"), ("odd", due[2], "c"), ("note", due[3], "d")])
+    loop, clock = _manual_loop(db, {"note": record, "odd": sometimes})
+    with pytest.raises(RuntimeError, match="broken"):
+        loop.advance_to(T0 + timedelta(hours=1))
+    assert clock.now() == due[2]  # where it stood when "c" failed, as if each event ran alone
+    assert _ran(db) == ["a", "b"]
+    assert _pending(db) == ["c", "d"]
+    with db.read() as session:
+        stamped = dict(session.execute(select(ScheduledEvent.subject, ScheduledEvent.ran_at)).tuples().all())
+    assert stamped == {"a": due[0], "b": due[1], "c": None, "d": None}
+    broken["yes"] = False
+    loop.advance_to(T0 + timedelta(hours=1))
+    assert _ran(db) == ["a", "b", "c", "d"]
+    assert clock.now() == T0 + timedelta(hours=1)
