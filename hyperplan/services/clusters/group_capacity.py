@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from datetime import datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, union
 from sqlalchemy.orm import Session
 
 from hyperplan.core import group_plans
@@ -16,6 +16,7 @@ from hyperplan.core.status import ClusterStatus, NodeStatus
 from hyperplan.services.clusters.cluster_records import consumer, further_plans
 from hyperplan.services.plans import capacity_claims, loans
 from hyperplan.services.runtime.context import ServiceContext
+from hyperplan.store import tx_facts
 from hyperplan.store.schema import (
     CapacityClaim,
     Cluster,
@@ -66,6 +67,8 @@ def accounts_of(session: Session, groups: Sequence[InstanceGroup]) -> set[str]:
 
 def accounts_using(session: Session, plan_id: int) -> set[str]:
     """The accounts with an in-service cluster whose groups have the plan, as primary or further plan."""
+    if plan_id not in plans_in_service(session):
+        return set()
     further = select(InstanceGroupPlan.group_id).where(InstanceGroupPlan.plan_id == plan_id)
     return set(
         session.scalars(
@@ -78,6 +81,27 @@ def accounts_using(session: Session, plan_id: int) -> set[str]:
             )
         )
     )
+
+
+_GROUP_TABLES = frozenset({"clusters", "instance_groups", "instance_group_plans"})
+
+
+def plans_in_service(session: Session) -> frozenset[int]:
+    """Every plan an in-service cluster's groups have, as primary or further plan. Read once a
+    transaction while it writes no cluster or group (store/tx_facts.py): a lifecycle batch's plan events
+    each ask, and nearly always of a plan no cluster uses."""
+    return tx_facts.fact(session, "plans of in-service groups", _GROUP_TABLES, _read_plans_in_service)
+
+
+def _read_plans_in_service(session: Session) -> frozenset[int]:
+    groups = (
+        select(InstanceGroup.id)
+        .join(Cluster, InstanceGroup.cluster_id == Cluster.id)
+        .where(Cluster.status == ClusterStatus.IN_SERVICE, InstanceGroup.plan_id.is_not(None))
+    )
+    primary = select(InstanceGroup.plan_id).where(InstanceGroup.id.in_(groups))
+    further = select(InstanceGroupPlan.plan_id).where(InstanceGroupPlan.group_id.in_(groups))
+    return frozenset(session.scalars(union(primary, further)))
 
 
 def claims_of(session: Session, groups: Sequence[InstanceGroup]) -> dict[int, dict[int, int]]:

@@ -16,6 +16,7 @@ from hyperplan.core.jobs import (
     INSTANCE_LIFECYCLE,
     AttemptState,
     InstanceState,
+    JobStatus,
 )
 from hyperplan.core.status import IllegalTransition
 from hyperplan.errors import ResourceNotFound
@@ -23,6 +24,7 @@ from hyperplan.services.accounts.accounts import Caller
 from hyperplan.services.jobs.job_request import TrainingJobSpec
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.services.runtime.job_work import JobSettings
+from hyperplan.store import tx_facts
 from hyperplan.store.schema import TrainingJob, TrainingJobInstance, TrainingJobPlan, TrainingPlan
 from hyperplan.training.contract import JobSpec
 
@@ -131,6 +133,22 @@ def naming(plan_id: int) -> ColumnElement[bool]:
     """The jobs that may run on a plan: those that name it and those given it as a further plan."""
     further = select(TrainingJobPlan.job_id).where(TrainingJobPlan.plan_id == plan_id)
     return or_(TrainingJob.plan_id == plan_id, TrainingJob.id.in_(further))
+
+
+_JOB_TABLES = frozenset({"training_jobs", "training_job_plans"})
+
+
+def plans_of_live_jobs(session: Session) -> frozenset[int]:
+    """Every plan a job in progress or stopping names, as its plan or a further one. Read once a
+    transaction while it writes no job (store/tx_facts.py): a lifecycle batch's plan events each ask."""
+    return tx_facts.fact(session, "plans of live jobs", _JOB_TABLES, _read_plans_of_live_jobs)
+
+
+def _read_plans_of_live_jobs(session: Session) -> frozenset[int]:
+    live = select(TrainingJob.id).where(TrainingJob.status.in_((JobStatus.IN_PROGRESS, JobStatus.STOPPING)))
+    named = select(TrainingJob.plan_id).where(TrainingJob.id.in_(live), TrainingJob.plan_id.is_not(None))
+    further = select(TrainingJobPlan.plan_id).where(TrainingJobPlan.job_id.in_(live))
+    return frozenset(session.scalars(named.union(further)))
 
 
 def running_plan_id(job: TrainingJob) -> int | None:

@@ -101,6 +101,7 @@ from hyperplan.services.jobs.job_records import (
     names_of,
     naming,
     plans_of,
+    plans_of_live_jobs,
     running_plan_id,
     settings_of,
     sigterm,
@@ -344,7 +345,7 @@ def reconcile_plan(session: Session, runtime: ServiceContext, plan_id: int, now:
     """
     auto_booking.plan_changed(session, runtime, plan_id, now)  # a plan of any target frees capacity
     plan = session.get(TrainingPlan, plan_id)
-    if plan is None or plan.target != TARGET:
+    if plan is None or plan.target != TARGET or plan.id not in plans_of_live_jobs(session):
         return
     jobs = list(
         session.scalars(

@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.orm import Session
 
 from hyperplan import metrics
@@ -58,6 +58,7 @@ from hyperplan.services.jobs.job_status import begin_stop, move, note, terminate
 from hyperplan.services.plans import capacity_claims, lifecycle, loans, on_demand, quotas
 from hyperplan.services.runtime import drain_state
 from hyperplan.services.runtime.context import ServiceContext
+from hyperplan.store import tx_facts
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import LendingPolicy, ReservedCapacity, SpotRun, TrainingJob, TrainingPlan
 
@@ -79,20 +80,29 @@ def begin(session: Session, runtime: ServiceContext, job: TrainingJob, max_wait:
     serve(session, runtime, now)
 
 
+_JOB_TABLES = frozenset({"training_jobs"})
+
+
+def _any_waiting(session: Session) -> bool:
+    """Whether a spot job waits to be placed: read once a transaction while it writes no job
+    (store/tx_facts.py), since every plan event of a lifecycle batch serves the spot jobs."""
+    return session.scalar(select(TrainingJob.id).where(*_waiting()).limit(1)) is not None
+
+
+def _waiting() -> tuple[ColumnElement[bool], ...]:
+    return (
+        TrainingJob.spot.is_(True),
+        TrainingJob.secondary_status.in_(list(WAITING)),
+        TrainingJob.attempt_state.in_(list(BETWEEN_ATTEMPTS)),
+    )
+
+
 def serve(session: Session, runtime: ServiceContext, now: datetime) -> None:
     """Place the waiting spot jobs that capacity allows, oldest first (a later one that fits starts when an
     earlier one does not); the others wait Pending with a message that says for what."""
-    waiting = list(
-        session.scalars(
-            select(TrainingJob)
-            .where(
-                TrainingJob.spot.is_(True),
-                TrainingJob.secondary_status.in_(list(WAITING)),
-                TrainingJob.attempt_state.in_(list(BETWEEN_ATTEMPTS)),
-            )
-            .order_by(TrainingJob.id)
-        )
-    )
+    if not tx_facts.fact(session, "spot jobs waiting", _JOB_TABLES, _any_waiting):
+        return
+    waiting = list(session.scalars(select(TrainingJob).where(*_waiting()).order_by(TrainingJob.id)))
     if not waiting:
         return
     drained = drain_state.current(session).draining
@@ -373,7 +383,7 @@ def plan_changed(session: Session, runtime: ServiceContext, plan_id: int, now: d
     that stopped lending, or cannot lend now, are taken back (no later than the segment's reclaim time);
     then the waiting spot jobs are served (a segment that starts, or a plan that starts lending, may lend)."""
     plan = session.get(TrainingPlan, plan_id)
-    if plan is not None:
+    if plan is not None and plan_id in loans.plans_with_open_runs(session):
         lends = loans.policy_of(session, plan_id) is not None
         for run in loans.open_runs(session, plan_id):
             if lends and _still_lendable(session, runtime, plan, run, now):

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from hyperplan.core.fleet import SpotPolicy
 from hyperplan.core.spot import Lending, lending_from
+from hyperplan.store import tx_facts
 from hyperplan.store.schema import LendingPolicy, SpotRun
 
 
@@ -25,6 +26,17 @@ def lent(session: Session, plan_id: int, segment_id: int | None = None) -> int:
     if segment_id is not None:
         statement = statement.where(SpotRun.reserved_capacity_id == segment_id)
     return int(session.scalar(statement) or 0)
+
+
+def plans_with_open_runs(session: Session) -> frozenset[int]:
+    """Every plan with an open spot run. Read once a transaction while it writes no spot run
+    (store/tx_facts.py): a lifecycle batch's plan events each ask."""
+    return tx_facts.fact(session, "plans with open spot runs", frozenset({"spot_runs"}), _read_lending_plans)
+
+
+def _read_lending_plans(session: Session) -> frozenset[int]:
+    open_ = select(SpotRun.plan_id).where(SpotRun.ended_at.is_(None), SpotRun.plan_id.is_not(None))
+    return frozenset(session.scalars(open_.distinct()))
 
 
 def open_runs(session: Session, plan_id: int) -> list[SpotRun]:
