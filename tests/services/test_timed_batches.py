@@ -69,6 +69,19 @@ class Recorder:
         session.add(Setting(key=f"ran-{event.subject}", value=f"{self.count:06d}"))
 
 
+class Breakable:
+    """A handler that raises while `broken`, and records its event once mended."""
+
+    def __init__(self, record: Recorder) -> None:
+        self.record = record
+        self.broken = True
+
+    def __call__(self, session: Session, event: DueEvent) -> None:
+        if self.broken:
+            raise RuntimeError("the handler is broken")
+        self.record(session, event)
+
+
 def test_more_events_than_a_batch_run_once_each_in_due_order(db: Database) -> None:
     record = Recorder()
     total = BATCH_EVENTS * 2 + 7
@@ -127,12 +140,7 @@ def test_an_event_a_handler_schedules_before_the_rest_runs_before_them(db: Datab
 
 def test_a_failing_handler_leaves_the_events_before_it_done_and_the_rest_pending(db: Database) -> None:
     record = Recorder()
-    broken = {"yes": True}
-
-    def sometimes(session: Session, event: DueEvent) -> None:
-        if broken["yes"]:
-            raise RuntimeError("the handler is broken")
-        record(session, event)
+    sometimes = Breakable(record)
 
     _write(
         db,
@@ -148,7 +156,7 @@ def test_a_failing_handler_leaves_the_events_before_it_done_and_the_rest_pending
         loop.run_due(T0 + timedelta(hours=1))
     assert _ran(db) == ["a", "b"]
     assert _pending(db) == ["c", "d"]
-    broken["yes"] = False
+    sometimes.broken = False
     loop.run_due(T0 + timedelta(hours=1))
     assert _ran(db) == ["a", "b", "c", "d"]
 
@@ -226,12 +234,7 @@ def test_a_handler_failing_in_a_clock_move_stops_the_clock_at_it_with_the_events
     db: Database,
 ) -> None:
     record = Recorder()
-    broken = {"yes": True}
-
-    def sometimes(session: Session, event: DueEvent) -> None:
-        if broken["yes"]:
-            raise RuntimeError("the handler is broken")
-        record(session, event)
+    sometimes = Breakable(record)
 
     due = [T0 + timedelta(minutes=m) for m in (1, 2, 3, 4)]
     _write(db, [("note", due[0], "a"), ("note", due[1], "b"), ("odd", due[2], "c"), ("note", due[3], "d")])
@@ -244,7 +247,7 @@ def test_a_handler_failing_in_a_clock_move_stops_the_clock_at_it_with_the_events
     with db.read() as session:
         stamped = dict(session.execute(select(ScheduledEvent.subject, ScheduledEvent.ran_at)).tuples().all())
     assert stamped == {"a": due[0], "b": due[1], "c": None, "d": None}
-    broken["yes"] = False
+    sometimes.broken = False
     loop.advance_to(T0 + timedelta(hours=1))
     assert _ran(db) == ["a", "b", "c", "d"]
     assert clock.now() == T0 + timedelta(hours=1)
