@@ -56,11 +56,11 @@ with the GIL held, stopping every request in progress. Under a purchase load, a 
 (its session, rows, answer) are alive for a few milliseconds: at every 700 objects many of them were
 caught alive and promoted, which brought a full collection every second or two, 80-200 ms each on the
 bench's 1x store (a gc callback in the server, 8 clients buying on PostgreSQL: two in each 480-purchase
-phase). At 50,000 a young collection comes about 70 times less often, finds a request's objects gone,
-and takes about 12 ms; the same phases ran no full collection. Four alternated rounds of that phase
-gave a purchase p99 of 132, 152, 127 and 126 ms against 167, 163, 160 and 199 ms with the default (the
-host slow); the lifecycle loop's lag was no worse (10x store, two runs each). Not frozen (`gc.freeze`):
-that was tried, and the lag rose with it (git history)."""
+phase). At 50,000 a young collection comes about 70 times less often, finds a request's objects
+gone, and takes 10-40 ms (most near 12); the same phases ran no full collection. Four alternated rounds
+of that phase gave a purchase p99 of 132, 152, 127 and 126 ms against 167, 163, 160 and 199 ms with
+the default (the host slow); the lifecycle loop's lag was no worse (10x store, two runs each). Not
+frozen (`gc.freeze`): that was tried, and the lag rose with it (git history)."""
 
 
 def serve(

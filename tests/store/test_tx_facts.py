@@ -67,20 +67,22 @@ def test_a_pending_write_to_its_table_is_seen(db: Database) -> None:
 
 
 @pytest.mark.parametrize(
-    "statement",
+    ("statement", "after"),
     [
-        update(Setting).where(Setting.key == "fact-a").values(key="fact-c"),
-        delete(Setting).where(Setting.key == "fact-a"),
-        text("DELETE FROM settings WHERE key = 'fact-a'"),
+        (update(Setting).where(Setting.key == "fact-a").values(key="fact-c"), {"fact-c"}),
+        (delete(Setting).where(Setting.key == "fact-a"), set()),
+        (text("DELETE FROM settings WHERE key = 'fact-a'"), set()),
     ],
     ids=["update", "delete", "text"],
 )
-def test_a_statement_that_may_write_its_table_is_seen(db: Database, statement: object) -> None:
+def test_a_statement_that_may_write_its_table_is_seen(
+    db: Database, statement: object, after: set[str]
+) -> None:
     keys = Reader()
     with db.write() as session:
         assert keys.fact(session) == {"fact-a"}
         session.execute(statement)  # type: ignore[call-overload]
-        assert keys.fact(session) in ({"fact-c"}, frozenset())
+        assert keys.fact(session) == after
         assert keys.reads == 2
 
 

@@ -80,7 +80,7 @@ def begin(session: Session, runtime: ServiceContext, job: TrainingJob, max_wait:
     serve(session, runtime, now)
 
 
-_JOB_TABLES = frozenset({"training_jobs"})
+_JOBS_TABLE = frozenset({"training_jobs"})
 
 
 def _any_waiting(session: Session) -> bool:
@@ -100,7 +100,7 @@ def _waiting() -> tuple[ColumnElement[bool], ...]:
 def serve(session: Session, runtime: ServiceContext, now: datetime) -> None:
     """Place the waiting spot jobs that capacity allows, oldest first (a later one that fits starts when an
     earlier one does not); the others wait Pending with a message that says for what."""
-    if not tx_facts.fact(session, "spot jobs waiting", _JOB_TABLES, _any_waiting):
+    if not tx_facts.fact(session, "spot jobs waiting", _JOBS_TABLE, _any_waiting):
         return
     waiting = list(session.scalars(select(TrainingJob).where(*_waiting()).order_by(TrainingJob.id)))
     if not waiting:

@@ -31,10 +31,12 @@ def lent(session: Session, plan_id: int, segment_id: int | None = None) -> int:
 def plans_with_open_runs(session: Session) -> frozenset[int]:
     """Every plan with an open spot run. Read once a transaction while it writes no spot run
     (store/tx_facts.py): a lifecycle batch's plan events each ask."""
-    return tx_facts.fact(session, "plans with open spot runs", frozenset({"spot_runs"}), _read_lending_plans)
+    return tx_facts.fact(
+        session, "plans with open spot runs", frozenset({"spot_runs"}), _read_plans_with_open_runs
+    )
 
 
-def _read_lending_plans(session: Session) -> frozenset[int]:
+def _read_plans_with_open_runs(session: Session) -> frozenset[int]:
     open_ = select(SpotRun.plan_id).where(SpotRun.ended_at.is_(None), SpotRun.plan_id.is_not(None))
     return frozenset(session.scalars(open_.distinct()))
 
