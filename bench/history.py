@@ -12,6 +12,11 @@ list (signed in with a session); and the lifecycle loop's lag p99 with 10,000 ti
 one minute of real time, on the same store (a server with the wall clock; plans of seconds written in
 bulk beside the history, as bench/timed_store.py writes them through purchases).
 
+A store's sizes are built first, then measured in turns (`_turns`): each round runs every size's share
+of the in-process searches, then of the HTTP phases (a server per size running), so that the host's
+drift during a section, which is larger than most growth with history, falls on every size alike. The
+purchases' statement costs and the lag stay one size after another.
+
 Each figure is printed beside its ratio to the size below and to 1x; the 100x figures beside the
 issue's targets. Nothing is asserted: the bench prints.
 """
@@ -22,12 +27,12 @@ import math
 import random
 import statistics
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 from sqlalchemy import create_engine, event, make_url, select, text
@@ -75,6 +80,7 @@ SPECS = {
 }
 SMOKE_SPEC = HistorySpec(plans=40, accounts=3, lister_plans=30)
 PAGE = 100  # ListTrainingPlans' MaxResults
+T = TypeVar("T")
 
 # The issue's targets at 100x: (comparison, limit); each figure also within 1.5x of its 1x value.
 TARGETS: dict[str, tuple[str, float]] = {
@@ -104,16 +110,17 @@ class Sizes:
     lag_plans: int  # 5 timed events each
     lag_spread: int  # seconds over which their starts are spread
     lag_length: int  # seconds each plan lasts
-    pages: int  # repeats of each list request
+    pages: int  # repeats of each list request, in each round
+    rounds: int  # of the timed figures of every size in turns (searches, offerings and seconds are shared)
 
     @staticmethod
     def of(scale: Scale) -> Sizes:
         if scale is Scale.SMOKE:
-            return Sizes((1,), 2, 0.5, 30, 3, 3, 10, 2, 3, 2)
+            return Sizes((1,), 2, 0.5, 30, 3, 3, 10, 2, 3, 2, 1)
         lag = (2_000, 50, 8)  # 10,000 events, all due within one minute
         if scale is Scale.QUICK:
-            return Sizes((1, 10), 8, 3, 300, 20, 20, *lag, 3)
-        return Sizes((1, 10, 100), 8, 10, 2_000, 50, 60, *lag, 5)
+            return Sizes((1, 10), 8, 3, 300, 20, 21, *lag, 1, 3)
+        return Sizes((1, 10, 100), 8, 10, 2_000, 50, 60, *lag, 2, 3)
 
 
 @dataclass
@@ -129,8 +136,7 @@ def run(report: Report, workdir: Path, *, scale: Scale) -> None:
     heading("History: costs against a year of bookings at 1x, 10x and 100x (SQLite, PostgreSQL)")
     sizes = Sizes.of(scale)
     sqlite = Figures("SQLite")
-    for multiple in sizes.multiples:
-        _measure_size(sqlite, workdir, multiple, scale, sizes, database_url=None)
+    _measure_store(sqlite, workdir, scale, sizes, {m: None for m in sizes.multiples})
     _print_table(report, sqlite, sizes)
     # The Slurm reconciler at 200 and 2,000 nodes, from recorded sinfo/scontrol output (this machine
     # cannot run 2,000 slurmd): its own table, beside the stores' history.
@@ -141,9 +147,8 @@ def run(report: Report, workdir: Path, *, scale: Scale) -> None:
     url, stop_postgres = cluster
     try:
         postgres = Figures("PostgreSQL")
-        for multiple in sizes.multiples:
-            database = _new_database(url, f"history_{multiple}x")
-            _measure_size(postgres, workdir, multiple, scale, sizes, database_url=database)
+        databases = {m: _new_database(url, f"history_{m}x") for m in sizes.multiples}
+        _measure_store(postgres, workdir, scale, sizes, databases)
         _print_table(report, postgres, sizes)
     finally:
         stop_postgres()
@@ -166,9 +171,59 @@ def _new_database(url: str, name: str) -> str:
 # -- one size of one store ---------------------------------------------------------------------------
 
 
-def _measure_size(
-    figures: Figures, workdir: Path, multiple: int, scale: Scale, sizes: Sizes, database_url: str | None
+@dataclass
+class _Size:
+    """One size of one store while it is measured: its history, fleet file and server options, and the
+    figures taken so far."""
+
+    multiple: int
+    history: History
+    fleet_path: Path
+    extra: tuple[str, ...]
+    values: dict[str, float]
+
+
+def _measure_store(
+    figures: Figures, workdir: Path, scale: Scale, sizes: Sizes, databases: Mapping[int, str | None]
 ) -> None:
+    """Every size of one store: built one after another, then measured in turns (`_in_turns`), so
+    that a host that slows down during the section slows every size alike; the lifecycle lag (a minute
+    of real time each) last, one size after another."""
+    built = [_build(figures, workdir, m, scale, sizes, databases[m]) for m in sizes.multiples]
+    for size in built:
+        figures.by_size[size.multiple] = size.values
+    try:
+        _in_process_in_turns(built, sizes)
+        for size in built:
+            size.values.update(_purchase_costs(size.history, sizes))
+    finally:
+        for size in built:
+            size.history.close()
+    with ExitStack() as servers:
+        started = []
+        for size in built:
+            began = time.monotonic()
+            server = servers.enter_context(
+                running_server(size.history.data_dir, fleet=size.fleet_path, extra=size.extra, timeout=600)
+            )
+            size.values["start-up to healthy (s)"] = time.monotonic() - began
+            started.append((size, server))
+        _over_http_in_turns(started, sizes)
+        for size, server in started:
+            size.values["RSS after the load (MiB)"] = memory_kib(server.pid)["VmRSS"] / 1024
+    for size in built:
+        size.values["lifecycle lag p99 (ms)"] = _lag(
+            size.history, size.fleet_path, size.extra, sizes, size.values["start-up to healthy (s)"]
+        )
+        line(
+            f"{figures.store} {size.multiple}x: "
+            + "; ".join(f"{k} {_shown(v)}" for k, v in size.values.items())
+        )
+
+
+def _build(
+    figures: Figures, workdir: Path, multiple: int, scale: Scale, sizes: Sizes, database_url: str | None
+) -> _Size:
     spec = SMOKE_SPEC if scale is Scale.SMOKE else SPECS[multiple]
     kind = "pg" if database_url else "sqlite"
     fleet_path = fleet_file(multiple, workdir)
@@ -177,25 +232,18 @@ def _measure_size(
         f"and the lister's {spec.lister_plans:,}"
     )
     history = build(workdir / f"history-{kind}-{multiple}x", fleet_path, spec, database_url)
-    values: dict[str, float] = {}
-    figures.by_size[multiple] = values
-    try:
-        _describe(history, fleet_path)
-        values["search p99, in-process (ms)"] = _search_p99(history, sizes)
-        values.update(_purchase_costs(history, sizes))
-    finally:
-        history.close()
+    _describe(history, fleet_path)
     extra = ("--database-url", database_url) if database_url else ()
-    began = time.monotonic()
-    with running_server(history.data_dir, fleet=fleet_path, extra=extra, timeout=600) as server:
-        values["start-up to healthy (s)"] = time.monotonic() - began
-        values.update(_lists(history, server, sizes))
-        values.update(_http(history, server, sizes))
-        values["RSS after the load (MiB)"] = memory_kib(server.pid)["VmRSS"] / 1024
-    values["lifecycle lag p99 (ms)"] = _lag(
-        history, fleet_path, extra, sizes, values["start-up to healthy (s)"]
-    )
-    line(f"{figures.store} {multiple}x: " + "; ".join(f"{k} {_shown(v)}" for k, v in values.items()))
+    return _Size(multiple, history, fleet_path, extra, {})
+
+
+def _turns(built: list[T], rounds: int) -> Iterator[tuple[int, T]]:
+    """(round, size) for `rounds` rounds over the sizes, each round starting one size further on, so
+    that no size is always measured first or last."""
+    for round_number in range(rounds):
+        shift = round_number % len(built)
+        for size in built[shift:] + built[:shift]:
+            yield round_number, size
 
 
 def _describe(history: History, fleet_path: Path) -> None:
@@ -220,15 +268,31 @@ def _shown(value: float) -> str:
 # -- in-process: search, and a purchase's statements -------------------------------------------------
 
 
-def _search_p99(history: History, sizes: Sizes) -> float:
-    now = history.runtime.clock.now()
-    context = mix.MixContext.of(history.fleet, now)
+def _in_process_in_turns(built: list[_Size], sizes: Sizes) -> None:
+    """In-process search p99 of every size: `sizes.searches` each, in `sizes.rounds` turns."""
+    samples: dict[int, list[float]] = {size.multiple: [] for size in built}
+    requests = {size.multiple: _search_requests(size.history, sizes.searches) for size in built}
+    share = math.ceil(sizes.searches / sizes.rounds)
+    for round_number, size in _turns(built, sizes.rounds):
+        mine = requests[size.multiple][round_number * share : (round_number + 1) * share]
+        samples[size.multiple] += _searches_timed(size.history, mine)
+    for size in built:
+        size.values["search p99, in-process (ms)"] = percentile(samples[size.multiple], 99) * 1000
+
+
+def _search_requests(history: History, count: int) -> list[Any]:
+    context = mix.MixContext.of(history.fleet, history.runtime.clock.now())
     rng = random.Random(11)
-    requests = [mix.search_request(rng, context) for _ in range(sizes.searches)]
-    for request in requests[:20]:  # warm-up, untimed
+    return [mix.search_request(rng, context) for _ in range(count)]
+
+
+def _searches_timed(history: History, requests: list[Any]) -> list[float]:
+    """Seconds each search took, after the first 20 searched again untimed (a warm-up: the sizes take
+    turns, and each turn's first searches find another size's objects in the caches)."""
+    now = history.runtime.clock.now()
+    for request in requests[:20]:
         _search_once(history, request, now)
-    seconds = [_search_once(history, request, now) for request in requests]
-    return percentile(seconds, 99) * 1000
+    return [_search_once(history, request, now) for request in requests]
 
 
 def _search_once(history: History, request: Any, now: datetime) -> float:
@@ -361,11 +425,68 @@ def _endpoint(history: History, server: ServerProcess, key: NewKey) -> Any:
     return server.endpoint(key, history.fleet.region)
 
 
-def _http(history: History, server: ServerProcess, sizes: Sizes) -> dict[str, float]:
+@dataclass
+class _Taken:
+    """One size's HTTP samples over its turns."""
+
+    first_page: list[float] = field(default_factory=list)
+    last_page: list[float] = field(default_factory=list)
+    console: list[float] = field(default_factory=list)
+    search: list[float] = field(default_factory=list)
+    searched: int = 0
+    searching: float = 0.0  # seconds of the search phases
+    purchase: list[float] = field(default_factory=list)
+    bought: int = 0
+    buying: float = 0.0
+    failed: int = 0
+    last_token: str | None = None
+    pages: int = 0
+
+
+def _over_http_in_turns(started: list[tuple[_Size, ServerProcess]], sizes: Sizes) -> None:
+    """The lists, then the search phase, then the buy phase of each size, the sizes in turns over
+    `sizes.rounds` rounds (each phase a round's share of the seconds and offerings); the figures of
+    all rounds together."""
+    taken = {size.multiple: _Taken() for size, _ in started}
+    for round_number, (size, server) in _turns(started, sizes.rounds):
+        mine = taken[size.multiple]
+        _lists(size.history, server, sizes, mine)
+        _http(size.history, server, sizes, mine, f"r{round_number}")
+    for size, _ in started:
+        mine = taken[size.multiple]
+        got = {
+            "ListTrainingPlans, first page (ms)": statistics.median(mine.first_page),
+            "ListTrainingPlans, last page (ms)": statistics.median(mine.last_page),
+            "console plans list (ms)": statistics.median(mine.console),
+            "HTTP searches/s": mine.searched / mine.searching,
+            "HTTP search p99 (ms)": percentile(mine.search, 99) * 1000,
+            "HTTP purchases/s": mine.bought / mine.buying,
+            "HTTP purchase p99 (ms)": percentile(mine.purchase, 99) * 1000,
+        }
+        size.values.update(got)
+        pages, tries = f"{mine.pages} pages of {PAGE}", len(mine.console)
+        line(
+            f"  {size.multiple}x over {sizes.rounds} turns: lists of the lister ({pages}): first page "
+            f"{got['ListTrainingPlans, first page (ms)']:.1f} ms, last page "
+            f"{got['ListTrainingPlans, last page (ms)']:.1f} ms, console "
+            f"{got['console plans list (ms)']:.1f} ms (medians of {tries}); HTTP, {sizes.clients} "
+            f"clients: searches {got['HTTP searches/s']:,.0f}/s, p99 {got['HTTP search p99 (ms)']:.1f} "
+            f"ms; purchases (buy only) {got['HTTP purchases/s']:,.0f}/s ({mine.bought:,} completed), p99 "
+            f"{got['HTTP purchase p99 (ms)']:.1f} ms"
+            + (f"; !! {mine.failed} calls failed unexpectedly" if mine.failed else "")
+        )
+
+
+def _http(history: History, server: ServerProcess, sizes: Sizes, taken: _Taken, round_tag: str) -> None:
+    """One round's search phase, then its buy phase (8 client processes each); `round_tag` names the
+    round's plans apart from the other rounds'."""
     context = mix.MixContext.of(history.fleet, history.runtime.clock.now())
     clients = min(sizes.clients, len(history.keys))
+    seconds = sizes.seconds / sizes.rounds
     searching = [
-        ClientJob("search", i, _endpoint(history, server, history.keys[i]), context, sizes.seconds, tag="hs")
+        ClientJob(
+            "search", i, _endpoint(history, server, history.keys[i]), context, seconds, tag=f"hs{round_tag}"
+        )
         for i in range(clients)
     ]
     searched = run_phase(searching, server_cpu=lambda: cpu_seconds(server.pid))
@@ -375,77 +496,68 @@ def _http(history: History, server: ServerProcess, sizes: Sizes) -> dict[str, fl
             i,
             _endpoint(history, server, history.keys[i]),
             context,
-            sizes.seconds,
-            offerings=sizes.offerings,
-            tag="hb",
+            seconds,
+            offerings=max(1, sizes.offerings // sizes.rounds),
+            tag=f"hb{round_tag}",
         )
         for i in range(clients)
     ]
     bought = run_phase(buying, server_cpu=lambda: cpu_seconds(server.pid))
-    failed = searched.failed(SEARCH) + bought.failed(CREATE)
-    line(
-        f"  HTTP, {clients} clients: searches {searched.rate(SEARCH):,.0f}/s, p99 "
-        f"{percentile(searched.latencies.get(SEARCH, []), 99) * 1000:.1f} ms; purchases (buy only) "
-        f"{bought.rate(CREATE):,.0f}/s ({bought.breakdown(CREATE)}), p99 "
-        f"{percentile(bought.latencies.get(CREATE, []), 99) * 1000:.1f} ms"
-        + (f"; !! {failed} calls failed unexpectedly" if failed else "")
-    )
-    return {
-        "HTTP searches/s": searched.rate(SEARCH),
-        "HTTP search p99 (ms)": percentile(searched.latencies.get(SEARCH, []), 99) * 1000,
-        "HTTP purchases/s": bought.rate(CREATE),
-        "HTTP purchase p99 (ms)": percentile(bought.latencies.get(CREATE, []), 99) * 1000,
-    }
+    taken.failed += searched.failed(SEARCH) + bought.failed(CREATE)
+    taken.search += searched.latencies.get(SEARCH, [])
+    taken.searched += searched.completed(SEARCH)
+    taken.searching += searched.wall
+    taken.purchase += bought.latencies.get(CREATE, [])
+    taken.bought += bought.completed(CREATE)
+    taken.buying += bought.wall
 
 
-def _lists(history: History, server: ServerProcess, sizes: Sizes) -> dict[str, float]:
-    """ListTrainingPlans of the lister's plans, signed: its first page, and its last (reached by the
-    tokens); then the console's plans list, signed in with the lister's key."""
+def _lists(history: History, server: ServerProcess, sizes: Sizes, taken: _Taken) -> None:
+    """ListTrainingPlans of the lister's plans, signed: its first page, and its last (its token found
+    by walking the pages once); then the console's plans list, signed in with the lister's key."""
     client = Client(_endpoint(history, server, history.lister))
     try:
-        first = _timed_calls(client, {"MaxResults": PAGE}, sizes.pages)
-        token, pages = None, 0
-        while True:
-            outcome, found = client.call(
-                "ListTrainingPlans", {"MaxResults": PAGE, **({"NextToken": token} if token else {})}
-            )
-            if outcome != "ok":
-                raise RuntimeError(f"ListTrainingPlans: {outcome}")
-            pages += 1
-            if "NextToken" not in found:
-                break
-            last_token, token = token, found["NextToken"]
-        last_request = {"MaxResults": PAGE, **({"NextToken": last_token} if pages > 1 else {})}
-        last = _timed_calls(client, last_request, sizes.pages)
+        taken.first_page += _timed_calls(client, {"MaxResults": PAGE}, sizes.pages)
+        if not taken.pages:
+            taken.last_token, taken.pages = _last_page_token(client)
+        last = {"MaxResults": PAGE, **({"NextToken": taken.last_token} if taken.last_token else {})}
+        taken.last_page += _timed_calls(client, last, sizes.pages)
     finally:
         client.close()
-    console = _console_list(history, server, sizes.pages)
-    line(
-        f"  lists of the lister ({pages} pages of {PAGE}): ListTrainingPlans first page {first:.1f} ms, "
-        f"last page {last:.1f} ms; console plans list {console:.1f} ms (median of {sizes.pages})"
-    )
-    return {
-        "ListTrainingPlans, first page (ms)": first,
-        "ListTrainingPlans, last page (ms)": last,
-        "console plans list (ms)": console,
-    }
+    taken.console += _console_list(history, server, sizes.pages)
 
 
-def _timed_calls(client: Client, payload: dict[str, Any], repeats: int) -> float:
-    """The median of ``repeats`` calls (each signed before it is timed), in milliseconds."""
+def _last_page_token(client: Client) -> tuple[str | None, int]:
+    """The token that reaches the lister's last page (None: one page), and how many pages there are."""
+    token, last_token, pages = None, None, 0
+    while True:
+        outcome, found = client.call(
+            "ListTrainingPlans", {"MaxResults": PAGE, **({"NextToken": token} if token else {})}
+        )
+        if outcome != "ok":
+            raise RuntimeError(f"ListTrainingPlans: {outcome}")
+        pages += 1
+        if "NextToken" not in found:
+            return last_token, pages
+        last_token, token = token, found["NextToken"]
+
+
+def _timed_calls(client: Client, payload: dict[str, Any], repeats: int) -> list[float]:
+    """Milliseconds each of ``repeats`` calls took (each signed before it is timed)."""
     took = []
     for _ in range(repeats):
         prepared = client.prepare("ListTrainingPlans", payload)
         began = time.perf_counter()
         outcome, _ = client.send(prepared)
-        took.append(time.perf_counter() - began)
+        took.append((time.perf_counter() - began) * 1000)
         if outcome != "ok":
             raise RuntimeError(f"ListTrainingPlans: {outcome}")
-    return statistics.median(took) * 1000
+    return took
 
 
-def _console_list(history: History, server: ServerProcess, repeats: int) -> float:
-    """GET /console/plans, signed in as a browser is (the sign-in form, its CSRF token, the cookie)."""
+def _console_list(history: History, server: ServerProcess, repeats: int) -> list[float]:
+    """GET /console/plans, signed in as a browser is (the sign-in form, its CSRF token, the cookie):
+    milliseconds each of ``repeats`` took."""
     with httpx.Client(
         base_url=f"http://127.0.0.1:{server.port}", follow_redirects=False, timeout=120
     ) as http:
@@ -464,10 +576,10 @@ def _console_list(history: History, server: ServerProcess, repeats: int) -> floa
         for _ in range(repeats):
             began = time.perf_counter()
             page = http.get("/console/plans")
-            took.append(time.perf_counter() - began)
+            took.append((time.perf_counter() - began) * 1000)
             if page.status_code != 200:
                 raise RuntimeError(f"console plans list: HTTP {page.status_code}")
-    return statistics.median(took) * 1000
+    return took
 
 
 # -- the lifecycle loop's lag -------------------------------------------------------------------------
@@ -595,7 +707,10 @@ def _print_table(report: Report, figures: Figures, sizes: Sizes) -> None:
     if not multiples:
         return
     heading(f"History table, {figures.store}: each size beside its growth from the size below")
-    line(f"HTTP figures with {sizes.clients} client processes, {sizes.seconds:g} s a phase")
+    line(
+        f"HTTP figures with {sizes.clients} client processes, {sizes.seconds:g} s of searches and "
+        f"{sizes.offerings} offerings a client, over {sizes.rounds} rounds in turns with the other sizes"
+    )
     names = list(figures.by_size[multiples[0]])
     width = max(len(name) for name in names) + 2
     header = "".join(f"{f'{m}x':>22}" for m in multiples)
