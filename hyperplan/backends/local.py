@@ -621,7 +621,8 @@ class LocalBackend:
             return self._node(ref.node_id), None
         task = self._task(ref.task_id)
         record = read_record(task.spec, TaskRecord)
-        assert record is not None
+        if record is None:  # forgotten since _task looked
+            raise UnknownResource(f"no task {ref.task_id}")
         if record.node_id is None:
             return NodeFiles(task.sandbox), None
         return self.layout.node(record.node_id), task
@@ -663,21 +664,33 @@ class LocalBackend:
         """The agent should have killed by now; if what it should have killed still runs, kill it
         here (and the agent with it, for a node: an agent that misses a deadline is broken). Only for
         the order it was armed for: an id forgotten and given to new work meanwhile has none, or a later
-        one (a later order for the same work can only bring its deadline nearer)."""
+        one (a later order for the same work can only bring its deadline nearer).
+
+        Work forgotten meanwhile, on another thread (`forget` kills it and removes its files), is left
+        to that: a record written for it would go into a directory that is gone (FileNotFoundError in
+        this timer's thread, seen in a test's server log)."""
         with contextlib.suppress(UnknownResource):
             node, task = self._target(ref)
-            order = read_record(node.terminate if task is None else task.terminate, TerminateOrder)
-            agent = self._live_agent(node)
-            if order is None or order.deadline > deadline:
-                pass  # other work now has the id
-            elif task is None:
-                if agent is not None and not _node_status(node).state.is_final():
-                    procfs.kill_until_gone(lambda: _still_running({agent.pid}) | self._members(node, agent))
-                self._settle(node)
-            else:
-                self._signal_task(node, task, SIGKILL)
+            try:
+                self._enforce(node, task, deadline)
+            except FileNotFoundError:
+                if node.path.exists() and (task is None or task.path.exists()):
+                    raise
         with self._timers_lock:
             self._timers = {timer for timer in self._timers if timer.is_alive()}
+
+    def _enforce(self, node: NodeFiles, task: TaskFiles | None, deadline: float) -> None:
+        """The backstop's work on its target, if the order it was armed for still stands."""
+        order = read_record(node.terminate if task is None else task.terminate, TerminateOrder)
+        if order is None or order.deadline > deadline:
+            return  # other work now has the id
+        if task is not None:
+            self._signal_task(node, task, SIGKILL)
+            return
+        agent = self._live_agent(node)
+        if agent is not None and not _node_status(node).state.is_final():
+            procfs.kill_until_gone(lambda: _still_running({agent.pid}) | self._members(node, agent))
+        self._settle(node)
 
 
 def _check_run_as(run_as: RunAs | None) -> None:

@@ -28,7 +28,16 @@ from hyperplan.backends import (
     TaskState,
     procfs,
 )
-from hyperplan.backends.layout import Layout, ProcRecord, StateRecord, TaskRecord, read_record
+from hyperplan.backends.layout import (
+    Layout,
+    NodeFiles,
+    ProcRecord,
+    StateRecord,
+    TaskRecord,
+    TerminateOrder,
+    read_record,
+    write_record,
+)
 from tests.backends.contract import (
     INSTANCE_TYPE,
     NODE,
@@ -319,6 +328,37 @@ def test_a_dead_agent_fails_its_node_and_loses_its_tasks(harness: LocalHarness) 
     assert dies(task_pid)
     harness.backend.terminate(NodeRef(NODE), SECOND)
     assert harness.backend.node_status(NODE).state is NodeState.TERMINATED
+
+
+def test_a_backstop_that_finds_its_node_forgotten_midway_leaves_the_rest_to_the_forgetting(
+    harness: LocalHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backstop (a timer's thread) kills a node whose agent missed its terminate order's deadline,
+    then records how it ended. A `forget` on another thread may remove the node's files in between:
+    the record then has no directory to go into. Seen in CI as a FileNotFoundError traceback in a
+    server's log; now the backstop leaves it to the forgetting, which kills and removes everything."""
+    local = harness.local
+    local.provision(NodeSpec(NODE, "ip-10-1-0-1", INSTANCE_TYPE))
+    assert node_settled(local).state is NodeState.RUNNING
+    files = layout(harness).node(NODE)
+    agent = read_record(files.agent, ProcRecord)
+    assert agent is not None
+    os.kill(agent.pid, signal.SIGSTOP)  # an agent that misses its deadline (and does not see the order)
+    deadline = time.monotonic()
+    write_record(files.terminate, TerminateOrder(0.0, deadline))
+    record_death = local._record_death
+    recorded: list[str] = []
+
+    def forgotten_first(node: NodeFiles, why: str, died: bool) -> None:
+        shutil.rmtree(node.path)  # what `forget` does, on the server's thread
+        recorded.append(why)
+        record_death(node, why, died)
+
+    monkeypatch.setattr(local, "_record_death", forgotten_first)
+    local._backstop(NodeRef(NODE), deadline)
+    assert recorded, "the backstop settled the node (the race this test is about)"
+    assert dies(agent.pid)
+    assert not files.path.exists()
 
 
 def test_a_dead_agent_s_node_failure_quotes_what_the_agent_said_last(harness: LocalHarness) -> None:
