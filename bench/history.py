@@ -186,13 +186,14 @@ class _Size:
 def _measure_store(
     figures: Figures, workdir: Path, scale: Scale, sizes: Sizes, databases: Mapping[int, str | None]
 ) -> None:
-    """Every size of one store: built one after another, then measured in turns (`_in_turns`), so
-    that a host that slows down during the section slows every size alike; the lifecycle lag (a minute
-    of real time each) last, one size after another."""
-    built = [_build(figures, workdir, m, scale, sizes, databases[m]) for m in sizes.multiples]
-    for size in built:
-        figures.by_size[size.multiple] = size.values
+    """Every size of one store: built one after another, then measured in turns (`_turns`), so that
+    a host that slows down during the section slows every size alike; the lifecycle lag (a minute of
+    real time each) last, one size after another."""
+    built: list[_Size] = []
     try:
+        for multiple in sizes.multiples:
+            built.append(_build(figures, workdir, multiple, scale, sizes, databases[multiple]))
+            figures.by_size[multiple] = built[-1].values
         _in_process_in_turns(built, sizes)
         for size in built:
             size.values.update(_purchase_costs(size.history, sizes))
