@@ -195,10 +195,11 @@ def test_a_job_with_no_next_segment_stores_its_checkpoints_and_says_how_to_resum
     assert wait_until(lambda: (stored / "ready.txt").exists(), timeout=90), described()
     server.set_clock(plan["EndTime"] - timedelta(minutes=30))  # the reclaim of the plan's only segment
     resume = f"Its checkpoints are in {uri} (CheckpointConfig.S3Uri): create a new job with the same"
-    stopping = described()["SecondaryStatusTransitions"][-1]["StatusMessage"]
-    assert "the job will end Interrupted" in stopping and resume in stopping, stopping
     assert wait_until(lambda: described()["SecondaryStatus"] == "Interrupted", timeout=90), described()
     job = described()
+    # The job may pass through Stopping faster than a describe can see it there: its transition keeps it.
+    (stopping,) = [t["StatusMessage"] for t in job["SecondaryStatusTransitions"] if t["Status"] == "Stopping"]
+    assert "the job will end Interrupted" in stopping and resume in stopping, stopping
     assert job["TrainingJobStatus"] == "Stopped"
     message = job["SecondaryStatusTransitions"][-1]["StatusMessage"]
     assert "last segment ended before the job finished" in message and resume in message, message
