@@ -258,6 +258,7 @@ class Application:
         """What every service is handed (services/runtime/context.py), over the store just opened."""
         db, fleet, slurm = store.db, preflight.fleet, preflight.slurm
         calendar = LiveCalendar(fleet, store.clock.now)
+        db.on_bump(changes.CALENDAR, calendar)
         keys = KeyCache()
         return ServiceContext(
             settings=Settings(

@@ -8,8 +8,8 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractAsyncContextManager, contextmanager, nullcontext
-from functools import cache
-from typing import Any, TypeVar
+from functools import cache, partial
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy import event, inspect, text
 from sqlalchemy.exc import DBAPIError
@@ -51,6 +51,23 @@ def after_commit(session: Session, callback: Callable[[], None]) -> None:
     session.info.setdefault(_AFTER_COMMIT, []).append(callback)
 
 
+class BumpListener(Protocol):
+    """What keeps a counter's state in memory hears of this process's transactions that move it
+    (Database.on_bump), in this order, in the writer's thread."""
+
+    def committing(self) -> None:
+        """The counter is about to move. On PostgreSQL the commit goes in the same round trip, so
+        another thread may read the new value before `expect` names it."""
+
+    def expect(self, version: int | None) -> None:
+        """The counter moved to `version`, committed (PostgreSQL) or about to be (SQLite); None: the
+        statement failed and nothing moved."""
+
+    def committed(self, version: int) -> None:
+        """The transaction that moved it to `version` committed: called after the after-commit
+        callbacks its work registered (a batch's works run theirs after it: store/group_commit.py)."""
+
+
 class Database:
     """Sessions for readers and writers, on SQLite or PostgreSQL (docs/POSTGRES.md).
 
@@ -85,6 +102,7 @@ class Database:
         self._on_insert: dict[type, list[Callable[[], None]]] = {}
         # model -> (counter, columns whose change alone does not count)
         self._counted: dict[type, list[tuple[str, frozenset[str], bool]]] = {}
+        self._bump_listeners: dict[str, list[BumpListener]] = {}  # counter -> on_bump's listeners
         own_file = self.is_postgres or (self.is_sqlite and writers_lock_path(url) is not None)
         self._watch = CounterWatch(self.engine, sqlite=self.is_sqlite) if own_file else None
         event.listen(self._sessions, "after_flush", self._note_inserts)
@@ -148,12 +166,31 @@ class Database:
         wanted = session.info.pop(_WANTED, set())
         if wanted:
             names = sorted(wanted)
-            rows = _bump_many(len(names)).rows(
-                session.connection(),
-                {f"n{i}": name for i, name in enumerate(names)},
-                then_commit=self.is_postgres,
-            )
-            session.info.setdefault(_BUMPED, {}).update({name: value for name, value in rows})
+            listeners = [listener for name in names for listener in self._bump_listeners.get(name, ())]
+            for listener in listeners:
+                listener.committing()
+            try:
+                rows = _bump_many(len(names)).rows(
+                    session.connection(),
+                    {f"n{i}": name for i, name in enumerate(names)},
+                    then_commit=self.is_postgres,
+                )
+            except BaseException:
+                for listener in listeners:
+                    listener.expect(None)
+                raise
+            moved = {name: value for name, value in rows}
+            session.info.setdefault(_BUMPED, {}).update(moved)
+            for name, value in moved.items():
+                for listener in self._bump_listeners.get(name, ()):
+                    listener.expect(value)
+                    after_commit(session, partial(listener.committed, value))
+
+    def on_bump(self, counter: str, listener: BumpListener) -> None:
+        """Tell `listener` as a transaction of this process moves `counter` (see BumpListener): the live
+        calendar then knows a version is its own and on its way, and moves on to it whether or not the
+        transaction changed what it holds (services/runtime/live_calendar.py)."""
+        self._bump_listeners.setdefault(counter, []).append(listener)
 
     def bump(self, counter: str) -> None:
         """Add one to `counter` in a transaction of its own (a wake for a loop in another process)."""

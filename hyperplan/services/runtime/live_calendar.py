@@ -6,12 +6,18 @@ authority) and then book it here after the commit. The lock makes each read or c
 Several processes may share the store (serve --workers, several servers): each transaction that changes
 what is held adds one to the `calendar` change counter (store/changes.py), and `version` is the value this
 calendar reflects. A process's own commit moves it on by one when nothing else came between; any other
-value seen (`sync`) reloads the whole calendar from the store, in one snapshot with the counter. A change
-committed as version n is applied here only if it is the very next change (n = version + 1): a reload
-that already read it does not count it twice, and a change that comes after a gap (another process's
-change came between) is not applied to a calendar that may not hold what it changes (another server's
-plan, cancelled here): the calendar is marked stale and the next read reloads it from the store.
-Applying a committed change never raises: the store has decided, this is only its copy.
+value seen (`sync`) reloads the whole calendar from the store, in one snapshot with the counter.
+
+Committed changes are applied in the counter's order. This process's writers commit one after another
+(the counter's row is locked to each commit) but reach `book` and `release` in any order after it, so a
+change that comes before the one just below it waits for it; a change a reload already read is not
+counted twice. The store's counter moved past the calendar (`sync`) means another process changed it,
+or a writer of this one has committed and not yet applied: each version this process commits is
+announced as the counter moves (`committing`, then `expect`: Database.on_bump), and a read behind only
+by such versions waits for them (at most CATCH_UP) instead of reloading. Any other gap, or a change that
+cannot be applied to this copy (a release of what it does not hold: another server's plan), is read
+again from the store: one reload at a time, which the readers that came meanwhile share. Applying a
+committed change never raises: the store has decided, this is only its copy.
 
 On the event loop (a search answered there, hyperplan/waits.py) a read never waits: a reload reads the
 store, so it sends the search to the thread pool (Database.read refuses on the loop), and so does the
@@ -21,6 +27,7 @@ lock when a pool thread holds it (`holding`).
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -47,17 +54,39 @@ Booking = tuple[tuple[str, str], datetime, datetime, int]
 # ahead of now, the console's capacity page from the current booking day, at most a day back; a service
 # clock never goes back). The store's rows of a year of plans stay out of memory and out of the start-up.
 LOOK_BACK = timedelta(days=2)
+# How long a read waits for this process's own commits to be applied before it reloads instead: they are
+# applied just after their commit, by the thread that made it; only a writer that died in between, or a
+# commit that failed after its counter moved (SQLite), leaves the wait to run out.
+CATCH_UP = 1.0
+# How many versions applied by a change (not read by a reload) are remembered: a transaction's second
+# change (a booking, then its failed payment's release) comes right after its first. Also how many
+# changes wait for a version below them before the calendar is marked stale instead.
+RECENT_CHANGES = 1_000
+
+Change = Callable[[CapacityCalendar], None]
+
+
+def _nothing(_calendar: CapacityCalendar) -> None:
+    """The change of a transaction that moved the counter without booking or freeing capacity."""
 
 
 class LiveCalendar:
-    def __init__(self, fleet: Fleet, now: Callable[[], datetime] | None = None) -> None:
+    def __init__(
+        self, fleet: Fleet, now: Callable[[], datetime] | None = None, *, catch_up: float = CATCH_UP
+    ) -> None:
         self.fleet = fleet
+        self._catch_up = catch_up  # seconds a read waits for this process's own commits (CATCH_UP)
         self._now = now  # the service clock; None: load everything (a store without a clock)
         self._calendar = CapacityCalendar(fleet.pools)
         self._lock = threading.Lock()
+        self._applied = threading.Condition(self._lock)  # notified when the version moves on
+        self._reloading = threading.Lock()  # one reload at a time
         self._reservable: dict[PoolKey, int] = {}  # set_reservable's counts, kept across reloads
         self.version: int | None = None  # the calendar change counter this reflects; None: not loaded
-        self._moved_by_change: int | None = None  # the version a committed change (not a reload) set
+        self._by_change: dict[int, None] = {}  # versions committed changes (not a reload) applied, in order
+        self._waiting: dict[int, list[Change]] = {}  # committed changes above the next version
+        self._expected: set[int] = set()  # versions this process committed, not applied yet
+        self._committing = 0  # transactions of this process moving the counter, their version not known
         self.reloads = 0
         self._db: Database | None = None
         self._seen: int | None = None  # the store's counter as last read (sync)
@@ -80,15 +109,28 @@ class LiveCalendar:
         for key, start, end, count in returned:
             calendar.mark_returned(key, start, end, count)
         with self._lock:
+            self._db = db
+            self.reloads += 1
+            if self._past(version):
+                return len(bookings)  # changes applied meanwhile brought this copy past the snapshot
             for pool_key, reservable in self._reservable.items():
                 calendar.set_reservable(pool_key, reservable)
             self._calendar = calendar
             self.version = version
-            self._moved_by_change = None
+            self._by_change.clear()
             self._stale = False
-            self._db = db
-            self.reloads += 1
+            if version is not None:
+                self._expected = {v for v in self._expected if v > version}
+                self._waiting = {v: changes for v, changes in self._waiting.items() if v > version}
+                self._apply_waiting()
+            self._applied.notify_all()
         return len(bookings)
+
+    def _past(self, version: int | None) -> bool:
+        """Under the lock: this copy, not stale, already reflects calendar `version` or a later one."""
+        if self._stale or self.version is None or version is None:
+            return False
+        return self.version >= version
 
     def sync(self, db: Database, version: int | None) -> None:
         """The store's calendar counter, just read: the next read of the bookings reloads them if it is
@@ -96,13 +138,64 @@ class LiveCalendar:
         if version is not None:
             self._db, self._seen = db, version
 
+    # -- this process's own commits, as the store tells them (Database.on_bump, store/db.BumpListener)
+
+    def committing(self) -> None:
+        """A transaction of this process is about to move the counter (to a version not known yet)."""
+        with self._lock:
+            self._committing += 1
+
+    def expect(self, version: int | None) -> None:
+        """The counter moved to `version` in a transaction of this process (None: it did not move): its
+        change is on its way."""
+        with self._lock:
+            self._committing -= 1
+            if version is not None and self.version is not None and version > self.version:
+                self._expected.add(version)
+            self._applied.notify_all()
+
+    def committed(self, version: int) -> None:
+        """Calendar `version` was committed by this process: the version moves on to it, whether or not
+        the transaction booked or freed anything (a plan's status counts too)."""
+        self._commit(version, _nothing)
+
+    def _behind(self) -> bool:
+        seen, version = self._seen, self.version
+        return self._stale or (seen is not None and version is not None and seen > version)
+
+    def _behind_by_own_commits_only(self) -> bool:
+        """Under the lock: behind the counter as last read, by versions this process committed only (or
+        may have: a version not named yet is one of a transaction still `committing`)."""
+        seen, version = self._seen, self.version
+        if self._stale or seen is None or version is None or seen <= version:
+            return False
+        unnamed = sum(
+            1 for v in range(version + 1, seen + 1) if v not in self._expected and v not in self._waiting
+        )
+        return unnamed <= self._committing
+
     def _fresh(self) -> None:
-        db, seen = self._db, self._seen
-        if db is None or self.version is None:
+        db = self._db
+        if db is None or self.version is None or not self._behind():
             return
-        if self._stale or (seen is not None and seen > self.version):
-            may_wait("a reload of the live calendar")
-            self.load(db)
+        may_wait("the live calendar catching up with the store")
+        if self._own_commits_applied():
+            return
+        with self._reloading:  # the readers that came meanwhile read what the one reload loaded
+            if self._behind():
+                self.load(db)
+
+    def _own_commits_applied(self) -> bool:
+        """Waits (at most the catch-up time) while the calendar is behind by this process's own commits only;
+        whether it is then up to date."""
+        deadline = time.monotonic() + self._catch_up
+        with self._applied:
+            while self._behind_by_own_commits_only():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._applied.wait(left)
+        return not self._behind()
 
     def search(self, request: SearchRequest, now: datetime) -> list[Offering]:
         self._fresh()
@@ -136,41 +229,62 @@ class LiveCalendar:
 
     def book(self, bookings: Iterable[Booking], version: int | None = None) -> None:
         """Book what a transaction committed as calendar `version` (None: not counted)."""
-        with self._lock:
-            if self._apply(version):
-                for pool_key, start, end, count in bookings:
-                    # restore, not book: the store's check decided; a copy that disagrees is reloaded
-                    self._calendar.restore(pool_key, start, end, count)
+        booked = list(bookings)
+
+        def change(calendar: CapacityCalendar) -> None:
+            for pool_key, start, end, count in booked:
+                # restore, not book: the store's check decided; a copy that disagrees is reloaded
+                calendar.restore(pool_key, start, end, count)
+
+        self._commit(version, change)
 
     def release(
         self, bookings: Iterable[Booking], version: int | None = None, returned: bool = False
     ) -> None:
         """Free what a transaction committed as calendar `version`; `returned`: a plan gave it back
         (services/plans/returns.py), which a search may price at a resale discount."""
-        with self._lock:
-            if self._apply(version):
-                for pool_key, start, end, count in bookings:
-                    try:
-                        self._calendar.release(pool_key, start, end, count)
-                    except ValueError:  # not held in this copy: it is behind the store
-                        self._stale = True
-                    if returned:
-                        self._calendar.mark_returned(pool_key, start, end, count)
+        freed = list(bookings)
 
-    def _apply(self, version: int | None) -> bool:
-        """Whether a change committed as `version` is still to be applied here; moves `version` on when
-        it is the next one. Called under the lock."""
-        if version is None or self.version is None:
-            return True
-        if version == self.version and version == self._moved_by_change:
-            return True  # one transaction's second change (a booking, then its failed payment's release)
-        if version <= self.version:
-            return False  # a reload already read it
-        if version == self.version + 1:
-            self.version = self._moved_by_change = version
-            return True
-        self._stale = True  # something came between: the next read reloads all, this change with it
-        return False
+        def change(calendar: CapacityCalendar) -> None:
+            for pool_key, start, end, count in freed:
+                try:
+                    calendar.release(pool_key, start, end, count)
+                except ValueError:  # not held in this copy: it is behind the store
+                    self._stale = True
+                if returned:
+                    calendar.mark_returned(pool_key, start, end, count)
+
+        self._commit(version, change)
+
+    def _commit(self, version: int | None, change: Change) -> None:
+        """Apply `change`, committed as calendar `version` (None: not counted), in the counter's order."""
+        with self._lock:
+            if version is None or self.version is None or version in self._by_change:
+                change(self._calendar)  # uncounted, or a transaction's second change
+                return
+            if version <= self.version:
+                return  # a reload already read it
+            self._waiting.setdefault(version, []).append(change)
+            self._apply_waiting()
+            if len(self._waiting) > RECENT_CHANGES:  # a gap nothing here fills: read it all again
+                self._waiting.clear()
+                self._stale = True
+
+    def _apply_waiting(self) -> None:
+        """Under the lock: the waiting changes that follow on from the version, in order."""
+        assert self.version is not None
+        moved = False
+        while self.version + 1 in self._waiting:
+            self.version += 1
+            for change in self._waiting.pop(self.version):
+                change(self._calendar)
+            self._expected.discard(self.version)
+            self._by_change[self.version] = None
+            if len(self._by_change) > RECENT_CHANGES:
+                del self._by_change[next(iter(self._by_change))]
+            moved = True
+        if moved:
+            self._applied.notify_all()
 
     def profile(
         self, pool_key: tuple[str, str], start: datetime, end: datetime

@@ -1,0 +1,244 @@
+"""The live calendar follows this process's own commits without reading the store again
+(services/runtime/live_calendar.py): writers commit one after another but apply their changes in any
+order after it, so a change that overtakes the one below it waits for it; a read behind the store's
+counter only by this process's own commits waits for them, and one behind by another process's change
+reloads, once for all the readers that came meanwhile.
+
+Real stores (SQLite, then PostgreSQL for the threads), real threads."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from hyperplan.app import AppConfig, Application
+from hyperplan.core.calendar import slot_of, slot_start
+from hyperplan.core.search_request import SearchRequest
+from hyperplan.services.accounts import accounts
+from hyperplan.services.accounts.accounts import Caller
+from hyperplan.services.plans import plans
+from hyperplan.services.runtime.context import ServiceContext
+from hyperplan.services.runtime.live_calendar import LiveCalendar, held
+from hyperplan.store import changes
+from hyperplan.store.schema import ChangeCounter, TrainingPlan
+from tests.harness import SERVER_START, unisolated
+from tests.postgres import Stores
+
+P5 = "ml.p5.48xlarge"
+POOL = (P5, "us-west-2a")
+RESERVABLE = 64
+FLEET = (
+    'region = "us-west-2"\ncurrency = "USD"\n[[zones]]\nname = "us-west-2a"\nzone_id = "usw2-az1"\n'
+    f'subnets = []\n[[pools]]\ninstance_type = "{P5}"\nzone = "{POOL[1]}"\ncount = {RESERVABLE}\n'
+    'price_per_instance_hour = "10"\n[policy]\nallowed_counts = "any"\n'
+)
+BUYERS = 8
+PLANS_EACH = 5
+WAIT = 60.0  # seconds: far beyond what any step here takes, far below a read's catch-up in these tests
+
+
+def _started(tmp_path: Path, database_url: str | None) -> Application:
+    fleet_path = tmp_path / "fleet.toml"
+    fleet_path.write_text(FLEET)
+    application = Application(
+        AppConfig(
+            data_dir=tmp_path / "data",
+            fleet_path=fleet_path,
+            clock="manual",
+            clock_start=SERVER_START,
+            database_url=database_url,
+            **unisolated(tmp_path / "data"),
+        )
+    )
+    application.start()
+    return application
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> Iterator[ServiceContext]:
+    application = _started(tmp_path, None)
+    try:
+        yield application.context
+    finally:
+        application.stop()
+
+
+def _buyer(runtime: ServiceContext, name: str) -> Caller:
+    with runtime.db.write() as session:
+        key = accounts.create_account(session, name, box=runtime.secret_box, now=runtime.clock.now())
+    return Caller(key.account_id, name, False, key.access_key_id)
+
+
+def _counter(runtime: ServiceContext) -> int:
+    with runtime.db.read() as session:
+        value = session.scalar(select(ChangeCounter.value).where(ChangeCounter.name == changes.CALENDAR))
+    assert value is not None
+    return value
+
+
+def _disagreements(runtime: ServiceContext, calendar: LiveCalendar) -> list[str]:
+    """Each slot of the next two weeks where `calendar`'s booked count is not what the store holds;
+    read from the calendar as it is (its own profile would first bring it up to date)."""
+    now = runtime.clock.now()
+    first, stop = slot_of(now), slot_of(now + timedelta(days=14))
+    with runtime.db.read() as session:
+        stored = [(s, e, n) for pool, s, e, n in held(session) if pool == POOL]
+    with calendar._lock:
+        profile = calendar._calendar.booked_profile(POOL, slot_start(first), slot_start(stop))
+    broken = []
+    for slot in range(first, stop):
+        moment = slot_start(slot)
+        booked = next((count for start, count in reversed(profile) if start <= moment), 0)
+        holds = sum(n for s, e, n in stored if s <= moment < e)
+        if booked != holds:
+            broken.append(f"the calendar books {booked} at {moment}, the store holds {holds}")
+    return broken[:3]
+
+
+def _in_threads(work: list[Callable[[], object]]) -> list[object]:
+    """Each callable in a thread of its own, all started together; their results (or what they raised)."""
+    results: list[object] = [None] * len(work)
+    start = threading.Barrier(len(work))
+
+    def run(index: int) -> None:
+        start.wait()
+        try:
+            results[index] = work[index]()
+        except Exception as exc:  # reported by the caller's asserts
+            results[index] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(work))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT)
+    assert not any(thread.is_alive() for thread in threads)
+    return results
+
+
+def test_buyers_in_threads_keep_the_calendar_in_step_without_a_reload(stores: Stores, tmp_path: Path) -> None:
+    """Eight buyers search and buy at once, each request reading the counters first as the server does:
+    however their changes reach the calendar, it follows every one of them in the counter's order and
+    never reads the store again."""
+    application = _started(tmp_path, stores.url())
+    try:
+        runtime = application.context
+        callers = [_buyer(runtime, f"buyer-{n}") for n in range(BUYERS)]
+        reloads = runtime.calendar.reloads
+
+        def buy(caller: Caller) -> int:
+            for number in range(PLANS_EACH):
+                runtime.sync()  # what every signed request does first (server/auth.py)
+                request = SearchRequest(P5, 1 + number % 2, 24 * (1 + number % 3), "training-job", None, None)
+                offering = plans.search(runtime, caller, request)[0].offering_id
+                runtime.sync()
+                plans.create(runtime, caller, f"{caller.account_name}-{number}", offering)
+            return PLANS_EACH
+
+        outcomes = _in_threads([lambda caller=caller: buy(caller) for caller in callers])
+        assert outcomes == [PLANS_EACH] * BUYERS, outcomes
+        runtime.sync()
+        plans.search(runtime, callers[0], SearchRequest(P5, 1, 24, "training-job", None, None))
+        assert runtime.calendar.reloads == reloads
+        assert runtime.calendar.version == _counter(runtime)
+        assert not _disagreements(runtime, runtime.calendar)
+    finally:
+        application.stop()
+
+
+def _calendar_of(runtime: ServiceContext) -> LiveCalendar:
+    """A calendar of the runtime's store that a read waits for up to a minute (`WAIT`): a test that sees
+    it wait has not met a timeout."""
+    calendar = LiveCalendar(runtime.fleet, runtime.clock.now, catch_up=WAIT)
+    calendar.load(runtime.db)
+    runtime.db.on_bump(changes.CALENDAR, calendar)
+    return calendar
+
+
+def _window() -> tuple[datetime, datetime]:
+    start = slot_start(slot_of(SERVER_START + timedelta(days=2)))
+    return start, start + timedelta(days=1)
+
+
+def test_a_read_behind_only_by_this_processs_commit_waits_for_it_and_reads_it(
+    runtime: ServiceContext,
+) -> None:
+    calendar = _calendar_of(runtime)
+    version = calendar.version
+    assert version is not None
+    start, end = _window()
+    calendar.committing()  # as the store tells a commit of this process (Database.on_bump)
+    calendar.expect(version + 1)  # committed: the counter has moved, the change is on its way
+    calendar.sync(runtime.db, version + 1)
+    reader = threading.Thread(target=lambda: found.append(calendar.can_book(POOL, start, end, RESERVABLE)))
+    found: list[bool] = []
+    reader.start()
+    calendar.book([(POOL, start, end, 1)], version + 1)
+    reader.join(WAIT)
+    assert not reader.is_alive()
+    assert found == [False]  # it read the booking, which only the change carried (the store has none)
+    assert (calendar.version, calendar.reloads) == (version + 1, 1)  # its first load only
+
+
+def test_changes_that_overtake_each_other_are_applied_in_the_counters_order(runtime: ServiceContext) -> None:
+    calendar = _calendar_of(runtime)
+    start, end = _window()
+    runtime.db.bump(changes.CALENDAR)  # another process's change, which a reload reads
+    calendar.load(runtime.db)
+    version = calendar.version
+    assert version == _counter(runtime)
+    calendar.book([(POOL, start, end, 5)], version)  # a change the reload read: not counted twice
+    assert calendar.can_book(POOL, start, end, RESERVABLE)
+
+    calendar.book([(POOL, start, end, 2)], version + 2)  # the later commit's change comes first
+    assert calendar.version == version and calendar.can_book(POOL, start, end, RESERVABLE)
+    calendar.release([(POOL, start, end, 2)], version + 2)  # the same transaction's second change
+    calendar.book([(POOL, start, end, 3)], version + 1)
+    assert calendar.version == version + 2
+    assert not calendar.can_book(POOL, start, end, RESERVABLE - 2)
+    assert calendar.can_book(POOL, start, end, RESERVABLE - 3)
+    assert calendar.reloads == 2  # the first load and the one above: none for the changes
+
+
+def test_a_commit_that_moves_no_capacity_moves_the_calendar_on_without_a_reload(
+    runtime: ServiceContext,
+) -> None:
+    """A plan's row counts as a calendar change (quotas read its status) though it books nothing: the
+    calendar moves on to its version as it commits, and a read does not go back to the store."""
+    calendar = runtime.calendar  # the one the purchase books into
+    reloads = calendar.reloads
+    caller = _buyer(runtime, "team")
+    offering = plans.search(runtime, caller, SearchRequest(P5, 1, 24, "training-job", None, None))[0]
+    plans.create(runtime, caller, "bought", offering.offering_id)
+    with runtime.db.write() as session:
+        plan = session.scalars(select(TrainingPlan).where(TrainingPlan.name == "bought")).one()
+        plan.status_message = "looked at"
+    moved = _counter(runtime)
+    calendar.sync(runtime.db, moved)
+    assert calendar.version == moved
+    with runtime.db.read() as session:
+        ((_, start, end, _),) = held(session)
+    assert not calendar.can_book(POOL, start, end, RESERVABLE)
+    assert calendar.reloads == reloads
+
+
+def test_readers_behind_another_processs_change_share_one_reload(runtime: ServiceContext) -> None:
+    calendar = _calendar_of(runtime)
+    runtime.db.bump(changes.CALENDAR)  # another process's change: nothing here announced it
+    calendar.sync(runtime.db, _counter(runtime))
+    start, end = _window()
+    calendar._reloading.acquire()  # the first reader's reload under way: the others come meanwhile
+    readers = [threading.Thread(target=calendar.can_book, args=(POOL, start, end, 1)) for _ in range(6)]
+    for reader in readers:
+        reader.start()
+    calendar._reloading.release()
+    for reader in readers:
+        reader.join(WAIT)
+    assert not any(reader.is_alive() for reader in readers)  # none waited for a commit of its own
+    assert calendar.version == _counter(runtime)
+    assert calendar.reloads == 2  # its first load, and one for all six readers
