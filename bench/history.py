@@ -17,8 +17,14 @@ of the in-process searches, then of the HTTP phases (a server per size running),
 drift during a section, which is larger than most growth with history, falls on every size alike. The
 purchases' statement costs and the lag stay one size after another.
 
+With 100x among the sizes, a control is measured in the same turns: the 100x fleet holding only the
+100x history's live plans (those in the window ahead), without its past (`control_spec`). The 100x
+fleet does more work than the demo's whatever its past (40 pools, a quarter of its window ahead booked,
+against under 1% at 1x and 10x), so a figure's growth from 1x is that work and its history together; its
+ratio to the control is what the history alone costs.
+
 Each figure is printed beside its ratio to the size below and to 1x; the 100x figures beside the
-issue's targets. Nothing is asserted: the bench prints.
+issue's targets, and beside the control. Nothing is asserted: the bench prints.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import statistics
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
@@ -79,6 +85,8 @@ SPECS = {
     100: HistorySpec(plans=50_000, accounts=1_000, lister_plans=5_000),
 }
 SMOKE_SPEC = HistorySpec(plans=40, accounts=3, lister_plans=30)
+CONTROL_OF = 100  # the size measured beside a control of its live plans alone
+CONTROL = "control"  # its key among the databases
 PAGE = 100  # ListTrainingPlans' MaxResults
 T = TypeVar("T")
 
@@ -120,23 +128,31 @@ class Sizes:
         lag = (2_000, 50, 8)  # 10,000 events, all due within one minute
         if scale is Scale.QUICK:
             return Sizes((1, 10), 8, 3, 300, 20, 21, *lag, 1, 3)
-        return Sizes((1, 10, 100), 8, 10, 2_000, 50, 60, *lag, 2, 3)
+        return Sizes((1, 10, 100), 8, 10, 2_000, 50, 60, *lag, 2, 4)  # four in turns: the control too
+
+
+def control_spec(spec: HistorySpec) -> HistorySpec:
+    """`spec`'s live plans alone: as many plans as it has in the window ahead, all of them there, over
+    as many accounts; a lister with one page of plans. The same fleet's work without its history."""
+    return replace(spec, plans=round(spec.plans * spec.live_share), live_share=1.0, lister_plans=PAGE)
 
 
 @dataclass
 class Figures:
-    """One store's figures, per size: name -> value (nan: not measured)."""
+    """One store's figures, per size: name -> value (nan: not measured); `control`: those of the
+    control (`control_spec` of CONTROL_OF), when measured."""
 
     store: str
     by_size: dict[int, dict[str, float]] = field(default_factory=dict)
     notes: dict[int, list[str]] = field(default_factory=dict)
+    control: dict[str, float] = field(default_factory=dict)
 
 
 def run(report: Report, workdir: Path, *, scale: Scale) -> None:
     heading("History: costs against a year of bookings at 1x, 10x and 100x (SQLite, PostgreSQL)")
     sizes = Sizes.of(scale)
     sqlite = Figures("SQLite")
-    _measure_store(sqlite, workdir, scale, sizes, {m: None for m in sizes.multiples})
+    _measure_store(sqlite, workdir, scale, sizes, {m: None for m in [*sizes.multiples, CONTROL]})
     _print_table(report, sqlite, sizes)
     # The Slurm reconciler at 200 and 2,000 nodes, from recorded sinfo/scontrol output (this machine
     # cannot run 2,000 slurmd): its own table, beside the stores' history.
@@ -147,7 +163,10 @@ def run(report: Report, workdir: Path, *, scale: Scale) -> None:
     url, stop_postgres = cluster
     try:
         postgres = Figures("PostgreSQL")
-        databases = {m: _new_database(url, f"history_{m}x") for m in sizes.multiples}
+        databases: dict[int | str, str | None] = {
+            m: _new_database(url, f"history_{m}x") for m in sizes.multiples
+        }
+        databases[CONTROL] = _new_database(url, "history_control")
         _measure_store(postgres, workdir, scale, sizes, databases)
         _print_table(report, postgres, sizes)
     finally:
@@ -181,10 +200,15 @@ class _Size:
     fleet_path: Path
     extra: tuple[str, ...]
     values: dict[str, float]
+    control: bool = False  # the control of CONTROL_OF (control_spec), not a size of its own
+
+    @property
+    def name(self) -> str:
+        return f"{self.multiple}x control" if self.control else f"{self.multiple}x"
 
 
 def _measure_store(
-    figures: Figures, workdir: Path, scale: Scale, sizes: Sizes, databases: Mapping[int, str | None]
+    figures: Figures, workdir: Path, scale: Scale, sizes: Sizes, databases: Mapping[int | str, str | None]
 ) -> None:
     """Every size of one store: built one after another, then measured in turns (`_turns`), so that
     a host that slows down during the section slows every size alike; the lifecycle lag (a minute of
@@ -194,9 +218,13 @@ def _measure_store(
         for multiple in sizes.multiples:
             built.append(_build(figures, workdir, multiple, scale, sizes, databases[multiple]))
             figures.by_size[multiple] = built[-1].values
+        if CONTROL_OF in sizes.multiples and scale is not Scale.SMOKE:
+            built.append(_build(figures, workdir, CONTROL_OF, scale, sizes, databases[CONTROL], control=True))
+            figures.control = built[-1].values
         _in_process_in_turns(built, sizes)
         for size in built:
-            size.values.update(_purchase_costs(size.history, sizes))
+            if not size.control:
+                size.values.update(_purchase_costs(size.history, sizes))
     finally:
         for size in built:
             size.history.close()
@@ -213,29 +241,37 @@ def _measure_store(
         for size, server in started:
             size.values["RSS after the load (MiB)"] = memory_kib(server.pid)["VmRSS"] / 1024
     for size in built:
-        size.values["lifecycle lag p99 (ms)"] = _lag(
-            size.history, size.fleet_path, size.extra, sizes, size.values["start-up to healthy (s)"]
-        )
-        line(
-            f"{figures.store} {size.multiple}x: "
-            + "; ".join(f"{k} {_shown(v)}" for k, v in size.values.items())
-        )
+        if not size.control:
+            size.values["lifecycle lag p99 (ms)"] = _lag(
+                size.history, size.fleet_path, size.extra, sizes, size.values["start-up to healthy (s)"]
+            )
+        line(f"{figures.store} {size.name}: " + "; ".join(f"{k} {_shown(v)}" for k, v in size.values.items()))
 
 
 def _build(
-    figures: Figures, workdir: Path, multiple: int, scale: Scale, sizes: Sizes, database_url: str | None
+    figures: Figures,
+    workdir: Path,
+    multiple: int,
+    scale: Scale,
+    sizes: Sizes,
+    database_url: str | None,
+    *,
+    control: bool = False,
 ) -> _Size:
     spec = SMOKE_SPEC if scale is Scale.SMOKE else SPECS[multiple]
+    spec = control_spec(spec) if control else spec
     kind = "pg" if database_url else "sqlite"
     fleet_path = fleet_file(multiple, workdir)
+    name = f"{multiple}x control" if control else f"{multiple}x"
     line(
-        f"{figures.store} {multiple}x: building {spec.plans:,} plans over {spec.accounts:,} accounts, "
-        f"and the lister's {spec.lister_plans:,}"
+        f"{figures.store} {name}: building {spec.plans:,} plans over {spec.accounts:,} accounts, "
+        f"and the lister's {spec.lister_plans:,}" + (", all in the window ahead" if control else "")
     )
-    history = build(workdir / f"history-{kind}-{multiple}x", fleet_path, spec, database_url)
+    directory = workdir / (f"history-{kind}-{multiple}x" + ("-control" if control else ""))
+    history = build(directory, fleet_path, spec, database_url)
     _describe(history, fleet_path)
     extra = ("--database-url", database_url) if database_url else ()
-    return _Size(multiple, history, fleet_path, extra, {})
+    return _Size(multiple, history, fleet_path, extra, {}, control)
 
 
 def _turns(built: list[T], rounds: int) -> Iterator[tuple[int, T]]:
@@ -271,14 +307,14 @@ def _shown(value: float) -> str:
 
 def _in_process_in_turns(built: list[_Size], sizes: Sizes) -> None:
     """In-process search p99 of every size: `sizes.searches` each, in `sizes.rounds` turns."""
-    samples: dict[int, list[float]] = {size.multiple: [] for size in built}
-    requests = {size.multiple: _search_requests(size.history, sizes.searches) for size in built}
+    samples: dict[str, list[float]] = {size.name: [] for size in built}
+    requests = {size.name: _search_requests(size.history, sizes.searches) for size in built}
     share = math.ceil(sizes.searches / sizes.rounds)
     for round_number, size in _turns(built, sizes.rounds):
-        mine = requests[size.multiple][round_number * share : (round_number + 1) * share]
-        samples[size.multiple] += _searches_timed(size.history, mine)
+        mine = requests[size.name][round_number * share : (round_number + 1) * share]
+        samples[size.name] += _searches_timed(size.history, mine)
     for size in built:
-        size.values["search p99, in-process (ms)"] = percentile(samples[size.multiple], 99) * 1000
+        size.values["search p99, in-process (ms)"] = percentile(samples[size.name], 99) * 1000
 
 
 def _search_requests(history: History, count: int) -> list[Any]:
@@ -448,13 +484,13 @@ def _over_http_in_turns(started: list[tuple[_Size, ServerProcess]], sizes: Sizes
     """The lists, then the search phase, then the buy phase of each size, the sizes in turns over
     `sizes.rounds` rounds (each phase a round's share of the seconds and offerings); the figures of
     all rounds together."""
-    taken = {size.multiple: _Taken() for size, _ in started}
+    taken = {size.name: _Taken() for size, _ in started}
     for round_number, (size, server) in _turns(started, sizes.rounds):
-        mine = taken[size.multiple]
+        mine = taken[size.name]
         _lists(size.history, server, sizes, mine)
         _http(size.history, server, sizes, mine, f"r{round_number}")
     for size, _ in started:
-        mine = taken[size.multiple]
+        mine = taken[size.name]
         got = {
             "ListTrainingPlans, first page (ms)": statistics.median(mine.first_page),
             "ListTrainingPlans, last page (ms)": statistics.median(mine.last_page),
@@ -467,7 +503,7 @@ def _over_http_in_turns(started: list[tuple[_Size, ServerProcess]], sizes: Sizes
         size.values.update(got)
         pages, tries = f"{mine.pages} pages of {PAGE}", len(mine.console)
         line(
-            f"  {size.multiple}x over {sizes.rounds} turns: lists of the lister ({pages}): first page "
+            f"  {size.name} over {sizes.rounds} turns: lists of the lister ({pages}): first page "
             f"{got['ListTrainingPlans, first page (ms)']:.1f} ms, last page "
             f"{got['ListTrainingPlans, last page (ms)']:.1f} ms, console "
             f"{got['console plans list (ms)']:.1f} ms (medians of {tries}); HTTP, {sizes.clients} "
@@ -712,43 +748,63 @@ def _print_table(report: Report, figures: Figures, sizes: Sizes) -> None:
         f"HTTP figures with {sizes.clients} client processes, {sizes.seconds:g} s of searches and "
         f"{sizes.offerings} offerings a client, over {sizes.rounds} rounds in turns with the other sizes"
     )
+    control = figures.control if multiples[-1] == CONTROL_OF else {}
+    if control:
+        line(
+            f"control: the {CONTROL_OF}x fleet with the {CONTROL_OF}x history's live plans alone; "
+            f"x of control: what the history itself adds at {CONTROL_OF}x"
+        )
     names = list(figures.by_size[multiples[0]])
     width = max(len(name) for name in names) + 2
     header = "".join(f"{f'{m}x':>22}" for m in multiples)
-    summary: list[tuple[str, tuple[str, float], float, float]] = []
+    header += f"{'control':>12}{'x of control':>14}" if control else ""
+    summary: list[tuple[str, tuple[str, float], float, float, float]] = []
     line(f"{'':<{width}}{header}   x of 1x    target at {multiples[-1]}x")
     for name in names:
-        cells, previous = [], math.nan
-        for m in multiples:
-            value = figures.by_size[m].get(name, math.nan)
-            growth = value / previous if previous and not math.isnan(previous) and previous != 0 else math.nan
-            cells.append(
-                f"{_shown(value):>12}" + (f" ({growth:5.2f}x)" if not math.isnan(growth) else " " * 9)
-            )
-            previous = value
-        first, largest = (
-            figures.by_size[multiples[0]].get(name, math.nan),
-            figures.by_size[multiples[-1]].get(name, math.nan),
-        )
-        overall = largest / first if first and not math.isnan(first) and not math.isnan(largest) else math.nan
+        values = [figures.by_size[m].get(name, math.nan) for m in multiples]
+        cells = [
+            _with_growth(value, below) for value, below in zip(values, [math.nan, *values], strict=False)
+        ]
+        overall = _ratio(values[-1], values[0])
+        of_control = _ratio(values[-1], control.get(name, math.nan))
+        beside = f"{_shown(control.get(name, math.nan)):>12}{_shown(of_control):>14}" if control else ""
         target = TARGETS.get(name)
         shown_target = f"{target[0]} {target[1]:g}, within {WITHIN}x" if target else ""
-        line(f"{name:<{width}}{''.join(f'{c:>22}' for c in cells)}   {_shown(overall):>7}   {shown_target}")
+        row = "".join(f"{cell:>22}" for cell in cells)
+        line(f"{name:<{width}}{row}{beside}   {_shown(overall):>7}   {shown_target}")
         if target:
-            summary.append((name, target, largest, overall))
-    for name, target, largest, overall in summary:
-        if target:
-            met = (
-                None
-                if math.isnan(largest)
-                else largest <= target[1] and (math.isnan(overall) or overall <= WITHIN)
+            summary.append((name, target, values[-1], overall, of_control))
+    for name, target, largest, overall, of_control in summary:
+        report.add(
+            Figure(
+                f"history {figures.store}: {name} at {multiples[-1]}x",
+                _shown(largest),
+                f"{target[0]} {target[1]:g}",
+                _met(target, largest, overall, of_control),
+                note=f"{_shown(overall)} x its 1x value"
+                + ("" if math.isnan(of_control) else f", {_shown(of_control)} x the control")
+                + f" (target within {WITHIN}x of 1x, or of the control where the fleet's own work grows)",
             )
-            report.add(
-                Figure(
-                    f"history {figures.store}: {name} at {multiples[-1]}x",
-                    _shown(largest),
-                    f"{target[0]} {target[1]:g}",
-                    met,
-                    note=f"{_shown(overall)} x its 1x value (target within {WITHIN}x)",
-                )
-            )
+        )
+
+
+def _with_growth(value: float, below: float) -> str:
+    """A table cell: the value, and its growth from the size below when both are known."""
+    growth = _ratio(value, below)
+    return f"{_shown(value):>12}" + (" " * 9 if math.isnan(growth) else f" ({growth:5.2f}x)")
+
+
+def _met(target: tuple[str, float], largest: float, overall: float, of_control: float) -> bool | None:
+    """Whether a figure at the largest size meets its target: its limit, and within WITHIN of its 1x
+    value or, where the larger fleet's own work makes it grow, of the control's (None: not measured)."""
+    if math.isnan(largest):
+        return None
+    within = math.isnan(overall) or overall <= WITHIN or (not math.isnan(of_control) and of_control <= WITHIN)
+    return largest <= target[1] and within
+
+
+def _ratio(value: float, base: float) -> float:
+    """value / base; nan when either is missing or the base is 0."""
+    if math.isnan(value) or math.isnan(base) or base == 0:
+        return math.nan
+    return value / base
