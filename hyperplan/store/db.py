@@ -46,9 +46,10 @@ def committed_change(session: Session, counter: str) -> int | None:
     return session.info.get(_BUMPED, {}).get(counter)
 
 
-def after_commit(session: Session, callback: Callable[[], None]) -> None:
-    """Run `callback` after the session's transaction commits (see Database.write)."""
-    session.info.setdefault(_AFTER_COMMIT, []).append(callback)
+def after_commit(session: Session, callback: Callable[[], None], *, early: bool = False) -> None:
+    """Run `callback` after the session's transaction commits (see Database.write); `early`: before the
+    callbacks that are not (session_marks.Early: a change to the live calendar)."""
+    session.info.setdefault(_AFTER_COMMIT, []).append(session_marks.Early(callback) if early else callback)
 
 
 class BumpListener(Protocol):
@@ -184,7 +185,7 @@ class Database:
             for name, value in moved.items():
                 for listener in self._bump_listeners.get(name, ()):
                     listener.expect(value)
-                    after_commit(session, partial(listener.committed, value))
+                    after_commit(session, partial(listener.committed, value), early=True)
 
     def on_bump(self, counter: str, listener: BumpListener) -> None:
         """Tell `listener` as a transaction of this process moves `counter` (see BumpListener): the live
@@ -342,7 +343,7 @@ class Database:
                 except BaseException:
                     session.rollback()
                     raise
-            for callback in session.info.pop(_AFTER_COMMIT, []):
+            for callback in session_marks.early_first(session.info.pop(_AFTER_COMMIT, [])):
                 callback()
 
     def _begin_write(

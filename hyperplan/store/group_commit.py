@@ -162,8 +162,9 @@ class GroupCommit:
         else:
             self.batches += 1
             self.largest = max(self.largest, len(batch))
-            for work in batch:
-                _after_commit(work)
+            for early in (True, False):  # every work's calendar changes before any other callback
+                for work in batch:
+                    _after_commit(work, early)
         finally:
             with self._state:
                 for work in batch:
@@ -269,15 +270,21 @@ def _restore(session: Session, before: _Snapshot) -> None:
     session.info.update({key: value for key, value in before.info.items() if key not in kept})
 
 
-def _after_commit(work: _Work[Any]) -> None:
-    """The work's after-commit callbacks, in order; one that raises is its writer's error (the write
-    itself is committed, as with Database.write)."""
+def _after_commit(work: _Work[Any], early: bool) -> None:
+    """The work's early after-commit callbacks (session_marks.Early), or the others, in order; one that
+    raises is its writer's error (the write itself is committed, as with Database.write), and the
+    work's callbacks after it do not run."""
+    if work.error is not None:
+        return
     try:
         for callback in work.callbacks:
-            callback()
+            if isinstance(callback, marks.Early) == early:
+                callback()
     except Exception as exc:
         work.error = exc
-    work.callbacks = []
+        work.callbacks = []
+    if not early:
+        work.callbacks = []
 
 
 def _batch_failure(exc: BaseException) -> BaseException:

@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from hyperplan.app import AppConfig, Application
 from hyperplan.core.calendar import slot_of, slot_start
 from hyperplan.core.search_request import SearchRequest
 from hyperplan.services.accounts import accounts
@@ -25,9 +24,11 @@ from hyperplan.services.plans import plans
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.services.runtime.live_calendar import LiveCalendar, held
 from hyperplan.store import changes
+from hyperplan.store.db import after_commit
 from hyperplan.store.schema import ChangeCounter, TrainingPlan
-from tests.harness import SERVER_START, unisolated
+from tests.harness import SERVER_START
 from tests.postgres import Stores
+from tests.services.running import application
 
 P5 = "ml.p5.48xlarge"
 POOL = (P5, "us-west-2a")
@@ -39,33 +40,15 @@ FLEET = (
 )
 BUYERS = 8
 PLANS_EACH = 5
-WAIT = 60.0  # seconds: far beyond what any step here takes, far below a read's catch-up in these tests
-
-
-def _started(tmp_path: Path, database_url: str | None) -> Application:
-    fleet_path = tmp_path / "fleet.toml"
-    fleet_path.write_text(FLEET)
-    application = Application(
-        AppConfig(
-            data_dir=tmp_path / "data",
-            fleet_path=fleet_path,
-            clock="manual",
-            clock_start=SERVER_START,
-            database_url=database_url,
-            **unisolated(tmp_path / "data"),
-        )
-    )
-    application.start()
-    return application
+WAIT = 60.0  # seconds a thread here is given to finish: far beyond what any step takes
+CATCH_UP = 600.0  # seconds a read of `_calendar_of` waits for its own commits: a read that should not
+# wait, and does, outlives its join
 
 
 @pytest.fixture
 def runtime(tmp_path: Path) -> Iterator[ServiceContext]:
-    application = _started(tmp_path, None)
-    try:
-        yield application.context
-    finally:
-        application.stop()
+    with application(tmp_path, FLEET) as started:
+        yield started.context
 
 
 def _buyer(runtime: ServiceContext, name: str) -> Caller:
@@ -125,9 +108,8 @@ def test_buyers_in_threads_keep_the_calendar_in_step_without_a_reload(stores: St
     """Eight buyers search and buy at once, each request reading the counters first as the server does:
     however their changes reach the calendar, it follows every one of them in the counter's order and
     never reads the store again."""
-    application = _started(tmp_path, stores.url())
-    try:
-        runtime = application.context
+    with application(tmp_path, FLEET, database_url=stores.url()) as started:
+        runtime = started.context
         callers = [_buyer(runtime, f"buyer-{n}") for n in range(BUYERS)]
         reloads = runtime.calendar.reloads
 
@@ -147,14 +129,12 @@ def test_buyers_in_threads_keep_the_calendar_in_step_without_a_reload(stores: St
         assert runtime.calendar.reloads == reloads
         assert runtime.calendar.version == _counter(runtime)
         assert not _disagreements(runtime, runtime.calendar)
-    finally:
-        application.stop()
 
 
 def _calendar_of(runtime: ServiceContext) -> LiveCalendar:
-    """A calendar of the runtime's store that a read waits for up to a minute (`WAIT`): a test that sees
-    it wait has not met a timeout."""
-    calendar = LiveCalendar(runtime.fleet, runtime.clock.now, catch_up=WAIT)
+    """A calendar of the runtime's store whose reads wait up to CATCH_UP for its own commits: a test
+    that sees one wait and then go on has not met a timeout."""
+    calendar = LiveCalendar(runtime.fleet, runtime.clock.now, catch_up=CATCH_UP)
     calendar.load(runtime.db)
     runtime.db.on_bump(changes.CALENDAR, calendar)
     return calendar
@@ -242,3 +222,29 @@ def test_readers_behind_another_processs_change_share_one_reload(runtime: Servic
     assert not any(reader.is_alive() for reader in readers)  # none waited for a commit of its own
     assert calendar.version == _counter(runtime)
     assert calendar.reloads == 2  # its first load, and one for all six readers
+
+
+def test_a_callback_of_the_committing_thread_reads_the_calendar_at_its_commit_without_waiting(
+    runtime: ServiceContext,
+) -> None:
+    """What runs after a commit (an auto-booking's search, actions on nodes) may read the calendar in the
+    committing thread, with the counter already read past it: the calendar follows the commit before
+    such a callback runs, so the read neither waits for the thread's own change nor reloads."""
+    calendar = runtime.calendar
+    caller = _buyer(runtime, "team")
+    offering = plans.search(runtime, caller, SearchRequest(P5, 1, 24, "training-job", None, None))[0]
+    plans.create(runtime, caller, "bought", offering.offering_id)
+    reloads = calendar.reloads
+    start, end = _window()
+    read: list[tuple[int | None, bool]] = []
+
+    def read_after_commit() -> None:
+        runtime.sync()  # the counter as committed, past what the calendar held before the commit
+        read.append((calendar.version, calendar.can_book(POOL, start, end, RESERVABLE)))
+
+    with runtime.db.write() as session:
+        after_commit(session, read_after_commit)
+        plan = session.scalars(select(TrainingPlan).where(TrainingPlan.name == "bought")).one()
+        plan.status_message = "looked at"
+    assert read == [(_counter(runtime), True)]
+    assert calendar.reloads == reloads

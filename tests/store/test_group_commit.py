@@ -254,3 +254,29 @@ def test_a_sqlite_connection_made_not_to_wait_is_a_would_wait_on_a_lock_and_wait
     finally:
         owner.close()
         reader.close()
+
+
+def test_the_calendars_callbacks_run_before_any_other_of_the_batch_and_a_write_alone(db: Database) -> None:
+    """Early callbacks (the live calendar's changes) run first, every work's before any other callback
+    of the batch: no other callback reads the calendar, or keeps a reader waiting, before it follows
+    the commit."""
+    ran: list[str] = []
+
+    def work(key: str) -> Callable[[Session], str]:
+        def write(session: Session) -> str:
+            session.add(Setting(key=key, value="written"))
+            after_commit(session, lambda: ran.append(f"{key} other"))
+            after_commit(session, lambda: ran.append(f"{key} calendar"), early=True)
+            return key
+
+        return write
+
+    assert queued_together(db, [work("a"), work("b")]) == ["a", "b"]
+    assert (db.group.batches, db.group.largest) == (1, 2)
+    assert ran == ["a calendar", "b calendar", "a other", "b other"]
+
+    ran.clear()
+    with db.write() as session:
+        work("c")(session)
+        after_commit(session, lambda: ran.append("c second calendar"), early=True)
+    assert ran == ["c calendar", "c second calendar", "c other"]

@@ -66,7 +66,9 @@ def event_handlers(runtime: ServiceContext) -> dict[str, EventHandler]:
         added = top_up(runtime, session, runtime.clock.now())
         # The calendar learns of them only once this transaction commits.
         bookings = [(s.pool_key, s.start, s.end, s.count) for s in added]
-        after_commit(session, lambda: runtime.calendar.book(bookings, committed_change(session, CALENDAR)))
+        after_commit(
+            session, lambda: runtime.calendar.book(bookings, committed_change(session, CALENDAR)), early=True
+        )
 
     return {TOP_UP: top_up_background}
 

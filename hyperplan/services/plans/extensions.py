@@ -131,7 +131,11 @@ def extend(runtime: ServiceContext, caller: Caller, offering_id: str) -> str:
             session.add(extension)
             session.flush()
             booked = [(pool.key, claim.start, claim.end, last.count)]
-            after_commit(session, lambda: runtime.calendar.book(booked, committed_change(session, CALENDAR)))
+            after_commit(
+                session,
+                lambda: runtime.calendar.book(booked, committed_change(session, CALENDAR)),
+                early=True,
+            )
             payments.issue(session, runtime.lifecycle, plan, now, extension=extension)
     except IntegrityError:
         raise ResourceInUse(f"Training plan extension offering {offering_id} was just bought.") from None

@@ -225,7 +225,9 @@ def fail_extension(
             extension.count,
         )
     ]
-    after_commit(session, lambda: ctx.calendar.release(released, committed_change(session, CALENDAR)))
+    after_commit(
+        session, lambda: ctx.calendar.release(released, committed_change(session, CALENDAR)), early=True
+    )
 
 
 def refresh(session: Session, plan: TrainingPlan, now: datetime, kind: str = "status") -> None:
@@ -296,7 +298,9 @@ def fail(
         key = (extension.instance_type, extension.availability_zone)
         released.append((key, extension.start, extension.end, extension.count))
     _cancel_events(session, plan)
-    after_commit(session, lambda: ctx.calendar.release(released, committed_change(session, CALENDAR)))
+    after_commit(
+        session, lambda: ctx.calendar.release(released, committed_change(session, CALENDAR)), early=True
+    )
     ctx.plan_changed(session, plan.id, now)
 
 

@@ -369,7 +369,9 @@ class _Rows:
         booked = purchase.booked
         # Booked in memory once committed; a payment that fails below releases it again, in that order.
         session = self.session
-        after_commit(session, lambda: runtime.calendar.book(booked, committed_change(session, CALENDAR)))
+        after_commit(
+            session, lambda: runtime.calendar.book(booked, committed_change(session, CALENDAR)), early=True
+        )
         for model in (TrainingPlan, ReservedCapacity, PlanEvent, ScheduledEvent):
             db.wrote(session, model)
         if fails:

@@ -379,6 +379,7 @@ def _apply(
     after_commit(
         session,
         lambda: runtime.calendar.release(bookings, committed_change(session, CALENDAR), returned=True),
+        early=True,
     )
     return ReturnView(
         row.id,
