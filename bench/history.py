@@ -133,8 +133,9 @@ class Sizes:
 
 def control_spec(spec: HistorySpec) -> HistorySpec:
     """`spec`'s live plans alone: as many plans as it has in the window ahead, all of them there, over
-    as many accounts; a lister with one page of plans. The same fleet's work without its history."""
-    return replace(spec, plans=round(spec.plans * spec.live_share), live_share=1.0, lister_plans=PAGE)
+    as many accounts: the same fleet's work without its history. The lister keeps its expired plans,
+    which its lists read: beside them, the store holds nothing else of the past."""
+    return replace(spec, plans=round(spec.plans * spec.live_share), live_share=1.0)
 
 
 @dataclass
@@ -265,7 +266,7 @@ def _build(
     name = f"{multiple}x control" if control else f"{multiple}x"
     line(
         f"{figures.store} {name}: building {spec.plans:,} plans over {spec.accounts:,} accounts, "
-        f"and the lister's {spec.lister_plans:,}" + (", all in the window ahead" if control else "")
+        f"and the lister's {spec.lister_plans:,}" + (", the others ahead" if control else "")
     )
     directory = workdir / (f"history-{kind}-{multiple}x" + ("-control" if control else ""))
     history = build(directory, fleet_path, spec, database_url)

@@ -29,7 +29,7 @@ def test_the_control_holds_the_live_plans_of_its_size_and_nothing_of_its_past() 
     spec = SPECS[CONTROL_OF]
     control = control_spec(spec)
     assert control.plans == round(spec.plans * spec.live_share) and control.live_share == 1.0
-    assert control.accounts == spec.accounts and control.lister_plans <= 100  # one page
+    assert control.accounts == spec.accounts and control.lister_plans == spec.lister_plans  # lists alike
     assert (control.max_segments, control.seed) == (spec.max_segments, spec.seed)
 
 
