@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 
 from hyperplan.core.calendar import slot_of, slot_start
 from hyperplan.core.search_request import SearchRequest
@@ -26,6 +27,7 @@ from hyperplan.services.runtime.live_calendar import LiveCalendar, held
 from hyperplan.store import changes
 from hyperplan.store.db import after_commit
 from hyperplan.store.schema import ChangeCounter, TrainingPlan
+from tests.batches import fails_at_commit
 from tests.harness import SERVER_START
 from tests.postgres import Stores
 from tests.services.running import application
@@ -248,3 +250,33 @@ def test_a_callback_of_the_committing_thread_reads_the_calendar_at_its_commit_wi
         plan.status_message = "looked at"
     assert read == [(_counter(runtime), True)]
     assert calendar.reloads == reloads
+
+
+def test_a_commit_that_fails_after_its_counter_moved_leaves_nothing_to_wait_for(
+    runtime: ServiceContext,
+) -> None:
+    """SQLite moves the counter just before the COMMIT, which may still fail: the version announced
+    never comes, the counter is as it was, and the next commit of that version is applied as usual."""
+    calendar = runtime.calendar
+    caller = _buyer(runtime, "team")
+    offering = plans.search(runtime, caller, SearchRequest(P5, 1, 24, "training-job", None, None))[0]
+    plans.create(runtime, caller, "bought", offering.offering_id)
+    version, reloads = calendar.version, calendar.reloads
+    with pytest.raises(IntegrityError), runtime.db.write() as session:
+        plan = session.scalars(select(TrainingPlan).where(TrainingPlan.name == "bought")).one()
+        plan.status_message = "never stored"
+        fails_at_commit(session)
+    assert _counter(runtime) == version == calendar.version
+    runtime.sync()
+    assert calendar.can_book(*_room(runtime))  # not behind: nothing to wait for
+    second = plans.search(runtime, caller, SearchRequest(P5, 1, 24, "training-job", None, None))[0]
+    plans.create(runtime, caller, "second", second.offering_id)  # the version the failed one announced
+    runtime.sync()
+    assert calendar.version == _counter(runtime) == version + 1
+    assert not _disagreements(runtime, calendar)
+    assert calendar.reloads == reloads
+
+
+def _room(runtime: ServiceContext) -> tuple[tuple[str, str], datetime, datetime, int]:
+    start, end = _window()
+    return POOL, start, end, 1
