@@ -65,8 +65,9 @@ class BumpListener(Protocol):
         statement failed and nothing moved."""
 
     def committed(self, version: int) -> None:
-        """The transaction that moved it to `version` committed: called after the after-commit
-        callbacks its work registered (a batch's works run theirs after it: store/group_commit.py)."""
+        """The transaction that moved it to `version` committed: an early after-commit callback, after
+        the early ones its work registered (a batch's works run theirs after it: store/group_commit.py),
+        before any other."""
 
 
 class Database:
@@ -189,8 +190,8 @@ class Database:
 
     def on_bump(self, counter: str, listener: BumpListener) -> None:
         """Tell `listener` as a transaction of this process moves `counter` (see BumpListener): the live
-        calendar then knows a version is its own and on its way, and moves on to it whether or not the
-        transaction changed what it holds (services/runtime/live_calendar.py)."""
+        calendar then knows a version is its own and on its way until it has committed
+        (services/runtime/live_calendar.py)."""
         self._bump_listeners.setdefault(counter, []).append(listener)
 
     def bump(self, counter: str) -> None:

@@ -25,8 +25,8 @@ from hyperplan.services.plans import plans
 from hyperplan.services.runtime.context import ServiceContext
 from hyperplan.services.runtime.live_calendar import LiveCalendar, held
 from hyperplan.store import changes
-from hyperplan.store.db import after_commit
-from hyperplan.store.schema import ChangeCounter, TrainingPlan
+from hyperplan.store.db import after_commit, committed_change
+from hyperplan.store.schema import ChangeCounter, ReservedCapacity, TrainingPlan
 from tests.batches import fails_at_commit
 from tests.harness import SERVER_START
 from tests.postgres import Stores
@@ -187,26 +187,25 @@ def test_changes_that_overtake_each_other_are_applied_in_the_counters_order(runt
     assert calendar.reloads == 2  # the first load and the one above: none for the changes
 
 
-def test_a_commit_that_moves_no_capacity_moves_the_calendar_on_without_a_reload(
-    runtime: ServiceContext,
-) -> None:
-    """A plan's row counts as a calendar change (quotas read its status) though it books nothing: the
-    calendar moves on to its version as it commits, and a read does not go back to the store."""
-    calendar = runtime.calendar  # the one the purchase books into
-    reloads = calendar.reloads
+def test_a_commit_that_tells_the_calendar_nothing_is_read_from_the_store(runtime: ServiceContext) -> None:
+    """A commit that moved the counter without a change for the calendar (a plan's status; the demo
+    load, written in bulk) may still have changed what is held: the next read reloads from the store,
+    at once, and sees it."""
+    calendar = runtime.calendar
     caller = _buyer(runtime, "team")
     offering = plans.search(runtime, caller, SearchRequest(P5, 1, 24, "training-job", None, None))[0]
     plans.create(runtime, caller, "bought", offering.offering_id)
-    with runtime.db.write() as session:
+    reloads = calendar.reloads
+    start, end = _window()
+    with runtime.db.write() as session:  # capacity held behind the calendar's back, and a plan's status
         plan = session.scalars(select(TrainingPlan).where(TrainingPlan.name == "bought")).one()
         plan.status_message = "looked at"
-    moved = _counter(runtime)
-    calendar.sync(runtime.db, moved)
-    assert calendar.version == moved
-    with runtime.db.read() as session:
-        ((_, start, end, _),) = held(session)
-    assert not calendar.can_book(POOL, start, end, RESERVABLE)
-    assert calendar.reloads == reloads
+        session.add(_held(plan.id, start, end, RESERVABLE))
+    runtime.sync()
+    assert not calendar.can_book(POOL, start, end, 1)
+    assert calendar.version == _counter(runtime)
+    assert calendar.reloads == reloads + 1
+    assert not _disagreements(runtime, calendar)
 
 
 def test_readers_behind_another_processs_change_share_one_reload(runtime: ServiceContext) -> None:
@@ -230,8 +229,8 @@ def test_a_callback_of_the_committing_thread_reads_the_calendar_at_its_commit_wi
     runtime: ServiceContext,
 ) -> None:
     """What runs after a commit (an auto-booking's search, actions on nodes) may read the calendar in the
-    committing thread, with the counter already read past it: the calendar follows the commit before
-    such a callback runs, so the read neither waits for the thread's own change nor reloads."""
+    committing thread, with the counter already read past it: the calendar's own callbacks run first,
+    whenever they were registered, so the read neither waits for the thread's own change nor reloads."""
     calendar = runtime.calendar
     caller = _buyer(runtime, "team")
     offering = plans.search(runtime, caller, SearchRequest(P5, 1, 24, "training-job", None, None))[0]
@@ -247,9 +246,30 @@ def test_a_callback_of_the_committing_thread_reads_the_calendar_at_its_commit_wi
     with runtime.db.write() as session:
         after_commit(session, read_after_commit)
         plan = session.scalars(select(TrainingPlan).where(TrainingPlan.name == "bought")).one()
-        plan.status_message = "looked at"
-    assert read == [(_counter(runtime), True)]
+        session.add(_held(plan.id, start, end))
+        # As the services book: in memory once committed, registered after the read above.
+        after_commit(
+            session,
+            lambda: calendar.book([(POOL, start, end, 1)], committed_change(session, changes.CALENDAR)),
+            early=True,
+        )
+    assert read == [(_counter(runtime), False)]
     assert calendar.reloads == reloads
+
+
+def _held(plan_id: int, start: datetime, end: datetime, count: int = 1) -> ReservedCapacity:
+    """A segment of `plan_id` holding `count` instances of the pool over [start, end)."""
+    return ReservedCapacity(
+        plan_id=plan_id,
+        ordinal=99,
+        instance_type=P5,
+        availability_zone=POOL[1],
+        start=start,
+        end=end,
+        count=count,
+        status="Scheduled",
+        holds_capacity=True,
+    )
 
 
 def test_a_commit_that_fails_after_its_counter_moved_leaves_nothing_to_wait_for(

@@ -14,10 +14,11 @@ change that comes before the one just below it waits for it; a change a reload a
 counted twice. The store's counter moved past the calendar (`sync`) means another process changed it,
 or a writer of this one has committed and not yet applied: each version this process commits is
 announced as the counter moves (`committing`, then `expect`: Database.on_bump), and a read behind only
-by such versions waits for them (at most CATCH_UP) instead of reloading. Any other gap, or a change that
-cannot be applied to this copy (a release of what it does not hold: another server's plan), is read
-again from the store: one reload at a time, which the readers that came meanwhile share. Applying a
-committed change never raises: the store has decided, this is only its copy.
+by such versions waits for them (at most CATCH_UP) instead of reloading. Any other gap (a commit of
+another process, or one of this process that told the calendar nothing: a plan's status, the demo load
+written in bulk), or a change that cannot be applied to this copy (a release of what it does not hold:
+another server's plan), is read again from the store: one reload at a time, which the readers that came
+meanwhile share. Applying a committed change never raises: the store has decided, this is only its copy.
 
 On the event loop (a search answered there, hyperplan/waits.py) a read never waits: a reload reads the
 store, so it sends the search to the thread pool (Database.read refuses on the loop), and so does the
@@ -64,10 +65,6 @@ CATCH_UP = 1.0
 RECENT_CHANGES = 1_000
 
 Change = Callable[[CapacityCalendar], None]
-
-
-def _nothing(_calendar: CapacityCalendar) -> None:
-    """The change of a transaction that moved the counter without booking or freeing capacity."""
 
 
 class LiveCalendar:
@@ -155,9 +152,14 @@ class LiveCalendar:
             self._applied.notify_all()
 
     def committed(self, version: int) -> None:
-        """Calendar `version` was committed by this process: the version moves on to it, whether or not
-        the transaction booked or freed anything (a plan's status counts too)."""
-        self._commit(version, _nothing)
+        """The transaction that moved the counter to `version` committed, its own changes to this
+        calendar (early after-commit callbacks, store/session_marks.Early) made before this: it is no
+        longer on its way. One that told the calendar nothing (a plan's status; the demo fleet's load
+        written in bulk) leaves the version missing here, and the next read reloads from the store, since
+        only the store knows whether it changed what is held."""
+        with self._lock:
+            self._expected.discard(version)
+            self._applied.notify_all()  # a read waiting for it reloads now
 
     def _behind(self) -> bool:
         seen, version = self._seen, self.version
