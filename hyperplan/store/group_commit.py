@@ -153,6 +153,7 @@ class GroupCommit:
                 else:
                     for work in batch:
                         _run_in_savepoint(session, work)
+                _calendar_changes_first(session, batch)
         except BaseException as exc:  # nothing of the batch was written
             batch = batch or self._take()  # the turn was refused: to every writer waiting for it
             for work in batch:
@@ -162,9 +163,8 @@ class GroupCommit:
         else:
             self.batches += 1
             self.largest = max(self.largest, len(batch))
-            for early in (True, False):  # every work's calendar changes before any other callback
-                for work in batch:
-                    _after_commit(work, early)
+            for work in batch:
+                _after_commit(work)
         finally:
             with self._state:
                 for work in batch:
@@ -270,21 +270,25 @@ def _restore(session: Session, before: _Snapshot) -> None:
     session.info.update({key: value for key, value in before.info.items() if key not in kept})
 
 
-def _after_commit(work: _Work[Any], early: bool) -> None:
-    """The work's early after-commit callbacks (session_marks.Early), or the others, in order; one that
-    raises is its writer's error (the write itself is committed, as with Database.write), and the
-    work's callbacks after it do not run."""
-    if work.error is not None:
-        return
+def _calendar_changes_first(session: Session, batch: list[_Work[Any]]) -> None:
+    """Every work's early after-commit callbacks (session_marks.Early: its changes to the live calendar)
+    handed to the transaction, which runs them after its commit before any other, and before what the
+    commit itself tells the calendar (Database.on_bump: registered as it commits, after these)."""
+    registered = session.info.setdefault(marks.AFTER_COMMIT, [])
+    for work in batch:
+        registered += [callback for callback in work.callbacks if isinstance(callback, marks.Early)]
+        work.callbacks = [callback for callback in work.callbacks if not isinstance(callback, marks.Early)]
+
+
+def _after_commit(work: _Work[Any]) -> None:
+    """The work's after-commit callbacks, in order; one that raises is its writer's error (the write
+    itself is committed, as with Database.write)."""
     try:
         for callback in work.callbacks:
-            if isinstance(callback, marks.Early) == early:
-                callback()
+            callback()
     except Exception as exc:
         work.error = exc
-        work.callbacks = []
-    if not early:
-        work.callbacks = []
+    work.callbacks = []
 
 
 def _batch_failure(exc: BaseException) -> BaseException:

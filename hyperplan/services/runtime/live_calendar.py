@@ -159,6 +159,9 @@ class LiveCalendar:
         only the store knows whether it changed what is held."""
         with self._lock:
             self._expected.discard(version)
+            delivered = self.version is None or version <= self.version or version in self._waiting
+            if not delivered:
+                self._stale = True  # the next read reloads, whether or not it read the counter
             self._applied.notify_all()  # a read waiting for it reloads now
 
     def _behind(self) -> bool:
