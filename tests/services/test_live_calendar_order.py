@@ -59,6 +59,14 @@ def _buyer(runtime: ServiceContext, name: str) -> Caller:
     return Caller(key.account_id, name, False, key.access_key_id)
 
 
+def _bought(runtime: ServiceContext) -> Caller:
+    """An account that has bought plan "bought" (one instance for a day, the first offering)."""
+    caller = _buyer(runtime, "team")
+    offering = plans.search(runtime, caller, SearchRequest(P5, 1, 24, "training-job", None, None))[0]
+    plans.create(runtime, caller, "bought", offering.offering_id)
+    return caller
+
+
 def _counter(runtime: ServiceContext) -> int:
     with runtime.db.read() as session:
         value = session.scalar(select(ChangeCounter.value).where(ChangeCounter.name == changes.CALENDAR))
@@ -192,9 +200,7 @@ def test_a_commit_that_tells_the_calendar_nothing_is_read_from_the_store(runtime
     load, written in bulk) may still have changed what is held: the next read reloads from the store,
     at once, and sees it."""
     calendar = runtime.calendar
-    caller = _buyer(runtime, "team")
-    offering = plans.search(runtime, caller, SearchRequest(P5, 1, 24, "training-job", None, None))[0]
-    plans.create(runtime, caller, "bought", offering.offering_id)
+    _bought(runtime)
     reloads = calendar.reloads
     start, end = _window()
     with runtime.db.write() as session:  # capacity held behind the calendar's back, and a plan's status
@@ -232,9 +238,7 @@ def test_a_callback_of_the_committing_thread_reads_the_calendar_at_its_commit_wi
     committing thread, with the counter already read past it: the calendar's own callbacks run first,
     whenever they were registered, so the read neither waits for the thread's own change nor reloads."""
     calendar = runtime.calendar
-    caller = _buyer(runtime, "team")
-    offering = plans.search(runtime, caller, SearchRequest(P5, 1, 24, "training-job", None, None))[0]
-    plans.create(runtime, caller, "bought", offering.offering_id)
+    _bought(runtime)
     reloads = calendar.reloads
     start, end = _window()
     read: list[tuple[int | None, bool]] = []
@@ -278,9 +282,7 @@ def test_a_commit_that_fails_after_its_counter_moved_leaves_nothing_to_wait_for(
     """SQLite moves the counter just before the COMMIT, which may still fail: the version announced
     never comes, the counter is as it was, and the next commit of that version is applied as usual."""
     calendar = runtime.calendar
-    caller = _buyer(runtime, "team")
-    offering = plans.search(runtime, caller, SearchRequest(P5, 1, 24, "training-job", None, None))[0]
-    plans.create(runtime, caller, "bought", offering.offering_id)
+    caller = _bought(runtime)
     version, reloads = calendar.version, calendar.reloads
     with pytest.raises(IntegrityError), runtime.db.write() as session:
         plan = session.scalars(select(TrainingPlan).where(TrainingPlan.name == "bought")).one()
