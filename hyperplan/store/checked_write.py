@@ -46,6 +46,12 @@ class CheckedWrite(Generic[T]):
     """The refusals again, in the write: it locks what it reads (store/locks.py) and only reads."""
     work: Callable[[Session], T]
     """The rows, in the same transaction as `check`; its result is the write's."""
+    likely_passes: Callable[[], bool] = lambda: False
+    """Whether what this process holds in memory says the snapshot would not refuse (a purchase: the live
+    calendar, as of the request's sync, has room for it). On PostgreSQL the snapshot's read is a round
+    trip and a statement of its own, and a write predicted to pass skips it: `check` decides under the
+    locks either way, so a wrong guess costs a refusal made there, under the locks, instead. On SQLite
+    the read is in-process (and may answer on the event loop) and runs regardless."""
 
 
 def refuse_on_snapshot(engine: Engine, reads: Callable[[Connection], object]) -> None:

@@ -319,8 +319,9 @@ class Database:
         """A checked write (store/checked_write.py): its refusals read on a snapshot, without a lock;
         then, not refused, what it needs that no row decides, worked out before the writers' turn; then
         the check again under its locks and the work, as `write_grouped` runs them. Within a write of
-        this thread the snapshot is skipped: it would not see what that write has done so far."""
-        if not getattr(self._in_write, "depth", 0):
+        this thread the snapshot is skipped: it would not see what that write has done so far; so is a
+        PostgreSQL one when the write is likely to pass it (CheckedWrite.likely_passes)."""
+        if not getattr(self._in_write, "depth", 0) and not (self.is_postgres and write.likely_passes()):
             refuse_on_snapshot(self.engine, write.on_snapshot)
         # Tried on the event loop (server/loop_or_pool.py), a write the snapshot did not refuse goes on
         # in the pool, before `prepare`, which the pool would only do again.

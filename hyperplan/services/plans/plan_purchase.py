@@ -213,6 +213,16 @@ class Purchase:
             self._terms = _terms(self.runtime, self.offering_id, self.claim, self.segments, self.now)
         return self._terms
 
+    def likely_passes(self) -> bool:
+        """Whether the live calendar, as of this request's sync, has room for every segment. Then a read
+        of the refusals on a snapshot would almost surely not refuse (what it most often refuses is
+        capacity taken since the search, which the calendar shows as soon as it is committed), and on
+        PostgreSQL it is skipped (CheckedWrite.likely_passes): `check` reads them under the locks
+        anyway. The rarer refusals (a quota reached, a name taken) are then made there, holding the
+        pools' locks for the read, as any purchase does."""
+        calendar, count = self.runtime.calendar, self.claim.count
+        return all(calendar.can_book(pool.key, s.start, s.end, count) for pool, s in self.segments)
+
     def check(self, session: Session) -> None:
         """Every refusal the store can give, in the caller's write transaction (concurrent=True); reads
         only (store/group_commit.py runs it outside the purchase's savepoint), and on PostgreSQL draws

@@ -146,9 +146,11 @@ def create(
             _lend_as_tagged(session, runtime, caller, name, given, now)
 
     try:
-        # Refused on a snapshot if it can be; else checked again under the account's and the pools'
-        # locks, and written (store/checked_write.py).
-        runtime.db.write_checked(CheckedWrite(purchase.refusals, purchase.work_out, purchase.check, buy))
+        # Refused on a snapshot if it can be (on PostgreSQL only if the live calendar says it may be);
+        # else checked again under the account's and the pools' locks, and written (store/checked_write.py).
+        runtime.db.write_checked(
+            CheckedWrite(purchase.refusals, purchase.work_out, purchase.check, buy, purchase.likely_passes)
+        )
     except IntegrityError:
         # A racing buyer committed the same name or offering between our checks and our insert.
         raise ResourceInUse(f"Training plan {name!r} or its offering was just taken; search again.") from None
