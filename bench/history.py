@@ -425,14 +425,20 @@ def _rerun(history: History, reads: list[Statement]) -> tuple[float, float]:
     postgres = engine.dialect.name == "postgresql"
     total_ms, total_rows = 0.0, 0.0
     with engine.connect() as connection:
-        driver = connection.connection.dbapi_connection
+        driver: Any = connection.connection.dbapi_connection
         assert driver is not None
         cursor = driver.cursor()
         try:
             for sql, params in reads:
                 if postgres:
-                    cursor.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
-                    [plan] = cursor.fetchone()[0]  # type: ignore[index]  # EXPLAIN returns its one row
+                    # A prepared statement's SQL has PostgreSQL's own $1, $2 (store/prepared.py): psycopg's
+                    # raw cursor sends it as it is; SQLAlchemy's own has %(name)s, for the ordinary one.
+                    from psycopg import RawCursor
+
+                    raw = isinstance(params, tuple | list)
+                    explain = RawCursor(driver) if raw else cursor
+                    explain.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params)
+                    [plan] = explain.fetchone()[0]  # EXPLAIN returns its one row
                     total_ms += float(plan["Execution Time"])
                     total_rows += _rows_read(plan["Plan"])
                 else:

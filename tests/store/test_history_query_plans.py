@@ -431,8 +431,9 @@ def _postgres_examined(db: Database, read: str, plan_mode: str) -> list[int]:
 
 
 def _numbered(sql: str, params: Any) -> tuple[str, list[Any]]:
-    """A statement as the driver got it (psycopg's %(name)s or %s) with PostgreSQL's $1, $2, ... and
-    its values in their order, for PREPARE."""
+    """A statement as the driver got it (SQLAlchemy's, with psycopg's %(name)s; a prepared one's,
+    store/prepared.py, already with $1, $2, ...) with PostgreSQL's $1, $2, ... and its values in their
+    order, for PREPARE."""
     if isinstance(params, dict):
         names: list[str] = []
 
