@@ -55,7 +55,7 @@ from hyperplan.services.plans import lifecycle, payments, plans, reclaim_warning
 from hyperplan.services.runtime import leadership, slurm_placement
 from hyperplan.services.runtime.context import LifecycleContext, ServiceContext, Settings, Wakes
 from hyperplan.services.runtime.job_work import JobLocks, JobSettings
-from hyperplan.services.runtime.live_calendar import LiveCalendar
+from hyperplan.services.runtime.live_calendar import LiveCalendar, columns_not_held
 from hyperplan.services.runtime.rate_limiter import RateLimiter, SharedBuckets
 from hyperplan.services.runtime.shared_state import SharedState
 from hyperplan.services.runtime.slurm_state import SlurmState
@@ -602,9 +602,11 @@ def event_handlers(context: ServiceContext) -> dict[str, EventHandler]:
 
 def count_changes(db: Database) -> None:
     """What each change counter follows (store/changes.py)."""
-    db.count_changes(ReservedCapacity, changes.CALENDAR)
-    db.count_changes(TrainingPlan, changes.CALENDAR)  # a plan's status: what quotas count
-    db.count_changes(PlanExtension, changes.CALENDAR)
+    # A segment's status as it starts and ends, or a plan's, holds no capacity: only the columns the live
+    # calendar reads move its counter, whose every move has each process read all that is held again.
+    db.count_changes(ReservedCapacity, changes.CALENDAR, ignoring=columns_not_held(ReservedCapacity))
+    db.count_changes(PlanExtension, changes.CALENDAR, ignoring=columns_not_held(PlanExtension))
+    db.count_changes(TrainingPlan, changes.PLANS)  # a plan's status: what quotas count
     db.count_changes(AccessKey, changes.KEYS)
     db.count_changes(Account, changes.KEYS, ignoring=("budget",))
     db.count_changes(User, changes.KEYS)

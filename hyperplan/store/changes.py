@@ -11,7 +11,8 @@ the leader (services/runtime/leadership.py polls them).
 
 from __future__ import annotations
 
-CALENDAR = "calendar"  # what plans' segments and unpaid extensions hold
+CALENDAR = "calendar"  # what plans' segments and unpaid extensions hold (live_calendar.HELD_COLUMNS)
+PLANS = "plans"  # plans: their names and statuses, what an account's quota of plans counts
 KEYS = "keys"  # access keys, accounts (but their budget), users: whatever a signer's entry carries
 SETTINGS = "settings"  # the settings table: the manual clock's time
 EVENTS = "events"  # a timed event was scheduled
@@ -20,4 +21,4 @@ JOBS = "jobs"  # a job has work for the runner
 NODES = "nodes"  # nodes were provisioned or shut down
 CLOCK_MOVES = "clock_moves"  # a clock move was asked of the leader
 
-ALL = (CALENDAR, KEYS, SETTINGS, EVENTS, WEBHOOKS, JOBS, NODES, CLOCK_MOVES)
+ALL = (CALENDAR, PLANS, KEYS, SETTINGS, EVENTS, WEBHOOKS, JOBS, NODES, CLOCK_MOVES)

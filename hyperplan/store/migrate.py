@@ -26,7 +26,7 @@ from hyperplan.errors import StartRefused
 from hyperplan.store.urls import redact
 
 MIGRATIONS = Path(__file__).with_name("migrations")
-HEAD_REVISION = "0032"
+HEAD_REVISION = "0033"
 """The newest migration's revision: a store stamped with it is at the head (tests/store/test_schema.py
 checks that it is Alembic's head, so a new migration cannot be forgotten here)."""
 

@@ -87,7 +87,7 @@ _READS = PurchaseReads(drain_state.SETTING, quotas.active_plans)
 # a table. A larger purchase compiles its own at its first.
 _SHAPES_AHEAD = 3
 _EVENT_ROWS = 12
-_COUNTERS_AHEAD = 4  # the change counters one commit moves (a purchase: 2)
+_COUNTERS_AHEAD = 4  # the change counters one commit moves (a purchase: 3, with webhooks 4)
 
 
 def compile_ahead(runtime: ServiceContext) -> int:

@@ -43,7 +43,7 @@ from hyperplan.services.plans import (
 from hyperplan.services.plans import tags as tag_store
 from hyperplan.services.plans.tags import Tag
 from hyperplan.services.runtime.context import ServiceContext
-from hyperplan.store.changes import CALENDAR, KEYS
+from hyperplan.store.changes import KEYS, PLANS
 from hyperplan.store.checked_write import CheckedWrite
 from hyperplan.store.schema import ReservedCapacity, TrainingPlan
 
@@ -64,10 +64,10 @@ def compile_ahead(runtime: ServiceContext) -> int:
 
 def search(runtime: ServiceContext, caller: Caller, request: SearchRequest) -> list[SignedOffering]:
     now = runtime.clock.now()
-    # What the check reads (the account and its plans) changes only with the keys and calendar counters:
+    # What the check reads (the account and its plans) changes only with the keys and plans counters:
     # while they stand still, what it found holds, for any count of the type, without a trip to the store.
     shared = runtime.shared
-    versions = shared.versions(CALENDAR, KEYS) if shared is not None else None
+    versions = shared.versions(PLANS, KEYS) if shared is not None else None
     check = ("search", caller.account_id, request.instance_type)
     allowance = shared.recalled(check, versions) if shared is not None else None
     if not isinstance(allowance, quotas.SearchAllowance):

@@ -15,8 +15,8 @@ counted twice. The store's counter moved past the calendar (`sync`) means anothe
 or a writer of this one has committed and not yet applied: each version this process commits is
 announced as the counter moves (`committing`, then `expect`: Database.on_bump), and a read behind only
 by such versions waits for them (at most CATCH_UP) instead of reloading. Any other gap (a commit of
-another process, or one of this process that told the calendar nothing: a plan's status, the demo load
-written in bulk), or a change that cannot be applied to this copy (a release of what it does not hold:
+another process, or one of this process that told the calendar nothing: the demo load written in bulk),
+or a change that cannot be applied to this copy (a release of what it does not hold:
 another server's plan), is read again from the store: one reload at a time, which the readers that came
 meanwhile share. Applying a committed change never raises: the store has decided, this is only its copy.
 
@@ -32,9 +32,10 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import func, inspect, select
+from sqlalchemy.orm import Mapper, Session
 
 from hyperplan.core.calendar import CapacityCalendar, peak_booked_slots
 from hyperplan.core.fleet import Fleet, Pool, PoolKey
@@ -154,9 +155,9 @@ class LiveCalendar:
     def committed(self, version: int) -> None:
         """The transaction that moved the counter to `version` committed, its own changes to this
         calendar (early after-commit callbacks, store/session_marks.Early) made before this: it is no
-        longer on its way. One that told the calendar nothing (a plan's status; the demo fleet's load
-        written in bulk) leaves the version missing here, and the next read reloads from the store, since
-        only the store knows whether it changed what is held."""
+        longer on its way. One that told the calendar nothing (the demo fleet's load written in bulk, or
+        capacity written past it) leaves the version missing here, and the next read reloads from the
+        store, since only the store knows whether it changed what is held."""
         with self._lock:
             self._expected.discard(version)
             delivered = self.version is None or version <= self.version or version in self._waiting
@@ -316,6 +317,20 @@ def returned_windows(session: Session, ending_after: datetime | None = None) -> 
         query = query.where(ReturnedWindow.end > ending_after)
     rows = session.execute(query).all()
     return [((t, z), start, end, count) for t, z, start, end, count in rows]
+
+
+HELD_COLUMNS = frozenset(
+    {"instance_type", "availability_zone", "start", "end", "count", "holds_capacity", "released_at"}
+)
+"""What `held` and the purchase's holdings read of a segment (ReservedCapacity) or an unpaid extension
+(PlanExtension): a change to any other column (a status) changes no capacity, and does not move the
+calendar's change counter (app.count_changes)."""
+
+
+def columns_not_held(model: type) -> tuple[str, ...]:
+    """The attributes of `model` (ReservedCapacity, PlanExtension) outside HELD_COLUMNS."""
+    mapper: Mapper[Any] = inspect(model)
+    return tuple(attribute.key for attribute in mapper.attrs if attribute.key not in HELD_COLUMNS)
 
 
 def held(
