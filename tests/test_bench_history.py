@@ -6,9 +6,15 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from pathlib import Path
 
-from bench.history import CONTROL_OF, SPECS, Sizes, _met, _turns, control_spec
+import pytest
+
+from bench.history import CONTROL_OF, SMOKE_SPEC, SPECS, Sizes, _met, _purchase_costs, _turns, control_spec
+from bench.history_build import build
+from bench.history_fleet import fleet_file
 from bench.scale import Scale
+from tests.postgres import PostgresServer
 
 
 def test_every_size_is_measured_once_a_round_and_none_is_always_first_or_last() -> None:
@@ -48,3 +54,21 @@ def test_a_round_shares_the_phases_so_that_all_rounds_together_do_what_one_phase
         sizes = Sizes.of(scale)
         assert sizes.offerings % sizes.rounds == 0  # every round buys its share, none left over
         assert sizes.searches >= 20 * sizes.rounds  # each turn holds the 20 searches it warms up with
+
+
+@pytest.mark.postgres
+def test_on_postgres_the_purchase_costs_rerun_each_refusal_read_under_explain(
+    postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    """The statement costs of the section's table on PostgreSQL: the heaviest account's purchases, then
+    each refusal read they made run again under EXPLAIN ANALYZE. Those reads are prepared statements
+    (store/prepared.py), whose SQL has PostgreSQL's own $1, $2: a smoke run of the bench leaves
+    PostgreSQL out, and the full run was the first to find them sent to the wrong cursor."""
+    history = build(tmp_path / "history", fleet_file(1, tmp_path), SMOKE_SPEC, postgres_server.new_database())
+    try:
+        costs = _purchase_costs(history, Sizes.of(Scale.SMOKE))
+    finally:
+        history.close()
+    assert costs["purchase statements"] > 0
+    assert costs["refusal reads, DB time per purchase (ms)"] > 0
+    assert costs["refusal reads, rows per purchase (PostgreSQL)"] > 0
