@@ -75,7 +75,7 @@ PLANS_THROUGH = "retention.plans-through"  # ended plans up to this cutoff have 
 BATCH = 1000  # rows whose ids one read gathers
 # Rows a delete transaction removes at most. The first pass over the bench's 100x store (1.5 million rows)
 # on SQLite, a purchase every 100 ms beside it (a scratch script, one or two runs each): with 1,000 rows
-# a transaction, back to back, purchases took p99 164-172 ms (3 ms before the pass), and the pass 80 s;
+# a transaction, back to back, purchases took p99 164-172 ms (p50 3 ms before the pass), and it 80 s;
 # with 250, paced, p99 108 ms and the pass 490 s. On the 10x store: p99 32 ms against 19 ms. The rest of
 # a purchase's wait there is SQLite's own, its statements and commit slower beside the deletes.
 DELETE_BATCH = 250
