@@ -12,7 +12,7 @@ gives them: the caller converts what it reads (`from_micros`, `Decimal`).
 On PostgreSQL the statement is compiled with PostgreSQL's own placeholders ($1, $2, ...) and run on
 psycopg's raw cursor, which sends it as it is. Through the ordinary cursor psycopg turned each `%(name)s`
 into `$n` on every execution, by a regular expression over the whole text; its cache of those is only
-for statements of at most 4 KiB, and a purchase's read of its facts and holdings is longer (4.6-5.1 KiB):
+for statements of at most 4 KiB, and a purchase's read of its facts and holdings is longer (4.6-5.0 KiB):
 that scan cost about 8% of the server's CPU under a purchase load.
 
 What may be prepared: statements whose every parameter is an ordinary bind (no expanding IN list, no
